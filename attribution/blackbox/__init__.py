@@ -1,0 +1,1 @@
+"""Black-box recovery of multi-head attention (docs written below)."""

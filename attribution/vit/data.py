@@ -1,0 +1,142 @@
+"""Images with ground truth for the ViT benchmark.
+
+Synthetic set: 32x32 RGB on a noisy dark background. One red object decides the class (its
+shape: plus, ring, triangle or X); two to four distractors of the same shapes are drawn in
+non-red colours, so a map that highlights "objects" rather than "the object that decided" is
+caught. The decisive object's pixel mask is kept. Every image is a pure function of
+(seed, index), so sets are reproducible and unlimited; the splits use different seeds
+(train: a stream from seed 1000 on, validation: 1, held-out test: 2).
+
+Digits: scikit-learn's bundled 8x8 digits, upsampled 4x to 32x32 and copied to three
+channels; the "mask" is the stroke (intensity above 0.25).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from workbench.errors import DatasetError
+
+IMAGE_SIZE = 32
+CLASSES = ("plus", "ring", "triangle", "x")
+VALIDATION_SEED = 1
+TEST_SEED = 2
+TRAIN_SEED = 1000
+_OBJ = 8  # object side in pixels
+
+
+def _templates() -> np.ndarray:
+    """Binary 8x8 masks, one per class."""
+    s = _OBJ
+    t = np.zeros((len(CLASSES), s, s), dtype=bool)
+    t[0, 3:5, :] = True
+    t[0, :, 3:5] = True
+    t[1] = True
+    t[1, 2:6, 2:6] = False
+    for r in range(s):  # triangle: widens downwards
+        t[2, r, max(3 - r // 2, 0):min(5 + r // 2, s)] = True
+    for i in range(s):
+        t[3, i, max(i - 0, 0):min(i + 2, s)] = True
+        t[3, i, max(s - 2 - i, 0):min(s - i, s)] = True
+    return t
+
+
+TEMPLATES = _templates()
+
+
+@dataclass
+class ImageBatch:
+    """Images (image, channel, height, width) in [0, 1], labels (image), masks (image, height, width)."""
+
+    images: torch.Tensor
+    labels: torch.Tensor
+    masks: torch.Tensor
+    dataset: str = "synthetic"
+    class_names: tuple[str, ...] = CLASSES
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def subset(self, idx) -> ImageBatch:
+        return ImageBatch(self.images[idx], self.labels[idx], self.masks[idx], self.dataset, self.class_names)
+
+
+def _colour(rng: np.random.Generator, target: bool) -> np.ndarray:
+    if target:  # red with jitter
+        return np.array([rng.uniform(0.75, 1.0), rng.uniform(0.0, 0.3), rng.uniform(0.0, 0.3)])
+    base = [(0.1, 0.85, 0.15), (0.15, 0.3, 1.0), (0.1, 0.85, 0.9), (0.55, 0.55, 0.55), (0.35, 0.1, 0.9)]
+    c = np.array(base[rng.integers(len(base))]) + rng.uniform(-0.1, 0.1, 3)
+    c[0] = min(c[0], 0.5)  # distractors are never red
+    return np.clip(c, 0, 1)
+
+
+def synthetic_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
+    """One image (3, 32, 32) float32, its label and the decisive object's mask (32, 32)."""
+    rng = np.random.default_rng([seed, index])
+    img = rng.uniform(0.0, 0.15, (3, IMAGE_SIZE, IMAGE_SIZE))
+    label = int(rng.integers(len(CLASSES)))
+    n_distract = int(rng.integers(2, 5))
+    taken = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    shapes = [label] + [int(rng.integers(len(CLASSES))) for _ in range(n_distract)]
+    for k, shape in enumerate(shapes):
+        for _ in range(50):  # rejection sampling for a free spot (1 px margin)
+            r, c = rng.integers(0, IMAGE_SIZE - _OBJ + 1, 2)
+            if not taken[max(r - 1, 0):r + _OBJ + 1, max(c - 1, 0):c + _OBJ + 1].any():
+                break
+        else:
+            continue
+        taken[r:r + _OBJ, c:c + _OBJ] = True
+        tmpl = TEMPLATES[shape]
+        colour = _colour(rng, target=k == 0)
+        region = img[:, r:r + _OBJ, c:c + _OBJ]
+        region[:, tmpl] = colour[:, None] * rng.uniform(0.85, 1.0)
+        if k == 0:
+            mask[r:r + _OBJ, c:c + _OBJ] = tmpl
+    return img.astype(np.float32), label, mask
+
+
+def synthetic(n: int, seed: int = TEST_SEED, start: int = 0) -> ImageBatch:
+    """n synthetic images: image i is synthetic_image(seed, start + i)."""
+    if n < 1:
+        raise DatasetError(f"need at least one image, got n={n}")
+    items = [synthetic_image(seed, start + i) for i in range(n)]
+    images = torch.from_numpy(np.stack([x[0] for x in items]))
+    labels = torch.tensor([x[1] for x in items])
+    masks = torch.from_numpy(np.stack([x[2] for x in items]))
+    return ImageBatch(images, labels, masks, "synthetic", CLASSES)
+
+
+def digits(n: int | None = None, seed: int = TEST_SEED, split: str = "test") -> ImageBatch:
+    """sklearn's digits upsampled to 32x32 RGB; a fixed 80/20 split (train/test), shuffled by seed."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images, dtype=torch.float32) / 16.0
+    y = torch.tensor(d.target)
+    order = torch.randperm(len(y), generator=torch.Generator().manual_seed(0))
+    cut = int(0.8 * len(y))
+    idx = order[:cut] if split == "train" else order[cut:]
+    if split not in ("train", "test"):
+        raise DatasetError(f"unknown digits split {split!r}: use train or test")
+    idx = idx[torch.randperm(len(idx), generator=torch.Generator().manual_seed(seed))]
+    if n is not None:
+        if n < 1 or n > len(idx):
+            raise DatasetError(f"digits {split} has {len(idx)} images; asked for {n}")
+        idx = idx[:n]
+    x = torch.nn.functional.interpolate(x[idx, None], size=(IMAGE_SIZE, IMAGE_SIZE), mode="bilinear",
+                                        align_corners=False).clamp(0, 1)
+    return ImageBatch(x.expand(-1, 3, -1, -1).contiguous(), y[idx], x[:, 0] > 0.25, "digits",
+                      tuple(str(i) for i in range(10)))
+
+
+def sample_images(dataset: str = "synthetic", n: int = 8, seed: int = TEST_SEED) -> ImageBatch:
+    """The app's entry point: n images of a dataset ("synthetic" or "digits") with masks."""
+    if dataset == "synthetic":
+        return synthetic(n, seed)
+    if dataset == "digits":
+        return digits(n, seed)
+    raise DatasetError(f"unknown dataset {dataset!r}: use synthetic or digits")

@@ -1,0 +1,98 @@
+"""Training the small ViT on the synthetic set (fresh images every step) or on digits.
+
+CPU-friendly: a 4-layer, 4-head, d_model 64 ViT on 32x32 images with 4x4 patches reaches
+>= 95% held-out accuracy on the synthetic set in a few minutes on two threads.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict
+from typing import Any, Callable
+
+import torch
+import torch.nn.functional as F
+
+from attribution.vit import data
+from attribution.vit.model import HookedViT, ViTConfig, n_params
+
+
+@torch.no_grad()
+def accuracy(model: HookedViT, batch: data.ImageBatch, chunk: int = 500) -> float:
+    model.eval()
+    hits = 0
+    for i in range(0, len(batch), chunk):
+        hits += (model(batch.images[i:i + chunk]).argmax(-1) == batch.labels[i:i + chunk]).sum().item()
+    return hits / len(batch)
+
+
+def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 128, lr: float = 2e-3,
+              seed: int = 0, threads: int = 2, cfg: ViTConfig | None = None,
+              log: Callable[[str], None] | None = None) -> tuple[HookedViT, dict[str, Any]]:
+    """Train from scratch; returns the model and its metrics (accuracies, seconds, config)."""
+    torch.set_num_threads(threads)
+    torch.manual_seed(seed)
+    if dataset == "synthetic":
+        cfg = cfg or ViTConfig(n_classes=len(data.CLASSES), class_names=list(data.CLASSES))
+        val = data.synthetic(1000, data.VALIDATION_SEED)
+        test = data.synthetic(1000, data.TEST_SEED)
+
+        def next_batch(step: int) -> data.ImageBatch:
+            return data.synthetic(batch_size, data.TRAIN_SEED + seed, start=step * batch_size)
+    elif dataset == "digits":
+        cfg = cfg or ViTConfig(n_classes=10, class_names=[str(i) for i in range(10)])
+        pool = data.digits(split="train", seed=seed)
+        test = val = data.digits(split="test")
+
+        def next_batch(step: int) -> data.ImageBatch:
+            idx = torch.randint(len(pool), (batch_size,), generator=torch.Generator().manual_seed(step))
+            b = pool.subset(idx)
+            shift = torch.randint(-2, 3, (2,), generator=torch.Generator().manual_seed(-step - 1))
+            b.images = torch.roll(b.images, tuple(shift.tolist()), dims=(2, 3))  # light augmentation
+            return b
+    else:
+        raise ValueError(f"unknown dataset {dataset!r}")
+    model = HookedViT(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.05)
+    warm = max(steps // 20, 1)
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min((s + 1) / warm, 0.5 * (1 + torch.cos(torch.tensor(s / steps * torch.pi)).item())))
+    start = time.time()
+    for step in range(steps):
+        model.train()
+        b = next_batch(step)
+        loss = F.cross_entropy(model(b.images), b.labels)
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if log and (step % 250 == 0 or step == steps - 1):
+            log(f"step {step} loss {loss.item():.4f} val acc {accuracy(model, val.subset(slice(0, 300))):.3f}"
+                f" ({time.time() - start:.0f} s)")
+    model.eval()
+    metrics = {"dataset": dataset, "steps": steps, "batch_size": batch_size, "lr": lr, "seed": seed,
+               "threads": threads, "train_seconds": round(time.time() - start, 1),
+               "val_accuracy": accuracy(model, val), "test_accuracy": accuracy(model, test),
+               "test_set": f"{len(test)} images, seed {data.TEST_SEED}" if dataset == "synthetic"
+               else f"digits test split ({len(test)} images)",
+               "params": n_params(model), "config": asdict(cfg)}
+    return model, metrics
+
+
+def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = None):
+    """Write the checkpoint with its zoo entry (data/models/vit-synth by default)."""
+    from workbench.zoo import DATA_DIR
+
+    from attribution.vit.model import save_checkpoint
+
+    name = "vit-synth" if metrics["dataset"] == "synthetic" else "vit-digits"
+    path = out or str(DATA_DIR / "models" / name)
+    what = ("one red object (plus/ring/triangle/x) among 2-4 distractors, 32x32 RGB"
+            if metrics["dataset"] == "synthetic" else "sklearn digits upsampled to 32x32")
+    info = {"name": name, "kind": "vit", "params": metrics["params"],
+            "loader": "attribution.vit.model:load_checkpoint",
+            "source": f"trained here on the {metrics['dataset']} set (seed {metrics['seed']}, "
+                      f"{metrics['steps']} steps; test accuracy {metrics['test_accuracy']:.3f})",
+            "description": f"ViT 4 layers x 4 heads, d_model {model.cfg.d_model}, 4x4 patches; {what}"}
+    return save_checkpoint(model, path, info, metrics)

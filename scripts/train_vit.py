@@ -1,0 +1,38 @@
+"""Train the shipped ViT checkpoint (data/models/vit-synth) or a digits one.
+
+    python scripts/train_vit.py                       # synthetic set -> data/models/vit-synth
+    python scripts/train_vit.py --dataset digits --out data/models/vit-digits
+
+Same as ``workbench train-vit``; kept as a script so the checkpoint can be rebuilt without the CLI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dataset", default="synthetic", choices=["synthetic", "digits"])
+    ap.add_argument("--steps", type=int, default=3000)
+    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=2e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--out", default=None)
+    a = ap.parse_args()
+    from attribution.vit.train import save_trained, train_vit
+
+    model, metrics = train_vit(a.dataset, a.steps, a.batch_size, a.lr, a.seed, a.threads,
+                               log=lambda s: print(s, file=sys.stderr, flush=True))
+    out = save_trained(model, metrics, a.out)
+    print(json.dumps({"path": str(out), **{k: v for k, v in metrics.items() if k != "config"}}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,43 @@
+"""workbench: a mechanistic-interpretability workbench.
+
+Notebook use::
+
+    import workbench as wb
+    m = wb.load("smollm2-135m")
+    res = wb.attribute(m, "The capital of France is", target=" Paris", method="dpa")
+    res.plot()
+
+Heavy libraries (torch, TransformerLens, nnsight, SAELens) are imported only when used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.zoo import list_models, load, register
+
+__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute"]
+__version__ = "0.1.0"
+
+
+def models():
+    """The zoo as a pandas table."""
+    import pandas as pd
+
+    return pd.DataFrame([e.public() for e in list_models()])
+
+
+def runs(root: str | None = None):
+    """The run store (``wb.runs().list()``)."""
+    from workbench.store import RunStore
+
+    return RunStore(root)
+
+
+def attribute(model: Any, prompt: str, target: str, method: str = "dpa", level: str = "token",
+              foil: str | None = None, **kwargs: Any):
+    """Run one attribution method; returns a typed result that plots and saves itself."""
+    from attribution import attribute as _attribute
+
+    return _attribute(model, prompt, target=target, foil=foil, method=method, level=level, **kwargs)

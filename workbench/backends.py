@@ -1,0 +1,101 @@
+"""Backends behind HookedModel for Hugging Face models.
+
+- ``transformer_lens`` (default): a ``HookedTransformer`` built from the local HF weights with
+  TransformerLens' own config and weight conversion, norms left unfolded so engines see the
+  model's real weights (gamma separate, as the DPA spec writes it).
+- ``bridge``: TransformerLens ``TransformerBridge`` over the same HF module (same hook names).
+- ``nnsight``: nnsight's ``LanguageModel`` over the HF module, or over a hosted model on NDIF
+  with ``remote=True`` (see workbench/remote.py).
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from pathlib import Path
+
+from workbench.errors import ModelFileError
+from workbench.hooked import HookedModel
+
+SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "GPT2LMHeadModel")
+
+
+def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "transformer_lens",
+                  n_ctx: int | None = None, prepend_bos: bool | None = None, remote: bool = False):
+    from transformers.utils import logging as hf_logging
+
+    from workbench.llm import load_hf_model
+
+    hf_logging.disable_progress_bar()
+
+    if backend == "nnsight":
+        from workbench.remote import NNsightModel
+
+        hf, tokenizer = load_hf_model(path, device)
+        return NNsightModel(hf, tokenizer, name=name, remote=remote)
+    hf, tokenizer = load_hf_model(path, device)
+    if prepend_bos is None:  # GPT-2 style tokenizers do not add BOS; Llama-style ones say so
+        prepend_bos = bool(getattr(tokenizer, "add_bos_token", False))
+    if backend == "bridge":
+        return _bridge(path, hf, tokenizer, name, device, prepend_bos)
+    if backend != "transformer_lens":
+        raise ModelFileError(f"unknown backend {backend!r}: transformer_lens, bridge or nnsight")
+    return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos)
+
+
+def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -> HookedModel:
+    from transformer_lens import HookedTransformer
+    from transformer_lens.config import HookedTransformerConfig
+    from transformer_lens.loading_from_pretrained import (
+        convert_hf_model_config,
+        fill_missing_keys,
+        get_pretrained_state_dict,
+    )
+
+    arch = (hf.config.architectures or [type(hf).__name__])[0]
+    if arch not in SUPPORTED:
+        raise ModelFileError(f"architecture {arch} is not supported; supported: {', '.join(SUPPORTED)}")
+    with warnings.catch_warnings(), _quiet():
+        warnings.simplefilter("ignore")
+        cfg_dict = convert_hf_model_config(str(path))
+        cfg_dict.update(init_weights=False, device=device, default_prepend_bos=prepend_bos,
+                        n_ctx=min(n_ctx or cfg_dict["n_ctx"], cfg_dict["n_ctx"], 4096))
+        cfg_dict.pop("quantization_method", None)
+        cfg = HookedTransformerConfig(**cfg_dict)
+        state = get_pretrained_state_dict(str(path), cfg, hf_model=hf)
+        model = HookedTransformer(cfg, tokenizer=tokenizer, move_to_device=False,
+                                  default_padding_side="right")
+        # One load_state_dict call: TransformerLens' own loader calls it once per key (8 s here).
+        state = fill_missing_keys(model, state)
+        model.load_state_dict(state, strict=True, assign=True)
+    model.to(device, print_details=False).eval()
+    for p in model.parameters():
+        p.requires_grad_(False)  # engines ask for gradients on activations, not weights
+    return HookedModel(model, tokenizer, name=name, kind="llm", backend="transformer_lens",
+                       prepend_bos=prepend_bos, info={"path": str(path), "architecture": arch})
+
+
+def _bridge(path, hf, tokenizer, name, device, prepend_bos) -> HookedModel:
+    from transformer_lens.model_bridge import TransformerBridge
+
+    with warnings.catch_warnings(), _quiet():
+        warnings.simplefilter("ignore")
+        bridge = TransformerBridge.boot_transformers(str(path), hf_model=hf, tokenizer=tokenizer,
+                                                     device=device)
+        bridge.enable_compatibility_mode(no_processing=True)
+    from workbench.hooked import arch_from_cfg
+
+    return HookedModel(bridge, tokenizer, name=name, kind="llm", backend="bridge",
+                       prepend_bos=prepend_bos, arch=arch_from_cfg(bridge.cfg),
+                       info={"path": str(path)})
+
+
+class _quiet:
+    """Silence TransformerLens' informational logging while it builds a model."""
+
+    def __enter__(self):
+        self.level = logging.root.manager.disable
+        logging.disable(logging.WARNING)
+
+    def __exit__(self, *exc):
+        logging.disable(self.level)

@@ -1,0 +1,115 @@
+"""The ``workbench`` command. Subcommands live in ``workbench/commands/*.py``; each module
+defines ``register(app)`` and imports heavy libraries only inside its command bodies, so
+``workbench --help``, ``models`` and ``runs`` stay fast."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import pkgutil
+import sys
+from typing import Any, Callable
+
+import typer
+
+from workbench.errors import WorkbenchError
+
+app = typer.Typer(
+    name="workbench",
+    help="Mechanistic-interpretability workbench: attribution, circuits, probes, SAEs.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on stdout.")
+DEVICE_OPTION = typer.Option("cpu", "--device", help="cpu (default) or cuda when present.")
+
+
+def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None) -> None:
+    """Print a result: JSON only on stdout with --json, a readable rendering otherwise."""
+    if as_json:
+        sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
+        sys.stdout.flush()
+    elif human is not None:
+        human(result)
+    else:
+        from rich import print_json
+
+        print_json(json.dumps(result, default=_json_default))
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    if hasattr(obj, "item"):
+        return obj.item()
+    return str(obj)
+
+
+def console():
+    """A rich console on stderr, so progress never pollutes --json output."""
+    from rich.console import Console
+
+    return Console(stderr=True)
+
+
+def progress():
+    """A rich progress bar on stderr."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console(), transient=True)
+
+
+def check_device(device: str) -> str:
+    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
+        raise WorkbenchError(f"unknown device {device!r}: use cpu or cuda")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise WorkbenchError("device cuda requested but no CUDA device is present")
+    return device
+
+
+def _register_commands() -> None:
+    import workbench.commands as pkg
+
+    for info in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"workbench.commands.{info.name}")
+        if hasattr(module, "register"):
+            module.register(app)
+
+
+_register_commands()
+
+
+def main() -> None:
+    """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    try:
+        app(standalone_mode=False)
+    except WorkbenchError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
+    except (typer.Abort, KeyboardInterrupt):
+        print("aborted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as exc:  # click usage errors and unexpected failures
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            print(f"error: {exc.format_message()}", file=sys.stderr)
+            sys.exit(exc.exit_code)
+        if isinstance(exc, click.exceptions.Exit):
+            sys.exit(exc.exit_code)
+        if os.environ.get("WORKBENCH_DEBUG"):
+            raise
+        print(f"internal error: {type(exc).__name__}: {exc} (set WORKBENCH_DEBUG=1 for a traceback)",
+              file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()

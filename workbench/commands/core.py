@@ -1,0 +1,142 @@
+"""Commands that need no model: models, runs, app."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
+
+
+def register(app: typer.Typer) -> None:
+    app.command("models")(models)
+    runs = typer.Typer(help="List, show and remove stored runs.", no_args_is_help=True)
+    runs.command("list")(runs_list)
+    runs.command("show")(runs_show)
+    runs.command("rm")(runs_rm)
+    app.add_typer(runs, name="runs")
+    app.command("app")(run_app)
+    app.command("prepare")(prepare)
+    app.command("info")(info)
+    app.command("generate")(generate)
+
+
+def models(as_json: bool = JSON_OPTION) -> None:
+    """List every model you can load now: name, kind, parameter count, source."""
+    from workbench.zoo import list_models
+
+    rows = [e.public() for e in list_models()]
+
+    def human(rows):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("name", "kind", "params", "source")
+        for r in rows:
+            table.add_row(r["name"], r["kind"], f"{r['params']:,}", r["source"])
+        Console().print(table)
+
+    emit(rows, as_json, human)
+
+
+def runs_list(
+    kind: str = typer.Option(None, help="Only runs of this kind (attribute, faithfulness, ...)."),
+    model: str = typer.Option(None, help="Only runs on this model."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """List stored runs, newest first."""
+    from workbench.store import RunStore
+
+    rows = RunStore().list(kind=kind, model=model)
+
+    def human(rows):
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table("id", "created", "kind", "model", "method")
+        for r in rows:
+            table.add_row(r["id"], r["created"], r["kind"] or "", r["model"] or "", r["method"] or "")
+        Console().print(table)
+
+    emit(rows, as_json, human)
+
+
+def runs_show(run_id: str, as_json: bool = JSON_OPTION) -> None:
+    """Show one run's metadata, tables and result."""
+    from workbench.store import RunStore
+
+    run = RunStore().get(run_id)
+    emit({"meta": run.meta, "path": str(run.path), "tables": run.tables(), "result": run.result()},
+         as_json)
+
+
+def runs_rm(run_id: str, as_json: bool = JSON_OPTION) -> None:
+    """Remove one run."""
+    from workbench.store import RunStore
+
+    RunStore().remove(run_id)
+    emit({"removed": run_id}, as_json, lambda r: print(f"removed {r['removed']}"))
+
+
+def run_app(
+    port: int = typer.Option(8501, help="Port to listen on."),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
+    headless: bool = typer.Option(True, help="Do not open a browser."),
+) -> None:
+    """Start the Streamlit app (on 127.0.0.1 unless told otherwise)."""
+    main = Path(__file__).resolve().parents[2] / "app" / "main.py"
+    cmd = [sys.executable, "-m", "streamlit", "run", str(main), "--server.port", str(port),
+           "--server.address", host, "--server.headless", str(headless).lower(),
+           "--browser.gatherUsageStats", "false"]
+    env = dict(os.environ, PYTHONPATH=str(main.parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    raise typer.Exit(subprocess.call(cmd, env=env))
+
+
+def prepare(force: bool = typer.Option(False, help="Convert again even if the cache exists."),
+            as_json: bool = JSON_OPTION) -> None:
+    """Convert smollm2-135m's GGUF once into the local safetensors cache."""
+    import time
+
+    from workbench.llm import prepare_smollm2, smollm2_cache_dir
+
+    started = time.time()
+    existed = (smollm2_cache_dir() / "workbench.json").exists() and not force
+    path = prepare_smollm2(force=force)
+    emit({"path": str(path), "converted": not existed, "seconds": round(time.time() - started, 2)},
+         as_json, lambda r: print(f"smollm2-135m cache: {r['path']}"
+                                   + ("" if not r["converted"] else f" (converted in {r['seconds']} s)")))
+
+
+def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
+        "transformer_lens", help="transformer_lens, bridge or nnsight."),
+        as_json: bool = JSON_OPTION) -> None:
+    """Load a model and print its architecture facts."""
+    import workbench as wb
+    from workbench.cli import check_device
+
+    m = wb.load(model, device=check_device(device), backend=backend) if _is_llm(model) else \
+        wb.load(model, device=check_device(device))
+    arch = m.arch.to_dict() if hasattr(m.arch, "to_dict") else dict(m.arch)
+    emit({"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}, as_json)
+
+
+def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--max-new-tokens"),
+             device: str = DEVICE_OPTION, as_json: bool = JSON_OPTION) -> None:
+    """Greedy continuation of a prompt."""
+    import workbench as wb
+    from workbench.cli import check_device
+
+    m = wb.load(model, device=check_device(device))
+    text = m.generate(prompt, max_new_tokens=max_new_tokens)
+    emit({"model": m.name, "prompt": prompt, "continuation": text}, as_json,
+         lambda r: print(r["prompt"] + r["continuation"]))
+
+
+def _is_llm(model: str) -> bool:
+    from workbench.zoo import resolve
+
+    return resolve(model).kind == "llm"

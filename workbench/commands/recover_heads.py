@@ -1,0 +1,61 @@
+"""``workbench recover-heads``: black-box recovery of multi-head attention from value queries."""
+
+from __future__ import annotations
+
+import typer
+
+from workbench.cli import JSON_OPTION, console, emit
+
+
+def register(app: typer.Typer) -> None:
+    app.command("recover-heads")(recover_heads)
+
+
+def recover_heads(
+    d: int = typer.Option(None, "--d", help="Token dimension (default with --model: its d_model)."),
+    heads: int = typer.Option(None, "--heads", help="Number of heads H (default with --model: its n_heads)."),
+    bound: int = typer.Option(None, "--bound", help="Only a bound H0 >= H is known: 4 H0 d^2 - 2 H0 + 1 queries."),
+    noise: float = typer.Option(0.0, "--noise", help="Gaussian output noise of this scale s (also runs a sweep)."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random instance and of the query bases."),
+    model: str = typer.Option(None, "--model", help="A toy model from the zoo (attention layer as oracle); "
+                                                     "'tiny-attn' trains a tiny one on the spot."),
+    layer: int = typer.Option(0, "--layer", help="Attention layer of --model."),
+    oracle: str = typer.Option(None, "--oracle", help="Your own oracle: module:function or file.py:function "
+                                                      "mapping an (N, d) array to a scalar."),
+    oversample: int = typer.Option(0, "--oversample", help="Extra k values per experiment (least squares; "
+                                                           "reports its own, larger query count)."),
+    merged: int = typer.Option(0, "--merged", help="Random instance: heads that copy head 0's W."),
+    zero: int = typer.Option(0, "--zero", help="Random instance: heads with v = 0."),
+    float64: bool = typer.Option(False, "--float64", help="Random instance: float64 oracle instead of exact."),
+    dps: int = typer.Option(50, "--dps", help="Digits of the mpmath arithmetic (exact oracles)."),
+    sweep: bool = typer.Option(False, "--sweep", help="Also sweep the noise scale and plot error vs s."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Recover canonical heads (W_h, v_h) of a multi-head attention oracle from value queries."""
+    from attribution.blackbox.run import DEFAULT_SWEEP, run
+    from workbench.errors import WorkbenchError
+
+    if dps < 20:
+        raise WorkbenchError(f"--dps must be >= 20 (got {dps})")
+    grid = sorted(set(DEFAULT_SWEEP + ([noise] if noise > 0 else []))) if (sweep or noise > 0) else None
+    out, draft = run(d=d, heads=heads, bound=bound, noise=noise, seed=seed, model=model, oracle_spec=oracle,
+                     oversample=oversample, dps=dps, merged=merged, zero=zero, exact=not float64,
+                     layer=layer, sweep=grid)
+    if save:
+        from workbench.store import RunStore
+
+        out["run"] = RunStore().save(draft).id
+
+    def human(r):
+        c = console()
+        c.print(f"queries {r['queries']} (formula {r['expected_queries']}), longest {r['max_query_length']}")
+        c.print(f"heads: true {r['heads_true']}, recovered {r['heads_recovered']}")
+        c.print(f"max relative error: W {r['max_rel_error_W']}, v {r['max_rel_error_v']}")
+        if "within_tolerance" in r:
+            c.print(f"within tolerance {r['tolerance']:g}: {r['within_tolerance']}")
+        if "run" in r:
+            c.print(f"saved run {r['run']}  ({r['seconds']:.1f} s)")
+
+    emit({k: v for k, v in out.items() if k != "noise_sweep"} | (
+        {"noise_sweep": out["noise_sweep"]} if "noise_sweep" in out else {}), as_json, human)

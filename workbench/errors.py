@@ -1,0 +1,46 @@
+"""Typed errors. The CLI turns any WorkbenchError into one line on stderr and exit code 2."""
+
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    """Bad input or an unusable resource; the message is one line meant for a person."""
+
+
+class UnknownModelError(WorkbenchError):
+    pass
+
+
+class ModelFileError(WorkbenchError):
+    """A missing, unreadable, truncated or corrupt model file or directory."""
+
+
+class PromptError(WorkbenchError):
+    """Empty prompt, or a prompt longer than the model's context."""
+
+
+class TokenError(WorkbenchError):
+    """Target or foil that is not exactly one token, or foil equal to target."""
+
+
+class RangeError(WorkbenchError):
+    """Layer, head or neuron index outside the model."""
+
+
+class MethodError(WorkbenchError):
+    """Unknown method, or a level the method does not provide."""
+
+
+class RunStoreError(WorkbenchError):
+    """Missing run, or a run store that cannot be written."""
+
+
+class DatasetError(WorkbenchError):
+    """Unreadable or unusable dataset file."""
+
+
+def check_range(what: str, value: int, upper: int) -> int:
+    """Raise RangeError unless 0 <= value < upper."""
+    if not 0 <= int(value) < upper:
+        raise RangeError(f"{what} {value} out of range: the model has {upper} (valid 0..{upper - 1})")
+    return int(value)

