@@ -57,7 +57,7 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -
         raise ModelFileError(f"architecture {arch} is not supported; supported: {', '.join(SUPPORTED)}")
     with warnings.catch_warnings(), _quiet():
         warnings.simplefilter("ignore")
-        cfg_dict = convert_hf_model_config(str(path))
+        cfg_dict = _tl_config(path, convert_hf_model_config)
         cfg_dict.update(init_weights=False, device=device, default_prepend_bos=prepend_bos,
                         n_ctx=min(n_ctx or cfg_dict["n_ctx"], cfg_dict["n_ctx"], 4096))
         cfg_dict.pop("quantization_method", None)
@@ -73,6 +73,22 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -
         p.requires_grad_(False)  # engines ask for gradients on activations, not weights
     return HookedModel(model, tokenizer, name=name, kind="llm", backend="transformer_lens",
                        prepend_bos=prepend_bos, info={"path": str(path), "architecture": arch})
+
+
+def _tl_config(path: Path, convert) -> dict:
+    """TransformerLens' config conversion, from a neutral folder name: it picks some families by
+    substrings of the path (a folder called 'llama-...' would skip reading config.json)."""
+    import json
+    import tempfile
+
+    config = json.loads((path / "config.json").read_text())
+    if config.get("model_type") == "gpt2":  # TransformerLens reads n_ctx, newer configs omit it
+        config.setdefault("n_ctx", config.get("n_positions", 1024))
+    with tempfile.TemporaryDirectory(prefix="wbcfg-") as tmp:
+        (Path(tmp) / "config.json").write_text(json.dumps(config))
+        cfg = convert(tmp)
+    cfg.pop("tokenizer_name", None)
+    return cfg
 
 
 def _bridge(path, hf, tokenizer, name, device, prepend_bos) -> HookedModel:

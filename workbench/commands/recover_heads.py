@@ -14,8 +14,10 @@ def register(app: typer.Typer) -> None:
 def recover_heads(
     d: int = typer.Option(None, "--d", help="Token dimension (default with --model: its d_model)."),
     heads: int = typer.Option(None, "--heads", help="Number of heads H (default with --model: its n_heads)."),
-    bound: int = typer.Option(None, "--bound", help="Only a bound H0 >= H is known: 4 H0 d^2 - 2 H0 + 1 queries."),
-    noise: float = typer.Option(0.0, "--noise", help="Gaussian output noise of this scale s (also runs a sweep)."),
+    bound: int = typer.Option(None, "--bound",
+                              help="Only a bound H0 >= H is known: 4 H0 d^2 - 2 H0 + 1 queries."),
+    noise: float = typer.Option(0.0, "--noise",
+                                help="Gaussian output noise of this scale s (also runs a sweep)."),
     seed: int = typer.Option(0, "--seed", help="Seed of the random instance and of the query bases."),
     model: str = typer.Option(None, "--model", help="A toy model from the zoo (attention layer as oracle); "
                                                      "'tiny-attn' trains a tiny one on the spot."),
@@ -26,8 +28,11 @@ def recover_heads(
                                                            "reports its own, larger query count)."),
     merged: int = typer.Option(0, "--merged", help="Random instance: heads that copy head 0's W."),
     zero: int = typer.Option(0, "--zero", help="Random instance: heads with v = 0."),
-    float64: bool = typer.Option(False, "--float64", help="Random instance: float64 oracle instead of exact."),
+    float64: bool = typer.Option(False, "--float64",
+                                 help="Random instance: float64 oracle instead of exact."),
     dps: int = typer.Option(50, "--dps", help="Digits of the mpmath arithmetic (exact oracles)."),
+    ffn: bool = typer.Option(False, "--ffn", help="FFN extension: random attention + bias-free ReLU FFN, "
+                             "recovered near one point; reports agreement on fresh inputs."),
     sweep: bool = typer.Option(False, "--sweep", help="Also sweep the noise scale and plot error vs s."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     as_json: bool = JSON_OPTION,
@@ -39,9 +44,19 @@ def recover_heads(
     if dps < 20:
         raise WorkbenchError(f"--dps must be >= 20 (got {dps})")
     grid = sorted(set(DEFAULT_SWEEP + ([noise] if noise > 0 else []))) if (sweep or noise > 0) else None
-    out, draft = run(d=d, heads=heads, bound=bound, noise=noise, seed=seed, model=model, oracle_spec=oracle,
-                     oversample=oversample, dps=dps, merged=merged, zero=zero, exact=not float64,
-                     layer=layer, sweep=grid)
+    if ffn:
+        from attribution.blackbox.run import run_ffn
+
+        if model is not None or oracle is not None or bound is not None or noise:
+            raise WorkbenchError("--ffn runs on its own random instance: "
+                                 "drop --model/--oracle/--bound/--noise")
+        if d is None or heads is None:
+            raise WorkbenchError("--ffn needs --d and --heads")
+        out, draft = run_ffn(d=d, heads=heads, seed=seed)
+    else:
+        out, draft = run(d=d, heads=heads, bound=bound, noise=noise, seed=seed, model=model,
+                         oracle_spec=oracle, oversample=oversample, dps=dps, merged=merged, zero=zero,
+                         exact=not float64, layer=layer, sweep=grid)
     if save:
         from workbench.store import RunStore
 
@@ -52,10 +67,15 @@ def recover_heads(
         c.print(f"queries {r['queries']} (formula {r['expected_queries']}), longest {r['max_query_length']}")
         c.print(f"heads: true {r['heads_true']}, recovered {r['heads_recovered']}")
         c.print(f"max relative error: W {r['max_rel_error_W']}, v {r['max_rel_error_v']}")
+        if "agreement_region" in r:
+            c.print(f"agreement on fresh inputs: in the region {r['agreement_region']}, "
+                    f"unrestricted {r['agreement_global']} ({r['fraction_global_in_region']:.0%} in region)")
         if "within_tolerance" in r:
             c.print(f"within tolerance {r['tolerance']:g}: {r['within_tolerance']}")
         if "run" in r:
             c.print(f"saved run {r['run']}  ({r['seconds']:.1f} s)")
 
-    emit({k: v for k, v in out.items() if k != "noise_sweep"} | (
-        {"noise_sweep": out["noise_sweep"]} if "noise_sweep" in out else {}), as_json, human)
+        if "noise_sweep" in r:
+            c.print(f"error vs noise: log-log slope {r['noise_sweep']['loglog_slope']} (figure in the run)")
+
+    emit(out, as_json, human)

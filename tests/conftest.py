@@ -1,0 +1,78 @@
+"""Shared fixtures: tiny random HF models (Llama-style and GPT-2-style) and the real smollm2."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
+
+
+def _smollm2_tokenizer_dir() -> Path:
+    from workbench.llm import prepare_smollm2
+
+    return prepare_smollm2()
+
+
+@pytest.fixture(autouse=True)
+def _isolated_runs(tmp_path_factory, monkeypatch):
+    """Every test writes runs to its own store, never the user's."""
+    monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path_factory.mktemp("runs")))
+
+
+def _save_tiny(path: Path, config) -> Path:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(0)
+    model = AutoModelForCausalLM.from_config(config)
+    model.save_pretrained(path)
+    for name in TOKENIZER_FILES:
+        shutil.copy(_smollm2_tokenizer_dir() / name, path / name)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_llama_dir(tmp_path_factory) -> Path:
+    """A 2-layer random Llama (GQA: 4 heads over 2 kv-heads) with smollm2's tokenizer."""
+    from transformers import LlamaConfig
+
+    cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, vocab_size=49152, max_position_embeddings=128,
+                      tie_word_embeddings=False, rope_theta=10000.0, bos_token_id=1, eos_token_id=2)
+    cfg.architectures = ["LlamaForCausalLM"]
+    return _save_tiny(tmp_path_factory.mktemp("tiny-llama"), cfg)
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2_dir(tmp_path_factory) -> Path:
+    """A 2-layer random GPT-2 (GELU, LayerNorm, learned positions) with smollm2's tokenizer."""
+    from transformers import GPT2Config
+
+    cfg = GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=49152, n_positions=128)
+    cfg.architectures = ["GPT2LMHeadModel"]
+    return _save_tiny(tmp_path_factory.mktemp("tiny-gpt2"), cfg)
+
+
+@pytest.fixture(scope="session")
+def tiny_llama(tiny_llama_dir):
+    import workbench as wb
+
+    return wb.load(str(tiny_llama_dir))
+
+
+@pytest.fixture(scope="session")
+def tiny_gpt2(tiny_gpt2_dir):
+    import workbench as wb
+
+    return wb.load(str(tiny_gpt2_dir))
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M (cached safetensors; about 2 s to load)."""
+    import workbench as wb
+
+    return wb.load("smollm2-135m")

@@ -1,0 +1,156 @@
+"""The nnsight backend: the same cached-forward interface over nnsight tracing.
+
+Locally it wraps the Hugging Face module already loaded from disk. For models too large for
+one machine, nnsight runs the same trace on NDIF's hosted models with ``remote=True``::
+
+    from nnsight import CONFIG
+    CONFIG.set_default_api_key("...")            # your NDIF key
+    m = wb.remote_model("meta-llama/Llama-3.1-70B")  # no weights are downloaded
+    logits, cache = m.run_with_cache(m.to_tokens("The capital of France is"),
+                                     names=["blocks.40.hook_resid_post"])
+
+Only activations named in ``names`` travel back. Names follow TransformerLens conventions;
+supported here: hook_resid_pre, hook_resid_post, hook_attn_out, attn.hook_pattern,
+hook_mlp_out and mlp.hook_post, per block, for Llama-family (model.layers) and GPT-2
+(transformer.h) layouts. Engines that need every internal (DPA, AtP) use the
+TransformerLens backend; this one serves caching, probing and patching at scale.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from typing import Any
+
+from workbench.errors import RangeError, WorkbenchError
+from workbench.hooked import ArchInfo, HookedModel
+
+# hook -> (module path relative to a block, which part, execution order inside a block)
+_BLOCK_HOOKS = {
+    "hook_resid_pre": ("", "input", 0),
+    "attn.hook_pattern": ("{attn}", "output1", 1),
+    "hook_attn_out": ("{attn}", "output0", 2),
+    "mlp.hook_post": ("{mlp}.{down}", "input", 3),
+    "hook_mlp_out": ("{mlp}", "output", 4),
+    "hook_resid_post": ("", "output", 5),
+}
+_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
+
+
+class NNsightModel(HookedModel):
+    """A HookedModel whose forwards run through nnsight (locally or on NDIF)."""
+
+    def __init__(self, hf_or_repo: Any, tokenizer: Any, name: str, remote: bool = False) -> None:
+        from nnsight import LanguageModel
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.lm = LanguageModel(hf_or_repo, tokenizer=tokenizer) if tokenizer is not None \
+                else LanguageModel(hf_or_repo)
+        self.remote = remote
+        cfg = self.lm.config
+        self._gpt2 = cfg.model_type == "gpt2"
+        n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
+        d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
+        arch = ArchInfo(
+            n_layers=getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layer", 0)), n_heads=n_heads,
+            n_kv_heads=getattr(cfg, "num_key_value_heads", None) or n_heads, d_model=d_model,
+            d_head=getattr(cfg, "head_dim", None) or d_model // max(n_heads, 1),
+            d_mlp=getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * d_model,
+            d_vocab=cfg.vocab_size,
+            n_ctx=getattr(cfg, "max_position_embeddings", getattr(cfg, "n_positions", 2048)),
+            norm="layernorm" if self._gpt2 else "rmsnorm", mlp="gelu" if self._gpt2 else "swiglu",
+            positional="learned" if self._gpt2 else "rope",
+            act_fn=getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None)),
+        )
+        super().__init__(tl=None, tokenizer=self.lm.tokenizer, name=name, kind="llm", backend="nnsight",
+                         prepend_bos=bool(getattr(self.lm.tokenizer, "add_bos_token", False)), arch=arch)
+
+    @property
+    def device(self):
+        import torch
+
+        if self.remote:
+            return torch.device("cpu")
+        return next(self.lm._model.parameters()).device
+
+    def _blocks(self):
+        return self.lm.transformer.h if self._gpt2 else self.lm.model.layers
+
+    def _module(self, block: Any, rel: str) -> Any:
+        parts = rel.format(attn="attn" if self._gpt2 else "self_attn", mlp="mlp",
+                           down="c_proj" if self._gpt2 else "down_proj")
+        mod = block
+        for p in filter(None, parts.split(".")):
+            mod = getattr(mod, p)
+        return mod
+
+    def _parse(self, name: str) -> tuple[int, str]:
+        m = _NAME.match(name)
+        if not m or m.group(2) not in _BLOCK_HOOKS:
+            raise RangeError(f"hook {name!r} is not available on the nnsight backend; "
+                             f"use one of blocks.L.{{{', '.join(_BLOCK_HOOKS)}}}")
+        return self.check_layer(int(m.group(1))), m.group(2)
+
+    def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
+        """(logits, {hook name: tensor}) for the requested TransformerLens hook names."""
+        import torch
+
+        wanted = names if names is not None else (names_filter if isinstance(names_filter, list) else [])
+        if callable(names_filter):
+            wanted = [f"blocks.{l}.{h}" for l in range(self.arch.n_layers) for h in _BLOCK_HOOKS
+                      if names_filter(f"blocks.{l}.{h}") and (h != "attn.hook_pattern")]
+        plan = sorted((self._parse(n) + (n,) for n in wanted),
+                      key=lambda x: (x[0], _BLOCK_HOOKS[x[1]][2]))  # nnsight needs execution order
+        saved: dict[str, Any] = {}
+        blocks = self._blocks()
+        with torch.no_grad(), self.lm.trace(tokens, remote=self.remote):
+            for layer, hook, full in plan:
+                rel, part, _ = _BLOCK_HOOKS[hook]
+                mod = self._module(blocks[layer], rel)
+                if part == "input":
+                    saved[full] = mod.input.save()
+                elif part == "output":
+                    saved[full] = mod.output.save()
+                else:
+                    saved[full] = mod.output[int(part[-1])].save()
+            logits = self.lm.output.logits.save()
+        cache = {k: (v[0] if isinstance(v, tuple) else v) for k, v in saved.items()}
+        return logits, cache
+
+    def logits(self, tokens):
+        logits, _ = self.run_with_cache(tokens, names=[])
+        return logits
+
+    def __call__(self, tokens, **kwargs):
+        return self.logits(tokens)
+
+    def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
+        import torch
+
+        tokens = self.to_tokens(prompt)
+        new = []
+        for _ in range(max_new_tokens):
+            nxt = self.logits(tokens)[0, -1].argmax()
+            new.append(int(nxt))
+            tokens = torch.cat([tokens, nxt.view(1, 1).to(tokens.device)], dim=1)
+        return self.decode(new)
+
+    def run_with_hooks(self, *args, **kwargs):
+        raise WorkbenchError("the nnsight backend patches through nnsight traces; "
+                             "use backend='transformer_lens' for TransformerLens hooks")
+
+    def hook_names(self) -> list[str]:
+        return [f"blocks.{l}.{h}" for l in range(self.arch.n_layers) for h in _BLOCK_HOOKS]
+
+    def check_hook(self, name: str) -> str:
+        self._parse(name)
+        return name
+
+    def weights(self, layer: int) -> dict[str, Any]:
+        raise WorkbenchError("weights are read through the transformer_lens backend")
+
+
+def remote_model(repo_id: str, name: str | None = None) -> NNsightModel:
+    """A hosted model on NDIF, traced remotely (needs nnsight's API key configured)."""
+    return NNsightModel(repo_id, tokenizer=None, name=name or repo_id, remote=True)
