@@ -32,19 +32,27 @@ def test_json_keys_counts_and_saved_run(tmp_path):
     assert run.kind == "recover-heads" and set(run.tensors()) >= {"W", "v", "W_true", "v_true"}
 
 
-def test_noise_run_saves_error_vs_noise_figure(tmp_path):
-    r = _cli(["--d", "2", "--heads", "1", "--noise", "1e-9", "--json"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+def _inproc(args, runs, monkeypatch):
+    """In-process run (shares the torch import across tests); success paths only."""
+    from typer.testing import CliRunner
+
+    from workbench.cli import app
+
+    monkeypatch.setenv("WORKBENCH_RUNS", str(runs))
+    r = CliRunner().invoke(app, ["recover-heads", *args])
+    assert r.exit_code == 0, (r.output, r.exception)
+    return json.loads(r.stdout)
+
+
+def test_noise_run_saves_error_vs_noise_figure(tmp_path, monkeypatch):
+    out = _inproc(["--d", "2", "--heads", "1", "--noise", "1e-9", "--json"], tmp_path, monkeypatch)
     assert out["noise"] == 1e-9 and 1e-9 in out["noise_sweep"]["noise"]
     run_dir = tmp_path / out["run"]
     assert (run_dir / "error_vs_noise.plotly.json").exists() and (run_dir / "noise_sweep.csv").exists()
 
 
-def test_ffn_run(tmp_path):
-    r = _cli(["--d", "3", "--heads", "2", "--ffn", "--json", "--no-save"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+def test_ffn_run(tmp_path, monkeypatch):
+    out = _inproc(["--d", "3", "--heads", "2", "--ffn", "--json", "--no-save"], tmp_path, monkeypatch)
     assert KEYS <= out.keys() and out["agreement_region"] < 1e-9 and "run" not in out
 
 
@@ -75,11 +83,10 @@ def test_bad_input_one_line_exit_2(tmp_path, args):
     assert r.stdout == ""
 
 
-def test_user_oracle_file_runs(tmp_path):
+def test_user_oracle_file_runs(tmp_path, monkeypatch):
     body = "float(np.exp(X @ X[-1]) @ X[:, 0] / np.exp(X @ X[-1]).sum())"  # W = I, v = e_0
-    r = _cli(["--d", "2", "--heads", "1", "--oracle", _oracle_file(tmp_path, body), "--json"], tmp_path)
-    assert r.returncode == 0, r.stderr
-    out = json.loads(r.stdout)
+    out = _inproc(["--d", "2", "--heads", "1", "--oracle", _oracle_file(tmp_path, body), "--json"], tmp_path,
+                  monkeypatch)
     assert out["heads_recovered"] == 1 and out["queries"] == 4 * 4 - 2 + 1
     assert out["heads_true"] is None  # a user oracle has no known truth
     from workbench.store import RunStore

@@ -58,7 +58,8 @@ def test_key_identity_rational_in_k():
     u = a - q
     o = mha_oracle(p, exact=False)
     for k in range(6):
-        pred = p.v.sum(0) @ a - sum((v @ u) / (1 + np.exp(u @ W @ q) * k) for W, v in zip(p.W, p.v, strict=True))
+        pred = p.v.sum(0) @ a - sum((v @ u) / (1 + np.exp(u @ W @ q) * k)
+                                    for W, v in zip(p.W, p.v, strict=True))
         assert abs(o(np.array([a] * k + [q])) - pred) < 1e-12
 
 

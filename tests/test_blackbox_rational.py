@@ -12,7 +12,8 @@ def _g(c0, C, r):
 
 def test_fit_main_recovers_poles_and_residues():
     with mp.workdps(40):
-        c0, C, r = mpmath.mpf("0.3"), [mpmath.mpf("1.5"), mpmath.mpf("-0.7")], [mpmath.mpf("0.4"), mpmath.mpf(3)]
+        c0 = mpmath.mpf("0.3")
+        C, r = [mpmath.mpf("1.5"), mpmath.mpf("-0.7")], [mpmath.mpf("0.4"), mpmath.mpf(3)]
         g = _g(c0, C, r)
         ks = list(range(5))
         fit = fit_main(ks, [g(k) for k in ks], 2)

@@ -17,7 +17,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
-__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute"]
+__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "remote_model"]
 __version__ = "0.1.0"
 
 
@@ -26,6 +26,13 @@ def models():
     import pandas as pd
 
     return pd.DataFrame([e.public() for e in list_models()])
+
+
+def remote_model(repo_id: str, name: str | None = None):
+    """A model hosted on NDIF, traced remotely through nnsight (see workbench/remote.py)."""
+    from workbench.remote import remote_model as _remote
+
+    return _remote(repo_id, name)
 
 
 def runs(root: str | None = None):

@@ -96,13 +96,13 @@ def main() -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("aborted", file=sys.stderr)
         sys.exit(130)
-    except Exception as exc:  # click usage errors and unexpected failures
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            print(f"error: {exc.format_message()}", file=sys.stderr)
+    except Exception as exc:  # click usage errors (typer may vendor click) and unexpected failures
+        if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
+            message = exc.format_message()
+            if message:
+                print(f"error: {message}", file=sys.stderr)
             sys.exit(exc.exit_code)
-        if isinstance(exc, click.exceptions.Exit):
+        if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):
             sys.exit(exc.exit_code)
         if os.environ.get("WORKBENCH_DEBUG"):
             raise

@@ -75,7 +75,7 @@ def compare_heads(true: MHAParams, W_rec: np.ndarray, v_rec: np.ndarray) -> Head
     vr = [np.asarray(x, dtype=object) for x in v_rec]
     errW = [[float(_norm(Wr[g] - Wt[h]) / _norm(Wt[h])) for g in range(H_rec)] for h in range(H_true)]
     rows, cols = linear_sum_assignment(np.array(errW))
-    perm = [int(c) for _, c in sorted(zip(rows, cols))]
+    perm = [int(c) for _, c in sorted(zip(rows, cols, strict=False))]
     eW = [errW[h][perm[h]] for h in range(H_true)]
     ev = [float(_norm(vr[perm[h]] - vt[h]) / _norm(vt[h])) for h in range(H_true)]
     return HeadComparison(perm, eW, ev)

@@ -45,7 +45,7 @@ class NoiseSweep:
 
     def slope(self) -> float:
         """Log-log slope of the error against s over the finite, positive points (1 = linear)."""
-        pts = [(s, max(w, v)) for s, w, v in zip(self.noise, self.rel_error_W, self.rel_error_v)
+        pts = [(s, max(w, v)) for s, w, v in zip(self.noise, self.rel_error_W, self.rel_error_v, strict=False)
                if s > 0 and np.isfinite(w) and np.isfinite(v) and max(w, v) > 0]
         if len(pts) < 2:
             return float("nan")
@@ -55,7 +55,7 @@ class NoiseSweep:
     def ratio(self) -> list[float]:
         """error / s: bounded by a constant K where the linear regime holds."""
         return [max(w, v) / s if s > 0 else float("nan")
-                for s, w, v in zip(self.noise, self.rel_error_W, self.rel_error_v)]
+                for s, w, v in zip(self.noise, self.rel_error_W, self.rel_error_v, strict=False)]
 
     def table(self):
         import pandas as pd
@@ -70,7 +70,7 @@ class NoiseSweep:
         fig = go.Figure()
         xs = [s for s in self.noise if s > 0]
         for name, ys in (("W", self.rel_error_W), ("v", self.rel_error_v)):
-            pts = [(s, e) for s, e in zip(self.noise, ys) if s > 0 and np.isfinite(e)]
+            pts = [(s, e) for s, e in zip(self.noise, ys, strict=False) if s > 0 and np.isfinite(e)]
             fig.add_trace(go.Scatter(x=[p[0] for p in pts], y=[p[1] for p in pts], mode="lines+markers",
                                      name=f"max relative error of {name}"))
         if xs:

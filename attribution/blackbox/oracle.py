@@ -12,8 +12,9 @@ evaluates in mpmath at ``dps`` digits, so the recovery can interpolate at that p
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -134,7 +135,7 @@ def mha_value(params: MHAParams, X: np.ndarray, exact: bool) -> Any:
     if not exact:
         X = np.asarray(X, dtype=np.float64)
         total = 0.0
-        for W, v in zip(params.W, params.v):
+        for W, v in zip(params.W, params.v, strict=False):
             s = X @ (W @ X[-1])
             a = np.exp(s - s.max())
             total += float(v @ (X.T @ (a / a.sum())))
@@ -142,14 +143,14 @@ def mha_value(params: MHAParams, X: np.ndarray, exact: bool) -> Any:
     rows = [[mpmath.mpf(x) for x in row] for row in np.asarray(X, dtype=object)]
     q = rows[-1]
     total = mpmath.mpf(0)
-    for W, v in zip(params.W, params.v):
+    for W, v in zip(params.W, params.v, strict=False):
         Wq = [mpmath.fsum(mpmath.mpf(W[i, j]) * q[j] for j in range(len(q))) for i in range(len(q))]
         s = [mpmath.fsum(x[i] * Wq[i] for i in range(len(q))) for x in rows]
         smax = max(s)
         e = [mpmath.exp(si - smax) for si in s]
         z = mpmath.fsum(e)
         vx = [mpmath.fsum(mpmath.mpf(v[i]) * x[i] for i in range(len(q))) for x in rows]
-        total += mpmath.fsum(ei * vi for ei, vi in zip(e, vx)) / z
+        total += mpmath.fsum(ei * vi for ei, vi in zip(e, vx, strict=False)) / z
     return total
 
 

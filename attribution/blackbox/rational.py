@@ -81,7 +81,8 @@ def _residues(ks: list, ys: list, r: list, c0: mpmath.mpf | None) -> tuple:
         return None
     c = x[0] if c0 is None else c0
     C = x[1:] if c0 is None else x
-    resid = max(abs(y - c - mpmath.fsum(Ch / (1 + rh * k) for Ch, rh in zip(C, r))) for k, y in zip(ks, ys))
+    resid = max(abs(y - c - mpmath.fsum(Ch / (1 + rh * k) for Ch, rh in zip(C, r, strict=True)))
+                for k, y in zip(ks, ys, strict=True))
     return c, list(C), resid
 
 
@@ -91,7 +92,8 @@ def fit_main(ks: list, ys: list, m: int) -> RationalFit:
     if m == 0:
         c0 = mpmath.fsum(ys) / len(ys)
         return RationalFit(c0, [], [], max(abs(y - c0) for y in ys))
-    A = [[k**t for t in range(m + 1)] + [-y * k**t for t in range(1, m + 1)] for k, y in zip(ks, ys)]
+    A = [[k**t for t in range(m + 1)] + [-y * k**t for t in range(1, m + 1)]
+         for k, y in zip(ks, ys, strict=True)]
     x = _solve(A, ys)
     if x is None:
         return _BAD
@@ -109,7 +111,8 @@ def fit_link(ks: list, ys: list, m: int, c0: mpmath.mpf, y0: mpmath.mpf) -> Rati
     z0 = y0 - c0
     if m == 0:
         return RationalFit(c0, [], [], max(abs(x) for x in z + [z0]))
-    A = [[k**t for t in range(1, m)] + [-zi * k**t for t in range(1, m + 1)] for k, zi in zip(ks, z)]
+    A = [[k**t for t in range(1, m)] + [-zi * k**t for t in range(1, m + 1)]
+         for k, zi in zip(ks, z, strict=True)]
     x = _solve(A, [zi - z0 for zi in z])
     if x is None:
         return _BAD

@@ -62,6 +62,29 @@ class Recovery:
     def v_float(self) -> np.ndarray:
         return np.array(self.v.tolist(), dtype=np.float64).reshape(-1, *self.v.shape[1:])
 
+    def table(self):
+        """One row per recovered head: norms, and the query budget (repeated for convenience)."""
+        import pandas as pd
+
+        W, v = self.W_float(), self.v_float()
+        return pd.DataFrame({"head": range(self.heads), "norm_W": [float(np.linalg.norm(w)) for w in W],
+                             "norm_v": [float(np.linalg.norm(x)) for x in v],
+                             "queries": self.queries, "expected_queries": self.expected_queries})
+
+    def plot(self):
+        """Heatmaps of the recovered W_h (d_key x d_query), one panel per head."""
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        W = self.W_float()
+        fig = make_subplots(rows=1, cols=max(1, self.heads),
+                            subplot_titles=[f"W_{h}" for h in range(self.heads)])
+        for h in range(self.heads):
+            fig.add_trace(go.Heatmap(z=W[h], coloraxis="coloraxis"), row=1, col=h + 1)
+        fig.update_layout(title=f"Recovered heads ({self.queries} queries, formula {self.expected_queries})",
+                          coloraxis={"colorscale": "RdBu"})
+        return fig
+
     def to_json(self) -> dict[str, Any]:
         return {"queries": self.queries, "expected_queries": self.expected_queries,
                 "max_query_length": self.max_query_length, "heads_recovered": self.heads,
@@ -94,7 +117,7 @@ def _ask(oracle: Oracle, jobs: list[tuple[np.ndarray, np.ndarray, list[int]]]) -
         seqs = [_seq(jobs[e][0], jobs[e][1], k) for e, _ in idx]
         if not oracle.exact:
             seqs = [np.array(s.tolist(), dtype=np.float64) for s in seqs]
-        for key, y in zip(idx, oracle.batch(seqs)):
+        for key, y in zip(idx, oracle.batch(seqs), strict=False):
             answers[key] = mpmath.mpf(y)
     return [[answers[(e, k)] for k in ks] for e, (_, _, ks) in enumerate(jobs)]
 
@@ -106,12 +129,17 @@ def _match(ref_logr: list, other_logr: list, link: RationalFit) -> list[int]:
     measured = [float(x) for x in link.logr]
     cost = np.array([[min(abs(float(a + b) - m) for m in measured) for b in other_logr] for a in ref_logr])
     rows, cols = linear_sum_assignment(cost)
-    return [int(c) for _, c in sorted(zip(rows, cols))]
+    return [int(c) for _, c in sorted(zip(rows, cols, strict=False))]
 
 
 def recover(oracle: Oracle, heads: int, *, bound: int | None = None, seed: int = 0, oversample: int = 0,
-            dps: int = 50, basis_scale: float = 1.0, rtol: float | None = None) -> Recovery:
-    """Recover the canonical heads; ``heads`` is H, or pass ``bound`` when only H0 >= H is known."""
+            dps: int = 50, basis_scale: float = 1.0, rtol: float | None = None,
+            center: np.ndarray | None = None, u_scale: float | None = None) -> Recovery:
+    """Recover the canonical heads; ``heads`` is H, or pass ``bound`` when only H0 >= H is known.
+
+    ``center``/``u_scale`` keep every query token near one point (q_j = center + Q e_j, u_i of size
+    ``u_scale``): the FFN extension needs all queries inside one ReLU activation region.
+    """
     d = oracle.d
     check_dims(d, heads, bound)
     M = int(bound if bound is not None else heads)
@@ -121,7 +149,13 @@ def recover(oracle: Oracle, heads: int, *, bound: int | None = None, seed: int =
     oracle.reset()
     rng = np.random.default_rng(seed)
     with mp.workdps(dps):
-        U, Q = _random_basis(rng, d, basis_scale), _random_basis(rng, d, basis_scale)
+        U = _random_basis(rng, d, basis_scale if u_scale is None else u_scale)
+        Q = _random_basis(rng, d, basis_scale)
+        if center is not None:
+            c = [mpmath.mpf(float(x)) for x in np.asarray(center, dtype=np.float64).ravel()]
+            if len(c) != d:
+                raise WorkbenchError(f"center has {len(c)} entries, expected d={d}")
+            Q = Q + np.array([[ci] * d for ci in c], dtype=object)
         u, q = [U[:, i] for i in range(d)], [Q[:, j] for j in range(d)]
         # why the tolerance: exact oracles fit to ~10^-dps; float/noisy ones only to their noise
         if rtol is None:
@@ -135,7 +169,7 @@ def recover(oracle: Oracle, heads: int, *, bound: int | None = None, seed: int =
         tol = max(rtol_mp, noise_tol)
         counts = [fit_auto(main_ks, row, M, tol)[0] for row in ys]
         Hp = Counter(counts).most_common(1)[0][0]
-        fits = {p: fit_main(main_ks, row, Hp) for p, row in zip(pairs, ys)}
+        fits = {p: fit_main(main_ks, row, Hp) for p, row in zip(pairs, ys, strict=False)}
         bad = [p for p, f in fits.items() if not f.ok]
         if Hp == 0:  # a constant function: nothing to label, no heads to return
             raise OracleError("the oracle is constant in every experiment: no canonical heads to recover")
@@ -161,7 +195,7 @@ def recover(oracle: Oracle, heads: int, *, bound: int | None = None, seed: int =
         order = sorted(range(Hp), key=lambda h: fits[(0, 0)].logr[h])
         labels = {(0, 0): order}  # labels[p][h] = index of canonical head h in fit p
         worst = max(f.resid for f in fits.values()) / scale
-        for (p, ref, y0, c0), row in zip(meta, lys):
+        for (p, ref, y0, c0), row in zip(meta, lys, strict=False):
             link = fit_link(link_ks, row, Hp, c0, y0)
             if not link.ok:
                 raise WorkbenchError(f"link fit failed for experiment {p}: oracle outputs inconsistent "

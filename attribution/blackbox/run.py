@@ -65,7 +65,8 @@ def _build(d: int | None, heads: int | None, bound: int | None, noise: float, se
         heads = int(tl.cfg.n_heads)
         check_dims(t.oracle.d, heads, bound)
         if 2 * (bound or heads) + 1 > t.n_ctx:
-            raise WorkbenchError(f"queries of length {2 * (bound or heads) + 1} exceed the model's n_ctx {t.n_ctx}")
+            raise WorkbenchError(f"queries of length {2 * (bound or heads) + 1} exceed "
+                                 f"the model's n_ctx {t.n_ctx}")
         oracle = _with_noise(t.oracle, noise, seed)
         extra = {"model": model, "layer": layer, "dropped_b_Q_norm": t.dropped_b_Q_norm,
                  "reference": "model's own W_K W_Q^T / attn_scale and W_V W_O w (w: read-out direction)"}
@@ -126,7 +127,7 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
         **extra,
     }
     tensors = {"W": _t(rec.W_float()), "v": _t(rec.v_float())}
-    tables, figures = {}, {}
+    tables, figures = {"recovered": rec.table()}, {"recovered_W": rec.plot()}
     if truth is not None:
         canon = canonicalize(truth)
         cmp = compare_heads(canon, rec.W, rec.v)
@@ -150,11 +151,48 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
         figures["error_vs_noise"] = sw.plot()
         out["noise_sweep"] = sw.to_json()
     out["seconds"] = time.perf_counter() - t0
-    draft = RunDraft(kind="recover-heads", model=model or extra.get("oracle"), method="rational-interpolation",
+    out = clean_json(out)
+    draft = RunDraft(kind="recover-heads", model=model or extra.get("oracle"),
+                     method="rational-interpolation",
                      args={k: out[k] for k in ("d", "heads", "bound", "noise", "seed", "oversample")},
                      timings={"seconds": out["seconds"]}, result=out, tensors=tensors, tables=tables,
                      figures=figures)
     return out, draft
+
+
+def run_ffn(*, d: int, heads: int, seed: int = 0, hidden: int | None = None, eps: float = 1e-3,
+            n_fresh: int = 200) -> tuple[dict[str, Any], Any]:
+    """The FFN extension on a random attention + bias-free ReLU FFN layer."""
+    from attribution.blackbox.ffn import random_ffn, recover_ffn
+    from workbench.store import RunDraft
+
+    t0 = time.perf_counter()
+    check_dims(d, heads)
+    params = random_ffn(d, heads, hidden=hidden, seed=seed)
+    res = recover_ffn(params, heads, seed=seed, eps=eps, n_fresh=n_fresh)
+    out = {"queries": res.recovery.queries, "expected_queries": expected_queries(d, heads),
+           "max_query_length": res.recovery.max_query_length, "heads_true": heads,
+           "heads_recovered": res.recovery.heads, "max_rel_error_W": res.max_rel_error_W,
+           "max_rel_error_v": res.max_rel_error_v_local, "seconds": 0.0, "d": d, "heads": heads,
+           "seed": seed, "ffn_hidden": int(params.B.shape[0]), **res.to_json()}
+    out["seconds"] = time.perf_counter() - t0
+    out = clean_json(out)
+    draft = RunDraft(kind="recover-heads", model="random-attn-relu-ffn", method="rational-interpolation+ffn",
+                     args={"d": d, "heads": heads, "seed": seed, "ffn": True},
+                     timings={"seconds": out["seconds"]}, result=out,
+                     tensors={"W": _t(res.recovery.W_float()), "v_local": _t(res.recovery.v_float())})
+    return out, draft
+
+
+def clean_json(obj: Any) -> Any:
+    """inf/nan become null, so --json output stays strict JSON."""
+    if isinstance(obj, float):
+        return obj if np.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [clean_json(v) for v in obj]
+    return obj
 
 
 def _t(a: np.ndarray):

@@ -96,7 +96,8 @@ def attention_oracle(model: Any, *, layer: int = 0, seed: int = 0, name: str = "
 
     cfg = model.cfg
     if not 0 <= layer < cfg.n_layers:
-        raise RangeError(f"layer {layer} out of range: the model has {cfg.n_layers} (valid 0..{cfg.n_layers - 1})")
+        raise RangeError(f"layer {layer} out of range: the model has {cfg.n_layers} "
+                         f"(valid 0..{cfg.n_layers - 1})")
     if cfg.positional_embedding_type in ("rotary", "alibi", "relative_positional_bias"):
         raise MethodError(f"{cfg.positional_embedding_type} positions act inside attention; "
                           "the value-query model needs position-free attention")

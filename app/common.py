@@ -1,0 +1,230 @@
+"""What every page shares: one model per process, engine look-up, errors shown in the page, the run store.
+
+Models live in ``st.cache_resource``, so all sessions of one server share a single copy; each carries
+a lock because TransformerLens hooks are attached to the shared modules, so two sessions must not run
+hooked forwards on the same model at the same time.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import streamlit as st
+
+from workbench.errors import WorkbenchError
+
+# Every model load of this process; the load test and the Model page read it.
+LOADS: list[dict[str, Any]] = []
+
+
+@dataclass
+class Loaded:
+    """A model held for the whole process, with the lock engines run under."""
+
+    name: str
+    model: Any
+    seconds: float
+    lock: threading.RLock = field(default_factory=threading.RLock)
+
+
+@st.cache_resource(show_spinner=False, max_entries=6)
+def _load(name: str) -> Loaded:
+    import workbench as wb
+
+    started = time.perf_counter()
+    model = wb.load(name)
+    seconds = time.perf_counter() - started
+    LOADS.append({"name": name, "seconds": round(seconds, 3), "at": time.time()})
+    # One line per load on stderr: the load test counts these to prove a model is loaded once.
+    print(f"[workbench-app] loaded model {name} in {seconds:.2f} s", file=sys.stderr, flush=True)
+    return Loaded(name, model, seconds)
+
+
+def get_model(name: str | None) -> Loaded | None:
+    """The shared model, or None after an error message in the page (bad name, unreadable files)."""
+    if not name or not str(name).strip():
+        st.info("Pick a model from the zoo or give a local model directory.")
+        return None
+    try:
+        with st.spinner(f"Loading {name} (once per server)…"):
+            return _load(str(name).strip())
+    except WorkbenchError as exc:
+        st.error(f"Cannot load model: {exc}")
+    except Exception as exc:  # a broken checkpoint must not end the session
+        error(f"Cannot load model {name!r}", exc)
+    return None
+
+
+def zoo(kinds: tuple[str, ...] | None = None) -> list[Any]:
+    from workbench.zoo import list_models
+
+    return [e for e in list_models() if kinds is None or e.kind in kinds]
+
+
+# -- widgets that survive page switches -------------------------------------------------------------
+def keep(key: str, default: Any) -> None:
+    """Restore a widget's value after a page switch (Streamlit drops state of widgets not drawn)."""
+    shadow = f"_keep_{key}"
+    if key not in st.session_state:
+        st.session_state[key] = st.session_state.get(shadow, default)
+
+
+def remember(key: str) -> Callable[[], None]:
+    def _store() -> None:
+        st.session_state[f"_keep_{key}"] = st.session_state[key]
+
+    return _store
+
+
+def model_picker(kinds: tuple[str, ...], key: str, default: str | None = None, allow_path: bool = True,
+                 container: Any = None) -> str | None:
+    """A zoo selectbox (plus "local path…"); returns the chosen name or path."""
+    box = container or st
+    names = [e.name for e in zoo(kinds)]
+    if not names and not allow_path:
+        box.info(f"No {'/'.join(kinds)} model in the zoo yet.")
+        return None
+    if allow_path:
+        names.append(LOCAL_PATH)
+    keep(key, default if default in names else names[0])
+    if st.session_state[key] not in names:  # a stale choice from an earlier zoo
+        st.session_state[key] = names[0]
+    choice = box.selectbox("Model", names, key=key, on_change=remember(key))
+    if choice == LOCAL_PATH:
+        keep(f"{key}_path", "")
+        path = box.text_input("Local model directory", key=f"{key}_path", on_change=remember(f"{key}_path"),
+                              placeholder="/path/to/hf-model-dir")
+        return path or None
+    return choice
+
+
+LOCAL_PATH = "local path…"
+
+
+# -- engines and errors -------------------------------------------------------------------------------
+def engine(module: str, label: str) -> Any | None:
+    """Import an engine module, or say in the page that it is not there yet (and return None)."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
+            st.info(f"The {label} engine (`{module}`) is not in this checkout yet; this view appears "
+                    "once it lands.")
+            return None
+        error(f"The {label} engine could not be imported", exc)
+    except Exception as exc:
+        error(f"The {label} engine could not be imported", exc)
+    return None
+
+
+def has_engine(module: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def error(what: str, exc: BaseException) -> None:
+    """A clear message for bad input; a short one plus the traceback (collapsed) for a bug."""
+    if isinstance(exc, WorkbenchError):
+        st.error(f"{what}: {exc}")
+        return
+    st.error(f"{what}: {type(exc).__name__}: {exc}")
+    with st.expander("details"):
+        st.code("".join(traceback.format_exception(exc)), language="text")
+
+
+def attempt(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any | None:
+    """Call an engine; on failure show the message and return None (the session stays alive)."""
+    try:
+        return fn(*args, **kwargs)
+    except Exception as exc:
+        error(what, exc)
+        return None
+
+
+# -- run store ----------------------------------------------------------------------------------------
+def store():
+    from workbench.store import RunStore
+
+    return RunStore()
+
+
+def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run store") -> None:
+    """A button that saves ``draft_fn()`` (a RunDraft) and says where it went."""
+    if st.button(label, key=key):
+        try:
+            run = store().save(draft_fn())
+        except Exception as exc:
+            error("Could not save the run", exc)
+            return
+        st.session_state[f"{key}_saved"] = run.id
+    if st.session_state.get(f"{key}_saved"):
+        st.success(f"Saved as run `{st.session_state[f'{key}_saved']}` (see the Runs page, "
+                   "or `workbench runs show` on the command line).")
+
+
+def run_picker(kind: str | list[str] | None, key: str, label: str = "Open a saved run") -> Any | None:
+    """A selectbox of stored runs of ``kind``; returns the opened Run or None."""
+    kinds = [kind] if isinstance(kind, str) else kind
+    try:
+        rows = [r for r in store().list() if kinds is None or r["kind"] in kinds]
+    except Exception as exc:
+        error("Cannot read the run store", exc)
+        return None
+    if not rows:
+        st.caption("No saved runs of this kind yet.")
+        return None
+    ids = [""] + [r["id"] for r in rows]
+    chosen = st.selectbox(label, ids, key=key,
+                          format_func=lambda i: "—" if not i else _run_label(i, rows))
+    if not chosen:
+        return None
+    return open_run(chosen)
+
+
+def open_run(run_id: str) -> Any | None:
+    try:
+        return store().get(run_id)
+    except Exception as exc:
+        error("Cannot open the run", exc)
+        return None
+
+
+def _run_label(run_id: str, rows: list[dict[str, Any]]) -> str:
+    row = next(r for r in rows if r["id"] == run_id)
+    return f"{row['id']} · {row.get('model') or ''} · {row.get('method') or ''}"
+
+
+class Progress:
+    """Long work inside ``st.status`` with a progress bar: ``with Progress("…", n) as p: p.step("…")``."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, max(total, 1), 0
+
+    def __enter__(self) -> Progress:
+        self.status = st.status(self.label, expanded=False)
+        self.bar = self.status.progress(0.0)
+        self.started = time.perf_counter()
+        return self
+
+    def step(self, text: str) -> None:
+        self.done += 1
+        self.bar.progress(min(self.done / self.total, 1.0), text=text)
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        seconds = time.perf_counter() - self.started
+        self.seconds = seconds
+        if exc is None:
+            self.status.update(label=f"{self.label} done in {seconds:.2f} s", state="complete")
+        else:
+            self.status.update(label=f"{self.label} failed", state="error")

@@ -1,0 +1,272 @@
+"""Attribution: which tokens, heads, neurons and edges drive the model's target (minus foil) logit."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+from app import readouts as R
+from app import views as V
+
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+COMPONENT_LEVELS = ("head", "neuron", "edge")
+CACHE_SIZE = 48
+
+
+def rebuild(run: Any):
+    """An AttributionResult from a stored "attribute" run."""
+    from attribution.result import AttributionResult
+
+    r = run.result()
+    tensors = run.tensors()
+    if "scores" not in tensors:
+        raise ValueError(f"run {run.id} holds no scores tensor")
+    return AttributionResult(
+        model=r.get("model") or run.meta.get("model"), method=r.get("method") or run.meta.get("method", ""),
+        level=r.get("level") or run.meta.get("args", {}).get("level", "token"), axes=tuple(r.get("axes", ())),
+        scores=tensors["scores"], tokens=r.get("tokens", []), target=r.get("target"), foil=r.get("foil"),
+        target_logit=r.get("target_logit"), seconds=r.get("seconds", 0.0), params=r.get("params", {}),
+        prompt=r.get("prompt"))
+
+
+def compute(loaded: Any, prompt: str, target: str, foil: str | None, method: str,
+            levels: tuple[str, ...]) -> dict[str, Any]:
+    """AttributionResults for ``levels``, memoised in this session (reruns redraw without recomputing).
+
+    DPA gives every level from one forward and one top-down pass (dpa_all); other methods run per level.
+    """
+    cache = st.session_state.setdefault("_attr_cache", {})
+    todo = [lv for lv in levels if (loaded.name, prompt, target, foil, method, lv) not in cache]
+    if todo:
+        with loaded.lock:
+            fresh = _attribute(loaded.model, prompt, target, foil, method, tuple(todo))
+        for lv, res in fresh.items():
+            cache[(loaded.name, prompt, target, foil, method, lv)] = res
+        while len(cache) > CACHE_SIZE:
+            cache.pop(next(iter(cache)))
+    return {lv: cache[(loaded.name, prompt, target, foil, method, lv)] for lv in levels}
+
+
+def _attribute(model: Any, prompt: str, target: str, foil: str | None, method: str,
+               levels: tuple[str, ...]) -> dict[str, Any]:
+    from attribution import attribute
+
+    if method == "dpa" and len(levels) > 1 and C.has_engine("attribution.dpa.engine"):
+        from attribution.dpa.engine import dpa_all
+        from attribution.methods import LEVEL_AXES
+        from attribution.result import AttributionResult
+
+        enc = model.encode(prompt, target, foil)
+        trace = dpa_all(model, enc, levels=levels)
+        return {lv: AttributionResult(
+            model=model.name, method="dpa", level=lv, axes=LEVEL_AXES[lv], scores=trace.levels[lv],
+            tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
+            seconds=trace.seconds, prompt=prompt) for lv in levels}
+    return {lv: attribute(model, prompt, target=target, foil=foil, method=method, level=lv) for lv in levels}
+
+
+def available_methods(level: str) -> list[str]:
+    from attribution.methods import METHODS
+
+    return [m for m, spec in METHODS.items()
+            if level in spec.levels and C.has_engine(spec.impl.split(":")[0])]
+
+
+def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
+    """Top predictions for the prompt; a new prompt (or model) also resets target and foil to them."""
+    preds = C.attempt("Cannot read the prompt", R.top_predictions, loaded, prompt)
+    if not preds:
+        return None
+    sig = (loaded.name, prompt)
+    if st.session_state.get("_attr_suggested_for") != sig:
+        st.session_state["_attr_suggested_for"] = sig
+        for key, value in (("attr_target", preds[0][0]), ("attr_foil", preds[1][0] if len(preds) > 1 else "")):
+            st.session_state[key] = st.session_state[f"_keep_{key}"] = value
+    C.keep("attr_target", preds[0][0])
+    C.keep("attr_foil", "")
+    return preds
+
+
+def show_saved() -> None:
+    with st.expander("Open a saved attribution run"):
+        run = C.run_picker("attribute", key="attr_open")
+        if run is None:
+            return
+        res = C.attempt(f"Cannot read run {run.id}", rebuild, run)
+        if res is not None:
+            st.caption(f"{res.model} · {res.method} · {res.level} · prompt {res.prompt!r} · target {res.target!r}"
+                       f" · foil {res.foil!r}")
+            st.plotly_chart(res.plot(), key="attr_saved_fig")
+            st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True)
+
+
+def show_head(loaded: Any, prompt: str, target: str, foil: str | None, head_scores: Any) -> None:
+    """Layer x head grid; clicking a square (or the two boxes) shows that head's pattern and logit write."""
+    n_layers, n_heads = int(head_scores.shape[0]), int(head_scores.shape[1])
+    grid_state = st.session_state.get("attr_head_grid")
+    points = (grid_state or {}).get("selection", {}).get("points", []) if grid_state else []
+    if points:
+        picked = (int(round(points[0]["y"])), int(round(points[0]["x"])))
+        if st.session_state.get("_attr_grid_seen") != picked:  # a new click moves the boxes
+            st.session_state["_attr_grid_seen"] = picked
+            st.session_state["attr_layer"], st.session_state["attr_head"] = picked
+    for key, upper in (("attr_layer", n_layers), ("attr_head", n_heads)):
+        if st.session_state.get(key, 0) >= upper:
+            st.session_state[key] = 0
+    left, right = st.columns([3, 2])
+    with right:
+        c1, c2 = st.columns(2)
+        layer = c1.selectbox("Layer", list(range(n_layers)), key="attr_layer")
+        head = c2.selectbox("Head", list(range(n_heads)), key="attr_head")
+    with left:
+        st.plotly_chart(V.head_grid(head_scores, selected=(layer, head)), key="attr_head_grid",
+                        on_select="rerun", selection_mode="points")
+    with right:
+        hv = C.attempt("Cannot read the head", R.head_view, loaded, prompt, layer, head, target, foil)
+        if hv is None:
+            return
+        st.metric(f"L{layer}H{head} direct logit effect", f"{hv.logit_effect:+.3f}",
+                  help="The head's write at the last position, through the final norm, onto "
+                       "W_U[target] (minus W_U[foil]).")
+        st.plotly_chart(V.pattern_heatmap(hv.pattern, hv.tokens, f"L{layer}H{head} attention pattern"),
+                        key="attr_pattern")
+        st.plotly_chart(V.bar([t for t, _ in hv.promoted], [v for _, v in hv.promoted],
+                              f"Tokens L{layer}H{head} pushes up most", horizontal=True), key="attr_promoted")
+
+
+def show_flow(edge: Any, tokens: list[str]) -> None:
+    thr = st.slider("Edge threshold (fraction of the strongest edge)", 0.0, 1.0, 0.2, 0.01, key="attr_flow_thr")
+    fig, n = V.flow_graph(edge.scores, tokens, thr)
+    st.plotly_chart(fig, key="attr_flow")
+    if n == 0:
+        st.caption("No edge reaches the threshold: lower it to see more of the graph.")
+
+
+def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, results: dict[str, Any]) -> None:
+    faith = C.engine("attribution.faithfulness", "faithfulness")
+    if faith is None:
+        return
+    fn = getattr(faith, "prompt_curves", None) or getattr(faith, "curves", None)
+    if fn is None:
+        st.info("attribution.faithfulness has no per-prompt curve function yet (prompt_curves).")
+        return
+    if not st.button("Compute disrupt / recover curves", key="attr_faith_go"):
+        return
+    with C.Progress("Disrupt / recover curves", len(results)) as p, loaded.lock:
+        out = {}
+        for method, res in results.items():
+            out[method] = C.attempt(f"{method} curves", fn, loaded.model, prompt, target=target, foil=foil,
+                                    scores=res.scores, level=res.level)
+            p.step(method)
+    for method, curve in out.items():
+        if curve is not None and hasattr(curve, "plot"):
+            st.plotly_chart(curve.plot(), key=f"attr_faith_{method}")
+
+
+# -- the page ------------------------------------------------------------------------------------------
+st.title("Attribution")
+st.caption("Which tokens, heads, neurons and attention edges move the target logit (minus the foil's).")
+if C.engine("attribution", "attribution") is None:
+    st.stop()
+from attribution.methods import METHODS  # noqa: E402
+
+show_saved()
+
+with st.sidebar:
+    model_name = C.model_picker(("llm", "toy"), key="attr_model", default="smollm2-135m")
+loaded = C.get_model(model_name)
+if loaded is None:
+    st.stop()
+
+C.keep("attr_prompt", DEFAULT_PROMPT)
+prompt = st.text_area("Prompt", key="attr_prompt", on_change=C.remember("attr_prompt"), height=80)
+if not prompt.strip():
+    st.warning("The prompt is empty: type a prompt for the model to continue.")
+    st.stop()
+preds = suggest(loaded, prompt)
+if preds is None:
+    st.stop()
+st.caption("Model's top predictions: " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
+
+c1, c2, c3 = st.columns([1, 1, 2])
+target = c1.text_input("Target token", key="attr_target", on_change=C.remember("attr_target"),
+                       help="One token of the model, leading space included.")
+foil = c2.text_input("Foil token (optional)", key="attr_foil", on_change=C.remember("attr_foil"),
+                     help="Scores then explain target minus foil.")
+foil = foil or None
+token_methods = available_methods("token")
+if not token_methods:
+    st.info("No attribution method engine is in this checkout yet (attribution/dpa, attribution/baselines).")
+    st.stop()
+C.keep("attr_methods", ["dpa"] if "dpa" in token_methods else token_methods[:1])
+st.session_state["attr_methods"] = [m for m in st.session_state["attr_methods"] if m in token_methods]
+methods = c3.multiselect("Methods (side by side)", token_methods, key="attr_methods",
+                         on_change=C.remember("attr_methods"),
+                         help="; ".join(f"{m}: {METHODS[m].help}" for m in token_methods))
+if not methods:
+    st.info("Pick at least one method.")
+    st.stop()
+comp_methods = [m for m in methods if any(m in available_methods(lv) for lv in COMPONENT_LEVELS)]
+detail = st.sidebar.selectbox("Method for heads, neurons and edges", comp_methods or ["—"], key="attr_detail")
+
+try:
+    enc_check = loaded.model.encode(prompt, target, foil)
+except Exception as exc:
+    C.error("Bad target or foil", exc)
+    st.stop()
+
+jobs: dict[str, tuple[str, ...]] = {m: ("token",) for m in methods}
+if detail in comp_methods:
+    jobs[detail] = ("token",) + tuple(lv for lv in COMPONENT_LEVELS if detail in available_methods(lv))
+results: dict[tuple[str, str], Any] = {}
+with C.Progress(f"Attributing {len(enc_check.str_tokens)} tokens", len(jobs)) as prog:
+    for method, levels in jobs.items():
+        got = C.attempt(f"{method} attribution", compute, loaded, prompt, target, foil, method, levels)
+        results.update({(method, lv): res for lv, res in (got or {}).items()})
+        prog.step(f"{method} · {'/'.join(levels)}")
+token_results = {m: results[(m, "token")] for m in methods if (m, "token") in results}
+if not token_results:
+    st.stop()
+
+first = next(iter(token_results.values()))
+m1, m2, m3 = st.columns(3)
+m1.metric("target logit" + (" − foil logit" if foil else ""), f"{first.target_logit:+.3f}")
+m2.metric("tokens", len(first.tokens))
+engine_s = sum(max(r.seconds for (m, _), r in results.items() if m == meth) for meth in {m for m, _ in results})
+m3.metric("engine time", f"{engine_s:.2f} s", help="Seconds the engines took for these results (when computed).")
+st.plotly_chart(V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens),
+                key="attr_tokens")
+
+tabs = st.tabs(["Heads", "Neurons", "Information flow", "Disrupt / recover", "Save"])
+with tabs[0]:
+    if (detail, "head") in results:
+        show_head(loaded, prompt, target, foil, results[(detail, "head")].scores)
+    else:
+        st.info(f"{detail} gives no head scores; pick another method for components.")
+with tabs[1]:
+    if (detail, "neuron") in results:
+        res = results[(detail, "neuron")]
+        st.dataframe(V.top_items(res.scores, res.axes, res.tokens, k=25), hide_index=True)
+    else:
+        st.info(f"{detail} gives no neuron scores.")
+with tabs[2]:
+    if (detail, "edge") in results:
+        show_flow(results[(detail, "edge")], first.tokens)
+    else:
+        st.info(f"{detail} gives no edge scores.")
+with tabs[3]:
+    show_faithfulness(loaded, prompt, target, foil, {m: r for (m, lv), r in results.items() if lv == "token"})
+with tabs[4]:
+    st.write(f"{len(results)} results: " + ", ".join(f"{m}·{lv}" for m, lv in results))
+    sig = (loaded.name, prompt, target, foil, tuple(results))
+    if st.button("Save all to the run store", key="attr_save"):
+        try:
+            st.session_state["attr_saved"] = (sig, [r.save(C.store()).id for r in results.values()])
+        except Exception as exc:
+            C.error("Could not save", exc)
+    saved = st.session_state.get("attr_saved")
+    if saved and saved[0] == sig:
+        st.success("Saved runs (open them on the Runs page or above): "
+                   + ", ".join(f"`{i}`" for i in saved[1]))

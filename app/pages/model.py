@@ -1,0 +1,70 @@
+"""Model: pick from the zoo or a local path, see the architecture, try a quick generation."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from app import common as C
+
+st.title("Model")
+st.caption("Every model a user can load now; loaded once per server and shared by all sessions and pages.")
+
+with st.expander("The zoo", expanded=False):
+    import workbench as wb
+
+    st.dataframe(wb.models(), hide_index=True)
+
+name = C.model_picker(("llm", "toy", "vit"), key="model_name", default="smollm2-135m")
+loaded = C.get_model(name)
+if loaded is None:
+    st.stop()
+model = loaded.model
+st.success(f"{loaded.name} loaded in {loaded.seconds:.2f} s (held for the whole server)")
+arch = model.arch.to_dict() if hasattr(model.arch, "to_dict") else dict(getattr(model, "arch", {}) or {})
+c1, c2 = st.columns([1, 1])
+with c1:
+    st.subheader("Architecture")
+    st.dataframe([{"fact": k, "value": str(v)} for k, v in arch.items()], hide_index=True)
+with c2:
+    st.subheader("Identity")
+    st.json({"name": getattr(model, "name", loaded.name), "kind": getattr(model, "kind", None),
+             "backend": getattr(model, "backend", None), "info": getattr(model, "info", {})})
+    st.caption(f"Models loaded by this server so far: {len(C.LOADS)} "
+               f"({', '.join(x['name'] for x in C.LOADS)})")
+
+if not hasattr(model, "generate"):
+    st.info("This model has no text generation (e.g. an image classifier).")
+    st.stop()
+
+st.subheader("Quick generate")
+C.keep("model_prompt", "The capital of France is")
+prompt = st.text_input("Prompt", key="model_prompt", on_change=C.remember("model_prompt"))
+n_new = st.slider("New tokens", 1, 64, 12, key="model_new_tokens")
+if not prompt.strip():
+    st.warning("The prompt is empty: type something for the model to continue.")
+    st.stop()
+sig = (loaded.name, prompt, n_new)
+cache = st.session_state.setdefault("_model_gen", {})
+if sig not in cache:
+    def _gen() -> str:
+        with loaded.lock:
+            return model.generate(prompt, max_new_tokens=n_new)
+
+    with st.spinner("Generating…"):
+        cache[sig] = C.attempt("Cannot generate", _gen)
+text = cache.get(sig)
+if text is None:
+    cache.pop(sig, None)
+    st.stop()
+st.markdown(f"**{prompt}**{text}")
+st.code(prompt + text, language="text")
+
+
+def _draft():
+    from workbench.store import RunDraft
+
+    return RunDraft(kind="generate", model=loaded.name, method="greedy",
+                    args={"prompt": prompt, "max_new_tokens": n_new}, result={"continuation": text})
+
+
+C.save_button(_draft, key="model_save")

@@ -1,0 +1,310 @@
+"""Dual Path Attribution: one cached forward pass, then one top-down propagation of the target.
+
+``dpa_all`` returns every requested level (token, head, edge, neuron) from the same forward and
+the same top-down pass, plus the bias / norm-offset contributions and, on request, the target
+vector at every residual position of every layer. ``dpa_scores`` is the method-table entry point.
+See ../../../shared/specs/dpa.md (or the module docstrings) for the equations.
+
+Cost: the forward skips the unembedding (only the target row is needed); the top-down pass is one
+transpose of each weight matrix per layer, batched over positions and heads, so it costs about one
+backward pass and does not grow with the number of heads or neurons scored (edges excepted: the
+edge tensor itself is layers x heads x pos x pos).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import torch
+
+from attribution.dpa.linear import act_slope, check_supported, norm_back, rope_tables, rope_transpose
+from attribution.dpa.params import DPAParams
+from workbench.errors import MethodError, RangeError
+
+LEVELS = ("token", "head", "edge", "neuron")
+OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
+               "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")
+
+
+@dataclass
+class DPATrace:
+    """Everything one DPA pass produced.
+
+    levels: token [pos], head [layer, head, query], edge [layer, head, query, key],
+    neuron [layer, position, neuron] (only the levels asked for).
+    offsets: contributions of biases, norm offsets and positional embeddings (not token-attributable).
+    targets (keep_targets=True): the target vector at each residual point, [layer, pos, d_model] each:
+    "resid_post" (above layer l's MLP), "resid_mid" (above its attention), "resid_pre" (below it).
+    """
+
+    tokens: list[str]
+    levels: dict[str, torch.Tensor]
+    target_logit: float
+    offsets: dict[str, float]
+    params: DPAParams
+    seconds: float = 0.0
+    targets: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+
+    def __getitem__(self, level: str) -> torch.Tensor:
+        return self.levels[level]
+
+    def completeness_error(self) -> float:
+        """token scores + offsets - target logit (float noise under the COMPLETE weights)."""
+        return float(self.levels["token"].double().sum()) + sum(self.offsets.values()) - self.target_logit
+
+
+def dpa_scores(model: Any, enc: Any, level: str, **params: Any) -> torch.Tensor:
+    """Method-table entry: DPA scores of one level, laid out on LEVEL_AXES[level]."""
+    return dpa_all(model, enc, levels=(level,), **params).levels[level]
+
+
+def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: bool = False,
+            **params: Any) -> DPATrace:
+    """One forward + one top-down pass; scores for every level in ``levels``."""
+    started = time.perf_counter()
+    p = DPAParams.from_kwargs(**params)
+    levels = tuple(levels)
+    for lv in levels:
+        if lv not in LEVELS:
+            raise MethodError(f"dpa has no level {lv!r}; levels: {', '.join(LEVELS)}")
+    check_supported(model)
+    if enc.tokens.shape[0] != 1:
+        raise MethodError("dpa scores one prompt at a time (batch of 1)")
+    if "neuron" in levels and not model.arch.d_mlp:
+        raise MethodError(f"{model.name} has no MLP neurons")
+    check_fits(model, enc.seq_len, levels, p)
+    with torch.no_grad():
+        cache = _forward(model, enc.tokens, p, levels)
+        trace = _propagate(model, enc, cache, p, levels, keep_targets)
+    trace.seconds = time.perf_counter() - started
+    return trace
+
+
+# -- memory --------------------------------------------------------------------------------------
+def memory_estimate(model: Any, seq: int) -> dict[str, float]:
+    """Bytes each level needs beyond the model: the cached patterns are shared by all levels."""
+    a = model.arch
+    patterns = 4.0 * a.n_layers * a.n_heads * seq * seq
+    resid = 4.0 * a.n_layers * seq * (6 * a.d_model + 4 * (a.d_mlp or 0))
+    return {"token": patterns + resid, "head": patterns + resid, "neuron": patterns + resid,
+            "edge": 2 * patterns + resid}
+
+
+def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> None:
+    """Refuse (RangeError) a level whose tensors would exceed max_gib; say which levels fit and why."""
+    need = memory_estimate(model, seq)
+    budget = p.max_gib * 2**30
+    over = [lv for lv in levels if need[lv] > budget]
+    if not over:
+        return
+    a = model.arch
+    fit = [lv for lv in LEVELS if need[lv] <= budget]
+    raise RangeError(
+        f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {need[over[0]] / 2**30:.1f} GiB "
+        f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), over max_gib={p.max_gib:g}; "
+        + (f"levels that fit: {', '.join(fit)}" if fit else "no level fits: shorten the prompt"))
+
+
+# -- forward -------------------------------------------------------------------------------------
+def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
+    rotary = model.arch.positional == "rope"
+    names = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized",
+             f"blocks.{model.arch.n_layers - 1}.hook_resid_post"]
+    for layer in range(model.arch.n_layers):
+        b = f"blocks.{layer}."
+        names += [b + "ln1.hook_scale", b + "ln2.hook_scale", b + "attn.hook_pattern", b + "attn.hook_v",
+                  b + "mlp.hook_pre", b + "mlp.hook_pre_linear"]
+        if "head" in levels or p.uses_qk:
+            names.append(b + "attn.hook_z")
+        if p.uses_qk:
+            names += [b + ("attn.hook_rot_q" if rotary else "attn.hook_q"),
+                      b + ("attn.hook_rot_k" if rotary else "attn.hook_k")]
+        if "neuron" in levels:
+            names.append(b + "mlp.hook_post")
+    hook_dict = model.tl.hook_dict
+    return [n for n in names if n in hook_dict]
+
+
+def _forward(model: Any, tokens: torch.Tensor, p: DPAParams, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    names = _hook_names(model, p, levels)
+    try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
+        _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
+    except TypeError:
+        _, cache = model.run_with_cache(tokens, names_filter=names)
+    # drop the batch axis; propagate in float32 whatever the model's dtype
+    return {k: v[0].float() for k, v in cache.items()}
+
+
+# -- top-down pass -------------------------------------------------------------------------------
+def _propagate(model: Any, enc: Any, cache: dict[str, torch.Tensor], p: DPAParams,
+               levels: tuple[str, ...], keep_targets: bool) -> DPATrace:
+    a = model.arch
+    seq = enc.seq_len
+    offsets = {k: torch.zeros((), dtype=torch.float64) for k in OFFSET_KEYS}
+    t, logit = _init_target(model, enc, cache, offsets)
+    out: dict[str, torch.Tensor] = {}
+    if "head" in levels:
+        out["head"] = t.new_zeros(a.n_layers, a.n_heads, seq)
+    if "edge" in levels:
+        out["edge"] = t.new_zeros(a.n_layers, a.n_heads, seq, seq)
+    if "neuron" in levels:
+        out["neuron"] = t.new_zeros(a.n_layers, seq, a.d_mlp)
+    kept: dict[str, list[torch.Tensor]] = {"resid_post": [], "resid_mid": [], "resid_pre": []}
+    for layer in reversed(range(a.n_layers)):
+        w = model.weights(layer)
+        if keep_targets:
+            kept["resid_post"].append(t)
+        if f"blocks.{layer}.mlp.hook_pre" in cache:
+            t = t + _undo_mlp(model, layer, w, t, cache, p, out, offsets)
+        if keep_targets:
+            kept["resid_mid"].append(t)
+        t = t + _undo_attention(model, layer, w, t, cache, p, out, offsets)
+        if keep_targets:
+            kept["resid_pre"].append(t)
+    if "token" in levels:
+        out["token"] = (t * cache["hook_embed"]).sum(-1)
+    if "hook_pos_embed" in cache:
+        offsets["pos_embed"] += (t * cache["hook_pos_embed"]).sum().double()
+    targets = {k: torch.stack(v[::-1]) for k, v in kept.items()} if keep_targets else None
+    return DPATrace(tokens=list(enc.str_tokens), levels=out, target_logit=logit,
+                    offsets={k: float(v) for k, v in offsets.items()}, params=p, targets=targets)
+
+
+def _init_target(model: Any, enc: Any, cache: dict[str, torch.Tensor],
+                 offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
+    """t at the last position: the unembedding row(s) pulled back through the frozen final norm."""
+    a = model.arch
+    W_U = model.W_U.float()  # [d_model, vocab]
+    b_U = getattr(model, "b_U", None)
+    gamma = model.final_norm_weight()
+    beta = getattr(getattr(model.tl, "ln_final", None), "b", None)
+    if "ln_final.hook_normalized" in cache:
+        final = cache["ln_final.hook_normalized"][-1]
+        final = final * gamma.float() if gamma is not None else final
+        final = final + beta.float() if beta is not None else final
+        scale = cache.get("ln_final.hook_scale")
+    else:  # no final norm
+        final = cache[f"blocks.{a.n_layers - 1}.hook_resid_post"][-1]
+        scale = None
+    target_id = enc.target_id
+    if target_id is None:  # no target given: explain the model's own top prediction
+        target_id = int((final @ W_U).argmax())
+    u = W_U[:, target_id].clone()
+    if enc.foil_id is not None:
+        u = u - W_U[:, enc.foil_id]
+    logit = float(final @ u)
+    if b_U is not None:
+        bias = b_U[target_id] - (b_U[enc.foil_id] if enc.foil_id is not None else 0.0)
+        offsets["unembed_bias"] += float(bias)
+        logit += float(bias)
+    g, off = norm_back(u[None, :], None if scale is None else scale[-1:],
+                       None if gamma is None else gamma.float(), None if beta is None else beta.float(),
+                       a.norm == "layernorm")
+    offsets["final_norm_bias"] += off.double()
+    t = torch.zeros(enc.seq_len, a.d_model, dtype=torch.float32, device=W_U.device)
+    t[-1] = g[0]
+    return t, logit
+
+
+def _norm(w: dict[str, Any], which: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    gamma, beta = w.get(f"{which}.w"), w.get(f"{which}.b")
+    return (None if gamma is None else gamma.float()), (None if beta is None else beta.float())
+
+
+def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
+              p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Update to t from layer l's MLP: up and gate paths (SwiGLU) or one content path (GELU/ReLU)."""
+    b = f"blocks.{layer}."
+    W_in, W_out = w["W_in"].float(), w["W_out"].float()  # [d_model, d_mlp], [d_mlp, d_model]
+    m = t @ W_out.T  # [pos, d_mlp]: the target seen by each neuron's output
+    if "neuron" in out:
+        out["neuron"][layer] = cache[b + "mlp.hook_post"] * m
+    if w.get("b_out") is not None:
+        offsets["mlp_bias"] += (t * w["b_out"].float()).sum().double()
+    if w.get("b_in") is not None and "W_gate" in w:  # TL's gated MLP adds b_in after the product
+        offsets["mlp_bias"] += (m * w["b_in"].float()).sum().double()
+    g = cache[b + "mlp.hook_pre"]
+    mlp = model.tl.blocks[layer].mlp
+    slope = act_slope(mlp.act_fn, g, p.act_mode, silu=model.arch.act_fn == "silu")
+    if "W_gate" in w:
+        u = cache[b + "mlp.hook_pre_linear"]
+        grad_up = (p.w_up * m) * mlp.act_fn(g)  # act(g) frozen: linear in u
+        grad_gate = (p.w_gate * m) * slope * u
+        g_n = grad_up @ W_in.T + grad_gate @ w["W_gate"].float().T
+    else:
+        grad_pre = (p.w_mlp * m) * slope
+        g_n = grad_pre @ W_in.T
+        if w.get("b_in") is not None:
+            offsets["mlp_bias"] += (grad_pre * w["b_in"].float()).sum().double()
+    gamma, beta = _norm(w, "ln2")
+    g_x, off = norm_back(g_n, cache.get(b + "ln2.hook_scale"), gamma, beta, model.arch.norm == "layernorm")
+    offsets["mlp_norm_bias"] += off.double()
+    return g_x
+
+
+def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
+    """[pos, kv_head, d_head] -> [head, pos, d_head], repeating grouped kv heads."""
+    if x.shape[1] != n_heads:
+        x = torch.repeat_interleave(x, n_heads // x.shape[1], dim=1)
+    return x.transpose(0, 1)
+
+
+def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
+                    cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
+                    offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths."""
+    b = f"blocks.{layer}.attn."
+    H = model.arch.n_heads
+    W_O = w["W_O"].float()  # [head, d_head, d_model]
+    A = cache[b + "hook_pattern"]  # [head, query, key]
+    v = _heads(cache[b + "hook_v"], H)  # [head, key, d_head]
+    m = torch.einsum("qd,hed->hqe", t, W_O)  # [head, query, d_head]: target seen by each head's z
+    if w.get("b_O") is not None:
+        offsets["attn_out_bias"] += (t * w["b_O"].float()).sum().double()
+    need_mv = "edge" in out or p.uses_qk
+    mv = torch.bmm(m, v.transpose(1, 2)) if need_mv else None  # [head, query, key]
+    if "edge" in out:
+        out["edge"][layer] = A * mv
+    z = cache[b + "hook_z"].transpose(0, 1) if b + "hook_z" in cache else None  # [head, query, d_head]
+    mz = (m * z).sum(-1) if z is not None else None  # [head, query]
+    if "head" in out:
+        out["head"][layer] = mz
+    # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
+    gv = p.w_v * torch.bmm(A.transpose(1, 2), m)  # [head, key, d_head]
+    g_n = torch.einsum("hke,hde->kd", gv, w["W_V"].float())
+    if w.get("b_V") is not None:
+        offsets["attn_value_bias"] += (gv * w["b_V"].float()[:, None, :]).sum().double()
+    if p.uses_qk:
+        g_n = g_n + _qk_paths(model, layer, w, A, mv, mz, cache, p, offsets)
+    gamma, beta = _norm(w, "ln1")
+    g_x, off = norm_back(g_n, cache.get(f"blocks.{layer}.ln1.hook_scale"), gamma, beta,
+                         model.arch.norm == "layernorm")
+    offsets["attn_norm_bias"] += off.double()
+    return g_x
+
+
+def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, mv: torch.Tensor, mz: torch.Tensor,
+              cache: dict[str, torch.Tensor], p: DPAParams, offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j."""
+    b = f"blocks.{layer}.attn."
+    H, seq = model.arch.n_heads, A.shape[-1]
+    rotary = model.arch.positional == "rope"
+    q = _heads(cache[b + ("hook_rot_q" if rotary else "hook_q")], H)  # [head, pos, d_head]
+    k = _heads(cache[b + ("hook_rot_k" if rotary else "hook_k")], H)
+    scale = float(model.tl.blocks[layer].attn.attn_scale)
+    delta = A * (mv - mz[:, :, None]) / scale  # [head, query, key]
+    tables = rope_tables(model, layer, seq) if rotary else None
+    g_n = torch.zeros(seq, model.arch.d_model, dtype=A.dtype, device=A.device)
+    for weight, grad, W, bias in ((p.w_q, lambda: torch.bmm(delta, k), "W_Q", "b_Q"),
+                                  (p.w_k, lambda: torch.bmm(delta.transpose(1, 2), q), "W_K", "b_K")):
+        if weight == 0.0:
+            continue
+        g = weight * grad()  # [head, pos, d_head] on the rotated q (or k)
+        if tables is not None:
+            g = rope_transpose(g.transpose(0, 1), tables).transpose(0, 1)
+        g_n = g_n + torch.einsum("hpe,hde->pd", g, w[W].float())
+        if w.get(bias) is not None:
+            offsets["attn_qk_bias"] += (g * w[bias].float()[:, None, :]).sum().double()
+    return g_n

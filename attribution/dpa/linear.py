@@ -1,0 +1,88 @@
+"""The frozen linearisation DPA propagates through: norms, RoPE, activations, supported configs.
+
+Everything here is a transpose (vector-Jacobian product) of one frozen piece of the forward pass,
+written on plain tensors without a batch axis: residual vectors are [pos, d_model].
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from workbench.errors import MethodError
+
+
+def check_supported(model: Any) -> None:
+    """Refuse architectures whose forward pass has pieces DPA does not linearise (yet)."""
+    cfg = getattr(getattr(model, "tl", None), "cfg", None)
+    if cfg is None:
+        raise MethodError(f"dpa needs a TransformerLens-style hooked model; {model!r} has no config")
+    problems = {
+        "parallel attention/MLP blocks": getattr(cfg, "parallel_attn_mlp", False),
+        "norms before and after sublayers": getattr(cfg, "use_normalization_before_and_after", False),
+        "attention logit soft-capping": (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0,
+        "output logit soft-capping": (getattr(cfg, "output_logits_soft_cap", -1.0) or -1.0) > 0,
+        "QK norm": getattr(cfg, "use_qk_norm", False),
+        "clipped QKV": getattr(cfg, "clip_qkv", None) is not None,
+        "log-n attention scaling": getattr(cfg, "use_logn_attn", False),
+        "attention sinks": getattr(cfg, "use_attention_sinks", False),
+        "layer-normed activations (SoLU)": str(getattr(cfg, "act_fn", "") or "").endswith("_ln"),
+        f"{cfg.positional_embedding_type} positions": cfg.positional_embedding_type
+        not in ("standard", "rotary", "none"),
+        "mixture-of-experts MLPs": model.arch.mlp.startswith("moe"),
+    }
+    bad = [name for name, flag in problems.items() if flag]
+    if bad:
+        raise MethodError(f"dpa does not support {', '.join(bad)} ({model.name})")
+
+
+def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor | None,
+              beta: torch.Tensor | None, centred: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transpose of n = gamma * C x / scale + beta with the scale frozen.
+
+    g_n: target on the norm's output [pos, d]; scale: [pos, 1] (TL's hook_scale: rms or std).
+    Returns the target on x and the offset contributed by beta (g_n . beta).
+    """
+    offset = (g_n * beta).sum() if beta is not None else g_n.new_zeros(())
+    g = g_n * gamma if gamma is not None else g_n
+    if scale is not None:
+        g = g / scale
+    if centred:  # LayerNorm: t . (x - mean x) = (t - mean t) . x
+        g = g - g.mean(-1, keepdim=True)
+    return g, offset
+
+
+def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, Any, int]:
+    """(cos, sin) [seq, rotary_dim], the rotate-half function and rotary_dim of one layer."""
+    attn = model.tl.blocks[layer].attn
+    cos, sin = attn.rotary_cos[:seq], attn.rotary_sin[:seq]
+    return cos, sin, attn.rotate_every_two, int(model.tl.cfg.rotary_dim)
+
+
+def rope_transpose(g: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor, Any, int]) -> torch.Tensor:
+    """Undo RoPE on a gradient [pos, head, d_head]: R^T g = cos * g - F(sin * g), F = rotate-half.
+
+    The forward is x_rot = cos * x + sin * F(x) with F skew-symmetric, so its transpose is
+    cos * g + F^T(sin * g) = cos * g - F(sin * g); dimensions past rotary_dim pass through.
+    """
+    cos, sin, rotate, dim = tables
+    rot = g[..., :dim]
+    out = rot * cos[:, None, :] - rotate(rot * sin[:, None, :])
+    if dim == g.shape[-1]:
+        return out
+    return torch.cat([out, g[..., dim:]], dim=-1)
+
+
+def act_slope(act_fn: Any, g: torch.Tensor, mode: str, silu: bool) -> torch.Tensor:
+    """The frozen slope of act at g: act(g)/g ("ratio", exact) or act'(g) ("derivative")."""
+    if mode == "ratio":
+        if silu:
+            return torch.sigmoid(g)  # SiLU(g) = sigmoid(g) * g, without dividing by g
+        safe = torch.where(g.abs() < 1e-6, torch.full_like(g, 1e-6), g)
+        ratio = act_fn(safe) / safe
+        return ratio  # near 0 this is act(eps)/eps, the slope at 0 for smooth activations
+    with torch.inference_mode(False), torch.enable_grad():  # works under no_grad/inference_mode
+        x = g.detach().clone().requires_grad_(True)
+        (grad,) = torch.autograd.grad(act_fn(x).sum(), x)
+    return grad.detach()

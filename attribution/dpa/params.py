@@ -1,0 +1,66 @@
+"""DPA's path weights and options, checked once so every entry point refuses the same bad input."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from workbench.errors import MethodError
+
+ACT_MODES = ("ratio", "derivative")
+
+
+@dataclass(frozen=True)
+class DPAParams:
+    """Path weights (spec defaults) and the linearisation of non-SiLU activations.
+
+    w_q, w_k: query/key (control) paths; w_v: value (content) path; w_gate, w_up: SwiGLU paths.
+    A non-gated MLP (GELU/ReLU) has one content path with weight ``w_gate + w_up`` (1 by default).
+    act_mode: "ratio" freezes act(g)/g (an exact linearisation, so completeness holds) or
+    "derivative" uses act'(g) (a local gradient). For SiLU gates "ratio" is sigmoid(g), as in the paper.
+    max_gib: refuse an edge tensor larger than this (the command says which levels fit instead).
+    """
+
+    w_q: float = 0.25
+    w_k: float = 0.25
+    w_v: float = 0.5
+    w_gate: float = 0.5
+    w_up: float = 0.5
+    act_mode: str = "ratio"
+    max_gib: float = 16.0
+
+    @classmethod
+    def from_kwargs(cls, **params: Any) -> DPAParams:
+        known = {f.name: f.type for f in fields(cls)}
+        unknown = sorted(set(params) - set(known))
+        if unknown:
+            raise MethodError(f"dpa has no parameter {', '.join(unknown)}; parameters: {', '.join(known)}")
+        clean: dict[str, Any] = {}
+        for key, value in params.items():
+            if key == "act_mode":
+                if value not in ACT_MODES:
+                    raise MethodError(f"act_mode must be one of {', '.join(ACT_MODES)} (got {value!r})")
+                clean[key] = value
+                continue
+            try:
+                clean[key] = float(value)
+            except (TypeError, ValueError):
+                raise MethodError(f"dpa parameter {key} must be a number (got {value!r})") from None
+        if clean.get("max_gib", 1.0) <= 0:
+            raise MethodError("max_gib must be positive")
+        return cls(**clean)
+
+    @property
+    def w_mlp(self) -> float:
+        return self.w_gate + self.w_up
+
+    @property
+    def uses_qk(self) -> bool:
+        return self.w_q != 0.0 or self.w_k != 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+COMPLETE = {"w_q": 0.0, "w_k": 0.0, "w_v": 1.0, "w_gate": 0.5, "w_up": 0.5}
+"""Weights under which every path is an exact linearisation (the completeness check)."""

@@ -1,0 +1,103 @@
+"""PatchMap: the one result type every ViT method returns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+AXES = ("image", "row", "col")
+
+
+@dataclass
+class PatchMap:
+    """Scores over the patch grid: ``scores`` has axes (image, row, col); higher = more relevant.
+
+    ``targets`` (image) are the classes explained; ``seconds`` is the wall time of the method on
+    the whole batch (not counting the target-choosing forward pass).
+    """
+
+    scores: torch.Tensor
+    method: str
+    targets: torch.Tensor
+    params: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    patch_size: int = 1
+    axes: tuple[str, ...] = AXES
+
+    @property
+    def grid(self) -> int:
+        return int(self.scores.shape[-1])
+
+    @property
+    def flat(self) -> torch.Tensor:
+        """(image, patch), patches row-major."""
+        return self.scores.reshape(self.scores.shape[0], -1)
+
+    def upsample(self, size: int | None = None, mode: str = "nearest") -> torch.Tensor:
+        """(image, height, width) at pixel resolution (nearest keeps each patch's value on its pixels)."""
+        size = size or self.grid * self.patch_size
+        kw = {} if mode == "nearest" else {"align_corners": False}
+        return torch.nn.functional.interpolate(self.scores[:, None].float(), size=(size, size),
+                                               mode=mode, **kw)[:, 0]
+
+    def normalised(self) -> torch.Tensor:
+        """Each map scaled to [0, 1] (constant maps become 0)."""
+        s = self.flat
+        lo, hi = s.min(1, keepdim=True).values, s.max(1, keepdim=True).values
+        return ((s - lo) / (hi - lo).clamp_min(1e-12)).reshape(self.scores.shape)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"method": self.method, "axes": list(self.axes), "scores": self.scores.tolist(),
+                "targets": self.targets.tolist(), "params": self.params, "seconds": self.seconds}
+
+    def table(self):
+        import pandas as pd
+
+        b, g, _ = self.scores.shape
+        idx = torch.cartesian_prod(torch.arange(b), torch.arange(g), torch.arange(g))
+        return pd.DataFrame({"image": idx[:, 0].numpy(), "row": idx[:, 1].numpy(), "col": idx[:, 2].numpy(),
+                             "score": self.scores.reshape(-1).detach().cpu().numpy()})
+
+    def plot(self, images: torch.Tensor | None = None, index: int = 0, opacity: float = 0.5):
+        """The image (if given) with this map overlaid, as a plotly figure."""
+        return overlay_figure(images, {self.method: self}, [index])
+
+
+def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indices: list[int],
+                   masks: torch.Tensor | None = None, opacity: float = 0.55):
+    """A grid of images (rows) x methods (columns): each map, normalised, over its image."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    names = list(maps)
+    cols = len(names) + (1 if images is not None else 0)
+    titles = []
+    for i in indices:
+        titles += ([f"image {i}"] if images is not None else []) + names
+    fig = make_subplots(rows=len(indices), cols=cols, subplot_titles=titles,
+                        horizontal_spacing=0.01, vertical_spacing=0.04)
+    for r, i in enumerate(indices, start=1):
+        c0 = 1
+        if images is not None:
+            rgb = (images[i].permute(1, 2, 0).clamp(0, 1) * 255).byte().cpu().numpy()
+            fig.add_trace(go.Image(z=rgb), row=r, col=1)
+            if masks is not None:
+                m = masks[i].float().cpu().numpy()
+                fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5,
+                                         "coloring": "lines"}, line={"color": "white", "width": 1},
+                                         hoverinfo="skip"), row=r, col=1)
+            c0 = 2
+        for k, name in enumerate(names):
+            pm = maps[name]
+            norm = PatchMap(pm.normalised(), pm.method, pm.targets, patch_size=pm.patch_size).upsample()[i]
+            if images is not None:
+                rgb = (images[i].permute(1, 2, 0).clamp(0, 1) * 255).byte().cpu().numpy()
+                fig.add_trace(go.Image(z=rgb), row=r, col=c0 + k)
+            fig.add_trace(go.Heatmap(z=norm.cpu().numpy(), colorscale="Inferno", opacity=opacity,
+                                     showscale=False, zmin=0, zmax=1), row=r, col=c0 + k)
+    fig.update_xaxes(visible=False)
+    fig.update_yaxes(visible=False, autorange="reversed")
+    fig.update_layout(height=180 * len(indices) + 40, width=150 * cols + 40, margin=dict(l=5, r=5, t=30, b=5))
+    return fig

@@ -1,0 +1,16 @@
+"""Raw attention: one layer's pattern (the last by default), mean over heads, row CLS."""
+
+from __future__ import annotations
+
+import torch
+
+from attribution.vit.methods._common import capture, pattern_name
+
+DEFAULTS = {"layer": -1}
+NEEDS_GRAD = False
+
+
+def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    layer = layer % model.cfg.n_layers
+    _, acts, _ = capture(model, images, [pattern_name(layer)], grad=False)
+    return acts[pattern_name(layer)].mean(1)[:, 0, 1:]

@@ -1,0 +1,105 @@
+"""DPA's target propagation applied to the ViT (our extension; shared/specs/dpa.md, "Beyond the paper").
+
+One forward pass freezes every nonlinearity: each LayerNorm's 1/std (centring stays, it is
+linear), the GELU ratio act(g)/g (``mlp_mode="ratio"``, exact) or its derivative (``"grad"``),
+and the attention patterns for the value path. The target vector starts at CLS,
+
+    t_CLS = P(gamma_final * W_head[:, c]) / std_final(CLS),   P = centring (I - 11^T/d),
+
+and is carried down the residual stream block by block (MLP undone first, then attention):
+
+- MLP:   m = W_out t; t += w_mlp * P(gamma2 * W_in (m * rho(g))) / std2
+- value: t_j += w_v * P(gamma1 * sum_h W_V^h sum_i A_ij m_i^h) / std1_j,   m_i^h = W_O^h t_i
+- query/key: delta_ij = A_ij (m_i.v_j - m_i.z_i);
+  t_i += w_q * P(gamma1 * sum_h W_Q^h sum_j delta_ij k_j) / (sqrt(d_head) std1_i)
+  t_j += w_k * P(gamma1 * sum_h W_K^h sum_i delta_ij q_i) / (sqrt(d_head) std1_j)
+
+Patch score: s_i = t_i^0 . (W_patch x_i), the patch's content embedding (position embedding and
+bias are the same for every image, so they are left out). With w_v = w_mlp = 1, w_q = w_k = 0
+and ``mlp_mode="ratio"`` the propagation is exact: sum_i t_i^0 . x_i^0 + the bias/offset terms
+(``const``) equals the target logit (tested). Defaults as in the paper: q 0.25, k 0.25, v 0.5.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from attribution.vit.methods._common import capture
+from workbench.errors import MethodError
+
+DEFAULTS = {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_mlp": 1.0, "mlp_mode": "ratio"}
+NEEDS_GRAD = False
+
+
+def _act_factor(g: torch.Tensor, kind: str, mode: str) -> torch.Tensor:
+    from attribution.vit.model import gelu
+
+    if mode == "ratio":  # act(g) / g, with its limit 0.5 at g = 0
+        small = g.abs() < 1e-6
+        return torch.where(small, torch.full_like(g, 0.5), gelu(g, kind) / torch.where(small, 1.0, g))
+    if mode == "grad":
+        x = g.detach().clone().requires_grad_(True)
+        with torch.enable_grad():
+            return torch.autograd.grad(gelu(x, kind).sum(), x)[0]
+    raise MethodError(f"dpa mlp_mode must be 'ratio' or 'grad', got {mode!r}")
+
+
+def _ln_back(u: torch.Tensor, gamma: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """Pull a target u (on the LN output) back to the LN input with the std frozen."""
+    v = u * gamma
+    return (v - v.mean(-1, keepdim=True)) / scale
+
+
+def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
+              w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio"):
+    """Returns (t0 (image, token, d_model) at the block-0 input, const (image), acts)."""
+    cfg = model.cfg
+    names = ["hook_embed"]
+    for l in range(cfg.n_layers):
+        b = f"blocks.{l}."
+        names += [b + "hook_resid_pre", b + "ln1.hook_scale", b + "ln2.hook_scale", b + "attn.hook_pattern",
+                  b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v", b + "attn.hook_z",
+                  b + "mlp.hook_pre"]
+    names.append("ln_final.hook_scale")
+    _, acts, _ = capture(model, images, names, grad=False)
+    with torch.no_grad():
+        n, t_len, d = acts["blocks.0.hook_resid_pre"].shape
+        w_c = model.W_head[:, targets].T  # (image, d)
+        t = torch.zeros(n, t_len, d, device=images.device)
+        t[:, 0] = _ln_back(w_c, model.ln_final.w, acts["ln_final.hook_scale"])  # final LN sees CLS only
+        const = model.b_head[targets] + w_c @ model.ln_final.b
+        for l in reversed(range(cfg.n_layers)):
+            blk, b = model.blocks[l], f"blocks.{l}."
+            # MLP (pre-LN): the activation frozen as a factor rho(g) on its pre-activation
+            m = t @ blk.mlp.W_out.T
+            u = m * _act_factor(acts[b + "mlp.hook_pre"], cfg.act, mlp_mode)
+            dy = u @ blk.mlp.W_in.T
+            const += (t @ blk.mlp.b_out).sum(1) + w_mlp * ((u @ blk.mlp.b_in).sum(1) + (dy @ blk.ln2.b).sum(1))
+            t = t + w_mlp * _ln_back(dy, blk.ln2.w, acts[b + "ln2.hook_scale"])
+            # attention
+            at = blk.attn
+            a, q, k, v, z = (acts[b + "attn.hook_" + s] for s in ("pattern", "q", "k", "v", "z"))
+            mh = torch.einsum("btd,hed->bthe", t, at.W_O)  # (image, token, head, d_head)
+            const += (t @ at.b_O).sum(1) + w_v * torch.einsum("bthe,he->b", mh, at.b_V)
+            dv = torch.einsum("bhij,bihe->bjhe", a, mh)
+            dy_v = torch.einsum("bjhe,hde->bjd", dv, at.W_V)
+            const += w_v * (dy_v @ blk.ln1.b).sum(1)
+            total = w_v * dy_v
+            if w_q or w_k:
+                delta = a * (torch.einsum("bihe,bjhe->bhij", mh, v)
+                             - (mh * z).sum(-1).transpose(1, 2)[..., None])
+                dq = torch.einsum("bhij,bjhe->bihe", delta, k) / math.sqrt(cfg.d_head)
+                dk = torch.einsum("bhij,bihe->bjhe", delta, q) / math.sqrt(cfg.d_head)
+                total = total + w_q * torch.einsum("bihe,hde->bid", dq, at.W_Q) \
+                    + w_k * torch.einsum("bjhe,hde->bjd", dk, at.W_K)
+            t = t + _ln_back(total, blk.ln1.w, acts[b + "ln1.hook_scale"])
+    return t, const, acts
+
+
+def run(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
+        w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio") -> torch.Tensor:
+    t, _, acts = propagate(model, images, targets, w_q, w_k, w_v, w_mlp, mlp_mode)
+    content = acts["hook_embed"][:, 1:] - model.b_patch  # W_patch x_i
+    return (t[:, 1:] * content).sum(-1)

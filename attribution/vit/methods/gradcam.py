@@ -1,0 +1,21 @@
+"""Grad-CAM on the last layer's attention.
+
+w_h = mean over patches of dy_c/dA_h[CLS, patches]; map = (mean_h A_h[CLS, patches] * w_h)^+.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from attribution.vit.methods._common import capture, pattern_name
+
+DEFAULTS = {"layer": -1}
+NEEDS_GRAD = True
+
+
+def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
+    name = pattern_name(layer % model.cfg.n_layers)
+    _, acts, grads = capture(model, images, [name], grad=True, targets=targets)
+    a, g = acts[name][:, :, 0, 1:], grads[name][:, :, 0, 1:]
+    w = g.mean(-1, keepdim=True)
+    return (a * w).mean(1).clamp(min=0)

@@ -1,0 +1,122 @@
+"""Shipped checkpoints: ``data/models/<name>/`` with config.json (a ``workbench`` section for the
+zoo plus the model spec and task), model.safetensors, metrics.json and snapshots.safetensors
+(fp16 attention weights along training). ``load(entry)`` returns a workbench HookedModel."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ModelFileError
+
+LOADER = "circuits.checkpoints:load"
+
+
+def save(out: str | Path, name: str, tl: Any, spec: Any, task: Any, metrics: dict[str, Any],
+         snaps: dict[int, dict] | None = None, description: str = "", source: str | None = None) -> Path:
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    state = {k: v.detach().contiguous() for k, v in tl.state_dict().items()
+             if not k.endswith(("IGNORE", ".mask"))}  # causal masks are rebuilt on load
+    n_params = sum(p.numel() for p in tl.parameters())
+    config = {
+        "workbench": {"name": name, "kind": "toy", "params": n_params, "loader": LOADER,
+                      "source": source or f"data/models/{name} (workbench train)",
+                      "description": description or _describe(spec, task, metrics)},
+        "model": spec.to_dict(),
+        "task": task.info() | {"name": task.name},
+        "vocab": task.vocab,
+        "n_ctx": task.n_ctx,
+    }
+    save_file(state, str(out / "model.safetensors"), metadata={"format": "pt"})
+    if snaps:
+        flat = {f"step{step}.{k}": v for step, st in snaps.items() for k, v in st.items()}
+        save_file(flat, str(out / "snapshots.safetensors"), metadata={"steps": json.dumps(sorted(snaps))})
+    (out / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1) + "\n")
+    return out
+
+
+def _describe(spec: Any, task: Any, metrics: dict[str, Any]) -> str:
+    score = (f"test acc {metrics['test_accuracy']:.3f}" if "test_accuracy" in metrics
+             else f"test loss {metrics.get('test_loss', float('nan')):.4f}")
+    extra = f", {spec.experts} experts top-{spec.top_k} {spec.router} router" if spec.ffn.startswith("moe") else ""
+    return (f"{task.name}: {spec.layers}L {spec.heads}H d{spec.d_model} ffn={spec.ffn}{extra}, "
+            f"norm={spec.norm}; {score}")
+
+
+def read_config(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    cfg = path / "config.json"
+    if not cfg.exists():
+        raise ModelFileError(f"{str(path)!r} has no config.json: not a toy checkpoint")
+    try:
+        return json.loads(cfg.read_text())
+    except ValueError as exc:
+        raise ModelFileError(f"cannot read {cfg}: {exc}") from None
+
+
+def load_tl(path: str | Path, device: str = "cpu"):
+    """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
+    from circuits.models import ModelSpec, build_model
+    from circuits.tasks import get_task
+
+    path = Path(path)
+    config = read_config(path)
+    weights = path / "model.safetensors"
+    if not weights.exists():
+        raise ModelFileError(f"{str(path)!r} has no model.safetensors")
+    try:
+        spec = ModelSpec.from_dict(config["model"])
+        task = get_task(config["task"]["name"], **config["task"].get("params", {}))
+    except KeyError as exc:
+        raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
+    from workbench.llm import _check_safetensors
+
+    _check_safetensors(weights)
+    from safetensors.torch import load_file
+
+    tl = build_model(spec, task)
+    state = load_file(str(weights))
+    missing, unexpected = tl.load_state_dict(state, strict=False)
+    missing = [k for k in missing if not k.endswith(("IGNORE", ".mask"))]
+    if missing or unexpected:
+        raise ModelFileError(f"{weights} does not match its config: missing {missing[:3]}, "
+                             f"unexpected {unexpected[:3]}")
+    tl.to(device).eval()
+    for p in tl.parameters():
+        p.requires_grad_(False)
+    return tl, spec, task
+
+
+def load(entry: Any, device: str = "cpu", **kwargs: Any):
+    """Zoo loader: a toy checkpoint as a HookedModel (kind "toy")."""
+    from circuits.models import arch_for
+    from workbench.hooked import HookedModel
+    from workbench.tokens import SymbolTokenizer
+
+    path = Path(entry.path if hasattr(entry, "path") else entry)
+    tl, spec, task = load_tl(path, device)
+    config = read_config(path)
+    name = getattr(entry, "name", None) or config["workbench"].get("name", path.name)
+    info = {"path": str(path), "task": task.info(), "spec": spec.to_dict(),
+            "metrics_file": str(path / "metrics.json")}
+    return HookedModel(tl, SymbolTokenizer(task.vocab), name=name, kind="toy", backend="transformer_lens",
+                       prepend_bos=False, arch=arch_for(spec, tl.cfg), info=info)
+
+
+def snapshots(path: str | Path) -> dict[int, dict[str, Any]]:
+    """{step: {param name: tensor}} from snapshots.safetensors (empty if none)."""
+    from safetensors.torch import load_file
+
+    file = Path(path) / "snapshots.safetensors"
+    if not file.exists():
+        return {}
+    out: dict[int, dict[str, Any]] = {}
+    for key, value in load_file(str(file)).items():
+        step, name = key.split(".", 1)
+        out.setdefault(int(step[4:]), {})[name] = value.float()
+    return dict(sorted(out.items()))
