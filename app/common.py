@@ -83,11 +83,25 @@ def remember(key: str) -> Callable[[], None]:
     return _store
 
 
+def seed_from_query(mapping: dict[str, str]) -> None:
+    """Deep links: ``?model=...&prompt=...`` fill the page's widgets once per session."""
+    done = st.session_state.setdefault("_query_seeded", set())
+    for param, key in mapping.items():
+        value = st.query_params.get(param)
+        if value is not None and (param, key) not in done:
+            done.add((param, key))
+            st.session_state[key] = st.session_state[f"_keep_{key}"] = value
+
+
 def model_picker(kinds: tuple[str, ...], key: str, default: str | None = None, allow_path: bool = True,
                  container: Any = None) -> str | None:
     """A zoo selectbox (plus "local path…"); returns the chosen name or path."""
     box = container or st
     names = [e.name for e in zoo(kinds)]
+    if allow_path and key in st.session_state and st.session_state[key] not in names + [LOCAL_PATH]:
+        # a path (from a deep link or a test) selects "local path…" with that directory
+        st.session_state[f"{key}_path"] = st.session_state[f"_keep_{key}_path"] = st.session_state[key]
+        st.session_state[key] = st.session_state[f"_keep_{key}"] = LOCAL_PATH
     if not names and not allow_path:
         box.info(f"No {'/'.join(kinds)} model in the zoo yet.")
         return None
@@ -160,14 +174,21 @@ def store():
 
 
 def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run store") -> None:
-    """A button that saves ``draft_fn()`` (a RunDraft) and says where it went."""
-    if st.button(label, key=key):
+    """A button that saves ``draft_fn()`` (a RunDraft or a result with .save) and says where it went.
+
+    Saving happens in the click callback, before the page redraws, so run lists show the new run.
+    """
+    def _save() -> None:
         try:
-            run = store().save(draft_fn())
+            obj = draft_fn()  # a RunDraft, or an engine result that saves itself
+            run = obj.save(store()) if hasattr(obj, "save") else store().save(obj)
+            st.session_state[f"{key}_saved"] = run.id
         except Exception as exc:
-            error("Could not save the run", exc)
-            return
-        st.session_state[f"{key}_saved"] = run.id
+            st.session_state[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
+
+    st.button(label, key=key, on_click=_save)
+    if st.session_state.get(f"{key}_error"):
+        st.error(f"Could not save the run: {st.session_state.pop(f'{key}_error')}")
     if st.session_state.get(f"{key}_saved"):
         st.success(f"Saved as run `{st.session_state[f'{key}_saved']}` (see the Runs page, "
                    "or `workbench runs show` on the command line).")

@@ -86,7 +86,7 @@ def load_tl(path: str | Path, device: str = "cpu"):
     if missing or unexpected:
         raise ModelFileError(f"{weights} does not match its config: missing {missing[:3]}, "
                              f"unexpected {unexpected[:3]}")
-    tl.to(device).eval()
+    tl.to(device, print_details=False).eval()
     for p in tl.parameters():
         p.requires_grad_(False)
     return tl, spec, task

@@ -35,6 +35,7 @@ class ModelSpec:
     top_k: int = 1
     router: str = "learned"
     qk_norm: bool = False
+    init_range: float | None = None  # std of the weight init (TransformerLens default 0.8/sqrt(d_model))
     task_params: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -79,6 +80,8 @@ def check_spec(spec: ModelSpec) -> None:
 
 def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     """A freshly initialised HookedTransformer for ``task`` (from circuits.tasks.get_task)."""
+    import warnings
+
     import torch
     from transformer_lens import HookedTransformer
     from transformer_lens.config import HookedTransformerConfig
@@ -94,10 +97,12 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
         d_vocab_out=1 if regression else d_vocab, act_fn=act, attn_only=spec.ffn == "none",
         gated_mlp=spec.ffn == "glu", normalization_type=NORMS[spec.norm], use_qk_norm=spec.qk_norm,
         positional_embedding_type="standard", seed=seed, default_prepend_bos=False, device="cpu",
-        init_mode="gpt2",
+        init_mode="gpt2", initializer_range=spec.init_range or -1.0,
     )
     torch.manual_seed(seed)
-    model = HookedTransformer(cfg, move_to_device=False)
+    with warnings.catch_warnings():  # TransformerLens 3 flags HookedTransformer as deprecated
+        warnings.simplefilter("ignore", DeprecationWarning)
+        model = HookedTransformer(cfg, move_to_device=False)
     if spec.ffn.startswith("moe"):
         from circuits.moe import MoEMLP
 
@@ -111,6 +116,16 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
         model.pos_embed = VectorPosEmbed(task.n_ctx, spec.d_model)
     model.setup()  # register the new modules' HookPoints under their names
     return model
+
+
+def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
+    """Wrap a built model as a workbench HookedModel (what the zoo loader returns)."""
+    from workbench.hooked import HookedModel
+    from workbench.tokens import SymbolTokenizer
+
+    return HookedModel(tl, SymbolTokenizer(task.vocab), name=name, kind="toy", backend="transformer_lens",
+                       prepend_bos=False, arch=arch_for(spec, tl.cfg),
+                       info={"task": task.info(), "spec": spec.to_dict()})
 
 
 def arch_for(spec: ModelSpec, cfg: Any):

@@ -114,7 +114,7 @@ def train(task: Task, spec: ModelSpec, cfg: TrainConfig,
         if step % cfg.eval_every == 0:
             curve[-1]["train_loss"] = float(loss.detach())
         if on_step:
-            on_step(step + 1, cfg.steps, float(loss))
+            on_step(step + 1, cfg.steps, float(loss.detach()))
     seconds = time.time() - started
     tl.eval()
     train_eval = evaluate(tl, full if full is not None else task.batch("train", 1000, seed=cfg.seed + 1), task)

@@ -20,15 +20,22 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--dataset", default="synthetic", choices=["synthetic", "digits"])
     ap.add_argument("--steps", type=int, default=3000)
-    ap.add_argument("--batch-size", type=int, default=128)
+    ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--lr", type=float, default=2e-3)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--patch-size", type=int, default=4)
     a = ap.parse_args()
+    from attribution.vit.model import ViTConfig
     from attribution.vit.train import save_trained, train_vit
 
-    model, metrics = train_vit(a.dataset, a.steps, a.batch_size, a.lr, a.seed, a.threads,
+    cfg = None
+    if a.patch_size != 4:
+        n = 4 if a.dataset == "synthetic" else 10
+        names = ["plus", "ring", "triangle", "x"] if n == 4 else [str(i) for i in range(10)]
+        cfg = ViTConfig(patch_size=a.patch_size, n_classes=n, class_names=names)
+    model, metrics = train_vit(a.dataset, a.steps, a.batch_size, a.lr, a.seed, a.threads, cfg=cfg,
                                log=lambda s: print(s, file=sys.stderr, flush=True))
     out = save_trained(model, metrics, a.out)
     print(json.dumps({"path": str(out), **{k: v for k, v in metrics.items() if k != "config"}}))

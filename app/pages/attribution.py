@@ -89,6 +89,14 @@ def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
     return preds
 
 
+def save_all(results: list[Any], sig: tuple) -> None:
+    """Button callback: runs before the page redraws, so the saved runs are listed at once."""
+    try:
+        st.session_state["attr_saved"] = (sig, [r.save(C.store()).id for r in results])
+    except Exception as exc:
+        st.session_state["attr_save_error"] = str(exc)
+
+
 def show_saved() -> None:
     with st.expander("Open a saved attribution run"):
         run = C.run_picker("attribute", key="attr_open")
@@ -144,25 +152,33 @@ def show_flow(edge: Any, tokens: list[str]) -> None:
         st.caption("No edge reaches the threshold: lower it to see more of the graph.")
 
 
-def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, results: dict[str, Any]) -> None:
+def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, methods: list[str]) -> None:
+    """Disrupt / recover curves for this one prompt (attribution.faithfulness.evaluate on one example)."""
     faith = C.engine("attribution.faithfulness", "faithfulness")
     if faith is None:
         return
-    fn = getattr(faith, "prompt_curves", None) or getattr(faith, "curves", None)
-    if fn is None:
-        st.info("attribution.faithfulness has no per-prompt curve function yet (prompt_curves).")
+    level = st.radio("Items", list(faith.LEVELS), horizontal=True, key="attr_faith_level")
+    usable = [m for m in methods if m in available_methods(level)]
+    if not usable:
+        st.info(f"None of the chosen methods scores at the {level} level.")
         return
-    if not st.button("Compute disrupt / recover curves", key="attr_faith_go"):
+    sig = (loaded.name, prompt, target, foil, tuple(usable), level)
+    if st.button(f"Compute curves for {', '.join(usable)}", key="attr_faith_go"):
+        example = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {})}
+        with C.Progress("Disrupt / recover curves", 1) as prog, loaded.lock:
+            res = C.attempt("Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level)
+            prog.step("done")
+        if res is not None:
+            st.session_state["_attr_faith"] = (sig, res)
+    held = st.session_state.get("_attr_faith")
+    if not held or held[0] != sig:
+        st.caption("Ablate the top (disrupt) or all but the top (recover) items in each method's order and "
+                   "watch p(target); a faithful ranking drops fast and recovers fast.")
         return
-    with C.Progress("Disrupt / recover curves", len(results)) as p, loaded.lock:
-        out = {}
-        for method, res in results.items():
-            out[method] = C.attempt(f"{method} curves", fn, loaded.model, prompt, target=target, foil=foil,
-                                    scores=res.scores, level=res.level)
-            p.step(method)
-    for method, curve in out.items():
-        if curve is not None and hasattr(curve, "plot"):
-            st.plotly_chart(curve.plot(), key=f"attr_faith_{method}")
+    res = held[1]
+    st.plotly_chart(res.plot(), key="attr_faith_fig")
+    st.dataframe(res.table(), hide_index=True)
+    C.save_button(lambda: res, key="attr_faith_save")
 
 
 # -- the page ------------------------------------------------------------------------------------------
@@ -174,6 +190,9 @@ from attribution.methods import METHODS  # noqa: E402
 
 show_saved()
 
+C.seed_from_query({"model": "attr_model", "prompt": "attr_prompt", "methods": "_attr_methods_q"})
+if "_attr_methods_q" in st.session_state:  # ?methods=dpa,gradient
+    st.session_state["attr_methods"] = [m for m in st.session_state.pop("_attr_methods_q").split(",") if m]
 with st.sidebar:
     model_name = C.model_picker(("llm", "toy"), key="attr_model", default="smollm2-135m")
 loaded = C.get_model(model_name)
@@ -257,15 +276,13 @@ with tabs[2]:
     else:
         st.info(f"{detail} gives no edge scores.")
 with tabs[3]:
-    show_faithfulness(loaded, prompt, target, foil, {m: r for (m, lv), r in results.items() if lv == "token"})
+    show_faithfulness(loaded, prompt, target, foil, methods)
 with tabs[4]:
     st.write(f"{len(results)} results: " + ", ".join(f"{m}·{lv}" for m, lv in results))
     sig = (loaded.name, prompt, target, foil, tuple(results))
-    if st.button("Save all to the run store", key="attr_save"):
-        try:
-            st.session_state["attr_saved"] = (sig, [r.save(C.store()).id for r in results.values()])
-        except Exception as exc:
-            C.error("Could not save", exc)
+    st.button("Save all to the run store", key="attr_save", on_click=save_all, args=(list(results.values()), sig))
+    if st.session_state.get("attr_save_error"):
+        st.error(f"Could not save: {st.session_state.pop('attr_save_error')}")
     saved = st.session_state.get("attr_saved")
     if saved and saved[0] == sig:
         st.success("Saved runs (open them on the Runs page or above): "

@@ -20,7 +20,13 @@ if loaded is None:
     st.stop()
 model = loaded.model
 st.success(f"{loaded.name} loaded in {loaded.seconds:.2f} s (held for the whole server)")
-arch = model.arch.to_dict() if hasattr(model.arch, "to_dict") else dict(getattr(model, "arch", {}) or {})
+arch_obj = getattr(model, "arch", None)
+if arch_obj is not None:
+    arch = arch_obj.to_dict() if hasattr(arch_obj, "to_dict") else dict(arch_obj)
+elif hasattr(model, "architecture"):  # the ViTs describe themselves this way
+    arch = model.architecture()
+else:
+    arch = {}
 c1, c2 = st.columns([1, 1])
 with c1:
     st.subheader("Architecture")
@@ -32,7 +38,7 @@ with c2:
     st.caption(f"Models loaded by this server so far: {len(C.LOADS)} "
                f"({', '.join(x['name'] for x in C.LOADS)})")
 
-if not hasattr(model, "generate"):
+if not hasattr(model, "generate") or getattr(model, "kind", "llm") == "vit":
     st.info("This model has no text generation (e.g. an image classifier).")
     st.stop()
 

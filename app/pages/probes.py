@@ -1,6 +1,177 @@
-"""probes page (being built)."""
+"""Probes and concepts: what each layer represents, how cleanly, and what steering along it does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-st.title("probes")
-st.info("This page is being built.")
+from app import common as C
+
+DATA = Path(__file__).resolve().parents[2] / "data" / "concepts"
+
+
+def read_dataset(source: str, upload: Any):
+    """A LabeledSet from a shipped file or an upload; None after a message in the page."""
+    from attribution.probes.activations import load_dataset
+
+    if source != "upload":
+        return C.attempt("Cannot read the dataset", load_dataset, DATA / source)
+    if upload is None:
+        st.info("Upload a JSONL file: one {\"text\": ..., \"label\": ...} object a line.")
+        return None
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as fh:
+        fh.write(upload.getvalue())
+    try:
+        return C.attempt(f"Cannot read {upload.name!r}", load_dataset, fh.name)
+    finally:
+        Path(fh.name).unlink(missing_ok=True)
+
+
+def subset(data: Any, n: int):
+    """The first n examples, keeping every class (a stratified cut in file order)."""
+    from attribution.probes.activations import LabeledSet
+
+    per = max(2, n // max(len(data.classes), 1))
+    keep, seen = [], {c: 0 for c in data.classes}
+    for i, y in enumerate(data.labels):
+        if seen[y] < per:
+            keep.append(i)
+            seen[y] += 1
+    pick = lambda xs: [xs[i] for i in keep] if xs else xs  # noqa: E731
+    return LabeledSet(pick(data.texts), pick(data.labels), pick(data.words), pick(data.marked))
+
+
+def analyse(loaded: Any, data: Any, pooling: str, concept: str) -> dict[str, Any]:
+    from attribution.probes.activations import pooled_activations, resid_hooks
+    from attribution.probes.concepts import concept_vectors
+    from attribution.probes.probe import probe_layers
+
+    model = loaded.model
+    hooks = resid_hooks(model)
+    names = {h: i for i, h in enumerate(hooks)}
+    with C.Progress(f"Probing {len(hooks)} layers on {len(data)} examples", 3) as prog, loaded.lock:
+        acts = pooled_activations(model, data, hooks, pooling)
+        prog.step("activations")
+        probe = probe_layers(acts, data.labels, data.words or data.labels, model.name, pooling=pooling, n_boot=200,
+                             layer_names=names)
+        prog.step("probes")
+        concepts = concept_vectors(model, acts, data.labels, concept, data.texts, pooling=pooling, layer_names=names)
+        prog.step("concept vectors")
+    return {"acts": acts, "probe": probe, "concepts": concepts, "names": names}
+
+
+def similarity_heatmap(concepts: Any):
+    import plotly.graph_objects as go
+
+    table = concepts.table()
+    cols = [c for c in ("cos_mean_probe", "cos_mean_sae", "cos_probe_sae") if table[c].notna().any()]
+    fig = go.Figure(go.Heatmap(z=table[cols].to_numpy(dtype=float).T, x=[str(x) for x in table["layer"]],
+                               y=[c.replace("cos_", "").replace("_", " · ") for c in cols], colorscale="RdBu",
+                               zmid=0, zmin=-1, zmax=1))
+    fig.update_layout(title=f"Cosine similarity of {concepts.concept!r} concept vectors per layer",
+                      xaxis_title="layer", height=260, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def gdv_figure(probe: Any):
+    import plotly.graph_objects as go
+
+    fig = go.Figure(go.Scatter(x=[r.layer for r in probe.layers], y=[r.gdv for r in probe.layers],
+                               mode="lines+markers", name="GDV"))
+    fig.update_layout(title="Generalized discrimination value (lower = classes better separated)",
+                      xaxis_title="layer", yaxis_title="GDV", height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def steer(loaded: Any, hook: str, vector: Any, prompt: str, n_new: int) -> str:
+    """The model's continuation with ``vector`` added to the residual stream at ``hook``."""
+    def add(act, hook):  # noqa: ARG001 - TransformerLens passes the hook point
+        return act + vector.to(act.dtype).to(act.device)
+
+    with loaded.lock, loaded.model.hooks(fwd_hooks=[(hook, add)]):
+        return loaded.model.generate(prompt, max_new_tokens=n_new)
+
+
+st.title("Probes and concepts")
+st.caption("Per-layer probe accuracy, selectivity and GDV; concept vectors, their similarity, PCA and steering.")
+if C.engine("attribution.probes.probe", "probes") is None:
+    st.stop()
+with st.sidebar:
+    name = C.model_picker(("llm", "toy"), key="probe_model", default="smollm2-135m")
+loaded = C.get_model(name)
+if loaded is None:
+    st.stop()
+
+files = sorted(p.name for p in DATA.glob("*.jsonl")) if DATA.is_dir() else []
+c1, c2, c3 = st.columns(3)
+source = c1.selectbox("Dataset", files + ["upload"], key="probe_source")
+upload = c1.file_uploader("JSONL", key="probe_upload") if source == "upload" else None
+data = read_dataset(source, upload)
+if data is None:
+    st.stop()
+n = c2.slider("Examples", 8, max(8, len(data)), min(120, len(data)), step=4, key="probe_n")
+pooling = c3.radio("Pooling", ["last", "mean"], horizontal=True, key="probe_pooling")
+data = subset(data, n)
+concept = c2.selectbox("Concept (positive class)", data.classes, key="probe_concept")
+
+sig = (loaded.name, source, getattr(upload, "file_id", None), n, pooling, concept)
+held = st.session_state.get("_probe_result")
+if not held or held[0] != sig:
+    out = C.attempt("Probing failed", analyse, loaded, data, pooling, concept)
+    if out is None:
+        st.stop()
+    held = (sig, out)
+    st.session_state["_probe_result"] = held
+out = held[1]
+probe, concepts, acts = out["probe"], out["concepts"], out["acts"]
+best = probe.best
+st.metric("best layer", str(best.layer), f"accuracy {best.accuracy:.2f}, selectivity {best.selectivity:+.2f}")
+st.plotly_chart(probe.plot(), key="probe_curves")
+c1, c2 = st.columns(2)
+c1.plotly_chart(gdv_figure(probe), key="probe_gdv")
+c2.plotly_chart(similarity_heatmap(concepts), key="probe_sim")
+
+hooks = list(acts)
+layer = st.select_slider("Layer for PCA and steering", options=list(range(len(hooks))), value=int(best.layer),
+                         key="probe_layer")
+from attribution.probes.geometry import projection_figure  # noqa: E402
+
+fig = C.attempt("PCA failed", projection_figure, acts[hooks[layer]], data.labels, "pca",
+                f"PCA of layer {layer} ({pooling} pooling)")
+if fig is not None:
+    st.plotly_chart(fig, key="probe_pca")
+
+st.subheader("Steering")
+from attribution.probes.concepts import class_mean_vector  # noqa: E402
+
+X = acts[hooks[layer]].float()
+direction = class_mean_vector(X, __import__("numpy").asarray(data.labels), concept)
+norm = float(X.norm(dim=1).median())
+scale = st.slider("Steering strength (× median activation norm)", -2.0, 2.0, 0.0, 0.25, key="probe_scale")
+C.keep("probe_prompt", data.texts[0])
+prompt = st.text_input("Prompt", key="probe_prompt", on_change=C.remember("probe_prompt"))
+if not prompt.strip():
+    st.warning("The prompt is empty: type a prompt to steer.")
+else:
+    vec = direction / direction.norm().clamp_min(1e-12) * norm * scale
+    steered = C.attempt("Steering failed", steer, loaded, hooks[layer], vec, prompt, 12)
+    if steered is not None:
+        st.markdown(f"**{prompt}** {steered}")
+        st.caption(f"{concept!r} direction at layer {layer}, strength {scale:+.2f}")
+
+
+def _draft():
+    from workbench.store import RunDraft
+
+    return RunDraft(kind="probe", model=loaded.name, method=f"{probe.kind}+concepts",
+                    args={"dataset": source, "n": n, "pooling": pooling, "concept": concept},
+                    result={"probe": probe.to_json(), "concepts": concepts.to_json()},
+                    tables={"probes": probe.table(), "concepts": concepts.table()},
+                    figures={"probes": probe.plot(), "concepts": concepts.plot()})
+
+
+C.save_button(_draft, key="probe_save")

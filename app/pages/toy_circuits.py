@@ -1,6 +1,207 @@
-"""toy_circuits page (being built)."""
+"""Toy circuits: accuracy, attention patterns, ablation, patching, Fourier, spectra and the FFN variants."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
 
 import streamlit as st
 
-st.title("toy_circuits")
-st.info("This page is being built.")
+from app import common as C
+from app import views as V
+
+N_EVAL = 256
+
+
+def pattern_grid(pats: Any, tokens: list[str]):
+    """All heads' patterns [layer, head, query, key] for one example as a grid of heatmaps."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    n_layers, n_heads = int(pats.shape[0]), int(pats.shape[1])
+    labels = V.token_labels(tokens)
+    fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=[f"L{lay}H{h}" for lay in range(n_layers)
+                                                                     for h in range(n_heads)],
+                        horizontal_spacing=0.03, vertical_spacing=0.08)
+    for lay in range(n_layers):
+        for h in range(n_heads):
+            fig.add_trace(go.Heatmap(z=pats[lay, h].numpy(), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
+                                     showscale=False), row=lay + 1, col=h + 1)
+    fig.update_yaxes(autorange="reversed")
+    fig.update_layout(height=260 * n_layers + 60, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    return fig
+
+
+def variants_table(entries: list[Any]):
+    """Every toy checkpoint's test metrics beside its FFN variant (read from metrics.json)."""
+    import pandas as pd
+
+    rows = []
+    for e in entries:
+        try:
+            cfg = json.loads((Path(e.path) / "config.json").read_text())
+            metrics = json.loads((Path(e.path) / "metrics.json").read_text())
+        except (OSError, ValueError, TypeError):
+            continue
+        spec = cfg.get("model", {})
+        test = metrics.get("test", {})
+        rows.append({"model": e.name, "task": spec.get("task"), "ffn": spec.get("ffn"), "layers": spec.get("layers"),
+                     "heads": spec.get("heads"), "d_model": spec.get("d_model"), "params": e.params,
+                     "test_accuracy": test.get("accuracy"), "test_loss": test.get("loss")})
+    return pd.DataFrame(rows)
+
+
+def _draft(kind: str, method: str, res: Any, model_name: str, seed: int):
+    from workbench.store import RunDraft
+
+    return RunDraft(kind=f"toy-{kind}", model=model_name, method=method, args={"seed": seed, "n": N_EVAL},
+                    result=res.to_json(), tables={"scores": res.table()}, figures={"plot": res.plot()})
+
+
+def spectra_figure(table: Any, value: str):
+    """One line per (layer, head, matrix) over training steps."""
+    import plotly.express as px
+
+    t = table.copy()
+    t["component"] = [f"L{lay}" + (f"H{h}" if h >= 0 else "") + f" {m}"
+                      for lay, h, m in zip(t["layer"], t["head"], t["matrix"], strict=True)]
+    return px.line(t, x="step", y=value, color="component", markers=True,
+                   title=f"{value} of attention weights over training")
+
+
+def components(model: Any) -> list[str]:
+    out = [f"head:{lay}.{h}" for lay in range(model.arch.n_layers) for h in range(model.arch.n_heads)]
+    if model.arch.mlp != "none":
+        out += [f"mlp:{lay}" for lay in range(model.arch.n_layers)]
+    return out
+
+
+st.title("Toy circuits")
+st.caption("Small transformers trained here on tasks with known solutions: how they solve them.")
+if C.engine("circuits.tools", "circuit tools") is None:
+    st.stop()
+entries = C.zoo(("toy",))
+with st.sidebar:
+    name = C.model_picker(("toy",), key="toy_model", allow_path=True)
+loaded = C.get_model(name)
+if loaded is None:
+    st.stop()
+model = loaded.model
+if getattr(model, "kind", None) != "toy" or "task" not in getattr(model, "info", {}):
+    st.error(f"{loaded.name} is not a toy checkpoint: pick one of {', '.join(e.name for e in entries) or 'none'}.")
+    st.stop()
+from circuits.tasks import get_task  # noqa: E402
+from circuits.train import evaluate  # noqa: E402
+
+info = model.info
+task = C.attempt("Cannot rebuild the task", get_task, info["task"]["task"], **info["task"].get("params", {}))
+if task is None:
+    st.stop()
+st.caption(f"task `{task.name}` · {json.dumps(info.get('spec', {}))}")
+seed = st.sidebar.number_input("Evaluation seed", 0, 10_000, 0, key="toy_seed")
+batch = C.attempt("Cannot sample the task", task.batch, "test", N_EVAL, int(seed))
+if batch is None:
+    st.stop()
+with loaded.lock:
+    acc = C.attempt("Evaluation failed", evaluate, model.tl, batch, task)
+if acc:
+    cols = st.columns(len(acc))
+    for col, (k, v) in zip(cols, acc.items(), strict=True):
+        col.metric(k, f"{v:.4f}" if isinstance(v, float) else str(v))
+
+tabs = st.tabs(["Attention patterns", "Ablation", "Patching", "Fourier", "Spectra", "FFN variants"])
+is_tokens = task.kind != "regression"
+with tabs[0]:
+    if not is_tokens:
+        st.info("This task feeds vectors, not tokens; patterns are shown for token tasks.")
+    else:
+        idx = st.number_input("Test example", 0, len(batch) - 1, 0, key="toy_example")
+        ids = batch.tokens[int(idx)].tolist()
+        from circuits.tools.patterns import patterns
+
+        with loaded.lock:
+            pats = C.attempt("Cannot read the patterns", patterns, model, ids)
+        if pats is not None:
+            tokens = model.to_str_tokens(ids)
+            st.caption("example: " + " ".join(tokens))
+            st.plotly_chart(pattern_grid(pats[:, 0].cpu(), tokens), key="toy_patterns")
+with tabs[1]:
+    from circuits.tools.ablation import METHODS as ABL, ablate_task
+
+    method = st.radio("Ablation", list(ABL), horizontal=True, index=list(ABL).index("mean"), key="toy_ablation")
+    key = ("abl", loaded.name, int(seed), method)
+    if st.session_state.get("_toy_abl", (None,))[0] != key:
+        with C.Progress(f"{method} ablation of every component", 1) as prog, loaded.lock:
+            res = C.attempt("Ablation failed", ablate_task, model, batch, task, components(model), method=method)
+            prog.step("done")
+        st.session_state["_toy_abl"] = (key, res)
+    res = st.session_state["_toy_abl"][1]
+    if res is not None:
+        metric = "accuracy" if "accuracy" in res.base else next(iter(res.base))
+        st.plotly_chart(res.plot(metric), key="toy_abl_fig")
+        st.dataframe(res.table(), hide_index=True)
+        C.save_button(lambda: _draft("ablation", method, res, loaded.name, int(seed)), key="toy_abl_save")
+with tabs[2]:
+    if not is_tokens:
+        st.info("Patching needs token prompts.")
+    else:
+        c1, c2 = st.columns(2)
+        i_clean = c1.number_input("Clean example", 0, len(batch) - 1, 0, key="toy_clean")
+        i_bad = c2.number_input("Corrupted example", 0, len(batch) - 1, 1, key="toy_bad")
+        pos = int(batch.mask[int(i_clean)].nonzero()[-1]) if batch.mask[int(i_clean)].any() else -1
+        target, foil = int(batch.targets[int(i_clean), pos]), int(batch.targets[int(i_bad), pos])
+        st.caption(f"clean: {' '.join(model.to_str_tokens(batch.tokens[int(i_clean)].tolist()))} → "
+                   f"{model.decode([target])}; corrupted: "
+                   f"{' '.join(model.to_str_tokens(batch.tokens[int(i_bad)].tolist()))} → {model.decode([foil])}")
+        from circuits.tools.patching import patch_heads, patch_residual
+
+        clean, bad = batch.tokens[int(i_clean)].tolist(), batch.tokens[int(i_bad)].tolist()
+        with loaded.lock:
+            heads = C.attempt("Head patching failed", patch_heads, model, clean, bad, target,
+                              foil if foil != target else None, pos=pos)
+            resid = C.attempt("Residual patching failed", patch_residual, model, clean, bad, target,
+                              foil if foil != target else None, pos=pos)
+        for tag, res in (("heads", heads), ("resid", resid)):
+            if res is not None:
+                st.plotly_chart(res.plot(), key=f"toy_patch_{tag}")
+with tabs[3]:
+    if task.name != "modadd":
+        st.info("Fourier plots are for modular-addition models; pick a modadd checkpoint.")
+    else:
+        from circuits.tools.fourier import fourier_analysis
+
+        with loaded.lock:
+            four = C.attempt("Fourier analysis failed", fourier_analysis, model)
+        if four is not None:
+            st.metric("key frequencies", ", ".join(map(str, four.key_freqs)))
+            if four.embedding_spectrum is not None:
+                spec = four.embedding_spectrum
+                st.plotly_chart(V.bar([str(i) for i in range(len(spec))], [float(x) for x in spec],
+                                      "Embedding energy per frequency"), key="toy_four_spec")
+            st.plotly_chart(four.plot(), key="toy_four_fig")
+with tabs[4]:
+    from circuits.tools.spectra import spectra_over_training, weight_spectra
+
+    table = C.attempt("No spectra over training", spectra_over_training, model)
+    if table is not None:
+        value = st.selectbox("Quantity", [c for c in table.columns if c not in ("step", "layer", "head", "matrix")],
+                             key="toy_spec_value")
+        st.plotly_chart(spectra_figure(table, value), key="toy_spectra")
+    else:
+        now = C.attempt("Spectra failed", weight_spectra, model)
+        if now is not None:
+            st.dataframe(now, hide_index=True)
+with tabs[5]:
+    frame = variants_table(entries)
+    if frame.empty:
+        st.info("No toy checkpoints with metrics yet.")
+    else:
+        st.dataframe(frame, hide_index=True)
+        import plotly.express as px
+
+        fig = px.bar(frame, x="model", y="test_accuracy", color="ffn", facet_col="task",
+                     title="Test accuracy by FFN variant")
+        fig.update_xaxes(matches=None)
+        st.plotly_chart(fig, key="toy_variants")
+

@@ -1,6 +1,159 @@
-"""vision page (being built)."""
+"""Vision: explain a ViT's decision on one image with every map method, beside the object mask, with metrics."""
+
+from __future__ import annotations
+
+from typing import Any
 
 import streamlit as st
 
-st.title("vision")
-st.info("This page is being built.")
+from app import common as C
+
+
+def read_upload(upload: Any, size: int, channels: int):
+    """An uploaded picture as a (1, C, size, size) tensor in [0, 1], or an error message in the page."""
+    import io
+
+    import numpy as np
+    import torch
+    from PIL import Image, UnidentifiedImageError
+
+    try:
+        img = Image.open(io.BytesIO(upload.getvalue()))
+        img.load()
+    except (UnidentifiedImageError, OSError, ValueError) as exc:
+        st.error(f"Cannot read {upload.name!r} as an image ({type(exc).__name__}): upload a PNG or JPEG.")
+        return None
+    img = img.convert("RGB" if channels == 3 else "L").resize((size, size), Image.BILINEAR)
+    arr = np.asarray(img, dtype=np.float32) / 255.0
+    arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    return torch.from_numpy(arr.copy())[None]
+
+
+def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
+    import pandas as pd
+
+    from attribution.vit import metrics as M
+
+    rows = []
+    for name, pm in maps.items():
+        row: dict[str, Any] = {"method": name, "seconds": round(pm.seconds, 4)}
+        if masks is not None:
+            row.update({k: float(v[0]) for k, v in M.localization_scores(pm.flat, masks, pm.patch_size).items()})
+        row.update({k: float(v[0]) for k, v in
+                    M.perturbation_scores(model, images, pm.targets.to(images.device), pm.flat).items()})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def explain_image(model: Any, lock: Any, images: Any, masks: Any, methods: list[str], target: int | None):
+    from attribution.vit.methods import explain
+
+    maps = {}
+    with C.Progress(f"Explaining with {len(methods)} methods", len(methods) + 1) as prog, lock:
+        for name in methods:
+            pm = C.attempt(f"{name} failed", explain, model, images, name, target_class=target)
+            if pm is not None:
+                maps[name] = pm
+            prog.step(name)
+        table = C.attempt("Metrics failed", metrics_table, model, images, masks, maps) if maps else None
+        prog.step("metrics")
+    return maps, table
+
+
+st.title("Vision")
+st.caption("Maps of every method over the image, beside the decisive object's mask, and the metrics table.")
+if C.engine("attribution.vit.methods", "ViT attribution") is None:
+    st.stop()
+from attribution.vit import data as D  # noqa: E402
+from attribution.vit.maps import overlay_figure  # noqa: E402
+from attribution.vit.methods import METHODS  # noqa: E402
+
+with st.sidebar:
+    name = C.model_picker(("vit",), key="vit_model", default="vit-synth")
+loaded = C.get_model(name)
+if loaded is None:
+    st.stop()
+model = loaded.model
+if not hasattr(model, "check_images"):
+    st.error(f"{loaded.name} is not an image classifier: pick a ViT model.")
+    st.stop()
+cfg = model.cfg
+
+c1, c2, c3 = st.columns([1, 1, 2])
+source = c1.radio("Image", ["synthetic", "digits", "upload"], key="vit_source")
+if source == "upload":
+    upload = c2.file_uploader("PNG or JPEG", type=None, key="vit_upload")
+    if upload is None:
+        st.info("Upload an image; it is resized to the model's input size.")
+        st.stop()
+    images = read_upload(upload, cfg.image_size, cfg.in_channels)
+    if images is None:
+        st.stop()
+    masks, label, class_names = None, None, tuple(cfg.class_names) or tuple(str(i) for i in range(cfg.n_classes))
+else:
+    index = c2.number_input("Sample", 0, 63, 0, key="vit_index")
+    batch = C.attempt("Cannot build the sample", D.sample_images, source, int(index) + 1)
+    if batch is None:
+        st.stop()
+    images, masks = batch.images[int(index):int(index) + 1], batch.masks[int(index):int(index) + 1]
+    label, class_names = int(batch.labels[int(index)]), batch.class_names
+methods = c3.multiselect("Methods", list(METHODS), default=list(METHODS), key="vit_methods")
+if not methods:
+    st.info("Pick at least one method.")
+    st.stop()
+
+try:
+    images = model.check_images(images)
+except Exception as exc:
+    C.error("This image does not fit the model", exc)
+    st.stop()
+import torch  # noqa: E402
+
+with loaded.lock, torch.no_grad():
+    probs = torch.softmax(model(images)[0], -1)
+names = list(cfg.class_names) or list(class_names)
+pred = int(probs.argmax())
+c1, c2 = st.columns([1, 3])
+c1.metric("prediction", names[pred] if pred < len(names) else str(pred), f"p = {float(probs[pred]):.2f}")
+if label is not None:
+    c1.caption(f"true class: {class_names[label]}")
+target = c2.selectbox("Explain class", ["predicted"] + names, key="vit_target")
+target_idx = None if target == "predicted" else names.index(target)
+
+sig = (loaded.name, source, str(images.sum().item()), tuple(methods), target_idx)
+held = st.session_state.get("_vit_result")
+if not held or held[0] != sig:
+    maps, table = explain_image(model, loaded.lock, images, masks, methods, target_idx)
+    held = (sig, maps, table)
+    st.session_state["_vit_result"] = held
+_, maps, table = held
+if not maps:
+    st.stop()
+fig = overlay_figure(images.cpu(), maps, [0], masks=masks)
+st.plotly_chart(fig, key="vit_overlay")
+if table is not None:
+    st.dataframe(table, hide_index=True)
+
+
+def _draft():
+    from workbench.store import RunDraft
+
+    return RunDraft(kind="vit-explain", model=loaded.name, method=",".join(maps),
+                    args={"source": source, "target": target, "methods": list(maps)},
+                    timings={m: pm.seconds for m, pm in maps.items()},
+                    result={"prediction": names[pred] if pred < len(names) else pred},
+                    tensors={f"map_{m}": pm.scores for m, pm in maps.items()} | {"image": images.cpu()},
+                    tables={"metrics": table} if table is not None else {}, figures={"overlay": fig})
+
+
+C.save_button(_draft, key="vit_save")
+
+with st.expander("Open a saved vision run"):
+    run = C.run_picker(["vit-explain", "vit-eval"], key="vit_open")
+    if run is not None:
+        import plotly.io as pio
+
+        for i, f in enumerate(sorted(run.path.glob("*.plotly.json"))):
+            st.plotly_chart(pio.from_json(f.read_text()), key=f"vit_open_fig_{i}")
+        for t in run.tables():
+            st.dataframe(run.table(t), hide_index=True)

@@ -153,7 +153,7 @@ def _propagate(model: Any, enc: Any, cache: dict[str, torch.Tensor], p: DPAParam
         out["neuron"] = t.new_zeros(a.n_layers, seq, a.d_mlp)
     kept: dict[str, list[torch.Tensor]] = {"resid_post": [], "resid_mid": [], "resid_pre": []}
     for layer in reversed(range(a.n_layers)):
-        w = model.weights(layer)
+        w = _layer_weights(model, layer)
         if keep_targets:
             kept["resid_post"].append(t)
         if f"blocks.{layer}.mlp.hook_pre" in cache:
@@ -208,78 +208,105 @@ def _init_target(model: Any, enc: Any, cache: dict[str, torch.Tensor],
     return t, logit
 
 
-def _norm(w: dict[str, Any], which: str) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    gamma, beta = w.get(f"{which}.w"), w.get(f"{which}.b")
-    return (None if gamma is None else gamma.float()), (None if beta is None else beta.float())
+def _layer_weights(model: Any, layer: int) -> dict[str, Any]:
+    """Layer weights in TransformerLens layout, float32, with grouped kv heads NOT repeated.
+
+    HookedModel.weights() repeats kv heads to full heads (a copy of W_K and W_V per call, which
+    costs more than this layer's whole top-down pass); DPA sums the query heads of a group instead.
+    """
+    w: dict[str, Any] = {}
+    block = model.tl.blocks[layer]
+    if True:
+        attn = block.attn
+        for key in ("W_Q", "W_O", "b_Q", "b_O"):
+            w[key] = getattr(attn, key, None)
+        for key in ("W_K", "W_V", "b_K", "b_V"):  # the kv-head parameters behind the repeating properties
+            w[key] = getattr(attn, "_" + key, None) if hasattr(attn, "_" + key) else getattr(attn, key, None)
+        for ln in ("ln1", "ln2"):
+            norm = getattr(block, ln, None)
+            w[f"{ln}.w"], w[f"{ln}.b"] = getattr(norm, "w", None), getattr(norm, "b", None)
+        mlp = getattr(block, "mlp", None)
+        for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
+            w[key] = getattr(mlp, key, None) if mlp is not None else None
+    return {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in w.items()}
 
 
 def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
               p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Update to t from layer l's MLP: up and gate paths (SwiGLU) or one content path (GELU/ReLU)."""
     b = f"blocks.{layer}."
-    W_in, W_out = w["W_in"].float(), w["W_out"].float()  # [d_model, d_mlp], [d_mlp, d_model]
-    m = t @ W_out.T  # [pos, d_mlp]: the target seen by each neuron's output
+    m = t @ w["W_out"].T  # [pos, d_mlp]: the target seen by each neuron's output
     if "neuron" in out:
         out["neuron"][layer] = cache[b + "mlp.hook_post"] * m
-    if w.get("b_out") is not None:
-        offsets["mlp_bias"] += (t * w["b_out"].float()).sum().double()
-    if w.get("b_in") is not None and "W_gate" in w:  # TL's gated MLP adds b_in after the product
-        offsets["mlp_bias"] += (m * w["b_in"].float()).sum().double()
+    if w["b_out"] is not None:
+        offsets["mlp_bias"] += (t * w["b_out"]).sum().double()
     g = cache[b + "mlp.hook_pre"]
-    mlp = model.tl.blocks[layer].mlp
-    slope = act_slope(mlp.act_fn, g, p.act_mode, silu=model.arch.act_fn == "silu")
-    if "W_gate" in w:
+    act_fn = model.tl.blocks[layer].mlp.act_fn
+    silu = model.arch.act_fn == "silu"
+    slope = act_slope(act_fn, g, p.act_mode, silu=silu)
+    if w["W_gate"] is not None:
+        if w["b_in"] is not None:  # TL's gated MLP adds b_in after the product
+            offsets["mlp_bias"] += (m * w["b_in"]).sum().double()
         u = cache[b + "mlp.hook_pre_linear"]
-        grad_up = (p.w_up * m) * mlp.act_fn(g)  # act(g) frozen: linear in u
-        grad_gate = (p.w_gate * m) * slope * u
-        g_n = grad_up @ W_in.T + grad_gate @ w["W_gate"].float().T
+        act = g * slope if (silu and p.act_mode == "ratio") else act_fn(g)
+        g_n = t.new_zeros(t.shape)
+        if p.w_up:  # up path, act(g) frozen: linear in u
+            g_n = g_n + ((p.w_up * m) * act) @ w["W_in"].T
+        if p.w_gate:  # gate path, slope(g) and u frozen: linear in g
+            g_n = g_n + ((p.w_gate * m) * slope * u) @ w["W_gate"].T
     else:
         grad_pre = (p.w_mlp * m) * slope
-        g_n = grad_pre @ W_in.T
-        if w.get("b_in") is not None:
-            offsets["mlp_bias"] += (grad_pre * w["b_in"].float()).sum().double()
-    gamma, beta = _norm(w, "ln2")
-    g_x, off = norm_back(g_n, cache.get(b + "ln2.hook_scale"), gamma, beta, model.arch.norm == "layernorm")
+        g_n = grad_pre @ w["W_in"].T
+        if w["b_in"] is not None:
+            offsets["mlp_bias"] += (grad_pre * w["b_in"]).sum().double()
+    g_x, off = norm_back(g_n, cache.get(b + "ln2.hook_scale"), w["ln2.w"], w["ln2.b"],
+                         model.arch.norm == "layernorm")
     offsets["mlp_norm_bias"] += off.double()
     return g_x
 
 
-def _heads(x: torch.Tensor, n_heads: int) -> torch.Tensor:
-    """[pos, kv_head, d_head] -> [head, pos, d_head], repeating grouped kv heads."""
-    if x.shape[1] != n_heads:
-        x = torch.repeat_interleave(x, n_heads // x.shape[1], dim=1)
+def _by_head(x: torch.Tensor) -> torch.Tensor:
+    """[pos, head, d_head] -> [head, pos, d_head]."""
     return x.transpose(0, 1)
 
 
 def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
                     cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
                     offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths."""
+    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths.
+
+    Grouped-query attention without repeating kv heads: the R query heads of kv group g are stacked
+    along positions ([G, R*pos, d_head]), so one bmm per group covers all of them and sums their
+    gradients into the shared k and v.
+    """
     b = f"blocks.{layer}.attn."
-    H = model.arch.n_heads
-    W_O = w["W_O"].float()  # [head, d_head, d_model]
+    seq, d_model = t.shape
+    W_O = w["W_O"]  # [head, d_head, d_model]
+    H, d_head = W_O.shape[0], W_O.shape[1]
+    G = w["W_V"].shape[0]
     A = cache[b + "hook_pattern"]  # [head, query, key]
-    v = _heads(cache[b + "hook_v"], H)  # [head, key, d_head]
-    m = torch.einsum("qd,hed->hqe", t, W_O)  # [head, query, d_head]: target seen by each head's z
-    if w.get("b_O") is not None:
-        offsets["attn_out_bias"] += (t * w["b_O"].float()).sum().double()
-    need_mv = "edge" in out or p.uses_qk
-    mv = torch.bmm(m, v.transpose(1, 2)) if need_mv else None  # [head, query, key]
+    v = _by_head(cache[b + "hook_v"])  # [group, key, d_head]
+    m = (t @ W_O.reshape(H * d_head, d_model).T).view(seq, H, d_head)  # target seen by each head's z
+    m_g = _by_head(m).reshape(G, -1, d_head)  # [group, R*query, d_head]
+    if w["b_O"] is not None:
+        offsets["attn_out_bias"] += (t * w["b_O"]).sum().double()
+    mv = torch.bmm(m_g, v.transpose(1, 2)).view(H, seq, seq) if ("edge" in out or p.uses_qk) else None
     if "edge" in out:
         out["edge"][layer] = A * mv
-    z = cache[b + "hook_z"].transpose(0, 1) if b + "hook_z" in cache else None  # [head, query, d_head]
-    mz = (m * z).sum(-1) if z is not None else None  # [head, query]
-    if "head" in out:
-        out["head"][layer] = mz
+    mz = None
+    if b + "hook_z" in cache:
+        mz = (m * cache[b + "hook_z"]).sum(-1).T  # [head, query]
+        if "head" in out:
+            out["head"][layer] = mz
+    A_g = A.reshape(G, -1, seq)  # [group, R*query, key]
     # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
-    gv = p.w_v * torch.bmm(A.transpose(1, 2), m)  # [head, key, d_head]
-    g_n = torch.einsum("hke,hde->kd", gv, w["W_V"].float())
-    if w.get("b_V") is not None:
-        offsets["attn_value_bias"] += (gv * w["b_V"].float()[:, None, :]).sum().double()
+    gv = p.w_v * torch.bmm(A_g.transpose(1, 2), m_g)  # [group, key, d_head]
+    g_n = torch.bmm(gv, w["W_V"].transpose(1, 2)).sum(0)
+    if w["b_V"] is not None:
+        offsets["attn_value_bias"] += (gv * w["b_V"][:, None, :]).sum().double()
     if p.uses_qk:
         g_n = g_n + _qk_paths(model, layer, w, A, mv, mz, cache, p, offsets)
-    gamma, beta = _norm(w, "ln1")
-    g_x, off = norm_back(g_n, cache.get(f"blocks.{layer}.ln1.hook_scale"), gamma, beta,
+    g_x, off = norm_back(g_n, cache.get(f"blocks.{layer}.ln1.hook_scale"), w["ln1.w"], w["ln1.b"],
                          model.arch.norm == "layernorm")
     offsets["attn_norm_bias"] += off.double()
     return g_x
@@ -289,22 +316,27 @@ def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, mv: to
               cache: dict[str, torch.Tensor], p: DPAParams, offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j."""
     b = f"blocks.{layer}.attn."
-    H, seq = model.arch.n_heads, A.shape[-1]
+    H, seq = A.shape[0], A.shape[-1]
+    G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
     rotary = model.arch.positional == "rope"
-    q = _heads(cache[b + ("hook_rot_q" if rotary else "hook_q")], H)  # [head, pos, d_head]
-    k = _heads(cache[b + ("hook_rot_k" if rotary else "hook_k")], H)
     scale = float(model.tl.blocks[layer].attn.attn_scale)
-    delta = A * (mv - mz[:, :, None]) / scale  # [head, query, key]
+    delta = (A * (mv - mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
     tables = rope_tables(model, layer, seq) if rotary else None
-    g_n = torch.zeros(seq, model.arch.d_model, dtype=A.dtype, device=A.device)
-    for weight, grad, W, bias in ((p.w_q, lambda: torch.bmm(delta, k), "W_Q", "b_Q"),
-                                  (p.w_k, lambda: torch.bmm(delta.transpose(1, 2), q), "W_K", "b_K")):
-        if weight == 0.0:
-            continue
-        g = weight * grad()  # [head, pos, d_head] on the rotated q (or k)
+    g_n = A.new_zeros(seq, w["W_Q"].shape[1])
+    if p.w_q:
+        k = _by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [group, key, d_head]
+        gq = (p.w_q * torch.bmm(delta, k)).view(H, seq, d_head)  # on the rotated q
         if tables is not None:
-            g = rope_transpose(g.transpose(0, 1), tables).transpose(0, 1)
-        g_n = g_n + torch.einsum("hpe,hde->pd", g, w[W].float())
-        if w.get(bias) is not None:
-            offsets["attn_qk_bias"] += (g * w[bias].float()[:, None, :]).sum().double()
+            gq = rope_transpose(gq, tables)
+        g_n = g_n + torch.bmm(gq, w["W_Q"].transpose(1, 2)).sum(0)
+        if w["b_Q"] is not None:
+            offsets["attn_qk_bias"] += (gq * w["b_Q"][:, None, :]).sum().double()
+    if p.w_k:
+        q = _by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")]).reshape(G, -1, d_head)
+        gk = p.w_k * torch.bmm(delta.transpose(1, 2), q)  # [group, key, d_head] on the rotated k
+        if tables is not None:
+            gk = rope_transpose(gk, tables)
+        g_n = g_n + torch.bmm(gk, w["W_K"].transpose(1, 2)).sum(0)
+        if w["b_K"] is not None:
+            offsets["attn_qk_bias"] += (gk * w["b_K"][:, None, :]).sum().double()
     return g_n

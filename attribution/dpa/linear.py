@@ -53,22 +53,31 @@ def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor
     return g, offset
 
 
-def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, Any, int]:
-    """(cos, sin) [seq, rotary_dim], the rotate-half function and rotary_dim of one layer."""
+def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, bool, int]:
+    """(cos, sin) [seq, rotary_dim] of one layer, whether pairs are adjacent (GPT-J) and rotary_dim."""
     attn = model.tl.blocks[layer].attn
-    cos, sin = attn.rotary_cos[:seq], attn.rotary_sin[:seq]
-    return cos, sin, attn.rotate_every_two, int(model.tl.cfg.rotary_dim)
+    cfg = model.tl.cfg
+    return (attn.rotary_cos[:seq].float(), attn.rotary_sin[:seq].float(), bool(cfg.rotary_adjacent_pairs),
+            int(cfg.rotary_dim))
 
 
-def rope_transpose(g: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor, Any, int]) -> torch.Tensor:
-    """Undo RoPE on a gradient [pos, head, d_head]: R^T g = cos * g - F(sin * g), F = rotate-half.
+def rotate_half(x: torch.Tensor, adjacent: bool) -> torch.Tensor:
+    """F(x): (x1, x2) -> (-x2, x1) over halves (NeoX/Llama) or over adjacent pairs (GPT-J)."""
+    if adjacent:
+        return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def rope_transpose(g: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor, bool, int]) -> torch.Tensor:
+    """Undo RoPE on a gradient [..., pos, d_head]: R^T g = cos * g - F(sin * g), F = rotate-half.
 
     The forward is x_rot = cos * x + sin * F(x) with F skew-symmetric, so its transpose is
     cos * g + F^T(sin * g) = cos * g - F(sin * g); dimensions past rotary_dim pass through.
     """
-    cos, sin, rotate, dim = tables
+    cos, sin, adjacent, dim = tables
     rot = g[..., :dim]
-    out = rot * cos[:, None, :] - rotate(rot * sin[:, None, :])
+    out = rot * cos - rotate_half(rot * sin, adjacent)
     if dim == g.shape[-1]:
         return out
     return torch.cat([out, g[..., dim:]], dim=-1)

@@ -120,5 +120,6 @@ def perturbation_scores(model, images: torch.Tensor, targets: torch.Tensor, maps
 
 def localization_scores(maps: torch.Tensor, masks: torch.Tensor, patch: int) -> dict[str, torch.Tensor]:
     frac = patch_fraction(masks, patch)
-    return {"pointing_game": pointing_game(maps, frac), "energy_pointing_game": energy_pointing_game(maps, frac),
+    return {"pointing_game": pointing_game(maps, frac),
+            "energy_pointing_game": energy_pointing_game(maps, frac),
             "mask_iou": mask_iou(maps, frac)}

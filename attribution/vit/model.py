@@ -27,7 +27,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
-from transformer_lens.hook_points import HookedRootModule, HookPoint
+from transformer_lens import HookedRootModule
+from transformer_lens.hook_points import HookPoint
 
 from workbench.errors import ModelFileError, WorkbenchError
 

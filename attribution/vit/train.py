@@ -7,8 +7,9 @@ CPU-friendly: a 4-layer, 4-head, d_model 64 ViT on 32x32 images with 4x4 patches
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict
-from typing import Any, Callable
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -26,8 +27,8 @@ def accuracy(model: HookedViT, batch: data.ImageBatch, chunk: int = 500) -> floa
     return hits / len(batch)
 
 
-def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 128, lr: float = 2e-3,
-              seed: int = 0, threads: int = 2, cfg: ViTConfig | None = None,
+def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 64, lr: float = 2e-3,
+              seed: int = 0, threads: int = 1, cfg: ViTConfig | None = None,
               log: Callable[[str], None] | None = None) -> tuple[HookedViT, dict[str, Any]]:
     """Train from scratch; returns the model and its metrics (accuracies, seconds, config)."""
     torch.set_num_threads(threads)
@@ -67,7 +68,7 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 1
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        if log and (step % 250 == 0 or step == steps - 1):
+        if log and (step % 200 == 0 or step == steps - 1):
             log(f"step {step} loss {loss.item():.4f} val acc {accuracy(model, val.subset(slice(0, 300))):.3f}"
                 f" ({time.time() - start:.0f} s)")
     model.eval()
@@ -82,9 +83,8 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 1
 
 def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = None):
     """Write the checkpoint with its zoo entry (data/models/vit-synth by default)."""
-    from workbench.zoo import DATA_DIR
-
     from attribution.vit.model import save_checkpoint
+    from workbench.zoo import DATA_DIR
 
     name = "vit-synth" if metrics["dataset"] == "synthetic" else "vit-digits"
     path = out or str(DATA_DIR / "models" / name)

@@ -13,8 +13,8 @@ from circuits.tasks import Batch, Task
 class CarryTask(Task):
     name = "carry"
     kind = "classification"
-    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 64, "d_mlp": 256, "norm": "LN",
-                "steps": 3000, "lr": 2e-3, "weight_decay": 0.1, "batch_size": 256, "seed": 0,
+    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 48, "norm": "LN",
+                "steps": 2000, "lr": 3e-3, "weight_decay": 0.1, "batch_size": 128, "seed": 0,
                 "act_fn": "relu", "experts": 4, "top_k": 1}
 
     def __init__(self, digits: int = 3, test_mod: int = 10) -> None:

@@ -28,11 +28,11 @@ class ICLRegressionTask(Task):
     name = "icl-regression"
     kind = "regression"
     metric = "loss"
-    defaults = {"ffn": "dense", "layers": 4, "heads": 2, "d_model": 64, "d_mlp": 128, "norm": "LN",
-                "steps": 4000, "lr": 1e-3, "weight_decay": 0.0, "batch_size": 64, "seed": 0,
+    defaults = {"ffn": "dense", "layers": 4, "heads": 2, "d_model": 48, "d_mlp": 96, "norm": "LN",
+                "steps": 2500, "lr": 1e-3, "weight_decay": 0.0, "batch_size": 64, "seed": 0,
                 "act_fn": "gelu"}
 
-    def __init__(self, d_in: int = 3, n_points: int = 16, family: str = "linear", noise: float = 0.0,
+    def __init__(self, d_in: int = 3, n_points: int = 12, family: str = "linear", noise: float = 0.0,
                  lengthscale: float = 1.0) -> None:
         if family not in ("linear", "gp"):
             raise ValueError(f"family must be linear or gp, not {family!r}")

@@ -1,8 +1,10 @@
-"""Symbolic indirect-object identification: "A and B then B gives to" -> A.
+"""Symbolic indirect-object identification: "A and B then B" -> A.
 
 Names are symbols (N0..N{k-1}). A prompt names two people in the first clause (in either
-order), repeats one of them (the subject S) in the second, and the answer is the other (the
-indirect object IO). Every (IO, S, order) triple is one prompt; a seeded permutation splits
+order), then repeats one of them (the subject S, the "... B gives to" of natural IOI), and the
+model predicts, at that repeated name, the other one (the indirect object IO). The answer is
+read at the S2 position so that a single layer can compare the query name with the earlier
+names (with the query at a fixed filler token, one layer could only add and subtract copies). Every (IO, S, order) triple is one prompt; a seeded permutation splits
 them into train and test, so test prompts are unseen combinations.
 """
 
@@ -12,22 +14,22 @@ from typing import Any
 
 from circuits.tasks import Batch, Task
 
-TEMPLATE = ("{n1}", "and", "{n2}", "then", "{s}", "gives", "to")
-POS_N1, POS_N2, POS_S2, POS_END = 0, 2, 4, 6
+TEMPLATE = ("{n1}", "and", "{n2}", "then", "{s}")
+POS_N1, POS_N2, POS_S2, POS_END = 0, 2, 4, 4
 
 
 class IOITask(Task):
     name = "ioi"
     kind = "classification"
-    defaults = {"ffn": "none", "layers": 1, "heads": 2, "d_model": 64, "norm": "none",
-                "steps": 1500, "lr": 3e-3, "weight_decay": 0.01, "batch_size": 0, "seed": 0}
+    defaults = {"ffn": "none", "layers": 1, "heads": 2, "d_model": 32, "norm": "none",
+                "steps": 400, "lr": 1e-2, "weight_decay": 0.01, "batch_size": 0, "seed": 0}
 
     def __init__(self, n_names: int = 20, test_frac: float = 0.2, split_seed: int = 0) -> None:
         self.n_names = n_names
         self.test_frac = test_frac
         self.split_seed = split_seed
         self.names = [f"N{i}" for i in range(n_names)]
-        self.vocab = self.names + ["and", "then", "gives", "to"]
+        self.vocab = self.names + ["and", "then"]
         self.n_ctx = len(TEMPLATE)
 
     def params(self) -> dict[str, Any]:
@@ -37,7 +39,7 @@ class IOITask(Task):
         """Token ids for one prompt (IO and S are name indices)."""
         n1, n2 = (io, s) if io_first else (s, io)
         idx = {w: i for i, w in enumerate(self.vocab)}
-        return [n1, idx["and"], n2, idx["then"], s, idx["gives"], idx["to"]]
+        return [n1, idx["and"], n2, idx["then"], s]
 
     def text(self, io: int, s: int, io_first: bool = True) -> str:
         return " ".join(self.vocab[i] for i in self.prompt(io, s, io_first))

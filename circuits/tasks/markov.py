@@ -17,8 +17,8 @@ class MarkovTask(Task):
     name = "markov"
     kind = "classification"
     metric = "loss"
-    defaults = {"ffn": "none", "layers": 1, "heads": 3, "d_model": 48, "norm": "none",
-                "steps": 2500, "lr": 2e-3, "weight_decay": 0.0, "batch_size": 128, "seed": 0}
+    defaults = {"ffn": "none", "layers": 1, "heads": 3, "d_model": 24, "norm": "none",
+                "steps": 1500, "lr": 3e-3, "weight_decay": 0.0, "batch_size": 64, "seed": 0}
 
     def __init__(self, n_symbols: int = 6, seq_len: int = 32, lags: tuple[int, ...] = (1, 2, 4),
                  weights: tuple[float, ...] = (3.0, 2.0, 1.0), chain_seed: int = 0) -> None:

@@ -10,11 +10,11 @@ from circuits.tasks import Batch, Task
 class ModAddTask(Task):
     name = "modadd"
     kind = "classification"
-    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 96, "d_mlp": 384, "norm": "none",
-                "steps": 3000, "lr": 3e-3, "weight_decay": 1.0, "batch_size": 0, "seed": 0,
+    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 64, "norm": "none",
+                "steps": 2500, "lr": 3e-3, "weight_decay": 1.0, "batch_size": 0, "seed": 0,
                 "act_fn": "relu"}
 
-    def __init__(self, p: int = 53, train_frac: float = 0.5, split_seed: int = 0) -> None:
+    def __init__(self, p: int = 41, train_frac: float = 0.6, split_seed: int = 0) -> None:
         self.p = p
         self.train_frac = train_frac
         self.split_seed = split_seed

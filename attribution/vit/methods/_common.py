@@ -43,7 +43,8 @@ def capture(model, images: torch.Tensor, names: list[str], grad: bool,
         if grad:
             score = logits.gather(1, targets.view(-1, 1)).sum()  # images are independent: one backward
             got = torch.autograd.grad(score, [acts[n] for n in names], allow_unused=True)
-            grads = {n: (g if g is not None else torch.zeros_like(acts[n])) for n, g in zip(names, got)}
+            grads = {n: (g if g is not None else torch.zeros_like(acts[n]))
+                     for n, g in zip(names, got, strict=True)}
     return logits.detach(), {k: v.detach() for k, v in acts.items()}, grads
 
 

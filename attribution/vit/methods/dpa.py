@@ -76,7 +76,8 @@ def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0
             m = t @ blk.mlp.W_out.T
             u = m * _act_factor(acts[b + "mlp.hook_pre"], cfg.act, mlp_mode)
             dy = u @ blk.mlp.W_in.T
-            const += (t @ blk.mlp.b_out).sum(1) + w_mlp * ((u @ blk.mlp.b_in).sum(1) + (dy @ blk.ln2.b).sum(1))
+            const += (t @ blk.mlp.b_out).sum(1)
+            const += w_mlp * ((u @ blk.mlp.b_in).sum(1) + (dy @ blk.ln2.b).sum(1))
             t = t + w_mlp * _ln_back(dy, blk.ln2.w, acts[b + "ln2.hook_scale"])
             # attention
             at = blk.attn

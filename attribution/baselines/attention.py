@@ -1,0 +1,54 @@
+"""Attention as attribution: last-layer attention, mean attention, attention rollout.
+
+token: the attention row of the final position (last layer, or mean over layers), mean over heads.
+edge: the attention weights themselves, [layer, head, query, key]; attention_last keeps only the last
+layer (earlier layers are 0). rollout (Abnar and Zuidema 2020): per layer the head-mean attention with
+the residual as 0.5 A + 0.5 I (rows renormalised), multiplied from the top down, read at the final row.
+None of these look at the target: they rank what the model attends to, not what it uses for the answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def patterns(model: Any, enc: Any) -> torch.Tensor:
+    """Attention patterns of one prompt, [layer, head, query, key]."""
+    names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.arch.n_layers)]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(enc.tokens, names_filter=names, return_type=None)
+    return torch.stack([cache[n][0] for n in names]).float()
+
+
+def attention_last_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+    pat = patterns(model, enc)
+    if level == "token":
+        return pat[-1, :, -1].mean(0)
+    out = torch.zeros_like(pat)
+    out[-1] = pat[-1]
+    return out
+
+
+def attention_mean_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+    pat = patterns(model, enc)
+    if level == "token":
+        return pat[:, :, -1].mean((0, 1))
+    return pat
+
+
+def rollout(pat: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
+    """Rollout matrix [query, key] from patterns [layer, head, query, key]."""
+    s = pat.shape[-1]
+    eye = torch.eye(s, dtype=pat.dtype)
+    joint = eye
+    for layer in range(pat.shape[0]):  # bottom-up: joint = A_l @ ... @ A_0
+        a = (1 - residual) * pat[layer].mean(0) + residual * eye
+        a = a / a.sum(-1, keepdim=True)
+        joint = a @ joint
+    return joint
+
+
+def rollout_scores(model: Any, enc: Any, level: str, residual: float = 0.5) -> torch.Tensor:
+    return rollout(patterns(model, enc), residual)[-1]

@@ -1,0 +1,127 @@
+"""Plumbing shared by the baselines: the explained metric, activation gradients, score layouts and
+last-position logits from (possibly truncated) forwards."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import torch
+
+from workbench.errors import MethodError
+
+
+def metric(logits_last: torch.Tensor, enc: Any) -> torch.Tensor:
+    """Target logit (minus foil logit) per row of last-position logits [B, V] -> [B]."""
+    value = logits_last[:, enc.target_id]
+    if enc.foil_id is not None:
+        value = value - logits_last[:, enc.foil_id]
+    return value
+
+
+def check_target(enc: Any) -> None:
+    if enc.target_id is None:
+        raise MethodError("this method explains a target token: give --target")
+
+
+def final_logits(model: Any, resid: torch.Tensor) -> torch.Tensor:
+    """Logits at the last position from the final residual [B, S, D] (skips unembedding the rest)."""
+    tl = model.tl
+    x = resid[:, -1:]
+    if getattr(tl.cfg, "normalization_type", None) is not None:
+        x = tl.ln_final(x)
+    return tl.unembed(x)[:, 0]
+
+
+def last_logits(model: Any, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
+                resid: torch.Tensor | None = None) -> torch.Tensor:
+    """Last-position logits [B, V]; with ``resid`` the forward starts at block ``start_layer``."""
+    n_layers = model.arch.n_layers
+    with model.hooks(fwd_hooks=fwd_hooks):
+        if resid is not None and start_layer > 0:
+            out = model(resid, start_at_layer=start_layer, stop_at_layer=n_layers)
+        else:
+            out = model(tokens, stop_at_layer=n_layers)
+    return final_logits(model, out)
+
+
+def level_shape(model: Any, enc: Any, level: str) -> tuple[int, ...]:
+    a, s = model.arch, enc.seq_len
+    if level == "token":
+        return (s,)
+    if level == "head":
+        return (a.n_layers, a.n_heads, s)
+    if level == "edge":
+        return (a.n_layers, a.n_heads, s, s)
+    if level == "neuron":
+        if not a.d_mlp:
+            raise MethodError(f"{model.name} has no MLP neurons")
+        return (a.n_layers, s, a.d_mlp)
+    raise MethodError(f"unknown level {level!r}")
+
+
+def prompt_seed(enc: Any, salt: int = 0) -> int:
+    """A seed that differs between prompts but is reproducible for one prompt."""
+    ids = ",".join(str(i) for i in enc.tokens[0].tolist()) + f"|{enc.target_id}|{enc.foil_id}|{salt}"
+    return int(hashlib.sha1(ids.encode()).hexdigest()[:8], 16)
+
+
+def hook_names(model: Any, level: str) -> list[str]:
+    """The activations a level's gradient methods read, one per layer (token: the embedding)."""
+    n = model.arch.n_layers
+    if level == "token":
+        return ["hook_embed"]
+    if level == "head":
+        return [f"blocks.{l}.attn.hook_z" for l in range(n)]
+    if level == "edge":
+        return [f"blocks.{l}.attn.hook_pattern" for l in range(n)]
+    if level == "neuron":
+        return [f"blocks.{l}.mlp.hook_post" for l in range(n)]
+    raise MethodError(f"unknown level {level!r}")
+
+
+def grads(model: Any, enc: Any, names: list[str], tokens: torch.Tensor | None = None,
+          embed_scale: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+    """Activations and d metric / d activation at hook points, from one forward + one backward.
+
+    The embedding output is made a leaf that requires grad, so every later activation is in the graph;
+    intermediate activations keep their grads with retain_grad (no detaching: that would cut the paths
+    from one layer to the next). ``embed_scale`` [B] scales the embedding per row (integrated gradients).
+    """
+    tokens = enc.tokens if tokens is None else tokens
+    acts: dict[str, torch.Tensor] = {}
+
+    def embed_hook(x, hook):
+        base = x.detach()
+        if embed_scale is not None:
+            base = base * embed_scale.view(-1, 1, 1)
+        leaf = base.requires_grad_(True)
+        acts["hook_embed"] = leaf
+        return leaf
+
+    def keep(x, hook):
+        x.retain_grad()
+        acts[hook.name] = x
+        return x
+
+    hooks = [("hook_embed", embed_hook)] + [(n, keep) for n in names if n != "hook_embed"]
+    with torch.enable_grad():
+        logits = last_logits(model, tokens, hooks)
+        metric(logits, enc).sum().backward()
+    out_acts = {n: acts[n].detach() for n in names}
+    out_grads = {n: (acts[n].grad if acts[n].grad is not None else torch.zeros_like(acts[n])).detach()
+                 for n in names}
+    return out_acts, out_grads
+
+
+def layout(level: str, per_layer: list[torch.Tensor]) -> torch.Tensor:
+    """Stack per-layer tensors from hooks (batch 1) into the level's axes.
+
+    head: hook_z-like [1, S, H] -> [L, H, S]; edge: [1, H, S, S] -> [L, H, S, S];
+    neuron: [1, S, N] -> [L, S, N]; token: [1, S] -> [S].
+    """
+    if level == "token":
+        return per_layer[0][0]
+    if level == "head":
+        return torch.stack([t[0].transpose(0, 1) for t in per_layer])
+    return torch.stack([t[0] for t in per_layer])

@@ -1,0 +1,71 @@
+"""Information flow routes (Ferrando and Voita 2024), as dense scores.
+
+IFR decomposes each sum in the residual stream into its parts and scores a part c of a sum y by its
+proximity max(0, |y|_1 - |y - c|_1), normalised over the parts. At layer l, position i, the sum is
+resid_mid_i = resid_pre_i + sum_{h, j} A^h_ij v^h_j W_O^h (+ b_O): the residual (which stays at i) and one
+part per head and key j (which comes from position j). The MLP only mixes within a position, so it
+passes a position's importance down unchanged. Starting from the final position (importance 1) and
+going down layer by layer gives:
+
+- token: the importance that reaches each token's embedding;
+- edge [layer, head, query, key]: importance(query at layer l) x proximity share of part (h, key);
+- head [layer, head, query]: the same summed over keys.
+
+IFR is prediction-agnostic: it does not use the target or foil (the paper prunes the same graph with a
+threshold; these are the dense importances before pruning).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+CHUNK_BYTES = 256 * 2**20  # per-query chunks keep [chunk, head, key, d_model] under this
+
+
+def _layer_parts(model: Any, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised proximity shares: residual [S] and head/key parts [S(query), H, S(key)]."""
+    a = model.arch
+    pat = cache[f"blocks.{layer}.attn.hook_pattern"][0].float()  # [H, Sq, Sk]
+    v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [S, Hkv, dh]
+    if v.shape[1] != a.n_heads:
+        v = v.repeat_interleave(a.n_heads // v.shape[1], dim=1)
+    w_o = model.weights(layer)["W_O"].float()  # [H, dh, D]
+    vo = torch.einsum("shd,hdm->hsm", v, w_o)  # [H, Sk, D]: what key s would write through head h
+    resid = cache[f"blocks.{layer}.hook_resid_pre"][0].float()
+    y = cache[f"blocks.{layer}.hook_resid_mid"][0].float()
+    s = y.shape[0]
+    res_imp = (y.abs().sum(-1) - (y - resid).abs().sum(-1)).clamp_min(0)  # [S]
+    part_imp = torch.empty(s, a.n_heads, s)
+    chunk = max(1, CHUNK_BYTES // (4 * a.n_heads * s * y.shape[-1]))
+    for start in range(0, s, chunk):
+        stop = min(s, start + chunk)
+        parts = pat[:, start:stop].permute(1, 0, 2).unsqueeze(-1) * vo.unsqueeze(0)  # [c, H, Sk, D]
+        yc = y[start:stop, None, None]
+        part_imp[start:stop] = (yc.abs().sum(-1) - (yc - parts).abs().sum(-1)).clamp_min(0)
+    total = (res_imp + part_imp.sum((1, 2))).clamp_min(1e-12)
+    return res_imp / total, part_imp / total[:, None, None]
+
+
+def ifr_all(model: Any, enc: Any) -> dict[str, torch.Tensor]:
+    """All three levels from one cached forward: token [S], head [L, H, S], edge [L, H, S, S]."""
+    n = model.arch.n_layers
+    names = [f"blocks.{l}.{k}" for l in range(n) for k in
+             ("attn.hook_pattern", "attn.hook_v", "hook_resid_pre", "hook_resid_mid")]
+    with torch.no_grad():
+        _, cache = model.run_with_cache(enc.tokens, names_filter=names, return_type=None)
+        s = enc.seq_len
+        w = torch.zeros(s)
+        w[-1] = 1.0
+        edge = torch.zeros(n, model.arch.n_heads, s, s)
+        for layer in reversed(range(n)):
+            res, parts = _layer_parts(model, cache, layer)
+            edge[layer] = (w[:, None, None] * parts).permute(1, 0, 2)  # [H, q, k]
+            flow = parts.sum(1) + torch.diag(res)  # [q, k]: share of q's importance that comes from k
+            w = w @ flow
+    return {"token": w, "head": edge.sum(-1), "edge": edge}
+
+
+def ifr_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+    return ifr_all(model, enc)[level]

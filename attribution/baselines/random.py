@@ -1,0 +1,16 @@
+"""Uniform random scores: the floor every method must beat (about 0 total on disrupt/recover)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from attribution.baselines.common import level_shape, prompt_seed
+
+
+def random_scores(model: Any, enc: Any, level: str, seed: int | None = None) -> torch.Tensor:
+    """Uniform [0, 1) scores on the level's axes. Without ``seed`` the seed comes from the prompt,
+    so one prompt always gets the same scores while different prompts get independent ones."""
+    gen = torch.Generator().manual_seed(prompt_seed(enc) if seed is None else int(seed))
+    return torch.rand(level_shape(model, enc, level), generator=gen)

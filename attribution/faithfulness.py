@@ -1,0 +1,342 @@
+"""Faithfulness of attribution methods: disrupt / recover curves (../shared/specs/metrics.md).
+
+For each example and method, items (tokens; heads, ranked by their score summed over query positions;
+neurons, ranked by their score summed over positions) are ordered by score. For each fraction p of a grid
+that holds both 0 and 1:
+
+- disrupt(p): ablate the top round(p n) items;      recover(p): ablate the bottom round((1 - p) n) items
+  (everything but the top), so recover(p) ablates as many items as disrupt(1 - p) and a random ranking
+  scores 0 in expectation on a symmetric grid;
+- record 100 * p_target(ablated) / p_target(clean).
+
+AUC by the trapezoid rule over the grid; total = recover AUC - disrupt AUC (higher is better). Ablation
+zeroes the item (token embedding, head output z, neuron activation) or, with ablation="mean", replaces it by
+its mean over every position of the evaluated prompts. When activation patching is among the methods, its
+per-item effects are the ground truth for every other method's Spearman correlation and top-10 recall
+(top items by |score|). Attribution time is measured around the method call alone (evaluation excluded).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from attribution.baselines.common import last_logits
+from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
+from attribution.methods import METHODS, canonical
+from workbench.errors import MethodError
+
+LEVELS = ("token", "head", "neuron")
+TOKEN_GRID = [round(i / 10, 1) for i in range(11)]
+TRUTH = "activation_patching"
+
+
+def component_grid(n_items: int, points: int = 8) -> list[float]:
+    """0, log-spaced fractions from one item up to 1/2, their mirror images 1 - p, and 1 (symmetric)."""
+    lo = max(1.0 / n_items, 1e-6)
+    low = [math.exp(math.log(lo) + i * (math.log(0.5) - math.log(lo)) / (points - 1)) for i in range(points)]
+    high = [1 - p for p in reversed(low[:-1])]
+    return [0.0] + low + high + [1.0]
+
+
+def grid_for(model: Any, level: str) -> list[float]:
+    a = model.arch
+    if level == "token":
+        return TOKEN_GRID
+    return component_grid(a.n_layers * (a.n_heads if level == "head" else (a.d_mlp or 1)))
+
+
+def trapezoid(ys: list[float], xs: list[float]) -> float:
+    return sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
+
+
+def resolve_method(name: str, level: str) -> tuple[str, str, Callable]:
+    """(canonical name, level the method is called at, function). Methods with edges but no head level
+    (the attention baselines) are ranked at head level from their edges; see item_scores."""
+    from attribution import get_method
+
+    name = canonical(name)
+    if name not in METHODS:
+        raise MethodError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
+    if level not in LEVELS:
+        raise MethodError(f"faithfulness has no level {level!r}; levels: {', '.join(LEVELS)}")
+    spec = METHODS[name]
+    call_level = level
+    if level == "head" and "head" not in spec.levels and "edge" in spec.levels:
+        call_level = "edge"
+    return name, call_level, get_method(name, call_level)[1]
+
+
+def item_scores(scores: torch.Tensor, level: str, call_level: str) -> torch.Tensor:
+    """One score per ablatable item: token [S], head [L, H] (sum over queries), neuron [L, N] (sum over
+    positions). From edges (attention baselines): a head's mass off the first key (the attention sink,
+    which every head's rows would otherwise tie on at 1), summed over queries."""
+    s = scores.detach().float().cpu()
+    if call_level == "edge":
+        return s[..., 1:].sum((-1, -2))
+    if level == "head":
+        return s.sum(-1)
+    if level == "neuron":
+        return s.sum(1)
+    return s
+
+
+def ranking(scores: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """Item indices from the highest score down, ties broken at random (not by index)."""
+    flat = scores.flatten()
+    flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, -math.inf))
+    perm = torch.randperm(flat.numel(), generator=gen)
+    return perm[torch.argsort(flat[perm], descending=True, stable=True)]
+
+
+def curve_masks(order: torch.Tensor, grid: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Boolean masks (True = ablate) [G, n] for disrupt and recover along the grid."""
+    n = order.numel()
+    k = [int(math.floor(p * n + 0.5)) for p in grid]
+    disrupt = torch.zeros(len(grid), n, dtype=torch.bool)
+    recover = torch.zeros(len(grid), n, dtype=torch.bool)
+    for g, p in enumerate(grid):
+        disrupt[g, order[:k[g]]] = True
+        kr = int(math.floor((1 - p) * n + 0.5))
+        recover[g, order[n - kr:]] = True
+    return disrupt, recover
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float | None:
+    from scipy.stats import spearmanr
+
+    a, b = a.flatten().numpy(), b.flatten().numpy()
+    if a.std() == 0 or b.std() == 0:
+        return None
+    return float(spearmanr(a, b).statistic)
+
+
+def recall_at_k(scores: torch.Tensor, truth: torch.Tensor, k: int = 10) -> float:
+    k = min(k, truth.numel())
+    top = set(scores.flatten().abs().topk(k).indices.tolist())
+    ref = set(truth.flatten().abs().topk(k).indices.tolist())
+    return len(top & ref) / k
+
+
+@dataclass
+class MethodFaithfulness:
+    name: str
+    disrupt_auc: float
+    recover_auc: float
+    total: float
+    attribution_seconds: float  # mean per example, the method call alone
+    total_std: float
+    n_examples: int
+    disrupt_curve: list[float]
+    recover_curve: list[float]
+    spearman: float | None = None
+    recall_at_10: float | None = None
+    ranked_from: str | None = None  # "edge" when head ranks come from edge scores
+
+    def summary(self) -> dict[str, Any]:
+        out = {k: self.__dict__[k] for k in ("disrupt_auc", "recover_auc", "total", "attribution_seconds",
+                                             "total_std")}
+        if self.spearman is not None or self.recall_at_10 is not None:
+            out.update(spearman=self.spearman, recall_at_10=self.recall_at_10)
+        if self.ranked_from:
+            out["ranked_from"] = self.ranked_from
+        return out
+
+
+@dataclass
+class FaithfulnessResult:
+    model: str
+    level: str
+    ablation: str
+    grid: list[float]
+    n_examples: int
+    methods: dict[str, MethodFaithfulness]
+    use_foil: bool = True
+    per_example: list[dict[str, Any]] = field(default_factory=list)
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "level": self.level, "ablation": self.ablation, "grid": self.grid,
+                "n_examples": self.n_examples, "use_foil": self.use_foil,
+                "methods": {n: m.summary() for n, m in self.methods.items()},
+                "curves": {n: {"disrupt": m.disrupt_curve, "recover": m.recover_curve}
+                           for n, m in self.methods.items()}}
+
+    def table(self):
+        import pandas as pd
+
+        rows = [{"method": n, **m.summary()} for n, m in self.methods.items()]
+        return pd.DataFrame(rows).sort_values("total", ascending=False, ignore_index=True)
+
+    def markdown(self) -> str:
+        cols = ["method", "disrupt_auc", "recover_auc", "total", "total_std", "attribution_seconds"]
+        has_truth = any(m.spearman is not None or m.recall_at_10 is not None for m in self.methods.values())
+        if has_truth:
+            cols += ["spearman", "recall_at_10"]
+        lines = [f"Faithfulness on {self.model}, {self.level} level, {self.ablation} ablation, "
+                 f"{self.n_examples} examples (higher total is better)", "",
+                 "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        for row in self.table().to_dict("records"):
+            cells = []
+            for c in cols:
+                v = row.get(c)
+                cells.append("-" if v is None or (isinstance(v, float) and math.isnan(v)) else
+                             (f"{v:.4f}" if c == "attribution_seconds" else
+                              f"{v:.2f}" if isinstance(v, float) else str(v)))
+            lines.append("| " + " | ".join(cells) + " |")
+        return "\n".join(lines)
+
+    def plot(self):
+        import plotly.graph_objects as go
+
+        fig = go.Figure()
+        for n, m in self.methods.items():
+            fig.add_trace(go.Scatter(x=self.grid, y=m.disrupt_curve, name=f"{n} disrupt",
+                                     mode="lines+markers"))
+            fig.add_trace(go.Scatter(x=self.grid, y=m.recover_curve, name=f"{n} recover",
+                                     mode="lines+markers", line={"dash": "dash"}))
+        fig.update_layout(title=f"Disrupt (solid) / recover (dashed) · {self.model} · {self.level}",
+                          xaxis_title="fraction of items", yaxis_title="100 · p(target) / p_clean(target)")
+        if self.level != "token":
+            fig.update_xaxes(type="log")
+        return fig
+
+    def save(self, store=None):
+        import pandas as pd
+
+        from workbench.store import RunDraft, RunStore
+
+        store = store or RunStore()
+        return store.save(RunDraft(
+            kind="faithfulness", model=self.model, method=",".join(self.methods), args=self.args,
+            timings={f"{n}_attribution_seconds": m.attribution_seconds for n, m in self.methods.items()},
+            result=self.to_json(),
+            tables={"summary": self.table(), "per_example": pd.DataFrame(self.per_example)},
+            figures={"curves": self.plot()}, files={"table.md": self.markdown() + "\n"},
+        ))
+
+
+def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str = "token",
+             ablation: str = "zero", use_foil: bool = True, params: dict[str, dict[str, Any]] | None = None,
+             batch_size: int = 32, seed: int = 0, on_step: Callable[[], None] | None = None,
+             ) -> FaithfulnessResult:
+    """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method."""
+    if ablation not in ("zero", "mean"):
+        raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
+    resolved = [resolve_method(m, level) for m in methods]
+    names = [r[0] for r in resolved]
+    if len(set(names)) != len(names):
+        raise MethodError(f"a method is listed twice: {', '.join(methods)}")
+    if not examples:
+        raise MethodError("no examples to evaluate")
+    params = {canonical(k): v for k, v in (params or {}).items()}
+    encs = [model.encode(e["prompt"], e["target"], e.get("foil") if use_foil else None) for e in examples]
+    grid = grid_for(model, level)
+    fill = mean_fill(model, [e.tokens for e in encs], level) if ablation == "mean" else None
+    keys = ("d", "r", "sec", "rho", "rec")
+    per_method: dict[str, dict[str, list]] = {n: {k: [] for k in keys} for n in names}
+    per_example = []
+    order_names = sorted(resolved, key=lambda r: r[0] != TRUTH)  # ground truth first
+    for ex_i, enc in enumerate(encs):
+        gen = torch.Generator().manual_seed(seed * 100003 + ex_i)
+        resid = clean_residuals(model, enc.tokens) if level != "token" else None
+        with torch.no_grad():
+            clean_logits = last_logits(model, enc.tokens)
+        p_clean = torch.softmax(clean_logits.float(), -1)[0, enc.target_id]
+        shape = item_shape(model, enc.seq_len, level)
+        truth = None
+        masks, owners = [], []
+        for name, call_level, fn in order_names:
+            kwargs = dict(params.get(name, {}))
+            if name == TRUTH:
+                kwargs.setdefault("ablation", ablation)
+                if fill is not None:
+                    kwargs.setdefault("fill", fill)
+            started = time.perf_counter()
+            raw = fn(model, enc, call_level, **kwargs)
+            per_method[name]["sec"].append(time.perf_counter() - started)
+            items = item_scores(raw, level, call_level)
+            if name == TRUTH:
+                truth = items
+            elif truth is not None:
+                rho = spearman(items, truth)
+                per_method[name]["rho"].append(rho)
+                per_method[name]["rec"].append(recall_at_k(items, truth))
+            d, r = curve_masks(ranking(items, gen), grid)
+            masks.append(torch.cat([d, r]))
+            owners.append(name)
+        ratios = _ratios(model, enc, level, torch.cat(masks), shape, fill, resid, p_clean, batch_size)
+        g = len(grid)
+        for j, name in enumerate(owners):
+            rows = ratios[j * 2 * g:(j + 1) * 2 * g]
+            dcur, rcur = rows[:g].tolist(), rows[g:].tolist()
+            per_method[name]["d"].append(dcur)
+            per_method[name]["r"].append(rcur)
+            per_example.append({"example": ex_i, "method": name, "disrupt_auc": trapezoid(dcur, grid),
+                                "recover_auc": trapezoid(rcur, grid),
+                                "attribution_seconds": per_method[name]["sec"][-1]})
+        if on_step:
+            on_step()
+    out = {}
+    for name, call_level, _ in resolved:
+        pm = per_method[name]
+        d_auc = [trapezoid(c, grid) for c in pm["d"]]
+        r_auc = [trapezoid(c, grid) for c in pm["r"]]
+        totals = [r - d for r, d in zip(r_auc, d_auc, strict=True)]
+        rhos = [x for x in pm["rho"] if x is not None]
+        out[name] = MethodFaithfulness(
+            name=name, disrupt_auc=_mean(d_auc), recover_auc=_mean(r_auc), total=_mean(totals),
+            attribution_seconds=_mean(pm["sec"]), total_std=_std(totals), n_examples=len(totals),
+            disrupt_curve=[_mean(c) for c in zip(*pm["d"], strict=True)],
+            recover_curve=[_mean(c) for c in zip(*pm["r"], strict=True)],
+            spearman=_mean(rhos) if rhos else None, recall_at_10=_mean(pm["rec"]) if pm["rec"] else None,
+            ranked_from="edge" if call_level == "edge" and level == "head" else None)
+    args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,
+            "n_examples": len(encs)}
+    return FaithfulnessResult(model=model.name, level=level, ablation=ablation, grid=grid,
+                              n_examples=len(encs), methods=out, use_foil=use_foil, per_example=per_example,
+                              args=args)
+
+
+def _ratios(model, enc, level, masks, shape, fill, resid, p_clean, batch_size) -> torch.Tensor:
+    """100 * p_target(ablated) / p_target(clean) per mask row; identical masks run once, empty ones
+    (the clean run) are exactly 100."""
+    keys = {}
+    unique_rows = []
+    index = torch.empty(masks.shape[0], dtype=torch.long)
+    for i, row in enumerate(masks):
+        key = row.numpy().tobytes()
+        if key not in keys:
+            keys[key] = len(unique_rows)
+            unique_rows.append(row)
+        index[i] = keys[key]
+    uniq = torch.stack(unique_rows)
+    ratios = torch.full((len(uniq),), 100.0)
+    todo = uniq.any(-1).nonzero().flatten()  # ablating nothing is the clean run: exactly 100
+    if len(todo):
+        logits = ablated_logits(model, enc.tokens, level, uniq[todo].view(len(todo), *shape), fill, resid,
+                                batch_size=batch_size)
+        p = torch.softmax(logits.float(), -1)[:, enc.target_id]
+        ratios[todo] = 100.0 * p / p_clean
+    return ratios[index]
+
+
+def _mean(xs) -> float:
+    xs = list(xs)
+    return float(sum(xs) / len(xs)) if xs else float("nan")
+
+
+def _std(xs) -> float:
+    xs = list(xs)
+    if len(xs) < 2:
+        return 0.0
+    m = sum(xs) / len(xs)
+    return float((sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5)
+
+
+__all__ = ["evaluate", "FaithfulnessResult", "MethodFaithfulness", "component_grid", "grid_for"]

@@ -1,0 +1,69 @@
+"""A tiny random word-level transformer for fast tests and demos of probes and SAEs.
+
+``tiny_model()`` builds one in memory; ``save_tiny(dir)`` writes a zoo-loadable checkpoint
+(config.json with a ``workbench`` section + model.safetensors) that ``workbench.load(dir)``
+and every ``--model`` option accept.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+LOADER = "attribution.probes.tiny:load"
+DEFAULT_VOCAB = (". the a movie meal book show was is felt good great fine nice bad awful poor dull "
+                 "very quite not and it really so").split()
+
+
+def _cfg(vocab: list[str], layers: int, d_model: int, n_ctx: int, seed: int):
+    from transformer_lens import HookedTransformerConfig
+
+    return HookedTransformerConfig(n_layers=layers, d_model=d_model, n_ctx=n_ctx, d_head=d_model // 2,
+                                   n_heads=2, d_mlp=4 * d_model, d_vocab=len(vocab), act_fn="gelu",
+                                   normalization_type="LN", seed=seed, device="cpu")
+
+
+def tiny_model(vocab: list[str] | None = None, layers: int = 2, d_model: int = 16, n_ctx: int = 64,
+               seed: int = 0, name: str = "tiny"):
+    """A random HookedModel over a whitespace vocabulary."""
+    import torch
+    from transformer_lens import HookedTransformer
+
+    from workbench.hooked import HookedModel
+    from workbench.tokens import SymbolTokenizer
+
+    vocab = list(vocab or DEFAULT_VOCAB)
+    torch.manual_seed(seed)
+    tl = HookedTransformer(_cfg(vocab, layers, d_model, n_ctx, seed)).eval()
+    for p in tl.parameters():
+        p.requires_grad_(False)
+    return HookedModel(tl, SymbolTokenizer(vocab), name=name, kind="toy")
+
+
+def save_tiny(out: str | Path, vocab: list[str] | None = None, layers: int = 2, d_model: int = 16,
+              seed: int = 0, name: str = "tiny") -> Path:
+    from safetensors.torch import save_file
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    vocab = list(vocab or DEFAULT_VOCAB)
+    m = tiny_model(vocab, layers, d_model, seed=seed, name=name)
+    state = {k: v.contiguous() for k, v in m.tl.state_dict().items() if not k.endswith(("IGNORE", ".mask"))}
+    save_file(state, str(out / "model.safetensors"))
+    params = sum(p.numel() for p in m.tl.parameters())
+    (out / "config.json").write_text(json.dumps({
+        "workbench": {"name": name, "kind": "toy", "params": params, "loader": LOADER,
+                      "source": "random (attribution.probes.tiny)", "description": "tiny random test model"},
+        "tiny": {"vocab": vocab, "layers": layers, "d_model": d_model, "seed": seed}}))
+    return out
+
+
+def load(entry: Any, device: str = "cpu", **kwargs: Any):
+    from safetensors.torch import load_file
+
+    cfg = json.loads((Path(entry.path) / "config.json").read_text())["tiny"]
+    m = tiny_model(cfg["vocab"], cfg["layers"], cfg["d_model"], seed=cfg["seed"], name=entry.name)
+    state = load_file(str(Path(entry.path) / "model.safetensors"))
+    m.tl.load_state_dict(state, strict=False)
+    return m

@@ -1,0 +1,183 @@
+"""The issue's faithfulness benchmark on smollm2-135m (or any zoo LLM), in one process so timings compare.
+
+    python scripts/bench_faithfulness.py [--parts token,head,neuron,memory] [--n-token 50] [--n-head 20]
+        [--n-neuron 5] [--threads 1] [--out bench.json]
+
+token:  IOI and facts, first n each: dpa, gradient, input_x_gradient, integrated_gradients, rollout, random.
+head:   IOI, first n: dpa, atp, attention_last, attention_mean, gradient, random, activation_patching
+        (Spearman and recall@10 against zero-ablation patching of the logit difference).
+neuron: IOI, first n: dpa, atp, random (cost of dense neuron scores).
+memory: DPA at edge level on a 200-token prompt, peak resident memory of a fresh process.
+Every part saves a "faithfulness" run; the summary (figures, ratios, pass/fail of each "Done when" check)
+prints as markdown and, with --out, as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PROMPTS = ROOT / "data" / "prompts"
+TOKEN_METHODS = ["dpa", "gradient", "input_x_gradient", "integrated_gradients", "rollout", "random"]
+HEAD_METHODS = ["dpa", "atp", "attention_last", "attention_mean", "gradient", "random", "activation_patching"]
+NEURON_METHODS = ["dpa", "atp", "random"]
+
+
+def load_rows(name: str, n: int) -> list[dict]:
+    rows = [json.loads(line) for line in (PROMPTS / f"{name}.jsonl").read_text().splitlines() if line.strip()]
+    return rows[:n]
+
+
+def warm_up(model, rows, methods, level) -> None:
+    """One untimed call per method, so one-off costs (allocations, lazy imports) do not land in a row."""
+    from attribution.faithfulness import resolve_method
+
+    enc = model.encode(rows[0]["prompt"], rows[0]["target"], rows[0].get("foil"))
+    for m in methods:
+        _, call_level, fn = resolve_method(m, level)
+        if m != "activation_patching":
+            fn(model, enc, call_level)
+
+
+def run_part(model, rows, methods, level, label, log) -> dict:
+    from attribution.faithfulness import evaluate
+
+    warm_up(model, rows, methods, level)
+    started = time.time()
+    done = [0]
+
+    def step():
+        done[0] += 1
+        print(f"  {label}: {done[0]}/{len(rows)} ({time.time() - started:.0f} s)", file=sys.stderr,
+              flush=True)
+
+    res = evaluate(model, rows, methods, level=level, on_step=step)
+    res.args.update(benchmark=label)
+    run = res.save()
+    log.append(f"### {label}\n\n{res.markdown()}\n\n(run {run.id}, {time.time() - started:.0f} s)\n")
+    out = res.to_json()
+    out["run_id"] = run.id
+    out["wall_seconds"] = time.time() - started
+    return out
+
+
+def memory_check(model_name: str, n_tokens: int = 200) -> dict:
+    code = f"""
+import resource, time, torch
+torch.set_num_threads(1)
+from workbench.zoo import load
+from attribution import attribute
+m = load({model_name!r})
+words = (" the cat sat on a mat and then it ran to the door") * 40
+ids = m.to_tokens(words)[0, :{n_tokens - 1}].tolist()
+prompt = m.decode(ids) + " When Mary and John went to the store, John gave a drink to"
+enc = m.encode(prompt, " Mary", " John")
+t = time.perf_counter()
+res = attribute(m, prompt, " Mary", " John", method="dpa", level="edge")
+print(enc.seq_len, tuple(res.scores.shape), time.perf_counter() - t,
+      resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20)
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    if proc.returncode != 0:
+        return {"ok": False, "error": proc.stderr.strip().splitlines()[-1] if proc.stderr else "failed"}
+    parts = proc.stdout.strip().splitlines()[-1].split()
+    seq, secs, gib = int(parts[0]), float(parts[-2]), float(parts[-1])
+    return {"ok": gib < 24, "tokens": seq, "edge_seconds": secs, "peak_rss_gib": gib, "limit_gib": 24}
+
+
+def checks(summary: dict) -> list[str]:
+    """The issue's "Done when" lines, each with the measured figures and PASS / FAIL."""
+    lines = []
+
+    def verdict(ok: bool) -> str:
+        return "PASS" if ok else "FAIL"
+
+    for name in ("ioi", "facts"):
+        part = summary.get(f"token_{name}")
+        if not part:
+            continue
+        m = part["methods"]
+        dpa = m["dpa"]["total"]
+        for other in ("gradient", "input_x_gradient", "integrated_gradients", "rollout"):
+            lines.append(f"token {name}: DPA total {dpa:.2f} > {other} {m[other]['total']:.2f}: "
+                         f"{verdict(dpa > m[other]['total'])}")
+        lines.append(f"token {name}: random total {m['random']['total']:.2f} within +-5: "
+                     f"{verdict(abs(m['random']['total']) <= 5)}")
+        ratio = m["dpa"]["attribution_seconds"] / m["gradient"]["attribution_seconds"]
+        lines.append(f"token {name}: DPA / gradient time {ratio:.2f}x (<= 1x): {verdict(ratio <= 1)}")
+    head = summary.get("head_ioi")
+    if head:
+        m = head["methods"]
+        for k in ("dpa", "atp", "attention_last", "attention_mean", "gradient", "random"):
+            lines.append(f"head ioi: {k}: disrupt {m[k]['disrupt_auc']:.2f} "
+                         f"recover {m[k]['recover_auc']:.2f} "
+                         f"total {m[k]['total']:.2f} spearman {m[k].get('spearman')} "
+                         f"recall@10 {m[k].get('recall_at_10')}")
+        lines.append(f"head ioi: DPA total {m['dpa']['total']:.2f} vs AtP {m['atp']['total']:.2f}: DPA "
+                     f"{'beats' if m['dpa']['total'] > m['atp']['total'] else 'does not beat'} AtP")
+        r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
+        lines.append(f"head ioi: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
+        p = m["activation_patching"]["attribution_seconds"] / m["dpa"]["attribution_seconds"]
+        lines.append(f"head ioi: activation patching / DPA time {p:.0f}x (>= 50x): {verdict(p >= 50)}")
+    neuron = summary.get("neuron_ioi")
+    if neuron:
+        m = neuron["methods"]
+        r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
+        lines.append(f"neuron ioi: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}; totals DPA "
+                     f"{m['dpa']['total']:.2f}, AtP {m['atp']['total']:.2f}, "
+                     f"random {m['random']['total']:.2f}")
+    mem = summary.get("memory")
+    if mem:
+        lines.append(f"memory: {json.dumps(mem)}: {verdict(mem.get('ok', False))}")
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--parts", default="token,head,neuron,memory")
+    parser.add_argument("--n-token", type=int, default=50)
+    parser.add_argument("--n-head", type=int, default=20)
+    parser.add_argument("--n-neuron", type=int, default=5)
+    parser.add_argument("--sets", default="ioi,facts", help="Prompt sets for the token part.")
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None, help="Write the summary JSON here.")
+    args = parser.parse_args()
+    parts = args.parts.split(",")
+
+    import torch
+
+    from workbench.zoo import load
+
+    torch.set_num_threads(args.threads)
+    model = load(args.model)
+    summary: dict = {"model": args.model, "threads": args.threads}
+    log: list[str] = []
+    if "token" in parts:
+        for name in args.sets.split(","):
+            summary[f"token_{name}"] = run_part(model, load_rows(name, args.n_token), TOKEN_METHODS, "token",
+                                                f"token_{name}", log)
+    if "head" in parts:
+        summary["head_ioi"] = run_part(model, load_rows("ioi", args.n_head), HEAD_METHODS, "head",
+                                       "head_ioi", log)
+    if "neuron" in parts:
+        summary["neuron_ioi"] = run_part(model, load_rows("ioi", args.n_neuron), NEURON_METHODS, "neuron",
+                                         "neuron_ioi", log)
+    if "memory" in parts:
+        summary["memory"] = memory_check(args.model)
+    summary["checks"] = checks(summary)
+    summary["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print("\n".join(log))
+    print("\n".join(f"- {line}" for line in summary["checks"]))
+    if args.out:
+        Path(args.out).write_text(json.dumps(summary, indent=1))
+
+
+if __name__ == "__main__":
+    main()

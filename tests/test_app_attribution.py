@@ -1,0 +1,106 @@
+"""Attribution page: DPA on a tiny Llama (and, marked real, on smollm2 within the time budget)."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
+from workbench.store import RunStore  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not (Path(__file__).resolve().parents[1] / "attribution" / "dpa" / "engine.py").exists(),
+    reason="the DPA engine is not in this checkout")
+
+
+def token_scores(at) -> list:
+    return array(chart(at, "attr_tokens")["data"][0]["customdata"])
+
+
+@pytest.fixture
+def page(tiny_llama_dir):
+    state = {"attr_model": str(tiny_llama_dir), "attr_prompt": "When Mary and John went to the store, John gave",
+             "attr_methods": ["dpa"]}
+    return open_page("attribution", state)
+
+
+def test_dpa_views_render_and_follow_the_prompt(page):
+    at = page
+    assert not problems(at)
+    target = at.text_input(key="attr_target").value
+    assert target, "target is suggested from the model's top prediction"
+    before = token_scores(at)
+    assert before.shape == (1, 11)  # one row per method, one column per prompt token
+    assert chart(at, "attr_head_grid")["data"][0]["marker"]["symbol"] == "square"
+    assert chart(at, "attr_flow")
+    assert "neuron" in frame_with(at, "neuron").columns
+    at.text_area(key="attr_prompt").set_value("The cat sat on the").run()
+    assert not problems(at)
+    after = token_scores(at)
+    assert after.shape == (1, 5)
+
+
+def test_clicked_head_changes_its_view(page):
+    at = page
+    effect = [m for m in at.metric if "direct logit effect" in m.label]
+    assert effect and effect[0].label.startswith("L0H0")
+    pattern = array(chart(at, "attr_pattern")["data"][0]["z"])
+    at.selectbox(key="attr_layer").set_value(1).run()
+    at.selectbox(key="attr_head").set_value(3).run()
+    assert not problems(at)
+    effect = [m for m in at.metric if "direct logit effect" in m.label]
+    assert effect[0].label.startswith("L1H3")
+    assert array(chart(at, "attr_pattern")["data"][0]["z"]).tolist() != pattern.tolist()
+
+
+def test_bad_input_is_a_message(page):
+    at = page
+    at.text_input(key="attr_target").set_value(" Paris and Rome").run()
+    assert not at.exception
+    assert any("tokens, not one" in e.value for e in at.error)
+    at.text_input(key="attr_target").set_value(" Mary").run()
+    assert not problems(at)
+    at.text_input(key="attr_foil").set_value(" Mary").run()
+    assert any("same token" in e.value for e in at.error)
+    at.text_area(key="attr_prompt").set_value("").run()
+    assert not at.exception
+    assert any("prompt is empty" in w.value for w in at.warning)
+    at.text_area(key="attr_prompt").set_value("The cat sat on the").run()
+    assert not problems(at)
+
+
+def test_save_then_open_from_the_store(page):
+    at = page
+    at.button(key="attr_save").click().run()
+    assert not problems(at)
+    runs = RunStore().list(kind="attribute")
+    assert {r["method"] for r in runs} == {"dpa"} and len(runs) == 4  # token, head, neuron, edge
+    token_run = next(r["id"] for r in runs if RunStore().get(r["id"]).meta["args"]["level"] == "token")
+    at.selectbox(key="attr_open").set_value(token_run).run()
+    assert not problems(at)
+    saved = chart(at, "attr_saved_fig")
+    assert saved["data"][0]["type"] == "bar"
+
+
+@pytest.mark.real
+def test_smollm2_dpa_is_fast_once_warm():
+    """Done-when: DPA for a 30-token prompt on smollm2-135m shows within 3 s once the model is warm."""
+    budget = float(os.environ.get("WORKBENCH_APP_DPA_BUDGET_S", "3"))
+    prompt = ("In the small town by the river, the baker opened his shop early every morning, and the "
+              "children who walked past on their way to school always asked him for")
+    at = open_page("attribution", {"attr_model": "smollm2-135m", "attr_prompt": "The capital of France is",
+                                   "attr_methods": ["dpa"]}, timeout=300)
+    assert not problems(at)
+    started = time.perf_counter()
+    at.text_area(key="attr_prompt").set_value(prompt).run()
+    seconds = time.perf_counter() - started
+    assert not problems(at)
+    assert token_scores(at).shape == (1, 30)
+    print(f"smollm2-135m, 30-token prompt, warm: DPA page run in {seconds:.2f} s")
+    assert seconds < budget

@@ -1,0 +1,70 @@
+"""Probes page on a tiny random word-level model: curves, similarity, PCA, steering, bad uploads."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import array, chart, open_page, problems  # noqa: E402
+
+pytestmark = pytest.mark.skipif(
+    not (Path(__file__).resolve().parents[1] / "attribution" / "probes" / "probe.py").exists(),
+    reason="the probes engine is not in this checkout")
+
+GOOD = "good great fine nice".split()
+BAD = "bad awful poor dull".split()
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory) -> Path:
+    from attribution.probes.tiny import save_tiny
+
+    return save_tiny(tmp_path_factory.mktemp("probe-model") / "tiny", name="tiny-probe")
+
+
+def dataset() -> bytes:
+    rows = []
+    for i in range(40):
+        word, label = (GOOD[(i // 2) % 4], "positive") if i % 2 else (BAD[(i // 2) % 4], "negative")
+        rows.append({"text": f"the {['movie', 'meal', 'book', 'show'][i % 4]} was {word}", "label": label})
+    return "\n".join(json.dumps(r) for r in rows).encode()
+
+
+@pytest.fixture
+def page(tiny_dir):
+    at = open_page("probes", {"probe_model": str(tiny_dir), "probe_source": "upload"})
+    assert any("Upload a JSONL" in i.value for i in at.info)
+    at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
+    return at
+
+
+def test_probe_curves_and_steering(page):
+    at = page
+    assert not problems(at)
+    spec = chart(at, "probe_curves")
+    assert {t.get("name") for t in spec["data"]} >= {"probe accuracy", "control task", "selectivity"}
+    assert chart(at, "probe_gdv") and chart(at, "probe_sim") and chart(at, "probe_pca")
+    plain = [m.value for m in at.markdown if m.value.startswith("**the")]
+    at.slider(key="probe_scale").set_value(2.0).run()
+    assert not problems(at)
+    steered = [m.value for m in at.markdown if m.value.startswith("**the")]
+    assert plain and steered and steered != plain  # the slider changes the output
+    pca = array(chart(at, "probe_pca")["data"][0]["x"]).tolist()
+    at.select_slider(key="probe_layer").set_value(0).run()
+    at.select_slider(key="probe_layer").set_value(1).run()
+    assert not problems(at)
+    assert chart(at, "probe_pca")
+
+
+def test_unreadable_dataset_is_a_message(tiny_dir):
+    at = open_page("probes", {"probe_model": str(tiny_dir), "probe_source": "upload"})
+    at.file_uploader(key="probe_upload").upload("junk.jsonl", b"\x00\xff not json", "application/json").run()
+    assert not at.exception
+    assert any("Cannot read 'junk.jsonl'" in e.value for e in at.error)
+    at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
+    assert not problems(at)

@@ -1,0 +1,49 @@
+"""Toy circuits page on a shipped toy checkpoint: accuracy, patterns, ablation, patching, variants."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
+from workbench.store import RunStore  # noqa: E402
+
+
+def _toy() -> str | None:
+    from workbench.zoo import list_models
+
+    names = [e.name for e in list_models() if e.kind == "toy" and e.loader.startswith("circuits.")]
+    return "ioi-attn-1l2h" if "ioi-attn-1l2h" in names else (names[0] if names else None)
+
+
+TOY = _toy()
+pytestmark = pytest.mark.skipif(TOY is None, reason="no toy checkpoint in data/models")
+
+
+def test_toy_page_follows_its_widgets():
+    at = open_page("toy_circuits", {"toy_model": TOY})
+    assert not problems(at)
+    labels = {m.label: m.value for m in at.metric}
+    assert "accuracy" in labels and 0.0 <= float(labels["accuracy"]) <= 1.0
+    first = [array(t["z"]).tolist() for t in chart(at, "toy_patterns")["data"]]
+    at.number_input(key="toy_example").set_value(7).run()
+    assert not problems(at)
+    assert [array(t["z"]).tolist() for t in chart(at, "toy_patterns")["data"]] != first
+    mean_abl = frame_with(at, "component")
+    at.radio(key="toy_ablation").set_value("zero").run()
+    assert not problems(at)
+    assert not frame_with(at, "component").equals(mean_abl)
+    assert chart(at, "toy_patch_heads") and chart(at, "toy_patch_resid")
+    assert TOY in list(frame_with(at, "ffn")["model"])  # the FFN-variant table lists it
+    at.button(key="toy_abl_save").click().run()
+    assert [r["kind"] for r in RunStore().list()] == ["toy-ablation"]
+
+
+def test_not_a_toy_model_is_a_message(tmp_path):
+    at = open_page("toy_circuits", {"toy_model": str(tmp_path / "missing")})
+    assert not at.exception
+    assert any("does not exist" in e.value for e in at.error)

@@ -1,0 +1,75 @@
+"""Vision page: maps of every chosen method over a sample, the metrics table, uploads good and bad."""
+
+from __future__ import annotations
+
+import io
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
+
+METHODS = ["attention", "rollout"]
+
+
+@pytest.fixture(scope="module")
+def vit_dir(tmp_path_factory) -> Path:
+    """A random 2-layer ViT checkpoint in the zoo's format (the page cares about plumbing, not accuracy)."""
+    import torch
+
+    from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
+
+    torch.manual_seed(0)
+    model = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32,
+                                class_names=["plus", "ring", "triangle", "x"]))
+    out = tmp_path_factory.mktemp("vit") / "tiny-vit"
+    return save_checkpoint(model, out, {"name": "tiny-vit", "kind": "vit", "params": 1,
+                                        "loader": "attribution.vit.model:load_checkpoint"})
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)  # many small ops: extra threads only contend on a shared machine
+    yield
+    torch.set_num_threads(n)
+
+
+def heat(at) -> list:
+    spec = chart(at, "vit_overlay")
+    return [array(t["z"]).tolist() for t in spec["data"] if t["type"] == "heatmap"]
+
+
+def test_maps_and_metrics_follow_the_sample(vit_dir):
+    at = open_page("vision", {"vit_model": str(vit_dir), "vit_methods": METHODS})
+    assert not problems(at)
+    assert len(heat(at)) == len(METHODS)  # one overlaid map per method, side by side
+    table = frame_with(at, "deletion_auc")
+    assert list(table["method"]) == METHODS and "pointing_game" in table.columns
+    before = heat(at)
+    at.number_input(key="vit_index").set_value(5).run()
+    assert not problems(at)
+    assert heat(at) != before
+    at.button(key="vit_save").click().run()
+    assert any("Saved as run" in s.value for s in at.success)
+
+
+def test_uploads_good_and_unreadable(vit_dir):
+    from PIL import Image
+
+    at = open_page("vision", {"vit_model": str(vit_dir), "vit_methods": METHODS, "vit_source": "upload"})
+    assert not problems(at)
+    at.file_uploader(key="vit_upload").upload("notes.png", b"this is not an image", "image/png").run()
+    assert not at.exception
+    assert any("Cannot read 'notes.png' as an image" in e.value for e in at.error)
+    buf = io.BytesIO()
+    Image.new("RGB", (48, 40), (200, 30, 30)).save(buf, format="PNG")
+    at.file_uploader(key="vit_upload").upload("red.png", buf.getvalue(), "image/png").run()
+    assert not problems(at)
+    assert len(heat(at)) == len(METHODS)
+    assert "pointing_game" not in frame_with(at, "deletion_auc").columns  # no mask for an upload

@@ -1,0 +1,121 @@
+"""``workbench faithfulness`` through the CLI: JSON contract, stored run, bad input -> one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pytest
+import torch
+from test_baselines_tiny import make_examples, tiny_llama
+
+from workbench import zoo
+
+TINY = ("faithfulness", "--model", "tiny-llama-faith")
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def prompts(tmp_path_factory):
+    zoo.register(zoo.ModelEntry(name="tiny-llama-faith", kind="toy", params=0, source="test",
+                                loader="test_baselines_tiny:load_tiny"))
+    path = tmp_path_factory.mktemp("prompts") / "p.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in make_examples(tiny_llama(), 5, seed=2)))
+    return str(path)
+
+
+def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
+    from workbench.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["workbench", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def assert_bad(code: int, err: str, *words: str) -> None:
+    assert code == 2, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err, err
+    for w in words:
+        assert w in lines[0], lines[0]
+
+
+def test_json_contract_and_run(monkeypatch, capsys, prompts):
+    code, out, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,
+                         "--methods", "random,ig,activation_patching,atp", "--level", "token", "--limit", "3",
+                         "--param", "ig.steps=4", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["level"] == "token" and data["n_examples"] == 3
+    assert set(data["methods"]) == {"random", "integrated_gradients", "activation_patching", "atp"}
+    for m in data["methods"].values():
+        assert {"disrupt_auc", "recover_auc", "total", "attribution_seconds"} <= set(m)
+    assert "spearman" in data["methods"]["atp"] and data["run_id"]
+    code, out, err = cli(monkeypatch, capsys, "runs", "show", data["run_id"], "--json")
+    assert code == 0 and json.loads(out)["meta"]["kind"] == "faithfulness"
+
+
+def test_head_level_with_attention(monkeypatch, capsys, prompts):
+    code, out, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,
+                         "--methods", "attention_last,gradient", "--level", "head", "--limit", "2",
+                         "--no-save", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["methods"]["attention_last"]["ranked_from"] == "edge" and "run_id" not in data
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--methods", "random,bogus"], ["unknown method", "bogus"]),
+    (["--methods", "rollout", "--level", "head"], ["rollout", "no head level"]),
+    (["--methods", "ig", "--level", "neuron"], ["integrated_gradients", "no neuron level"]),
+    (["--methods", "random", "--level", "edge"], ["unknown level"]),
+    (["--methods", "random", "--ablation", "blur"], ["ablation"]),
+    (["--methods", "random", "--param", "ig.steps"], ["METHOD.NAME=VALUE"]),
+])
+def test_bad_methods_and_levels(monkeypatch, capsys, prompts, args, words):
+    code, _, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,
+                       *args)
+    assert_bad(code, err, *words)
+
+
+@pytest.mark.parametrize("content,words", [
+    (None, ["does not exist"]),
+    ("", ["no prompts"]),
+    ("{not json\n", ["not a JSON object", ":1:"]),
+    ('{"prompt": "A B"}\n', ["target"]),
+    ('{"prompt": "A B", "target": "C", "foil": 3}\n', ["foil"]),
+    ('{"prompt": "A B", "target": "C C"}\n', ["target", "2 tokens"]),
+    ('{"prompt": "A B", "target": "C", "foil": "C"}\n', ["same token"]),
+])
+def test_bad_prompt_files(monkeypatch, capsys, tmp_path, prompts, content, words):
+    path = tmp_path / "bad.jsonl"
+    if content is not None:
+        path.write_text(content)
+    code, _, err = cli(monkeypatch, capsys, *TINY, "--prompts", str(path),
+                       "--methods", "random")
+    assert_bad(code, err, *words)
+
+
+@pytest.mark.real
+def test_real_smollm2_ioi_two_prompts(monkeypatch, capsys):
+    from pathlib import Path
+
+    ioi = Path(__file__).resolve().parent.parent / "data" / "prompts" / "ioi.jsonl"
+    code, out, err = cli(monkeypatch, capsys, "faithfulness", "--model", "smollm2-135m", "--prompts",
+                         str(ioi),
+                         "--methods", "gradient,random", "--level", "token", "--limit", "2", "--json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["n_examples"] == 2 and data["methods"]["gradient"]["attribution_seconds"] > 0

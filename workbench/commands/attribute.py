@@ -1,0 +1,126 @@
+"""``workbench attribute``: one attribution method on one prompt, at one level; saves a run."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+
+
+def _methods_help() -> str:
+    from attribution.methods import levels_help
+
+    return f"Method and the levels it has: {levels_help()}. Alias: ig = integrated_gradients."
+
+
+def register(app: typer.Typer) -> None:
+    app.command("attribute", help="Score tokens, heads, edges or neurons for a target (minus foil) logit. "
+                + _methods_help())(attribute)
+
+
+def parse_params(items: list[str] | None) -> dict[str, Any]:
+    """``k=v`` pairs; numbers and true/false become numbers and booleans."""
+    from workbench.errors import WorkbenchError
+
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key.strip():
+            raise WorkbenchError(f"--param takes key=value (got {item!r})")
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        else:
+            for cast in (int, float):
+                try:
+                    value = cast(raw)
+                    break
+                except ValueError:
+                    pass
+        out[key.strip()] = value
+    return out
+
+
+def check_method(method: str, level: str) -> str:
+    """Validate method and level against the method table without importing any engine."""
+    from attribution.methods import LEVEL_AXES, METHODS, canonical
+    from workbench.errors import MethodError
+
+    name = canonical(method)
+    if name not in METHODS:
+        raise MethodError(f"unknown method {method!r}; known: {', '.join(METHODS)} (alias ig)")
+    if level not in LEVEL_AXES:
+        raise MethodError(f"unknown level {level!r}; levels: {', '.join(LEVEL_AXES)}")
+    if level not in METHODS[name].levels:
+        raise MethodError(f"method {name} has no {level} level; it has: {', '.join(METHODS[name].levels)}")
+    return name
+
+
+def attribute(
+    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
+    prompt: str = typer.Argument(..., help="The prompt (the model predicts the token after it)."),
+    target: str = typer.Option(..., "--target", help="Target token, one token, leading space included (' Paris')."),
+    foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
+    method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
+    level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
+    device: str = DEVICE_OPTION,
+    param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "
+                                    "e.g. --param w_q=0 --param steps=20."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    top: int = typer.Option(10, "--top", help="Items shown in the human-readable table."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Score tokens, heads, edges or neurons for the target (minus foil) logit."""
+    from workbench.cli import check_device
+    from workbench.errors import PromptError
+
+    name = check_method(method, level)
+    params = parse_params(param)
+    if not prompt.strip():
+        raise PromptError("empty prompt: give at least one token")
+    import workbench as wb
+    from attribution import attribute as run_attribute
+
+    m = wb.load(model, device=check_device(device))
+    res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, **params)
+    out = {"model": res.model, "method": res.method, "level": res.level, "tokens": res.tokens,
+           "axes": list(res.axes), "scores": res.scores.detach().float().cpu().tolist(),
+           "target": res.target, "foil": res.foil, "target_logit": res.target_logit, "seconds": res.seconds,
+           "params": params}
+    if save:
+        out["run"] = res.save().id
+
+    def human(r: dict[str, Any]) -> None:
+        c = console()
+        c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
+                + (f" vs {r['foil']!r}" if r["foil"] else "")
+                + f" · logit {r['target_logit']:.3f} · {r['seconds']:.3f} s")
+        print(_top_table(res, top).to_string(index=False))
+        if "run" in r:
+            c.print(f"saved run {r['run']}")
+
+    emit(out, as_json, human)
+
+
+def _top_table(res: Any, k: int):
+    """The k highest-|score| items, without building a table of every item (edges are many)."""
+    import pandas as pd
+
+    s = res.scores.detach().float().cpu()
+    flat = s.flatten()
+    idx = flat.abs().topk(min(k, flat.numel())).indices
+    rows = []
+    for i in idx.tolist():
+        coords, rest = [], i
+        for n in reversed(s.shape):
+            coords.append(rest % n)
+            rest //= n
+        row = dict(zip(res.axes, reversed(coords)))
+        for ax in ("token", "query", "key", "position"):
+            if ax in row:
+                row[f"{ax}_str"] = res.tokens[row[ax]]
+        row["score"] = float(flat[i])
+        rows.append(row)
+    return pd.DataFrame(rows)

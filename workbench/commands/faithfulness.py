@@ -1,0 +1,139 @@
+"""``workbench faithfulness``: disrupt / recover curves of attribution methods on a prompt set."""
+
+from __future__ import annotations
+
+import typer
+
+from workbench.cli import JSON_OPTION, console, emit, progress
+
+
+def register(app: typer.Typer) -> None:
+    app.command("faithfulness")(faithfulness)
+
+
+def read_prompts(path: str, limit: int | None = None) -> list[dict]:
+    """JSONL rows {"prompt", "target", "foil"?}; PromptError on a missing, empty or malformed file."""
+    import json
+    from pathlib import Path
+
+    from workbench.errors import PromptError
+
+    file = Path(path)
+    if not file.is_file():
+        raise PromptError(f"prompts file {path!r} does not exist")
+    rows = []
+    try:
+        lines = file.read_text().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"cannot read prompts file {path!r}: {exc}") from None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise PromptError(f"{path}:{n}: not a JSON object") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
+                or not isinstance(row.get("target"), str):
+            raise PromptError(f"{path}:{n}: needs string fields \"prompt\" and \"target\" "
+                              "(and optional \"foil\")")
+        if "foil" in row and row["foil"] is not None and not isinstance(row["foil"], str):
+            raise PromptError(f"{path}:{n}: \"foil\" must be a string")
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise PromptError(f"prompts file {path!r} holds no prompts")
+    return rows
+
+
+def parse_params(items: list[str]) -> dict[str, dict]:
+    """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can)."""
+    import json
+
+    from attribution.methods import canonical
+    from workbench.errors import MethodError
+
+    out: dict[str, dict] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        method, dot, name = key.partition(".")
+        if not sep or not dot or not method or not name:
+            raise MethodError(f"--param {item!r}: write METHOD.NAME=VALUE, e.g. ig.steps=32")
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            parsed = value
+        out.setdefault(canonical(method), {})[name] = parsed
+    return out
+
+
+def faithfulness(
+    model: str = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory."),
+    prompts: str = typer.Option(..., "--prompts",
+                                help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
+    methods: str = typer.Option(..., "--methods", help="Comma-separated methods, e.g. dpa,ig,gradient,random "
+                                "(activation_patching adds Spearman / recall@10 against it)."),
+    level: str = typer.Option("token", "--level", help="token | head | neuron."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    ablation: str = typer.Option("zero", "--ablation", help="zero | mean (mean over the prompts' positions)"),
+    foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
+                              "one) or the target logit alone."),
+    param: list[str] = typer.Option(None, "--param", help="Method parameter METHOD.NAME=VALUE (repeatable), "
+                                    "e.g. ig.steps=32, dpa.w_v=1."),
+    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Ablated forwards per batch."),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
+    device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Disrupt / recover AUCs, total = recover - disrupt, and seconds per attribution, per method."""
+    from workbench.cli import check_device
+    from workbench.errors import MethodError, WorkbenchError
+
+    if level not in ("token", "head", "neuron"):
+        raise MethodError(f"unknown level {level!r}: token, head or neuron")
+    if ablation not in ("zero", "mean"):
+        raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
+    names = [m.strip() for m in methods.split(",") if m.strip()]
+    if not names:
+        raise MethodError("--methods is empty: name at least one method")
+    from attribution.faithfulness import resolve_method  # light: the method table, no engines
+
+    for name in names:
+        resolve_method(name, level)
+    params = parse_params(param)
+    rows = read_prompts(prompts, limit)
+    device = check_device(device)
+
+    import torch
+
+    from attribution.faithfulness import evaluate
+    from workbench.zoo import load
+
+    if threads:
+        torch.set_num_threads(threads)
+    hooked = load(model, device=device)
+    for n, row in enumerate(rows, 1):  # fail fast on bad targets, before any method runs
+        try:
+            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
+        except WorkbenchError as exc:
+            raise type(exc)(f"{prompts}:{n}: {exc}") from None
+    with progress() as bar:
+        task = bar.add_task(f"faithfulness {level}", total=len(rows))
+        result = evaluate(hooked, rows, names, level=level, ablation=ablation, use_foil=foil, params=params,
+                          batch_size=batch_size, on_step=lambda: bar.advance(task))
+    result.args.update(prompts=prompts, limit=limit)
+    out = result.to_json()
+    out.pop("curves")
+    if save:
+        out["run_id"] = result.save().id
+
+    def human(_):
+        from rich.markdown import Markdown
+
+        console().print(Markdown(result.markdown()))
+        if save:
+            console().print(f"saved run {out['run_id']}")
+
+    emit(out, as_json, human)

@@ -1,0 +1,206 @@
+"""`workbench sae train|eval|features|corpus`: sparse autoencoders trained with SAELens, offline."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+
+sae_app = typer.Typer(help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.",
+                      no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    sae_app.command("train")(train)
+    sae_app.command("eval")(evaluate)
+    sae_app.command("features")(features)
+    sae_app.command("corpus")(corpus)
+    app.add_typer(sae_app, name="sae")
+
+
+def _cache(m, hook: str, tokens: int, ctx: int, corpus: str | None, seed: int = 0):
+    from attribution.sae.cache import cache_activations, model_texts
+
+    ctx = min(ctx, m.arch.n_ctx)
+    texts = model_texts(m, Path(corpus) if corpus else None, tokens, ctx, seed)
+    return cache_activations(m, hook, texts, tokens, ctx=ctx)
+
+
+def _threads() -> None:
+    import torch
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+
+
+def train(
+    model: str = typer.Option(..., "--model", help="Model name or local path."),
+    hook: str = typer.Option(..., "--hook", help="Hook to train on, e.g. blocks.15.hook_resid_post."),
+    tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache (one per token)."),
+    kind: str = typer.Option("topk", "--kind", help="topk | batchtopk | jumprelu | l1 (legacy)."),
+    width: int = typer.Option(None, "--width", help="Number of features (default 8 x the hook's width)."),
+    k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk)."),
+    epochs: float = typer.Option(4.0, "--epochs", help="Passes over the cached activations."),
+    lr: float = typer.Option(4e-4, "--lr"),
+    l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind)."),
+    l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind)."),
+    ctx: int = typer.Option(128, "--ctx", help="Context window for caching."),
+    corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus)."),
+    out: str = typer.Option(None, "--out", help="Where to save the SAE (default: under the run store)."),
+    seed: int = typer.Option(0, "--seed"),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Cache activations at HOOK, train an SAE with SAELens, report MSE, explained variance, L0,
+    dead fraction and the next-token loss change with the reconstruction spliced in."""
+    from attribution.sae.train import KINDS
+    from workbench.errors import RangeError
+
+    if kind not in KINDS:
+        raise RangeError(f"unknown SAE kind {kind!r}: {', '.join(KINDS)}")
+    if tokens < 256:
+        raise RangeError(f"--tokens {tokens} is too few: cache at least 256")
+    if width is not None and width < 1:
+        raise RangeError(f"--width must be positive, got {width}")
+
+    import workbench
+    from attribution.sae.train import train_sae
+    from workbench.cli import check_device
+    from workbench.store import RunDraft, RunStore
+
+    _threads()
+    started = time.time()
+    m = workbench.load(model, device=check_device(device))
+    m.check_hook(hook)
+    cache = _cache(m, hook, tokens, ctx, corpus, seed)
+    width = width or 8 * cache.d_in
+    if kind in ("topk", "batchtopk") and not 0 < k <= width:
+        raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
+    t_cache = time.time() - started
+    store = RunStore()
+    safe_hook = hook.replace(".", "-")
+    path = Path(out) if out else store.root / "saes" / f"{Path(m.name).name}_{safe_hook}_{kind}{width}_{int(time.time())}"
+    sae, metrics, info = train_sae(m, cache, kind, width, k, epochs, lr=lr, out=path, seed=seed, l1=l1, l0=l0)
+    result = {**metrics.to_json(), "path": str(path), "kind": kind, "width": width, "k": k, "hook": hook,
+              "model": m.name, "train_tokens": info["train_tokens"]}
+    run = store.save(RunDraft(kind="sae", model=m.name, method=f"sae-{kind}",
+                              args={"hook": hook, "tokens": tokens, "width": width, "k": k, "epochs": epochs,
+                                    "lr": lr, "ctx": ctx},
+                              timings={"cache_s": t_cache, "train_s": info["seconds"],
+                                       "total_s": time.time() - started}, result=result))
+    result["run"] = run.id
+
+    def human(o):
+        console().print(f"SAE saved to {o['path']} (run {o['run']})\n"
+                        f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
+                        f"dead {o['dead_fraction']:.1%}  MSE {o['mse']:.4g}  "
+                        f"next-token loss change {o['ce_loss_delta']:+.4f} nats")
+
+    emit(result, as_json, human)
+
+
+def _load_for(sae_path: str, model: str | None, hook: str | None, device: str):
+    import workbench
+    from attribution.sae.train import load_sae
+    from workbench.cli import check_device
+    from workbench.errors import ModelFileError
+
+    sae = load_sae(sae_path)
+    meta = sae.cfg.metadata
+    model = model or meta.model_name
+    hook = hook or meta.hook_name
+    if not model or not hook:
+        raise ModelFileError(f"SAE {sae_path!r} does not say its model and hook: give --model and --hook")
+    m = workbench.load(model, device=check_device(device))
+    m.check_hook(hook)
+    return sae, m, hook
+
+
+def evaluate(
+    sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
+    model: str = typer.Option(None, "--model", help="Model (default: the SAE's own)."),
+    hook: str = typer.Option(None, "--hook", help="Hook (default: the SAE's own)."),
+    tokens: int = typer.Option(8192, "--tokens", help="Fresh tokens to evaluate on."),
+    windows: int = typer.Option(8, "--windows", help="Windows for the spliced next-token loss."),
+    corpus: str = typer.Option(None, "--corpus"),
+    seed: int = typer.Option(1, "--seed", help="Sampling seed for toy-model inputs."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """MSE, explained variance, L0, dead fraction and next-token loss change of an SAE."""
+    from attribution.sae.train import check_fits
+    from attribution.sae.train import evaluate as run_eval
+
+    _threads()
+    s, m, hook = _load_for(sae, model, hook, device)
+    probe = _cache(m, hook, 256, 32, corpus, seed)
+    check_fits(s, probe.d_in, hook)  # fail fast, before the long cache
+    cache = _cache(m, hook, tokens, 128, corpus, seed)
+    # the shipped SAEs were trained on the corpus' first windows: evaluate on its last ones
+    metrics = run_eval(m, s, hook, cache.acts, cache.windows[-windows:], cache.skip_first)
+    out = {**metrics.to_json(), "sae": sae, "model": m.name, "hook": hook}
+    emit(out, as_json)
+
+
+def features(
+    sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
+    top: int = typer.Option(10, "--top", help="Show the N most frequently firing features."),
+    feature: list[int] = typer.Option(None, "--feature", help="Show these features instead."),
+    model: str = typer.Option(None, "--model"),
+    hook: str = typer.Option(None, "--hook"),
+    tokens: int = typer.Option(4096, "--tokens", help="Tokens to collect activations on."),
+    contexts: int = typer.Option(3, "--contexts", help="Contexts per activation-quantile bin."),
+    corpus: str = typer.Option(None, "--corpus"),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Dashboard data per feature: contexts by activation quantile with per-token activations,
+    activation histogram and density, top and bottom logit effects through W_U."""
+    from attribution.sae.dashboard import build_dashboard
+    from attribution.sae.train import check_fits
+    from workbench.errors import RangeError
+
+    if top < 1:
+        raise RangeError("--top must be at least 1")
+    _threads()
+    s, m, hook = _load_for(sae, model, hook, device)
+    probe = _cache(m, hook, 256, 32, corpus)
+    check_fits(s, probe.d_in, hook)
+    cache = _cache(m, hook, tokens, 128, corpus)
+    dash = build_dashboard(m, s, cache, features=feature or None, top=top, n_contexts=contexts, sae_name=sae)
+    out = dash.to_json()
+
+    def human(o):
+        c = console()
+        for f in o["features"]:
+            c.print(f"[bold]feature {f['feature']}[/bold]  density {f['density']:.4f}  max {f['max_activation']:.2f}")
+            c.print("  top logits:    " + " ".join(repr(t) for t, _ in f["top_logits"][:8]))
+            c.print("  bottom logits: " + " ".join(repr(t) for t, _ in f["bottom_logits"][:8]))
+            for ctx in f["contexts"][:contexts]:
+                toks = "".join(f"[reverse]{t}[/reverse]" if a > 0 else t for t, a in zip(ctx["tokens"], ctx["acts"], strict=False))
+                c.print(f"  {ctx['quantile']:>10} {ctx['activation']:6.2f}  {toks!s}", markup=True, highlight=False)
+
+    emit(out, as_json, human)
+
+
+def corpus(
+    out: str = typer.Option(None, "--out", help="Output directory (default data/corpus)."),
+    chars: int = typer.Option(2_000_000, "--chars", help="Characters of text to collect."),
+    samples: int = typer.Option(0, "--samples", help="Also sample this many texts from --model."),
+    model: str = typer.Option("smollm2-135m", "--model", help="Model for --samples."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Build the offline text corpus from documentation inside installed packages (and model samples)."""
+    from attribution.sae.cache import default_corpus
+    from attribution.sae.corpus import build_corpus, model_samples
+
+    docs = []
+    if samples:
+        import workbench
+
+        _threads()
+        docs = model_samples(workbench.load(model), samples)
+    summary = build_corpus(Path(out) if out else default_corpus(), max_chars=chars, samples=docs)
+    emit(summary, as_json)

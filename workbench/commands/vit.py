@@ -1,0 +1,189 @@
+"""ViT commands: vit-eval (the localization benchmark), vit-explain (one image), train-vit."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from workbench.cli import JSON_OPTION, emit, progress
+
+ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("vit-eval")(vit_eval)
+    app.command("vit-explain")(vit_explain)
+    app.command("train-vit")(train_vit)
+
+
+def _load_vit(model: str, device: str = "cpu"):
+    """Resolve first, so a non-ViT model is refused before anything heavy is loaded."""
+    from workbench.errors import WorkbenchError
+    from workbench.zoo import load, resolve
+
+    entry = resolve(model)
+    if entry.kind != "vit":
+        raise WorkbenchError(f"model {model!r} is a {entry.kind} model, not a vision transformer: "
+                             "vit commands need a kind 'vit' model (see `workbench models`)")
+    return load(model, device=device)
+
+
+def _threads(n: int) -> None:
+    import torch
+
+    if n > 0:
+        torch.set_num_threads(n)
+
+
+def vit_eval(
+    model: str = typer.Option("vit-synth", "--model", help="A kind 'vit' model (name or local HF ViT dir)."),
+    methods: str = typer.Option(ALL, "--methods", help="Comma-separated: " + ALL + " (or all)."),
+    n: int = typer.Option(200, "--n", help="Number of held-out images."),
+    seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation)."),
+    dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
+    batch_size: int = typer.Option(50, "--batch-size", help="Images per method call."),
+    threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default)."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Localization benchmark: pointing game, energy pointing, mask IoU, deletion/insertion,
+    perturbation AUCs, class sensitivity and seconds per image for each method."""
+    from workbench.errors import WorkbenchError
+
+    if n < 1:
+        raise WorkbenchError(f"--n must be at least 1, got {n}")
+    from attribution.vit.methods import parse_methods
+
+    names = parse_methods(methods)
+    _threads(threads)
+    from attribution.vit import data
+    from attribution.vit.evaluate import cost_ratio, evaluate
+
+    vit = _load_vit(model)
+    if dataset == "synthetic":
+        batch = data.synthetic(n, seed)
+    elif dataset == "digits":
+        batch = data.digits(n, seed)
+    else:
+        raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic or digits")
+    if vit.cfg.n_classes != len(batch.class_names) or vit.cfg.image_size != batch.images.shape[-1]:
+        raise WorkbenchError(f"model {model!r} ({vit.cfg.n_classes} classes, {vit.cfg.image_size}px) "
+                             "does not "
+                             f"fit the {dataset} set ({len(batch.class_names)} classes, "
+                             f"{batch.images.shape[-1]}px)")
+    with progress() as bar:
+        task = bar.add_task("vit-eval", total=n * len(names))
+        done: dict[str, int] = {}
+
+        def tick(name: str, k: int) -> None:
+            done[name] = k
+            bar.update(task, completed=sum(done.values()), description=f"vit-eval {name}")
+
+        res = evaluate(vit, batch, names, model_name=model, batch_size=batch_size, seed=seed,
+                       on_progress=tick)
+    if "dap" in names:
+        k = min(batch_size, n)
+        res.cost = cost_ratio(vit, batch.images[:k], batch.labels[:k], "dap")
+    out = res.to_json()
+    if save:
+        run = res.save(args={"model": model, "methods": names, "n": n, "seed": seed, "dataset": dataset})
+        out["run"] = run.id
+    out["markdown"] = res.markdown()
+
+    def human(o):
+        print(o["markdown"])
+        if o.get("cost"):
+            c = o["cost"]
+            print(f"\nDAP cost: {c['dap_over_forward_backward']:.2f}x one forward+backward "
+                  f"({c['dap_seconds']:.4f} s vs {c['forward_backward_seconds']:.4f} s on {k} images)")
+        print(f"accuracy {o['accuracy']:.3f} on {n} images" + (f"; run {o['run']}" if "run" in o else ""))
+
+    emit(out, as_json, human)
+
+
+def _read_image(path: str):
+    import numpy as np
+    import torch
+
+    from attribution.vit.model import ImageError
+
+    p = Path(path)
+    if not p.is_file():
+        raise ImageError(f"image file {path!r} does not exist")
+    try:
+        if p.suffix == ".npy":
+            arr = np.load(p, allow_pickle=False).astype("float32")
+            if arr.ndim == 3 and arr.shape[-1] in (1, 3, 4) and arr.shape[0] not in (1, 3, 4):
+                arr = arr.transpose(2, 0, 1)  # HWC -> CHW
+            if arr.size and arr.max() > 1.0:
+                arr = arr / 255.0
+        else:
+            from PIL import Image
+
+            with Image.open(p) as im:
+                arr = np.asarray(im).astype("float32") / 255.0
+            arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+    except (OSError, ValueError) as exc:
+        raise ImageError(f"cannot read image {path!r}: {exc}") from None
+    return torch.from_numpy(np.ascontiguousarray(arr))
+
+
+def vit_explain(
+    image: str = typer.Argument(..., help="PNG/JPEG (RGB) or .npy (C,H,W or H,W,C) in [0,1] or [0,255]."),
+    model: str = typer.Option("vit-synth", "--model"),
+    method: str = typer.Option("dap", "--method", help=ALL),
+    target: int = typer.Option(None, "--target", help="Class index (default: the predicted class)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Explain one image with one method: the patch map and the predicted class."""
+    from attribution.vit.methods import method_module
+
+    method_module(method)  # unknown method: refused before loading anything
+    vit = _load_vit(model)
+    img = vit.check_images(_read_image(image))
+    import torch
+
+    from attribution.vit.methods import explain
+
+    with torch.no_grad():
+        probs = vit(img).softmax(-1)[0]
+    pm = explain(vit, img, method, target)
+    names = vit.cfg.class_names or [str(i) for i in range(vit.cfg.n_classes)]
+    out = {"model": model, "method": method, "predicted": names[int(probs.argmax())],
+           "target": names[int(pm.targets[0])], "probs": {names[i]: float(p) for i, p in enumerate(probs)},
+           "map": pm.scores[0].tolist(), "seconds": pm.seconds}
+
+    def human(o):
+        print(f"{o['method']}: predicted {o['predicted']}, explaining {o['target']}")
+        for row in o["map"]:
+            print(" ".join(f"{v:8.4f}" for v in row))
+
+    emit(out, as_json, human)
+
+
+def train_vit(
+    dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
+    steps: int = typer.Option(3000, "--steps"),
+    batch_size: int = typer.Option(64, "--batch-size"),
+    lr: float = typer.Option(2e-3, "--lr"),
+    seed: int = typer.Option(0, "--seed"),
+    threads: int = typer.Option(1, "--threads", help="torch threads (keep low on shared machines)."),
+    out: str = typer.Option(None, "--out", help="Checkpoint dir (default data/models/vit-synth|vit-digits)."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train the small ViT and write a zoo checkpoint (config.json + model.safetensors + metrics.json)."""
+    from workbench.errors import WorkbenchError
+
+    if dataset not in ("synthetic", "digits"):
+        raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic or digits")
+    if steps < 1 or batch_size < 1:
+        raise WorkbenchError("--steps and --batch-size must be positive")
+    from attribution.vit.train import save_trained
+    from attribution.vit.train import train_vit as _train
+    from workbench.cli import console
+
+    con = console()
+    vit, metrics = _train(dataset, steps, batch_size, lr, seed, threads, log=con.print)
+    path = save_trained(vit, metrics, out)
+    emit({"path": str(path), **{k: v for k, v in metrics.items() if k != "config"}}, as_json)
