@@ -97,6 +97,7 @@ def model_picker(kinds: tuple[str, ...], key: str, default: str | None = None, a
                  container: Any = None) -> str | None:
     """A zoo selectbox (plus "local path…"); returns the chosen name or path."""
     box = container or st
+    seed_from_query({"model": key})
     names = [e.name for e in zoo(kinds)]
     if allow_path and key in st.session_state and st.session_state[key] not in names + [LOCAL_PATH]:
         # a path (from a deep link or a test) selects "local path…" with that directory

@@ -14,7 +14,7 @@ from attribution.probes.probe import bootstrap_ci, control_labels, probe_layers,
 from workbench.errors import DatasetError, RangeError
 
 
-def _blobs(n=200, d=20, sep=3.0, seed=0):
+def _blobs(n=160, d=12, sep=3.0, seed=0):
     rng = np.random.default_rng(seed)
     y = np.array(["a", "b"] * (n // 2))
     X = rng.normal(size=(n, d))
@@ -26,7 +26,7 @@ def test_probe_reads_a_separable_property_and_control_is_lower():
     X, y = _blobs()
     words = [f"w{i}" for i in range(len(y))]  # every example its own word type: control = chance
     noise = torch.randn_like(X)
-    res = probe_layers({"signal": X, "noise": noise}, y, words, n_boot=200)
+    res = probe_layers({"signal": X, "noise": noise}, y, words, n_boot=100)
     sig, noi = res.layers
     assert sig.accuracy > 0.9 and sig.selectivity > 0.3
     assert sig.ci_low <= sig.accuracy <= sig.ci_high

@@ -190,7 +190,7 @@ from attribution.methods import METHODS  # noqa: E402
 
 show_saved()
 
-C.seed_from_query({"model": "attr_model", "prompt": "attr_prompt", "methods": "_attr_methods_q"})
+C.seed_from_query({"prompt": "attr_prompt", "methods": "_attr_methods_q"})
 if "_attr_methods_q" in st.session_state:  # ?methods=dpa,gradient
     st.session_state["attr_methods"] = [m for m in st.session_state.pop("_attr_methods_q").split(",") if m]
 with st.sidebar:

@@ -249,11 +249,12 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
             offsets["mlp_bias"] += (m * w["b_in"]).sum().double()
         u = cache[b + "mlp.hook_pre_linear"]
         act = g * slope if (silu and p.act_mode == "ratio") else act_fn(g)
-        g_n = t.new_zeros(t.shape)
+        parts = []
         if p.w_up:  # up path, act(g) frozen: linear in u
-            g_n = g_n + ((p.w_up * m) * act) @ w["W_in"].T
+            parts.append(((p.w_up * m) * act) @ w["W_in"].T)
         if p.w_gate:  # gate path, slope(g) and u frozen: linear in g
-            g_n = g_n + ((p.w_gate * m) * slope * u) @ w["W_gate"].T
+            parts.append(((p.w_gate * m) * slope * u) @ w["W_gate"].T)
+        g_n = sum(parts[1:], parts[0]) if parts else torch.zeros_like(t)
     else:
         grad_pre = (p.w_mlp * m) * slope
         g_n = grad_pre @ w["W_in"].T
@@ -263,6 +264,15 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
                          model.arch.norm == "layernorm")
     offsets["mlp_norm_bias"] += off.double()
     return g_x
+
+
+def _from_heads(g: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """sum_h g[h] @ W[h]^T: [head, pos, d_head] x [head, d_model, d_head] -> [pos, d_model], as one matmul.
+
+    W.transpose(1, 2).reshape is a free view for HF-converted weights (TL's W_Q is a view of q_proj).
+    """
+    heads, seq, d_head = g.shape
+    return g.transpose(0, 1).reshape(seq, heads * d_head) @ W.transpose(1, 2).reshape(heads * d_head, -1)
 
 
 def _by_head(x: torch.Tensor) -> torch.Tensor:
@@ -301,7 +311,7 @@ def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
     A_g = A.reshape(G, -1, seq)  # [group, R*query, key]
     # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
     gv = p.w_v * torch.bmm(A_g.transpose(1, 2), m_g)  # [group, key, d_head]
-    g_n = torch.bmm(gv, w["W_V"].transpose(1, 2)).sum(0)
+    g_n = _from_heads(gv, w["W_V"])
     if w["b_V"] is not None:
         offsets["attn_value_bias"] += (gv * w["b_V"][:, None, :]).sum().double()
     if p.uses_qk:
@@ -322,13 +332,13 @@ def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, mv: to
     scale = float(model.tl.blocks[layer].attn.attn_scale)
     delta = (A * (mv - mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
     tables = rope_tables(model, layer, seq) if rotary else None
-    g_n = A.new_zeros(seq, w["W_Q"].shape[1])
+    g_n = A.new_zeros(())
     if p.w_q:
         k = _by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [group, key, d_head]
         gq = (p.w_q * torch.bmm(delta, k)).view(H, seq, d_head)  # on the rotated q
         if tables is not None:
             gq = rope_transpose(gq, tables)
-        g_n = g_n + torch.bmm(gq, w["W_Q"].transpose(1, 2)).sum(0)
+        g_n = g_n + _from_heads(gq, w["W_Q"])
         if w["b_Q"] is not None:
             offsets["attn_qk_bias"] += (gq * w["b_Q"][:, None, :]).sum().double()
     if p.w_k:
@@ -336,7 +346,7 @@ def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, mv: to
         gk = p.w_k * torch.bmm(delta.transpose(1, 2), q)  # [group, key, d_head] on the rotated k
         if tables is not None:
             gk = rope_transpose(gk, tables)
-        g_n = g_n + torch.bmm(gk, w["W_K"].transpose(1, 2)).sum(0)
+        g_n = g_n + _from_heads(gk, w["W_K"])
         if w["b_K"] is not None:
             offsets["attn_qk_bias"] += (gk * w["b_K"][:, None, :]).sum().double()
     return g_n

@@ -1,0 +1,112 @@
+"""Every page in a real headless browser: `workbench app` on a free port, Debian's chromium via Playwright.
+
+Each page must finish rendering with no Streamlit exception or error element; a screenshot per page
+is written under the test's temporary folder.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = "/usr/bin/chromium"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ROOT = Path(__file__).resolve().parents[1]
+ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow,
+              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(port: int, log: Path) -> subprocess.Popen:
+    """`workbench app --port P` (127.0.0.1 by default), waiting until Streamlit answers its health check."""
+    out = open(log, "w")
+    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "app", "--port", str(port)], cwd=ROOT,
+                            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+    deadline = time.time() + 90
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"the app exited early: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    proc.kill()
+    raise AssertionError(f"the app did not start: {log.read_text()[-2000:]}")
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=5)
+
+
+def settle(page, timeout: float = 180) -> None:
+    """Wait until the script run is over: the title is drawn and no 'running' widget shows for a while."""
+    page.wait_for_selector("h1", timeout=timeout * 1000)
+    deadline, quiet_since = time.time() + timeout, None
+    while time.time() < deadline:
+        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
+        if running:
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = time.time()
+        elif time.time() - quiet_since > 2.0:
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"{page.url} still running after {timeout} s")
+
+
+def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
+    playwright = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    log = tmp_path / "app.log"
+    proc = start_app(port, log)
+    tiny = urllib.parse.quote(str(tiny_llama_dir))
+    pages = {  # url path -> query; LLM pages get the tiny model so the test stays fast
+        "": f"?model={tiny}", "model": f"?model={tiny}", "vision": "", "toy_circuits": "",
+        "probes": f"?model={tiny}", "sae": "", "blackbox": "", "runs": "",
+    }
+    shots = []
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            try:
+                for path, query in pages.items():
+                    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+                    page.goto(f"http://127.0.0.1:{port}/{path}{query}", timeout=60_000)
+                    settle(page)
+                    errors = page.locator(ERRORS)
+                    texts = [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
+                    shot = tmp_path / f"{path or 'attribution'}.png"
+                    page.screenshot(path=str(shot), full_page=True)
+                    shots.append(shot)
+                    assert not texts, f"/{path}: {texts}"
+                    assert page.locator("h1").first.inner_text().strip()
+                    page.close()
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)
+    assert all(s.stat().st_size > 10_000 for s in shots) and len(shots) == len(pages)
+    assert log.read_text().count("[workbench-app] loaded model") == 2  # the tiny LLM and the toy model, once each
