@@ -93,8 +93,13 @@ def seed_from_query(mapping: dict[str, str]) -> None:
             st.session_state[key] = st.session_state[f"_keep_{key}"] = value
 
 
-def model_picker(kinds: tuple[str, ...], key: str, default: str | None = None, allow_path: bool = True,
-                 container: Any = None) -> str | None:
+def model_picker(
+    kinds: tuple[str, ...],
+    key: str,
+    default: str | None = None,
+    allow_path: bool = True,
+    container: Any = None,
+) -> str | None:
     """A zoo selectbox (plus "local path…"); returns the chosen name or path."""
     box = container or st
     seed_from_query({"model": key})
@@ -114,8 +119,12 @@ def model_picker(kinds: tuple[str, ...], key: str, default: str | None = None, a
     choice = box.selectbox("Model", names, key=key, on_change=remember(key))
     if choice == LOCAL_PATH:
         keep(f"{key}_path", "")
-        path = box.text_input("Local model directory", key=f"{key}_path", on_change=remember(f"{key}_path"),
-                              placeholder="/path/to/hf-model-dir")
+        path = box.text_input(
+            "Local model directory",
+            key=f"{key}_path",
+            on_change=remember(f"{key}_path"),
+            placeholder="/path/to/hf-model-dir",
+        )
         return path or None
     return choice
 
@@ -130,8 +139,10 @@ def engine(module: str, label: str) -> Any | None:
         return importlib.import_module(module)
     except ModuleNotFoundError as exc:
         if exc.name and (module == exc.name or module.startswith(exc.name + ".")):
-            st.info(f"The {label} engine (`{module}`) is not in this checkout yet; this view appears "
-                    "once it lands.")
+            st.info(
+                f"The {label} engine (`{module}`) is not in this checkout yet; this view appears "
+                "once it lands."
+            )
             return None
         error(f"The {label} engine could not be imported", exc)
     except Exception as exc:
@@ -179,6 +190,7 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
 
     Saving happens in the click callback, before the page redraws, so run lists show the new run.
     """
+
     def _save() -> None:
         try:
             obj = draft_fn()  # a RunDraft, or an engine result that saves itself
@@ -191,8 +203,10 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
     if st.session_state.get(f"{key}_error"):
         st.error(f"Could not save the run: {st.session_state.pop(f'{key}_error')}")
     if st.session_state.get(f"{key}_saved"):
-        st.success(f"Saved as run `{st.session_state[f'{key}_saved']}` (see the Runs page, "
-                   "or `workbench runs show` on the command line).")
+        st.success(
+            f"Saved as run `{st.session_state[f'{key}_saved']}` (see the Runs page, "
+            "or `workbench runs show` on the command line)."
+        )
 
 
 def run_picker(kind: str | list[str] | None, key: str, label: str = "Open a saved run") -> Any | None:
@@ -207,8 +221,7 @@ def run_picker(kind: str | list[str] | None, key: str, label: str = "Open a save
         st.caption("No saved runs of this kind yet.")
         return None
     ids = [""] + [r["id"] for r in rows]
-    chosen = st.selectbox(label, ids, key=key,
-                          format_func=lambda i: "—" if not i else _run_label(i, rows))
+    chosen = st.selectbox(label, ids, key=key, format_func=lambda i: "—" if not i else _run_label(i, rows))
     if not chosen:
         return None
     return open_run(chosen)

@@ -24,6 +24,10 @@ PAGES = [
 
 st.set_page_config(page_title="workbench", page_icon=":material/biotech:", layout="wide")
 here = Path(__file__).parent
-nav = st.navigation([st.Page(str(here / path), title=title, icon=icon, default=(i == 1))
-                     for i, (path, title, icon) in enumerate(PAGES)])
+nav = st.navigation(
+    [
+        st.Page(str(here / path), title=title, icon=icon, default=(i == 1))
+        for i, (path, title, icon) in enumerate(PAGES)
+    ]
+)
 nav.run()

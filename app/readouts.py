@@ -21,13 +21,16 @@ class HeadView:
     head: int
     tokens: list[str]
     pattern: Any  # [query, key]
-    logit_effect: float  # the head's write at the last position . (W_U[target] - W_U[foil]), after the final norm
+    logit_effect: (
+        float  # the head's write at the last position . (W_U[target] - W_U[foil]), after the final norm
+    )
     promoted: list[tuple[str, float]]  # tokens whose logits the head's write raises most
     per_query: Any  # [query] the same effect for every position's write
 
 
-def head_view(loaded: Any, prompt: str, layer: int, head: int, target: str, foil: str | None,
-              k: int = 10) -> HeadView:
+def head_view(
+    loaded: Any, prompt: str, layer: int, head: int, target: str, foil: str | None, k: int = 10
+) -> HeadView:
     import torch
 
     model = loaded.model
@@ -49,5 +52,7 @@ def head_view(loaded: Any, prompt: str, layer: int, head: int, target: str, foil
             direction = direction - model.W_U[:, enc.foil_id]
         per_query = writes @ direction
         top = (writes[-1] @ model.W_U).topk(k)
-    promoted = [(model.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices)]
-    return HeadView(layer, head, enc.str_tokens, pattern.cpu(), float(per_query[-1]), promoted, per_query.cpu())
+    promoted = [(model.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
+    return HeadView(
+        layer, head, enc.str_tokens, pattern.cpu(), float(per_query[-1]), promoted, per_query.cpu()
+    )

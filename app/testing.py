@@ -51,7 +51,7 @@ def chart(at: Any, key: str) -> dict[str, Any]:
 
 
 def array(value: Any):
-    """A plotly array from a spec: plain lists, or the typed {"dtype", "bdata", "shape"} form plotly 6 writes."""
+    """A plotly array from a spec: a plain list, or the typed {"dtype", "bdata", "shape"} form of plotly 6."""
     import base64
 
     import numpy as np

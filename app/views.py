@@ -19,24 +19,37 @@ def _np(t: Any):
 
 def token_labels(tokens: list[str]) -> list[str]:
     # Plotly merges equal category labels, so positions keep repeated tokens apart.
-    return [f"{i}:{t!r}"[: 24] for i, t in enumerate(tokens)]
+    return [f"{i}:{t!r}"[:24] for i, t in enumerate(tokens)]
 
 
 def token_heatmap(rows: dict[str, Any], tokens: list[str], title: str = "") -> go.Figure:
-    """Methods side by side: one row per method, one column per prompt token, each row scaled to max |score|."""
+    """Methods side by side: a row per method, a column per prompt token, each row scaled to max |score|."""
     import numpy as np
 
     names = list(rows)
     raw = np.stack([_np(rows[n]).reshape(-1) for n in names])
     scale = np.abs(raw).max(axis=1, keepdims=True)
     scale[scale == 0] = 1.0
-    fig = go.Figure(go.Heatmap(
-        z=raw / scale, x=token_labels(tokens), y=names, customdata=raw, colorscale=RDBU, zmid=0, zmin=-1, zmax=1,
-        hovertemplate="%{y} · %{x}<br>score %{customdata:.4g}<br>scaled %{z:.2f}<extra></extra>",
-        colorbar={"title": "score / max|score|"}))
-    fig.update_layout(title=title or "Token attribution (each method scaled to its own max |score|)",
-                      height=140 + 40 * len(names), margin={"l": 10, "r": 10, "t": 50, "b": 10},
-                      yaxis={"autorange": "reversed"})
+    fig = go.Figure(
+        go.Heatmap(
+            z=raw / scale,
+            x=token_labels(tokens),
+            y=names,
+            customdata=raw,
+            colorscale=RDBU,
+            zmid=0,
+            zmin=-1,
+            zmax=1,
+            hovertemplate="%{y} · %{x}<br>score %{customdata:.4g}<br>scaled %{z:.2f}<extra></extra>",
+            colorbar={"title": "score / max|score|"},
+        )
+    )
+    fig.update_layout(
+        title=title or "Token attribution (each method scaled to its own max |score|)",
+        height=140 + 40 * len(names),
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        yaxis={"autorange": "reversed"},
+    )
     return fig
 
 
@@ -51,28 +64,70 @@ def head_grid(scores: Any, title: str = "", selected: tuple[int, int] | None = N
     ly, hx = np.meshgrid(np.arange(n_layers), np.arange(n_heads), indexing="ij")
     lim = float(np.abs(s).max()) or 1.0
     size = max(6, min(28, int(520 / max(n_layers, n_heads))))
-    fig = go.Figure(go.Scatter(
-        x=hx.ravel(), y=ly.ravel(), mode="markers", customdata=np.stack([ly.ravel(), hx.ravel(), s.ravel()], -1),
-        marker={"symbol": "square", "size": size, "color": s.ravel(), "colorscale": RDBU, "cmin": -lim,
-                "cmax": lim, "colorbar": {"title": "score"}, "line": {"width": 0}},
-        hovertemplate="L%{customdata[0]:.0f} H%{customdata[1]:.0f}<br>score %{customdata[2]:.4g}<extra></extra>",
-    ))
+    fig = go.Figure(
+        go.Scatter(
+            x=hx.ravel(),
+            y=ly.ravel(),
+            mode="markers",
+            customdata=np.stack([ly.ravel(), hx.ravel(), s.ravel()], -1),
+            marker={
+                "symbol": "square",
+                "size": size,
+                "color": s.ravel(),
+                "colorscale": RDBU,
+                "cmin": -lim,
+                "cmax": lim,
+                "colorbar": {"title": "score"},
+                "line": {"width": 0},
+            },
+            hovertemplate="L%{customdata[0]:.0f} H%{customdata[1]:.0f}<br>score %{customdata[2]:.4g}"
+            "<extra></extra>",
+        )
+    )
     if selected is not None:
-        fig.add_trace(go.Scatter(x=[selected[1]], y=[selected[0]], mode="markers", hoverinfo="skip",
-                                 marker={"symbol": "square-open", "size": size + 6, "color": "black",
-                                         "line": {"width": 2}}, showlegend=False))
-    fig.update_layout(title=title or "Heads (click a square)", xaxis_title="head", yaxis_title="layer",
-                      height=max(320, 18 * n_layers + 120), showlegend=False, clickmode="event+select",
-                      xaxis={"dtick": 1}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+        fig.add_trace(
+            go.Scatter(
+                x=[selected[1]],
+                y=[selected[0]],
+                mode="markers",
+                hoverinfo="skip",
+                marker={"symbol": "square-open", "size": size + 6, "color": "black", "line": {"width": 2}},
+                showlegend=False,
+            )
+        )
+    fig.update_layout(
+        title=title or "Heads (click a square)",
+        xaxis_title="head",
+        yaxis_title="layer",
+        height=max(320, 18 * n_layers + 120),
+        showlegend=False,
+        clickmode="event+select",
+        xaxis={"dtick": 1},
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig
 
 
 def pattern_heatmap(pattern: Any, tokens: list[str], title: str) -> go.Figure:
     labels = token_labels(tokens)
-    fig = go.Figure(go.Heatmap(z=_np(pattern), x=labels, y=labels, colorscale="Blues", zmin=0,
-                               hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>"))
-    fig.update_layout(title=title, xaxis_title="key", yaxis_title="query", yaxis={"autorange": "reversed"},
-                      height=420, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig = go.Figure(
+        go.Heatmap(
+            z=_np(pattern),
+            x=labels,
+            y=labels,
+            colorscale="Blues",
+            zmin=0,
+            hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>",
+        )
+    )
+    fig.update_layout(
+        title=title,
+        xaxis_title="key",
+        yaxis_title="query",
+        yaxis={"autorange": "reversed"},
+        height=420,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig
 
 
@@ -99,7 +154,7 @@ def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 20
     rows = []
     for i in idx:
         pos = np.unravel_index(i, s.shape)
-        row = {ax: int(p) for ax, p in zip(axes, pos)}
+        row = {ax: int(p) for ax, p in zip(axes, pos, strict=True)}
         for ax in ("token", "position", "query", "key"):
             if ax in row and row[ax] < len(tokens):
                 row[f"{ax}_str"] = tokens[row[ax]]
@@ -142,21 +197,50 @@ def flow_graph(edge_scores: Any, tokens: list[str], threshold: float) -> tuple[g
                     xs += [k, q, None]
                     ys += [layer, layer + 1, None]
             if xs:
-                fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
-                                         line={"color": colour, "width": width}, opacity=0.75))
-    nodes = sorted({(layer, k) for layer, k, _, _ in edges} | {(layer + 1, q) for layer, _, q, _ in edges}
-                   | {(n_layers, n_pos - 1)})
-    fig.add_trace(go.Scatter(
-        x=[p for _, p in nodes], y=[layer for layer, _ in nodes], mode="markers", showlegend=False,
-        marker={"size": 7, "color": "#444"},
-        hovertext=[f"after layer {layer - 1} · {token_labels(tokens)[p]}" if layer else
-                   f"embedding · {token_labels(tokens)[p]}" for layer, p in nodes], hoverinfo="text"))
+                fig.add_trace(
+                    go.Scatter(
+                        x=xs,
+                        y=ys,
+                        mode="lines",
+                        hoverinfo="skip",
+                        showlegend=False,
+                        line={"color": colour, "width": width},
+                        opacity=0.75,
+                    )
+                )
+    nodes = sorted(
+        {(layer, k) for layer, k, _, _ in edges}
+        | {(layer + 1, q) for layer, _, q, _ in edges}
+        | {(n_layers, n_pos - 1)}
+    )
+    fig.add_trace(
+        go.Scatter(
+            x=[p for _, p in nodes],
+            y=[layer for layer, _ in nodes],
+            mode="markers",
+            showlegend=False,
+            marker={"size": 7, "color": "#444"},
+            hovertext=[
+                f"after layer {layer - 1} · {token_labels(tokens)[p]}"
+                if layer
+                else f"embedding · {token_labels(tokens)[p]}"
+                for layer, p in nodes
+            ],
+            hoverinfo="text",
+        )
+    )
     fig.update_layout(
         title=f"Information flow into the prediction ({len(edges)} edges ≥ {threshold:.2f} × max)",
-        xaxis={"tickmode": "array", "tickvals": list(range(n_pos)), "ticktext": token_labels(tokens),
-               "title": "position"},
-        yaxis={"title": "layer (0 = embeddings)"}, height=max(420, 16 * n_layers + 160),
-        margin={"l": 10, "r": 10, "t": 50, "b": 10})
+        xaxis={
+            "tickmode": "array",
+            "tickvals": list(range(n_pos)),
+            "ticktext": token_labels(tokens),
+            "title": "position",
+        },
+        yaxis={"title": "layer (0 = embeddings)"},
+        height=max(420, 16 * n_layers + 160),
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig, len(edges)
 
 
@@ -171,15 +255,25 @@ def tensor_figure(name: str, t: Any) -> go.Figure | None:
         fig = go.Figure(go.Bar(y=s.tolist()))
     else:
         fig = go.Figure(go.Heatmap(z=s, colorscale=RDBU, zmid=0))
-    fig.update_layout(title=f"{name} {tuple(_np(t).shape)}", height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig.update_layout(
+        title=f"{name} {tuple(_np(t).shape)}", height=360, margin={"l": 10, "r": 10, "t": 50, "b": 10}
+    )
     return fig
 
 
 def curves(xs: dict[str, Any], ys: dict[str, Any], title: str, xaxis: str, yaxis: str) -> go.Figure:
     fig = go.Figure()
     for name in ys:
-        fig.add_trace(go.Scatter(x=list(_np(xs[name]).ravel()), y=list(_np(ys[name]).ravel()), mode="lines+markers",
-                                 name=name))
-    fig.update_layout(title=title, xaxis_title=xaxis, yaxis_title=yaxis, height=380,
-                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+        fig.add_trace(
+            go.Scatter(
+                x=list(_np(xs[name]).ravel()), y=list(_np(ys[name]).ravel()), mode="lines+markers", name=name
+            )
+        )
+    fig.update_layout(
+        title=title,
+        xaxis_title=xaxis,
+        yaxis_title=yaxis,
+        height=380,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig

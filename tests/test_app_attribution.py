@@ -16,7 +16,8 @@ from workbench.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (Path(__file__).resolve().parents[1] / "attribution" / "dpa" / "engine.py").exists(),
-    reason="the DPA engine is not in this checkout")
+    reason="the DPA engine is not in this checkout",
+)
 
 
 def token_scores(at) -> list:
@@ -25,8 +26,11 @@ def token_scores(at) -> list:
 
 @pytest.fixture
 def page(tiny_llama_dir):
-    state = {"attr_model": str(tiny_llama_dir), "attr_prompt": "When Mary and John went to the store, John gave",
-             "attr_methods": ["dpa"]}
+    state = {
+        "attr_model": str(tiny_llama_dir),
+        "attr_prompt": "When Mary and John went to the store, John gave",
+        "attr_methods": ["dpa"],
+    }
     return open_page("attribution", state)
 
 
@@ -92,10 +96,15 @@ def test_save_then_open_from_the_store(page):
 def test_smollm2_dpa_is_fast_once_warm():
     """Done-when: DPA for a 30-token prompt on smollm2-135m shows within 3 s once the model is warm."""
     budget = float(os.environ.get("WORKBENCH_APP_DPA_BUDGET_S", "3"))
-    prompt = ("In the small town by the river, the baker opened his shop early every morning, and the "
-              "children who walked past on their way to school always asked him for")
-    at = open_page("attribution", {"attr_model": "smollm2-135m", "attr_prompt": "The capital of France is",
-                                   "attr_methods": ["dpa"]}, timeout=300)
+    prompt = (
+        "In the small town by the river, the baker opened his shop early every morning, and the "
+        "children who walked past on their way to school asked for"
+    )
+    at = open_page(
+        "attribution",
+        {"attr_model": "smollm2-135m", "attr_prompt": "The capital of France is", "attr_methods": ["dpa"]},
+        timeout=300,
+    )
     assert not problems(at)
     started = time.perf_counter()
     at.text_area(key="attr_prompt").set_value(prompt).run()

@@ -18,13 +18,24 @@ from pathlib import Path
 import pytest
 
 CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-        "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 ROOT = Path(__file__).resolve().parents[1]
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
-pytestmark = [pytest.mark.browser, pytest.mark.slow,
-              pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed")]
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.slow,
+    pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
+]
 
 
 def free_port() -> int:
@@ -36,8 +47,14 @@ def free_port() -> int:
 def start_app(port: int, log: Path) -> subprocess.Popen:
     """`workbench app --port P` (127.0.0.1 by default), waiting until Streamlit answers its health check."""
     out = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "workbench.cli", "app", "--port", str(port)], cwd=ROOT,
-                            stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--port", str(port)],
+        cwd=ROOT,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=dict(os.environ),
+        start_new_session=True,
+    )
     deadline = time.time() + 90
     while time.time() < deadline:
         if proc.poll() is not None:
@@ -84,8 +101,14 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
     proc = start_app(port, log)
     tiny = urllib.parse.quote(str(tiny_llama_dir))
     pages = {  # url path -> query; LLM pages get the tiny model so the test stays fast
-        "": f"?model={tiny}", "model": f"?model={tiny}", "vision": "", "toy_circuits": "",
-        "probes": f"?model={tiny}", "sae": "", "blackbox": "", "runs": "",
+        "": f"?model={tiny}",
+        "model": f"?model={tiny}",
+        "vision": "?methods=attention,rollout,dap",
+        "toy_circuits": "",
+        "probes": f"?model={tiny}",
+        "sae": "",
+        "blackbox": "",
+        "runs": "",
     }
     shots = []
     try:
@@ -93,6 +116,7 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
             browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
             try:
                 for path, query in pages.items():
+                    started = time.time()
                     page = browser.new_page(viewport={"width": 1400, "height": 1000})
                     page.goto(f"http://127.0.0.1:{port}/{path}{query}", timeout=60_000)
                     settle(page)
@@ -104,9 +128,15 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
                     assert not texts, f"/{path}: {texts}"
                     assert page.locator("h1").first.inner_text().strip()
                     page.close()
+                    print(f"/{path}: rendered in {time.time() - started:.1f} s")
             finally:
                 browser.close()
     finally:
         stop_app(proc)
     assert all(s.stat().st_size > 10_000 for s in shots) and len(shots) == len(pages)
-    assert log.read_text().count("[workbench-app] loaded model") == 2  # the tiny LLM and the toy model, once each
+    loads = [
+        line.split(" in ")[0]
+        for line in log.read_text().splitlines()
+        if "[workbench-app] loaded model" in line
+    ]
+    assert loads and len(loads) == len(set(loads)), f"a model was loaded twice: {loads}"

@@ -18,12 +18,27 @@ from workbench.store import RunDraft, RunStore  # noqa: E402
 @pytest.fixture
 def two_runs():
     store = RunStore()
-    a = store.save(RunDraft(kind="attribute", model="tiny", method="dpa", args={"prompt": "a b", "level": "token"},
-                            result={"target_logit": 1.5}, tensors={"scores": torch.tensor([1.0, 2.0])},
-                            tables={"top": pd.DataFrame({"x": [1, 2]})}))
-    b = store.save(RunDraft(kind="recover-heads", model="random-mha", method="rational",
-                            args={"d": 3, "heads": 2}, result={"queries": 69},
-                            tensors={"scores": torch.tensor([1.0, 4.0])}))
+    a = store.save(
+        RunDraft(
+            kind="attribute",
+            model="tiny",
+            method="dpa",
+            args={"prompt": "a b", "level": "token"},
+            result={"target_logit": 1.5},
+            tensors={"scores": torch.tensor([1.0, 2.0])},
+            tables={"top": pd.DataFrame({"x": [1, 2]})},
+        )
+    )
+    b = store.save(
+        RunDraft(
+            kind="recover-heads",
+            model="random-mha",
+            method="rational",
+            args={"d": 3, "heads": 2},
+            result={"queries": 69},
+            tensors={"scores": torch.tensor([1.0, 4.0])},
+        )
+    )
     return a, b
 
 

@@ -14,7 +14,8 @@ from workbench.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (Path(__file__).resolve().parents[1] / "attribution" / "sae" / "dashboard.py").exists(),
-    reason="the SAE engine is not in this checkout")
+    reason="the SAE engine is not in this checkout",
+)
 HOOK = "blocks.0.hook_resid_post"
 
 

@@ -23,11 +23,15 @@ def vit_dir(tmp_path_factory) -> Path:
     from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
 
     torch.manual_seed(0)
-    model = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32,
-                                class_names=["plus", "ring", "triangle", "x"]))
+    model = HookedViT(
+        ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, class_names=["plus", "ring", "triangle", "x"])
+    )
     out = tmp_path_factory.mktemp("vit") / "tiny-vit"
-    return save_checkpoint(model, out, {"name": "tiny-vit", "kind": "vit", "params": 1,
-                                        "loader": "attribution.vit.model:load_checkpoint"})
+    return save_checkpoint(
+        model,
+        out,
+        {"name": "tiny-vit", "kind": "vit", "params": 1, "loader": "attribution.vit.model:load_checkpoint"},
+    )
 
 
 @pytest.fixture(autouse=True)

@@ -107,21 +107,28 @@ def test_dap_with_flat_prior_is_rollout(tiny, images):
     from attribution.vit.methods.rollout import rollout_matrix
 
     pats, pgrads, feats, fgrads = dap.capture_for_dap(tiny, images, torch.tensor([0, 1, 2]), [0, 1, 2])
-    flat = dap.propagate(pats, pgrads, feats, [torch.zeros_like(g) for g in fgrads], final_prior=False)
-    assert torch.allclose(flat, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)
+    for kind in dap.PRIORS:  # gamma 0 switches the prior off: plain rollout
+        flat = dap.propagate(pats, pgrads, feats, fgrads, kind, gamma=0.0)
+        assert torch.allclose(flat, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)
+    zero = dap.propagate(pats, [torch.zeros_like(g) for g in pgrads], feats, fgrads, "attention")
+    assert torch.allclose(zero, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)  # no evidence: flat prior
+    sharp = dap.propagate(pats, pgrads, feats, fgrads, "attention")
+    assert not torch.allclose(sharp, rollout_matrix(pats)[:, 0, 1:], atol=1e-4)
 
 
 def test_dap_depends_on_class_and_variants_run(tiny, images):
     a = explain(tiny, images, "dap", target_class=0).flat
     b = explain(tiny, images, "dap", target_class=1).flat
     assert not torch.allclose(a, b)
-    for kw in ({"prior_on": "rows"}, {"head_fusion": "grad"}, {"pool": "none"}, {"start": 1},
-               {"identity": 0.5, "final_prior": False}):
+    for kw in ({"prior_on": "rows"}, {"head_fusion": "grad"}, {"prior": "gradcam"}, {"prior": "gradxinput"},
+               {"start": 1, "end": 2}, {"identity": 0.5, "final_prior": "first"}, {"gamma": 0.5}):
         assert explain(tiny, images, "dap", **kw).scores.shape == (3, 4, 4)
     with pytest.raises(MethodError):
         explain(tiny, images, "dap", prior_on="diagonal")
     with pytest.raises(MethodError):
         explain(tiny, images, "dap", start=3)
+    with pytest.raises(MethodError):
+        explain(tiny, images, "dap", prior="oracle")
 
 
 def test_dpa_propagation_is_exact_when_linearised(tiny, images):

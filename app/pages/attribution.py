@@ -24,15 +24,24 @@ def rebuild(run: Any):
     if "scores" not in tensors:
         raise ValueError(f"run {run.id} holds no scores tensor")
     return AttributionResult(
-        model=r.get("model") or run.meta.get("model"), method=r.get("method") or run.meta.get("method", ""),
-        level=r.get("level") or run.meta.get("args", {}).get("level", "token"), axes=tuple(r.get("axes", ())),
-        scores=tensors["scores"], tokens=r.get("tokens", []), target=r.get("target"), foil=r.get("foil"),
-        target_logit=r.get("target_logit"), seconds=r.get("seconds", 0.0), params=r.get("params", {}),
-        prompt=r.get("prompt"))
+        model=r.get("model") or run.meta.get("model"),
+        method=r.get("method") or run.meta.get("method", ""),
+        level=r.get("level") or run.meta.get("args", {}).get("level", "token"),
+        axes=tuple(r.get("axes", ())),
+        scores=tensors["scores"],
+        tokens=r.get("tokens", []),
+        target=r.get("target"),
+        foil=r.get("foil"),
+        target_logit=r.get("target_logit"),
+        seconds=r.get("seconds", 0.0),
+        params=r.get("params", {}),
+        prompt=r.get("prompt"),
+    )
 
 
-def compute(loaded: Any, prompt: str, target: str, foil: str | None, method: str,
-            levels: tuple[str, ...]) -> dict[str, Any]:
+def compute(
+    loaded: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
+) -> dict[str, Any]:
     """AttributionResults for ``levels``, memoised in this session (reruns redraw without recomputing).
 
     DPA gives every level from one forward and one top-down pass (dpa_all); other methods run per level.
@@ -49,8 +58,9 @@ def compute(loaded: Any, prompt: str, target: str, foil: str | None, method: str
     return {lv: cache[(loaded.name, prompt, target, foil, method, lv)] for lv in levels}
 
 
-def _attribute(model: Any, prompt: str, target: str, foil: str | None, method: str,
-               levels: tuple[str, ...]) -> dict[str, Any]:
+def _attribute(
+    model: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
+) -> dict[str, Any]:
     from attribution import attribute
 
     if method == "dpa" and len(levels) > 1 and C.has_engine("attribution.dpa.engine"):
@@ -60,18 +70,31 @@ def _attribute(model: Any, prompt: str, target: str, foil: str | None, method: s
 
         enc = model.encode(prompt, target, foil)
         trace = dpa_all(model, enc, levels=levels)
-        return {lv: AttributionResult(
-            model=model.name, method="dpa", level=lv, axes=LEVEL_AXES[lv], scores=trace.levels[lv],
-            tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
-            seconds=trace.seconds, prompt=prompt) for lv in levels}
+        return {
+            lv: AttributionResult(
+                model=model.name,
+                method="dpa",
+                level=lv,
+                axes=LEVEL_AXES[lv],
+                scores=trace.levels[lv],
+                tokens=enc.str_tokens,
+                target=enc.target,
+                foil=enc.foil,
+                target_logit=trace.target_logit,
+                seconds=trace.seconds,
+                prompt=prompt,
+            )
+            for lv in levels
+        }
     return {lv: attribute(model, prompt, target=target, foil=foil, method=method, level=lv) for lv in levels}
 
 
 def available_methods(level: str) -> list[str]:
     from attribution.methods import METHODS
 
-    return [m for m, spec in METHODS.items()
-            if level in spec.levels and C.has_engine(spec.impl.split(":")[0])]
+    return [
+        m for m, spec in METHODS.items() if level in spec.levels and C.has_engine(spec.impl.split(":")[0])
+    ]
 
 
 def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
@@ -82,7 +105,10 @@ def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
     sig = (loaded.name, prompt)
     if st.session_state.get("_attr_suggested_for") != sig:
         st.session_state["_attr_suggested_for"] = sig
-        for key, value in (("attr_target", preds[0][0]), ("attr_foil", preds[1][0] if len(preds) > 1 else "")):
+        for key, value in (
+            ("attr_target", preds[0][0]),
+            ("attr_foil", preds[1][0] if len(preds) > 1 else ""),
+        ):
             st.session_state[key] = st.session_state[f"_keep_{key}"] = value
     C.keep("attr_target", preds[0][0])
     C.keep("attr_foil", "")
@@ -104,8 +130,10 @@ def show_saved() -> None:
             return
         res = C.attempt(f"Cannot read run {run.id}", rebuild, run)
         if res is not None:
-            st.caption(f"{res.model} · {res.method} · {res.level} · prompt {res.prompt!r} · target {res.target!r}"
-                       f" · foil {res.foil!r}")
+            st.caption(
+                f"{res.model} · {res.method} · {res.level} · prompt {res.prompt!r} · target {res.target!r}"
+                f" · foil {res.foil!r}"
+            )
             st.plotly_chart(res.plot(), key="attr_saved_fig")
             st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True)
 
@@ -129,23 +157,40 @@ def show_head(loaded: Any, prompt: str, target: str, foil: str | None, head_scor
         layer = c1.selectbox("Layer", list(range(n_layers)), key="attr_layer")
         head = c2.selectbox("Head", list(range(n_heads)), key="attr_head")
     with left:
-        st.plotly_chart(V.head_grid(head_scores, selected=(layer, head)), key="attr_head_grid",
-                        on_select="rerun", selection_mode="points")
+        st.plotly_chart(
+            V.head_grid(head_scores, selected=(layer, head)),
+            key="attr_head_grid",
+            on_select="rerun",
+            selection_mode="points",
+        )
     with right:
         hv = C.attempt("Cannot read the head", R.head_view, loaded, prompt, layer, head, target, foil)
         if hv is None:
             return
-        st.metric(f"L{layer}H{head} direct logit effect", f"{hv.logit_effect:+.3f}",
-                  help="The head's write at the last position, through the final norm, onto "
-                       "W_U[target] (minus W_U[foil]).")
-        st.plotly_chart(V.pattern_heatmap(hv.pattern, hv.tokens, f"L{layer}H{head} attention pattern"),
-                        key="attr_pattern")
-        st.plotly_chart(V.bar([t for t, _ in hv.promoted], [v for _, v in hv.promoted],
-                              f"Tokens L{layer}H{head} pushes up most", horizontal=True), key="attr_promoted")
+        st.metric(
+            f"L{layer}H{head} direct logit effect",
+            f"{hv.logit_effect:+.3f}",
+            help="The head's write at the last position, through the final norm, onto "
+            "W_U[target] (minus W_U[foil]).",
+        )
+        st.plotly_chart(
+            V.pattern_heatmap(hv.pattern, hv.tokens, f"L{layer}H{head} attention pattern"), key="attr_pattern"
+        )
+        st.plotly_chart(
+            V.bar(
+                [t for t, _ in hv.promoted],
+                [v for _, v in hv.promoted],
+                f"Tokens L{layer}H{head} pushes up most",
+                horizontal=True,
+            ),
+            key="attr_promoted",
+        )
 
 
 def show_flow(edge: Any, tokens: list[str]) -> None:
-    thr = st.slider("Edge threshold (fraction of the strongest edge)", 0.0, 1.0, 0.2, 0.01, key="attr_flow_thr")
+    thr = st.slider(
+        "Edge threshold (fraction of the strongest edge)", 0.0, 1.0, 0.2, 0.01, key="attr_flow_thr"
+    )
     fig, n = V.flow_graph(edge.scores, tokens, thr)
     st.plotly_chart(fig, key="attr_flow")
     if n == 0:
@@ -166,14 +211,18 @@ def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, m
     if st.button(f"Compute curves for {', '.join(usable)}", key="attr_faith_go"):
         example = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {})}
         with C.Progress("Disrupt / recover curves", 1) as prog, loaded.lock:
-            res = C.attempt("Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level)
+            res = C.attempt(
+                "Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level
+            )
             prog.step("done")
         if res is not None:
             st.session_state["_attr_faith"] = (sig, res)
     held = st.session_state.get("_attr_faith")
     if not held or held[0] != sig:
-        st.caption("Ablate the top (disrupt) or all but the top (recover) items in each method's order and "
-                   "watch p(target); a faithful ranking drops fast and recovers fast.")
+        st.caption(
+            "Ablate the top (disrupt) or all but the top (recover) items in each method's order and "
+            "watch p(target); a faithful ranking drops fast and recovers fast."
+        )
         return
     res = held[1]
     st.plotly_chart(res.plot(), key="attr_faith_fig")
@@ -210,10 +259,18 @@ if preds is None:
 st.caption("Model's top predictions: " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
 
 c1, c2, c3 = st.columns([1, 1, 2])
-target = c1.text_input("Target token", key="attr_target", on_change=C.remember("attr_target"),
-                       help="One token of the model, leading space included.")
-foil = c2.text_input("Foil token (optional)", key="attr_foil", on_change=C.remember("attr_foil"),
-                     help="Scores then explain target minus foil.")
+target = c1.text_input(
+    "Target token",
+    key="attr_target",
+    on_change=C.remember("attr_target"),
+    help="One token of the model, leading space included.",
+)
+foil = c2.text_input(
+    "Foil token (optional)",
+    key="attr_foil",
+    on_change=C.remember("attr_foil"),
+    help="Scores then explain target minus foil.",
+)
 foil = foil or None
 token_methods = available_methods("token")
 if not token_methods:
@@ -221,9 +278,13 @@ if not token_methods:
     st.stop()
 C.keep("attr_methods", ["dpa"] if "dpa" in token_methods else token_methods[:1])
 st.session_state["attr_methods"] = [m for m in st.session_state["attr_methods"] if m in token_methods]
-methods = c3.multiselect("Methods (side by side)", token_methods, key="attr_methods",
-                         on_change=C.remember("attr_methods"),
-                         help="; ".join(f"{m}: {METHODS[m].help}" for m in token_methods))
+methods = c3.multiselect(
+    "Methods (side by side)",
+    token_methods,
+    key="attr_methods",
+    on_change=C.remember("attr_methods"),
+    help="; ".join(f"{m}: {METHODS[m].help}" for m in token_methods),
+)
 if not methods:
     st.info("Pick at least one method.")
     st.stop()
@@ -253,10 +314,15 @@ first = next(iter(token_results.values()))
 m1, m2, m3 = st.columns(3)
 m1.metric("target logit" + (" − foil logit" if foil else ""), f"{first.target_logit:+.3f}")
 m2.metric("tokens", len(first.tokens))
-engine_s = sum(max(r.seconds for (m, _), r in results.items() if m == meth) for meth in {m for m, _ in results})
-m3.metric("engine time", f"{engine_s:.2f} s", help="Seconds the engines took for these results (when computed).")
-st.plotly_chart(V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens),
-                key="attr_tokens")
+engine_s = sum(
+    max(r.seconds for (m, _), r in results.items() if m == meth) for meth in {m for m, _ in results}
+)
+m3.metric(
+    "engine time", f"{engine_s:.2f} s", help="Seconds the engines took for these results (when computed)."
+)
+st.plotly_chart(
+    V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens), key="attr_tokens"
+)
 
 tabs = st.tabs(["Heads", "Neurons", "Information flow", "Disrupt / recover", "Save"])
 with tabs[0]:
@@ -280,10 +346,13 @@ with tabs[3]:
 with tabs[4]:
     st.write(f"{len(results)} results: " + ", ".join(f"{m}·{lv}" for m, lv in results))
     sig = (loaded.name, prompt, target, foil, tuple(results))
-    st.button("Save all to the run store", key="attr_save", on_click=save_all, args=(list(results.values()), sig))
+    st.button(
+        "Save all to the run store", key="attr_save", on_click=save_all, args=(list(results.values()), sig)
+    )
     if st.session_state.get("attr_save_error"):
         st.error(f"Could not save: {st.session_state.pop('attr_save_error')}")
     saved = st.session_state.get("attr_saved")
     if saved and saved[0] == sig:
-        st.success("Saved runs (open them on the Runs page or above): "
-                   + ", ".join(f"`{i}`" for i in saved[1]))
+        st.success(
+            "Saved runs (open them on the Runs page or above): " + ", ".join(f"`{i}`" for i in saved[1])
+        )

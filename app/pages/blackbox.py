@@ -22,11 +22,17 @@ def heatmaps(tensors: dict[str, Any]) -> None:
     true = tensors.get("W_true")
     for h in range(int(W.shape[0])):
         cols = st.columns(2 if true is not None else 1)
-        items = [("recovered", W[h])] + ([("true", true[h])] if true is not None and h < true.shape[0] else [])
+        items = [("recovered", W[h])] + (
+            [("true", true[h])] if true is not None and h < true.shape[0] else []
+        )
         for col, (tag, mat) in zip(cols, items, strict=False):
             fig = go.Figure(go.Heatmap(z=mat.float().numpy(), colorscale=V.RDBU, zmid=0))
-            fig.update_layout(title=f"{tag} W_{h}", height=300, margin={"l": 10, "r": 10, "t": 40, "b": 10},
-                              yaxis={"autorange": "reversed"})
+            fig.update_layout(
+                title=f"{tag} W_{h}",
+                height=300,
+                margin={"l": 10, "r": 10, "t": 40, "b": 10},
+                yaxis={"autorange": "reversed"},
+            )
             col.plotly_chart(fig, key=f"bb_{tag}_{h}")
 
 
@@ -37,8 +43,10 @@ def show(out: dict[str, Any], draft: Any) -> None:
     c3.metric("heads recovered", f"{out['heads_recovered']} / {out.get('heads_true') or out['heads']}")
     err = out.get("max_rel_error_W")
     c4.metric("max rel. error of W", "—" if err is None else f"{err:.2e}")
-    st.caption(f"{out['seconds']:.2f} s · longest query {out['max_query_length']} tokens · "
-               f"precision {out.get('precision_digits')} digits")
+    st.caption(
+        f"{out['seconds']:.2f} s · longest query {out['max_query_length']} tokens · "
+        f"precision {out.get('precision_digits')} digits"
+    )
     if "heads" in draft.tables:
         st.dataframe(draft.tables["heads"], hide_index=True)
     heatmaps(draft.tensors)
@@ -50,8 +58,10 @@ def show(out: dict[str, Any], draft: Any) -> None:
 
 
 st.title("Black-box recovery")
-st.caption("Query a multi-head attention layer as a black box and recover its heads "
-           "(W_h = W_K W_Qᵀ and the value read-out) by rational interpolation.")
+st.caption(
+    "Query a multi-head attention layer as a black box and recover its heads "
+    "(W_h = W_K W_Qᵀ and the value read-out) by rational interpolation."
+)
 mod = C.engine("attribution.blackbox.run", "black-box recovery")
 if mod is None:
     st.stop()
@@ -67,8 +77,14 @@ with st.form("bb_form"):
     sweep = c6.checkbox("also sweep error vs noise", value=False, key="bb_sweep")
     go_ = st.form_submit_button("Recover heads")
 
-args = {"d": int(d), "heads": int(heads), "bound": int(bound) or None, "noise": float(noise), "seed": int(seed),
-        "sweep": SWEEP if sweep else None}
+args = {
+    "d": int(d),
+    "heads": int(heads),
+    "bound": int(bound) or None,
+    "noise": float(noise),
+    "seed": int(seed),
+    "sweep": SWEEP if sweep else None,
+}
 sig = tuple(sorted((k, str(v)) for k, v in args.items()))
 if go_:
     with C.Progress(f"Recovering {heads} heads of width {d}", 1) as prog:
@@ -86,6 +102,19 @@ with st.expander("Open a saved recovery run"):
     run = C.run_picker("recover-heads", key="bb_open")
     if run is not None:
         r = run.result()
-        st.json({k: r.get(k) for k in ("d", "heads", "queries", "expected_queries", "heads_recovered",
-                                       "max_rel_error_W", "noise", "seconds")})
+        st.json(
+            {
+                k: r.get(k)
+                for k in (
+                    "d",
+                    "heads",
+                    "queries",
+                    "expected_queries",
+                    "heads_recovered",
+                    "max_rel_error_W",
+                    "noise",
+                    "seconds",
+                )
+            }
+        )
         heatmaps(C.attempt("Cannot read tensors", run.tensors) or {})

@@ -33,10 +33,17 @@ with c1:
     st.dataframe([{"fact": k, "value": str(v)} for k, v in arch.items()], hide_index=True)
 with c2:
     st.subheader("Identity")
-    st.json({"name": getattr(model, "name", loaded.name), "kind": getattr(model, "kind", None),
-             "backend": getattr(model, "backend", None), "info": getattr(model, "info", {})})
-    st.caption(f"Models loaded by this server so far: {len(C.LOADS)} "
-               f"({', '.join(x['name'] for x in C.LOADS)})")
+    st.json(
+        {
+            "name": getattr(model, "name", loaded.name),
+            "kind": getattr(model, "kind", None),
+            "backend": getattr(model, "backend", None),
+            "info": getattr(model, "info", {}),
+        }
+    )
+    st.caption(
+        f"Models loaded by this server so far: {len(C.LOADS)} ({', '.join(x['name'] for x in C.LOADS)})"
+    )
 
 if not hasattr(model, "generate") or getattr(model, "kind", "llm") == "vit":
     st.info("This model has no text generation (e.g. an image classifier).")
@@ -52,6 +59,7 @@ if not prompt.strip():
 sig = (loaded.name, prompt, n_new)
 cache = st.session_state.setdefault("_model_gen", {})
 if sig not in cache:
+
     def _gen() -> str:
         with loaded.lock:
             return model.generate(prompt, max_new_tokens=n_new)
@@ -69,8 +77,13 @@ st.code(prompt + text, language="text")
 def _draft():
     from workbench.store import RunDraft
 
-    return RunDraft(kind="generate", model=loaded.name, method="greedy",
-                    args={"prompt": prompt, "max_new_tokens": n_new}, result={"continuation": text})
+    return RunDraft(
+        kind="generate",
+        model=loaded.name,
+        method="greedy",
+        args={"prompt": prompt, "max_new_tokens": n_new},
+        result={"continuation": text},
+    )
 
 
 C.save_button(_draft, key="model_save")

@@ -19,7 +19,7 @@ def read_dataset(source: str, upload: Any):
     if source != "upload":
         return C.attempt("Cannot read the dataset", load_dataset, DATA / source)
     if upload is None:
-        st.info("Upload a JSONL file: one {\"text\": ..., \"label\": ...} object a line.")
+        st.info('Upload a JSONL file: one {"text": ..., "label": ...} object a line.')
         return None
     import tempfile
 
@@ -56,10 +56,19 @@ def analyse(loaded: Any, data: Any, pooling: str, concept: str) -> dict[str, Any
     with C.Progress(f"Probing {len(hooks)} layers on {len(data)} examples", 3) as prog, loaded.lock:
         acts = pooled_activations(model, data, hooks, pooling)
         prog.step("activations")
-        probe = probe_layers(acts, data.labels, data.words or data.labels, model.name, pooling=pooling, n_boot=200,
-                             layer_names=names)
+        probe = probe_layers(
+            acts,
+            data.labels,
+            data.words or data.labels,
+            model.name,
+            pooling=pooling,
+            n_boot=200,
+            layer_names=names,
+        )
         prog.step("probes")
-        concepts = concept_vectors(model, acts, data.labels, concept, data.texts, pooling=pooling, layer_names=names)
+        concepts = concept_vectors(
+            model, acts, data.labels, concept, data.texts, pooling=pooling, layer_names=names
+        )
         prog.step("concept vectors")
     return {"acts": acts, "probe": probe, "concepts": concepts, "names": names}
 
@@ -69,26 +78,50 @@ def similarity_heatmap(concepts: Any):
 
     table = concepts.table()
     cols = [c for c in ("cos_mean_probe", "cos_mean_sae", "cos_probe_sae") if table[c].notna().any()]
-    fig = go.Figure(go.Heatmap(z=table[cols].to_numpy(dtype=float).T, x=[str(x) for x in table["layer"]],
-                               y=[c.replace("cos_", "").replace("_", " · ") for c in cols], colorscale="RdBu",
-                               zmid=0, zmin=-1, zmax=1))
-    fig.update_layout(title=f"Cosine similarity of {concepts.concept!r} concept vectors per layer",
-                      xaxis_title="layer", height=260, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig = go.Figure(
+        go.Heatmap(
+            z=table[cols].to_numpy(dtype=float).T,
+            x=[str(x) for x in table["layer"]],
+            y=[c.replace("cos_", "").replace("_", " · ") for c in cols],
+            colorscale="RdBu",
+            zmid=0,
+            zmin=-1,
+            zmax=1,
+        )
+    )
+    fig.update_layout(
+        title=f"Cosine similarity of {concepts.concept!r} concept vectors per layer",
+        xaxis_title="layer",
+        height=260,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig
 
 
 def gdv_figure(probe: Any):
     import plotly.graph_objects as go
 
-    fig = go.Figure(go.Scatter(x=[r.layer for r in probe.layers], y=[r.gdv for r in probe.layers],
-                               mode="lines+markers", name="GDV"))
-    fig.update_layout(title="Generalized discrimination value (lower = classes better separated)",
-                      xaxis_title="layer", yaxis_title="GDV", height=320, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    fig = go.Figure(
+        go.Scatter(
+            x=[r.layer for r in probe.layers],
+            y=[r.gdv for r in probe.layers],
+            mode="lines+markers",
+            name="GDV",
+        )
+    )
+    fig.update_layout(
+        title="Generalized discrimination value (lower = classes better separated)",
+        xaxis_title="layer",
+        yaxis_title="GDV",
+        height=320,
+        margin={"l": 10, "r": 10, "t": 50, "b": 10},
+    )
     return fig
 
 
 def steer(loaded: Any, hook: str, vector: Any, prompt: str, n_new: int) -> str:
     """The model's continuation with ``vector`` added to the residual stream at ``hook``."""
+
     def add(act, hook):  # noqa: ARG001 - TransformerLens passes the hook point
         return act + vector.to(act.dtype).to(act.device)
 
@@ -97,7 +130,9 @@ def steer(loaded: Any, hook: str, vector: Any, prompt: str, n_new: int) -> str:
 
 
 st.title("Probes and concepts")
-st.caption("Per-layer probe accuracy, selectivity and GDV; concept vectors, their similarity, PCA and steering.")
+st.caption(
+    "Per-layer probe accuracy, selectivity and GDV; concept vectors, their similarity, PCA and steering."
+)
 if C.engine("attribution.probes.probe", "probes") is None:
     st.stop()
 with st.sidebar:
@@ -136,12 +171,19 @@ c1.plotly_chart(gdv_figure(probe), key="probe_gdv")
 c2.plotly_chart(similarity_heatmap(concepts), key="probe_sim")
 
 hooks = list(acts)
-layer = st.select_slider("Layer for PCA and steering", options=list(range(len(hooks))), value=int(best.layer),
-                         key="probe_layer")
+layer = st.select_slider(
+    "Layer for PCA and steering", options=list(range(len(hooks))), value=int(best.layer), key="probe_layer"
+)
 from attribution.probes.geometry import projection_figure  # noqa: E402
 
-fig = C.attempt("PCA failed", projection_figure, acts[hooks[layer]], data.labels, "pca",
-                f"PCA of layer {layer} ({pooling} pooling)")
+fig = C.attempt(
+    "PCA failed",
+    projection_figure,
+    acts[hooks[layer]],
+    data.labels,
+    "pca",
+    f"PCA of layer {layer} ({pooling} pooling)",
+)
 if fig is not None:
     st.plotly_chart(fig, key="probe_pca")
 
@@ -167,11 +209,15 @@ else:
 def _draft():
     from workbench.store import RunDraft
 
-    return RunDraft(kind="probe", model=loaded.name, method=f"{probe.kind}+concepts",
-                    args={"dataset": source, "n": n, "pooling": pooling, "concept": concept},
-                    result={"probe": probe.to_json(), "concepts": concepts.to_json()},
-                    tables={"probes": probe.table(), "concepts": concepts.table()},
-                    figures={"probes": probe.plot(), "concepts": concepts.plot()})
+    return RunDraft(
+        kind="probe",
+        model=loaded.name,
+        method=f"{probe.kind}+concepts",
+        args={"dataset": source, "n": n, "pooling": pooling, "concept": concept},
+        result={"probe": probe.to_json(), "concepts": concepts.to_json()},
+        tables={"probes": probe.table(), "concepts": concepts.table()},
+        figures={"probes": probe.plot(), "concepts": concepts.plot()},
+    )
 
 
 C.save_button(_draft, key="probe_save")

@@ -14,14 +14,18 @@ from app import views as V
 def show_run(run: Any, prefix: str) -> None:
     """Everything a run holds: metadata, result, tables, stored figures, tensors."""
     meta = run.meta
-    st.markdown(f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`")
+    st.markdown(
+        f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`"
+    )
     st.caption(f"{run.path}")
     with st.expander("Arguments, timings, versions", expanded=False):
         st.json({k: meta.get(k) for k in ("args", "timings", "versions", "git_commit", "created")})
     result = C.attempt("Cannot read result.json", run.result)
     if result:
         with st.expander("Result", expanded=True):
-            small = {k: v for k, v in result.items() if not (isinstance(v, list) and len(json.dumps(v)) > 4000)}
+            small = {
+                k: v for k, v in result.items() if not (isinstance(v, list) and len(json.dumps(v)) > 4000)
+            }
             st.json(small)
     tables = C.attempt("Cannot list the tables", run.tables) or []
     for name in tables:
@@ -37,8 +41,10 @@ def show_run(run: Any, prefix: str) -> None:
             st.plotly_chart(fig, key=f"{prefix}_fig_{i}")
     tensors = C.attempt("Cannot read the tensors", run.tensors) or {}
     if tensors:
-        st.dataframe([{"tensor": k, "shape": str(tuple(v.shape)), "dtype": str(v.dtype)} for k, v in tensors.items()],
-                     hide_index=True)
+        st.dataframe(
+            [{"tensor": k, "shape": str(tuple(v.shape)), "dtype": str(v.dtype)} for k, v in tensors.items()],
+            hide_index=True,
+        )
         pick = st.selectbox("Look at tensor", list(tensors), key=f"{prefix}_tensor")
         fig = V.tensor_figure(pick, tensors[pick])
         if fig is not None:
@@ -59,15 +65,26 @@ def compare(a: Any, b: Any) -> None:
                 row["B - A"] = vb - va
             rows.append(row)
     for k in ("kind", "model", "method"):
-        rows.insert(0, {"field": k, "A": str(a.meta.get(k)), "B": str(b.meta.get(k)), "same": a.meta.get(k) == b.meta.get(k)})
+        rows.insert(
+            0,
+            {
+                "field": k,
+                "A": str(a.meta.get(k)),
+                "B": str(b.meta.get(k)),
+                "same": a.meta.get(k) == b.meta.get(k),
+            },
+        )
     frame = pd.DataFrame(rows).sort_values("same", kind="stable")
     st.dataframe(frame, hide_index=True)
-    ta, tb = C.attempt("Cannot read tensors of A", a.tensors) or {}, C.attempt("Cannot read tensors of B", b.tensors) or {}
+    ta, tb = (
+        C.attempt("Cannot read tensors of A", a.tensors) or {},
+        C.attempt("Cannot read tensors of B", b.tensors) or {},
+    )
     shared = [k for k in ta if k in tb]
     if shared:
         name = st.selectbox("Compare tensor", shared, key="runs_cmp_tensor")
         c1, c2 = st.columns(2)
-        for col, run, t, tag in ((c1, a, ta, "A"), (c2, b, tb, "B")):
+        for col, t, tag in ((c1, ta, "A"), (c2, tb, "B")):
             fig = V.tensor_figure(f"{tag}: {name}", t[name])
             if fig is not None:
                 col.plotly_chart(fig, key=f"runs_cmp_{tag}")
@@ -93,7 +110,9 @@ rows = C.attempt("Cannot read the run store", store.list)
 if rows is None:
     st.stop()
 if not rows:
-    st.info("No runs yet. Save a result from any page, or run e.g. `workbench attribute … ` on the command line.")
+    st.info(
+        "No runs yet. Save a result from any page, or run e.g. `workbench attribute … ` on the command line."
+    )
 
 c1, c2, c3 = st.columns(3)
 kinds = sorted({r["kind"] or "" for r in rows})
@@ -101,10 +120,16 @@ models = sorted({r["model"] or "" for r in rows})
 kind = c1.selectbox("Kind", ["(all)"] + kinds, key="runs_kind")
 model = c2.selectbox("Model", ["(all)"] + models, key="runs_model")
 text = c3.text_input("Search id / method", key="runs_text")
-shown = [r for r in rows if (kind == "(all)" or r["kind"] == kind) and (model == "(all)" or r["model"] == model)
-         and (not text or text.lower() in (r["id"] + " " + (r["method"] or "")).lower())]
-st.dataframe([{k: (json.dumps(v) if k == "summary" else v) for k, v in r.items()} for r in shown],
-             hide_index=True)
+shown = [
+    r
+    for r in rows
+    if (kind == "(all)" or r["kind"] == kind)
+    and (model == "(all)" or r["model"] == model)
+    and (not text or text.lower() in (r["id"] + " " + (r["method"] or "")).lower())
+]
+st.dataframe(
+    [{k: (json.dumps(v) if k == "summary" else v) for k, v in r.items()} for r in shown], hide_index=True
+)
 
 if st.session_state.get("runs_rm_error"):
     st.error(f"Cannot delete: {st.session_state.pop('runs_rm_error')}")

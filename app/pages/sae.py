@@ -57,8 +57,10 @@ def highlight(ctx: dict[str, Any]) -> str:
     for i, (tok, a) in enumerate(zip(ctx["tokens"], ctx["acts"], strict=False)):
         alpha = max(0.0, min(1.0, a / peak))
         border = "border-bottom:2px solid #c0392b;" if i == ctx["position"] else ""
-        spans.append(f'<span style="background:rgba(230,126,34,{alpha:.2f});{border}" title="{a:.3f}">'
-                     f"{html.escape(tok)}</span>")
+        spans.append(
+            f'<span style="background:rgba(230,126,34,{alpha:.2f});{border}" title="{a:.3f}">'
+            f"{html.escape(tok)}</span>"
+        )
     return "".join(spans)
 
 
@@ -73,10 +75,24 @@ def show_card(card: Any, dash: Any) -> None:
         st.plotly_chart(dash.plot(card.feature), key="sae_hist")
     left, right = st.columns(2)
     if card.top_logits:
-        left.plotly_chart(V.bar([t for t, _ in card.top_logits], [v for _, v in card.top_logits],
-                                "Logits it raises", horizontal=True), key="sae_top_logits")
-        right.plotly_chart(V.bar([t for t, _ in card.bottom_logits], [v for _, v in card.bottom_logits],
-                                 "Logits it lowers", horizontal=True), key="sae_bottom_logits")
+        left.plotly_chart(
+            V.bar(
+                [t for t, _ in card.top_logits],
+                [v for _, v in card.top_logits],
+                "Logits it raises",
+                horizontal=True,
+            ),
+            key="sae_top_logits",
+        )
+        right.plotly_chart(
+            V.bar(
+                [t for t, _ in card.bottom_logits],
+                [v for _, v in card.bottom_logits],
+                "Logits it lowers",
+                horizontal=True,
+            ),
+            key="sae_bottom_logits",
+        )
     for quantile in dict.fromkeys(c["quantile"] for c in card.contexts):
         st.markdown(f"**{quantile}**")
         for ctx in [c for c in card.contexts if c["quantile"] == quantile]:
@@ -86,9 +102,15 @@ def show_card(card: Any, dash: Any) -> None:
 def _draft(dash: Any):
     from workbench.store import RunDraft
 
-    return RunDraft(kind="sae-dashboard", model=dash.model, method=dash.sae, args={"hook": dash.hook},
-                    result=dash.to_json(), tables={"features": dash.table()},
-                    figures={"histogram": dash.plot()})
+    return RunDraft(
+        kind="sae-dashboard",
+        model=dash.model,
+        method=dash.sae,
+        args={"hook": dash.hook},
+        result=dash.to_json(),
+        tables={"features": dash.table()},
+        figures={"histogram": dash.plot()},
+    )
 
 
 def prompt_features(loaded: Any, sae: Any, hook: str, prompt: str):
@@ -115,12 +137,21 @@ C.seed_from_query({"sae": "sae_path"})
 C.keep("sae_path", shipped[0] if shipped else "")
 options = shipped + ["other directory…"]
 with st.sidebar:
-    pick = st.selectbox("SAE", options, key="sae_pick", format_func=lambda p: Path(p).name if p in shipped else p,
-                        index=options.index(st.session_state["sae_path"]) if st.session_state["sae_path"] in shipped
-                        else len(options) - 1)
+    pick = st.selectbox(
+        "SAE",
+        options,
+        key="sae_pick",
+        format_func=lambda p: Path(p).name if p in shipped else p,
+        index=options.index(st.session_state["sae_path"])
+        if st.session_state["sae_path"] in shipped
+        else len(options) - 1,
+    )
     if pick == "other directory…":
-        path = st.text_input("SAE directory (cfg.json + sae_weights.safetensors)", key="sae_path",
-                             on_change=C.remember("sae_path"))
+        path = st.text_input(
+            "SAE directory (cfg.json + sae_weights.safetensors)",
+            key="sae_path",
+            on_change=C.remember("sae_path"),
+        )
     else:
         path = pick
 if not path:
@@ -142,8 +173,12 @@ if loaded is None or not hook:
 tab_prompt, tab_dash, tab_search = st.tabs(["Features on a prompt", "Feature dashboard", "Search"])
 with tab_prompt:
     C.keep("sae_prompt", "")
-    prompt = st.text_input("Prompt", key="sae_prompt", on_change=C.remember("sae_prompt"),
-                           placeholder="type a prompt for the model")
+    prompt = st.text_input(
+        "Prompt",
+        key="sae_prompt",
+        on_change=C.remember("sae_prompt"),
+        placeholder="type a prompt for the model",
+    )
     if not prompt.strip():
         st.info("Type a prompt to see which features fire on each token.")
     else:
@@ -154,22 +189,43 @@ with tab_prompt:
             feats = [int(i) for i in top.indices]
             import plotly.graph_objects as go
 
-            fig = go.Figure(go.Heatmap(z=fa[:, feats].T.numpy(), x=V.token_labels(tokens), y=[f"f{f}" for f in feats],
-                                       colorscale="Oranges"))
-            fig.update_layout(title="Strongest features on this prompt", height=120 + 24 * len(feats),
-                              yaxis={"autorange": "reversed"}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+            fig = go.Figure(
+                go.Heatmap(
+                    z=fa[:, feats].T.numpy(),
+                    x=V.token_labels(tokens),
+                    y=[f"f{f}" for f in feats],
+                    colorscale="Oranges",
+                )
+            )
+            fig.update_layout(
+                title="Strongest features on this prompt",
+                height=120 + 24 * len(feats),
+                yaxis={"autorange": "reversed"},
+                margin={"l": 10, "r": 10, "t": 50, "b": 10},
+            )
             st.plotly_chart(fig, key="sae_prompt_fig")
-            st.dataframe([{"feature": f, "max activation": float(v)} for f, v in zip(feats, top.values, strict=True)],
-                         hide_index=True)
+            st.dataframe(
+                [{"feature": f, "max activation": float(v)} for f, v in zip(feats, top.values, strict=True)],
+                hide_index=True,
+            )
 with tab_dash:
     feature = st.number_input("Feature", 0, int(sae.cfg.d_sae) - 1, 0, key="sae_feature")
-    cache = C.attempt("Cannot build the activation cache", lambda: activation_cache(path, hook, CACHE_TOKENS, loaded))
+    cache = C.attempt(
+        "Cannot build the activation cache", lambda: activation_cache(path, hook, CACHE_TOKENS, loaded)
+    )
     if cache is not None:
         from attribution.sae.dashboard import build_dashboard
 
         with loaded.lock:
-            dash = C.attempt("Cannot build the dashboard", build_dashboard, loaded.model, sae, cache,
-                             features=[int(feature)], sae_name=Path(path).name)
+            dash = C.attempt(
+                "Cannot build the dashboard",
+                build_dashboard,
+                loaded.model,
+                sae,
+                cache,
+                features=[int(feature)],
+                sae_name=Path(path).name,
+            )
         if dash is not None:
             show_card(dash.features[0], dash)
             C.save_button(lambda: _draft(dash), key="sae_save")
@@ -178,8 +234,10 @@ with tab_search:
     if query:
         index = C.attempt("Cannot index the features", logit_index, path, loaded, sae)
         if index is not None:
-            hits = [{"feature": f, "top logits": " ".join(repr(t) for t in toks[:6])} for f, toks in index.items()
-                    if any(query.strip().lower() in t.strip().lower() for t in toks)]
+            hits = [
+                {"feature": f, "top logits": " ".join(repr(t) for t in toks[:6])}
+                for f, toks in index.items()
+                if any(query.strip().lower() in t.strip().lower() for t in toks)
+            ]
             st.caption(f"{len(hits)} features")
             st.dataframe(hits[:200], hide_index=True)
-

@@ -21,13 +21,28 @@ def pattern_grid(pats: Any, tokens: list[str]):
 
     n_layers, n_heads = int(pats.shape[0]), int(pats.shape[1])
     labels = V.token_labels(tokens)
-    fig = make_subplots(rows=n_layers, cols=n_heads, subplot_titles=[f"L{lay}H{h}" for lay in range(n_layers)
-                                                                     for h in range(n_heads)],
-                        horizontal_spacing=0.03, vertical_spacing=0.08)
+    fig = make_subplots(
+        rows=n_layers,
+        cols=n_heads,
+        subplot_titles=[f"L{lay}H{h}" for lay in range(n_layers) for h in range(n_heads)],
+        horizontal_spacing=0.03,
+        vertical_spacing=0.08,
+    )
     for lay in range(n_layers):
         for h in range(n_heads):
-            fig.add_trace(go.Heatmap(z=pats[lay, h].numpy(), x=labels, y=labels, colorscale="Blues", zmin=0, zmax=1,
-                                     showscale=False), row=lay + 1, col=h + 1)
+            fig.add_trace(
+                go.Heatmap(
+                    z=pats[lay, h].numpy(),
+                    x=labels,
+                    y=labels,
+                    colorscale="Blues",
+                    zmin=0,
+                    zmax=1,
+                    showscale=False,
+                ),
+                row=lay + 1,
+                col=h + 1,
+            )
     fig.update_yaxes(autorange="reversed")
     fig.update_layout(height=260 * n_layers + 60, margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
@@ -46,17 +61,34 @@ def variants_table(entries: list[Any]):
             continue
         spec = cfg.get("model", {})
         test = metrics.get("test", {})
-        rows.append({"model": e.name, "task": spec.get("task"), "ffn": spec.get("ffn"), "layers": spec.get("layers"),
-                     "heads": spec.get("heads"), "d_model": spec.get("d_model"), "params": e.params,
-                     "test_accuracy": test.get("accuracy"), "test_loss": test.get("loss")})
+        rows.append(
+            {
+                "model": e.name,
+                "task": spec.get("task"),
+                "ffn": spec.get("ffn"),
+                "layers": spec.get("layers"),
+                "heads": spec.get("heads"),
+                "d_model": spec.get("d_model"),
+                "params": e.params,
+                "test_accuracy": test.get("accuracy"),
+                "test_loss": test.get("loss"),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def _draft(kind: str, method: str, res: Any, model_name: str, seed: int):
     from workbench.store import RunDraft
 
-    return RunDraft(kind=f"toy-{kind}", model=model_name, method=method, args={"seed": seed, "n": N_EVAL},
-                    result=res.to_json(), tables={"scores": res.table()}, figures={"plot": res.plot()})
+    return RunDraft(
+        kind=f"toy-{kind}",
+        model=model_name,
+        method=method,
+        args={"seed": seed, "n": N_EVAL},
+        result=res.to_json(),
+        tables={"scores": res.table()},
+        figures={"plot": res.plot()},
+    )
 
 
 def spectra_figure(table: Any, value: str):
@@ -64,10 +96,18 @@ def spectra_figure(table: Any, value: str):
     import plotly.express as px
 
     t = table.copy()
-    t["component"] = [f"L{lay}" + (f"H{h}" if h >= 0 else "") + f" {m}"
-                      for lay, h, m in zip(t["layer"], t["head"], t["matrix"], strict=True)]
-    return px.line(t, x="step", y=value, color="component", markers=True,
-                   title=f"{value} of attention weights over training")
+    t["component"] = [
+        f"L{lay}" + (f"H{h}" if h >= 0 else "") + f" {m}"
+        for lay, h, m in zip(t["layer"], t["head"], t["matrix"], strict=True)
+    ]
+    return px.line(
+        t,
+        x="step",
+        y=value,
+        color="component",
+        markers=True,
+        title=f"{value} of attention weights over training",
+    )
 
 
 def components(model: Any) -> list[str]:
@@ -89,7 +129,9 @@ if loaded is None:
     st.stop()
 model = loaded.model
 if getattr(model, "kind", None) != "toy" or "task" not in getattr(model, "info", {}):
-    st.error(f"{loaded.name} is not a toy checkpoint: pick one of {', '.join(e.name for e in entries) or 'none'}.")
+    st.error(
+        f"{loaded.name} is not a toy checkpoint: pick one of {', '.join(e.name for e in entries) or 'none'}."
+    )
     st.stop()
 from circuits.tasks import get_task  # noqa: E402
 from circuits.train import evaluate  # noqa: E402
@@ -127,13 +169,18 @@ with tabs[0]:
             st.caption("example: " + " ".join(tokens))
             st.plotly_chart(pattern_grid(pats[:, 0].cpu(), tokens), key="toy_patterns")
 with tabs[1]:
-    from circuits.tools.ablation import METHODS as ABL, ablate_task
+    from circuits.tools.ablation import METHODS as ABL
+    from circuits.tools.ablation import ablate_task
 
-    method = st.radio("Ablation", list(ABL), horizontal=True, index=list(ABL).index("mean"), key="toy_ablation")
+    method = st.radio(
+        "Ablation", list(ABL), horizontal=True, index=list(ABL).index("mean"), key="toy_ablation"
+    )
     key = ("abl", loaded.name, int(seed), method)
     if st.session_state.get("_toy_abl", (None,))[0] != key:
         with C.Progress(f"{method} ablation of every component", 1) as prog, loaded.lock:
-            res = C.attempt("Ablation failed", ablate_task, model, batch, task, components(model), method=method)
+            res = C.attempt(
+                "Ablation failed", ablate_task, model, batch, task, components(model), method=method
+            )
             prog.step("done")
         st.session_state["_toy_abl"] = (key, res)
     res = st.session_state["_toy_abl"][1]
@@ -151,17 +198,35 @@ with tabs[2]:
         i_bad = c2.number_input("Corrupted example", 0, len(batch) - 1, 1, key="toy_bad")
         pos = int(batch.mask[int(i_clean)].nonzero()[-1]) if batch.mask[int(i_clean)].any() else -1
         target, foil = int(batch.targets[int(i_clean), pos]), int(batch.targets[int(i_bad), pos])
-        st.caption(f"clean: {' '.join(model.to_str_tokens(batch.tokens[int(i_clean)].tolist()))} → "
-                   f"{model.decode([target])}; corrupted: "
-                   f"{' '.join(model.to_str_tokens(batch.tokens[int(i_bad)].tolist()))} → {model.decode([foil])}")
+        st.caption(
+            f"clean: {' '.join(model.to_str_tokens(batch.tokens[int(i_clean)].tolist()))} → "
+            f"{model.decode([target])}; corrupted: "
+            f"{' '.join(model.to_str_tokens(batch.tokens[int(i_bad)].tolist()))} → {model.decode([foil])}"
+        )
         from circuits.tools.patching import patch_heads, patch_residual
 
         clean, bad = batch.tokens[int(i_clean)].tolist(), batch.tokens[int(i_bad)].tolist()
         with loaded.lock:
-            heads = C.attempt("Head patching failed", patch_heads, model, clean, bad, target,
-                              foil if foil != target else None, pos=pos)
-            resid = C.attempt("Residual patching failed", patch_residual, model, clean, bad, target,
-                              foil if foil != target else None, pos=pos)
+            heads = C.attempt(
+                "Head patching failed",
+                patch_heads,
+                model,
+                clean,
+                bad,
+                target,
+                foil if foil != target else None,
+                pos=pos,
+            )
+            resid = C.attempt(
+                "Residual patching failed",
+                patch_residual,
+                model,
+                clean,
+                bad,
+                target,
+                foil if foil != target else None,
+                pos=pos,
+            )
         for tag, res in (("heads", heads), ("resid", resid)):
             if res is not None:
                 st.plotly_chart(res.plot(), key=f"toy_patch_{tag}")
@@ -177,16 +242,25 @@ with tabs[3]:
             st.metric("key frequencies", ", ".join(map(str, four.key_freqs)))
             if four.embedding_spectrum is not None:
                 spec = four.embedding_spectrum
-                st.plotly_chart(V.bar([str(i) for i in range(len(spec))], [float(x) for x in spec],
-                                      "Embedding energy per frequency"), key="toy_four_spec")
+                st.plotly_chart(
+                    V.bar(
+                        [str(i) for i in range(len(spec))],
+                        [float(x) for x in spec],
+                        "Embedding energy per frequency",
+                    ),
+                    key="toy_four_spec",
+                )
             st.plotly_chart(four.plot(), key="toy_four_fig")
 with tabs[4]:
     from circuits.tools.spectra import spectra_over_training, weight_spectra
 
     table = C.attempt("No spectra over training", spectra_over_training, model)
     if table is not None:
-        value = st.selectbox("Quantity", [c for c in table.columns if c not in ("step", "layer", "head", "matrix")],
-                             key="toy_spec_value")
+        value = st.selectbox(
+            "Quantity",
+            [c for c in table.columns if c not in ("step", "layer", "head", "matrix")],
+            key="toy_spec_value",
+        )
         st.plotly_chart(spectra_figure(table, value), key="toy_spectra")
     else:
         now = C.attempt("Spectra failed", weight_spectra, model)
@@ -200,8 +274,13 @@ with tabs[5]:
         st.dataframe(frame, hide_index=True)
         import plotly.express as px
 
-        fig = px.bar(frame, x="model", y="test_accuracy", color="ffn", facet_col="task",
-                     title="Test accuracy by FFN variant")
+        fig = px.bar(
+            frame,
+            x="model",
+            y="test_accuracy",
+            color="ffn",
+            facet_col="task",
+            title="Test accuracy by FFN variant",
+        )
         fig.update_xaxes(matches=None)
         st.plotly_chart(fig, key="toy_variants")
-

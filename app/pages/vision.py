@@ -1,4 +1,4 @@
-"""Vision: explain a ViT's decision on one image with every map method, beside the object mask, with metrics."""
+"""Vision: every map method on one image, beside the object mask, with metrics."""
 
 from __future__ import annotations
 
@@ -38,9 +38,17 @@ def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
     for name, pm in maps.items():
         row: dict[str, Any] = {"method": name, "seconds": round(pm.seconds, 4)}
         if masks is not None:
-            row.update({k: float(v[0]) for k, v in M.localization_scores(pm.flat, masks, pm.patch_size).items()})
-        row.update({k: float(v[0]) for k, v in
-                    M.perturbation_scores(model, images, pm.targets.to(images.device), pm.flat).items()})
+            row.update(
+                {k: float(v[0]) for k, v in M.localization_scores(pm.flat, masks, pm.patch_size).items()}
+            )
+        row.update(
+            {
+                k: float(v[0])
+                for k, v in M.perturbation_scores(
+                    model, images, pm.targets.to(images.device), pm.flat
+                ).items()
+            }
+        )
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -89,15 +97,25 @@ if source == "upload":
     images = read_upload(upload, cfg.image_size, cfg.in_channels)
     if images is None:
         st.stop()
-    masks, label, class_names = None, None, tuple(cfg.class_names) or tuple(str(i) for i in range(cfg.n_classes))
+    masks, label, class_names = (
+        None,
+        None,
+        tuple(cfg.class_names) or tuple(str(i) for i in range(cfg.n_classes)),
+    )
 else:
     index = c2.number_input("Sample", 0, 63, 0, key="vit_index")
     batch = C.attempt("Cannot build the sample", D.sample_images, source, int(index) + 1)
     if batch is None:
         st.stop()
-    images, masks = batch.images[int(index):int(index) + 1], batch.masks[int(index):int(index) + 1]
+    images, masks = batch.images[int(index) : int(index) + 1], batch.masks[int(index) : int(index) + 1]
     label, class_names = int(batch.labels[int(index)]), batch.class_names
-methods = c3.multiselect("Methods", list(METHODS), default=list(METHODS), key="vit_methods")
+C.seed_from_query({"methods": "_vit_methods_q"})
+if "_vit_methods_q" in st.session_state:  # ?methods=dap,rollout
+    st.session_state["vit_methods"] = [
+        m for m in st.session_state.pop("_vit_methods_q").split(",") if m in METHODS
+    ]
+C.keep("vit_methods", list(METHODS))
+methods = c3.multiselect("Methods", list(METHODS), key="vit_methods", on_change=C.remember("vit_methods"))
 if not methods:
     st.info("Pick at least one method.")
     st.stop()
@@ -138,12 +156,17 @@ if table is not None:
 def _draft():
     from workbench.store import RunDraft
 
-    return RunDraft(kind="vit-explain", model=loaded.name, method=",".join(maps),
-                    args={"source": source, "target": target, "methods": list(maps)},
-                    timings={m: pm.seconds for m, pm in maps.items()},
-                    result={"prediction": names[pred] if pred < len(names) else pred},
-                    tensors={f"map_{m}": pm.scores for m, pm in maps.items()} | {"image": images.cpu()},
-                    tables={"metrics": table} if table is not None else {}, figures={"overlay": fig})
+    return RunDraft(
+        kind="vit-explain",
+        model=loaded.name,
+        method=",".join(maps),
+        args={"source": source, "target": target, "methods": list(maps)},
+        timings={m: pm.seconds for m, pm in maps.items()},
+        result={"prediction": names[pred] if pred < len(names) else pred},
+        tensors={f"map_{m}": pm.scores for m, pm in maps.items()} | {"image": images.cpu()},
+        tables={"metrics": table} if table is not None else {},
+        figures={"overlay": fig},
+    )
 
 
 C.save_button(_draft, key="vit_save")

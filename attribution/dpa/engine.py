@@ -102,9 +102,13 @@ def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> Non
     a = model.arch
     fit = [lv for lv in LEVELS if need[lv] <= budget]
     raise RangeError(
-        f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {need[over[0]] / 2**30:.1f} GiB "
+        f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
         f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), over max_gib={p.max_gib:g}; "
         + (f"levels that fit: {', '.join(fit)}" if fit else "no level fits: shorten the prompt"))
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.1f} GiB" if n >= 2**28 else f"{n / 2**20:.2f} MiB"
 
 
 # -- forward -------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ and every ``--model`` option accept.
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,9 @@ def tiny_model(vocab: list[str] | None = None, layers: int = 2, d_model: int = 1
 
     vocab = list(vocab or DEFAULT_VOCAB)
     torch.manual_seed(seed)
-    tl = HookedTransformer(_cfg(vocab, layers, d_model, n_ctx, seed)).eval()
+    with warnings.catch_warnings():  # TransformerLens' deprecation notice is not for us to act on
+        warnings.simplefilter("ignore", DeprecationWarning)
+        tl = HookedTransformer(_cfg(vocab, layers, d_model, n_ctx, seed)).eval()
     for p in tl.parameters():
         p.requires_grad_(False)
     return HookedModel(tl, SymbolTokenizer(vocab), name=name, kind="toy")

@@ -16,12 +16,13 @@ from attribution.vit.data import ImageBatch
 from attribution.vit.methods import dap
 
 GRID = {
+    "prior": list(dap.PRIORS),
     "prior_on": ["cols", "rows"],
     "head_fusion": ["mean", "grad"],
-    "pool": ["tokens", "none"],
+    "gamma": [0.5, 1.0],
     "start": [0, 1, 2],
     "identity": [0.5, 1.0, 2.0],
-    "final_prior": [True, False],
+    "final_prior": [None, "first", "last"],
 }
 
 
@@ -43,8 +44,8 @@ def select_dap_defaults(model, batch: ImageBatch, shortlist: int = 8, steps: int
         if p["start"] >= n_layers:
             continue
         pats, pgrads, feats, fgrads = (c[p["start"]:] for c in cached)
-        maps = dap.propagate(pats, pgrads, feats, fgrads, p["prior_on"], p["head_fusion"], p["pool"],
-                             p["identity"], p["final_prior"])
+        maps = dap.propagate(pats, pgrads, feats, fgrads, p["prior"], p["prior_on"], p["head_fusion"],
+                             p["gamma"], p["identity"], p["final_prior"])
         loc = {"pointing_game": float(M.pointing_game(maps, frac).mean()),
                "energy_pointing_game": float(M.energy_pointing_game(maps, frac).mean()),
                "mask_iou": float(M.mask_iou(maps, frac).mean())}

@@ -1,24 +1,28 @@
 """Decision-aware attention propagation (DAP): attention rollout with a gradient decision prior.
 
 Our reconstruction of arXiv 2604.18094 (only its abstract is public). The exact rule, with
-Z^l = the residual stream entering block l (``blocks.{l}.hook_resid_pre``, tokens x d_model),
-A_h^l = block l's attention pattern, y_c = the target logit; everything from one forward and
-one backward pass:
+A_h^l = block l's attention pattern (query x key), G_h^l = dy_c/dA_h^l, Z^l = the residual
+stream entering block l (``blocks.{l}.hook_resid_pre``), y_c = the target logit; everything
+from one forward and one backward pass:
 
-1. Decision prior per layer (Grad-CAM on tokens). ``pool="tokens"``: alpha^l = mean over tokens
-   of dy_c/dZ^l and c_i = Z_i^l . alpha^l; ``pool="none"``: c_i = Z_i^l . dy_c/dZ_i^l
-   (gradient x input per token). p^l = ReLU(c) / mean_i ReLU(c) (mean 1, so the prior reweights
-   attention without shrinking it; an all-zero prior falls back to p = 1, i.e. plain rollout).
-2. Head fusion. ``head_fusion="mean"``: A^l = mean_h A_h^l. ``"grad"``: A^l = mean_h w_h A_h^l
-   with w_h = ReLU(sum_qk dy_c/dA_h * A_h), normalised to mean 1 over heads.
-3. Prior injection. ``prior_on="cols"``: A' = A^l diag(p^l) (every query draws more from the
-   keys that carry decision evidence); ``"rows"``: A' = diag(p^l) A^l.
+1. Decision prior per layer, one value per token, p^l = ReLU(c^l) / mean_j ReLU(c^l) (mean 1, so
+   the prior reweights attention without shrinking it; an all-zero prior falls back to p = 1):
+   - ``prior="attention"``: c_j = sum_h sum_i (G_h^l * A_h^l)^+_ij, the first-order gain in y_c
+     from every edge that reads token j at layer l (gradient x attention, summed over queries);
+   - ``prior="gradcam"``: c_j = Z_j^l . mean_i dy_c/dZ_i^l (Grad-CAM on tokens);
+   - ``prior="gradxinput"``: c_j = Z_j^l . dy_c/dZ_j^l.
+2. Head fusion: A^l = mean_h A_h^l (``head_fusion="mean"``), or ``"grad"``: mean_h w_h A_h^l with
+   w_h = ReLU(sum_qk G_h^l * A_h^l) normalised to mean 1 over heads.
+3. Prior injection with strength ``gamma``: A' = A^l diag((p^l)^gamma) (``prior_on="cols"``: every
+   query draws more from the keys that carry decision evidence) or diag((p^l)^gamma) A^l (``"rows"``).
 4. A_hat^l = rownorm(identity * I + A'); R = A_hat^{end-1} ... A_hat^{start}.
-5. map = R[CLS, patches], times p^{end-1}[patches] when ``final_prior`` (the prior of the keys the
-   last propagated layer reads).
+5. map = R[CLS, patches], times p^k[patches] when ``final_prior`` is "first" (k = start) or "last"
+   (k = end - 1); None leaves it out.
 
-Defaults were chosen on the validation seed (see docs/vit.md and ``select_defaults``), never on
-the held-out test images. Cost: one forward + one backward + L small (tokens x tokens) products.
+gamma = 0 (or a flat prior), mean fusion, identity 1 and no final prior give attention rollout
+exactly (tested). Defaults were chosen on the validation seed with ``attribution.vit.tune``
+(scripts/select_dap.py), never on the held-out test images. Cost: one forward + one backward
+plus L small (token x token) products.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ import torch
 from attribution.vit.methods._common import capture, eye_like, pattern_name, resid_pre_name, rownorm
 from workbench.errors import MethodError
 
-DEFAULTS = {"prior_on": "cols", "head_fusion": "mean", "pool": "tokens", "start": 0, "end": None,
-            "identity": 1.0, "final_prior": True}
+DEFAULTS = {"prior": "attention", "prior_on": "cols", "head_fusion": "mean", "gamma": 1.0, "start": 0,
+            "end": None, "identity": 1.0, "final_prior": None}
+PRIORS = ("attention", "gradcam", "gradxinput")
 NEEDS_GRAD = True
 
 
@@ -40,30 +45,34 @@ def layer_range(n_layers: int, start: int, end: int | None) -> list[int]:
     return list(range(start, end))
 
 
-def prior(z: torch.Tensor, g: torch.Tensor, pool: str) -> torch.Tensor:
-    """(image, token) decision prior from features z and their gradients g (image, token, d)."""
-    if pool == "tokens":
-        c = (z * g.mean(1, keepdim=True)).sum(-1)
-    elif pool == "none":
-        c = (z * g).sum(-1)
+def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor, z: torch.Tensor, gz: torch.Tensor) -> torch.Tensor:
+    """(image, token) decision prior of one layer; see the module docstring."""
+    if kind == "attention":
+        c = (ga * a).clamp(min=0).sum((1, 2))
+    elif kind == "gradcam":
+        c = (z * gz.mean(1, keepdim=True)).sum(-1)
+    elif kind == "gradxinput":
+        c = (z * gz).sum(-1)
     else:
-        raise MethodError(f"dap pool must be 'tokens' or 'none', got {pool!r}")
+        raise MethodError(f"dap prior must be one of {', '.join(PRIORS)}, got {kind!r}")
     c = c.clamp(min=0)
     mean = c.mean(-1, keepdim=True)
     return torch.where(mean > 0, c / mean.clamp_min(1e-12), torch.ones_like(c))
 
 
-def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor] | None,
-              feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_on: str = "cols",
-              head_fusion: str = "mean", pool: str = "tokens", identity: float = 1.0,
-              final_prior: bool = True) -> torch.Tensor:
-    """The DAP map (image, patch) from cached per-layer tensors (lowest layer first)."""
+def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
+              feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_kind: str = "attention",
+              prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0, identity: float = 1.0,
+              final_prior: str | None = None) -> torch.Tensor:
+    """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first."""
     if prior_on not in ("cols", "rows"):
         raise MethodError(f"dap prior_on must be 'cols' or 'rows', got {prior_on!r}")
     if head_fusion not in ("mean", "grad"):
         raise MethodError(f"dap head_fusion must be 'mean' or 'grad', got {head_fusion!r}")
+    if final_prior not in (None, "first", "last"):
+        raise MethodError(f"dap final_prior must be None, 'first' or 'last', got {final_prior!r}")
     r = eye_like(patterns[0][:, 0])
-    p = None
+    priors = []
     for k, a in enumerate(patterns):
         if head_fusion == "grad":
             w = (pattern_grads[k] * a).sum((-1, -2)).clamp(min=0)  # (image, head)
@@ -72,11 +81,15 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor] | 
             fused = (a * w[:, :, None, None]).mean(1)
         else:
             fused = a.mean(1)
-        p = prior(feats[k], feat_grads[k], pool)
-        fused = fused * p[:, None, :] if prior_on == "cols" else fused * p[:, :, None]
+        p = decision_prior(prior_kind, a, pattern_grads[k], feats[k], feat_grads[k])
+        priors.append(p)
+        pg = p ** gamma
+        fused = fused * pg[:, None, :] if prior_on == "cols" else fused * pg[:, :, None]
         r = rownorm(identity * eye_like(fused) + fused) @ r
     out = r[:, 0, 1:]
-    return out * p[:, 1:] if final_prior else out
+    if final_prior is None:
+        return out
+    return out * priors[0 if final_prior == "first" else -1][:, 1:]
 
 
 def capture_for_dap(model, images: torch.Tensor, targets: torch.Tensor, layers: list[int]):
@@ -86,9 +99,9 @@ def capture_for_dap(model, images: torch.Tensor, targets: torch.Tensor, layers: 
             [acts[resid_pre_name(l)] for l in layers], [grads[resid_pre_name(l)] for l in layers])
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, prior_on: str = "cols", head_fusion: str = "mean",
-        pool: str = "tokens", start: int = 0, end: int | None = None, identity: float = 1.0,
-        final_prior: bool = True) -> torch.Tensor:
+def run(model, images: torch.Tensor, targets: torch.Tensor, prior: str = "attention", prior_on: str = "cols",
+        head_fusion: str = "mean", gamma: float = 1.0, start: int = 0, end: int | None = None,
+        identity: float = 1.0, final_prior: str | None = None) -> torch.Tensor:
     layers = layer_range(model.cfg.n_layers, start, end)
     pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
-    return propagate(pats, pgrads, feats, fgrads, prior_on, head_fusion, pool, identity, final_prior)
+    return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior)

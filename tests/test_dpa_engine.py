@@ -1,0 +1,168 @@
+"""DPA on tiny random models: completeness, equality with a brute-force autograd reference, shapes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attribution.dpa import COMPLETE, LEVELS, dpa_all, dpa_scores, memory_estimate
+from attribution.dpa.reference import dpa_reference
+from attribution.dpa.tiny import save_tiny_llama, tiny_gpt2
+from attribution.methods import LEVEL_AXES
+from workbench.errors import MethodError, RangeError
+
+PROMPT_LLAMA = "The capital of France is a b c"
+PROMPT_SYM = "a b c d e f"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny tensors: thread sync costs more than the work (and the machine is shared)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def llama(tmp_path_factory):
+    import workbench as wb
+
+    return wb.load(str(save_tiny_llama(tmp_path_factory.mktemp("dpa-llama") / "m", seed=1, layers=3)))
+
+
+@pytest.fixture(scope="module")
+def gpt2_gelu():
+    return tiny_gpt2(seed=2, act_fn="gelu_new", layers=3)
+
+
+@pytest.fixture(scope="module")
+def gpt2_relu():
+    return tiny_gpt2(seed=3, act_fn="relu")
+
+
+def _cases(request):
+    return [
+        (request.getfixturevalue("llama"), PROMPT_LLAMA, "Paris", "London"),
+        (request.getfixturevalue("llama"), PROMPT_LLAMA, "Paris", None),
+        (request.getfixturevalue("gpt2_gelu"), PROMPT_SYM, "g", "h"),
+        (request.getfixturevalue("gpt2_relu"), PROMPT_SYM, "g", None),
+    ]
+
+
+def _logit(model, enc) -> float:
+    logits = model.logits(enc.tokens)[0, -1].double()
+    value = logits[enc.target_id] - (logits[enc.foil_id] if enc.foil_id is not None else 0.0)
+    return float(value)
+
+
+def test_completeness_llama_and_gpt2(request):
+    for model, prompt, target, foil in _cases(request):
+        enc = model.encode(prompt, target, foil)
+        trace = dpa_all(model, enc, levels=("token",), **COMPLETE)
+        logit = _logit(model, enc)
+        assert abs(trace.target_logit - logit) < 1e-4
+        total = float(trace["token"].double().sum()) + sum(trace.offsets.values())
+        assert abs(total - logit) < 1e-4 * max(1.0, abs(logit)), (model.name, total, logit)
+        # the check is not vacuous: the tokens carry the logit, and the default split breaks completeness
+        assert float(trace["token"].abs().sum()) > 0.1
+        default = dpa_all(model, enc, levels=("token",))
+        assert abs(default.completeness_error()) > 1e-3
+
+
+def test_completeness_gpt2_offsets_are_counted(gpt2_gelu):
+    """GPT-2 style: biases, LayerNorm betas and positions contribute; leaving them out breaks the sum."""
+    enc = gpt2_gelu.encode(PROMPT_SYM, "g")
+    trace = dpa_all(gpt2_gelu, enc, levels=("token",), **COMPLETE)
+    assert abs(trace.completeness_error()) < 1e-4
+    for key in ("attn_out_bias", "attn_value_bias", "mlp_bias", "attn_norm_bias", "mlp_norm_bias", "pos_embed",
+                "final_norm_bias", "unembed_bias"):
+        assert abs(trace.offsets[key]) > 1e-4, key
+
+
+def test_completeness_hf_gpt2_fixture(tiny_gpt2):
+    """The GPT-2 architecture converted from a Hugging Face directory (LayerNorm, GELU, learned positions)."""
+    enc = tiny_gpt2.encode("The capital of France is", " Paris", " Rome")
+    trace = dpa_all(tiny_gpt2, enc, levels=("token",), **COMPLETE)
+    assert abs(trace.completeness_error()) < 1e-4
+    assert abs(trace.target_logit - _logit(tiny_gpt2, enc)) < 1e-4
+
+
+PARAM_SETS = [
+    {},
+    COMPLETE,
+    {"w_q": 0.7, "w_k": 0.3, "w_v": 0.2, "w_gate": 0.9, "w_up": 0.1},
+    {"act_mode": "derivative"},
+]
+
+
+@pytest.mark.parametrize("params", PARAM_SETS, ids=["default", "complete", "custom", "derivative"])
+def test_equals_bruteforce_reference(request, params):
+    for model, prompt, target, foil in _cases(request):
+        enc = model.encode(prompt, target, foil)
+        trace = dpa_all(model, enc, **params)
+        ref = dpa_reference(model, enc, **params)
+        assert abs(trace.target_logit - float(ref["target_logit"])) < 1e-4
+        for level in LEVELS:
+            got, want = trace[level], ref[level]
+            assert got.shape == want.shape, level
+            scale = float(want.abs().max())
+            assert scale > 1e-3, level  # the comparison is not trivially 0 == 0
+            err = float((got - want).abs().max())
+            assert err < 1e-4 * max(1.0, scale), (model.name, level, params, err)
+
+
+def test_paths_change_scores(llama):
+    """Path weights are not ignored: each one moves the token scores."""
+    enc = llama.encode(PROMPT_LLAMA, "Paris")
+    base = dpa_scores(llama, enc, "token")
+    for key in ("w_q", "w_k", "w_v", "w_gate", "w_up"):
+        moved = dpa_scores(llama, enc, "token", **{key: 0.0})
+        assert float((moved - base).abs().max()) > 1e-4, key
+
+
+def test_shapes_through_attribute(llama):
+    from attribution import attribute
+
+    a = llama.arch
+    enc = llama.encode(PROMPT_LLAMA, "Paris")
+    s = enc.seq_len
+    want = {"token": (s,), "head": (a.n_layers, a.n_heads, s), "edge": (a.n_layers, a.n_heads, s, s),
+            "neuron": (a.n_layers, s, a.d_mlp)}
+    trace = dpa_all(llama, enc)
+    for level, shape in want.items():
+        res = attribute(llama, PROMPT_LLAMA, "Paris", method="dpa", level=level)
+        assert tuple(res.scores.shape) == shape and res.axes == LEVEL_AXES[level]
+        assert torch.allclose(res.scores, trace[level], atol=1e-6)  # one pass for all levels = one per level
+    # edges sum over keys to the head score; edges are causal
+    assert torch.allclose(trace["edge"].sum(-1), trace["head"], atol=1e-5)
+    assert float(trace["edge"].triu(1).abs().max()) == 0.0
+
+
+def test_targets_per_layer(llama):
+    enc = llama.encode(PROMPT_LLAMA, "Paris")
+    trace = dpa_all(llama, enc, keep_targets=True)
+    a = llama.arch
+    for key in ("resid_pre", "resid_mid", "resid_post"):
+        assert tuple(trace.targets[key].shape) == (a.n_layers, enc.seq_len, a.d_model)
+    _, cache = llama.run_with_cache(enc.tokens, names_filter=["hook_embed"])
+    token = (trace.targets["resid_pre"][0] * cache["hook_embed"][0]).sum(-1)
+    assert torch.allclose(token, trace["token"], atol=1e-6)
+    # above the last layer only the last position carries the target
+    assert float(trace.targets["resid_post"][-1, :-1].abs().max()) == 0.0
+    assert torch.equal(trace.targets["resid_pre"][1:], trace.targets["resid_post"][:-1])
+
+
+def test_bad_params_and_memory(llama):
+    enc = llama.encode(PROMPT_LLAMA, "Paris")
+    with pytest.raises(MethodError, match="no parameter"):
+        dpa_scores(llama, enc, "token", w_z=1.0)
+    with pytest.raises(MethodError, match="act_mode"):
+        dpa_scores(llama, enc, "token", act_mode="cubic")
+    with pytest.raises(MethodError, match="number"):
+        dpa_scores(llama, enc, "token", w_q="high")
+    need = memory_estimate(llama, enc.seq_len)
+    budget = (need["token"] + need["edge"]) / 2 / 2**30  # the edge tensor alone does not fit
+    with pytest.raises(RangeError, match="levels that fit: token, head, neuron"):
+        dpa_scores(llama, enc, "edge", max_gib=budget)
+    assert dpa_scores(llama, enc, "head", max_gib=budget).shape[0] == llama.arch.n_layers

@@ -1,0 +1,88 @@
+"""``workbench ablate`` and ``workbench patch``: circuit tools from circuits/tools on any model."""
+
+from __future__ import annotations
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ablate")(ablate)
+    app.command("patch")(patch)
+
+
+def ablate(
+    model: str = typer.Argument(..., help="A toy model from the zoo (task metrics) or an LLM (with --prompt)."),
+    component: list[str] = typer.Option(None, "--component", "-c",
+                                        help="head:L.H, attn:L, mlp:L, expert:L.E, neuron:L.N (repeatable); "
+                                             "default: every head."),
+    method: str = typer.Option("mean", "--method", help="zero, mean or resample."),
+    prompt: str = typer.Option(None, "--prompt", help="LLMs: the prompt (scored: logit diff target - foil)."),
+    target: str = typer.Option(None, "--target", help="LLMs: target token."),
+    foil: str = typer.Option(None, "--foil", help="LLMs: foil token."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Ablate components one at a time and report the task metrics (toy) or logit difference."""
+    import workbench as wb
+    from circuits.tools import ablation
+    from workbench.cli import check_device
+    from workbench.errors import MethodError
+
+    m = wb.load(model, device=check_device(device))
+    heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
+    comps = list(component or heads)
+    if m.kind == "toy" and prompt is None:
+        from circuits.tasks import get_task
+
+        info = m.info["task"]
+        t = get_task(info["task"], **info["params"])
+        batch = t.batch("test", None if info["task"] in ("ioi", "modadd") else 1000, seed=0)
+        ref = t.batch("train", None if info["task"] in ("ioi", "modadd") else 1000, seed=1).tokens
+        res = ablation.ablate_task(m, batch, t, comps, method, reference=ref)
+    else:
+        if prompt is None or target is None:
+            raise MethodError("give --prompt and --target (and --foil) to ablate on an LLM")
+        if method != "zero":
+            raise MethodError(f"{method} ablation on a single prompt needs a reference set: use --method zero")
+        res = ablation.ablate_prompts(m, prompt, target, foil, comps, method)
+
+    def human(r):
+        c = console()
+        c.print(f"{r['method']} ablation on {model}; intact: {r['base']}")
+        for comp, s in zip(r["components"], r["scores"]):
+            c.print(f"  {comp:14s} " + ", ".join(f"{k} {v:.4f}" for k, v in s.items()))
+
+    emit(res.to_json(), as_json, human)
+
+
+def patch(
+    model: str = typer.Argument(..., help="Model name or path."),
+    clean: str = typer.Argument(..., help="Clean prompt."),
+    corrupted: str = typer.Argument(..., help="Corrupted prompt (same number of tokens)."),
+    target: str = typer.Option(..., "--target", help="Target token (the clean answer)."),
+    foil: str = typer.Option(None, "--foil", help="Foil token (e.g. the corrupted answer)."),
+    site: str = typer.Option("resid", "--site", help="resid (layer x position), heads or mlps."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Activation patching from a corrupted prompt into the clean run."""
+    import workbench as wb
+    from circuits.tools import patching
+    from workbench.cli import check_device
+    from workbench.errors import MethodError
+
+    m = wb.load(model, device=check_device(device))
+    fn = {"resid": patching.patch_residual, "heads": patching.patch_heads, "mlps": patching.patch_mlps}.get(site)
+    if fn is None:
+        raise MethodError(f"unknown site {site!r}: resid, heads or mlps")
+    res = fn(m, clean, corrupted, target, foil)
+
+    def human(r):
+        c = console()
+        c.print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}; effect by {r['axes']}:")
+        for i, row in enumerate(r["effect"] if isinstance(r["effect"][0], list) else [r["effect"]]):
+            c.print(f"  {i:3d} " + " ".join(f"{v:6.2f}" for v in row))
+
+    emit(res.to_json(), as_json, human)
