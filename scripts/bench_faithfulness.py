@@ -8,6 +8,9 @@ head:   IOI, first n: dpa, atp, attention_last, attention_mean, gradient, random
         (Spearman and recall@10 against zero-ablation patching of the logit difference).
 neuron: IOI, first n: dpa, atp, random (cost of dense neuron scores).
 memory: DPA at edge level on a 200-token prompt, peak resident memory of a fresh process.
+timing: IOI, first n-timing: DPA head scores vs activation patching over all heads, with and without
+        starting each patched forward at the ablated layer (truncate) - the plain cost is one full forward
+        per head.
 Every part saves a "faithfulness" run; the summary (figures, ratios, pass/fail of each "Done when" check)
 prints as markdown and, with --out, as JSON.
 """
@@ -91,6 +94,33 @@ print(enc.seq_len, tuple(res.scores.shape), time.perf_counter() - t,
     return {"ok": gib < 24, "tokens": seq, "edge_seconds": secs, "peak_rss_gib": gib, "limit_gib": 24}
 
 
+def patching_timing(model, rows) -> dict:
+    """Seconds per example: DPA head scores vs patching every head (truncated and plain forwards)."""
+    from attribution.faithfulness import resolve_method
+
+    _, _, dpa = resolve_method("dpa", "head")
+    _, _, patch = resolve_method("activation_patching", "head")
+    out = {"dpa": [], "patching_truncated": [], "patching_plain": []}
+    warm = model.encode(rows[0]["prompt"], rows[0]["target"], rows[0].get("foil"))
+    dpa(model, warm, "head")
+    for row in rows:
+        enc = model.encode(row["prompt"], row["target"], row.get("foil"))
+        for key, fn, kwargs in (("dpa", dpa, {}), ("patching_truncated", patch, {"truncate": True}),
+                                ("patching_plain", patch, {"truncate": False})):
+            started = time.perf_counter()
+            scores = fn(model, enc, "head", **kwargs)
+            out[key].append(time.perf_counter() - started)
+            if key == "patching_truncated":
+                first = scores
+            if key == "patching_plain":
+                out.setdefault("max_abs_diff", []).append(float((scores - first).abs().max()))
+    mean = {k: sum(v) / len(v) for k, v in out.items()}
+    mean["ratio_truncated"] = mean["patching_truncated"] / mean["dpa"]
+    mean["ratio_plain"] = mean["patching_plain"] / mean["dpa"]
+    mean["n"] = len(rows)
+    return mean
+
+
 def checks(summary: dict) -> list[str]:
     """The issue's "Done when" lines, each with the measured figures and PASS / FAIL."""
     lines = []
@@ -132,6 +162,12 @@ def checks(summary: dict) -> list[str]:
         lines.append(f"neuron ioi: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}; totals DPA "
                      f"{m['dpa']['total']:.2f}, AtP {m['atp']['total']:.2f}, "
                      f"random {m['random']['total']:.2f}")
+    tim = summary.get("timing")
+    if tim:
+        lines.append(f"timing ({tim['n']} IOI prompts): DPA head {tim['dpa']:.2f} s; patching all heads "
+                     f"{tim['patching_truncated']:.1f} s truncated ({tim['ratio_truncated']:.0f}x), "
+                     f"{tim['patching_plain']:.1f} s plain ({tim['ratio_plain']:.0f}x) (>= 50x): "
+                     f"{verdict(tim['ratio_plain'] >= 50)}")
     mem = summary.get("memory")
     if mem:
         lines.append(f"memory: {json.dumps(mem)}: {verdict(mem.get('ok', False))}")
@@ -145,6 +181,7 @@ def main() -> None:
     parser.add_argument("--n-token", type=int, default=50)
     parser.add_argument("--n-head", type=int, default=20)
     parser.add_argument("--n-neuron", type=int, default=5)
+    parser.add_argument("--n-timing", type=int, default=3)
     parser.add_argument("--sets", default="ioi,facts", help="Prompt sets for the token part.")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="Write the summary JSON here.")
@@ -171,6 +208,8 @@ def main() -> None:
                                          "neuron_ioi", log)
     if "memory" in parts:
         summary["memory"] = memory_check(args.model)
+    if "timing" in parts:
+        summary["timing"] = patching_timing(model, load_rows("ioi", args.n_timing))
     summary["checks"] = checks(summary)
     summary["peak_rss_gib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print("\n".join(log))

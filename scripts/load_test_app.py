@@ -120,16 +120,20 @@ def done(page) -> bool:
     ) or page.locator(ERRORS).count() > 0
 
 
+def field(page, name: str):
+    return page.get_by_role("textbox", name=name, exact=True)
+
+
 def read(page) -> dict:
     metric = page.locator('[data-testid="stMetric"]').first
+    errors = page.locator(ERRORS)
+    value = metric.locator('[data-testid="stMetricValue"]').inner_text().replace("−", "-")
     return {
-        "prompt": page.get_by_label("Prompt").input_value(),
-        "target": page.get_by_label("Target token").input_value(),
-        "foil": page.get_by_label("Foil token (optional)").input_value(),
-        "logit_diff": float(metric.locator('[data-testid="stMetricValue"]').inner_text().replace("−", "-")),
-        "errors": [
-            page.locator(ERRORS).nth(i).inner_text()[:200] for i in range(page.locator(ERRORS).count())
-        ],
+        "prompt": field(page, "Prompt").input_value(),
+        "target": field(page, "Target token").input_value(),
+        "foil": field(page, "Foil token (optional)").input_value(),
+        "logit_diff": float(value),
+        "errors": [errors.nth(i).inner_text()[:200] for i in range(errors.count())],
     }
 
 
@@ -187,6 +191,7 @@ def main() -> None:
                         time.sleep(0.5)
                         if done(page):
                             finish[i] = time.time() - started
+                            print(f"session {i} done at {finish[i]:.1f} s", file=sys.stderr, flush=True)
                 time.sleep(0.2)
             rows = [read(page) for page in pages]
             figures["all_sessions_done_s"] = max(finish.values()) if finish else None
@@ -194,7 +199,7 @@ def main() -> None:
             figures["rss_after_sessions_mb"] = mem.rss() / 2**20
             # a warm 30-token DPA run in one session, end to end in the browser
             page = pages[0]
-            box = page.get_by_label("Prompt")
+            box = field(page, "Prompt")
             box.fill(WARM_PROMPT)
             t0 = time.time()
             box.press("Control+Enter")

@@ -13,17 +13,92 @@ from pathlib import Path
 
 OUT = Path(__file__).resolve().parent.parent / "data" / "concepts"
 
-POSITIVE = ["wonderful", "excellent", "great", "delightful", "fantastic", "lovely", "superb", "brilliant",
-            "amazing", "charming", "pleasant", "enjoyable", "beautiful", "marvelous", "outstanding", "perfect",
-            "terrific", "splendid", "fabulous", "impressive", "uplifting", "heartwarming", "refreshing",
-            "magnificent", "glorious", "cheerful", "satisfying", "remarkable", "inspiring", "exceptional"]
-NEGATIVE = ["terrible", "awful", "horrible", "dreadful", "disappointing", "boring", "miserable", "poor",
-            "unpleasant", "disgusting", "mediocre", "annoying", "tedious", "painful", "ugly", "pathetic",
-            "lousy", "dull", "frustrating", "depressing", "atrocious", "abysmal", "unbearable", "bland",
-            "clumsy", "shoddy", "gloomy", "dismal", "tiresome", "appalling"]
-SUBJECTS = ["movie", "meal", "hotel", "concert", "book", "trip", "service", "show", "game", "restaurant",
-            "album", "performance", "class", "weekend", "party", "coffee", "apartment", "flight", "museum",
-            "story"]
+POSITIVE = [
+    "wonderful",
+    "excellent",
+    "great",
+    "delightful",
+    "fantastic",
+    "lovely",
+    "superb",
+    "brilliant",
+    "amazing",
+    "charming",
+    "pleasant",
+    "enjoyable",
+    "beautiful",
+    "marvelous",
+    "outstanding",
+    "perfect",
+    "terrific",
+    "splendid",
+    "fabulous",
+    "impressive",
+    "uplifting",
+    "heartwarming",
+    "refreshing",
+    "magnificent",
+    "glorious",
+    "cheerful",
+    "satisfying",
+    "remarkable",
+    "inspiring",
+    "exceptional",
+]
+NEGATIVE = [
+    "terrible",
+    "awful",
+    "horrible",
+    "dreadful",
+    "disappointing",
+    "boring",
+    "miserable",
+    "poor",
+    "unpleasant",
+    "disgusting",
+    "mediocre",
+    "annoying",
+    "tedious",
+    "painful",
+    "ugly",
+    "pathetic",
+    "lousy",
+    "dull",
+    "frustrating",
+    "depressing",
+    "atrocious",
+    "abysmal",
+    "unbearable",
+    "bland",
+    "clumsy",
+    "shoddy",
+    "gloomy",
+    "dismal",
+    "tiresome",
+    "appalling",
+]
+SUBJECTS = [
+    "movie",
+    "meal",
+    "hotel",
+    "concert",
+    "book",
+    "trip",
+    "service",
+    "show",
+    "game",
+    "restaurant",
+    "album",
+    "performance",
+    "class",
+    "weekend",
+    "party",
+    "coffee",
+    "apartment",
+    "flight",
+    "museum",
+    "story",
+]
 TEMPLATES = [
     "The {s} was {w}.",
     "I thought the {s} was {w}.",
@@ -54,21 +129,77 @@ def sentiment(rng: random.Random, n_per_class: int = 150) -> list[dict]:
     return rows
 
 
-CAPITALS = {"France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid", "Japan": "Tokyo",
-            "China": "Beijing", "Russia": "Moscow", "Egypt": "Cairo", "Greece": "Athens",
-            "Portugal": "Lisbon", "Austria": "Vienna", "Ireland": "Dublin", "Norway": "Oslo",
-            "Sweden": "Stockholm", "Poland": "Warsaw", "Canada": "Ottawa", "Kenya": "Nairobi",
-            "Thailand": "Bangkok", "Peru": "Lima", "Cuba": "Havana", "Finland": "Helsinki",
-            "Hungary": "Budapest", "Denmark": "Copenhagen", "Belgium": "Brussels", "Argentina": "Buenos Aires",
-            "Turkey": "Ankara", "Iran": "Tehran", "Chile": "Santiago", "Mexico": "Mexico City",
-            "England": "London"}
-ANIMALS = {"dog": "mammal", "cat": "mammal", "whale": "mammal", "horse": "mammal", "cow": "mammal",
-           "eagle": "bird", "sparrow": "bird", "penguin": "bird", "owl": "bird", "parrot": "bird",
-           "salmon": "fish", "shark": "fish", "trout": "fish", "tuna": "fish", "cod": "fish",
-           "snake": "reptile", "lizard": "reptile", "crocodile": "reptile", "turtle": "reptile",
-           "frog": "amphibian", "toad": "amphibian", "salamander": "amphibian"}
-NUMBERS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven",
-           "twelve"]
+CAPITALS = {
+    "France": "Paris",
+    "Germany": "Berlin",
+    "Italy": "Rome",
+    "Spain": "Madrid",
+    "Japan": "Tokyo",
+    "China": "Beijing",
+    "Russia": "Moscow",
+    "Egypt": "Cairo",
+    "Greece": "Athens",
+    "Portugal": "Lisbon",
+    "Austria": "Vienna",
+    "Ireland": "Dublin",
+    "Norway": "Oslo",
+    "Sweden": "Stockholm",
+    "Poland": "Warsaw",
+    "Canada": "Ottawa",
+    "Kenya": "Nairobi",
+    "Thailand": "Bangkok",
+    "Peru": "Lima",
+    "Cuba": "Havana",
+    "Finland": "Helsinki",
+    "Hungary": "Budapest",
+    "Denmark": "Copenhagen",
+    "Belgium": "Brussels",
+    "Argentina": "Buenos Aires",
+    "Turkey": "Ankara",
+    "Iran": "Tehran",
+    "Chile": "Santiago",
+    "Mexico": "Mexico City",
+    "England": "London",
+}
+ANIMALS = {
+    "dog": "mammal",
+    "cat": "mammal",
+    "whale": "mammal",
+    "horse": "mammal",
+    "cow": "mammal",
+    "eagle": "bird",
+    "sparrow": "bird",
+    "penguin": "bird",
+    "owl": "bird",
+    "parrot": "bird",
+    "salmon": "fish",
+    "shark": "fish",
+    "trout": "fish",
+    "tuna": "fish",
+    "cod": "fish",
+    "snake": "reptile",
+    "lizard": "reptile",
+    "crocodile": "reptile",
+    "turtle": "reptile",
+    "frog": "amphibian",
+    "toad": "amphibian",
+    "salamander": "amphibian",
+}
+NUMBERS = [
+    "zero",
+    "one",
+    "two",
+    "three",
+    "four",
+    "five",
+    "six",
+    "seven",
+    "eight",
+    "nine",
+    "ten",
+    "eleven",
+    "twelve",
+]
 
 
 def truth(rng: random.Random) -> list[dict]:
@@ -87,18 +218,29 @@ def truth(rng: random.Random) -> list[dict]:
         rows.append({"text": f"The {a} is a kind of {k}.", "label": "true", "word": k})
         wrong = rng.choice([x for x in kinds if x != k])
         rows.append({"text": f"The {a} is a kind of {wrong}.", "label": "false", "word": wrong})
-        rows.append({"text": f"{art} {k} is what a {a} is.".replace("A a", "An a"), "label": "true",
-                     "word": a})
+        rows.append(
+            {"text": f"{art} {k} is what a {a} is.".replace("A a", "An a"), "label": "true", "word": a}
+        )
     pairs = set()
     while len(pairs) < 40:
         a, b = rng.randint(1, 6), rng.randint(0, 6)
         pairs.add((a, b))
     for a, b in sorted(pairs):
-        rows.append({"text": f"{NUMBERS[a].capitalize()} plus {NUMBERS[b]} equals {NUMBERS[a + b]}.",
-                     "label": "true", "word": NUMBERS[a + b]})
+        rows.append(
+            {
+                "text": f"{NUMBERS[a].capitalize()} plus {NUMBERS[b]} equals {NUMBERS[a + b]}.",
+                "label": "true",
+                "word": NUMBERS[a + b],
+            }
+        )
         wrong = rng.choice([x for x in range(13) if x != a + b])
-        rows.append({"text": f"{NUMBERS[a].capitalize()} plus {NUMBERS[b]} equals {NUMBERS[wrong]}.",
-                     "label": "false", "word": NUMBERS[wrong]})
+        rows.append(
+            {
+                "text": f"{NUMBERS[a].capitalize()} plus {NUMBERS[b]} equals {NUMBERS[wrong]}.",
+                "label": "false",
+                "word": NUMBERS[wrong],
+            }
+        )
     rng.shuffle(rows)
     return rows
 

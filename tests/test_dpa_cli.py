@@ -44,20 +44,23 @@ def assert_bad(code: int, err: str, *words: str) -> None:
         assert w in lines[0], lines[0]
 
 
-def test_json_contract_and_saved_run(model_dir, tmp_path):
-    env = {"WORKBENCH_RUNS": str(tmp_path / "runs")}
-    proc = wb("attribute", model_dir, "The capital of France is", "--target", " Paris", "--foil", " London",
-              "--method", "dpa", "--level", "head", "--param", "w_q=0", "--json", env=env)
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout)
+def test_json_contract_and_saved_run(model_dir, monkeypatch, capsys):
+    code, stdout, err = run_main(monkeypatch, capsys, "attribute", model_dir, "The capital of France is",
+                                 "--target", " Paris", "--foil", " London", "--method", "dpa",
+                                 "--level", "head", "--param", "w_q=0", "--json")
+    assert code == 0, err
+    out = json.loads(stdout)  # stdout holds the JSON object and nothing else
     assert {"model", "method", "level", "tokens", "axes", "scores", "target_logit", "seconds"} <= set(out)
     assert out["method"] == "dpa" and out["level"] == "head" and out["axes"] == ["layer", "head", "query"]
     assert out["tokens"] == ["The", "capital", "of", "France", "is"]
     assert len(out["scores"]) == 2 and len(out["scores"][0]) == 4 and len(out["scores"][0][0]) == 5
     assert out["params"] == {"w_q": 0} and out["seconds"] > 0
-    listed = wb("runs", "list", "--json", env=env)
-    runs = json.loads(listed.stdout)
+    from workbench.store import RunStore
+
+    runs = RunStore().list()
     assert [r["id"] for r in runs] == [out["run"]] and runs[0]["method"] == "dpa"
+    saved = RunStore().get(out["run"]).result()
+    assert saved["level"] == "head" and saved["target_logit"] == pytest.approx(out["target_logit"])
 
 
 def test_edge_and_human_output(model_dir, monkeypatch, capsys):
@@ -74,7 +77,8 @@ def test_help_lists_methods_and_levels():
     from attribution.methods import METHODS
 
     for spec in METHODS.values():
-        assert f"{spec.name}: {'/'.join(spec.levels)}" in text.replace("- ", "-").replace(" /", "/"), spec.name
+        flat = text.replace("- ", "-").replace(" /", "/")
+        assert f"{spec.name}: {'/'.join(spec.levels)}" in flat, spec.name
 
 
 @pytest.mark.parametrize("args,words", [

@@ -75,8 +75,8 @@ def test_completeness_gpt2_offsets_are_counted(gpt2_gelu):
     enc = gpt2_gelu.encode(PROMPT_SYM, "g")
     trace = dpa_all(gpt2_gelu, enc, levels=("token",), **COMPLETE)
     assert abs(trace.completeness_error()) < 1e-4
-    for key in ("attn_out_bias", "attn_value_bias", "mlp_bias", "attn_norm_bias", "mlp_norm_bias", "pos_embed",
-                "final_norm_bias", "unembed_bias"):
+    for key in ("attn_out_bias", "attn_value_bias", "mlp_bias", "attn_norm_bias", "mlp_norm_bias",
+                "pos_embed", "final_norm_bias", "unembed_bias"):
         assert abs(trace.offsets[key]) > 1e-4, key
 
 

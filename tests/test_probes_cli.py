@@ -23,8 +23,16 @@ def _dataset(path, n=48, classes=("negative", "positive")):
         for i in range(n):
             lab = classes[i % len(classes)]
             w = rng.choice(words[lab])
-            fh.write(json.dumps({"text": f"the {rng.choice(['movie', 'meal', 'book'])} was {w} .",
-                                 "label": lab, "word": w}) + "\n")
+            fh.write(
+                json.dumps(
+                    {
+                        "text": f"the {rng.choice(['movie', 'meal', 'book'])} was {w} .",
+                        "label": lab,
+                        "word": w,
+                    }
+                )
+                + "\n"
+            )
     return str(path)
 
 
@@ -45,8 +53,9 @@ def cli(monkeypatch, capsys, *args):
 def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
     data = _dataset(tmp_path / "d.jsonl")
-    code, out, err = cli(monkeypatch, capsys, "probe", "--model", tiny, "--dataset", data, "--pooling", "marked",
-                         "--json")
+    code, out, err = cli(
+        monkeypatch, capsys, "probe", "--model", tiny, "--dataset", data, "--pooling", "marked", "--json"
+    )
     assert code == 0, err
     res = json.loads(out)
     assert [r["layer"] for r in res["layers"]] == [0, 1]
@@ -62,8 +71,21 @@ def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):
 
 def test_probe_single_hook(tiny, tmp_path, monkeypatch, capsys):
     data = _dataset(tmp_path / "d.jsonl")
-    code, out, err = cli(monkeypatch, capsys, "probe", "--model", tiny, "--dataset", data, "--hook",
-                         "blocks.0.mlp.hook_post", "--pooling", "mean", "--no-save", "--json")
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "probe",
+        "--model",
+        tiny,
+        "--dataset",
+        data,
+        "--hook",
+        "blocks.0.mlp.hook_post",
+        "--pooling",
+        "mean",
+        "--no-save",
+        "--json",
+    )
     assert code == 0, err
     assert [r["layer"] for r in json.loads(out)["layers"]] == [0]
 
@@ -93,13 +115,16 @@ def test_probe_bad_input_exit_2(case, tiny, tmp_path, monkeypatch, capsys):
 def test_concepts_json(tiny, tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
     data = _dataset(tmp_path / "d.jsonl")
-    code, out, err = cli(monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--n-steer", "8",
-                         "--json")
+    code, out, err = cli(
+        monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--n-steer", "8", "--json"
+    )
     assert code == 0, err
     res = json.loads(out)
     assert res["concept"] == "positive" and res["other"] == "negative"
     for r in res["layers"]:
         assert -1 <= r["cos_mean_probe"] <= 1
         assert set(r["steering"]) == {"mean", "probe", "random"}
-    code, _, err = cli(monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--concept", "meh")
+    code, _, err = cli(
+        monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--concept", "meh"
+    )
     assert code == 2 and "not a label" in err

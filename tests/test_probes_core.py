@@ -33,8 +33,14 @@ def test_probe_reads_a_separable_property_and_control_is_lower():
     assert abs(noi.accuracy - 0.5) < 0.2
     assert res.best.hook == "signal"
     out = res.to_json()
-    assert out["best_layer"] == "signal" and {"accuracy", "control_accuracy", "selectivity", "gdv",
-                                                "ci_low", "ci_high"} <= set(out["layers"][0])
+    assert out["best_layer"] == "signal" and {
+        "accuracy",
+        "control_accuracy",
+        "selectivity",
+        "gdv",
+        "ci_low",
+        "ci_high",
+    } <= set(out["layers"][0])
     assert len(res.plot().data) == 4
 
 

@@ -26,12 +26,19 @@ def _sparse_data(n, seed=0, d=16, n_feat=40):
     return f @ D + 5.0  # a large mean, as residual streams have
 
 
-@pytest.mark.parametrize("kind,kw,saved_as", [("topk", {"k": 6}, "topk"), ("batchtopk", {"k": 6}, "jumprelu")])
+@pytest.mark.parametrize(
+    "kind,kw,saved_as", [("topk", {"k": 6}, "topk"), ("batchtopk", {"k": 6}, "jumprelu")]
+)
 def test_train_recovers_sparse_structure_and_round_trips(kind, kw, saved_as, tmp_path):
     torch.manual_seed(0)
-    X, Xe = _sparse_data(12000), _sparse_data(2000, seed=1)
-    sae = fit(training_sae(kind, 16, 64, model="m", hook="blocks.0.hook_resid_post", **kw), X, 48000,
-              batch_size=256, lr=1e-3)
+    X, Xe = _sparse_data(8000), _sparse_data(2000, seed=1)
+    sae = fit(
+        training_sae(kind, 16, 64, model="m", hook="blocks.0.hook_resid_post", **kw),
+        X,
+        32000,
+        batch_size=256,
+        lr=2e-3,
+    )
     m = reconstruction_metrics(sae, Xe)
     assert m["explained_variance"] > 0.6 and m["l0"] <= 8 and m["dead_fraction"] < 0.5
     path = save_sae(sae, tmp_path / "sae", {"note": "test"})
@@ -39,14 +46,16 @@ def test_train_recovers_sparse_structure_and_round_trips(kind, kw, saved_as, tmp
     cfg = json.loads((path / "cfg.json").read_text())
     assert cfg["architecture"] == saved_as and cfg["metadata"]["hook_name"] == "blocks.0.hook_resid_post"
     back = load_sae(path)
-    x = Xe[:50]
-    assert torch.allclose(back.decode(back.encode(x)), sae.decode(sae.encode(x)), atol=1e-4)
+    assert reconstruction_metrics(back, Xe)["explained_variance"] > 0.6
+    if kind == "topk":  # BatchTopK's batch-level selection becomes a per-token threshold on saving
+        x = Xe[:50]
+        assert torch.allclose(back.decode(back.encode(x)), sae.decode(sae.encode(x)), atol=1e-4)
 
 
 def test_jumprelu_and_l1_train():
     X = _sparse_data(4000)
     for kind in ("jumprelu", "l1"):
-        sae = fit(training_sae(kind, 16, 32), X, 8000, batch_size=256, lr=1e-3)
+        sae = fit(training_sae(kind, 16, 32), X, 2048, batch_size=256, lr=1e-3)
         assert reconstruction_metrics(sae, X[:500])["n_eval_tokens"] == 500
 
 
@@ -73,18 +82,22 @@ def test_corpus_builder_records_sources(tmp_path):
     root = tmp_path / "site"
     (root / "pkg-1.0.dist-info").mkdir(parents=True)
     (root / "pkg-1.0.dist-info" / "METADATA").write_text(
-        "Name: pkg\nVersion: 1.0\n\n" + "This package does useful things for people who read. " * 10)
+        "Name: pkg\nVersion: 1.0\n\n" + "This package does useful things for people who read. " * 10
+    )
     (root / "pkg").mkdir()
     (root / "pkg" / "README.md").write_text("A readme that explains the package in plain words. " * 10)
     (root / "pkg" / "LICENSE.txt").write_text("Permission is hereby granted to anyone at all. " * 10)
-    (root / "pkg" / "mod.py").write_text('"""' + "A module docstring with enough prose in it. " * 10 + '"""\n')
+    (root / "pkg" / "mod.py").write_text(
+        '"""' + "A module docstring with enough prose in it. " * 10 + '"""\n'
+    )
     summary = build_corpus(tmp_path / "out", roots=[root])
     docs = load_corpus(tmp_path / "out")
     kinds = {d.kind for d in docs}
     assert kinds == {"metadata", "docs", "docstring"} and summary["documents"] == 3
     assert not any("LICENSE" in d.source for d in docs)
-    assert "pkg/README.md" in json.loads((tmp_path / "out" / "sources.json").read_text())["sources"][0] or \
-        any(d.source.endswith("README.md") for d in docs)
+    assert "pkg/README.md" in json.loads((tmp_path / "out" / "sources.json").read_text())["sources"][
+        0
+    ] or any(d.source.endswith("README.md") for d in docs)
 
 
 def test_cache_and_dashboard_on_tiny_model():
@@ -102,9 +115,14 @@ def test_cache_and_dashboard_on_tiny_model():
     dash = build_dashboard(m, sae, cache, top=3, n_contexts=2)
     assert len(dash.features) == 3
     card = dash.features[0]
-    assert 0 < card.density <= 1 and len(card.top_logits) == 10 and card.top_logits[0][1] >= card.top_logits[-1][1]
+    assert (
+        0 < card.density <= 1
+        and len(card.top_logits) == 10
+        and card.top_logits[0][1] >= card.top_logits[-1][1]
+    )
     assert card.contexts and all(len(c["tokens"]) == len(c["acts"]) for c in card.contexts)
     top_ctx = card.contexts[0]
     assert top_ctx["quantile"] == "top 10%" and top_ctx["acts"][top_ctx["position"]] == pytest.approx(
-        top_ctx["activation"])
+        top_ctx["activation"]
+    )
     assert sum(card.histogram["counts"]) == pytest.approx(card.density * cache.n_tokens)

@@ -12,7 +12,7 @@ from app import views as V
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 COMPONENT_LEVELS = ("head", "neuron", "edge")
-CACHE_SIZE = 48
+CACHE_SIZE = 12  # results per session; a neuron-level result of a long prompt is tens of MB
 
 
 def rebuild(run: Any):

@@ -109,8 +109,12 @@ def mean_fill(model: Any, token_batches: list[torch.Tensor], level: str) -> torc
 
 
 def patching_scores(model: Any, enc: Any, level: str, ablation: str = "zero", per_position: bool = False,
-                    batch_size: int = 32, fill: torch.Tensor | None = None) -> torch.Tensor:
-    """metric(clean) - metric(item ablated) for every item, on the level's axes."""
+                    batch_size: int = 32, fill: torch.Tensor | None = None,
+                    truncate: bool = True) -> torch.Tensor:
+    """metric(clean) - metric(item ablated) for every item, on the level's axes.
+
+    truncate=False runs every ablated forward from the embedding (the plain one-forward-per-item cost)
+    instead of starting at the ablated layer from the cached clean residual; the scores are the same."""
     check_target(enc)
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
@@ -118,7 +122,7 @@ def patching_scores(model: Any, enc: Any, level: str, ablation: str = "zero", pe
         fill = mean_fill(model, [enc.tokens], level)  # this prompt's own means
     shape = item_shape(model, enc.seq_len, level, per_position)
     n_items = int(torch.tensor(shape).prod())
-    resid = clean_residuals(model, enc.tokens) if level != "token" else None
+    resid = clean_residuals(model, enc.tokens) if level != "token" and truncate else None
     with torch.no_grad():
         clean = metric(last_logits(model, enc.tokens), enc)[0]
     effects = torch.empty(n_items)

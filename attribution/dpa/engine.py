@@ -3,7 +3,9 @@
 ``dpa_all`` returns every requested level (token, head, edge, neuron) from the same forward and
 the same top-down pass, plus the bias / norm-offset contributions and, on request, the target
 vector at every residual position of every layer. ``dpa_scores`` is the method-table entry point.
-See ../../../shared/specs/dpa.md (or the module docstrings) for the equations.
+The equations are the DPA spec's (shared/specs/dpa.md); each step's docstring below restates its own.
+Scores use the target just above the component: neurons the target above their MLP (before that
+MLP's own update), heads and edges the target above their attention sublayer.
 
 Cost: the forward skips the unembedding (only the target row is needed); the top-down pass is one
 transpose of each weight matrix per layer, batched over positions and heads, so it costs about one
@@ -14,8 +16,9 @@ edge tensor itself is layers x heads x pos x pos).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 
@@ -52,6 +55,8 @@ class DPATrace:
 
     def completeness_error(self) -> float:
         """token scores + offsets - target logit (float noise under the COMPLETE weights)."""
+        if "token" not in self.levels:
+            raise MethodError("the completeness check needs the token level")
         return float(self.levels["token"].double().sum()) + sum(self.offsets.values()) - self.target_logit
 
 
@@ -103,7 +108,8 @@ def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> Non
     fit = [lv for lv in LEVELS if need[lv] <= budget]
     raise RangeError(
         f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
-        f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), over max_gib={p.max_gib:g}; "
+        f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), "
+        f"over max_gib={p.max_gib:g}; "
         + (f"levels that fit: {', '.join(fit)}" if fit else "no level fits: shorten the prompt"))
 
 
@@ -131,7 +137,8 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in hook_dict]
 
 
-def _forward(model: Any, tokens: torch.Tensor, p: DPAParams, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
+             levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
     names = _hook_names(model, p, levels)
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
@@ -146,7 +153,8 @@ def _propagate(model: Any, enc: Any, cache: dict[str, torch.Tensor], p: DPAParam
                levels: tuple[str, ...], keep_targets: bool) -> DPATrace:
     a = model.arch
     seq = enc.seq_len
-    offsets = {k: torch.zeros((), dtype=torch.float64) for k in OFFSET_KEYS}
+    device = model.W_U.device
+    offsets = {k: torch.zeros((), dtype=torch.float64, device=device) for k in OFFSET_KEYS}
     t, logit = _init_target(model, enc, cache, offsets)
     out: dict[str, torch.Tensor] = {}
     if "head" in levels:

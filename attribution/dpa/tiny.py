@@ -50,9 +50,10 @@ def tiny_gpt2(seed: int = 0, act_fn: str = "gelu_new", layers: int = 2, normaliz
     from workbench.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
-    cfg = HookedTransformerConfig(n_layers=layers, d_model=32, n_heads=4, d_head=8, d_mlp=64, d_vocab=len(vocab),
-                                  n_ctx=32, act_fn=act_fn, normalization_type=normalization,
-                                  positional_embedding_type="standard", seed=seed, device="cpu")
+    cfg = HookedTransformerConfig(n_layers=layers, d_model=32, n_heads=4, d_head=8, d_mlp=64,
+                                  d_vocab=len(vocab), n_ctx=32, act_fn=act_fn,
+                                  normalization_type=normalization, positional_embedding_type="standard",
+                                  seed=seed, device="cpu")
     model = HookedTransformer(cfg, move_to_device=False)
     torch.manual_seed(seed)
     with torch.no_grad():

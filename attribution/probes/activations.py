@@ -101,7 +101,9 @@ def parse_layers(spec: str, n_layers: int) -> list[int]:
         raise RangeError(f"bad --layers {spec!r}: all, 5, 0,5,10 or 4-8") from None
     for layer in out:
         if not 0 <= layer < n_layers:
-            raise RangeError(f"layer {layer} out of range: the model has {n_layers} (valid 0..{n_layers - 1})")
+            raise RangeError(
+                f"layer {layer} out of range: the model has {n_layers} (valid 0..{n_layers - 1})"
+            )
     return out
 
 
@@ -117,8 +119,9 @@ def marked_index(model: Any, text: str, word: str | None) -> int:
     return min(model.to_tokens(prefix).shape[1], n) - 1
 
 
-def pooled_activations(model: Any, data: LabeledSet, hooks: list[str], pooling: str = "last",
-                       batch_size: int = 16) -> dict[str, Any]:
+def pooled_activations(
+    model: Any, data: LabeledSet, hooks: list[str], pooling: str = "last", batch_size: int = 16
+) -> dict[str, Any]:
     """{hook: FloatTensor [example, d]} of pooled activations (per-head hooks flattened)."""
     import torch
 
@@ -134,7 +137,7 @@ def pooled_activations(model: Any, data: LabeledSet, hooks: list[str], pooling: 
     out: dict[str, list] = {h: [None] * len(toks) for h in hooks}
     order = sorted(range(len(toks)), key=lambda i: len(toks[i]))  # similar lengths share a batch
     for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         width = max(len(toks[i]) for i in idx)
         # right padding with each row's last token: a causal model never lets it reach earlier positions
         batch = torch.stack([torch.cat([toks[i], toks[i][-1:].repeat(width - len(toks[i]))]) for i in idx])

@@ -90,8 +90,14 @@ class ConceptResult:
     layers: list[LayerConcepts] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "concept": self.concept, "other": self.other, "pooling": self.pooling,
-                "scale": self.scale, "layers": [asdict(r) for r in self.layers]}
+        return {
+            "model": self.model,
+            "concept": self.concept,
+            "other": self.other,
+            "pooling": self.pooling,
+            "scale": self.scale,
+            "layers": [asdict(r) for r in self.layers],
+        }
 
     def table(self):
         import pandas as pd
@@ -108,17 +114,34 @@ class ConceptResult:
         from plotly.subplots import make_subplots
 
         x = [r.layer for r in self.layers]
-        fig = make_subplots(rows=1, cols=2, subplot_titles=("cosine similarity of concept vectors",
-                                                            "steering: logit movement toward concept"))
-        for key, name in (("cos_mean_probe", "mean vs probe"), ("cos_mean_sae", "mean vs SAE"),
-                          ("cos_probe_sae", "probe vs SAE")):
+        fig = make_subplots(
+            rows=1,
+            cols=2,
+            subplot_titles=(
+                "cosine similarity of concept vectors",
+                "steering: logit movement toward concept",
+            ),
+        )
+        for key, name in (
+            ("cos_mean_probe", "mean vs probe"),
+            ("cos_mean_sae", "mean vs SAE"),
+            ("cos_probe_sae", "probe vs SAE"),
+        ):
             ys = [getattr(r, key) for r in self.layers]
             if any(v is not None for v in ys):
                 fig.add_trace(go.Scatter(x=x, y=ys, name=name, mode="lines+markers"), 1, 1)
         steered = [r for r in self.layers if r.steering]
         for method in sorted({m for r in steered for m in r.steering}):
-            fig.add_trace(go.Scatter(x=[r.layer for r in steered], y=[r.steering.get(method) for r in steered],
-                                     name=f"steer {method}", mode="lines+markers"), 1, 2)
+            fig.add_trace(
+                go.Scatter(
+                    x=[r.layer for r in steered],
+                    y=[r.steering.get(method) for r in steered],
+                    name=f"steer {method}",
+                    mode="lines+markers",
+                ),
+                1,
+                2,
+            )
         fig.update_layout(template="plotly_white", title=f"{self.concept} concept on {self.model}")
         return fig
 
@@ -139,11 +162,13 @@ def last_logits(model: Any, texts: list[str], hook: str | None = None, vector=No
     order = sorted(range(len(toks)), key=lambda i: len(toks[i]))
     hooks = []
     if hook is not None:
+
         def add(act, hook):  # noqa: ARG001 - TransformerLens passes the hook point
             return act + vector.to(act.dtype).to(act.device)
+
         hooks = [(hook, add)]
     for s in range(0, len(order), batch_size):
-        idx = order[s:s + batch_size]
+        idx = order[s : s + batch_size]
         width = max(len(toks[i]) for i in idx)
         batch = torch.stack([torch.cat([toks[i], toks[i][-1:].repeat(width - len(toks[i]))]) for i in idx])
         with torch.no_grad():
@@ -153,18 +178,29 @@ def last_logits(model: Any, texts: list[str], hook: str | None = None, vector=No
     return torch.stack(out)
 
 
-def steering_effect(model: Any, hook: str, vector, texts: list[str], direction, clean, norm: float,
-                    scale: float) -> float:
+def steering_effect(
+    model: Any, hook: str, vector, texts: list[str], direction, clean, norm: float, scale: float
+) -> float:
     """Mean projection of the logit change onto the concept's logit direction."""
     v = vector / vector.norm().clamp_min(1e-12) * norm * scale
     steered = last_logits(model, texts, hook, v)
     return float(((steered - clean) @ direction).mean())
 
 
-def concept_vectors(model: Any, acts: dict[str, Any], labels, positive: str, texts: list[str],
-                    saes: dict[str, Any] | None = None, pooling: str = "last",
-                    steer_hooks: list[str] | None = None, scale: float = 1.0, n_steer: int = 32,
-                    seed: int = 0, layer_names: dict[str, Any] | None = None) -> ConceptResult:
+def concept_vectors(
+    model: Any,
+    acts: dict[str, Any],
+    labels,
+    positive: str,
+    texts: list[str],
+    saes: dict[str, Any] | None = None,
+    pooling: str = "last",
+    steer_hooks: list[str] | None = None,
+    scale: float = 1.0,
+    n_steer: int = 32,
+    seed: int = 0,
+    layer_names: dict[str, Any] | None = None,
+) -> ConceptResult:
     """Vectors at every hook in ``acts``; steering at ``steer_hooks`` on up to ``n_steer`` texts
     from outside the concept class, against a random vector of the same norm."""
     import numpy as np
@@ -184,14 +220,23 @@ def concept_vectors(model: Any, acts: dict[str, Any], labels, positive: str, tex
         feats: list[int] = []
         if saes and hook in saes:
             vecs["sae"], feats = sae_vector(X, labels, positive, saes[hook])
-        row = LayerConcepts((layer_names or {}).get(hook, hook), hook,
-                            cosine(vecs["mean"], vecs["probe"]), cosine(vecs["mean"], vecs.get("sae")),
-                            cosine(vecs["probe"], vecs.get("sae")), feats)
+        row = LayerConcepts(
+            (layer_names or {}).get(hook, hook),
+            hook,
+            cosine(vecs["mean"], vecs["probe"]),
+            cosine(vecs["mean"], vecs.get("sae")),
+            cosine(vecs["probe"], vecs.get("sae")),
+            feats,
+        )
         if steer_hooks and hook in steer_hooks:
             norm = float(X.norm(dim=1).median())
             for name, vec in vecs.items():
-                row.steering[name] = steering_effect(model, hook, vec, steer_texts, direction, clean, norm, scale)
+                row.steering[name] = steering_effect(
+                    model, hook, vec, steer_texts, direction, clean, norm, scale
+                )
             rand = torch.randn(X.shape[1], generator=gen)
-            row.steering["random"] = steering_effect(model, hook, rand, steer_texts, direction, clean, norm, scale)
+            row.steering["random"] = steering_effect(
+                model, hook, rand, steer_texts, direction, clean, norm, scale
+            )
         result.layers.append(row)
     return result

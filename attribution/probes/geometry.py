@@ -31,8 +31,9 @@ def gdv(X: Any, labels: Any) -> float:
     classes = sorted(set(y.tolist()))
     groups = [Z[y == c] for c in classes]
     intra = np.mean([pdist(g).mean() if len(g) > 1 else 0.0 for g in groups])
-    inter = np.mean([cdist(groups[i], groups[j]).mean()
-                     for i in range(len(groups)) for j in range(i + 1, len(groups))])
+    inter = np.mean(
+        [cdist(groups[i], groups[j]).mean() for i in range(len(groups)) for j in range(i + 1, len(groups))]
+    )
     return float((intra - inter) / np.sqrt(X.shape[1]))
 
 
@@ -85,8 +86,9 @@ def project(X: Any, method: str = "pca", dims: int = 2, seed: int = 0):
 
         pre = PCA(n_components=min(50, *X.shape), random_state=seed).fit_transform(X)
         perplexity = float(min(30, max(2, (len(X) - 1) // 3)))
-        return TSNE(n_components=dims, random_state=seed, perplexity=perplexity,
-                    init="pca").fit_transform(pre)
+        return TSNE(n_components=dims, random_state=seed, perplexity=perplexity, init="pca").fit_transform(
+            pre
+        )
     raise ValueError(f"unknown projection {method!r}: pca or tsne")
 
 
@@ -94,6 +96,11 @@ def projection_figure(X: Any, labels: Any, method: str = "pca", title: str = "")
     import plotly.express as px
 
     xy = project(X, method)
-    return px.scatter(x=xy[:, 0], y=xy[:, 1], color=[str(v) for v in labels], title=title or method,
-                      labels={"x": f"{method} 1", "y": f"{method} 2", "color": "label"},
-                      template="plotly_white")
+    return px.scatter(
+        x=xy[:, 0],
+        y=xy[:, 1],
+        color=[str(v) for v in labels],
+        title=title or method,
+        labels={"x": f"{method} 1", "y": f"{method} 2", "color": "label"},
+        template="plotly_white",
+    )

@@ -30,7 +30,7 @@ def _kernel(a, b, kind: str, lengthscale: float):
     if kind == "linear":
         return a @ b.transpose(-1, -2)
     d2 = torch.cdist(a, b) ** 2
-    return torch.exp(-d2 / (2 * lengthscale ** 2))
+    return torch.exp(-d2 / (2 * lengthscale**2))
 
 
 def _lam_max(mat):
@@ -39,24 +39,31 @@ def _lam_max(mat):
     return torch.linalg.eigvalsh(0.5 * (mat + mat.transpose(-1, -2)))[..., -1].clamp_min(1e-8)
 
 
-def solver_predictions(xs, ys, iters: int = 32, lam: float = 0.01, kernel: str = "linear",
-                       lengthscale: float = 1.0) -> dict[str, Any]:
+def solver_predictions(
+    xs, ys, iters: int = 32, lam: float = 0.01, kernel: str = "linear", lengthscale: float = 1.0
+) -> dict[str, Any]:
     """{solver: [iterate, prompt, position]} predictions of y_i from pairs 0..i-1 (position 0 is 0)."""
     import torch
 
     xs, ys = xs.double(), ys.double()
     n, P, d = xs.shape
-    out = {s: torch.zeros(iters if s in ("gd", "richardson", "precond-richardson") else 1, n, P,
-                          dtype=torch.float64) for s in SOLVERS}
+    out = {
+        s: torch.zeros(
+            iters if s in ("gd", "richardson", "precond-richardson") else 1, n, P, dtype=torch.float64
+        )
+        for s in SOLVERS
+    }
     eye_d = torch.eye(d, dtype=torch.float64)
     for i in range(1, P):
-        X, y, q = xs[:, :i], ys[:, :i], xs[:, i:i + 1]
+        X, y, q = xs[:, :i], ys[:, :i], xs[:, i : i + 1]
         # gradient descent on (1/2i)|Xw - y|^2
         H = X.transpose(1, 2) @ X / i
         eta = 1.0 / _lam_max(H)
         w = torch.zeros(n, d, dtype=torch.float64)
         for t in range(iters):
-            w = w - eta[:, None] * ((H @ w[..., None])[..., 0] - (X.transpose(1, 2) @ y[..., None])[..., 0] / i)
+            w = w - eta[:, None] * (
+                (H @ w[..., None])[..., 0] - (X.transpose(1, 2) @ y[..., None])[..., 0] / i
+            )
             out["gd"][t, :, i] = (q[:, 0] * w).sum(-1)
         # Richardson and preconditioned Richardson on (K + lam I) a = y
         K = _kernel(X, X, kernel, lengthscale)
@@ -103,21 +110,42 @@ class ICLReadout:
 
     @property
     def best(self) -> SolverFit:
-        return min(self.fits, key=lambda f: f.distance)
+        return min(self.solvers, key=lambda f: f.distance)
+
+    @property
+    def solvers(self) -> list[SolverFit]:
+        return [f for f in self.fits if f.solver != "zero-baseline"]
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "task": self.task, "layers": self.layers, "probe_r2": self.probe_r2,
-                "layer_mse": self.layer_mse,
-                "solvers": [{"solver": f.solver, "distance": f.distance, "profile_distance": f.profile_distance,
-                             "best_iterates": f.best_iterates, "per_layer": f.per_layer} for f in self.fits],
-                "best_solver": self.best.solver,
-                "best_solver_by_profile": min(self.fits, key=lambda f: f.profile_distance).solver}
+        return {
+            "model": self.model,
+            "task": self.task,
+            "layers": self.layers,
+            "probe_r2": self.probe_r2,
+            "layer_mse": self.layer_mse,
+            "solvers": [
+                {
+                    "solver": f.solver,
+                    "distance": f.distance,
+                    "profile_distance": f.profile_distance,
+                    "best_iterates": f.best_iterates,
+                    "per_layer": f.per_layer,
+                }
+                for f in self.fits
+            ],
+            "best_solver": self.best.solver,
+            "best_solver_by_profile": min(self.solvers, key=lambda f: f.profile_distance).solver,
+        }
 
     def table(self):
         import pandas as pd
 
-        return pd.DataFrame([{"solver": f.solver, "distance": f.distance, "profile_distance": f.profile_distance}
-                             for f in self.fits]).sort_values("distance")
+        return pd.DataFrame(
+            [
+                {"solver": f.solver, "distance": f.distance, "profile_distance": f.profile_distance}
+                for f in self.fits
+            ]
+        ).sort_values("distance")
 
     def plot(self):
         import plotly.graph_objects as go
@@ -128,8 +156,13 @@ class ICLReadout:
             fig.add_trace(go.Scatter(x=pos, y=prof[1:].tolist(), name=f"layer {name}", mode="lines+markers"))
         for s, prof in self.solver_profiles.items():
             fig.add_trace(go.Scatter(x=pos, y=prof[1:].tolist(), name=s, line={"dash": "dot"}))
-        fig.update_layout(title=f"error profiles: {self.model} layers vs solvers", xaxis_title="context examples",
-                          yaxis_title="MSE", yaxis_type="log", template="plotly_white")
+        fig.update_layout(
+            title=f"error profiles: {self.model} layers vs solvers",
+            xaxis_title="context examples",
+            yaxis_title="MSE",
+            yaxis_type="log",
+            template="plotly_white",
+        )
         return fig
 
 
@@ -168,7 +201,9 @@ def layer_predictions(model: Any, inputs, ys, train_inputs, train_ys, alpha: flo
         yt = ys[:, 1:].numpy()
         r2[name] = float(1 - ((p[:, 1:] - yt) ** 2).sum() / max(((yt - yt.mean()) ** 2).sum(), 1e-12))
     preds["output"] = own
-    r2["output"] = float(1 - ((own[:, 1:] - ys[:, 1:]) ** 2).sum() / ((ys[:, 1:] - ys[:, 1:].mean()) ** 2).sum())
+    r2["output"] = float(
+        1 - ((own[:, 1:] - ys[:, 1:]) ** 2).sum() / ((ys[:, 1:] - ys[:, 1:].mean()) ** 2).sum()
+    )
     del np
     return preds, r2
 
@@ -186,17 +221,33 @@ def compare(layer_preds: dict[str, Any], ys, solvers: dict[str, Any]) -> tuple[l
         it = iters[:, :, 1:]  # [T, n, P-1]
         d = ((lp[:, None] - it[None]) ** 2).mean((2, 3)) / scale  # [L, T]
         prof = ((it - ys[None, :, 1:]) ** 2).mean(1)  # [T, P-1]
-        pd_ = (layer_prof[:, None] - prof[None]).norm(dim=-1) / layer_prof.norm(dim=-1)[:, None].clamp_min(1e-12)
+        pd_ = (layer_prof[:, None] - prof[None]).norm(dim=-1) / layer_prof.norm(dim=-1)[:, None].clamp_min(
+            1e-12
+        )
         best = d.argmin(1)
-        fits.append(SolverFit(s, float(d.min(1).values.mean()), float(pd_.min(1).values.mean()),
-                              [int(b) + 1 for b in best], [float(v) for v in d.min(1).values]))
+        fits.append(
+            SolverFit(
+                s,
+                float(d.min(1).values.mean()),
+                float(pd_.min(1).values.mean()),
+                [int(b) + 1 for b in best],
+                [float(v) for v in d.min(1).values],
+            )
+        )
         profiles[s] = torch.cat([torch.zeros(1), prof[-1]])  # final iterate, for plots
     layer_profiles = torch.cat([torch.zeros(len(names), 1), layer_prof], 1)
     return fits, layer_profiles, profiles
 
 
-def icl_readout(model: Any, n: int = 512, n_train: int = 2048, iters: int = 32, lam: float = 0.01,
-                seed: int = 0, layers: list[str] | None = None) -> ICLReadout:
+def icl_readout(
+    model: Any,
+    n: int = 512,
+    n_train: int = 2048,
+    iters: int = 32,
+    lam: float = 0.01,
+    seed: int = 0,
+    layers: list[str] | None = None,
+) -> ICLReadout:
     """The full comparison on held-out prompts of the model's own task."""
     from circuits.tasks import get_task
 
@@ -213,6 +264,8 @@ def icl_readout(model: Any, n: int = 512, n_train: int = 2048, iters: int = 32, 
         preds = {k: v for k, v in preds.items() if k in layers}
     kernel = "linear" if task.family == "linear" else "rbf"
     sol = solver_predictions(test["xs"], test["ys"], iters, lam, kernel, task.lengthscale)
+    # a solver that predicts 0 everywhere: the distance any solver must beat to mean anything
+    sol["zero-baseline"] = sol["ridge"] * 0
     fits, lprof, sprof = compare(preds, test["ys"], sol)
     mse = [float(((preds[k][:, 1:] - test["ys"][:, 1:]) ** 2).mean()) for k in preds]
     return ICLReadout(model.name, task.info(), list(preds), [r2[k] for k in preds], mse, fits, lprof, sprof)

@@ -43,9 +43,16 @@ class ProbeResult:
         return max(self.layers, key=lambda r: (r.accuracy, r.selectivity))
 
     def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "kind": self.kind, "pooling": self.pooling, "n_train": self.n_train,
-                "n_test": self.n_test, "classes": self.classes,
-                "layers": [asdict(r) for r in self.layers], "best_layer": self.best.layer}
+        return {
+            "model": self.model,
+            "kind": self.kind,
+            "pooling": self.pooling,
+            "n_train": self.n_train,
+            "n_test": self.n_test,
+            "classes": self.classes,
+            "layers": [asdict(r) for r in self.layers],
+            "best_layer": self.best.layer,
+        }
 
     def table(self):
         import pandas as pd
@@ -58,18 +65,38 @@ class ProbeResult:
 
         x = [r.layer for r in self.layers]
         fig = go.Figure()
-        fig.add_trace(go.Scatter(x=x + x[::-1], y=[r.ci_high for r in self.layers]
-                                 + [r.ci_low for r in self.layers][::-1], fill="toself",
-                                 line={"width": 0}, opacity=0.2, name="95% CI", hoverinfo="skip"))
-        fig.add_trace(go.Scatter(x=x, y=[r.accuracy for r in self.layers], name="probe accuracy",
-                                 mode="lines+markers"))
-        fig.add_trace(go.Scatter(x=x, y=[r.control_accuracy for r in self.layers], name="control task",
-                                 mode="lines+markers", line={"dash": "dot"}))
-        fig.add_trace(go.Scatter(x=x, y=[r.selectivity for r in self.layers], name="selectivity",
-                                 mode="lines+markers"))
-        fig.update_layout(title=f"{self.kind} probes on {self.model} ({self.pooling} pooling)",
-                          xaxis_title="layer", yaxis_title="held-out accuracy" if self.kind == "logistic"
-                          else "held-out R^2", template="plotly_white")
+        fig.add_trace(
+            go.Scatter(
+                x=x + x[::-1],
+                y=[r.ci_high for r in self.layers] + [r.ci_low for r in self.layers][::-1],
+                fill="toself",
+                line={"width": 0},
+                opacity=0.2,
+                name="95% CI",
+                hoverinfo="skip",
+            )
+        )
+        fig.add_trace(
+            go.Scatter(x=x, y=[r.accuracy for r in self.layers], name="probe accuracy", mode="lines+markers")
+        )
+        fig.add_trace(
+            go.Scatter(
+                x=x,
+                y=[r.control_accuracy for r in self.layers],
+                name="control task",
+                mode="lines+markers",
+                line={"dash": "dot"},
+            )
+        )
+        fig.add_trace(
+            go.Scatter(x=x, y=[r.selectivity for r in self.layers], name="selectivity", mode="lines+markers")
+        )
+        fig.update_layout(
+            title=f"{self.kind} probes on {self.model} ({self.pooling} pooling)",
+            xaxis_title="layer",
+            yaxis_title="held-out accuracy" if self.kind == "logistic" else "held-out R^2",
+            template="plotly_white",
+        )
         return fig
 
 
@@ -124,8 +151,9 @@ def _score(kind: str, y_true, y_pred) -> float:
     return 1.0 - float(((y_true - y_pred) ** 2).sum()) / ss
 
 
-def bootstrap_ci(kind: str, y_true, y_pred, n_boot: int = 1000, seed: int = 0,
-                 level: float = 0.95) -> tuple[float, float]:
+def bootstrap_ci(
+    kind: str, y_true, y_pred, n_boot: int = 1000, seed: int = 0, level: float = 0.95
+) -> tuple[float, float]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -142,10 +170,20 @@ def fit_probe(X, y, train, test, kind: str = "logistic", c: float = 1.0, alpha: 
     return probe, probe.predict(X[test]), _score(kind, y[train], probe.predict(X[train]))
 
 
-def probe_layers(acts: dict[str, Any], labels, words: list[str], model: str = "", kind: str = "logistic",
-                 pooling: str = "last", test_frac: float = 0.3, seed: int = 0, n_boot: int = 1000,
-                 layer_names: dict[str, int | str] | None = None, c: float = 1.0,
-                 with_gdv: bool = True) -> ProbeResult:
+def probe_layers(
+    acts: dict[str, Any],
+    labels,
+    words: list[str],
+    model: str = "",
+    kind: str = "logistic",
+    pooling: str = "last",
+    test_frac: float = 0.3,
+    seed: int = 0,
+    n_boot: int = 1000,
+    layer_names: dict[str, int | str] | None = None,
+    c: float = 1.0,
+    with_gdv: bool = True,
+) -> ProbeResult:
     """Probe every hook's pooled activations {hook: [example, d]} for ``labels``."""
     import numpy as np
 
@@ -164,7 +202,17 @@ def probe_layers(acts: dict[str, Any], labels, words: list[str], model: str = ""
         ctrl = _score(kind, y_ctrl[test], cpred)
         lo, hi = bootstrap_ci(kind, y[test], pred, n_boot, seed)
         g = gdv(X, y) if with_gdv and kind == "logistic" else None
-        result.layers.append(LayerProbe(
-            layer=(layer_names or {}).get(hook, hook), hook=hook, accuracy=acc, control_accuracy=ctrl,
-            selectivity=acc - ctrl, ci_low=lo, ci_high=hi, gdv=g, train_accuracy=train_acc))
+        result.layers.append(
+            LayerProbe(
+                layer=(layer_names or {}).get(hook, hook),
+                hook=hook,
+                accuracy=acc,
+                control_accuracy=ctrl,
+                selectivity=acc - ctrl,
+                ci_low=lo,
+                ci_high=hi,
+                gdv=g,
+                train_accuracy=train_acc,
+            )
+        )
     return result

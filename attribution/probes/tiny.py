@@ -13,20 +13,38 @@ from pathlib import Path
 from typing import Any
 
 LOADER = "attribution.probes.tiny:load"
-DEFAULT_VOCAB = (". the a movie meal book show was is felt good great fine nice bad awful poor dull "
-                 "very quite not and it really so").split()
+DEFAULT_VOCAB = (
+    ". the a movie meal book show was is felt good great fine nice bad awful poor dull "
+    "very quite not and it really so"
+).split()
 
 
 def _cfg(vocab: list[str], layers: int, d_model: int, n_ctx: int, seed: int):
     from transformer_lens import HookedTransformerConfig
 
-    return HookedTransformerConfig(n_layers=layers, d_model=d_model, n_ctx=n_ctx, d_head=d_model // 2,
-                                   n_heads=2, d_mlp=4 * d_model, d_vocab=len(vocab), act_fn="gelu",
-                                   normalization_type="LN", seed=seed, device="cpu")
+    return HookedTransformerConfig(
+        n_layers=layers,
+        d_model=d_model,
+        n_ctx=n_ctx,
+        d_head=d_model // 2,
+        n_heads=2,
+        d_mlp=4 * d_model,
+        d_vocab=len(vocab),
+        act_fn="gelu",
+        normalization_type="LN",
+        seed=seed,
+        device="cpu",
+    )
 
 
-def tiny_model(vocab: list[str] | None = None, layers: int = 2, d_model: int = 16, n_ctx: int = 64,
-               seed: int = 0, name: str = "tiny"):
+def tiny_model(
+    vocab: list[str] | None = None,
+    layers: int = 2,
+    d_model: int = 16,
+    n_ctx: int = 64,
+    seed: int = 0,
+    name: str = "tiny",
+):
     """A random HookedModel over a whitespace vocabulary."""
     import torch
     from transformer_lens import HookedTransformer
@@ -44,8 +62,14 @@ def tiny_model(vocab: list[str] | None = None, layers: int = 2, d_model: int = 1
     return HookedModel(tl, SymbolTokenizer(vocab), name=name, kind="toy")
 
 
-def save_tiny(out: str | Path, vocab: list[str] | None = None, layers: int = 2, d_model: int = 16,
-              seed: int = 0, name: str = "tiny") -> Path:
+def save_tiny(
+    out: str | Path,
+    vocab: list[str] | None = None,
+    layers: int = 2,
+    d_model: int = 16,
+    seed: int = 0,
+    name: str = "tiny",
+) -> Path:
     from safetensors.torch import save_file
 
     out = Path(out)
@@ -55,10 +79,21 @@ def save_tiny(out: str | Path, vocab: list[str] | None = None, layers: int = 2, 
     state = {k: v.contiguous() for k, v in m.tl.state_dict().items() if not k.endswith(("IGNORE", ".mask"))}
     save_file(state, str(out / "model.safetensors"))
     params = sum(p.numel() for p in m.tl.parameters())
-    (out / "config.json").write_text(json.dumps({
-        "workbench": {"name": name, "kind": "toy", "params": params, "loader": LOADER,
-                      "source": "random (attribution.probes.tiny)", "description": "tiny random test model"},
-        "tiny": {"vocab": vocab, "layers": layers, "d_model": d_model, "seed": seed}}))
+    (out / "config.json").write_text(
+        json.dumps(
+            {
+                "workbench": {
+                    "name": name,
+                    "kind": "toy",
+                    "params": params,
+                    "loader": LOADER,
+                    "source": "random (attribution.probes.tiny)",
+                    "description": "tiny random test model",
+                },
+                "tiny": {"vocab": vocab, "layers": layers, "d_model": d_model, "seed": seed},
+            }
+        )
+    )
     return out
 
 

@@ -43,10 +43,22 @@ class ActivationCache:
         from safetensors.torch import save_file
 
         path.mkdir(parents=True, exist_ok=True)
-        save_file({"acts": self.acts.contiguous(), "windows": self.windows.contiguous(),
-                   "where": self.where.contiguous()}, str(path / ACTS_FILE))
-        meta = {"model": self.model, "hook": self.hook, "n_tokens": self.n_tokens, "d_in": self.d_in,
-                "skip_first": self.skip_first, **(extra or {})}
+        save_file(
+            {
+                "acts": self.acts.contiguous(),
+                "windows": self.windows.contiguous(),
+                "where": self.where.contiguous(),
+            },
+            str(path / ACTS_FILE),
+        )
+        meta = {
+            "model": self.model,
+            "hook": self.hook,
+            "n_tokens": self.n_tokens,
+            "d_in": self.d_in,
+            "skip_first": self.skip_first,
+            **(extra or {}),
+        }
         (path / "cache.json").write_text(json.dumps(meta, indent=1))
         return path
 
@@ -58,19 +70,21 @@ class ActivationCache:
             raise DatasetError(f"no activation cache at {path}")
         meta = json.loads((path / "cache.json").read_text())
         t = load_file(str(path / ACTS_FILE))
-        return cls(t["acts"], t["windows"], t["where"], meta["model"], meta["hook"],
-                   meta.get("skip_first", 1))
+        return cls(
+            t["acts"], t["windows"], t["where"], meta["model"], meta["hook"], meta.get("skip_first", 1)
+        )
 
 
-def token_windows(model: Any, texts: Iterable[str | list[int]], ctx: int, max_windows_per_text: int = 4,
-                  min_len: int = 16) -> Iterable[list[int]]:
+def token_windows(
+    model: Any, texts: Iterable[str | list[int]], ctx: int, max_windows_per_text: int = 4, min_len: int = 16
+) -> Iterable[list[int]]:
     """Non-overlapping windows of token ids, a few per text so no single document dominates.
     An item may also be a list of token ids (toy models)."""
     for text in texts:
         if not isinstance(text, str):
             ids = [int(i) for i in text]
             for w in range(min(max_windows_per_text, (len(ids) + ctx - 1) // ctx)):
-                chunk = ids[w * ctx:(w + 1) * ctx]
+                chunk = ids[w * ctx : (w + 1) * ctx]
                 if len(chunk) >= min(min_len, len(ids)):
                     yield chunk
             continue
@@ -79,7 +93,7 @@ def token_windows(model: Any, texts: Iterable[str | list[int]], ctx: int, max_wi
         except Exception:  # a prompt longer than the context: cut by characters and retry
             ids = model.to_tokens(text[: ctx * 4])[0].tolist()
         for w in range(min(max_windows_per_text, (len(ids) + ctx - 1) // ctx)):
-            chunk = ids[w * ctx:(w + 1) * ctx]
+            chunk = ids[w * ctx : (w + 1) * ctx]
             if len(chunk) >= min_len:
                 yield chunk
 
@@ -92,9 +106,16 @@ def stop_layer(hook: str) -> int | None:
     return None
 
 
-def cache_activations(model: Any, hook: str, texts: Iterable[str | list[int]], n_tokens: int, ctx: int = 128,
-                      batch_size: int = 16, skip_first: int = 1,
-                      on_batch: Callable[[int], None] | None = None) -> ActivationCache:
+def cache_activations(
+    model: Any,
+    hook: str,
+    texts: Iterable[str | list[int]],
+    n_tokens: int,
+    ctx: int = 128,
+    batch_size: int = 16,
+    skip_first: int = 1,
+    on_batch: Callable[[int], None] | None = None,
+) -> ActivationCache:
     """Run the model over windows of ``texts`` until ``n_tokens`` activations are collected."""
     import torch
 
@@ -108,7 +129,7 @@ def cache_activations(model: Any, hook: str, texts: Iterable[str | list[int]], n
         width = max(len(b) for b in batch)
         pad = torch.full((len(batch), width), -1, dtype=torch.long)
         for i, b in enumerate(batch):
-            pad[i, :len(b)] = torch.tensor(b)
+            pad[i, : len(b)] = torch.tensor(b)
         # pad with the last real token; padded positions are never kept (causal model)
         tokens = torch.where(pad < 0, pad.new_tensor([b[-1] for b in batch]).unsqueeze(1), pad)
         kwargs = {"stop_at_layer": stop} if stop is not None and _supports_stop(model) else {}
@@ -118,7 +139,7 @@ def cache_activations(model: Any, hook: str, texts: Iterable[str | list[int]], n
         if a.dim() > 3:  # per-head hooks: flatten heads into the feature axis
             a = a.flatten(2)
         for i, b in enumerate(batch):
-            keep = a[i, skip_first:len(b)].float().cpu()
+            keep = a[i, skip_first : len(b)].float().cpu()
             acts.append(keep.half())
             w_idx = len(wins)
             wins.append(pad[i])
@@ -143,9 +164,10 @@ def cache_activations(model: Any, hook: str, texts: Iterable[str | list[int]], n
     width = max(w.shape[0] for w in wins)
     windows = torch.full((len(wins), width), -1, dtype=torch.int32)
     for i, w in enumerate(wins):
-        windows[i, :w.shape[0]] = w.int()
-    return ActivationCache(torch.cat(acts)[:n_tokens], windows, torch.cat(where).int()[:n_tokens],
-                           model.name, hook, skip_first)
+        windows[i, : w.shape[0]] = w.int()
+    return ActivationCache(
+        torch.cat(acts)[:n_tokens], windows, torch.cat(where).int()[:n_tokens], model.name, hook, skip_first
+    )
 
 
 def _supports_stop(model: Any) -> bool:

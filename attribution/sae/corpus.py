@@ -27,7 +27,9 @@ SKIP_NAMES = re.compile(r"(LICEN[CS]E|COPYING|AUTHORS|RECORD|entry_points|top_le
 @dataclass
 class Document:
     text: str
-    source: str  # e.g. "pkg-docs:numpy/doc/README.md", "docstring:torch/nn/modules/linear.py", "model:smollm2"
+    source: (
+        str  # e.g. "pkg-docs:numpy/doc/README.md", "docstring:torch/nn/modules/linear.py", "model:smollm2"
+    )
     kind: str  # metadata | docs | docstring | model-sample
 
 
@@ -82,23 +84,40 @@ def model_samples(model: Any, n: int, max_new_tokens: int = 64, seed: int = 0) -
     """Sampled continuations of short generic openings (temperature 1), tagged with the model."""
     import torch
 
-    openings = ["The", "In this tutorial", "Once upon a time", "The function", "Today", "A", "We",
-                "This library", "My favourite", "It is"]
+    openings = [
+        "The",
+        "In this tutorial",
+        "Once upon a time",
+        "The function",
+        "Today",
+        "A",
+        "We",
+        "This library",
+        "My favourite",
+        "It is",
+    ]
     torch.manual_seed(seed)
     docs = []
     for i in range(n):
         prompt = openings[i % len(openings)]
         tokens = model.to_tokens(prompt)
         with torch.no_grad():
-            out = model.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=1.0,
-                                    verbose=False, use_past_kv_cache=True)
-        docs.append(Document(model.decode(out[0].tolist()), f"model:{model.name}:seed{seed}:{i}",
-                             "model-sample"))
+            out = model.tl.generate(
+                tokens, max_new_tokens=max_new_tokens, temperature=1.0, verbose=False, use_past_kv_cache=True
+            )
+        docs.append(
+            Document(model.decode(out[0].tolist()), f"model:{model.name}:seed{seed}:{i}", "model-sample")
+        )
     return docs
 
 
-def build_corpus(out: Path, max_chars: int = 4_000_000, roots: list[Path] | None = None,
-                 samples: list[Document] | None = None, per_source_chars: int = 20_000) -> dict[str, Any]:
+def build_corpus(
+    out: Path,
+    max_chars: int = 4_000_000,
+    roots: list[Path] | None = None,
+    samples: list[Document] | None = None,
+    per_source_chars: int = 20_000,
+) -> dict[str, Any]:
     """Write ``corpus.jsonl.gz`` ({"text","source","kind"} a line) and ``sources.json``.
 
     Sources are interleaved by kind so a prefix of the corpus is already a mix of kinds.
@@ -106,7 +125,7 @@ def build_corpus(out: Path, max_chars: int = 4_000_000, roots: list[Path] | None
     roots = roots or [Path(sysconfig.get_paths()["purelib"])]
     seen: set[str] = set()
     by_kind: dict[str, list[Document]] = {}
-    for doc in (samples or []):
+    for doc in samples or []:
         by_kind.setdefault(doc.kind, []).append(doc)
     for root in roots:
         for doc in iter_package_docs(root):
@@ -133,12 +152,17 @@ def build_corpus(out: Path, max_chars: int = 4_000_000, roots: list[Path] | None
     counts: dict[str, int] = {}
     for doc in ordered:
         counts[doc.kind] = counts.get(doc.kind, 0) + 1
-    summary = {"documents": len(ordered), "chars": total, "by_kind": counts,
-               "roots": [str(r) for r in roots],
-               "note": "text from documentation shipped inside installed packages and model samples; "
-                       "each line's 'source' names the file it came from"}
-    (out / "sources.json").write_text(json.dumps(
-        {**summary, "sources": sorted({d.source for d in ordered})}, indent=1))
+    summary = {
+        "documents": len(ordered),
+        "chars": total,
+        "by_kind": counts,
+        "roots": [str(r) for r in roots],
+        "note": "text from documentation shipped inside installed packages and model samples; "
+        "each line's 'source' names the file it came from",
+    }
+    (out / "sources.json").write_text(
+        json.dumps({**summary, "sources": sorted({d.source for d in ordered})}, indent=1)
+    )
     return summary
 
 

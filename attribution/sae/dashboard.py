@@ -35,23 +35,43 @@ class Dashboard:
     features: list[FeatureCard]
 
     def to_json(self) -> dict[str, Any]:
-        return {"sae": self.sae, "model": self.model, "hook": self.hook, "n_tokens": self.n_tokens,
-                "features": [asdict(f) for f in self.features]}
+        return {
+            "sae": self.sae,
+            "model": self.model,
+            "hook": self.hook,
+            "n_tokens": self.n_tokens,
+            "features": [asdict(f) for f in self.features],
+        }
 
     def table(self):
         import pandas as pd
 
-        return pd.DataFrame([{"feature": f.feature, "density": f.density, "max_activation": f.max_activation,
-                              "top_logits": " ".join(t for t, _ in f.top_logits[:5])} for f in self.features])
+        return pd.DataFrame(
+            [
+                {
+                    "feature": f.feature,
+                    "density": f.density,
+                    "max_activation": f.max_activation,
+                    "top_logits": " ".join(t for t, _ in f.top_logits[:5]),
+                }
+                for f in self.features
+            ]
+        )
 
     def plot(self, feature: int | None = None):
         import plotly.graph_objects as go
 
         card = next((f for f in self.features if f.feature == feature), self.features[0])
         e = card.histogram["edges"]
-        fig = go.Figure(go.Bar(x=[(a + b) / 2 for a, b in zip(e[:-1], e[1:], strict=False)], y=card.histogram["counts"]))
-        fig.update_layout(title=f"feature {card.feature}: activation histogram (density {card.density:.4f})",
-                          xaxis_title="activation", yaxis_title="tokens", template="plotly_white")
+        fig = go.Figure(
+            go.Bar(x=[(a + b) / 2 for a, b in zip(e[:-1], e[1:], strict=False)], y=card.histogram["counts"])
+        )
+        fig.update_layout(
+            title=f"feature {card.feature}: activation histogram (density {card.density:.4f})",
+            xaxis_title="activation",
+            yaxis_title="tokens",
+            template="plotly_white",
+        )
         return fig
 
 
@@ -62,7 +82,7 @@ def feature_acts(sae: Any, acts, chunk: int = 4096):
     out = []
     with torch.no_grad():
         for s in range(0, acts.shape[0], chunk):
-            out.append(sae.encode(acts[s:s + chunk].float()))
+            out.append(sae.encode(acts[s : s + chunk].float()))
     return torch.cat(out)
 
 
@@ -75,8 +95,10 @@ def logit_effects(model: Any, sae: Any, features: list[int], k: int = 10) -> dic
     out = {}
     for row, f in zip(eff, features, strict=False):
         top, bot = row.topk(k), (-row).topk(k)
-        out[f] = ([(model.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=False)],
-                  [(model.decode([int(i)]), -float(v)) for v, i in zip(bot.values, bot.indices, strict=False)])
+        out[f] = (
+            [(model.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=False)],
+            [(model.decode([int(i)]), -float(v)) for v, i in zip(bot.values, bot.indices, strict=False)],
+        )
     return out
 
 
@@ -89,9 +111,18 @@ def _context(model: Any, cache: Any, fa_col, index: dict, tok: int, radius: int)
     return {"tokens": tokens, "acts": acts, "position": p - lo, "activation": float(fa_col[tok])}
 
 
-def build_dashboard(model: Any, sae: Any, cache: Any, features: list[int] | None = None, top: int = 10,
-                    n_contexts: int = 5, radius: int = 12, bins: int = 20, seed: int = 0,
-                    sae_name: str = "") -> Dashboard:
+def build_dashboard(
+    model: Any,
+    sae: Any,
+    cache: Any,
+    features: list[int] | None = None,
+    top: int = 10,
+    n_contexts: int = 5,
+    radius: int = 12,
+    bins: int = 20,
+    seed: int = 0,
+    sae_name: str = "",
+) -> Dashboard:
     """Dashboard cards for ``features`` (default: the ``top`` most frequently firing features)."""
     import torch
 
@@ -125,13 +156,29 @@ def build_dashboard(model: Any, sae: Any, cache: Any, features: list[int] | None
         if len(nz):
             order = col.argsort(descending=True)[: len(nz)]  # firing tokens, strongest first
             for lo, hi, label in QUANTILE_BINS:
-                a, b = int(len(order) * (1 - hi)), max(int(len(order) * (1 - lo)), int(len(order) * (1 - hi)) + 1)
+                a, b = (
+                    int(len(order) * (1 - hi)),
+                    max(int(len(order) * (1 - lo)), int(len(order) * (1 - hi)) + 1),
+                )
                 pool = order[a:b]
-                take = pool[:n_contexts] if label.startswith("top") else \
-                    pool[torch.randperm(len(pool), generator=gen)[:n_contexts]]
+                take = (
+                    pool[:n_contexts]
+                    if label.startswith("top")
+                    else pool[torch.randperm(len(pool), generator=gen)[:n_contexts]]
+                )
                 for tok in take.tolist():
                     contexts.append({"quantile": label, **_context(model, cache, col, index, tok, radius)})
         top_l, bot_l = effects.get(f, ([], []))
-        cards.append(FeatureCard(f, float(density[f]), float(col.max()), float(nz.mean()) if len(nz) else 0.0,
-                                 hist, contexts, top_l, bot_l))
+        cards.append(
+            FeatureCard(
+                f,
+                float(density[f]),
+                float(col.max()),
+                float(nz.mean()) if len(nz) else 0.0,
+                hist,
+                contexts,
+                top_l,
+                bot_l,
+            )
+        )
     return Dashboard(sae_name, cache.model, cache.hook, cache.n_tokens, cards)

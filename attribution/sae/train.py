@@ -21,8 +21,16 @@ from workbench.errors import DatasetError, ModelFileError, RangeError
 KINDS = ("topk", "batchtopk", "jumprelu", "l1")
 
 
-def training_sae(kind: str, d_in: int, d_sae: int, k: int = 32, l1: float = 0.5, l0: float = 1.0,
-                 model: str = "", hook: str = ""):
+def training_sae(
+    kind: str,
+    d_in: int,
+    d_sae: int,
+    k: int = 32,
+    l1: float = 0.5,
+    l0: float = 1.0,
+    model: str = "",
+    hook: str = "",
+):
     """A SAELens TrainingSAE of the given kind (inputs normalised to norm sqrt(d_in))."""
     import sae_lens as sl
 
@@ -33,8 +41,12 @@ def training_sae(kind: str, d_in: int, d_sae: int, k: int = 32, l1: float = 0.5,
     if kind in ("topk", "batchtopk") and not 0 < k <= d_sae:
         raise RangeError(f"k={k} must be between 1 and the SAE width {d_sae}")
     meta = sl.saes.sae.SAEMetadata(model_name=model, hook_name=hook)
-    common = {"d_in": d_in, "d_sae": d_sae, "normalize_activations": "expected_average_only_in",
-              "metadata": meta}
+    common = {
+        "d_in": d_in,
+        "d_sae": d_sae,
+        "normalize_activations": "expected_average_only_in",
+        "metadata": meta,
+    }
     if kind == "topk":
         return sl.TopKTrainingSAE(sl.TopKTrainingSAEConfig(k=k, **common))
     if kind == "batchtopk":
@@ -53,11 +65,18 @@ def batches(acts, batch_size: int, seed: int = 0) -> Iterator[Any]:
     while True:
         perm = torch.randperm(n, generator=gen)
         for s in range(0, n - batch_size + 1, batch_size):
-            yield acts[perm[s:s + batch_size]].float()
+            yield acts[perm[s : s + batch_size]].float()
 
 
-def fit(sae: Any, acts, n_samples: int, batch_size: int = 1024, lr: float = 4e-4, seed: int = 0,
-        quiet: bool = True) -> Any:
+def fit(
+    sae: Any,
+    acts,
+    n_samples: int,
+    batch_size: int = 1024,
+    lr: float = 4e-4,
+    seed: int = 0,
+    quiet: bool = True,
+) -> Any:
     """Train ``sae`` on ``n_samples`` activations drawn from ``acts`` with SAELens' trainer."""
     import contextlib
     import io
@@ -71,13 +90,20 @@ def fit(sae: Any, acts, n_samples: int, batch_size: int = 1024, lr: float = 4e-4
     from sae_lens.config import SAETrainerConfig
 
     cfg = SAETrainerConfig(
-        total_training_samples=steps * batch_size, train_batch_size_samples=batch_size, lr=lr, lr_end=lr,
-        lr_warm_up_steps=min(100, steps // 10), lr_decay_steps=steps // 5, lr_scheduler_name="constant",
-        device="cpu", dead_feature_window=max(50, steps // 4), feature_sampling_window=max(50, steps // 4),
+        total_training_samples=steps * batch_size,
+        train_batch_size_samples=batch_size,
+        lr=lr,
+        lr_end=lr,
+        lr_warm_up_steps=min(100, steps // 10),
+        lr_decay_steps=steps // 5,
+        lr_scheduler_name="constant",
+        device="cpu",
+        dead_feature_window=max(50, steps // 4),
+        feature_sampling_window=max(50, steps // 4),
         n_batches_for_norm_estimate=min(50, max(1, acts.shape[0] // batch_size)),
     )
     with torch.no_grad():  # b_dec starts at the (normalised) data mean, so features learn deviations
-        x = acts[: 200_000].float()
+        x = acts[:200_000].float()
         sae.b_dec.copy_(x.mean(0) * (acts.shape[1] ** 0.5) / x.norm(dim=1).mean())
     trainer = sl.SAETrainer(cfg=cfg, sae=sae, data_provider=batches(acts, batch_size, seed))
     sink = io.StringIO()
@@ -141,7 +167,7 @@ def reconstruction_metrics(sae: Any, acts, chunk: int = 4096) -> dict[str, Any]:
     sq, tot, l0, fired = 0.0, 0.0, 0.0, torch.zeros(sae.cfg.d_sae, dtype=torch.bool)
     with torch.no_grad():
         for s in range(0, x_all.shape[0], chunk):
-            x = x_all[s:s + chunk]
+            x = x_all[s : s + chunk]
             f = sae.encode(x)
             xh = sae.decode(f)
             sq += float(((x - xh) ** 2).sum())
@@ -150,8 +176,13 @@ def reconstruction_metrics(sae: Any, acts, chunk: int = 4096) -> dict[str, Any]:
             l0 += float(active.sum())
             fired |= active.any(0)
     n = x_all.shape[0]
-    return {"mse": sq / (n * x_all.shape[1]), "explained_variance": 1 - sq / max(tot, 1e-12),
-            "l0": l0 / n, "dead_fraction": float((~fired).float().mean()), "n_eval_tokens": n}
+    return {
+        "mse": sq / (n * x_all.shape[1]),
+        "explained_variance": 1 - sq / max(tot, 1e-12),
+        "l0": l0 / n,
+        "dead_fraction": float((~fired).float().mean()),
+        "n_eval_tokens": n,
+    }
 
 
 def spliced_loss(model: Any, sae: Any, hook: str, windows, skip_first: int = 1) -> tuple[float, float]:
@@ -172,7 +203,7 @@ def spliced_loss(model: Any, sae: Any, hook: str, windows, skip_first: int = 1) 
     tokens = torch.where(valid, tokens, torch.zeros_like(tokens))
     # loss only on targets after the spliced span starts and inside the real (unpadded) window
     target_ok = valid[:, 1:].clone()
-    target_ok[:, : skip_first] = False
+    target_ok[:, :skip_first] = False
     losses = []
     with torch.no_grad():
         for hooks in ([], [(hook, splice)]):
@@ -182,10 +213,18 @@ def spliced_loss(model: Any, sae: Any, hook: str, windows, skip_first: int = 1) 
     return losses[0], losses[1]
 
 
-def evaluate(model: Any | None, sae: Any, hook: str, eval_acts, eval_windows=None,
-             skip_first: int = 1) -> SAEMetrics:
+def evaluate(
+    model: Any | None, sae: Any, hook: str, eval_acts, eval_windows=None, skip_first: int = 1, dead_acts=None
+) -> SAEMetrics:
+    """Metrics on ``eval_acts``; dead features are counted on ``dead_acts`` too when given (a few
+    thousand held-out tokens are too few to tell a rare feature from a dead one)."""
     check_fits(sae, eval_acts.shape[1], hook)
     m = SAEMetrics(**reconstruction_metrics(sae, eval_acts))
+    if dead_acts is not None:
+        import torch
+
+        both = torch.cat([eval_acts, dead_acts.to(eval_acts.dtype)])
+        m.dead_fraction = reconstruction_metrics(sae, both)["dead_fraction"]
     if model is not None and eval_windows is not None and len(eval_windows):
         m.ce_loss_clean, m.ce_loss_spliced = spliced_loss(model, sae, hook, eval_windows, skip_first)
         m.ce_loss_delta = m.ce_loss_spliced - m.ce_loss_clean
@@ -202,9 +241,20 @@ def split_cache(cache: Any, holdout: float = 0.05) -> tuple[Any, Any, Any]:
     return cache.acts[~is_eval], cache.acts[is_eval], cache.windows[first_eval:]
 
 
-def train_sae(model: Any, cache: Any, kind: str = "topk", width: int = 2048, k: int = 32,
-              epochs: float = 4.0, batch_size: int = 1024, lr: float = 4e-4, out: Path | None = None,
-              eval_windows: int = 8, seed: int = 0, **kw: Any) -> tuple[Any, SAEMetrics, dict[str, Any]]:
+def train_sae(
+    model: Any,
+    cache: Any,
+    kind: str = "topk",
+    width: int = 2048,
+    k: int = 32,
+    epochs: float = 4.0,
+    batch_size: int = 1024,
+    lr: float = 4e-4,
+    out: Path | None = None,
+    eval_windows: int = 8,
+    seed: int = 0,
+    **kw: Any,
+) -> tuple[Any, SAEMetrics, dict[str, Any]]:
     """Train on the cache's training part, evaluate on its held-out windows, optionally save."""
     train, held, held_windows = split_cache(cache)
     sae = training_sae(kind, cache.d_in, width, k=k, model=cache.model, hook=cache.hook, **kw)
@@ -219,11 +269,23 @@ def train_sae(model: Any, cache: Any, kind: str = "topk", width: int = 2048, k: 
     with tempfile.TemporaryDirectory() as tmp:
         sae.save_inference_model(tmp)
         inference = SAE.load_from_disk(tmp, device="cpu")
-    metrics = evaluate(model, inference, cache.hook, held, held_windows[:eval_windows], cache.skip_first)
-    info = {"model": cache.model, "hook": cache.hook, "kind": kind, "width": width, "k": k,
-            "train_tokens": int(train.shape[0]), "epochs": epochs, "batch_size": batch_size, "lr": lr,
-            "seconds": round(seconds, 1), "skip_first": cache.skip_first, "metrics": metrics.to_json(),
-            "sae_lens_format": "cfg.json + sae_weights.safetensors (SAE.load_from_disk)"}
+    metrics = evaluate(model, inference, cache.hook, held, held_windows[:eval_windows], cache.skip_first,
+                       dead_acts=train[-50_000:])
+    info = {
+        "model": cache.model,
+        "hook": cache.hook,
+        "kind": kind,
+        "width": width,
+        "k": k,
+        "train_tokens": int(train.shape[0]),
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "lr": lr,
+        "seconds": round(seconds, 1),
+        "skip_first": cache.skip_first,
+        "metrics": metrics.to_json(),
+        "sae_lens_format": "cfg.json + sae_weights.safetensors (SAE.load_from_disk)",
+    }
     if out is not None:
         save_sae(inference, out, info)
     return inference, metrics, info

@@ -61,7 +61,8 @@ def check_method(method: str, level: str) -> str:
 def attribute(
     model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
     prompt: str = typer.Argument(..., help="The prompt (the model predicts the token after it)."),
-    target: str = typer.Option(..., "--target", help="Target token, one token, leading space included (' Paris')."),
+    target: str = typer.Option(..., "--target",
+                               help="Target token, one token, leading space included (' Paris')."),
     foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
@@ -117,7 +118,7 @@ def _top_table(res: Any, k: int):
         for n in reversed(s.shape):
             coords.append(rest % n)
             rest //= n
-        row = dict(zip(res.axes, reversed(coords)))
+        row = dict(zip(res.axes, reversed(coords), strict=True))
         for ax in ("token", "query", "key", "position"):
             if ax in row:
                 row[f"{ax}_str"] = res.tokens[row[ax]]

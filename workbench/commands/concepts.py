@@ -43,13 +43,21 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
 def concepts(
     model: str = typer.Option(..., "--model", help="Model name or local path."),
     dataset: str = typer.Option(..., "--dataset", help='JSONL, lines {"text": str, "label": str}.'),
-    concept: str = typer.Option(None, "--concept", help="The concept class (default: last label, e.g. positive)."),
+    concept: str = typer.Option(
+        None, "--concept", help="The concept class (default: last label, e.g. positive)."
+    ),
     layers: str = typer.Option("all", "--layers", help="all, 5, 0,5,10 or 4-8."),
     pooling: str = typer.Option("last", "--pooling", help="last | mean | marked."),
-    steer_layers: str = typer.Option(None, "--steer-layers", help="Layers to steer at (default: 5 spread out)."),
-    scale: float = typer.Option(1.0, "--scale", help="Steering norm as a multiple of the typical activation norm."),
+    steer_layers: str = typer.Option(
+        None, "--steer-layers", help="Layers to steer at (default: 5 spread out)."
+    ),
+    scale: float = typer.Option(
+        1.0, "--scale", help="Steering norm as a multiple of the typical activation norm."
+    ),
     n_steer: int = typer.Option(32, "--n-steer", help="Texts outside the concept class to steer."),
-    sae: list[str] = typer.Option(None, "--sae", help="Extra SAE directories (default: data/saes for the model)."),
+    sae: list[str] = typer.Option(
+        None, "--sae", help="Extra SAE directories (default: data/saes for the model)."
+    ),
     save: bool = typer.Option(True, "--save/--no-save"),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -64,7 +72,9 @@ def concepts(
     data = load_dataset(dataset, min_per_class=4)
     concept = concept or data.classes[-1]
     if concept not in data.classes:
-        raise DatasetError(f"concept {concept!r} is not a label of {dataset}; labels: {', '.join(data.classes)}")
+        raise DatasetError(
+            f"concept {concept!r} is not a label of {dataset}; labels: {', '.join(data.classes)}"
+        )
 
     import torch
 
@@ -92,35 +102,77 @@ def concepts(
             check_fits(s, m.arch.d_model, hook)
             saes[hook] = s
     acts = pooled_activations(m, data, hooks, pooling)
-    res = concept_vectors(m, acts, data.labels, concept, data.texts, saes, pooling, steer, scale, n_steer,
-                          layer_names={h: int(h.split(".")[1]) for h in hooks})
+    res = concept_vectors(
+        m,
+        acts,
+        data.labels,
+        concept,
+        data.texts,
+        saes,
+        pooling,
+        steer,
+        scale,
+        n_steer,
+        layer_names={h: int(h.split(".")[1]) for h in hooks},
+    )
     out = res.to_json()
     out["saes"] = {h: find_saes(m.name, sae).get(h) for h in saes}
     if save:
         from workbench.store import RunDraft, RunStore
 
-        run = RunStore().save(RunDraft(
-            kind="concepts", model=m.name, method="concept-vectors",
-            args={"dataset": dataset, "concept": concept, "pooling": pooling, "scale": scale, "steer": steer},
-            timings={"total_s": time.time() - started}, result=out, tables={"layers": res.table()},
-            figures={"concepts": res.plot()}))
+        run = RunStore().save(
+            RunDraft(
+                kind="concepts",
+                model=m.name,
+                method="concept-vectors",
+                args={
+                    "dataset": dataset,
+                    "concept": concept,
+                    "pooling": pooling,
+                    "scale": scale,
+                    "steer": steer,
+                },
+                timings={"total_s": time.time() - started},
+                result=out,
+                tables={"layers": res.table()},
+                figures={"concepts": res.plot()},
+            )
+        )
         out["run"] = run.id
 
     def human(o):
         from rich.table import Table
 
-        t = Table("layer", "cos(mean,probe)", "cos(mean,sae)", "cos(probe,sae)", "steer mean", "steer probe",
-                  "steer sae", "steer random")
+        t = Table(
+            "layer",
+            "cos(mean,probe)",
+            "cos(mean,sae)",
+            "cos(probe,sae)",
+            "steer mean",
+            "steer probe",
+            "steer sae",
+            "steer random",
+        )
 
         def f(v):
             return "" if v is None else f"{v:+.3f}"
 
         for r in o["layers"]:
             s = r["steering"]
-            t.add_row(str(r["layer"]), f(r["cos_mean_probe"]), f(r["cos_mean_sae"]), f(r["cos_probe_sae"]),
-                      f(s.get("mean")), f(s.get("probe")), f(s.get("sae")), f(s.get("random")))
+            t.add_row(
+                str(r["layer"]),
+                f(r["cos_mean_probe"]),
+                f(r["cos_mean_sae"]),
+                f(r["cos_probe_sae"]),
+                f(s.get("mean")),
+                f(s.get("probe")),
+                f(s.get("sae")),
+                f(s.get("random")),
+            )
         console().print(t)
-        console().print(f"concept {o['concept']!r} vs {o['other']!r}; steering = logit movement toward the "
-                        f"concept at scale {o['scale']}")
+        console().print(
+            f"concept {o['concept']!r} vs {o['other']!r}; steering = logit movement toward the "
+            f"concept at scale {o['scale']}"
+        )
 
     emit(out, as_json, human)

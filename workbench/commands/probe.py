@@ -33,8 +33,10 @@ def probe(
     model: str = typer.Option(..., "--model", help="Model name from `workbench models` or a local path."),
     dataset: str = typer.Option(..., "--dataset", help='JSONL file, lines {"text": str, "label": str}.'),
     hook: str = typer.Option(None, "--hook", help="Probe this hook (comma-separated for several)."),
-    layers: str = typer.Option("all", "--layers", help="Residual stream after these blocks: all, 5, 0,5,10, 4-8."),
-    pooling: str = typer.Option("last", "--pooling", help="last | mean | marked (the line's \"word\")."),
+    layers: str = typer.Option(
+        "all", "--layers", help="Residual stream after these blocks: all, 5, 0,5,10, 4-8."
+    ),
+    pooling: str = typer.Option("last", "--pooling", help='last | mean | marked (the line\'s "word").'),
     test_frac: float = typer.Option(0.3, "--test-frac", help="Held-out fraction of examples."),
     seed: int = typer.Option(0, "--seed"),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (curve, tables)."),
@@ -66,33 +68,58 @@ def probe(
     t_load = time.time() - started
     acts = pooled_activations(m, data, hooks, pooling)
     t_acts = time.time() - started - t_load
-    res = probe_layers(acts, data.labels, data.words, m.name, "logistic", pooling, test_frac, seed,
-                       layer_names=labels)
+    res = probe_layers(
+        acts, data.labels, data.words, m.name, "logistic", pooling, test_frac, seed, layer_names=labels
+    )
     out = res.to_json()
     out["dataset"] = dataset
     if save:
         from workbench.store import RunDraft, RunStore
 
         best = res.best
-        figures = {"curve": res.plot(),
-                   "pca_best": projection_figure(acts[best.hook], data.labels, "pca",
-                                                 f"PCA of {best.hook} ({pooling} pooling)")}
+        figures = {
+            "curve": res.plot(),
+            "pca_best": projection_figure(
+                acts[best.hook], data.labels, "pca", f"PCA of {best.hook} ({pooling} pooling)"
+            ),
+        }
         tables = {"layers": res.table()}
         if len(hooks) > 1:
             rsa = rsa_matrix({str(labels[h]): acts[h] for h in hooks})
             tables["rsa"] = rsa.reset_index(names="layer")
             import plotly.express as px
 
-            figures["rsa"] = px.imshow(rsa.values, x=list(rsa.columns), y=list(rsa.index), zmin=-1, zmax=1,
-                                       color_continuous_scale="RdBu", title="RSA between layers")
-        run = RunStore().save(RunDraft(
-            kind="probe", model=m.name, method="logistic-probe",
-            args={"dataset": dataset, "hooks": hooks, "pooling": pooling, "test_frac": test_frac, "seed": seed},
-            timings={"load_s": t_load, "activations_s": t_acts, "total_s": time.time() - started},
-            result=out | {"best_accuracy": best.accuracy, "best_selectivity": best.selectivity},
-            tensors={"accuracy": torch.tensor([r.accuracy for r in res.layers]),
-                     "control_accuracy": torch.tensor([r.control_accuracy for r in res.layers])},
-            tables=tables, figures=figures))
+            figures["rsa"] = px.imshow(
+                rsa.values,
+                x=list(rsa.columns),
+                y=list(rsa.index),
+                zmin=-1,
+                zmax=1,
+                color_continuous_scale="RdBu",
+                title="RSA between layers",
+            )
+        run = RunStore().save(
+            RunDraft(
+                kind="probe",
+                model=m.name,
+                method="logistic-probe",
+                args={
+                    "dataset": dataset,
+                    "hooks": hooks,
+                    "pooling": pooling,
+                    "test_frac": test_frac,
+                    "seed": seed,
+                },
+                timings={"load_s": t_load, "activations_s": t_acts, "total_s": time.time() - started},
+                result=out | {"best_accuracy": best.accuracy, "best_selectivity": best.selectivity},
+                tensors={
+                    "accuracy": torch.tensor([r.accuracy for r in res.layers]),
+                    "control_accuracy": torch.tensor([r.control_accuracy for r in res.layers]),
+                },
+                tables=tables,
+                figures=figures,
+            )
+        )
         out["run"] = run.id
 
     def human(o):
@@ -100,9 +127,14 @@ def probe(
 
         t = Table("layer", "accuracy", "95% CI", "control", "selectivity", "GDV")
         for r in o["layers"]:
-            t.add_row(str(r["layer"]), f"{r['accuracy']:.3f}", f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]",
-                      f"{r['control_accuracy']:.3f}", f"{r['selectivity']:+.3f}",
-                      "" if r["gdv"] is None else f"{r['gdv']:.3f}")
+            t.add_row(
+                str(r["layer"]),
+                f"{r['accuracy']:.3f}",
+                f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]",
+                f"{r['control_accuracy']:.3f}",
+                f"{r['selectivity']:+.3f}",
+                "" if r["gdv"] is None else f"{r['gdv']:.3f}",
+            )
         c = console()
         c.print(t)
         c.print(f"best layer: {o['best_layer']}" + (f"  (run {o['run']})" if "run" in o else ""))
@@ -139,12 +171,19 @@ def icl_readout(
     if save:
         from workbench.store import RunDraft, RunStore
 
-        run = RunStore().save(RunDraft(
-            kind="icl-readout", model=m.name, method="layer-probe-vs-solvers",
-            args={"n": n, "n_train": n_train, "iters": iters, "lam": lam, "seed": seed},
-            timings={"total_s": time.time() - started}, result=out,
-            tensors={"layer_profiles": res.layer_profiles}, tables={"solvers": res.table()},
-            figures={"profiles": res.plot()}))
+        run = RunStore().save(
+            RunDraft(
+                kind="icl-readout",
+                model=m.name,
+                method="layer-probe-vs-solvers",
+                args={"n": n, "n_train": n_train, "iters": iters, "lam": lam, "seed": seed},
+                timings={"total_s": time.time() - started},
+                result=out,
+                tensors={"layer_profiles": res.layer_profiles},
+                tables={"solvers": res.table()},
+                figures={"profiles": res.plot()},
+            )
+        )
         out["run"] = run.id
 
     def human(o):
@@ -157,8 +196,12 @@ def icl_readout(
         c.print(t)
         t = Table("solver", "distance to layers", "error-profile distance", "best iterate per layer")
         for s in sorted(o["solvers"], key=lambda s: s["distance"]):
-            t.add_row(s["solver"], f"{s['distance']:.4f}", f"{s['profile_distance']:.4f}",
-                      " ".join(map(str, s["best_iterates"])))
+            t.add_row(
+                s["solver"],
+                f"{s['distance']:.4f}",
+                f"{s['profile_distance']:.4f}",
+                " ".join(map(str, s["best_iterates"])),
+            )
         c.print(t)
         c.print(f"closest solver: {o['best_solver']} (by error profile: {o['best_solver_by_profile']})")
 

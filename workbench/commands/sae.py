@@ -9,8 +9,9 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
 
-sae_app = typer.Typer(help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.",
-                      no_args_is_help=True)
+sae_app = typer.Typer(
+    help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -64,6 +65,8 @@ def train(
         raise RangeError(f"--tokens {tokens} is too few: cache at least 256")
     if width is not None and width < 1:
         raise RangeError(f"--width must be positive, got {width}")
+    if width is not None and kind in ("topk", "batchtopk") and not 0 < k <= width:
+        raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
 
     import workbench
     from attribution.sae.train import train_sae
@@ -81,22 +84,49 @@ def train(
     t_cache = time.time() - started
     store = RunStore()
     safe_hook = hook.replace(".", "-")
-    path = Path(out) if out else store.root / "saes" / f"{Path(m.name).name}_{safe_hook}_{kind}{width}_{int(time.time())}"
+    path = (
+        Path(out)
+        if out
+        else store.root / "saes" / f"{Path(m.name).name}_{safe_hook}_{kind}{width}_{int(time.time())}"
+    )
     sae, metrics, info = train_sae(m, cache, kind, width, k, epochs, lr=lr, out=path, seed=seed, l1=l1, l0=l0)
-    result = {**metrics.to_json(), "path": str(path), "kind": kind, "width": width, "k": k, "hook": hook,
-              "model": m.name, "train_tokens": info["train_tokens"]}
-    run = store.save(RunDraft(kind="sae", model=m.name, method=f"sae-{kind}",
-                              args={"hook": hook, "tokens": tokens, "width": width, "k": k, "epochs": epochs,
-                                    "lr": lr, "ctx": ctx},
-                              timings={"cache_s": t_cache, "train_s": info["seconds"],
-                                       "total_s": time.time() - started}, result=result))
+    result = {
+        **metrics.to_json(),
+        "path": str(path),
+        "kind": kind,
+        "width": width,
+        "k": k,
+        "hook": hook,
+        "model": m.name,
+        "train_tokens": info["train_tokens"],
+    }
+    run = store.save(
+        RunDraft(
+            kind="sae",
+            model=m.name,
+            method=f"sae-{kind}",
+            args={
+                "hook": hook,
+                "tokens": tokens,
+                "width": width,
+                "k": k,
+                "epochs": epochs,
+                "lr": lr,
+                "ctx": ctx,
+            },
+            timings={"cache_s": t_cache, "train_s": info["seconds"], "total_s": time.time() - started},
+            result=result,
+        )
+    )
     result["run"] = run.id
 
     def human(o):
-        console().print(f"SAE saved to {o['path']} (run {o['run']})\n"
-                        f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
-                        f"dead {o['dead_fraction']:.1%}  MSE {o['mse']:.4g}  "
-                        f"next-token loss change {o['ce_loss_delta']:+.4f} nats")
+        console().print(
+            f"SAE saved to {o['path']} (run {o['run']})\n"
+            f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
+            f"dead {o['dead_fraction']:.1%}  MSE {o['mse']:.4g}  "
+            f"next-token loss change {o['ce_loss_delta']:+.4f} nats"
+        )
 
     emit(result, as_json, human)
 
@@ -175,12 +205,22 @@ def features(
     def human(o):
         c = console()
         for f in o["features"]:
-            c.print(f"[bold]feature {f['feature']}[/bold]  density {f['density']:.4f}  max {f['max_activation']:.2f}")
+            c.print(
+                f"[bold]feature {f['feature']}[/bold]  density {f['density']:.4f}  "
+                f"max {f['max_activation']:.2f}"
+            )
             c.print("  top logits:    " + " ".join(repr(t) for t, _ in f["top_logits"][:8]))
             c.print("  bottom logits: " + " ".join(repr(t) for t, _ in f["bottom_logits"][:8]))
             for ctx in f["contexts"][:contexts]:
-                toks = "".join(f"[reverse]{t}[/reverse]" if a > 0 else t for t, a in zip(ctx["tokens"], ctx["acts"], strict=False))
-                c.print(f"  {ctx['quantile']:>10} {ctx['activation']:6.2f}  {toks!s}", markup=True, highlight=False)
+                toks = "".join(
+                    f"[reverse]{t}[/reverse]" if a > 0 else t
+                    for t, a in zip(ctx["tokens"], ctx["acts"], strict=False)
+                )
+                c.print(
+                    f"  {ctx['quantile']:>10} {ctx['activation']:6.2f}  {toks!s}",
+                    markup=True,
+                    highlight=False,
+                )
 
     emit(out, as_json, human)
 

@@ -1,0 +1,48 @@
+"""DPA on the real smollm2-135m: sensible token ranking, completeness, edges at 200 tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from attribution.dpa import COMPLETE, dpa_all, memory_estimate
+
+pytestmark = pytest.mark.real
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """On a shared two-core machine, two threads per op wait on each other more than they help."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_paris_ranks_france(smollm2):
+    enc = smollm2.encode("The capital of France is", " Paris")
+    trace = dpa_all(smollm2, enc, levels=("token", "head"))
+    scores = dict(zip(trace.tokens, trace["token"].tolist(), strict=True))
+    assert trace.tokens == ["The", " capital", " of", " France", " is"]
+    content = {t: s for t, s in scores.items() if t != " is"}  # the last position carries the query itself
+    assert max(content, key=content.get) == " France", scores
+    assert scores[" France"] > 0 and scores[" France"] > scores[" capital"]
+    # against a foil city the country is the single most important token
+    enc_foil = smollm2.encode("The capital of France is", " Paris", " London")
+    foil = dpa_all(smollm2, enc_foil, levels=("token",))
+    assert foil.tokens[int(foil["token"].argmax())] == " France"
+    # the exact (complete) split sums to the logit on the real model too
+    complete = dpa_all(smollm2, enc, levels=("token",), **COMPLETE)
+    assert abs(complete.completeness_error()) < 1e-3 * abs(complete.target_logit)
+
+
+def test_edges_fit_for_200_tokens(smollm2):
+    text = "The council met in the old hall to decide what should be done about the bridge. " * 25
+    ids = smollm2.to_tokens(text)[0, :200].tolist()
+    enc = smollm2.encode(ids, smollm2.top_predictions(ids, 1)[0][0])
+    a = smollm2.arch
+    assert memory_estimate(smollm2, 200)["edge"] < 1 * 2**30  # far under 24 GiB
+    trace = dpa_all(smollm2, enc, levels=("edge", "head"))
+    assert tuple(trace["edge"].shape) == (a.n_layers, a.n_heads, 200, 200)
+    assert torch.isfinite(trace["edge"]).all()
+    assert torch.allclose(trace["edge"].sum(-1), trace["head"], atol=1e-4)

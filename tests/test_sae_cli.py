@@ -1,0 +1,180 @@
+"""`workbench sae train|features|eval` through the CLI on a tiny random model, and the shipped SAE."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from attribution.probes.tiny import save_tiny
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    return str(save_tiny(tmp_path_factory.mktemp("models") / "tiny", layers=2))
+
+
+def cli(monkeypatch, capsys, *args):
+    from workbench.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["workbench", *args])
+    try:
+        main()
+        code = 0
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.fixture(scope="module")
+def trained(tiny, tmp_path_factory):
+    """One small SAE trained through the CLI, shared by the tests below."""
+    import os
+
+    root = tmp_path_factory.mktemp("sae")
+    mp = pytest.MonkeyPatch()
+    os.environ["WORKBENCH_RUNS"] = str(root / "runs")
+    from workbench.cli import main
+
+    mp.setattr(
+        sys,
+        "argv",
+        [
+            "workbench",
+            "sae",
+            "train",
+            "--model",
+            tiny,
+            "--hook",
+            "blocks.1.hook_resid_post",
+            "--tokens",
+            "1500",
+            "--width",
+            "32",
+            "--k",
+            "4",
+            "--epochs",
+            "2",
+            "--out",
+            str(root / "sae"),
+            "--json",
+        ],
+    )
+    import contextlib
+    import io
+
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        try:
+            main()
+        except SystemExit as exc:
+            assert exc.code == 0
+    mp.undo()
+    os.environ.pop("WORKBENCH_RUNS", None)
+    return json.loads(buf.getvalue()), root / "sae"
+
+
+def test_train_reports_metrics_and_saves_saelens_format(trained):
+    res, path = trained
+    for key in ("explained_variance", "l0", "dead_fraction", "ce_loss_delta", "path", "mse"):
+        assert key in res
+    assert res["l0"] == pytest.approx(4.0) and 0 <= res["dead_fraction"] <= 1
+    assert (
+        res["path"] == str(path)
+        and (path / "cfg.json").exists()
+        and (path / "sae_weights.safetensors").exists()
+    )
+    cfg = json.loads((path / "cfg.json").read_text())
+    assert cfg["d_sae"] == 32 and cfg["metadata"]["hook_name"] == "blocks.1.hook_resid_post"
+
+
+def test_features_dashboard_json(trained, monkeypatch, capsys):
+    _, path = trained
+    code, out, err = cli(
+        monkeypatch, capsys, "sae", "features", "--sae", str(path), "--top", "2", "--tokens", "600", "--json"
+    )
+    assert code == 0, err
+    dash = json.loads(out)
+    assert len(dash["features"]) == 2
+    f = dash["features"][0]
+    assert {"density", "histogram", "contexts", "top_logits", "bottom_logits"} <= set(f)
+    assert f["contexts"][0]["quantile"] == "top 10%"
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--hook", "blocks.0.mlp.hook_post"], "does not match"),  # SAE width 16 vs MLP width 64
+        (["--hook", "blocks.0.hook_nope"], "does not exist"),
+        (["--feature", "99"], "out of range"),
+    ],
+)
+def test_features_bad_input_exit_2(trained, monkeypatch, capsys, args, msg):
+    _, path = trained
+    code, out, err = cli(monkeypatch, capsys, "sae", "features", "--sae", str(path), "--tokens", "300", *args)
+    assert code == 2 and out == "" and msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_width_mismatch_exit_2(trained, monkeypatch, capsys):
+    _, path = trained
+    code, _, err = cli(
+        monkeypatch, capsys, "sae", "eval", "--sae", str(path), "--hook", "blocks.0.attn.hook_q"
+    )
+    assert code == 2 and "does not match" in err
+
+
+@pytest.mark.parametrize(
+    "args,msg",
+    [
+        (["--kind", "relu6"], "unknown SAE kind"),
+        (["--width", "0"], "width"),
+        (["--width", "8", "--k", "9"], "--k 9"),
+        (["--hook", "blocks.5.hook_resid_post"], "does not exist"),
+        (["--tokens", "10"], "too few"),
+    ],
+)
+def test_train_bad_input_exit_2(tiny, tmp_path, monkeypatch, capsys, args, msg):
+    monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
+    base = ["sae", "train", "--model", tiny, "--hook", "blocks.1.hook_resid_post", "--tokens", "600"]
+    code, out, err = cli(monkeypatch, capsys, *base, *args)
+    assert code == 2 and out == "" and msg in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_sae_dir_exit_2(tmp_path, monkeypatch, capsys):
+    code, _, err = cli(monkeypatch, capsys, "sae", "features", "--sae", str(tmp_path))
+    assert code == 2 and "not an SAE directory" in err
+
+
+def test_shipped_smollm2_sae_is_saelens_format():
+    """The shipped SAE's files (no model needed): SAELens config, width and recorded metrics."""
+    dirs = [
+        p
+        for p in (REPO / "data" / "saes").glob("*/cfg.json")
+        if json.loads(p.read_text())["metadata"].get("model_name") == "smollm2-135m"
+    ]
+    if not dirs:
+        pytest.skip("no shipped smollm2 SAE in data/saes")
+    cfg = json.loads(dirs[0].read_text())
+    assert cfg["d_in"] == 576 and cfg["metadata"]["hook_name"].startswith("blocks.")
+    info = json.loads((dirs[0].parent / "workbench.json").read_text())
+    m = info["metrics"]
+    assert m["explained_variance"] >= 0.75 and m["l0"] <= 64 and m["dead_fraction"] < 0.1
+    assert (dirs[0].parent / "sae_weights.safetensors").stat().st_size < 20_000_000
+
+
+@pytest.mark.real
+def test_shipped_smollm2_sae_loads_and_fits_the_model():
+    from attribution.sae.train import check_fits, load_sae
+    from workbench.commands.concepts import find_saes
+
+    saes = find_saes("smollm2-135m")
+    assert saes, "no shipped smollm2 SAE"
+    hook, path = next(iter(saes.items()))
+    sae = load_sae(path)
+    check_fits(sae, 576, hook)
+    assert sae.cfg.d_sae * 576 * 2 * 4 < 20_000_000
