@@ -8,6 +8,7 @@ hooked forwards on the same model at the same time.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 import threading
 import time
@@ -34,16 +35,38 @@ class Loaded:
     lock: threading.RLock = field(default_factory=threading.RLock)
 
 
+def _server_threads() -> None:
+    """In the app server, give torch one thread per two cores (one on a two-core machine).
+
+    Model work is serialized per model anyway, and on a small shared machine two intra-op threads
+    fighting the browser and other processes made a forward pass ten times slower than one thread.
+    ``WORKBENCH_APP_THREADS`` overrides; AppTest runs (inside pytest) are left alone.
+    """
+    main = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if os.environ.get("WORKBENCH_APP_THREADS") is None and not (main and main.name.startswith("streamlit")):
+        return
+    import torch
+
+    default = 1 if (os.cpu_count() or 2) <= 2 else (os.cpu_count() or 2) // 2
+    torch.set_num_threads(int(os.environ.get("WORKBENCH_APP_THREADS") or default))
+
+
 @st.cache_resource(show_spinner=False, max_entries=6)
 def _load(name: str) -> Loaded:
     import workbench as wb
 
+    _server_threads()
     started = time.perf_counter()
     model = wb.load(name)
     seconds = time.perf_counter() - started
     LOADS.append({"name": name, "seconds": round(seconds, 3), "at": time.time()})
     # One line per load on stderr: the load test counts these to prove a model is loaded once.
-    print(f"[workbench-app] loaded model {name} in {seconds:.2f} s", file=sys.stderr, flush=True)
+    threads = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else "?"
+    print(
+        f"[workbench-app] loaded model {name} in {seconds:.2f} s ({threads} torch threads)",
+        file=sys.stderr,
+        flush=True,
+    )
     return Loaded(name, model, seconds)
 
 

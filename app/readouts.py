@@ -9,10 +9,38 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+MAX_HELD_SEQ = 64  # prompts up to this length keep every head's pattern and z from the one pass
+
+
+@dataclass
+class PromptPass:
+    """One forward over a prompt: the top next tokens, and (short prompts) every head's pattern and z."""
+
+    top: list[tuple[str, float]]
+    held: dict[str, Any]  # hook name -> tensor [batch=1, ...] on the CPU; empty for long prompts
+
+
+def prompt_pass(loaded: Any, prompt: str, k: int = 8) -> PromptPass:
+    """Top predictions and the activations the head view needs, from a single forward pass."""
+    import torch
+
+    model = loaded.model
+    tokens = model.to_tokens(prompt)
+    keep = tokens.shape[1] <= MAX_HELD_SEQ
+    wanted = ("attn.hook_pattern", "attn.hook_z", "ln_final.hook_scale")
+    with loaded.lock, torch.no_grad():
+        if keep:
+            logits, cache = model.run_with_cache(tokens, names_filter=lambda n: n.endswith(wanted))
+            held = {n: t.cpu() for n, t in cache.cache_dict.items()}
+        else:
+            logits, held = model.logits(tokens), {}
+    probs = torch.softmax(logits[0, -1].float(), -1).topk(k)
+    top = [(model.decode([int(i)]), float(p)) for p, i in zip(probs.values, probs.indices, strict=True)]
+    return PromptPass(top, held)
+
 
 def top_predictions(loaded: Any, prompt: str, k: int = 8) -> list[tuple[str, float]]:
-    with loaded.lock:
-        return loaded.model.top_predictions(prompt, k=k)
+    return prompt_pass(loaded, prompt, k).top
 
 
 @dataclass
@@ -29,8 +57,16 @@ class HeadView:
 
 
 def head_view(
-    loaded: Any, prompt: str, layer: int, head: int, target: str, foil: str | None, k: int = 10
+    loaded: Any,
+    prompt: str,
+    layer: int,
+    head: int,
+    target: str,
+    foil: str | None,
+    k: int = 10,
+    held: dict[str, Any] | None = None,
 ) -> HeadView:
+    """One head's pattern and logit write; reuses ``held`` activations (PromptPass) when they cover it."""
     import torch
 
     model = loaded.model
@@ -39,11 +75,16 @@ def head_view(
     enc = model.encode(prompt, target, foil or None)
     names = [f"blocks.{layer}.attn.hook_pattern", f"blocks.{layer}.attn.hook_z", "ln_final.hook_scale"]
     with loaded.lock, torch.no_grad():
-        _, cache = model.run_with_cache(enc.tokens, names_filter=lambda n: n in names)
+        if held and all(n in held for n in names[:2]):
+            cache = held
+        else:
+            _, run = model.run_with_cache(enc.tokens, names_filter=lambda n: n in names)
+            cache = run.cache_dict
+        device = model.W_U.device
         pattern = cache[names[0]][0, head]
-        writes = model.head_writes(cache[names[1]], layer)[0, :, head]  # [pos, d_model]
-        if "ln_final.hook_scale" in cache.cache_dict:  # the final norm divides by this scale
-            writes = writes / cache["ln_final.hook_scale"][0]
+        writes = model.head_writes(cache[names[1]].to(device), layer)[0, :, head]  # [pos, d_model]
+        if names[2] in cache:  # the final norm divides by this scale
+            writes = writes / cache[names[2]][0].to(device)
         gamma = model.final_norm_weight()
         if gamma is not None:
             writes = writes * gamma

@@ -13,19 +13,34 @@ from workbench.errors import ModelFileError
 LOADER = "circuits.checkpoints:load"
 
 
-def save(out: str | Path, name: str, tl: Any, spec: Any, task: Any, metrics: dict[str, Any],
-         snaps: dict[int, dict] | None = None, description: str = "", source: str | None = None) -> Path:
+def save(
+    out: str | Path,
+    name: str,
+    tl: Any,
+    spec: Any,
+    task: Any,
+    metrics: dict[str, Any],
+    snaps: dict[int, dict] | None = None,
+    description: str = "",
+    source: str | None = None,
+) -> Path:
     from safetensors.torch import save_file
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    state = {k: v.detach().contiguous() for k, v in tl.state_dict().items()
-             if not k.endswith(("IGNORE", ".mask"))}  # causal masks are rebuilt on load
+    state = {
+        k: v.detach().contiguous() for k, v in tl.state_dict().items() if not k.endswith(("IGNORE", ".mask"))
+    }  # causal masks are rebuilt on load
     n_params = sum(p.numel() for p in tl.parameters())
     config = {
-        "workbench": {"name": name, "kind": "toy", "params": n_params, "loader": LOADER,
-                      "source": source or f"data/models/{name} (workbench train)",
-                      "description": description or _describe(spec, task, metrics)},
+        "workbench": {
+            "name": name,
+            "kind": "toy",
+            "params": n_params,
+            "loader": LOADER,
+            "source": source or f"data/models/{name} (workbench train)",
+            "description": description or _describe(spec, task, metrics),
+        },
         "model": spec.to_dict(),
         "task": task.info() | {"name": task.name},
         "vocab": task.vocab,
@@ -41,11 +56,20 @@ def save(out: str | Path, name: str, tl: Any, spec: Any, task: Any, metrics: dic
 
 
 def _describe(spec: Any, task: Any, metrics: dict[str, Any]) -> str:
-    score = (f"test acc {metrics['test_accuracy']:.3f}" if "test_accuracy" in metrics
-             else f"test loss {metrics.get('test_loss', float('nan')):.4f}")
-    extra = f", {spec.experts} experts top-{spec.top_k} {spec.router} router" if spec.ffn.startswith("moe") else ""
-    return (f"{task.name}: {spec.layers}L {spec.heads}H d{spec.d_model} ffn={spec.ffn}{extra}, "
-            f"norm={spec.norm}; {score}")
+    score = (
+        f"test acc {metrics['test_accuracy']:.3f}"
+        if "test_accuracy" in metrics
+        else f"test loss {metrics.get('test_loss', float('nan')):.4f}"
+    )
+    extra = (
+        f", {spec.experts} experts top-{spec.top_k} {spec.router} router"
+        if spec.ffn.startswith("moe")
+        else ""
+    )
+    return (
+        f"{task.name}: {spec.layers}L {spec.heads}H d{spec.d_model} ffn={spec.ffn}{extra}, "
+        f"norm={spec.norm}; {score}"
+    )
 
 
 def read_config(path: str | Path) -> dict[str, Any]:
@@ -84,8 +108,9 @@ def load_tl(path: str | Path, device: str = "cpu"):
     missing, unexpected = tl.load_state_dict(state, strict=False)
     missing = [k for k in missing if not k.endswith(("IGNORE", ".mask"))]
     if missing or unexpected:
-        raise ModelFileError(f"{weights} does not match its config: missing {missing[:3]}, "
-                             f"unexpected {unexpected[:3]}")
+        raise ModelFileError(
+            f"{weights} does not match its config: missing {missing[:3]}, unexpected {unexpected[:3]}"
+        )
     tl.to(device, print_details=False).eval()
     for p in tl.parameters():
         p.requires_grad_(False)
@@ -102,10 +127,22 @@ def load(entry: Any, device: str = "cpu", **kwargs: Any):
     tl, spec, task = load_tl(path, device)
     config = read_config(path)
     name = getattr(entry, "name", None) or config["workbench"].get("name", path.name)
-    info = {"path": str(path), "task": task.info(), "spec": spec.to_dict(),
-            "metrics_file": str(path / "metrics.json")}
-    return HookedModel(tl, SymbolTokenizer(task.vocab), name=name, kind="toy", backend="transformer_lens",
-                       prepend_bos=False, arch=arch_for(spec, tl.cfg), info=info)
+    info = {
+        "path": str(path),
+        "task": task.info(),
+        "spec": spec.to_dict(),
+        "metrics_file": str(path / "metrics.json"),
+    }
+    return HookedModel(
+        tl,
+        SymbolTokenizer(task.vocab),
+        name=name,
+        kind="toy",
+        backend="transformer_lens",
+        prepend_bos=False,
+        arch=arch_for(spec, tl.cfg),
+        info=info,
+    )
 
 
 def snapshots(path: str | Path) -> dict[int, dict[str, Any]]:

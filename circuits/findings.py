@@ -32,7 +32,7 @@ def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     heads = [f"head:{layer}.{h}" for layer in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     for method in ("zero", "mean", "resample"):
         r = ablation.ablate_task(m, b, t, heads, method, reference=t.batch("train").tokens)
-        out[method] = {c: s["accuracy"] for c, s in zip(r.components, r.scores)}
+        out[method] = {c: s["accuracy"] for c, s in zip(r.components, r.scores, strict=False)}
     return out
 
 
@@ -47,8 +47,9 @@ def ioi_composition(name: str = "ioi-attn-2l1h") -> dict[str, float]:
     bad = t.corrupt(b)
     out = {f"{k}_comp": float(composition.composition_scores(m, k).scores[0, 0, 1, 0]) for k in "qkv"}
     for via in "qkv":
-        r = patching.path_patch(m, b.tokens, bad.tokens, b.meta["io"], b.meta["s"], sender=(0, 0),
-                                receivers=[(1, 0)], via=via)
+        r = patching.path_patch(
+            m, b.tokens, bad.tokens, b.meta["io"], b.meta["s"], sender=(0, 0), receivers=[(1, 0)], via=via
+        )
         out[f"path_{via}"] = r["effect"]
     return out
 
@@ -66,7 +67,7 @@ def carry_redistribution(name: str, method: str = "mean") -> dict[str, float]:
     base = evaluate(m.tl, b, t)
     out = {"accuracy": base["accuracy"], "token_accuracy": base["token_accuracy"]}
     carry_mask = b.mask.clone()
-    carry_mask[:, 2 * t.digits + 1:] &= b.meta["carries"]
+    carry_mask[:, 2 * t.digits + 1 :] &= b.meta["carries"]
     for comp in ("attn:0", "mlp:0"):
         hooks = ablation.ablation_hooks(m, [comp], method, reference=ref)
         ev = evaluate(m.tl, b, t, hooks)
@@ -97,8 +98,12 @@ def modadd_fourier(name: str) -> dict[str, Any]:
     m = _load(name)
     t = _task(m)
     r = fourier.fourier_analysis(m)
-    return {"accuracy": evaluate(m.tl, t.batch("test"), t)["accuracy"], "per_neuron": r.per_neuron,
-            "subspace": r.subspace, "key_freqs": r.key_freqs}
+    return {
+        "accuracy": evaluate(m.tl, t.batch("test"), t)["accuracy"],
+        "per_neuron": r.per_neuron,
+        "subspace": r.subspace,
+        "key_freqs": r.key_freqs,
+    }
 
 
 def markov_stages(name: str = "markov-3h") -> dict[str, Any]:
@@ -117,10 +122,14 @@ def markov_stages(name: str = "markov-3h") -> dict[str, Any]:
 
     stages = [{"step": d["step"], "best_lag": best(d["lag_attention"])} for d in dyn]
     final = best(t.lag_attention(m.tl))
-    return {"stages": stages, "final_best_lag": final, "top_lag": top_lag,
-            "competition_steps": [s["step"] for s in stages
-                                  if sum(x == top_lag for x in s["best_lag"]) >= 2],
-            "test_loss": metrics["test"]["loss"], "optimal_loss": metrics["test"].get("optimal_loss")}
+    return {
+        "stages": stages,
+        "final_best_lag": final,
+        "top_lag": top_lag,
+        "competition_steps": [s["step"] for s in stages if sum(x == top_lag for x in s["best_lag"]) >= 2],
+        "test_loss": metrics["test"]["loss"],
+        "optimal_loss": metrics["test"].get("optimal_loss"),
+    }
 
 
 def icl_fit(name: str = "icl-regression") -> dict[str, float]:

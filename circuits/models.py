@@ -92,12 +92,25 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     glu = spec.ffn in ("glu", "moe-glu")
     act = "silu" if glu else spec.act_fn  # GLU variants are SwiGLU
     cfg = HookedTransformerConfig(
-        n_layers=spec.layers, d_model=spec.d_model, n_heads=spec.heads, d_head=spec.d_model // spec.heads,
-        d_mlp=spec.resolved_d_mlp() if spec.ffn != "none" else None, n_ctx=task.n_ctx, d_vocab=d_vocab,
-        d_vocab_out=1 if regression else d_vocab, act_fn=act, attn_only=spec.ffn == "none",
-        gated_mlp=spec.ffn == "glu", normalization_type=NORMS[spec.norm], use_qk_norm=spec.qk_norm,
-        positional_embedding_type="standard", seed=seed, default_prepend_bos=False, device="cpu",
-        init_mode="gpt2", initializer_range=spec.init_range or -1.0,
+        n_layers=spec.layers,
+        d_model=spec.d_model,
+        n_heads=spec.heads,
+        d_head=spec.d_model // spec.heads,
+        d_mlp=spec.resolved_d_mlp() if spec.ffn != "none" else None,
+        n_ctx=task.n_ctx,
+        d_vocab=d_vocab,
+        d_vocab_out=1 if regression else d_vocab,
+        act_fn=act,
+        attn_only=spec.ffn == "none",
+        gated_mlp=spec.ffn == "glu",
+        normalization_type=NORMS[spec.norm],
+        use_qk_norm=spec.qk_norm,
+        positional_embedding_type="standard",
+        seed=seed,
+        default_prepend_bos=False,
+        device="cpu",
+        init_mode="gpt2",
+        initializer_range=spec.init_range or -1.0,
     )
     torch.manual_seed(seed)
     with warnings.catch_warnings():  # TransformerLens 3 flags HookedTransformer as deprecated
@@ -107,8 +120,15 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
         from circuits.moe import MoEMLP
 
         for block in model.blocks:
-            block.mlp = MoEMLP(spec.d_model, cfg.d_mlp, spec.experts, spec.top_k, act, glu,
-                               frozen_router=spec.router == "frozen")
+            block.mlp = MoEMLP(
+                spec.d_model,
+                cfg.d_mlp,
+                spec.experts,
+                spec.top_k,
+                act,
+                glu,
+                frozen_router=spec.router == "frozen",
+            )
     if regression:
         from circuits.regression import VectorEmbed, VectorPosEmbed
 
@@ -123,9 +143,16 @@ def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
     from workbench.hooked import HookedModel
     from workbench.tokens import SymbolTokenizer
 
-    return HookedModel(tl, SymbolTokenizer(task.vocab), name=name, kind="toy", backend="transformer_lens",
-                       prepend_bos=False, arch=arch_for(spec, tl.cfg),
-                       info={"task": task.info(), "spec": spec.to_dict()})
+    return HookedModel(
+        tl,
+        SymbolTokenizer(task.vocab),
+        name=name,
+        kind="toy",
+        backend="transformer_lens",
+        prepend_bos=False,
+        arch=arch_for(spec, tl.cfg),
+        info={"task": task.info(), "spec": spec.to_dict()},
+    )
 
 
 def arch_for(spec: ModelSpec, cfg: Any):

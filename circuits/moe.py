@@ -24,11 +24,11 @@ class Expert(nn.Module):
     def __init__(self, d_model: int, d_mlp: int, act_fn: str, glu: bool) -> None:
         super().__init__()
         self.glu, self.act = glu, ACTS[act_fn]
-        self.W_in = nn.Parameter(torch.randn(d_model, d_mlp) / d_model ** 0.5)
+        self.W_in = nn.Parameter(torch.randn(d_model, d_mlp) / d_model**0.5)
         self.b_in = nn.Parameter(torch.zeros(d_mlp))
         if glu:
-            self.W_gate = nn.Parameter(torch.randn(d_model, d_mlp) / d_model ** 0.5)
-        self.W_out = nn.Parameter(torch.randn(d_mlp, d_model) / d_mlp ** 0.5)
+            self.W_gate = nn.Parameter(torch.randn(d_model, d_mlp) / d_model**0.5)
+        self.W_out = nn.Parameter(torch.randn(d_mlp, d_model) / d_mlp**0.5)
         self.b_out = nn.Parameter(torch.zeros(d_model))
         self.hook_pre = HookPoint()
         self.hook_pre_linear = HookPoint()
@@ -47,13 +47,22 @@ class Expert(nn.Module):
 class MoEMLP(nn.Module):
     """Top-k routed experts. A frozen router keeps its random initial weights (no gradient)."""
 
-    def __init__(self, d_model: int, d_mlp: int, n_experts: int, top_k: int, act_fn: str = "relu",
-                 glu: bool = False, frozen_router: bool = False) -> None:
+    def __init__(
+        self,
+        d_model: int,
+        d_mlp: int,
+        n_experts: int,
+        top_k: int,
+        act_fn: str = "relu",
+        glu: bool = False,
+        frozen_router: bool = False,
+    ) -> None:
         super().__init__()
         self.n_experts, self.top_k, self.frozen_router = n_experts, top_k, frozen_router
         self.experts = nn.ModuleList([Expert(d_model, d_mlp, act_fn, glu) for _ in range(n_experts)])
-        self.W_router = nn.Parameter(torch.randn(d_model, n_experts) / d_model ** 0.5,
-                                     requires_grad=not frozen_router)
+        self.W_router = nn.Parameter(
+            torch.randn(d_model, n_experts) / d_model**0.5, requires_grad=not frozen_router
+        )
         self.hook_router_logits = HookPoint()
         self.hook_router_weights = HookPoint()
         self.hook_expert_out = HookPoint()

@@ -11,7 +11,7 @@ class VectorEmbed(nn.Module):
 
     def __init__(self, d_in: int, d_model: int) -> None:
         super().__init__()
-        self.W_E = nn.Parameter(torch.randn(d_in, d_model) / d_in ** 0.5)
+        self.W_E = nn.Parameter(torch.randn(d_in, d_model) / d_in**0.5)
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         return inputs.to(self.W_E.dtype) @ self.W_E
@@ -26,4 +26,4 @@ class VectorPosEmbed(nn.Module):
 
     def forward(self, inputs: torch.Tensor, past_kv_pos_offset: int = 0, attention_mask=None) -> torch.Tensor:
         n = inputs.shape[1]
-        return self.W_pos[past_kv_pos_offset: past_kv_pos_offset + n][None].expand(inputs.shape[0], -1, -1)
+        return self.W_pos[past_kv_pos_offset : past_kv_pos_offset + n][None].expand(inputs.shape[0], -1, -1)

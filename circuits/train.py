@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from circuits.models import ModelSpec, build_model, check_spec
 from circuits.tasks import Batch, Task, get_task
@@ -63,8 +64,9 @@ def snapshot(tl: Any) -> dict[str, Any]:
     return keep
 
 
-def train(task: Task, spec: ModelSpec, cfg: TrainConfig,
-          on_step: Callable[[int, int, float], None] | None = None) -> tuple[Any, dict[str, Any], dict]:
+def train(
+    task: Task, spec: ModelSpec, cfg: TrainConfig, on_step: Callable[[int, int, float], None] | None = None
+) -> tuple[Any, dict[str, Any], dict]:
     """Train ``spec`` on ``task``. Returns (model, metrics, snapshots {step: state})."""
     import torch
 
@@ -78,11 +80,15 @@ def train(task: Task, spec: ModelSpec, cfg: TrainConfig,
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=(0.9, 0.98))
     warmup = max(1, cfg.steps // 20)
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)))
+        opt,
+        lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(s, cfg.steps) / cfg.steps)),
+    )
     test = task.batch("test", None if cfg.batch_size == 0 else 1000, seed=cfg.seed)
     full = task.batch("train", None, seed=cfg.seed) if cfg.batch_size == 0 else None
-    snap_steps = sorted({0, cfg.steps} | {int(round(cfg.steps * f)) for f in
-                                          (0.02, 0.05, 0.1, 0.25, 0.5)[: max(0, cfg.n_snapshots - 2)]})
+    snap_steps = sorted(
+        {0, cfg.steps}
+        | {int(round(cfg.steps * f)) for f in (0.02, 0.05, 0.1, 0.25, 0.5)[: max(0, cfg.n_snapshots - 2)]}
+    )
     snaps: dict[int, dict] = {}
     curve: list[dict[str, float]] = []
     dynamics: list[dict[str, Any]] = []
@@ -104,7 +110,9 @@ def train(task: Task, spec: ModelSpec, cfg: TrainConfig,
             tl.train()
         if step == cfg.steps:
             break
-        batch = full if full is not None else task.batch("train", cfg.batch_size, seed=cfg.seed * 100003 + step)
+        batch = (
+            full if full is not None else task.batch("train", cfg.batch_size, seed=cfg.seed * 100003 + step)
+        )
         loss, _ = task_loss(tl, batch, task)
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -117,11 +125,18 @@ def train(task: Task, spec: ModelSpec, cfg: TrainConfig,
             on_step(step + 1, cfg.steps, float(loss.detach()))
     seconds = time.time() - started
     tl.eval()
-    train_eval = evaluate(tl, full if full is not None else task.batch("train", 1000, seed=cfg.seed + 1), task)
+    train_eval = evaluate(
+        tl, full if full is not None else task.batch("train", 1000, seed=cfg.seed + 1), task
+    )
     test_eval = evaluate(tl, test, task)
     metrics: dict[str, Any] = {
-        "task": task.name, "seed": cfg.seed, "steps": cfg.steps, "seconds": round(seconds, 1),
-        "train": train_eval, "test": test_eval, "loss_curve": curve,
+        "task": task.name,
+        "seed": cfg.seed,
+        "steps": cfg.steps,
+        "seconds": round(seconds, 1),
+        "train": train_eval,
+        "test": test_eval,
+        "loss_curve": curve,
         "train_config": {k: v for k, v in cfg.__dict__.items() if k != "extra"},
         "snapshot_steps": sorted(snaps),
     }

@@ -8,8 +8,9 @@ import pytest
 
 
 def run(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
-                          timeout=600, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True, timeout=600, env=env
+    )
 
 
 def test_models_lists_toys_and_loads_them():
@@ -26,17 +27,23 @@ def test_models_lists_toys_and_loads_them():
     assert m.top_predictions("N3 and N7 then N7", k=1)[0][0] == "N3"
 
 
-@pytest.mark.parametrize("args, needle", [
-    (["train", "nope", "--out", "{tmp}/x"], "unknown task"),
-    (["train", "ioi", "--heads", "5", "--out", "{tmp}/x"], "must divide d_model"),
-    (["train", "carry", "--ffn", "moe", "--top-k", "7", "--out", "{tmp}/x"], "top_k"),
-    (["train", "ioi", "--ffn", "sparse", "--out", "{tmp}/x"], "unknown ffn"),
-    (["ablate", "no-such-model"], "unknown model"),
-    (["ablate", "{tmp}/missing-checkpoint"], "does not exist"),
-    (["ablate", "ioi-attn-1l2h", "-c", "head:0.7"], "out of range"),
-    (["ablate", "ioi-attn-1l2h", "-c", "expert:0.0"], "no MLP"),
-    (["patch", "ioi-attn-1l2h", "N1 and N2 then N2", "N1 and N2", "--target", "N1"], "same number of tokens"),
-])
+@pytest.mark.parametrize(
+    "args, needle",
+    [
+        (["train", "nope", "--out", "{tmp}/x"], "unknown task"),
+        (["train", "ioi", "--heads", "5", "--out", "{tmp}/x"], "must divide d_model"),
+        (["train", "carry", "--ffn", "moe", "--top-k", "7", "--out", "{tmp}/x"], "top_k"),
+        (["train", "ioi", "--ffn", "sparse", "--out", "{tmp}/x"], "unknown ffn"),
+        (["ablate", "no-such-model"], "unknown model"),
+        (["ablate", "{tmp}/missing-checkpoint"], "does not exist"),
+        (["ablate", "ioi-attn-1l2h", "-c", "head:0.7"], "out of range"),
+        (["ablate", "ioi-attn-1l2h", "-c", "expert:0.0"], "no MLP"),
+        (
+            ["patch", "ioi-attn-1l2h", "N1 and N2 then N2", "N1 and N2", "--target", "N1"],
+            "same number of tokens",
+        ),
+    ],
+)
 def test_bad_input_exit_2(tmp_path, args, needle):
     r = run(*[a.replace("{tmp}", str(tmp_path)) for a in args])
     assert r.returncode == 2, (r.stdout, r.stderr)
@@ -76,8 +83,17 @@ def test_ablate_and_patch_json():
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["base"]["accuracy"] == 1.0 and len(res["scores"]) == 2
-    r = run("patch", "ioi-attn-1l2h", "N1 and N2 then N2", "N2 and N1 then N1", "--target", "N1",
-            "--foil", "N2", "--json")
+    r = run(
+        "patch",
+        "ioi-attn-1l2h",
+        "N1 and N2 then N2",
+        "N2 and N1 then N1",
+        "--target",
+        "N1",
+        "--foil",
+        "N2",
+        "--json",
+    )
     assert r.returncode == 0, r.stderr
     res = json.loads(r.stdout)
     assert res["clean"] > 0 > res["corrupted"] and len(res["effect"]) == 1 and len(res["effect"][0]) == 5

@@ -29,9 +29,17 @@ def test_patching_name_token_flips_answer(llm):
     assert res.patched[0, s2] < 0 and res.effect[0, s2] > 0.5
     # by the last layer the answer has moved to the final position
     assert res.effect[2, -1] > 0.5 and abs(res.effect[2, s2]) < 0.2
-    patched = llm.tl.run_with_hooks(tokens, fwd_hooks=[(
-        "blocks.0.hook_resid_pre",
-        lambda x, hook: torch.cat([x[:, :s2], llm.tl.W_E[llm.token_id(" Mary")][None, None], x[:, s2 + 1:]], 1))])
+    patched = llm.tl.run_with_hooks(
+        tokens,
+        fwd_hooks=[
+            (
+                "blocks.0.hook_resid_pre",
+                lambda x, hook: torch.cat(
+                    [x[:, :s2], llm.tl.W_E[llm.token_id(" Mary")][None, None], x[:, s2 + 1 :]], 1
+                ),
+            )
+        ],
+    )
     assert llm.decode([int(patched[0, -1].argmax())]) == " John"
 
 
@@ -48,5 +56,7 @@ def test_tools_run_on_gqa_model(llm):
     assert len(tab) == 30 * (2 * 9 + 1)
     ent = patterns.attention_entropy(llm, CLEAN)
     assert ent.scores.shape == (30, 9)
-    pp = patching.path_patch(llm, CLEAN, CORRUPT, " Mary", " John", sender=(0, 0), receivers=[(5, 4)], via="k")
+    pp = patching.path_patch(
+        llm, CLEAN, CORRUPT, " Mary", " John", sender=(0, 0), receivers=[(5, 4)], via="k"
+    )
     assert isinstance(pp["effect"], float)

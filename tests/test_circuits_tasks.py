@@ -14,7 +14,7 @@ def test_ioi_targets_and_split():
     key = lambda b: {tuple(r) for r in b.tokens.tolist()}  # noqa: E731
     assert not key(train) & key(test)
     # the answer is the name that is not repeated
-    for row, tgt in zip(test.tokens.tolist(), test.targets[:, -1].tolist()):
+    for row, tgt in zip(test.tokens.tolist(), test.targets[:, -1].tolist(), strict=False):
         assert row.count(tgt) == 1 and row[4] != tgt and tgt in (row[0], row[2])
     assert torch.equal(t.batch("test").tokens, test.tokens)  # deterministic
     bad = t.corrupt(test)
@@ -76,8 +76,9 @@ def test_ffn_variants_forward_and_hooks(ffn):
     if ffn.startswith("moe"):
         w = cache["blocks.0.mlp.hook_router_weights"]
         assert ((w > 0).sum(-1) == 2).all()  # top-2
-        assert torch.allclose(cache["blocks.0.mlp.hook_expert_out"].sum(-2), cache["blocks.0.hook_mlp_out"],
-                              atol=1e-5)
+        assert torch.allclose(
+            cache["blocks.0.mlp.hook_expert_out"].sum(-2), cache["blocks.0.hook_mlp_out"], atol=1e-5
+        )
         assert "blocks.0.mlp.experts.3.hook_post" in cache
     if ffn == "glu":
         assert "blocks.0.mlp.hook_pre_linear" in cache

@@ -81,7 +81,9 @@ def test_ablation_methods(toy):
     hooks = ablation.ablation_hooks(m, ["head:1.0"], "zero")
     store = {}
     with m.hooks(hooks):
-        m.run_with_hooks(b.tokens, fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: store.setdefault("z", z))])
+        m.run_with_hooks(
+            b.tokens, fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: store.setdefault("z", z))]
+        )
     assert store["z"][:, :, 0].abs().max() == 0 and store["z"][:, :, 1].abs().max() > 0
     res = ablation.ablate_task(m, b, t, ["head:0.0", "mlp:1", ["attn:0", "attn:1"], "neuron:0.3"], "mean")
     assert len(res.scores) == 4 and "accuracy" in res.scores[0]
@@ -101,7 +103,9 @@ def test_expert_ablation_zeroes_its_write():
     store = {}
     hooks = ablation.ablation_hooks(m, ["expert:0.2"], "zero")
     with m.hooks(hooks):
-        m.run_with_hooks(b.tokens, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: store.setdefault("o", x))])
+        m.run_with_hooks(
+            b.tokens, fwd_hooks=[("blocks.0.hook_mlp_out", lambda x, hook: store.setdefault("o", x))]
+        )
     _, cache = m.run_with_cache(b.tokens)
     eo = cache["blocks.0.mlp.hook_expert_out"]
     assert torch.allclose(store["o"], eo.sum(-2) - eo[..., 2, :], atol=1e-5)
@@ -112,8 +116,11 @@ def test_composition_matches_brute_force(toy):
     m, *_ = toy
     w0, w1 = m.weights(0), m.weights(1)
     ov = w0["W_V"][1] @ w0["W_O"][1]
-    for kind, right in (("q", w1["W_Q"][0] @ w1["W_K"][0].T), ("k", w1["W_K"][0] @ w1["W_Q"][0].T),
-                        ("v", w1["W_V"][0] @ w1["W_O"][0])):
+    for kind, right in (
+        ("q", w1["W_Q"][0] @ w1["W_K"][0].T),
+        ("k", w1["W_K"][0] @ w1["W_Q"][0].T),
+        ("v", w1["W_V"][0] @ w1["W_O"][0]),
+    ):
         want = (ov @ right).norm() / (ov.norm() * right.norm())
         got = composition.composition_scores(m, kind).scores[0, 1, 1, 0]
         assert float(got) == pytest.approx(float(want), rel=1e-4)

@@ -128,3 +128,18 @@ def test_concepts_json(tiny, tmp_path, monkeypatch, capsys):
         monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--concept", "meh"
     )
     assert code == 2 and "not a label" in err
+
+
+@pytest.mark.real
+def test_smollm2_sentiment_probe_is_selective(tmp_path, monkeypatch, capsys):
+    """A short real-model check: 80 sentiment lines, two middle layers."""
+    from pathlib import Path
+
+    src = Path(__file__).resolve().parent.parent / "data" / "concepts" / "sentiment.jsonl"
+    small = tmp_path / "s.jsonl"
+    small.write_text("\n".join(src.read_text().splitlines()[:80]) + "\n")
+    code, out, err = cli(monkeypatch, capsys, "probe", "--model", "smollm2-135m", "--dataset", str(small),
+                         "--layers", "10,15", "--no-save", "--json")
+    assert code == 0, err
+    best = max(json.loads(out)["layers"], key=lambda r: r["accuracy"])
+    assert best["accuracy"] >= 0.85 and best["selectivity"] > 0

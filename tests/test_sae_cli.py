@@ -123,7 +123,7 @@ def test_features_bad_input_exit_2(trained, monkeypatch, capsys, args, msg):
 def test_eval_width_mismatch_exit_2(trained, monkeypatch, capsys):
     _, path = trained
     code, _, err = cli(
-        monkeypatch, capsys, "sae", "eval", "--sae", str(path), "--hook", "blocks.0.attn.hook_q"
+        monkeypatch, capsys, "sae", "eval", "--sae", str(path), "--hook", "blocks.0.mlp.hook_pre"
     )
     assert code == 2 and "does not match" in err
 

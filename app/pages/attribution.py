@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import streamlit as st
@@ -98,11 +99,19 @@ def available_methods(level: str) -> list[str]:
 
 
 def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
-    """Top predictions for the prompt; a new prompt (or model) also resets target and foil to them."""
-    preds = C.attempt("Cannot read the prompt", R.top_predictions, loaded, prompt)
-    if not preds:
-        return None
+    """Top predictions for the prompt; a new prompt (or model) also resets target and foil to them.
+
+    The same forward pass keeps the heads' patterns for the head view (session_state "_attr_pass").
+    """
     sig = (loaded.name, prompt)
+    held = st.session_state.get("_attr_pass")
+    if not held or held[0] != sig:
+        got = C.attempt("Cannot read the prompt", R.prompt_pass, loaded, prompt)
+        if got is None:
+            return None
+        held = (sig, got)
+        st.session_state["_attr_pass"] = held  # only the latest prompt: it can be a few MB
+    preds = held[1].top
     if st.session_state.get("_attr_suggested_for") != sig:
         st.session_state["_attr_suggested_for"] = sig
         for key, value in (
@@ -164,7 +173,13 @@ def show_head(loaded: Any, prompt: str, target: str, foil: str | None, head_scor
             selection_mode="points",
         )
     with right:
-        hv = C.attempt("Cannot read the head", R.head_view, loaded, prompt, layer, head, target, foil)
+        started = time.perf_counter()
+        held = st.session_state.get("_attr_pass")
+        held = held[1].held if held and held[0] == (loaded.name, prompt) else None
+        hv = C.attempt(
+            "Cannot read the head", R.head_view, loaded, prompt, layer, head, target, foil, held=held
+        )
+        TIMES["head view"] = time.perf_counter() - started
         if hv is None:
             return
         st.metric(
@@ -231,6 +246,8 @@ def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, m
 
 
 # -- the page ------------------------------------------------------------------------------------------
+TIMES: dict[str, float] = {}  # where this run's time went (shown at the bottom of the page)
+PAGE_START = time.perf_counter()
 st.title("Attribution")
 st.caption("Which tokens, heads, neurons and attention edges move the target logit (minus the foil's).")
 if C.engine("attribution", "attribution") is None:
@@ -253,7 +270,9 @@ prompt = st.text_area("Prompt", key="attr_prompt", on_change=C.remember("attr_pr
 if not prompt.strip():
     st.warning("The prompt is empty: type a prompt for the model to continue.")
     st.stop()
+TIMES["model"] = time.perf_counter() - PAGE_START
 preds = suggest(loaded, prompt)
+TIMES["top predictions"] = time.perf_counter() - PAGE_START - TIMES["model"]
 if preds is None:
     st.stop()
 st.caption("Model's top predictions: " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
@@ -301,11 +320,13 @@ jobs: dict[str, tuple[str, ...]] = {m: ("token",) for m in methods}
 if detail in comp_methods:
     jobs[detail] = ("token",) + tuple(lv for lv in COMPONENT_LEVELS if detail in available_methods(lv))
 results: dict[tuple[str, str], Any] = {}
+started = time.perf_counter()
 with C.Progress(f"Attributing {len(enc_check.str_tokens)} tokens", len(jobs)) as prog:
     for method, levels in jobs.items():
         got = C.attempt(f"{method} attribution", compute, loaded, prompt, target, foil, method, levels)
         results.update({(method, lv): res for lv, res in (got or {}).items()})
         prog.step(f"{method} · {'/'.join(levels)}")
+TIMES["attribution"] = time.perf_counter() - started
 token_results = {m: results[(m, "token")] for m in methods if (m, "token") in results}
 if not token_results:
     st.stop()
@@ -356,3 +377,6 @@ with tabs[4]:
         st.success(
             "Saved runs (open them on the Runs page or above): " + ", ".join(f"`{i}`" for i in saved[1])
         )
+
+TIMES["whole page"] = time.perf_counter() - PAGE_START
+st.caption("This run: " + " · ".join(f"{k} {v:.2f} s" for k, v in TIMES.items()))

@@ -179,9 +179,13 @@ def _supports_stop(model: Any) -> bool:
         return False
 
 
-def model_texts(model: Any, corpus: Path | None, n_tokens: int, ctx: int, seed: int = 0) -> list:
+def model_texts(model: Any, corpus: Path | None, n_tokens: int, ctx: int, seed: int = 0,
+                held_out: bool = False) -> list:
     """Inputs to cache: corpus documents for LLMs; for word-level toy models, sequences of their own
-    task (its training split) or, without a task, uniformly random symbol sequences."""
+    task (its training split) or, without a task, uniformly random symbol sequences.
+
+    ``held_out`` reads the corpus from its end (training reads it from the start), so evaluations
+    of an SAE trained here do not reuse its training text; toy models then draw a new seed."""
     import torch
 
     from workbench.tokens import SymbolTokenizer
@@ -189,7 +193,9 @@ def model_texts(model: Any, corpus: Path | None, n_tokens: int, ctx: int, seed: 
     if not isinstance(model.tokenizer, SymbolTokenizer):
         from attribution.sae.corpus import load_corpus
 
-        return [d.text for d in load_corpus(corpus or default_corpus())]
+        texts = [d.text for d in load_corpus(corpus or default_corpus())]
+        return texts[::-1] if held_out else texts
+    seed = seed + 1000 if held_out else seed
     n_seq = n_tokens // max(1, min(ctx, model.arch.n_ctx) - 1) + 2
     task = (model.info or {}).get("task")
     if task:

@@ -28,8 +28,10 @@ class Batch:
         return int(self.tokens.shape[0])
 
     def subset(self, idx) -> Batch:
-        meta = {k: (v[idx] if hasattr(v, "shape") and v.shape[:1] == self.tokens.shape[:1] else v)
-                for k, v in self.meta.items()}
+        meta = {
+            k: (v[idx] if hasattr(v, "shape") and v.shape[:1] == self.tokens.shape[:1] else v)
+            for k, v in self.meta.items()
+        }
         return Batch(self.tokens[idx], self.targets[idx], self.mask[idx], meta)
 
 
@@ -47,8 +49,13 @@ class Task:
         raise NotImplementedError
 
     def info(self) -> dict[str, Any]:
-        return {"task": self.name, "kind": self.kind, "vocab": self.vocab, "n_ctx": self.n_ctx,
-                "params": self.params()}
+        return {
+            "task": self.name,
+            "kind": self.kind,
+            "vocab": self.vocab,
+            "n_ctx": self.n_ctx,
+            "params": self.params(),
+        }
 
     def params(self) -> dict[str, Any]:
         return {}
@@ -65,9 +72,14 @@ def get_task(name: str, **params: Any) -> Task:
     """A task by name, with its parameters (the defaults reproduce the shipped checkpoints)."""
     from circuits.tasks import carry, histogram, icl_regression, ioi, markov, modadd
 
-    table = {"ioi": ioi.IOITask, "modadd": modadd.ModAddTask, "carry": carry.CarryTask,
-             "histogram": histogram.HistogramTask, "markov": markov.MarkovTask,
-             "icl-regression": icl_regression.ICLRegressionTask}
+    table = {
+        "ioi": ioi.IOITask,
+        "modadd": modadd.ModAddTask,
+        "carry": carry.CarryTask,
+        "histogram": histogram.HistogramTask,
+        "markov": markov.MarkovTask,
+        "icl-regression": icl_regression.ICLRegressionTask,
+    }
     if name not in table:
         raise UnknownTaskError(f"unknown task {name!r}; known: {', '.join(TASKS)}")
     try:

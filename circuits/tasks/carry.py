@@ -13,9 +13,21 @@ from circuits.tasks import Batch, Task
 class CarryTask(Task):
     name = "carry"
     kind = "classification"
-    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 48, "norm": "LN",
-                "steps": 2000, "lr": 3e-3, "weight_decay": 0.1, "batch_size": 128, "seed": 0,
-                "act_fn": "relu", "experts": 4, "top_k": 1}
+    defaults = {
+        "ffn": "dense",
+        "layers": 1,
+        "heads": 4,
+        "d_model": 48,
+        "norm": "LN",
+        "steps": 2000,
+        "lr": 3e-3,
+        "weight_decay": 0.1,
+        "batch_size": 128,
+        "seed": 0,
+        "act_fn": "relu",
+        "experts": 4,
+        "top_k": 1,
+    }
 
     def __init__(self, digits: int = 3, test_mod: int = 10) -> None:
         self.digits = digits
@@ -34,16 +46,16 @@ class CarryTask(Task):
 
         d = self.digits
         s = a + b
-        da = torch.stack([(a // 10 ** i) % 10 for i in range(d)], 1)
-        db = torch.stack([(b // 10 ** i) % 10 for i in range(d)], 1)
-        ds = torch.stack([(s // 10 ** i) % 10 for i in range(d + 1)], 1)
+        da = torch.stack([(a // 10**i) % 10 for i in range(d)], 1)
+        db = torch.stack([(b // 10**i) % 10 for i in range(d)], 1)
+        ds = torch.stack([(s // 10**i) % 10 for i in range(d + 1)], 1)
         n = len(a)
         plus, eq = torch.full((n, 1), 10), torch.full((n, 1), 11)
         tokens = torch.cat([da, plus, db, eq, ds[:, :d]], 1)
         targets = torch.full_like(tokens, -100)
-        targets[:, 2 * d + 1:] = ds
+        targets[:, 2 * d + 1 :] = ds
         # carry into sum digit i (i >= 1): the digit sum below overflowed
-        carries = torch.stack([((a % 10 ** i) + (b % 10 ** i)) >= 10 ** i for i in range(d + 1)], 1)
+        carries = torch.stack([((a % 10**i) + (b % 10**i)) >= 10**i for i in range(d + 1)], 1)
         return Batch(tokens, targets, targets >= 0, {"a": a, "b": b, "carries": carries})
 
     def batch(self, split: str, n: int | None = None, seed: int = 0) -> Batch:
@@ -52,7 +64,7 @@ class CarryTask(Task):
         self.check_split(split)
         n = n or 2000
         gen = torch.Generator().manual_seed(seed * 2 + (split == "test"))
-        top = 10 ** self.digits
+        top = 10**self.digits
         a_all, b_all = [], []
         got = 0
         while got < n:

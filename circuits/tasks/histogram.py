@@ -11,9 +11,19 @@ from circuits.tasks import Batch, Task
 class HistogramTask(Task):
     name = "histogram"
     kind = "classification"
-    defaults = {"ffn": "dense", "layers": 1, "heads": 2, "d_model": 32, "norm": "LN",
-                "steps": 1500, "lr": 3e-3, "weight_decay": 0.1, "batch_size": 128, "seed": 0,
-                "act_fn": "relu"}
+    defaults = {
+        "ffn": "dense",
+        "layers": 1,
+        "heads": 2,
+        "d_model": 32,
+        "norm": "LN",
+        "steps": 1500,
+        "lr": 3e-3,
+        "weight_decay": 0.1,
+        "batch_size": 128,
+        "seed": 0,
+        "act_fn": "relu",
+    }
 
     def __init__(self, n_symbols: int = 8, seq_len: int = 10) -> None:
         self.n_symbols = n_symbols

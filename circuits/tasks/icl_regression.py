@@ -28,12 +28,29 @@ class ICLRegressionTask(Task):
     name = "icl-regression"
     kind = "regression"
     metric = "loss"
-    defaults = {"ffn": "dense", "layers": 4, "heads": 2, "d_model": 48, "d_mlp": 96, "norm": "LN",
-                "steps": 2500, "lr": 1e-3, "weight_decay": 0.0, "batch_size": 64, "seed": 0,
-                "act_fn": "gelu"}
+    defaults = {
+        "ffn": "dense",
+        "layers": 4,
+        "heads": 2,
+        "d_model": 48,
+        "d_mlp": 96,
+        "norm": "LN",
+        "steps": 2500,
+        "lr": 1e-3,
+        "weight_decay": 0.0,
+        "batch_size": 64,
+        "seed": 0,
+        "act_fn": "gelu",
+    }
 
-    def __init__(self, d_in: int = 3, n_points: int = 12, family: str = "linear", noise: float = 0.0,
-                 lengthscale: float = 1.0) -> None:
+    def __init__(
+        self,
+        d_in: int = 3,
+        n_points: int = 12,
+        family: str = "linear",
+        noise: float = 0.0,
+        lengthscale: float = 1.0,
+    ) -> None:
         if family not in ("linear", "gp"):
             raise ValueError(f"family must be linear or gp, not {family!r}")
         self.d_in, self.n_points, self.family = d_in, n_points, family
@@ -42,8 +59,13 @@ class ICLRegressionTask(Task):
         self.n_ctx = 2 * n_points
 
     def params(self) -> dict[str, Any]:
-        return {"d_in": self.d_in, "n_points": self.n_points, "family": self.family, "noise": self.noise,
-                "lengthscale": self.lengthscale}
+        return {
+            "d_in": self.d_in,
+            "n_points": self.n_points,
+            "family": self.family,
+            "noise": self.noise,
+            "lengthscale": self.lengthscale,
+        }
 
     def sample(self, n: int, seed: int = 0, split: str = "train") -> dict[str, Any]:
         import torch
@@ -58,9 +80,10 @@ class ICLRegressionTask(Task):
             out["w"] = w
         else:
             d2 = ((xs[:, :, None] - xs[:, None]) ** 2).sum(-1)
-            k = torch.exp(-d2 / (2 * self.lengthscale ** 2)) + 1e-4 * torch.eye(self.n_points)
-            ys = torch.einsum("bpq,bq->bp", torch.linalg.cholesky(k),
-                              torch.randn(n, self.n_points, generator=gen))
+            k = torch.exp(-d2 / (2 * self.lengthscale**2)) + 1e-4 * torch.eye(self.n_points)
+            ys = torch.einsum(
+                "bpq,bq->bp", torch.linalg.cholesky(k), torch.randn(n, self.n_points, generator=gen)
+            )
         ys = ys + self.noise * torch.randn(ys.shape, generator=gen)
         inputs = torch.zeros(n, 2 * self.n_points, self.d_in + 1)
         inputs[:, 0::2, : self.d_in] = xs

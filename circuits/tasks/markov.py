@@ -17,11 +17,27 @@ class MarkovTask(Task):
     name = "markov"
     kind = "classification"
     metric = "loss"
-    defaults = {"ffn": "none", "layers": 1, "heads": 3, "d_model": 24, "norm": "none",
-                "steps": 1500, "lr": 3e-3, "weight_decay": 0.0, "batch_size": 64, "seed": 0}
+    defaults = {
+        "ffn": "none",
+        "layers": 1,
+        "heads": 3,
+        "d_model": 24,
+        "norm": "none",
+        "steps": 1500,
+        "lr": 3e-3,
+        "weight_decay": 0.0,
+        "batch_size": 64,
+        "seed": 0,
+    }
 
-    def __init__(self, n_symbols: int = 6, seq_len: int = 32, lags: tuple[int, ...] = (1, 2, 4),
-                 weights: tuple[float, ...] = (3.0, 2.0, 1.0), chain_seed: int = 0) -> None:
+    def __init__(
+        self,
+        n_symbols: int = 6,
+        seq_len: int = 32,
+        lags: tuple[int, ...] = (1, 2, 4),
+        weights: tuple[float, ...] = (3.0, 2.0, 1.0),
+        chain_seed: int = 0,
+    ) -> None:
         import torch
 
         if len(lags) != len(weights):
@@ -34,15 +50,20 @@ class MarkovTask(Task):
         self.n_ctx = seq_len
 
     def params(self) -> dict[str, Any]:
-        return {"n_symbols": self.n_symbols, "seq_len": self.seq_len, "lags": list(self.lags),
-                "weights": list(self.weights), "chain_seed": self.chain_seed}
+        return {
+            "n_symbols": self.n_symbols,
+            "seq_len": self.seq_len,
+            "lags": list(self.lags),
+            "weights": list(self.weights),
+            "chain_seed": self.chain_seed,
+        }
 
     def next_logits(self, x, t: int):
         """Logits of x_t given the sequence so far [batch, seq]."""
         import torch
 
         out = torch.zeros(x.shape[0], self.n_symbols)
-        for (lag, w, table) in zip(self.lags, self.weights, self.tables):
+        for lag, w, table in zip(self.lags, self.weights, self.tables, strict=False):
             out += w * table[x[:, t - lag]]
         return out
 
@@ -59,10 +80,10 @@ class MarkovTask(Task):
         for t in range(k, self.seq_len + 1):
             logp = torch.log_softmax(self.next_logits(x, t), -1)
             x[:, t] = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0]
-            nll[:, t] = -logp.gather(1, x[:, t:t + 1])[:, 0]
+            nll[:, t] = -logp.gather(1, x[:, t : t + 1])[:, 0]
         tokens, targets = x[:, :-1], x[:, 1:].clone()
         mask = torch.zeros_like(tokens, dtype=torch.bool)
-        mask[:, k - 1:] = True  # predictions with the full history available
+        mask[:, k - 1 :] = True  # predictions with the full history available
         targets[~mask] = -100
         optimal = float(nll[:, k:].mean())
         return Batch(tokens, targets, mask, {"optimal_loss": optimal})
@@ -81,8 +102,9 @@ class MarkovTask(Task):
         for layer in range(tl.cfg.n_layers):
             pat = cache[f"blocks.{layer}.attn.hook_pattern"]  # [b, h, q, k]
             # the prediction at q is of x_{q+1}: lag l sits at position q + 1 - l
-            out.append([[float(pat[:, h, q, q + 1 - lag].mean()) for lag in self.lags]
-                        for h in range(pat.shape[1])])
+            out.append(
+                [[float(pat[:, h, q, q + 1 - lag].mean()) for lag in self.lags] for h in range(pat.shape[1])]
+            )
         return out
 
     def dynamics(self, tl: Any) -> dict[str, Any]:

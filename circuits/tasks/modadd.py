@@ -10,9 +10,19 @@ from circuits.tasks import Batch, Task
 class ModAddTask(Task):
     name = "modadd"
     kind = "classification"
-    defaults = {"ffn": "dense", "layers": 1, "heads": 4, "d_model": 64, "norm": "none",
-                "steps": 2500, "lr": 3e-3, "weight_decay": 1.0, "batch_size": 0, "seed": 0,
-                "act_fn": "relu"}
+    defaults = {
+        "ffn": "dense",
+        "layers": 1,
+        "heads": 4,
+        "d_model": 64,
+        "norm": "none",
+        "steps": 2500,
+        "lr": 3e-3,
+        "weight_decay": 1.0,
+        "batch_size": 0,
+        "seed": 0,
+        "act_fn": "relu",
+    }
 
     def __init__(self, p: int = 41, train_frac: float = 0.6, split_seed: int = 0) -> None:
         self.p = p
@@ -45,8 +55,8 @@ class ModAddTask(Task):
 
         self.check_split(split)
         full = self.all_pairs()
-        perm = torch.randperm(self.p ** 2, generator=torch.Generator().manual_seed(self.split_seed))
-        n_train = int(round(self.train_frac * self.p ** 2))
+        perm = torch.randperm(self.p**2, generator=torch.Generator().manual_seed(self.split_seed))
+        n_train = int(round(self.train_frac * self.p**2))
         idx = perm[:n_train] if split == "train" else perm[n_train:]
         if n is not None:
             idx = idx[torch.randperm(len(idx), generator=torch.Generator().manual_seed(seed))[:n]]

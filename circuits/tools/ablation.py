@@ -8,8 +8,9 @@ the same length), ``resample`` by the activation of a random reference prompt.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from workbench.errors import MethodError, RangeError
 
@@ -33,7 +34,9 @@ def parse(spec: str | Component) -> Component:
         kind, rest = spec.split(":")
         nums = tuple(int(x) for x in rest.split("."))
     except ValueError:
-        raise RangeError(f"bad component {spec!r}: use head:L.H, attn:L, mlp:L, expert:L.E, neuron:L.N") from None
+        raise RangeError(
+            f"bad component {spec!r}: use head:L.H, attn:L, mlp:L, expert:L.E, neuron:L.N"
+        ) from None
     arity = {"head": 2, "attn": 1, "mlp": 1, "expert": 2, "neuron": (2, 3)}
     want = arity.get(kind)
     if want is None:
@@ -80,8 +83,9 @@ def _site(model: Any, c: Component) -> tuple[str, Callable[[Any], Any]]:
     return name, lambda x: (..., n)
 
 
-def ablation_hooks(model: Any, components: list[str | Component], method: str = "zero",
-                   reference: Any = None, seed: int = 0) -> list[tuple[str, Callable]]:
+def ablation_hooks(
+    model: Any, components: list[str | Component], method: str = "zero", reference: Any = None, seed: int = 0
+) -> list[tuple[str, Callable]]:
     """Forward hooks that ablate every component. ``reference`` (tokens) is needed for mean and
     resample."""
     import torch
@@ -99,6 +103,7 @@ def ablation_hooks(model: Any, components: list[str | Component], method: str = 
     gen = torch.Generator().manual_seed(seed)
     hooks = []
     for name, sel in sites:
+
         def hook(x, hook, sel=sel, name=name):
             idx = sel(x)
             if method == "zero":
@@ -107,7 +112,11 @@ def ablation_hooks(model: Any, components: list[str | Component], method: str = 
             ref = cache[name]
             if method == "mean":
                 same = ref.shape[1:] == x.shape[1:]
-                m = ref.mean(0) if same else ref.flatten(0, 1).mean(0)[None].expand(x.shape[1], *ref.shape[2:])
+                m = (
+                    ref.mean(0)
+                    if same
+                    else ref.flatten(0, 1).mean(0)[None].expand(x.shape[1], *ref.shape[2:])
+                )
                 x[idx] = m.to(x.dtype)[None].expand_as(x)[idx]
                 return x
             rows = torch.randint(0, ref.shape[0], (x.shape[0],), generator=gen)
@@ -115,6 +124,7 @@ def ablation_hooks(model: Any, components: list[str | Component], method: str = 
                 raise MethodError("resample ablation needs reference prompts of the same length")
             x[idx] = ref[rows.to(ref.device)][idx]
             return x
+
         hooks.append((name, hook))
     return hooks
 
@@ -127,12 +137,19 @@ class AblationResult:
     scores: list[dict[str, float]]  # one metrics dict per component (or group)
 
     def to_json(self) -> dict[str, Any]:
-        return {"components": self.components, "method": self.method, "base": self.base, "scores": self.scores}
+        return {
+            "components": self.components,
+            "method": self.method,
+            "base": self.base,
+            "scores": self.scores,
+        }
 
     def table(self):
         import pandas as pd
 
-        return pd.DataFrame([{"component": c, **s} for c, s in zip(self.components, self.scores)])
+        return pd.DataFrame(
+            [{"component": c, **s} for c, s in zip(self.components, self.scores, strict=False)]
+        )
 
     def plot(self, metric: str | None = None):
         import plotly.graph_objects as go
@@ -144,8 +161,15 @@ class AblationResult:
         return fig
 
 
-def ablate_task(model: Any, batch: Any, task: Any, components: list[str | Component] | list[list[str]],
-                method: str = "mean", reference: Any = None, seed: int = 0) -> AblationResult:
+def ablate_task(
+    model: Any,
+    batch: Any,
+    task: Any,
+    components: list[str | Component] | list[list[str]],
+    method: str = "mean",
+    reference: Any = None,
+    seed: int = 0,
+) -> AblationResult:
     """Task metrics (accuracy, loss) with each component (or each group, a list) ablated.
     ``reference`` defaults to the batch itself for mean and resample."""
     from circuits.train import evaluate
@@ -157,9 +181,16 @@ def ablate_task(model: Any, batch: Any, task: Any, components: list[str | Compon
     return AblationResult(["+".join(str(parse(x)) for x in g) for g in groups], method, base, scores)
 
 
-def ablate_prompts(model: Any, prompt: Any, target: Any, foil: Any = None,
-                   components: list[str | Component] | None = None, method: str = "zero",
-                   reference: Any = None, pos: int = -1) -> AblationResult:
+def ablate_prompts(
+    model: Any,
+    prompt: Any,
+    target: Any,
+    foil: Any = None,
+    components: list[str | Component] | None = None,
+    method: str = "zero",
+    reference: Any = None,
+    pos: int = -1,
+) -> AblationResult:
     """Logit difference (target - foil) on prompts with each component ablated: for LLMs."""
     import torch
 
@@ -169,8 +200,9 @@ def ablate_prompts(model: Any, prompt: Any, target: Any, foil: Any = None,
     ref = None if reference is None else as_tokens(model, reference)
     with torch.no_grad():
         base = {"logit_diff": float(logit_diff(model.logits(p.tokens), p).mean())}
-        comps = components or [f"head:{layer}.{h}" for layer in range(model.arch.n_layers)
-                               for h in range(model.arch.n_heads)]
+        comps = components or [
+            f"head:{layer}.{h}" for layer in range(model.arch.n_layers) for h in range(model.arch.n_heads)
+        ]
         scores = []
         for c in comps:
             logits = model.run_with_hooks(p.tokens, fwd_hooks=ablation_hooks(model, [c], method, ref))

@@ -89,8 +89,10 @@ def frame(scores, axes: tuple[str, ...], value: str = "score"):
     import pandas as pd
 
     arr = scores.detach().cpu()
-    rows = [dict(zip(axes, idx), **{value: float(arr[idx])})
-            for idx in itertools.product(*[range(s) for s in arr.shape])]
+    rows = [
+        dict(zip(axes, idx, strict=False), **{value: float(arr[idx])})
+        for idx in itertools.product(*[range(s) for s in arr.shape])
+    ]
     return pd.DataFrame(rows)
 
 

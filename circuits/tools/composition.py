@@ -24,7 +24,9 @@ def head_factors(model: Any, layer: int) -> dict[str, Any]:
     return {k: w[k].detach().float() for k in ("W_Q", "W_K", "W_V", "W_O")}
 
 
-def qk_circuit(model: Any, layer: int, head: int, query_tokens=None, key_tokens=None, positional: bool = False):
+def qk_circuit(
+    model: Any, layer: int, head: int, query_tokens=None, key_tokens=None, positional: bool = False
+):
     """Attention scores by token (W_E W_QK W_E^T) [query token, key token], or by position."""
     model.check_head(head)
     f = head_factors(model, layer)
@@ -69,8 +71,9 @@ class CompositionResult:
         s = self.scores
         flat = s.reshape(s.shape[0] * s.shape[1], s.shape[2] * s.shape[3])
         labels = [f"L{lay}H{h}" for lay in self.layers for h in range(s.shape[1])]
-        return heatmap(flat.nan_to_num(0), ("head_a", "head_b"), f"{self.kind.upper()}-composition",
-                       labels, labels)
+        return heatmap(
+            flat.nan_to_num(0), ("head_a", "head_b"), f"{self.kind.upper()}-composition", labels, labels
+        )
 
 
 def composition_scores(model: Any, kind: str = "q", layers: list[int] | None = None) -> CompositionResult:

@@ -20,8 +20,12 @@ class DLAResult:
     total: float  # sum of the attributed terms (equals logit_diff up to float error)
 
     def to_json(self) -> dict[str, Any]:
-        return {"labels": self.labels, "values": self.values.tolist(), "logit_diff": self.logit_diff,
-                "total": self.total}
+        return {
+            "labels": self.labels,
+            "values": self.values.tolist(),
+            "logit_diff": self.logit_diff,
+            "total": self.total,
+        }
 
     def table(self):
         import pandas as pd
@@ -33,8 +37,9 @@ class DLAResult:
         import torch
 
         idx = {lab: i for i, lab in enumerate(self.labels)}
-        return torch.tensor([[float(self.values[idx[f"L{layer}H{h}"]]) for h in range(n_heads)]
-                             for layer in range(n_layers)])
+        return torch.tensor(
+            [[float(self.values[idx[f"L{layer}H{h}"]]) for h in range(n_heads)] for layer in range(n_layers)]
+        )
 
     def plot(self):
         import plotly.graph_objects as go
@@ -44,7 +49,9 @@ class DLAResult:
         return fig
 
 
-def direct_logit_attribution(model: Any, prompt: Any, target: Any, foil: Any = None, pos: int = -1) -> DLAResult:
+def direct_logit_attribution(
+    model: Any, prompt: Any, target: Any, foil: Any = None, pos: int = -1
+) -> DLAResult:
     import torch
 
     with torch.no_grad():
@@ -95,4 +102,6 @@ def _dla(model: Any, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult
     values = torch.cat([values, bias[:, None]], 1)
     idx = torch.arange(p.batch)
     own = logits[idx, pos, p.target] - (logits[idx, pos, p.foil] if p.foil is not None else 0)
-    return DLAResult(labels, values.mean(0).cpu(), values.cpu(), float(own.mean()), float(values.sum(1).mean()))
+    return DLAResult(
+        labels, values.mean(0).cpu(), values.cpu(), float(own.mean()), float(values.sum(1).mean())
+    )

@@ -80,7 +80,7 @@ def neuron_activations(model: Any, layer: int = 0, p: int | None = None):
         acts = cache[names[0]][:, -1]
     else:
         w = cache[names[-1]][:, -1]
-        acts = torch.cat([cache[n][:, -1] * w[:, e:e + 1] for e, n in enumerate(names[:-1])], 1)
+        acts = torch.cat([cache[n][:, -1] * w[:, e : e + 1] for e, n in enumerate(names[:-1])], 1)
     return acts.reshape(p, p, -1).float()
 
 
@@ -95,22 +95,36 @@ class FourierResult:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"per_neuron_concentration": self.per_neuron, "subspace_concentration": self.subspace,
-                "key_freqs": self.key_freqs,
-                "embedding_spectrum": None if self.embedding_spectrum is None else self.embedding_spectrum.tolist()}
+        return {
+            "per_neuron_concentration": self.per_neuron,
+            "subspace_concentration": self.subspace,
+            "key_freqs": self.key_freqs,
+            "embedding_spectrum": None
+            if self.embedding_spectrum is None
+            else self.embedding_spectrum.tolist(),
+        }
 
     def table(self):
         import pandas as pd
 
-        return pd.DataFrame({"neuron": range(len(self.neuron_freq)), "freq": self.neuron_freq.tolist(),
-                             "concentration": self.neuron_concentration.tolist()})
+        return pd.DataFrame(
+            {
+                "neuron": range(len(self.neuron_freq)),
+                "freq": self.neuron_freq.tolist(),
+                "concentration": self.neuron_concentration.tolist(),
+            }
+        )
 
     def plot(self):
         import plotly.express as px
 
-        return px.histogram(self.table(), x="concentration", nbins=20,
-                            title=f"per-neuron Fourier concentration (mean {self.per_neuron:.2f}, "
-                                  f"subspace {self.subspace:.2f}, key freqs {self.key_freqs})")
+        return px.histogram(
+            self.table(),
+            x="concentration",
+            nbins=20,
+            title=f"per-neuron Fourier concentration (mean {self.per_neuron:.2f}, "
+            f"subspace {self.subspace:.2f}, key freqs {self.key_freqs})",
+        )
 
 
 def concentration(acts, key_freqs: list[int], min_energy: float = 1e-3) -> FourierResult:
@@ -132,8 +146,14 @@ def concentration(acts, key_freqs: list[int], min_energy: float = 1e-3) -> Fouri
     keys = torch.tensor([0] + list(key_freqs))
     in_key = torch.isin(fa, keys) & torch.isin(fb, keys)
     subspace = float((energy * in_key).sum() / total.sum().clamp(min=1e-12))
-    return FourierResult(float(best[active].mean()), subspace, list(key_freqs), best, best_k + 1,
-                         extra={"active_neurons": int(active.sum())})
+    return FourierResult(
+        float(best[active].mean()),
+        subspace,
+        list(key_freqs),
+        best,
+        best_k + 1,
+        extra={"active_neurons": int(active.sum())},
+    )
 
 
 def fourier_analysis(model: Any, layer: int = 0, key_freqs: list[int] | None = None) -> FourierResult:

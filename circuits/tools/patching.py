@@ -27,16 +27,28 @@ class PatchResult:
     labels: dict[str, list[str]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"site": self.site, "axes": list(self.axes), "clean": self.clean, "corrupted": self.corrupted,
-                "effect": self.effect.tolist(), "patched": self.patched.tolist(), "labels": self.labels}
+        return {
+            "site": self.site,
+            "axes": list(self.axes),
+            "clean": self.clean,
+            "corrupted": self.corrupted,
+            "effect": self.effect.tolist(),
+            "patched": self.patched.tolist(),
+            "labels": self.labels,
+        }
 
     def table(self):
         return frame(self.effect, self.axes, "effect")
 
     def plot(self):
         lab = self.labels
-        return heatmap(self.effect, self.axes, f"activation patching: {self.site}",
-                       x_labels=lab.get(self.axes[-1]), y_labels=lab.get(self.axes[0]))
+        return heatmap(
+            self.effect,
+            self.axes,
+            f"activation patching: {self.site}",
+            x_labels=lab.get(self.axes[-1]),
+            y_labels=lab.get(self.axes[0]),
+        )
 
 
 def _pair(model, clean, corrupted, target, foil, pos) -> tuple[Prompts, Any]:
@@ -45,8 +57,10 @@ def _pair(model, clean, corrupted, target, foil, pos) -> tuple[Prompts, Any]:
     p = prompts(model, clean, target, foil, pos)
     bad = as_tokens(model, corrupted)
     if bad.shape != p.tokens.shape:
-        raise PromptError(f"corrupted prompt has shape {tuple(bad.shape)}, clean has {tuple(p.tokens.shape)}: "
-                          "they must have the same number of tokens")
+        raise PromptError(
+            f"corrupted prompt has shape {tuple(bad.shape)}, clean has {tuple(p.tokens.shape)}: "
+            "they must have the same number of tokens"
+        )
     return p, bad
 
 
@@ -66,8 +80,12 @@ def _baselines(model, p: Prompts, bad, names):
     with torch.no_grad():
         clean_logits, clean_cache = model.run_with_cache(p.tokens, names_filter=names)
         bad_logits, bad_cache = model.run_with_cache(bad, names_filter=names)
-    return (float(logit_diff(clean_logits, p).mean()), float(logit_diff(bad_logits, p).mean()),
-            clean_cache, bad_cache)
+    return (
+        float(logit_diff(clean_logits, p).mean()),
+        float(logit_diff(bad_logits, p).mean()),
+        clean_cache,
+        bad_cache,
+    )
 
 
 def _effect(patched, clean: float, corrupted: float):
@@ -75,8 +93,17 @@ def _effect(patched, clean: float, corrupted: float):
     return (clean - patched) / (denom if abs(denom) > 1e-9 else 1e-9)
 
 
-def patch_residual(model, clean, corrupted, target, foil=None, pos: int = -1, site: str = "resid_pre",
-                   layers: list[int] | None = None, positions: list[int] | None = None) -> PatchResult:
+def patch_residual(
+    model,
+    clean,
+    corrupted,
+    target,
+    foil=None,
+    pos: int = -1,
+    site: str = "resid_pre",
+    layers: list[int] | None = None,
+    positions: list[int] | None = None,
+) -> PatchResult:
     """Effect of patching the residual stream (``resid_pre``/``resid_mid``/``resid_post``) at each
     layer and position: [layer, position]."""
     import torch
@@ -93,23 +120,30 @@ def patch_residual(model, clean, corrupted, target, foil=None, pos: int = -1, si
     n, b = len(positions), p.batch
     tokens = p.tokens.repeat(n, 1)
     patched = torch.zeros(len(layers), n)
-    for i, (layer, name) in enumerate(zip(layers, names)):
+    for i, (_layer, name) in enumerate(zip(layers, names, strict=False)):
         src = bad_cache[name]
 
         def hook(act, hook, src=src):
             for j, q in enumerate(positions):
-                act[j * b:(j + 1) * b, q] = src[:, q]
+                act[j * b : (j + 1) * b, q] = src[:, q]
             return act
 
         patched[i] = _metric(model, tokens, p, [(name, hook)], n).cpu()
-    labels = {"layer": [str(x) for x in layers],
-              "position": [f"{q}:{s}" for q, s in zip(positions, [model.to_str_tokens(p.tokens[:1])[q]
-                                                                 for q in positions])]}
+    labels = {
+        "layer": [str(x) for x in layers],
+        "position": [
+            f"{q}:{s}"
+            for q, s in zip(
+                positions, [model.to_str_tokens(p.tokens[:1])[q] for q in positions], strict=False
+            )
+        ],
+    }
     return PatchResult(_effect(patched, c, k), patched, ("layer", "position"), site, c, k, labels)
 
 
-def patch_heads(model, clean, corrupted, target, foil=None, pos: int = -1,
-                position: int | None = None) -> PatchResult:
+def patch_heads(
+    model, clean, corrupted, target, foil=None, pos: int = -1, position: int | None = None
+) -> PatchResult:
     """Effect of patching each head's output (hook_z) at all positions (or one): [layer, head]."""
     import torch
 
@@ -125,7 +159,7 @@ def patch_heads(model, clean, corrupted, target, foil=None, pos: int = -1,
 
         def hook(z, hook, src=src):
             for h in range(H):
-                z[h * b:(h + 1) * b, sl, h] = src[:, sl, h]
+                z[h * b : (h + 1) * b, sl, h] = src[:, sl, h]
             return z
 
         patched[layer] = _metric(model, tokens, p, [(name, hook)], H).cpu()
@@ -133,7 +167,9 @@ def patch_heads(model, clean, corrupted, target, foil=None, pos: int = -1,
     return PatchResult(_effect(patched, c, k), patched, ("layer", "head"), "head", c, k, labels)
 
 
-def patch_mlps(model, clean, corrupted, target, foil=None, pos: int = -1, site: str = "mlp_out") -> PatchResult:
+def patch_mlps(
+    model, clean, corrupted, target, foil=None, pos: int = -1, site: str = "mlp_out"
+) -> PatchResult:
     """Effect of patching each layer's MLP output (or ``attn_out``): [layer]."""
     import torch
 
@@ -146,12 +182,28 @@ def patch_mlps(model, clean, corrupted, target, foil=None, pos: int = -1, site: 
     for layer, name in enumerate(names):
         src = bad_cache[name]
         patched[layer] = _metric(model, p.tokens, p, [(name, lambda a, hook, s=src: s.clone())], 1).cpu()[0]
-    return PatchResult(_effect(patched, c, k), patched, ("layer",), site, c, k,
-                       {"layer": [str(x) for x in range(len(names))]})
+    return PatchResult(
+        _effect(patched, c, k),
+        patched,
+        ("layer",),
+        site,
+        c,
+        k,
+        {"layer": [str(x) for x in range(len(names))]},
+    )
 
 
-def path_patch(model, clean, corrupted, target, foil=None, sender: tuple[int, int] = (0, 0),
-               receivers: list[tuple[int, int]] | None = None, via: str = "q", pos: int = -1) -> dict[str, Any]:
+def path_patch(
+    model,
+    clean,
+    corrupted,
+    target,
+    foil=None,
+    sender: tuple[int, int] = (0, 0),
+    receivers: list[tuple[int, int]] | None = None,
+    via: str = "q",
+    pos: int = -1,
+) -> dict[str, Any]:
     """Patch the corrupted output of ``sender`` head only along its direct paths into the
     ``via`` input (q, k or v) of the ``receivers`` heads; every other head and MLP is frozen to
     its clean value while the receivers' inputs are computed. ``receivers=None``: the direct path
@@ -198,9 +250,15 @@ def path_patch(model, clean, corrupted, target, foil=None, sender: tuple[int, in
         with torch.no_grad():
             logits = model.run_with_hooks(p.tokens, fwd_hooks=[(n, put) for n in in_names])
     patched = float(logit_diff(logits, p).mean())
-    return {"sender": list(sender), "receivers": None if receivers is None else [list(r) for r in receivers],
-            "via": via, "clean": c, "corrupted": k, "patched": patched,
-            "effect": float(_effect(torch.tensor(patched), c, k))}
+    return {
+        "sender": list(sender),
+        "receivers": None if receivers is None else [list(r) for r in receivers],
+        "via": via,
+        "clean": c,
+        "corrupted": k,
+        "patched": patched,
+        "effect": float(_effect(torch.tensor(patched), c, k)),
+    }
 
 
 def _run_cache_with_hooks(model, tokens, names, hooks):

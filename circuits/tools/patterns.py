@@ -57,8 +57,9 @@ def previous_token_score(model: Any, prompt: Any) -> HeadScores:
     return HeadScores("previous_token", pat[..., q, q - 1].mean((1, 3)).cpu())
 
 
-def induction_score(model: Any, seq_len: int = 20, batch: int = 4, seed: int = 0,
-                    vocab: tuple[int, int] | None = None) -> HeadScores:
+def induction_score(
+    model: Any, seq_len: int = 20, batch: int = 4, seed: int = 0, vocab: tuple[int, int] | None = None
+) -> HeadScores:
     """Attention from each token of a repeated random sequence to the token after its first
     occurrence (the induction target), averaged over the second half."""
     import torch
@@ -75,21 +76,28 @@ def induction_score(model: Any, seq_len: int = 20, batch: int = 4, seed: int = 0
     return HeadScores("induction", pat[..., q, q - seq_len + 1].mean((1, 3)).cpu())
 
 
-def position_score(model: Any, prompt: Any, key_pos: Any, query_pos: int = -1, name: str = "to_position") -> HeadScores:
+def position_score(
+    model: Any, prompt: Any, key_pos: Any, query_pos: int = -1, name: str = "to_position"
+) -> HeadScores:
     """Attention from ``query_pos`` to ``key_pos`` (one int, or one per prompt): e.g. to the IO
     name (attending-to-name score)."""
     import torch
 
     pat = patterns(model, prompt)[..., query_pos, :]  # [L, b, h, key]
     b = pat.shape[1]
-    kp = torch.as_tensor(key_pos).reshape(-1).expand(b) if torch.as_tensor(key_pos).numel() == 1 \
+    kp = (
+        torch.as_tensor(key_pos).reshape(-1).expand(b)
+        if torch.as_tensor(key_pos).numel() == 1
         else torch.as_tensor(key_pos).reshape(-1)
+    )
     if kp.numel() != b:
         raise PromptError(f"{kp.numel()} key positions for {b} prompts")
     sel = pat.permute(1, 3, 0, 2)[torch.arange(b), kp.to(pat.device)]  # [b, L, h]
     return HeadScores(name, sel.mean(0).cpu())
 
 
-def name_scores(model: Any, prompt: Any, positions: dict[str, Any], query_pos: int = -1) -> dict[str, HeadScores]:
+def name_scores(
+    model: Any, prompt: Any, positions: dict[str, Any], query_pos: int = -1
+) -> dict[str, HeadScores]:
     """Attention from the final position to each named position set, e.g. {"IO": io_pos, "S1": ...}."""
     return {k: position_score(model, prompt, v, query_pos, f"to_{k}") for k, v in positions.items()}

@@ -14,7 +14,7 @@ MATRICES = ("W_QK", "W_OV", "W_O")
 def effective_rank(s) -> float:
     p = s / s.sum().clamp(min=1e-12)
     p = p[p > 0]
-    return float(((-(p * p.log()).sum()).exp()))
+    return float((-(p * p.log()).sum()).exp())
 
 
 def _head_matrices(wq, wk, wv, wo):
@@ -48,12 +48,29 @@ def spectra_from_weights(weights: dict[str, Any], n_layers: int, step: int | Non
             rep = wq.shape[0] // wk.shape[0]
             wk, wv = wk.repeat_interleave(rep, 0), wv.repeat_interleave(rep, 0)
         for h, name, s in _head_matrices(wq, wk, wv, wo):
-            rows.append({"step": step, "layer": layer, "head": h, "matrix": name,
-                         "effective_rank": effective_rank(s), "top_sv": s[:top].tolist(),
-                         "frobenius": float(s.norm())})
+            rows.append(
+                {
+                    "step": step,
+                    "layer": layer,
+                    "head": h,
+                    "matrix": name,
+                    "effective_rank": effective_rank(s),
+                    "top_sv": s[:top].tolist(),
+                    "frobenius": float(s.norm()),
+                }
+            )
         s = torch.linalg.svdvals(wo.reshape(-1, wo.shape[-1]))
-        rows.append({"step": step, "layer": layer, "head": -1, "matrix": "W_O",
-                     "effective_rank": effective_rank(s), "top_sv": s[:top].tolist(), "frobenius": float(s.norm())})
+        rows.append(
+            {
+                "step": step,
+                "layer": layer,
+                "head": -1,
+                "matrix": "W_O",
+                "effective_rank": effective_rank(s),
+                "top_sv": s[:top].tolist(),
+                "frobenius": float(s.norm()),
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -81,14 +98,23 @@ def spectra_over_training(model_or_path: Any, top: int = 8):
     if not snaps:
         raise ModelFileError(f"{path} has no training snapshots (snapshots.safetensors)")
     n_layers = int(read_config(path)["model"]["layers"])
-    return pd.concat([spectra_from_weights(w, n_layers, step, top) for step, w in snaps.items()],
-                     ignore_index=True)
+    return pd.concat(
+        [spectra_from_weights(w, n_layers, step, top) for step, w in snaps.items()], ignore_index=True
+    )
 
 
 def plot_over_training(table, value: str = "effective_rank"):
     import plotly.express as px
 
     t = table.copy()
-    t["component"] = t.apply(lambda r: f"L{r.layer}" + (f"H{r['head']}" if r["head"] >= 0 else "") + f" {r.matrix}", 1)
-    return px.line(t, x="step", y=value, color="component", markers=True,
-                   title=f"{value} of attention weights over training")
+    t["component"] = t.apply(
+        lambda r: f"L{r.layer}" + (f"H{r['head']}" if r["head"] >= 0 else "") + f" {r.matrix}", 1
+    )
+    return px.line(
+        t,
+        x="step",
+        y=value,
+        color="component",
+        markers=True,
+        title=f"{value} of attention weights over training",
+    )

@@ -13,10 +13,15 @@ def register(app: typer.Typer) -> None:
 
 
 def ablate(
-    model: str = typer.Argument(..., help="A toy model from the zoo (task metrics) or an LLM (with --prompt)."),
-    component: list[str] = typer.Option(None, "--component", "-c",
-                                        help="head:L.H, attn:L, mlp:L, expert:L.E, neuron:L.N (repeatable); "
-                                             "default: every head."),
+    model: str = typer.Argument(
+        ..., help="A toy model from the zoo (task metrics) or an LLM (with --prompt)."
+    ),
+    component: list[str] = typer.Option(
+        None,
+        "--component",
+        "-c",
+        help="head:L.H, attn:L, mlp:L, expert:L.E, neuron:L.N (repeatable); default: every head.",
+    ),
     method: str = typer.Option("mean", "--method", help="zero, mean or resample."),
     prompt: str = typer.Option(None, "--prompt", help="LLMs: the prompt (scored: logit diff target - foil)."),
     target: str = typer.Option(None, "--target", help="LLMs: target token."),
@@ -45,13 +50,15 @@ def ablate(
         if prompt is None or target is None:
             raise MethodError("give --prompt and --target (and --foil) to ablate on an LLM")
         if method != "zero":
-            raise MethodError(f"{method} ablation on a single prompt needs a reference set: use --method zero")
+            raise MethodError(
+                f"{method} ablation on a single prompt needs a reference set: use --method zero"
+            )
         res = ablation.ablate_prompts(m, prompt, target, foil, comps, method)
 
     def human(r):
         c = console()
         c.print(f"{r['method']} ablation on {model}; intact: {r['base']}")
-        for comp, s in zip(r["components"], r["scores"]):
+        for comp, s in zip(r["components"], r["scores"], strict=False):
             c.print(f"  {comp:14s} " + ", ".join(f"{k} {v:.4f}" for k, v in s.items()))
 
     emit(res.to_json(), as_json, human)
@@ -74,7 +81,9 @@ def patch(
     from workbench.errors import MethodError
 
     m = wb.load(model, device=check_device(device))
-    fn = {"resid": patching.patch_residual, "heads": patching.patch_heads, "mlps": patching.patch_mlps}.get(site)
+    fn = {"resid": patching.patch_residual, "heads": patching.patch_heads, "mlps": patching.patch_mlps}.get(
+        site
+    )
     if fn is None:
         raise MethodError(f"unknown site {site!r}: resid, heads or mlps")
     res = fn(m, clean, corrupted, target, foil)

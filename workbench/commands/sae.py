@@ -22,11 +22,11 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sae_app, name="sae")
 
 
-def _cache(m, hook: str, tokens: int, ctx: int, corpus: str | None, seed: int = 0):
+def _cache(m, hook: str, tokens: int, ctx: int, corpus: str | None, seed: int = 0, held_out: bool = False):
     from attribution.sae.cache import cache_activations, model_texts
 
     ctx = min(ctx, m.arch.n_ctx)
-    texts = model_texts(m, Path(corpus) if corpus else None, tokens, ctx, seed)
+    texts = model_texts(m, Path(corpus) if corpus else None, tokens, ctx, seed, held_out)
     return cache_activations(m, hook, texts, tokens, ctx=ctx)
 
 
@@ -165,10 +165,10 @@ def evaluate(
 
     _threads()
     s, m, hook = _load_for(sae, model, hook, device)
-    probe = _cache(m, hook, 256, 32, corpus, seed)
+    probe = _cache(m, hook, 256, 32, corpus, seed, held_out=True)
     check_fits(s, probe.d_in, hook)  # fail fast, before the long cache
-    cache = _cache(m, hook, tokens, 128, corpus, seed)
-    # the shipped SAEs were trained on the corpus' first windows: evaluate on its last ones
+    # SAEs trained here read the corpus from its start: evaluate on text from its end
+    cache = _cache(m, hook, tokens, 128, corpus, seed, held_out=True)
     metrics = run_eval(m, s, hook, cache.acts, cache.windows[-windows:], cache.skip_first)
     out = {**metrics.to_json(), "sae": sae, "model": m.name, "hook": hook}
     emit(out, as_json)
@@ -196,9 +196,9 @@ def features(
         raise RangeError("--top must be at least 1")
     _threads()
     s, m, hook = _load_for(sae, model, hook, device)
-    probe = _cache(m, hook, 256, 32, corpus)
+    probe = _cache(m, hook, 256, 32, corpus, held_out=True)
     check_fits(s, probe.d_in, hook)
-    cache = _cache(m, hook, tokens, 128, corpus)
+    cache = _cache(m, hook, tokens, 128, corpus, held_out=True)
     dash = build_dashboard(m, s, cache, features=feature or None, top=top, n_contexts=contexts, sae_name=sae)
     out = dash.to_json()
 

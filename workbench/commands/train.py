@@ -13,8 +13,12 @@ def register(app: typer.Typer) -> None:
 
 def train(
     task: str = typer.Argument(..., help="ioi, modadd, carry, histogram, markov or icl-regression."),
-    out: str = typer.Option(..., "--out", help="Checkpoint directory to write (config.json, model.safetensors, "
-                                               "metrics.json, snapshots.safetensors)."),
+    out: str = typer.Option(
+        ...,
+        "--out",
+        help="Checkpoint directory to write (config.json, model.safetensors, "
+        "metrics.json, snapshots.safetensors).",
+    ),
     ffn: str = typer.Option(None, "--ffn", help="none, dense, glu, moe or moe-glu (default: the task's)."),
     layers: int = typer.Option(None, "--layers", help="Number of layers."),
     heads: int = typer.Option(None, "--heads", help="Heads per layer (must divide d_model)."),
@@ -31,8 +35,9 @@ def train(
     weight_decay: float = typer.Option(None, "--weight-decay", help="AdamW weight decay."),
     batch_size: int = typer.Option(None, "--batch-size", help="Batch size; 0 = full train split each step."),
     seed: int = typer.Option(None, "--seed", help="Seed of initialisation and data order."),
-    task_param: list[str] = typer.Option(None, "--task-param", help="Task parameter key=value (repeatable), "
-                                                                    "e.g. p=53."),
+    task_param: list[str] = typer.Option(
+        None, "--task-param", help="Task parameter key=value (repeatable), e.g. p=53."
+    ),
     name: str = typer.Option(None, "--name", help="Zoo name (default: the directory name)."),
     threads: int = typer.Option(1, "--threads", help="torch threads (1 or 2 on shared machines)."),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint in --out."),
@@ -49,14 +54,39 @@ def train(
     params = _task_params(task_param or [])
     t = get_task(task, **params)
     d = dict(t.defaults)
-    given = {"ffn": ffn, "layers": layers, "heads": heads, "d_model": d_model, "d_mlp": d_mlp, "norm": norm,
-             "act_fn": act_fn, "experts": experts, "top_k": top_k, "router": router, "steps": steps, "lr": lr,
-             "weight_decay": weight_decay, "batch_size": batch_size, "seed": seed}
+    given = {
+        "ffn": ffn,
+        "layers": layers,
+        "heads": heads,
+        "d_model": d_model,
+        "d_mlp": d_mlp,
+        "norm": norm,
+        "act_fn": act_fn,
+        "experts": experts,
+        "top_k": top_k,
+        "router": router,
+        "steps": steps,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "batch_size": batch_size,
+        "seed": seed,
+    }
     d.update({k: v for k, v in given.items() if v is not None})
-    spec = ModelSpec(task=task, ffn=d["ffn"], layers=d["layers"], heads=d["heads"], d_model=d["d_model"],
-                     d_mlp=d.get("d_mlp"), norm=d.get("norm", "none"), act_fn=d.get("act_fn", "relu"),
-                     experts=d.get("experts", 4), top_k=d.get("top_k", 1), router=d.get("router", "learned"),
-                     qk_norm=qk_norm, task_params=t.params())
+    spec = ModelSpec(
+        task=task,
+        ffn=d["ffn"],
+        layers=d["layers"],
+        heads=d["heads"],
+        d_model=d["d_model"],
+        d_mlp=d.get("d_mlp"),
+        norm=d.get("norm", "none"),
+        act_fn=d.get("act_fn", "relu"),
+        experts=d.get("experts", 4),
+        top_k=d.get("top_k", 1),
+        router=d.get("router", "learned"),
+        qk_norm=qk_norm,
+        task_params=t.params(),
+    )
     check_spec(spec)
     if spec.ffn == "none" and d.get("d_mlp"):
         raise WorkbenchError("--d-mlp given but --ffn none has no FFN")
@@ -71,18 +101,35 @@ def train(
     from circuits.train import TrainConfig
     from circuits.train import train as run_train
 
-    cfg = TrainConfig(steps=d["steps"], lr=d["lr"], weight_decay=d["weight_decay"], batch_size=d["batch_size"],
-                      seed=d["seed"], threads=threads)
+    cfg = TrainConfig(
+        steps=d["steps"],
+        lr=d["lr"],
+        weight_decay=d["weight_decay"],
+        batch_size=d["batch_size"],
+        seed=d["seed"],
+        threads=threads,
+    )
     command = _command(task, path, name, d, spec, params)
     with progress() as bar:
         job = bar.add_task(f"train {task} ({spec.ffn})", total=cfg.steps)
-        model, metrics, snaps = run_train(t, spec, cfg, on_step=lambda s, n, loss: bar.update(job, completed=s))
+        model, metrics, snaps = run_train(
+            t, spec, cfg, on_step=lambda s, n, loss: bar.update(job, completed=s)
+        )
     metrics["command"] = command
     zoo_name = name or path.name
     save(path, zoo_name, model, spec, t, metrics, snaps)
-    summary = {"name": zoo_name, "out": str(path), "task": task, "spec": spec.to_dict(), "seed": cfg.seed,
-               "seconds": metrics["seconds"], "train": metrics["train"], "test": metrics["test"],
-               "params": sum(p.numel() for p in model.parameters()), "command": command}
+    summary = {
+        "name": zoo_name,
+        "out": str(path),
+        "task": task,
+        "spec": spec.to_dict(),
+        "seed": cfg.seed,
+        "seconds": metrics["seconds"],
+        "train": metrics["train"],
+        "test": metrics["test"],
+        "params": sum(p.numel() for p in model.parameters()),
+        "command": command,
+    }
 
     def human(r):
         c = console()
@@ -117,8 +164,20 @@ def _command(task, path, name, d, spec, params) -> str:
     parts = ["workbench", "train", task, "--out", str(path)]
     if name:
         parts += ["--name", name]
-    for key in ("ffn", "layers", "heads", "d_model", "d_mlp", "norm", "act_fn", "steps", "lr", "weight_decay",
-                "batch_size", "seed"):
+    for key in (
+        "ffn",
+        "layers",
+        "heads",
+        "d_model",
+        "d_mlp",
+        "norm",
+        "act_fn",
+        "steps",
+        "lr",
+        "weight_decay",
+        "batch_size",
+        "seed",
+    ):
         if d.get(key) is not None:
             parts += [f"--{key.replace('_', '-')}", str(d[key])]
     if spec.ffn.startswith("moe"):
