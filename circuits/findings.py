@@ -62,8 +62,8 @@ def carry_redistribution(name: str, method: str = "mean") -> dict[str, float]:
 
     m = _load(name)
     t = _task(m)
-    b = t.batch("test", 2000, seed=0)
-    ref = t.batch("train", 2000, seed=1).tokens
+    b = t.batch("test", 1000, seed=0)
+    ref = t.batch("train", 1000, seed=1).tokens
     base = evaluate(m.tl, b, t)
     out = {"accuracy": base["accuracy"], "token_accuracy": base["token_accuracy"]}
     carry_mask = b.mask.clone()

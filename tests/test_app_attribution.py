@@ -48,6 +48,10 @@ def test_dpa_views_render_and_follow_the_prompt(page):
     assert not problems(at)
     after = token_scores(at)
     assert after.shape == (1, 5)
+    if "gradient" in at.multiselect(key="attr_methods").options:  # baselines side by side with DPA
+        at.multiselect(key="attr_methods").set_value(["dpa", "gradient"]).run()
+        assert not problems(at)
+        assert token_scores(at).shape == (2, 5)
 
 
 def test_clicked_head_changes_its_view(page):

@@ -155,3 +155,20 @@ def test_bad_method_params_and_targets(tiny, images):
         explain(tiny, images, "rollout", alpha=1)
     with pytest.raises(RangeError):
         explain(tiny, images, "gae", target_class=7)
+
+
+def test_app_api_explain_all_and_image_metrics(tiny, images):
+    import attribution.vit as vit
+    from attribution.vit.data import ImageBatch
+
+    masks = torch.zeros(3, 16, 16, dtype=torch.bool)
+    masks[:, :8, :8] = True
+    batch = ImageBatch(images, torch.tensor([0, 1, 2]), masks)
+    maps = vit.explain_all(tiny, images, ["dap", "rollout", "random"], target_class=batch.labels)
+    assert set(maps) == {"dap", "rollout", "random"}
+    table = vit.image_metrics(tiny, batch, maps)
+    assert len(table) == 9 and {"pointing_game", "mask_iou", "deletion_auc"} <= set(table.columns)
+    assert table["mask_iou"].between(0, 1).all()
+    fig = maps["dap"].plot(images, index=1)
+    assert len(fig.data) == 3  # image, image under the map, heat map
+    assert vit.sample_images("synthetic", n=2).images.shape == (2, 3, 32, 32)

@@ -110,7 +110,8 @@ def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> Non
         f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
         f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), "
         f"over max_gib={p.max_gib:g}; "
-        + (f"levels that fit: {', '.join(fit)}" if fit else "no level fits: shorten the prompt"))
+        + (f"levels that fit: {', '.join(fit)}" if fit
+           else "no level fits: shorten the prompt or raise --param max_gib"))
 
 
 def _gib(n: float) -> str:

@@ -24,7 +24,7 @@ def _load_vit(model: str, device: str = "cpu"):
 
     entry = resolve(model)
     if entry.kind != "vit":
-        raise WorkbenchError(f"model {model!r} is a {entry.kind} model, not a vision transformer: "
+        raise WorkbenchError(f"model {model!r} has kind {entry.kind!r}, not a vision transformer: "
                              "vit commands need a kind 'vit' model (see `workbench models`)")
     return load(model, device=device)
 

@@ -46,7 +46,8 @@ def layer_range(n_layers: int, start: int, end: int | None) -> list[int]:
     return list(range(start, end))
 
 
-def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor, z: torch.Tensor, gz: torch.Tensor) -> torch.Tensor:
+def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor, z: torch.Tensor, gz: torch.Tensor
+                   ) -> torch.Tensor:
     """(image, token) decision prior of one layer; see the module docstring."""
     if kind == "attention":
         c = (ga * a).clamp(min=0).sum((1, 2))
