@@ -42,8 +42,8 @@ def _server_threads() -> None:
     fighting the browser and other processes made a forward pass ten times slower than one thread.
     ``WORKBENCH_APP_THREADS`` overrides; AppTest runs (inside pytest) are left alone.
     """
-    main = getattr(sys.modules.get("__main__"), "__spec__", None)
-    if os.environ.get("WORKBENCH_APP_THREADS") is None and not (main and main.name.startswith("streamlit")):
+    server = "streamlit.web.bootstrap" in sys.modules  # `streamlit run` imports it; AppTest does not
+    if os.environ.get("WORKBENCH_APP_THREADS") is None and not server:
         return
     import torch
 

@@ -13,6 +13,20 @@ def run(*args, env=None):
     )
 
 
+def run_inproc(args, capsys, monkeypatch):
+    """workbench.cli.main in this process (no interpreter start-up): (exit code, stdout, stderr)."""
+    from workbench.cli import main
+
+    monkeypatch.setattr(sys, "argv", ["workbench", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as exc:
+        code = exc.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
 def test_models_lists_toys_and_loads_them():
     r = run("models", "--json")
     assert r.returncode == 0, r.stderr
@@ -44,14 +58,14 @@ def test_models_lists_toys_and_loads_them():
         ),
     ],
 )
-def test_bad_input_exit_2(tmp_path, args, needle):
-    r = run(*[a.replace("{tmp}", str(tmp_path)) for a in args])
-    assert r.returncode == 2, (r.stdout, r.stderr)
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], r.stderr
+def test_bad_input_exit_2(tmp_path, capsys, monkeypatch, args, needle):
+    code, out, err = run_inproc([a.replace("{tmp}", str(tmp_path)) for a in args], capsys, monkeypatch)
+    assert code == 2, (out, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:") and needle in lines[0], err
 
 
-def test_missing_weights_is_a_model_file_error(tmp_path):
+def test_missing_weights_is_a_model_file_error(tmp_path, capsys, monkeypatch):
     import shutil
 
     from workbench.zoo import DATA_DIR
@@ -59,8 +73,8 @@ def test_missing_weights_is_a_model_file_error(tmp_path):
     dst = tmp_path / "broken"
     shutil.copytree(DATA_DIR / "models" / "ioi-attn-1l2h", dst)
     (dst / "model.safetensors").unlink()
-    r = run("ablate", str(dst))
-    assert r.returncode == 2 and "model.safetensors" in r.stderr
+    code, _, err = run_inproc(["ablate", str(dst)], capsys, monkeypatch)
+    assert code == 2 and "model.safetensors" in err
 
 
 def test_train_json_and_checkpoint(tmp_path):

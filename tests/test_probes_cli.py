@@ -138,8 +138,19 @@ def test_smollm2_sentiment_probe_is_selective(tmp_path, monkeypatch, capsys):
     src = Path(__file__).resolve().parent.parent / "data" / "concepts" / "sentiment.jsonl"
     small = tmp_path / "s.jsonl"
     small.write_text("\n".join(src.read_text().splitlines()[:80]) + "\n")
-    code, out, err = cli(monkeypatch, capsys, "probe", "--model", "smollm2-135m", "--dataset", str(small),
-                         "--layers", "10,15", "--no-save", "--json")
+    code, out, err = cli(
+        monkeypatch,
+        capsys,
+        "probe",
+        "--model",
+        "smollm2-135m",
+        "--dataset",
+        str(small),
+        "--layers",
+        "10,15",
+        "--no-save",
+        "--json",
+    )
     assert code == 0, err
     best = max(json.loads(out)["layers"], key=lambda r: r["accuracy"])
     assert best["accuracy"] >= 0.85 and best["selectivity"] > 0

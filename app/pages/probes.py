@@ -188,10 +188,12 @@ if fig is not None:
     st.plotly_chart(fig, key="probe_pca")
 
 st.subheader("Steering")
+import numpy as np  # noqa: E402
+
 from attribution.probes.concepts import class_mean_vector  # noqa: E402
 
 X = acts[hooks[layer]].float()
-direction = class_mean_vector(X, __import__("numpy").asarray(data.labels), concept)
+direction = class_mean_vector(X, np.asarray(data.labels), concept)
 norm = float(X.norm(dim=1).median())
 scale = st.slider("Steering strength (× median activation norm)", -2.0, 2.0, 0.0, 0.25, key="probe_scale")
 C.keep("probe_prompt", data.texts[0])

@@ -165,9 +165,9 @@ def cache_activations(
     windows = torch.full((len(wins), width), -1, dtype=torch.int32)
     for i, w in enumerate(wins):
         windows[i, : w.shape[0]] = w.int()
-    return ActivationCache(
-        torch.cat(acts)[:n_tokens], windows, torch.cat(where).int()[:n_tokens], model.name, hook, skip_first
-    )
+    where_t = torch.cat(where).int()[:n_tokens]
+    windows = windows[: int(where_t[-1, 0]) + 1]  # drop windows whose tokens were all cut off
+    return ActivationCache(torch.cat(acts)[:n_tokens], windows, where_t, model.name, hook, skip_first)
 
 
 def _supports_stop(model: Any) -> bool:
@@ -179,8 +179,9 @@ def _supports_stop(model: Any) -> bool:
         return False
 
 
-def model_texts(model: Any, corpus: Path | None, n_tokens: int, ctx: int, seed: int = 0,
-                held_out: bool = False) -> list:
+def model_texts(
+    model: Any, corpus: Path | None, n_tokens: int, ctx: int, seed: int = 0, held_out: bool = False
+) -> list:
     """Inputs to cache: corpus documents for LLMs; for word-level toy models, sequences of their own
     task (its training split) or, without a task, uniformly random symbol sequences.
 

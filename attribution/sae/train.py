@@ -162,6 +162,8 @@ class SAEMetrics:
 def reconstruction_metrics(sae: Any, acts, chunk: int = 4096) -> dict[str, Any]:
     import torch
 
+    if acts.shape[0] == 0:
+        raise DatasetError("no activations to evaluate the SAE on; cache more tokens")
     x_all = acts.float()
     mean = x_all.mean(0)
     sq, tot, l0, fired = 0.0, 0.0, 0.0, torch.zeros(sae.cfg.d_sae, dtype=torch.bool)
@@ -269,8 +271,15 @@ def train_sae(
     with tempfile.TemporaryDirectory() as tmp:
         sae.save_inference_model(tmp)
         inference = SAE.load_from_disk(tmp, device="cpu")
-    metrics = evaluate(model, inference, cache.hook, held, held_windows[:eval_windows], cache.skip_first,
-                       dead_acts=train[-50_000:])
+    metrics = evaluate(
+        model,
+        inference,
+        cache.hook,
+        held,
+        held_windows[:eval_windows],
+        cache.skip_first,
+        dead_acts=train[-50_000:],
+    )
     info = {
         "model": cache.model,
         "hook": cache.hook,

@@ -10,7 +10,10 @@ from one forward and one backward pass:
    - ``prior="attention"``: c_j = sum_h sum_i (G_h^l * A_h^l)^+_ij, the first-order gain in y_c
      from every edge that reads token j at layer l (gradient x attention, summed over queries);
    - ``prior="gradcam"``: c_j = Z_j^l . mean_i dy_c/dZ_i^l (Grad-CAM on tokens);
-   - ``prior="gradxinput"``: c_j = Z_j^l . dy_c/dZ_j^l.
+   - ``prior="gradxinput"``: c_j = Z_j^l . dy_c/dZ_j^l;
+   - ``prior="dpa"``: c_j = Z_j^l . t_j^l, with t^l DPA's target propagation (methods/dpa.py, its
+     defaults) carried down to block l's input: gradient x input with DPA's modified gradient
+     (LayerNorm scale and GELU frozen, value / query / key paths weighted 0.5 / 0.25 / 0.25).
 2. Head fusion: A^l = mean_h A_h^l (``head_fusion="mean"``), or ``"grad"``: mean_h w_h A_h^l with
    w_h = ReLU(sum_qk G_h^l * A_h^l) normalised to mean 1 over heads.
 3. Prior injection with strength ``gamma``: A' = A^l diag((p^l)^gamma) (``prior_on="cols"``: every
@@ -35,7 +38,7 @@ from workbench.errors import MethodError
 # Chosen on the validation seed (scripts/select_dap.py; table in attribution/vit/results/).
 DEFAULTS = {"prior": "attention", "prior_on": "cols", "head_fusion": "mean", "gamma": 1.0, "start": 0,
             "end": None, "identity": 2.0, "final_prior": "first"}
-PRIORS = ("attention", "gradcam", "gradxinput")
+PRIORS = ("attention", "gradcam", "gradxinput", "dpa")
 NEEDS_GRAD = True
 
 
@@ -46,10 +49,14 @@ def layer_range(n_layers: int, start: int, end: int | None) -> list[int]:
     return list(range(start, end))
 
 
-def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor, z: torch.Tensor, gz: torch.Tensor
-                   ) -> torch.Tensor:
+def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor | None, z: torch.Tensor,
+                   gz: torch.Tensor | None, t: torch.Tensor | None = None) -> torch.Tensor:
     """(image, token) decision prior of one layer; see the module docstring."""
-    if kind == "attention":
+    if kind == "dpa":
+        if t is None:
+            raise MethodError("dap prior 'dpa' needs the DPA targets (dpa_targets=...)")
+        c = (z * t).sum(-1)
+    elif kind == "attention":
         c = (ga * a).clamp(min=0).sum((1, 2))
     elif kind == "gradcam":
         c = (z * gz.mean(1, keepdim=True)).sum(-1)
@@ -65,8 +72,10 @@ def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor, z: torch.Tensor
 def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
               feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_kind: str = "attention",
               prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0, identity: float = 1.0,
-              final_prior: str | None = None) -> torch.Tensor:
-    """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first."""
+              final_prior: str | None = None, dpa_targets: list[torch.Tensor] | None = None) -> torch.Tensor:
+    """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first.
+
+    Gradients may be None when neither the prior nor the head fusion reads them (prior "dpa")."""
     if prior_on not in ("cols", "rows"):
         raise MethodError(f"dap prior_on must be 'cols' or 'rows', got {prior_on!r}")
     if head_fusion not in ("mean", "grad"):
@@ -83,7 +92,8 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
             fused = (a * w[:, :, None, None]).mean(1)
         else:
             fused = a.mean(1)
-        p = decision_prior(prior_kind, a, pattern_grads[k], feats[k], feat_grads[k])
+        p = decision_prior(prior_kind, a, pattern_grads[k] if pattern_grads else None, feats[k],
+                           feat_grads[k] if feat_grads else None, dpa_targets[k] if dpa_targets else None)
         priors.append(p)
         pg = p ** gamma
         fused = fused * pg[:, None, :] if prior_on == "cols" else fused * pg[:, :, None]
@@ -101,9 +111,26 @@ def capture_for_dap(model, images: torch.Tensor, targets: torch.Tensor, layers: 
             [acts[resid_pre_name(l)] for l in layers], [grads[resid_pre_name(l)] for l in layers])
 
 
+def dpa_targets(model, images: torch.Tensor, targets: torch.Tensor, layers: list[int]):
+    """(patterns, resid_pre, DPA targets t^l) of the layers, from DPA's one forward pass (no backward)."""
+    from attribution.vit.methods import dpa
+
+    keep: dict[int, torch.Tensor] = {}
+    _, _, acts = dpa.propagate(model, images, targets, **dpa.DEFAULTS, keep=keep)
+    return ([acts[pattern_name(l)] for l in layers], [acts[resid_pre_name(l)] for l in layers],
+            [keep[l] for l in layers])
+
+
 def run(model, images: torch.Tensor, targets: torch.Tensor, prior: str = "attention", prior_on: str = "cols",
         head_fusion: str = "mean", gamma: float = 1.0, start: int = 0, end: int | None = None,
         identity: float = 1.0, final_prior: str | None = None) -> torch.Tensor:
     layers = layer_range(model.cfg.n_layers, start, end)
-    pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
-    return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior)
+    ts = None
+    if prior == "dpa":
+        pats, feats, ts = dpa_targets(model, images, targets, layers)
+        pgrads = fgrads = None
+        if head_fusion == "grad":  # the gradient-weighted head fusion still needs dy/dA
+            pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
+    else:
+        pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
+    return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior, ts)

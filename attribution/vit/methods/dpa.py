@@ -53,8 +53,11 @@ def _ln_back(u: torch.Tensor, gamma: torch.Tensor, scale: torch.Tensor) -> torch
 
 
 def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
-              w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio"):
-    """Returns (t0 (image, token, d_model) at the block-0 input, const (image), acts)."""
+              w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio", keep: dict | None = None):
+    """Returns (t0 (image, token, d_model) at the block-0 input, const (image), acts).
+
+    ``keep``: a dict that receives t^l, the target at block l's input (``blocks.{l}.hook_resid_pre``),
+    for every layer l (DAP's ``prior="dpa"`` reads these)."""
     cfg = model.cfg
     names = ["hook_embed"]
     for l in range(cfg.n_layers):
@@ -96,6 +99,8 @@ def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0
                 total = total + w_q * torch.einsum("bihe,hde->bid", dq, at.W_Q) \
                     + w_k * torch.einsum("bjhe,hde->bjd", dk, at.W_K)
             t = t + _ln_back(total, blk.ln1.w, acts[b + "ln1.hook_scale"])
+            if keep is not None:
+                keep[l] = t
     return t, const, acts
 
 
