@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -108,8 +109,22 @@ def start(port: int, log: Path, runs: str) -> subprocess.Popen:
             if proc.poll() is not None:
                 sys.exit(f"the app exited: {log.read_text()[-2000:]}")
             time.sleep(0.5)
-    proc.kill()
+    stop(proc)
     sys.exit("the app did not start")
+
+
+def stop(proc: subprocess.Popen) -> None:
+    """End the server's whole process group: `workbench app` runs streamlit as a child process."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(1.0 if sig == signal.SIGTERM else 0)
 
 
 def done(page) -> bool:
@@ -216,8 +231,7 @@ def main() -> None:
     finally:
         mem.stop.set()
         mem.join()
-        proc.terminate()
-        proc.wait(timeout=20)
+        stop(proc)
     loads = [line for line in log.read_text().splitlines() if "[workbench-app] loaded model" in line]
     want = expected(args.model, rows)
     ok = []

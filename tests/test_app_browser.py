@@ -7,6 +7,7 @@ is written under the test's temporary folder.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -65,17 +66,22 @@ def start_app(port: int, log: Path) -> subprocess.Popen:
                     return proc
         except OSError:
             time.sleep(0.5)
-    proc.kill()
+    stop_app(proc)
     raise AssertionError(f"the app did not start: {log.read_text()[-2000:]}")
 
 
 def stop_app(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=5)
+    """End the server's whole process group: `workbench app` runs streamlit as a child process."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(1.0 if sig == signal.SIGTERM else 0)
 
 
 def settle(page, timeout: float = 180) -> None:

@@ -38,6 +38,7 @@ def trained(tiny, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("sae")
     mp = pytest.MonkeyPatch()
+    previous = os.environ.get("WORKBENCH_RUNS")
     os.environ["WORKBENCH_RUNS"] = str(root / "runs")
     from workbench.cli import main
 
@@ -75,7 +76,10 @@ def trained(tiny, tmp_path_factory):
         except SystemExit as exc:
             assert exc.code == 0
     mp.undo()
-    os.environ.pop("WORKBENCH_RUNS", None)
+    if previous is None:
+        os.environ.pop("WORKBENCH_RUNS", None)
+    else:
+        os.environ["WORKBENCH_RUNS"] = previous
     return json.loads(buf.getvalue()), root / "sae"
 
 

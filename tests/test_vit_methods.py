@@ -107,13 +107,36 @@ def test_dap_with_flat_prior_is_rollout(tiny, images):
     from attribution.vit.methods.rollout import rollout_matrix
 
     pats, pgrads, feats, fgrads = dap.capture_for_dap(tiny, images, torch.tensor([0, 1, 2]), [0, 1, 2])
+    ts = dap.dpa_targets(tiny, images, torch.tensor([0, 1, 2]), [0, 1, 2])[2]
     for kind in dap.PRIORS:  # gamma 0 switches the prior off: plain rollout
-        flat = dap.propagate(pats, pgrads, feats, fgrads, kind, gamma=0.0)
-        assert torch.allclose(flat, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)
+        for on in ("cols", "rows"):
+            flat = dap.propagate(pats, pgrads, feats, fgrads, kind, on, gamma=0.0, dpa_targets=ts)
+            assert torch.allclose(flat, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)
     zero = dap.propagate(pats, [torch.zeros_like(g) for g in pgrads], feats, fgrads, "attention")
     assert torch.allclose(zero, rollout_matrix(pats)[:, 0, 1:], atol=1e-6)  # no evidence: flat prior
     sharp = dap.propagate(pats, pgrads, feats, fgrads, "attention")
     assert not torch.allclose(sharp, rollout_matrix(pats)[:, 0, 1:], atol=1e-4)
+
+
+def test_dap_dpa_prior_is_dpa_targets_times_tokens(tiny, images):
+    from attribution.vit.methods import dap, dpa
+
+    targets = torch.tensor([2, 0, 1])
+    keep: dict = {}
+    t0, _, acts = dpa.propagate(tiny, images, targets, **dpa.DEFAULTS, keep=keep)
+    assert sorted(keep) == [0, 1, 2] and torch.equal(keep[0], t0)  # t^0 is DPA's own target
+    pats, feats, ts = dap.dpa_targets(tiny, images, targets, [1, 2])
+    assert torch.equal(ts[0], keep[1]) and torch.equal(feats[0], acts[resid_pre_name(1)])
+    c = (feats[0] * ts[0]).sum(-1).clamp(min=0)
+    p = dap.decision_prior("dpa", pats[0], None, feats[0], None, ts[0])
+    assert torch.allclose(p, c / c.mean(-1, keepdim=True), atol=1e-6)  # mean 1 (non-zero rows here)
+    with pytest.raises(MethodError, match="DPA targets"):
+        dap.decision_prior("dpa", pats[0], None, feats[0], None)
+    # the method, with the gradient-free path, equals propagate on the same cache
+    kw = {"prior": "dpa", "prior_on": "rows", "identity": 0.5, "gamma": 0.5, "final_prior": "first", "start": 1}
+    got = explain(tiny, images, "dap", targets, **kw).flat
+    want = dap.propagate(pats, None, feats, None, "dpa", "rows", "mean", 0.5, 0.5, "first", ts)
+    assert torch.allclose(got, want, atol=1e-6)
 
 
 def test_dap_depends_on_class_and_variants_run(tiny, images):
@@ -121,6 +144,8 @@ def test_dap_depends_on_class_and_variants_run(tiny, images):
     b = explain(tiny, images, "dap", target_class=1).flat
     assert not torch.allclose(a, b)
     for kw in ({"prior_on": "rows"}, {"head_fusion": "grad"}, {"prior": "gradcam"}, {"prior": "gradxinput"},
+               {"prior": "attention", "prior_on": "cols", "identity": 2.0},
+               {"prior": "dpa", "head_fusion": "grad"}, {"prior": "dpa", "prior_on": "cols"},
                {"start": 1, "end": 2}, {"identity": 0.5, "final_prior": "first"}, {"gamma": 0.5}):
         assert explain(tiny, images, "dap", **kw).scores.shape == (3, 4, 4)
     with pytest.raises(MethodError):

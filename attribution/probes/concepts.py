@@ -57,7 +57,7 @@ def sae_vector(X, labels, positive: str, sae: Any, top: int = 8):
     fp, fn = _split(f, labels, positive)
     diff = fp.mean(0) - fn.mean(0)
     idx = diff.topk(min(top, diff.numel())).indices
-    vec = (diff[idx, None] * sae.W_dec[idx]).sum(0)
+    vec = (diff[idx, None] * sae.W_dec.detach()[idx]).sum(0)
     return vec.float(), idx.tolist()
 
 

@@ -78,6 +78,9 @@ def train(
     m = workbench.load(model, device=check_device(device))
     m.check_hook(hook)
     cache = _cache(m, hook, tokens, ctx, corpus, seed)
+    # the SAE's metadata names the model as the user gave it, so `sae features/eval` can reload it
+    # (a zoo name, or a local path for models outside the zoo)
+    cache.model = model
     width = width or 8 * cache.d_in
     if kind in ("topk", "batchtopk") and not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
