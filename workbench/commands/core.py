@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -93,7 +92,8 @@ def run_app(
            "--server.address", host, "--server.headless", str(headless).lower(),
            "--browser.gatherUsageStats", "false"]
     env = dict(os.environ, PYTHONPATH=str(main.parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    raise typer.Exit(subprocess.call(cmd, env=env))
+    # Become Streamlit (no child left behind when this process is stopped).
+    os.execve(sys.executable, cmd, env)
 
 
 def prepare(force: bool = typer.Option(False, help="Convert again even if the cache exists."),

@@ -45,6 +45,7 @@ def train(
     k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk)."),
     epochs: float = typer.Option(4.0, "--epochs", help="Passes over the cached activations."),
     lr: float = typer.Option(4e-4, "--lr"),
+    batch_size: int = typer.Option(512, "--batch-size", help="Activations per training step."),
     l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind)."),
     l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind)."),
     ctx: int = typer.Option(128, "--ctx", help="Context window for caching."),
@@ -63,6 +64,8 @@ def train(
         raise RangeError(f"unknown SAE kind {kind!r}: {', '.join(KINDS)}")
     if tokens < 256:
         raise RangeError(f"--tokens {tokens} is too few: cache at least 256")
+    if batch_size < 1 or epochs <= 0:
+        raise RangeError("--batch-size must be at least 1 and --epochs positive")
     if width is not None and width < 1:
         raise RangeError(f"--width must be positive, got {width}")
     if width is not None and kind in ("topk", "batchtopk") and not 0 < k <= width:
@@ -92,7 +95,9 @@ def train(
         if out
         else store.root / "saes" / f"{Path(m.name).name}_{safe_hook}_{kind}{width}_{int(time.time())}"
     )
-    sae, metrics, info = train_sae(m, cache, kind, width, k, epochs, lr=lr, out=path, seed=seed, l1=l1, l0=l0)
+    sae, metrics, info = train_sae(
+        m, cache, kind, width, k, epochs, batch_size=batch_size, lr=lr, out=path, seed=seed, l1=l1, l0=l0
+    )
     result = {
         **metrics.to_json(),
         "path": str(path),
