@@ -43,6 +43,7 @@ def test_patching_name_token_flips_answer(llm):
     assert llm.decode([int(patched[0, -1].argmax())]) == " John"
 
 
+@pytest.mark.slow
 def test_tools_run_on_gqa_model(llm):
     from circuits.tools import composition, dla, patching, patterns, spectra
 
