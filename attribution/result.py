@@ -38,7 +38,7 @@ class AttributionResult:
         s = self.scores.detach().float().cpu()
         rows = []
         for idx in itertools.product(*[range(n) for n in s.shape]):
-            row = dict(zip(self.axes, idx))
+            row = dict(zip(self.axes, idx, strict=False))
             for ax in ("token", "query", "key", "position"):
                 if ax in row and row[ax] < len(self.tokens):
                     row[f"{ax}_str"] = self.tokens[row[ax]]

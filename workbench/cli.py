@@ -9,7 +9,8 @@ import json
 import os
 import pkgutil
 import sys
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import typer
 

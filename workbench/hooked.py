@@ -18,9 +18,10 @@ Hook names (TransformerLens conventions)::
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from workbench.errors import PromptError, RangeError, TokenError, check_range
 from workbench.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
@@ -184,7 +185,7 @@ class HookedModel:
 
         probs = torch.softmax(self.logits(self.to_tokens(prompt))[0, -1].float(), -1)
         top = probs.topk(k)
-        return [(self.decode([int(i)]), float(p)) for p, i in zip(top.values, top.indices)]
+        return [(self.decode([int(i)]), float(p)) for p, i in zip(top.values, top.indices, strict=False)]
 
     def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
         """Greedy continuation (the text after the prompt)."""

@@ -134,7 +134,7 @@ class RunStore:
     # -- write ---------------------------------------------------------------------------
     def save(self, draft: RunDraft) -> Run:
         """Write a run atomically and index it; returns the stored run."""
-        now = _dt.datetime.now(_dt.timezone.utc)
+        now = _dt.datetime.now(_dt.UTC)
         run_id = f"{now:%Y%m%d-%H%M%S}-{draft.kind}-{uuid.uuid4().hex[:6]}"
         meta = {
             "id": run_id,
@@ -211,7 +211,7 @@ class RunStore:
         cols = ["id", "created", "kind", "model", "method", "summary"]
         out = []
         for row in rows:
-            item = dict(zip(cols, row))
+            item = dict(zip(cols, row, strict=False))
             item["summary"] = json.loads(item["summary"] or "{}")
             out.append(item)
         return out
