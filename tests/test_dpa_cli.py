@@ -8,6 +8,8 @@ import subprocess
 import sys
 
 import pytest
+from cli_helpers import assert_bad
+from cli_helpers import run_cli as run_main
 
 from attribution.dpa.tiny import save_tiny_llama
 
@@ -20,28 +22,6 @@ def model_dir(tmp_path_factory) -> str:
 def wb(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "workbench.cli", *args], capture_output=True, text=True,
                           timeout=300, env={**os.environ, "OMP_NUM_THREADS": "1", **(env or {})})
-
-
-def run_main(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """The CLI's entry point in this process (no new interpreter: torch is already imported)."""
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_bad(code: int, err: str, *words: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:"), err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_json_contract_and_saved_run(model_dir, monkeypatch, capsys):

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import pytest
 import torch
+from cli_helpers import assert_bad
+from cli_helpers import run_cli as cli
 from test_baselines_tiny import make_examples, tiny_llama
 
 from workbench import zoo
@@ -29,27 +30,6 @@ def prompts(tmp_path_factory):
     path = tmp_path_factory.mktemp("prompts") / "p.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in make_examples(tiny_llama(), 5, seed=2)))
     return str(path)
-
-
-def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_bad(code: int, err: str, *words: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 def test_json_contract_and_run(monkeypatch, capsys, prompts):

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 
 import pytest
+from cli_helpers import run_cli as cli
 
 from attribution.probes.tiny import save_tiny
 
@@ -34,20 +34,6 @@ def _dataset(path, n=48, classes=("negative", "positive")):
                 + "\n"
             )
     return str(path)
-
-
-def cli(monkeypatch, capsys, *args):
-    """Run `workbench ARGS` in-process with main()'s error handling: (exit code, stdout, stderr)."""
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):

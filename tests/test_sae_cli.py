@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_helpers import run_cli as cli
 
 from attribution.probes.tiny import save_tiny
 
@@ -16,19 +17,6 @@ REPO = Path(__file__).resolve().parent.parent
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
     return str(save_tiny(tmp_path_factory.mktemp("models") / "tiny", layers=2))
-
-
-def cli(monkeypatch, capsys, *args):
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", *args])
-    try:
-        main()
-        code = 0
-    except SystemExit as exc:
-        code = exc.code
-    out = capsys.readouterr()
-    return code, out.out, out.err
 
 
 @pytest.fixture(scope="module")

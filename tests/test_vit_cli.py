@@ -10,34 +10,14 @@ import sys
 import numpy as np
 import pytest
 import torch
+from cli_helpers import assert_bad
+from cli_helpers import run_cli as cli
 
 from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
 
 torch.set_num_threads(1)
 KEYS = {"pointing_game", "energy_pointing_game", "mask_iou", "deletion_auc", "insertion_auc",
         "positive_perturbation_auc", "negative_perturbation_auc", "class_sensitivity", "seconds_per_image"}
-
-
-def cli(monkeypatch, capsys, *args: str) -> tuple[int, str, str]:
-    """workbench.cli.main in this process (torch and TransformerLens are already imported)."""
-    from workbench.cli import main
-
-    monkeypatch.setattr(sys, "argv", ["workbench", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as exc:
-        code = int(exc.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def assert_bad(code: int, err: str, *words: str) -> None:
-    assert code == 2, err
-    lines = err.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error:") and "Traceback" not in err, err
-    for w in words:
-        assert w in lines[0], lines[0]
 
 
 @pytest.fixture(scope="module")
