@@ -153,6 +153,15 @@ def test_spectra():
     assert row.top_sv[0] == pytest.approx(float(s[0]), rel=1e-4)
 
 
+def test_spectra_over_training_plot():
+    import workbench as wb
+
+    table = spectra.spectra_over_training(wb.load("ioi-attn-2l1h"))
+    assert table["step"].nunique() > 1  # shipped snapshots, not just the final weights
+    fig = spectra.plot_over_training(table)
+    assert len(fig.data) == table.groupby(["layer", "head", "matrix"]).ngroups
+
+
 def test_fourier_concentration_on_synthetic_neurons():
     p = 13
     a = torch.arange(p)[:, None].float()
