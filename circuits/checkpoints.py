@@ -119,30 +119,15 @@ def load_tl(path: str | Path, device: str = "cpu"):
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader: a toy checkpoint as a HookedModel (kind "toy")."""
-    from circuits.models import arch_for
-    from workbench.hooked import HookedModel
-    from workbench.tokens import SymbolTokenizer
+    from circuits.models import hooked
 
     path = Path(entry.path if hasattr(entry, "path") else entry)
     tl, spec, task = load_tl(path, device)
     config = read_config(path)
     name = getattr(entry, "name", None) or config["workbench"].get("name", path.name)
-    info = {
-        "path": str(path),
-        "task": task.info(),
-        "spec": spec.to_dict(),
-        "metrics_file": str(path / "metrics.json"),
-    }
-    return HookedModel(
-        tl,
-        SymbolTokenizer(task.vocab),
-        name=name,
-        kind="toy",
-        backend="transformer_lens",
-        prepend_bos=False,
-        arch=arch_for(spec, tl.cfg),
-        info=info,
-    )
+    model = hooked(tl, spec, task, name=name)
+    model.info.update(path=str(path), metrics_file=str(path / "metrics.json"))
+    return model
 
 
 def snapshots(path: str | Path) -> dict[int, dict[str, Any]]:

@@ -22,6 +22,17 @@ def _isolated_runs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path_factory.mktemp("runs")))
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny models: one torch thread is fastest; on a loaded machine extra threads spin (100x slower)."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def _save_tiny(path: Path, config) -> Path:
     import torch
     from transformers import AutoModelForCausalLM

@@ -34,14 +34,7 @@ def vit_dir(tmp_path_factory) -> Path:
     )
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    import torch
-
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # many small ops: extra threads only contend on a shared machine
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def heat(at) -> list:

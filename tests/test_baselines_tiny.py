@@ -48,13 +48,7 @@ def tiny_gelu(seed: int = 0, layers: int = 2):
                       normalization_type="LN", positional_embedding_type="standard"), seed, "tiny-gelu")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models: one thread is fastest, and on a loaded machine extra threads spin (100x slower)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import torch
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 from test_baselines_tiny import make_examples, tiny_llama
@@ -15,12 +14,7 @@ from workbench import zoo
 TINY = ("faithfulness", "--model", "tiny-llama-faith")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
