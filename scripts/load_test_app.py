@@ -13,10 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,17 +22,10 @@ import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
+sys.path.insert(0, str(ROOT))
+
+from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 PROMPTS = [
     "The capital of France is",
@@ -84,47 +73,6 @@ class PeakMemory(threading.Thread):
             self.samples.append((time.time(), now))
             time.sleep(0.1)
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start(port: int, log: Path, runs: str) -> subprocess.Popen:
-    env = dict(os.environ, WORKBENCH_RUNS=runs)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--port", str(port)],
-        cwd=ROOT,
-        stdout=open(log, "w"),
-        stderr=subprocess.STDOUT,
-        env=env,
-        start_new_session=True,
-    )
-    for _ in range(180):
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2):
-                return proc
-        except OSError:
-            if proc.poll() is not None:
-                sys.exit(f"the app exited: {log.read_text()[-2000:]}")
-            time.sleep(0.5)
-    stop(proc)
-    sys.exit("the app did not start")
-
-
-def stop(proc: subprocess.Popen) -> None:
-    """End the server's whole process group: `workbench app` runs streamlit as a child process."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        time.sleep(1.0 if sig == signal.SIGTERM else 0)
 
 
 def done(page) -> bool:
@@ -185,7 +133,10 @@ def main() -> None:
         sys.exit(f"{CHROMIUM} is missing")
     tmp = Path(tempfile.mkdtemp(prefix="wb-load-"))
     port, log = free_port(), tmp / "app.log"
-    proc = start(port, log, str(tmp / "runs"))
+    try:
+        proc = start_app(port, log, env={"WORKBENCH_RUNS": str(tmp / "runs")}, timeout=180)
+    except RuntimeError as exc:
+        sys.exit(str(exc))
     mem = PeakMemory(proc.pid)
     mem.start()
     idle_rss = mem.rss()
@@ -193,7 +144,7 @@ def main() -> None:
     figures: dict = {"sessions": args.sessions, "model": args.model, "server_rss_idle_mb": idle_rss / 2**20}
     try:
         with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             pages = [browser.new_context(viewport={"width": 1300, "height": 900}).new_page() for _ in prompts]
             started = time.time()
             for page, prompt in zip(pages, prompts, strict=True):  # all sessions start before any finishes
@@ -231,7 +182,7 @@ def main() -> None:
     finally:
         mem.stop.set()
         mem.join()
-        stop(proc)
+        stop_app(proc)
     loads = [line for line in log.read_text().splitlines() if "[workbench-app] loaded model" in line]
     want = expected(args.model, rows)
     ok = []

@@ -6,11 +6,6 @@ is written under the test's temporary folder.
 
 from __future__ import annotations
 
-import os
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.parse
 import urllib.request
@@ -18,18 +13,8 @@ from pathlib import Path
 
 import pytest
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ROOT = Path(__file__).resolve().parents[1]
+from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app
+
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 pytestmark = [
@@ -38,50 +23,6 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
 ]
 
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_app(port: int, log: Path) -> subprocess.Popen:
-    """`workbench app --port P` (127.0.0.1 by default), waiting until Streamlit answers its health check."""
-    out = open(log, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "workbench.cli", "app", "--port", str(port)],
-        cwd=ROOT,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        env=dict(os.environ),
-        start_new_session=True,
-    )
-    deadline = time.time() + 90
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"the app exited early: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
-                if r.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.5)
-    stop_app(proc)
-    raise AssertionError(f"the app did not start: {log.read_text()[-2000:]}")
-
-
-def stop_app(proc: subprocess.Popen) -> None:
-    """End the server's whole process group: `workbench app` runs streamlit as a child process."""
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        try:
-            os.killpg(proc.pid, sig)
-        except ProcessLookupError:
-            break
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            pass
-        time.sleep(1.0 if sig == signal.SIGTERM else 0)
 
 
 def settle(page, timeout: float = 180) -> None:
@@ -119,7 +60,7 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
     shots = []
     try:
         with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS, headless=True)
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             try:
                 for path, query in pages.items():
                     started = time.time()

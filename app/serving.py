@@ -1,0 +1,70 @@
+"""Running `workbench app` as a server and driving Debian's Chromium against it.
+
+Shared by the browser test and the load-test script.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = "/usr/bin/chromium"
+# Headless, and no background traffic: this machine's network is closed to everything but loopback.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_app(port: int, log: Path, env: dict[str, str] | None = None, timeout: float = 90) -> subprocess.Popen:
+    """`workbench app --port P` (127.0.0.1 by default), waiting until Streamlit answers its health check."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "workbench.cli", "app", "--port", str(port)],
+        cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})}, start_new_session=True,
+    )
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"the app exited early: {log.read_text()[-2000:]}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.5)
+    stop_app(proc)
+    raise RuntimeError(f"the app did not start: {log.read_text()[-2000:]}")
+
+
+def stop_app(proc: subprocess.Popen) -> None:
+    """End the server's whole process group, politely first."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            break
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        time.sleep(1.0 if sig == signal.SIGTERM else 0)
