@@ -1,8 +1,10 @@
 """Faithfulness of attribution methods: disrupt / recover curves (../shared/specs/metrics.md).
 
 For each example and method, items (tokens; heads, ranked by their score summed over query positions;
-neurons, ranked by their score summed over positions) are ordered by score. For each fraction p of a grid
-that holds both 0 and 1:
+neurons, ranked by their score summed over positions) are ordered by score: by the signed score
+(rank="signed": items that push the target up come first) or by its magnitude (rank="abs": items with
+the largest influence either way come first, as unsigned methods such as the gradient norm already do).
+For each fraction p of a grid that holds both 0 and 1:
 
 - disrupt(p): ablate the top round(p n) items;      recover(p): ablate the bottom round((1 - p) n) items
   (everything but the top), so recover(p) ablates as many items as disrupt(1 - p) and a random ranking
@@ -32,6 +34,7 @@ from attribution.methods import METHODS, canonical
 from workbench.errors import MethodError
 
 LEVELS = ("token", "head", "neuron")
+RANKS = ("signed", "abs")
 TOKEN_GRID = [round(i / 10, 1) for i in range(11)]
 TRUTH = "activation_patching"
 
@@ -157,12 +160,13 @@ class FaithfulnessResult:
     n_examples: int
     methods: dict[str, MethodFaithfulness]
     use_foil: bool = True
+    rank: str = "signed"
     per_example: list[dict[str, Any]] = field(default_factory=list)
     args: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "level": self.level, "ablation": self.ablation, "grid": self.grid,
-                "n_examples": self.n_examples, "use_foil": self.use_foil,
+                "n_examples": self.n_examples, "use_foil": self.use_foil, "rank": self.rank,
                 "methods": {n: m.summary() for n, m in self.methods.items()},
                 "curves": {n: {"disrupt": m.disrupt_curve, "recover": m.recover_curve}
                            for n, m in self.methods.items()}}
@@ -179,7 +183,7 @@ class FaithfulnessResult:
         if has_truth:
             cols += ["spearman", "recall_at_10"]
         lines = [f"Faithfulness on {self.model}, {self.level} level, {self.ablation} ablation, "
-                 f"{self.n_examples} examples (higher total is better)", "",
+                 f"{self.n_examples} examples, ranked by {self.rank} score (higher total is better)", "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in self.table().to_dict("records"):
             cells = []
@@ -224,10 +228,12 @@ class FaithfulnessResult:
 def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str = "token",
              ablation: str = "zero", use_foil: bool = True, params: dict[str, dict[str, Any]] | None = None,
              batch_size: int = 32, seed: int = 0, on_step: Callable[[], None] | None = None,
-             ) -> FaithfulnessResult:
+             rank: str = "signed") -> FaithfulnessResult:
     """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method."""
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
+    if rank not in RANKS:
+        raise MethodError(f"unknown rank {rank!r}: {' or '.join(RANKS)}")
     resolved = [resolve_method(m, level) for m in methods]
     names = [r[0] for r in resolved]
     if len(set(names)) != len(names):
@@ -267,7 +273,7 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
                 rho = spearman(items, truth)
                 per_method[name]["rho"].append(rho)
                 per_method[name]["rec"].append(recall_at_k(items, truth))
-            d, r = curve_masks(ranking(items, gen), grid)
+            d, r = curve_masks(ranking(items.abs() if rank == "abs" else items, gen), grid)
             masks.append(torch.cat([d, r]))
             owners.append(name)
         ratios = _ratios(model, enc, level, torch.cat(masks), shape, fill, resid, p_clean, batch_size)
@@ -297,10 +303,10 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             spearman=_mean(rhos) if rhos else None, recall_at_10=_mean(pm["rec"]) if pm["rec"] else None,
             ranked_from="edge" if call_level == "edge" and level == "head" else None)
     args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,
-            "n_examples": len(encs)}
+            "n_examples": len(encs), "rank": rank}
     return FaithfulnessResult(model=model.name, level=level, ablation=ablation, grid=grid,
-                              n_examples=len(encs), methods=out, use_foil=use_foil, per_example=per_example,
-                              args=args)
+                              n_examples=len(encs), methods=out, use_foil=use_foil, rank=rank,
+                              per_example=per_example, args=args)
 
 
 def _ratios(model, enc, level, masks, shape, fill, resid, p_clean, batch_size) -> torch.Tensor:

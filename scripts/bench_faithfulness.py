@@ -4,6 +4,9 @@
         [--n-neuron 5] [--threads 1] [--out bench.json]
 
 token:  IOI and facts, first n each: dpa, gradient, input_x_gradient, integrated_gradients, rollout, random.
+        IOI explains the logit difference to the subject name (the IOI literature's metric); factual recall
+        explains the target logit alone (the paper's Known-1000 setting; the facts file's foils are arbitrary
+        counterfactuals kept for atp_foil). Each part runs once per ranking in --ranks (signed, abs).
 head:   IOI, first n: dpa, atp, attention_last, attention_mean, gradient, random, activation_patching
         (Spearman and recall@10 against zero-ablation patching of the logit difference).
 neuron: IOI, first n: dpa, atp, random (cost of dense neuron scores).
@@ -48,7 +51,7 @@ def warm_up(model, rows, methods, level) -> None:
             fn(model, enc, call_level)
 
 
-def run_part(model, rows, methods, level, label, log) -> dict:
+def run_part(model, rows, methods, level, label, log, rank="signed", use_foil=True) -> dict:
     from attribution.faithfulness import evaluate
 
     warm_up(model, rows, methods, level)
@@ -60,7 +63,7 @@ def run_part(model, rows, methods, level, label, log) -> dict:
         print(f"  {label}: {done[0]}/{len(rows)} ({time.time() - started:.0f} s)", file=sys.stderr,
               flush=True)
 
-    res = evaluate(model, rows, methods, level=level, on_step=step)
+    res = evaluate(model, rows, methods, level=level, on_step=step, rank=rank, use_foil=use_foil)
     res.args.update(benchmark=label)
     run = res.save()
     log.append(f"### {label}\n\n{res.markdown()}\n\n(run {run.id}, {time.time() - started:.0f} s)\n")
@@ -100,13 +103,14 @@ def patching_timing(model, rows) -> dict:
 
     _, _, dpa = resolve_method("dpa", "head")
     _, _, patch = resolve_method("activation_patching", "head")
-    out = {"dpa": [], "patching_truncated": [], "patching_plain": []}
+    out = {"dpa": [], "patching_truncated": [], "patching_plain": [], "patching_unbatched": []}
     warm = model.encode(rows[0]["prompt"], rows[0]["target"], rows[0].get("foil"))
     dpa(model, warm, "head")
     for row in rows:
         enc = model.encode(row["prompt"], row["target"], row.get("foil"))
         for key, fn, kwargs in (("dpa", dpa, {}), ("patching_truncated", patch, {"truncate": True}),
-                                ("patching_plain", patch, {"truncate": False})):
+                                ("patching_plain", patch, {"truncate": False}),
+                                ("patching_unbatched", patch, {"truncate": False, "batch_size": 1})):
             started = time.perf_counter()
             scores = fn(model, enc, "head", **kwargs)
             out[key].append(time.perf_counter() - started)
@@ -117,6 +121,7 @@ def patching_timing(model, rows) -> dict:
     mean = {k: sum(v) / len(v) for k, v in out.items()}
     mean["ratio_truncated"] = mean["patching_truncated"] / mean["dpa"]
     mean["ratio_plain"] = mean["patching_plain"] / mean["dpa"]
+    mean["ratio_unbatched"] = mean["patching_unbatched"] / mean["dpa"]
     mean["n"] = len(rows)
     return mean
 
@@ -128,10 +133,8 @@ def checks(summary: dict) -> list[str]:
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "FAIL"
 
-    for name in ("ioi", "facts"):
-        part = summary.get(f"token_{name}")
-        if not part:
-            continue
+    for key in [k for k in summary if k.startswith("token_")]:
+        part, name = summary[key], key[len("token_"):]
         m = part["methods"]
         dpa = m["dpa"]["total"]
         for other in ("gradient", "input_x_gradient", "integrated_gradients", "rollout"):
@@ -141,20 +144,21 @@ def checks(summary: dict) -> list[str]:
                      f"{verdict(abs(m['random']['total']) <= 5)}")
         ratio = m["dpa"]["attribution_seconds"] / m["gradient"]["attribution_seconds"]
         lines.append(f"token {name}: DPA / gradient time {ratio:.2f}x (<= 1x): {verdict(ratio <= 1)}")
-    head = summary.get("head_ioi")
-    if head:
+    for key in [k for k in summary if k.startswith("head_ioi")]:
+        head, name = summary[key], key
         m = head["methods"]
         for k in ("dpa", "atp", "attention_last", "attention_mean", "gradient", "random"):
-            lines.append(f"head ioi: {k}: disrupt {m[k]['disrupt_auc']:.2f} "
+            lines.append(f"{name}: {k}: disrupt {m[k]['disrupt_auc']:.2f} "
                          f"recover {m[k]['recover_auc']:.2f} "
                          f"total {m[k]['total']:.2f} spearman {m[k].get('spearman')} "
                          f"recall@10 {m[k].get('recall_at_10')}")
-        lines.append(f"head ioi: DPA total {m['dpa']['total']:.2f} vs AtP {m['atp']['total']:.2f}: DPA "
+        lines.append(f"{name}: DPA total {m['dpa']['total']:.2f} vs AtP {m['atp']['total']:.2f}: DPA "
                      f"{'beats' if m['dpa']['total'] > m['atp']['total'] else 'does not beat'} AtP")
         r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
-        lines.append(f"head ioi: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
+        lines.append(f"{name}: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
         p = m["activation_patching"]["attribution_seconds"] / m["dpa"]["attribution_seconds"]
-        lines.append(f"head ioi: activation patching / DPA time {p:.0f}x (>= 50x): {verdict(p >= 50)}")
+        lines.append(f"{name}: activation patching (batched, truncated) / DPA time {p:.0f}x (>= 50x): "
+                     f"{verdict(p >= 50)}")
     neuron = summary.get("neuron_ioi")
     if neuron:
         m = neuron["methods"]
@@ -166,8 +170,9 @@ def checks(summary: dict) -> list[str]:
     if tim:
         lines.append(f"timing ({tim['n']} IOI prompts): DPA head {tim['dpa']:.2f} s; patching all heads "
                      f"{tim['patching_truncated']:.1f} s truncated ({tim['ratio_truncated']:.0f}x), "
-                     f"{tim['patching_plain']:.1f} s plain ({tim['ratio_plain']:.0f}x) (>= 50x): "
-                     f"{verdict(tim['ratio_plain'] >= 50)}")
+                     f"{tim['patching_plain']:.1f} s plain batched ({tim['ratio_plain']:.0f}x: "
+                     f"{verdict(tim['ratio_plain'] >= 50)} at >= 50x), {tim['patching_unbatched']:.1f} s one "
+                     f"forward at a time ({tim['ratio_unbatched']:.0f}x: {verdict(tim['ratio_unbatched'] >= 50)})")
     mem = summary.get("memory")
     if mem:
         lines.append(f"memory: {json.dumps(mem)}: {verdict(mem.get('ok', False))}")
@@ -182,7 +187,9 @@ def main() -> None:
     parser.add_argument("--n-head", type=int, default=20)
     parser.add_argument("--n-neuron", type=int, default=5)
     parser.add_argument("--n-timing", type=int, default=3)
-    parser.add_argument("--sets", default="ioi,facts", help="Prompt sets for the token part.")
+    parser.add_argument("--sets", default="ioi:foil,facts:nofoil",
+                        help="Prompt sets for the token part, each SET:foil or SET:nofoil.")
+    parser.add_argument("--ranks", default="signed,abs", help="Rankings to evaluate: signed, abs or both.")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None, help="Write the summary JSON here.")
     args = parser.parse_args()
@@ -196,13 +203,18 @@ def main() -> None:
     model = load(args.model)
     summary: dict = {"model": args.model, "threads": args.threads}
     log: list[str] = []
+    ranks = args.ranks.split(",")
     if "token" in parts:
-        for name in args.sets.split(","):
-            summary[f"token_{name}"] = run_part(model, load_rows(name, args.n_token), TOKEN_METHODS, "token",
-                                                f"token_{name}", log)
+        for item in args.sets.split(","):
+            name, _, foil = item.partition(":")
+            for rank in ranks:
+                label = f"token_{name}_{rank}"
+                summary[label] = run_part(model, load_rows(name, args.n_token), TOKEN_METHODS, "token", label,
+                                          log, rank=rank, use_foil=foil != "nofoil")
     if "head" in parts:
-        summary["head_ioi"] = run_part(model, load_rows("ioi", args.n_head), HEAD_METHODS, "head",
-                                       "head_ioi", log)
+        for rank in ranks:
+            summary[f"head_ioi_{rank}"] = run_part(model, load_rows("ioi", args.n_head), HEAD_METHODS, "head",
+                                                   f"head_ioi_{rank}", log, rank=rank)
     if "neuron" in parts:
         summary["neuron_ioi"] = run_part(model, load_rows("ioi", args.n_neuron), NEURON_METHODS, "neuron",
                                          "neuron_ioi", log)

@@ -127,8 +127,6 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
         b = f"blocks.{layer}."
         names += [b + "ln1.hook_scale", b + "ln2.hook_scale", b + "attn.hook_pattern", b + "attn.hook_v",
                   b + "mlp.hook_pre", b + "mlp.hook_pre_linear"]
-        if "head" in levels or p.uses_qk:
-            names.append(b + "attn.hook_z")
         if p.uses_qk:
             names += [b + ("attn.hook_rot_q" if rotary else "attn.hook_q"),
                       b + ("attn.hook_rot_k" if rotary else "attn.hook_k")]
@@ -140,7 +138,8 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
 
 def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
              levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    names = _hook_names(model, p, levels)
+    wanted = frozenset(_hook_names(model, p, levels))
+    names = wanted.__contains__  # TransformerLens tests a list filter by linear search at every hook point
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     except TypeError:
@@ -313,37 +312,43 @@ def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
     m_g = _by_head(m).reshape(G, -1, d_head)  # [group, R*query, d_head]
     if w["b_O"] is not None:
         offsets["attn_out_bias"] += (t * w["b_O"]).sum().double()
-    mv = torch.bmm(m_g, v.transpose(1, 2)).view(H, seq, seq) if ("edge" in out or p.uses_qk) else None
-    if "edge" in out:
-        out["edge"][layer] = A * mv
-    mz = None
-    if b + "hook_z" in cache:
-        mz = (m * cache[b + "hook_z"]).sum(-1).T  # [head, query]
-        if "head" in out:
-            out["head"][layer] = mz
     A_g = A.reshape(G, -1, seq)  # [group, R*query, key]
+    mz = None  # m_i . z_i per head and query: the head's score, and the q/k paths' baseline
+    if "edge" in out or p.uses_qk:
+        mv = torch.bmm(m_g, v.transpose(1, 2)).view(H, seq, seq)  # m_i . v_j
+        edge = A * mv
+        if "edge" in out:
+            out["edge"][layer] = edge
+        mz = edge.sum(-1)  # z_i = sum_j A_ij v_j, so m_i . z_i = sum_j A_ij (m_i . v_j)
+    elif "head" in out:
+        edge = None
+        mz = (m_g * torch.bmm(A_g, v)).sum(-1).view(H, seq)
+    if "head" in out:
+        out["head"][layer] = mz
     # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
     gv = p.w_v * torch.bmm(A_g.transpose(1, 2), m_g)  # [group, key, d_head]
     g_n = _from_heads(gv, w["W_V"])
     if w["b_V"] is not None:
         offsets["attn_value_bias"] += (gv * w["b_V"][:, None, :]).sum().double()
     if p.uses_qk:
-        g_n = g_n + _qk_paths(model, layer, w, A, mv, mz, cache, p, offsets)
+        g_n = g_n + _qk_paths(model, layer, w, A, edge, mz, cache, p, offsets)
     g_x, off = norm_back(g_n, cache.get(f"blocks.{layer}.ln1.hook_scale"), w["ln1.w"], w["ln1.b"],
                          model.arch.norm == "layernorm")
     offsets["attn_norm_bias"] += off.double()
     return g_x
 
 
-def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, mv: torch.Tensor, mz: torch.Tensor,
+def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
               cache: dict[str, torch.Tensor], p: DPAParams, offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j."""
+    """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j.
+
+    edge: A_ij (m_i . v_j) [head, query, key]; mz: m_i . z_i [head, query]."""
     b = f"blocks.{layer}.attn."
     H, seq = A.shape[0], A.shape[-1]
     G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
     rotary = model.arch.positional == "rope"
     scale = float(model.tl.blocks[layer].attn.attn_scale)
-    delta = (A * (mv - mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
+    delta = ((edge - A * mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
     tables = rope_tables(model, layer, seq) if rotary else None
     g_n = A.new_zeros(())
     if p.w_q:

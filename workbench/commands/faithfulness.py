@@ -77,6 +77,8 @@ def faithfulness(
     level: str = typer.Option("token", "--level", help="token | head | neuron."),
     limit: int = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
     ablation: str = typer.Option("zero", "--ablation", help="zero | mean (mean over the prompts' positions)"),
+    rank: str = typer.Option("signed", "--rank", help="signed (items pushing the target up first) | abs "
+                             "(largest influence either way first; unsigned methods are unchanged)."),
     foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
                               "one) or the target logit alone."),
     param: list[str] = typer.Option(None, "--param", help="Method parameter METHOD.NAME=VALUE (repeatable), "
@@ -95,6 +97,8 @@ def faithfulness(
         raise MethodError(f"unknown level {level!r}: token, head or neuron")
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
+    if rank not in ("signed", "abs"):
+        raise MethodError(f"unknown rank {rank!r}: signed or abs")
     names = [m.strip() for m in methods.split(",") if m.strip()]
     if not names:
         raise MethodError("--methods is empty: name at least one method")
@@ -122,7 +126,7 @@ def faithfulness(
     with progress() as bar:
         task = bar.add_task(f"faithfulness {level}", total=len(rows))
         result = evaluate(hooked, rows, names, level=level, ablation=ablation, use_foil=foil, params=params,
-                          batch_size=batch_size, on_step=lambda: bar.advance(task))
+                          batch_size=batch_size, on_step=lambda: bar.advance(task), rank=rank)
     result.args.update(prompts=prompts, limit=limit)
     out = result.to_json()
     out.pop("curves")
