@@ -29,10 +29,10 @@ def prompts(tmp_path_factory):
 def test_json_contract_and_run(monkeypatch, capsys, prompts):
     code, out, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,
                          "--methods", "random,ig,activation_patching,atp", "--level", "token", "--limit", "3",
-                         "--param", "ig.steps=4", "--json")
+                         "--param", "ig.steps=4", "--rank", "abs", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["level"] == "token" and data["n_examples"] == 3
+    assert data["level"] == "token" and data["n_examples"] == 3 and data["rank"] == "abs"
     assert set(data["methods"]) == {"random", "integrated_gradients", "activation_patching", "atp"}
     for m in data["methods"].values():
         assert {"disrupt_auc", "recover_auc", "total", "attribution_seconds"} <= set(m)
@@ -56,6 +56,7 @@ def test_head_level_with_attention(monkeypatch, capsys, prompts):
     (["--methods", "ig", "--level", "neuron"], ["integrated_gradients", "no neuron level"]),
     (["--methods", "random", "--level", "edge"], ["unknown level"]),
     (["--methods", "random", "--ablation", "blur"], ["ablation"]),
+    (["--methods", "random", "--rank", "sideways"], ["unknown rank", "signed or abs"]),
     (["--methods", "random", "--param", "ig.steps"], ["METHOD.NAME=VALUE"]),
 ])
 def test_bad_methods_and_levels(monkeypatch, capsys, prompts, args, words):

@@ -97,6 +97,19 @@ def test_attention_at_head_level_ranks_from_edges_and_missing_levels_fail(model,
         evaluate(model, examples[:3], ["random"], level="edge")
 
 
+def test_abs_ranking_reorders_signed_methods_only(model, examples):
+    """rank="abs" puts large negative scores first: it changes a signed method's curves, not an unsigned one's
+    (the gradient norm), and the ranking is recorded in the result."""
+    few = examples[:5]
+    signed = evaluate(model, few, ["input_x_gradient", "gradient"], level="token", rank="signed")
+    absolute = evaluate(model, few, ["input_x_gradient", "gradient"], level="token", rank="abs")
+    assert signed.methods["gradient"].total == pytest.approx(absolute.methods["gradient"].total)
+    assert signed.methods["input_x_gradient"].disrupt_curve != absolute.methods["input_x_gradient"].disrupt_curve
+    assert absolute.to_json()["rank"] == "abs" and "ranked by abs score" in absolute.markdown()
+    with pytest.raises(MethodError, match="unknown rank"):
+        evaluate(model, few, ["random"], level="token", rank="sideways")
+
+
 def test_recall_at_k():
     assert recall_at_k(torch.tensor([5.0, -4, 0, 0]), torch.tensor([1.0, 2, 0, 0]), k=2) == 1.0
     assert recall_at_k(torch.tensor([0.0, 0, 5, 4]), torch.tensor([1.0, 2, 0, 0]), k=2) == 0.0
