@@ -47,6 +47,30 @@ def test_cache_exposes_interface(tiny_llama):
     w = tiny_llama.weights(1)
     assert w["W_K"].shape == (4, 32, 8)  # kv heads repeated to the 4 query heads
     assert torch.equal(w["W_K"][0], w["W_K"][1])
+    grouped = tiny_llama.weights(1, repeat_kv=False)
+    assert grouped["W_K"].shape == (2, 32, 8) and torch.equal(grouped["W_V"][1], w["W_V"][2])
+    assert grouped["b_O"] is None or grouped["b_O"].abs().max() == 0  # every key present, None if absent
+
+
+def test_interface_pieces_engines_need(tiny_llama, tiny_gpt2):
+    """rope tables, the final norm's bias and last-position logits from a residual, without reaching into
+    TransformerLens modules."""
+    tokens = tiny_llama.to_tokens("The capital of France is")
+    s = tokens.shape[-1]
+    cos, sin, adjacent, dim = tiny_llama.rope(0, s)
+    assert cos.shape == (s, dim) and not adjacent and torch.allclose(cos[0], torch.ones(dim))
+    assert tiny_gpt2.rope(0, s) is None
+    assert tiny_llama.final_norm_bias() is None and tiny_gpt2.final_norm_bias().shape == (32,)
+    assert tiny_llama.attn_scale(0) == pytest.approx(8 ** 0.5)
+    assert torch.allclose(tiny_llama.act_fn(0)(torch.tensor([0.0, 1.0])), torch.nn.functional.silu(
+        torch.tensor([0.0, 1.0])))
+    for model in (tiny_llama, tiny_gpt2):
+        toks = model.to_tokens("The capital of France is")
+        with torch.no_grad():
+            resid = model(toks, stop_at_layer=model.arch.n_layers)
+            assert torch.allclose(model.final_logits(resid), model.logits(toks)[:, -1], atol=1e-5)
+    with pytest.raises(RangeError):
+        tiny_llama.rope(5, s)
 
 
 def test_gradients_on_activations(tiny_llama):

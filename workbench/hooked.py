@@ -216,30 +216,54 @@ class HookedModel:
             raise RangeError(f"{self.name} has no MLP neurons")
         return check_range("neuron", neuron, self.arch.d_mlp)
 
-    def weights(self, layer: int) -> dict[str, Any]:
-        """Layer weights in TransformerLens layout, kv heads repeated to full heads.
+    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, Any]:
+        """Layer weights in TransformerLens layout; every key is present (None where the model has none).
 
-        W_Q/W_K/W_V [head, d_model, d_head], W_O [head, d_head, d_model], W_in (up or MLP in)
-        and W_gate [d_model, d_mlp], W_out [d_mlp, d_model], ln1/ln2 weights [d_model].
+        W_Q [head, d_model, d_head], W_K/W_V [head or kv head, d_model, d_head], W_O [head, d_head, d_model],
+        W_in (up or MLP in) and W_gate [d_model, d_mlp], W_out [d_mlp, d_model], ln1/ln2 weights [d_model].
+        repeat_kv=False keeps grouped-query K/V at their kv heads (head h reads kv head h // (heads / kv
+        heads)) instead of repeating them, which copies W_K and W_V on every call.
         """
         self.check_layer(layer)
         block = self.tl.blocks[layer]
         attn = block.attn
-        w: dict[str, Any] = {
-            "W_Q": attn.W_Q, "W_K": attn.W_K, "W_V": attn.W_V, "W_O": attn.W_O,
-            "b_Q": attn.b_Q, "b_K": attn.b_K, "b_V": attn.b_V, "b_O": attn.b_O,
-        }
+        w: dict[str, Any] = {key: getattr(attn, key, None) for key in ("W_Q", "W_O", "b_Q", "b_O")}
+        for key in ("W_K", "W_V", "b_K", "b_V"):  # TL keeps grouped parameters as _W_K behind a repeating property
+            grouped = not repeat_kv and hasattr(attn, "_" + key)
+            w[key] = getattr(attn, "_" + key) if grouped else getattr(attn, key, None)
         for ln in ("ln1", "ln2"):
             norm = getattr(block, ln, None)
-            if norm is not None and hasattr(norm, "w"):
-                w[f"{ln}.w"] = norm.w
-                w[f"{ln}.b"] = getattr(norm, "b", None)
+            w[f"{ln}.w"], w[f"{ln}.b"] = getattr(norm, "w", None), getattr(norm, "b", None)
         mlp = getattr(block, "mlp", None)
-        if mlp is not None:
-            for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
-                if hasattr(mlp, key):
-                    w[key] = getattr(mlp, key)
+        for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
+            w[key] = getattr(mlp, key, None)
         return w
+
+    def act_fn(self, layer: int) -> Callable[[Any], Any]:
+        """The MLP activation of a layer, as a function on tensors."""
+        return self.tl.blocks[self.check_layer(layer)].mlp.act_fn
+
+    def attn_scale(self, layer: int) -> float:
+        """The divisor of a layer's attention scores (sqrt(d_head) unless the model says otherwise)."""
+        return float(self.tl.blocks[self.check_layer(layer)].attn.attn_scale)
+
+    def rope(self, layer: int, seq_len: int) -> tuple[Any, Any, bool, int] | None:
+        """(cos, sin) [seq_len, rotary_dim] of a layer's rotary embedding, whether rotated pairs are adjacent
+        (GPT-J) rather than halves (NeoX/Llama), and rotary_dim; None for models without RoPE."""
+        if self.arch.positional != "rope":
+            return None
+        attn = self.tl.blocks[self.check_layer(layer)].attn
+        cfg = self.tl.cfg
+        return (attn.rotary_cos[:seq_len], attn.rotary_sin[:seq_len], bool(cfg.rotary_adjacent_pairs),
+                int(cfg.rotary_dim))
+
+    def final_logits(self, resid):
+        """Last-position logits [B, vocab] from the final residual stream [B, S, d_model] (final norm, then
+        unembedding of that one position only)."""
+        x = resid[:, -1:]
+        if getattr(self.tl.cfg, "normalization_type", None) is not None:
+            x = self.tl.ln_final(x)
+        return self.tl.unembed(x)[:, 0]
 
     @property
     def W_U(self):
@@ -254,8 +278,11 @@ class HookedModel:
         return self.tl.W_E
 
     def final_norm_weight(self):
-        ln = getattr(self.tl, "ln_final", None)
-        return getattr(ln, "w", None) if ln is not None else None
+        return getattr(getattr(self.tl, "ln_final", None), "w", None)
+
+    def final_norm_bias(self):
+        """The final LayerNorm's bias (None for RMSNorm or no final norm)."""
+        return getattr(getattr(self.tl, "ln_final", None), "b", None)
 
     def head_writes(self, z, layer: int):
         """Per-head writes into the residual, [batch, pos, head, d_model], from hook_z."""

@@ -24,15 +24,6 @@ def check_target(enc: Any) -> None:
         raise MethodError("this method explains a target token: give --target")
 
 
-def final_logits(model: Any, resid: torch.Tensor) -> torch.Tensor:
-    """Logits at the last position from the final residual [B, S, D] (skips unembedding the rest)."""
-    tl = model.tl
-    x = resid[:, -1:]
-    if getattr(tl.cfg, "normalization_type", None) is not None:
-        x = tl.ln_final(x)
-    return tl.unembed(x)[:, 0]
-
-
 def last_logits(model: Any, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
                 resid: torch.Tensor | None = None) -> torch.Tensor:
     """Last-position logits [B, V]; with ``resid`` the forward starts at block ``start_layer``."""
@@ -42,7 +33,7 @@ def last_logits(model: Any, tokens: torch.Tensor, fwd_hooks=(), start_layer: int
             out = model(resid, start_at_layer=start_layer, stop_at_layer=n_layers)
         else:
             out = model(tokens, stop_at_layer=n_layers)
-    return final_logits(model, out)
+    return model.final_logits(out)
 
 
 def level_shape(model: Any, enc: Any, level: str) -> tuple[int, ...]:

@@ -132,8 +132,8 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
                       b + ("attn.hook_rot_k" if rotary else "attn.hook_k")]
         if "neuron" in levels:
             names.append(b + "mlp.hook_post")
-    hook_dict = model.tl.hook_dict
-    return [n for n in names if n in hook_dict]
+    available = set(model.hook_names())
+    return [n for n in names if n in available]
 
 
 def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
@@ -191,7 +191,7 @@ def _init_target(model: Any, enc: Any, cache: dict[str, torch.Tensor],
     W_U = model.W_U.float()  # [d_model, vocab]
     b_U = getattr(model, "b_U", None)
     gamma = model.final_norm_weight()
-    beta = getattr(getattr(model.tl, "ln_final", None), "b", None)
+    beta = model.final_norm_bias()
     if "ln_final.hook_normalized" in cache:
         final = cache["ln_final.hook_normalized"][-1]
         final = final * gamma.float() if gamma is not None else final
@@ -221,26 +221,10 @@ def _init_target(model: Any, enc: Any, cache: dict[str, torch.Tensor],
 
 
 def _layer_weights(model: Any, layer: int) -> dict[str, Any]:
-    """Layer weights in TransformerLens layout, float32, with grouped kv heads NOT repeated.
-
-    HookedModel.weights() repeats kv heads to full heads (a copy of W_K and W_V per call, which
-    costs more than this layer's whole top-down pass); DPA sums the query heads of a group instead.
-    """
-    w: dict[str, Any] = {}
-    block = model.tl.blocks[layer]
-    if True:
-        attn = block.attn
-        for key in ("W_Q", "W_O", "b_Q", "b_O"):
-            w[key] = getattr(attn, key, None)
-        for key in ("W_K", "W_V", "b_K", "b_V"):  # the kv-head parameters behind the repeating properties
-            w[key] = getattr(attn, "_" + key, None) if hasattr(attn, "_" + key) else getattr(attn, key, None)
-        for ln in ("ln1", "ln2"):
-            norm = getattr(block, ln, None)
-            w[f"{ln}.w"], w[f"{ln}.b"] = getattr(norm, "w", None), getattr(norm, "b", None)
-        mlp = getattr(block, "mlp", None)
-        for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
-            w[key] = getattr(mlp, key, None) if mlp is not None else None
-    return {k: (v.float() if isinstance(v, torch.Tensor) else v) for k, v in w.items()}
+    """Layer weights in float32 with grouped kv heads NOT repeated: repeating copies W_K and W_V, which costs
+    more than this layer's whole top-down pass; DPA sums the query heads of a group instead."""
+    return {k: (v.float() if isinstance(v, torch.Tensor) else v)
+            for k, v in model.weights(layer, repeat_kv=False).items()}
 
 
 def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
@@ -253,7 +237,7 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
     if w["b_out"] is not None:
         offsets["mlp_bias"] += (t * w["b_out"]).sum().double()
     g = cache[b + "mlp.hook_pre"]
-    act_fn = model.tl.blocks[layer].mlp.act_fn
+    act_fn = model.act_fn(layer)
     silu = model.arch.act_fn == "silu"
     slope = act_slope(act_fn, g, p.act_mode, silu=silu)
     if w["W_gate"] is not None:
@@ -347,9 +331,9 @@ def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, edge: 
     H, seq = A.shape[0], A.shape[-1]
     G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
     rotary = model.arch.positional == "rope"
-    scale = float(model.tl.blocks[layer].attn.attn_scale)
+    scale = model.attn_scale(layer)
     delta = ((edge - A * mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
-    tables = rope_tables(model, layer, seq) if rotary else None
+    tables = rope_tables(model, layer, seq)
     g_n = A.new_zeros(())
     if p.w_q:
         k = _by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [group, key, d_head]

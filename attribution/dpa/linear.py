@@ -53,12 +53,14 @@ def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor
     return g, offset
 
 
-def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, bool, int]:
-    """(cos, sin) [seq, rotary_dim] of one layer, whether pairs are adjacent (GPT-J) and rotary_dim."""
-    attn = model.tl.blocks[layer].attn
-    cfg = model.tl.cfg
-    return (attn.rotary_cos[:seq].float(), attn.rotary_sin[:seq].float(), bool(cfg.rotary_adjacent_pairs),
-            int(cfg.rotary_dim))
+def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, bool, int] | None:
+    """(cos, sin) [seq, rotary_dim] in float32, whether pairs are adjacent (GPT-J) and rotary_dim; None
+    without RoPE (HookedModel.rope)."""
+    rope = model.rope(layer, seq)
+    if rope is None:
+        return None
+    cos, sin, adjacent, dim = rope
+    return cos.float(), sin.float(), adjacent, dim
 
 
 def rotate_half(x: torch.Tensor, adjacent: bool) -> torch.Tensor:

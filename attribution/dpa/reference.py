@@ -48,7 +48,7 @@ def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor
         return x
 
     def mlp_post(layer: int):
-        act = model.tl.blocks[layer].mlp.act_fn
+        act = model.act_fn(layer)
 
         def slope_path(g, other):  # the frozen slope (ratio) or the true local derivative, times g's change
             if p.act_mode == "ratio":
