@@ -54,6 +54,24 @@ def test_dpa_views_render_and_follow_the_prompt(page):
         assert token_scores(at).shape == (2, 5)
 
 
+def test_faithfulness_tab_follows_the_ranking(page):
+    at = page
+    at.multiselect(key="attr_methods").set_value(["dpa", "random"]).run()
+    at.radio(key="attr_faith_rank").set_value("abs").run()
+    at.button(key="attr_faith_go").click().run()
+    assert not problems(at)
+    fig = chart(at, "attr_faith_fig")
+    assert len(fig["data"]) == 4  # disrupt and recover for each method
+    assert fig["data"][0]["y"][0] == 100  # disrupt(0) ablates nothing
+    assert at.session_state["_attr_faith"][1].rank == "abs"
+    at.radio(key="attr_faith_rank").set_value("signed").run()
+    with pytest.raises(AssertionError, match="no chart"):  # the abs curves no longer match the settings
+        chart(at, "attr_faith_fig")
+    at.button(key="attr_faith_go").click().run()
+    assert not problems(at)
+    assert at.session_state["_attr_faith"][1].rank == "signed"
+
+
 def test_clicked_head_changes_its_view(page):
     at = page
     effect = [m for m in at.metric if "direct logit effect" in m.label]

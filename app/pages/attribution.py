@@ -218,16 +218,18 @@ def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, m
     if faith is None:
         return
     level = st.radio("Items", list(faith.LEVELS), horizontal=True, key="attr_faith_level")
+    rank = st.radio("Rank by", list(faith.RANKS), horizontal=True, key="attr_faith_rank",
+                    help="signed: items pushing the target up first; abs: largest influence either way first")
     usable = [m for m in methods if m in available_methods(level)]
     if not usable:
         st.info(f"None of the chosen methods scores at the {level} level.")
         return
-    sig = (loaded.name, prompt, target, foil, tuple(usable), level)
+    sig = (loaded.name, prompt, target, foil, tuple(usable), level, rank)
     if st.button(f"Compute curves for {', '.join(usable)}", key="attr_faith_go"):
         example = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {})}
         with C.Progress("Disrupt / recover curves", 1) as prog, loaded.lock:
             res = C.attempt(
-                "Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level
+                "Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level, rank=rank
             )
             prog.step("done")
         if res is not None:
