@@ -69,6 +69,10 @@ def run_part(model, rows, methods, level, label, log, rank="signed", use_foil=Tr
     log.append(f"### {label}\n\n{res.markdown()}\n\n(run {run.id}, {time.time() - started:.0f} s)\n")
     out = res.to_json()
     out["run_id"] = run.id
+    totals: dict[str, list[float]] = {}
+    for row in res.per_example:
+        totals.setdefault(row["method"], []).append(row["recover_auc"] - row["disrupt_auc"])
+    out["example_totals"] = totals
     out["wall_seconds"] = time.time() - started
     return out
 
@@ -152,8 +156,13 @@ def checks(summary: dict) -> list[str]:
                          f"recover {m[k]['recover_auc']:.2f} "
                          f"total {m[k]['total']:.2f} spearman {m[k].get('spearman')} "
                          f"recall@10 {m[k].get('recall_at_10')}")
+        diffs = [d - a for d, a in zip(head["example_totals"]["dpa"], head["example_totals"]["atp"], strict=True)]
+        mean = sum(diffs) / len(diffs)
+        sd = (sum((x - mean) ** 2 for x in diffs) / max(1, len(diffs) - 1)) ** 0.5
         lines.append(f"{name}: DPA total {m['dpa']['total']:.2f} vs AtP {m['atp']['total']:.2f}: DPA "
-                     f"{'beats' if m['dpa']['total'] > m['atp']['total'] else 'does not beat'} AtP")
+                     f"{'beats' if m['dpa']['total'] > m['atp']['total'] else 'does not beat'} AtP on average; "
+                     f"paired difference {mean:+.2f} (sd {sd:.2f}, standard error {sd / len(diffs) ** 0.5:.2f}), "
+                     f"DPA higher on {sum(x > 0 for x in diffs)} of {len(diffs)} prompts")
         r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
         lines.append(f"{name}: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
         p = m["activation_patching"]["attribution_seconds"] / m["dpa"]["attribution_seconds"]
