@@ -14,14 +14,9 @@ from workbench.errors import MethodError, RangeError
 PROMPT_LLAMA = "The capital of France is a b c"
 PROMPT_SYM = "a b c d e f"
 
+pytestmark = pytest.mark.usefixtures("one_thread")
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny tensors: thread sync costs more than the work (and the machine is shared)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+
 
 
 @pytest.fixture(scope="module")

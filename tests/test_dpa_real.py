@@ -7,16 +7,9 @@ import torch
 
 from attribution.dpa import COMPLETE, dpa_all, memory_estimate
 
-pytestmark = pytest.mark.real
+pytestmark = [pytest.mark.real, pytest.mark.usefixtures("one_thread")]
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """On a shared two-core machine, two threads per op wait on each other more than they help."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def test_paris_ranks_france(smollm2):

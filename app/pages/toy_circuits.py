@@ -91,25 +91,6 @@ def _draft(kind: str, method: str, res: Any, model_name: str, seed: int):
     )
 
 
-def spectra_figure(table: Any, value: str):
-    """One line per (layer, head, matrix) over training steps."""
-    import plotly.express as px
-
-    t = table.copy()
-    t["component"] = [
-        f"L{lay}" + (f"H{h}" if h >= 0 else "") + f" {m}"
-        for lay, h, m in zip(t["layer"], t["head"], t["matrix"], strict=True)
-    ]
-    return px.line(
-        t,
-        x="step",
-        y=value,
-        color="component",
-        markers=True,
-        title=f"{value} of attention weights over training",
-    )
-
-
 def components(model: Any) -> list[str]:
     out = [f"head:{lay}.{h}" for lay in range(model.arch.n_layers) for h in range(model.arch.n_heads)]
     if model.arch.mlp != "none":
@@ -207,27 +188,12 @@ with tabs[2]:
 
         clean, bad = batch.tokens[int(i_clean)].tolist(), batch.tokens[int(i_bad)].tolist()
         with loaded.lock:
-            heads = C.attempt(
-                "Head patching failed",
-                patch_heads,
-                model,
-                clean,
-                bad,
-                target,
-                foil if foil != target else None,
-                pos=pos,
-            )
-            resid = C.attempt(
-                "Residual patching failed",
-                patch_residual,
-                model,
-                clean,
-                bad,
-                target,
-                foil if foil != target else None,
-                pos=pos,
-            )
-        for tag, res in (("heads", heads), ("resid", resid)):
+            results = {
+                tag: C.attempt(f"{what} patching failed", fn, model, clean, bad, target,
+                               foil if foil != target else None, pos=pos)
+                for tag, what, fn in (("heads", "Head", patch_heads), ("resid", "Residual", patch_residual))
+            }
+        for tag, res in results.items():
             if res is not None:
                 st.plotly_chart(res.plot(), key=f"toy_patch_{tag}")
 with tabs[3]:
@@ -252,7 +218,7 @@ with tabs[3]:
                 )
             st.plotly_chart(four.plot(), key="toy_four_fig")
 with tabs[4]:
-    from circuits.tools.spectra import spectra_over_training, weight_spectra
+    from circuits.tools.spectra import plot_over_training, spectra_over_training, weight_spectra
 
     table = C.attempt("No spectra over training", spectra_over_training, model)
     if table is not None:
@@ -261,7 +227,7 @@ with tabs[4]:
             [c for c in table.columns if c not in ("step", "layer", "head", "matrix")],
             key="toy_spec_value",
         )
-        st.plotly_chart(spectra_figure(table, value), key="toy_spectra")
+        st.plotly_chart(plot_over_training(table, value), key="toy_spectra")
     else:
         now = C.attempt("Spectra failed", weight_spectra, model)
         if now is not None:
