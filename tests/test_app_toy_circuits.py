@@ -38,6 +38,8 @@ def test_toy_page_follows_its_widgets():
     assert not problems(at)
     assert not frame_with(at, "component").equals(mean_abl)
     assert chart(at, "toy_patch_heads") and chart(at, "toy_patch_resid")
+    spectra = chart(at, "toy_spectra")  # the shipped checkpoint stores training snapshots
+    assert spectra["data"] and all(len(array(tr["x"])) > 1 for tr in spectra["data"])
     assert TOY in list(frame_with(at, "ffn")["model"])  # the FFN-variant table lists it
     at.button(key="toy_abl_save").click().run()
     assert [r["kind"] for r in RunStore().list()] == ["toy-ablation"]
