@@ -162,6 +162,9 @@ class HookedModel:
     def run_with_cache(self, tokens, names_filter: Callable[[str], bool] | list[str] | None = None,
                        **kwargs):
         """(logits, ActivationCache) under TransformerLens hook names."""
+        if isinstance(names_filter, list | tuple | set | frozenset):
+            # TransformerLens tests a list filter by linear search at every hook point; a set is O(1)
+            names_filter = frozenset(names_filter).__contains__
         return self.tl.run_with_cache(tokens, names_filter=names_filter, **kwargs)
 
     def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):

@@ -138,8 +138,7 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
 
 def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
              levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
-    wanted = frozenset(_hook_names(model, p, levels))
-    names = wanted.__contains__  # TransformerLens tests a list filter by linear search at every hook point
+    names = _hook_names(model, p, levels)
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     except TypeError:
