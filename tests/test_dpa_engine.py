@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attribution.dpa import COMPLETE, LEVELS, dpa_all, dpa_scores, memory_estimate
+from attribution.dpa import COMPLETE, LEVELS, dpa_all, dpa_batch, dpa_scores, memory_estimate
 from attribution.dpa.reference import dpa_reference
 from attribution.dpa.tiny import save_tiny_llama, tiny_gpt2
 from attribution.methods import LEVEL_AXES
@@ -161,3 +161,42 @@ def test_bad_params_and_memory(llama):
     with pytest.raises(RangeError, match="levels that fit: token, head, neuron"):
         dpa_scores(llama, enc, "edge", max_gib=budget)
     assert dpa_scores(llama, enc, "head", max_gib=budget).shape[0] == llama.arch.n_layers
+
+
+def test_batch_equals_one_at_a_time(request):
+    """Right-padded batches (prompts of different lengths, with and without foils) give each prompt's own
+    scores, offsets and targets, on RoPE/GQA and on LayerNorm/learned-position models."""
+    cases = {"llama": [("The capital of France is a b c", "Paris", "London"), ("a b", "Paris", None),
+                       ("The capital of", "Paris", "London")],
+             "gpt2_gelu": [(PROMPT_SYM, "g", "h"), ("a b c", "g", None), ("a b c d e f a b c", "h", "g")]}
+    for fixture, rows in cases.items():
+        model = request.getfixturevalue(fixture)
+        encs = [model.encode(*row) for row in rows]
+        assert len({e.seq_len for e in encs}) == 3  # padding is exercised
+        for params in ({}, {"w_q": 0.7, "w_k": 0.3}):
+            batch = dpa_batch(model, encs, batch_size=2, keep_targets=True, **params)
+            assert len(batch) == len(encs)
+            for enc, got in zip(encs, batch, strict=True):
+                want = dpa_all(model, enc, keep_targets=True, **params)
+                assert got.tokens == want.tokens and abs(got.target_logit - want.target_logit) < 1e-5
+                for level in LEVELS:
+                    assert got[level].shape == want[level].shape, level
+                    assert float(want[level].abs().max()) > 1e-4, level
+                    assert torch.allclose(got[level], want[level], atol=1e-5, rtol=1e-4), (fixture, level)
+                for key, value in want.offsets.items():
+                    assert abs(got.offsets[key] - value) < 1e-5 * max(1.0, abs(value)), key
+                for key in want.targets:
+                    assert torch.allclose(got.targets[key], want.targets[key], atol=1e-5), key
+
+
+def test_batch_bad_input(llama):
+    enc = llama.encode(PROMPT_LLAMA, "Paris")
+    with pytest.raises(MethodError, match="batch_size"):
+        dpa_batch(llama, [enc], batch_size=0)
+    with pytest.raises(MethodError, match="no level"):
+        dpa_batch(llama, [enc], levels=("tokens",))
+    assert dpa_batch(llama, []) == []
+    # a batch whose edge tensors exceed max_gib runs fewer prompts at a time instead of failing
+    one = memory_estimate(llama, enc.seq_len)["edge"] / 2**30
+    traces = dpa_batch(llama, [enc] * 3, levels=("edge",), batch_size=3, max_gib=one * 1.5)
+    assert len(traces) == 3 and torch.allclose(traces[2]["edge"], traces[0]["edge"])

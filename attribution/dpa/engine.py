@@ -16,7 +16,7 @@ edge tensor itself is layers x heads x pos x pos).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -68,23 +68,63 @@ def dpa_scores(model: Any, enc: Any, level: str, **params: Any) -> torch.Tensor:
 def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: bool = False,
             **params: Any) -> DPATrace:
     """One forward + one top-down pass; scores for every level in ``levels``."""
-    started = time.perf_counter()
+    if enc.tokens.shape[0] != 1:
+        raise MethodError("dpa_all scores one prompt (batch of 1); use dpa_batch for many")
+    return dpa_batch(model, [enc], levels=levels, keep_targets=keep_targets, **params)[0]
+
+
+def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, batch_size: int = 16,
+              keep_targets: bool = False, **params: Any) -> list[DPATrace]:
+    """DPA for many prompts, ``batch_size`` at a time through one forward and one top-down pass.
+
+    Prompts are right-padded: under causal attention no real position attends to a pad, and pads start
+    with a zero target that nothing propagates into, so every prompt's scores equal its own dpa_all's
+    (to float tolerance). Batching shares each weight read among the prompts, which on a CPU is most of
+    a single prompt's cost. Each trace's ``seconds`` is its batch's time divided by the batch's prompts.
+    """
     p = DPAParams.from_kwargs(**params)
     levels = tuple(levels)
     for lv in levels:
         if lv not in LEVELS:
             raise MethodError(f"dpa has no level {lv!r}; levels: {', '.join(LEVELS)}")
+    if int(batch_size) < 1:
+        raise MethodError(f"batch_size must be at least 1 (got {batch_size})")
     check_supported(model)
-    if enc.tokens.shape[0] != 1:
-        raise MethodError("dpa scores one prompt at a time (batch of 1)")
     if "neuron" in levels and not model.arch.d_mlp:
         raise MethodError(f"{model.name} has no MLP neurons")
-    check_fits(model, enc.seq_len, levels, p)
-    with torch.no_grad():
-        cache = _forward(model, enc.tokens, p, levels)
-        trace = _propagate(model, enc, cache, p, levels, keep_targets)
-    trace.seconds = time.perf_counter() - started
-    return trace
+    for enc in encs:
+        if enc.tokens.shape[0] != 1:
+            raise MethodError("each encoding holds one prompt (batch of 1)")
+    traces: list[DPATrace] = []
+    start = 0
+    while start < len(encs):
+        chunk = list(encs[start:start + int(batch_size)])
+        while len(chunk) > 1 and not _fits(model, chunk, levels, p):
+            chunk = chunk[:len(chunk) // 2]  # a long prompt in the batch: fewer at a time
+        check_fits(model, max(e.seq_len for e in chunk), levels, p, batch=len(chunk))
+        start += len(chunk)
+        started = time.perf_counter()
+        with torch.no_grad():
+            tokens = _right_pad([e.tokens[0] for e in chunk])
+            cache = _forward(model, tokens, p, levels)
+            done = _propagate(model, chunk, cache, p, levels, keep_targets)
+        seconds = (time.perf_counter() - started) / len(chunk)
+        for trace in done:
+            trace.seconds = seconds
+        traces += done
+    return traces
+
+
+def _fits(model: Any, chunk: list[Any], levels: tuple[str, ...], p: DPAParams) -> bool:
+    seq = max(e.seq_len for e in chunk)
+    need = memory_estimate(model, seq)
+    return all(len(chunk) * need[lv] <= p.max_gib * 2**30 for lv in levels)
+
+
+def _right_pad(rows: list[torch.Tensor]) -> torch.Tensor:
+    """[batch, longest] ids; each row padded with its own last id (any id works: nothing reads pads)."""
+    longest = max(int(r.shape[0]) for r in rows)
+    return torch.stack([torch.cat([r, r[-1:].expand(longest - r.shape[0])]) for r in rows])
 
 
 # -- memory --------------------------------------------------------------------------------------
@@ -97,9 +137,9 @@ def memory_estimate(model: Any, seq: int) -> dict[str, float]:
             "edge": 2 * patterns + resid}
 
 
-def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> None:
+def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> None:
     """Refuse (RangeError) a level whose tensors would exceed max_gib; say which levels fit and why."""
-    need = memory_estimate(model, seq)
+    need = {lv: batch * n for lv, n in memory_estimate(model, seq).items()}
     budget = p.max_gib * 2**30
     over = [lv for lv in levels if need[lv] > budget]
     if not over:
@@ -107,11 +147,15 @@ def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> Non
     a = model.arch
     fit = [lv for lv in LEVELS if need[lv] <= budget]
     raise RangeError(
-        f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
+        f"dpa {'/'.join(over)} level for {_prompts(batch, seq)} needs {_gib(need[over[0]])} "
         f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), "
         f"over max_gib={p.max_gib:g}; "
         + (f"levels that fit: {', '.join(fit)}" if fit
            else "no level fits: shorten the prompt or raise --param max_gib"))
+
+
+def _prompts(batch: int, seq: int) -> str:
+    return f"a {seq}-token prompt" if batch == 1 else f"{batch} prompts of up to {seq} tokens"
 
 
 def _gib(n: float) -> str:
@@ -143,25 +187,30 @@ def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
     except TypeError:
         _, cache = model.run_with_cache(tokens, names_filter=names)
-    # drop the batch axis; propagate in float32 whatever the model's dtype
-    return {k: v[0].float() for k, v in cache.items()}
+    return {k: v.float() for k, v in cache.items()}  # propagate in float32 whatever the model's dtype
+
+
+def _bsum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over every axis but the leading batch axis, in float64: [batch]."""
+    return x.flatten(1).sum(-1).double()
 
 
 # -- top-down pass -------------------------------------------------------------------------------
-def _propagate(model: Any, enc: Any, cache: dict[str, torch.Tensor], p: DPAParams,
-               levels: tuple[str, ...], keep_targets: bool) -> DPATrace:
+def _propagate(model: Any, encs: list[Any], cache: dict[str, torch.Tensor], p: DPAParams,
+               levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
+    """The top-down pass for a right-padded batch: t is [batch, pos, d_model] throughout."""
     a = model.arch
-    seq = enc.seq_len
+    n_batch, seq = cache["hook_embed"].shape[:2]
     device = model.W_U.device
-    offsets = {k: torch.zeros((), dtype=torch.float64, device=device) for k in OFFSET_KEYS}
-    t, logit = _init_target(model, enc, cache, offsets)
+    offsets = {k: torch.zeros(n_batch, dtype=torch.float64, device=device) for k in OFFSET_KEYS}
+    t, logit = _init_target(model, encs, cache, offsets)
     out: dict[str, torch.Tensor] = {}
     if "head" in levels:
-        out["head"] = t.new_zeros(a.n_layers, a.n_heads, seq)
+        out["head"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq)
     if "edge" in levels:
-        out["edge"] = t.new_zeros(a.n_layers, a.n_heads, seq, seq)
+        out["edge"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq, seq)
     if "neuron" in levels:
-        out["neuron"] = t.new_zeros(a.n_layers, seq, a.d_mlp)
+        out["neuron"] = t.new_zeros(n_batch, a.n_layers, seq, a.d_mlp)
     kept: dict[str, list[torch.Tensor]] = {"resid_post": [], "resid_mid": [], "resid_pre": []}
     for layer in reversed(range(a.n_layers)):
         w = _layer_weights(model, layer)
@@ -177,45 +226,60 @@ def _propagate(model: Any, enc: Any, cache: dict[str, torch.Tensor], p: DPAParam
     if "token" in levels:
         out["token"] = (t * cache["hook_embed"]).sum(-1)
     if "hook_pos_embed" in cache:
-        offsets["pos_embed"] += (t * cache["hook_pos_embed"]).sum().double()
-    targets = {k: torch.stack(v[::-1]) for k, v in kept.items()} if keep_targets else None
-    return DPATrace(tokens=list(enc.str_tokens), levels=out, target_logit=logit,
-                    offsets={k: float(v) for k, v in offsets.items()}, params=p, targets=targets)
+        offsets["pos_embed"] += _bsum(t * cache["hook_pos_embed"])
+    stacked = {k: torch.stack(v[::-1], dim=1) for k, v in kept.items()} if keep_targets else None
+    traces = []
+    for b, enc in enumerate(encs):
+        n = enc.seq_len
+        traces.append(DPATrace(
+            tokens=list(enc.str_tokens), levels={lv: _one(lv, x, b, n) for lv, x in out.items()},
+            target_logit=float(logit[b]), offsets={k: float(v[b]) for k, v in offsets.items()}, params=p,
+            targets=None if stacked is None else {k: _one("neuron", v, b, n) for k, v in stacked.items()}))
+    return traces
 
 
-def _init_target(model: Any, enc: Any, cache: dict[str, torch.Tensor],
-                 offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, float]:
-    """t at the last position: the unembedding row(s) pulled back through the frozen final norm."""
+def _one(level: str, x: torch.Tensor, b: int, n: int) -> torch.Tensor:
+    """Prompt b's scores, its own n positions (a copy when cut from a batch, so the batch can be freed)."""
+    y = {"token": lambda: x[b, :n], "head": lambda: x[b, ..., :n], "edge": lambda: x[b, ..., :n, :n],
+         "neuron": lambda: x[b, :, :n]}[level]()
+    return y if x.shape[0] == 1 and y.shape == x.shape[1:] else y.clone()
+
+
+def _init_target(model: Any, encs: list[Any], cache: dict[str, torch.Tensor],
+                 offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """t at each prompt's last position: the unembedding row(s) pulled back through the frozen final norm."""
     a = model.arch
     W_U = model.W_U.float()  # [d_model, vocab]
     b_U = getattr(model, "b_U", None)
     gamma = model.final_norm_weight()
     beta = model.final_norm_bias()
+    rows = torch.arange(len(encs))
+    last = torch.tensor([e.seq_len - 1 for e in encs])
     if "ln_final.hook_normalized" in cache:
-        final = cache["ln_final.hook_normalized"][-1]
+        final = cache["ln_final.hook_normalized"][rows, last]  # [batch, d_model]
         final = final * gamma.float() if gamma is not None else final
         final = final + beta.float() if beta is not None else final
-        scale = cache.get("ln_final.hook_scale")
+        scale = cache["ln_final.hook_scale"][rows, last][:, None] if "ln_final.hook_scale" in cache else None
     else:  # no final norm
-        final = cache[f"blocks.{a.n_layers - 1}.hook_resid_post"][-1]
+        final = cache[f"blocks.{a.n_layers - 1}.hook_resid_post"][rows, last]
         scale = None
-    target_id = enc.target_id
-    if target_id is None:  # no target given: explain the model's own top prediction
-        target_id = int((final @ W_U).argmax())
-    u = W_U[:, target_id].clone()
-    if enc.foil_id is not None:
-        u = u - W_U[:, enc.foil_id]
-    logit = float(final @ u)
-    if b_U is not None:
-        bias = b_U[target_id] - (b_U[enc.foil_id] if enc.foil_id is not None else 0.0)
-        offsets["unembed_bias"] += float(bias)
-        logit += float(bias)
-    g, off = norm_back(u[None, :], None if scale is None else scale[-1:],
-                       None if gamma is None else gamma.float(), None if beta is None else beta.float(),
-                       a.norm == "layernorm")
+    u = final.new_zeros(final.shape)
+    for b, enc in enumerate(encs):
+        target_id = enc.target_id
+        if target_id is None:  # no target given: explain the model's own top prediction
+            target_id = int((final[b] @ W_U).argmax())
+        u[b] = W_U[:, target_id]
+        if enc.foil_id is not None:
+            u[b] -= W_U[:, enc.foil_id]
+        if b_U is not None:
+            offsets["unembed_bias"][b] += float(b_U[target_id] - (b_U[enc.foil_id] if enc.foil_id is not None
+                                                                   else 0.0))
+    logit = (final * u).sum(-1).double() + offsets["unembed_bias"]
+    g, off = norm_back(u[:, None, :], scale, None if gamma is None else gamma.float(),
+                       None if beta is None else beta.float(), a.norm == "layernorm")
     offsets["final_norm_bias"] += off.double()
-    t = torch.zeros(enc.seq_len, a.d_model, dtype=torch.float32, device=W_U.device)
-    t[-1] = g[0]
+    t = torch.zeros(len(encs), cache["hook_embed"].shape[1], a.d_model, dtype=torch.float32, device=W_U.device)
+    t[rows, last] = g[:, 0]
     return t, logit
 
 
@@ -230,18 +294,18 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
               p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Update to t from layer l's MLP: up and gate paths (SwiGLU) or one content path (GELU/ReLU)."""
     b = f"blocks.{layer}."
-    m = t @ w["W_out"].T  # [pos, d_mlp]: the target seen by each neuron's output
+    m = t @ w["W_out"].T  # [batch, pos, d_mlp]: the target seen by each neuron's output
     if "neuron" in out:
-        out["neuron"][layer] = cache[b + "mlp.hook_post"] * m
+        out["neuron"][:, layer] = cache[b + "mlp.hook_post"] * m
     if w["b_out"] is not None:
-        offsets["mlp_bias"] += (t * w["b_out"]).sum().double()
+        offsets["mlp_bias"] += _bsum(t * w["b_out"])
     g = cache[b + "mlp.hook_pre"]
     act_fn = model.act_fn(layer)
     silu = model.arch.act_fn == "silu"
     slope = act_slope(act_fn, g, p.act_mode, silu=silu)
     if w["W_gate"] is not None:
         if w["b_in"] is not None:  # TL's gated MLP adds b_in after the product
-            offsets["mlp_bias"] += (m * w["b_in"]).sum().double()
+            offsets["mlp_bias"] += _bsum(m * w["b_in"])
         u = cache[b + "mlp.hook_pre_linear"]
         act = g * slope if (silu and p.act_mode == "ratio") else act_fn(g)
         parts = []
@@ -254,7 +318,7 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
         grad_pre = (p.w_mlp * m) * slope
         g_n = grad_pre @ w["W_in"].T
         if w["b_in"] is not None:
-            offsets["mlp_bias"] += (grad_pre * w["b_in"]).sum().double()
+            offsets["mlp_bias"] += _bsum(grad_pre * w["b_in"])
     g_x, off = norm_back(g_n, cache.get(b + "ln2.hook_scale"), w["ln2.w"], w["ln2.b"],
                          model.arch.norm == "layernorm")
     offsets["mlp_norm_bias"] += off.double()
@@ -262,17 +326,17 @@ def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache:
 
 
 def _from_heads(g: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
-    """sum_h g[h] @ W[h]^T: [head, pos, d_head] x [head, d_model, d_head] -> [pos, d_model], as one matmul.
-
-    W.transpose(1, 2).reshape is a free view for HF-converted weights (TL's W_Q is a view of q_proj).
+    """sum_h g[:, h] @ W[h]^T: [batch, head, pos, d_head] x [head, d_model, d_head] -> [batch, pos, d_model],
+    as one matmul. W.transpose(1, 2).reshape is a free view for HF-converted weights (TL's W_Q views q_proj).
     """
-    heads, seq, d_head = g.shape
-    return g.transpose(0, 1).reshape(seq, heads * d_head) @ W.transpose(1, 2).reshape(heads * d_head, -1)
+    n_batch, heads, seq, d_head = g.shape
+    flat = g.transpose(1, 2).reshape(n_batch, seq, heads * d_head)
+    return flat @ W.transpose(1, 2).reshape(heads * d_head, -1)
 
 
 def _by_head(x: torch.Tensor) -> torch.Tensor:
-    """[pos, head, d_head] -> [head, pos, d_head]."""
-    return x.transpose(0, 1)
+    """[batch, pos, head, d_head] -> [batch, head, pos, d_head]."""
+    return x.transpose(1, 2)
 
 
 def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
@@ -281,38 +345,38 @@ def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
     """Update to t from layer l's attention: value path (pattern frozen) and query/key paths.
 
     Grouped-query attention without repeating kv heads: the R query heads of kv group g are stacked
-    along positions ([G, R*pos, d_head]), so one bmm per group covers all of them and sums their
-    gradients into the shared k and v.
+    along positions ([batch, G, R*pos, d_head]), so one matmul per group covers all of them and sums
+    their gradients into the shared k and v.
     """
     b = f"blocks.{layer}.attn."
-    seq, d_model = t.shape
+    n_batch, seq, d_model = t.shape
     W_O = w["W_O"]  # [head, d_head, d_model]
     H, d_head = W_O.shape[0], W_O.shape[1]
     G = w["W_V"].shape[0]
-    A = cache[b + "hook_pattern"]  # [head, query, key]
-    v = _by_head(cache[b + "hook_v"])  # [group, key, d_head]
-    m = (t @ W_O.reshape(H * d_head, d_model).T).view(seq, H, d_head)  # target seen by each head's z
-    m_g = _by_head(m).reshape(G, -1, d_head)  # [group, R*query, d_head]
+    A = cache[b + "hook_pattern"]  # [batch, head, query, key]
+    v = _by_head(cache[b + "hook_v"])  # [batch, group, key, d_head]
+    m = (t @ W_O.reshape(H * d_head, d_model).T).view(n_batch, seq, H, d_head)  # target seen by each z
+    m_g = _by_head(m).reshape(n_batch, G, -1, d_head)  # [batch, group, R*query, d_head]
     if w["b_O"] is not None:
-        offsets["attn_out_bias"] += (t * w["b_O"]).sum().double()
-    A_g = A.reshape(G, -1, seq)  # [group, R*query, key]
+        offsets["attn_out_bias"] += _bsum(t * w["b_O"])
+    A_g = A.reshape(n_batch, G, -1, seq)  # [batch, group, R*query, key]
     mz = None  # m_i . z_i per head and query: the head's score, and the q/k paths' baseline
     if "edge" in out or p.uses_qk:
-        mv = torch.bmm(m_g, v.transpose(1, 2)).view(H, seq, seq)  # m_i . v_j
+        mv = (m_g @ v.transpose(-1, -2)).view(n_batch, H, seq, seq)  # m_i . v_j
         edge = A * mv
         if "edge" in out:
-            out["edge"][layer] = edge
+            out["edge"][:, layer] = edge
         mz = edge.sum(-1)  # z_i = sum_j A_ij v_j, so m_i . z_i = sum_j A_ij (m_i . v_j)
     elif "head" in out:
         edge = None
-        mz = (m_g * torch.bmm(A_g, v)).sum(-1).view(H, seq)
+        mz = (m_g * (A_g @ v)).sum(-1).view(n_batch, H, seq)
     if "head" in out:
-        out["head"][layer] = mz
+        out["head"][:, layer] = mz
     # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
-    gv = p.w_v * torch.bmm(A_g.transpose(1, 2), m_g)  # [group, key, d_head]
+    gv = p.w_v * (A_g.transpose(-1, -2) @ m_g)  # [batch, group, key, d_head]
     g_n = _from_heads(gv, w["W_V"])
     if w["b_V"] is not None:
-        offsets["attn_value_bias"] += (gv * w["b_V"][:, None, :]).sum().double()
+        offsets["attn_value_bias"] += _bsum(gv * w["b_V"][:, None, :])
     if p.uses_qk:
         g_n = g_n + _qk_paths(model, layer, w, A, edge, mz, cache, p, offsets)
     g_x, off = norm_back(g_n, cache.get(f"blocks.{layer}.ln1.hook_scale"), w["ln1.w"], w["ln1.b"],
@@ -325,29 +389,29 @@ def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, edge: 
               cache: dict[str, torch.Tensor], p: DPAParams, offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j.
 
-    edge: A_ij (m_i . v_j) [head, query, key]; mz: m_i . z_i [head, query]."""
+    edge: A_ij (m_i . v_j) [batch, head, query, key]; mz: m_i . z_i [batch, head, query]."""
     b = f"blocks.{layer}.attn."
-    H, seq = A.shape[0], A.shape[-1]
+    n_batch, H, seq = A.shape[0], A.shape[1], A.shape[-1]
     G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
     rotary = model.arch.positional == "rope"
     scale = model.attn_scale(layer)
-    delta = ((edge - A * mz[:, :, None]) / scale).reshape(G, -1, seq)  # [group, R*query, key]
+    delta = ((edge - A * mz[..., None]) / scale).reshape(n_batch, G, -1, seq)  # [batch, group, R*query, key]
     tables = rope_tables(model, layer, seq)
     g_n = A.new_zeros(())
     if p.w_q:
-        k = _by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [group, key, d_head]
-        gq = (p.w_q * torch.bmm(delta, k)).view(H, seq, d_head)  # on the rotated q
+        k = _by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [batch, group, key, d_head]
+        gq = (p.w_q * (delta @ k)).view(n_batch, H, seq, d_head)  # on the rotated q
         if tables is not None:
             gq = rope_transpose(gq, tables)
         g_n = g_n + _from_heads(gq, w["W_Q"])
         if w["b_Q"] is not None:
-            offsets["attn_qk_bias"] += (gq * w["b_Q"][:, None, :]).sum().double()
+            offsets["attn_qk_bias"] += _bsum(gq * w["b_Q"][:, None, :])
     if p.w_k:
-        q = _by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")]).reshape(G, -1, d_head)
-        gk = p.w_k * torch.bmm(delta.transpose(1, 2), q)  # [group, key, d_head] on the rotated k
+        q = _by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")]).reshape(n_batch, G, -1, d_head)
+        gk = p.w_k * (delta.transpose(-1, -2) @ q)  # [batch, group, key, d_head] on the rotated k
         if tables is not None:
             gk = rope_transpose(gk, tables)
         g_n = g_n + _from_heads(gk, w["W_K"])
         if w["b_K"] is not None:
-            offsets["attn_qk_bias"] += (gk * w["b_K"][:, None, :]).sum().double()
+            offsets["attn_qk_bias"] += _bsum(gk * w["b_K"][:, None, :])
     return g_n

@@ -1,7 +1,7 @@
 """The frozen linearisation DPA propagates through: norms, RoPE, activations, supported configs.
 
 Everything here is a transpose (vector-Jacobian product) of one frozen piece of the forward pass,
-written on plain tensors without a batch axis: residual vectors are [pos, d_model].
+written on tensors whose last two axes are [pos, d_model] (the engine adds a leading batch axis).
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor
               beta: torch.Tensor | None, centred: bool) -> tuple[torch.Tensor, torch.Tensor]:
     """Transpose of n = gamma * C x / scale + beta with the scale frozen.
 
-    g_n: target on the norm's output [pos, d]; scale: [pos, 1] (TL's hook_scale: rms or std).
-    Returns the target on x and the offset contributed by beta (g_n . beta).
+    g_n: target on the norm's output [..., pos, d]; scale: [..., pos, 1] (TL's hook_scale: rms or std).
+    Returns the target on x and the offset contributed by beta (g_n . beta, summed over pos and d).
     """
-    offset = (g_n * beta).sum() if beta is not None else g_n.new_zeros(())
+    offset = (g_n * beta).sum((-2, -1)) if beta is not None else g_n.new_zeros(g_n.shape[:-2])
     g = g_n * gamma if gamma is not None else g_n
     if scale is not None:
         g = g / scale
