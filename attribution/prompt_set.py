@@ -1,0 +1,152 @@
+"""Attribution over a prompt set: one AttributionResult per prompt, saved together as one run.
+
+DPA runs ``batch_size`` prompts through each forward and top-down pass (``dpa_batch``: right-padded,
+each prompt's scores exactly its own), which on a CPU shares every weight read among the batch; the
+other methods run one prompt at a time. ``seconds`` is the attribution time alone (no evaluation).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from attribution import LEVEL_AXES, attribute, get_method
+from attribution.result import AttributionResult
+from workbench.errors import MethodError
+
+
+@dataclass
+class AttributionSet:
+    model: str
+    method: str
+    level: str
+    results: list[AttributionResult]
+    seconds: float  # attribution time for the whole set
+    batch_size: int = 1
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def seconds_per_prompt(self) -> float:
+        return self.seconds / max(1, len(self.results))
+
+    def top(self, i: int, k: int = 5) -> list[dict[str, Any]]:
+        """Prompt i's k items with the largest |score|, as {axis: index, ..., "score", "<axis>_str"}."""
+        res = self.results[i]
+        s = res.scores.detach().float().cpu()
+        rows = []
+        for flat in s.flatten().abs().topk(min(k, s.numel())).indices.tolist():
+            coords, rest = [], flat
+            for n in reversed(s.shape):
+                coords.append(rest % n)
+                rest //= n
+            row: dict[str, Any] = dict(zip(res.axes, reversed(coords), strict=True))
+            for ax in ("token", "query", "key", "position"):
+                if ax in row:
+                    row[f"{ax}_str"] = res.tokens[row[ax]]
+            row["score"] = float(s.flatten()[flat])
+            rows.append(row)
+        return rows
+
+    def table(self):
+        """One row per prompt: the prompt, its target logit, seconds and top item."""
+        import pandas as pd
+
+        rows = []
+        for i, r in enumerate(self.results):
+            best = self.top(i, 1)[0]
+            rows.append({"prompt": r.prompt, "target": r.target, "foil": r.foil, "n_tokens": len(r.tokens),
+                         "target_logit": r.target_logit, "seconds": r.seconds,
+                         "top_item": ", ".join(f"{k}={v}" for k, v in best.items() if k != "score"),
+                         "top_score": best["score"]})
+        return pd.DataFrame(rows)
+
+    def to_json(self, top: int = 5) -> dict[str, Any]:
+        return {"model": self.model, "method": self.method, "level": self.level,
+                "axes": list(LEVEL_AXES[self.level]), "n_prompts": len(self.results),
+                "batch_size": self.batch_size, "seconds": self.seconds,
+                "seconds_per_prompt": self.seconds_per_prompt, "params": self.params,
+                "prompts": [{"prompt": r.prompt, "target": r.target, "foil": r.foil, "tokens": r.tokens,
+                             "target_logit": r.target_logit, "seconds": r.seconds, "top": self.top(i, top)}
+                            for i, r in enumerate(self.results)]}
+
+    def plot(self):
+        """Mean over prompts of what every prompt shares: layer x head (head, edge), per-layer neuron mass
+        (neuron), or the score by distance from the prediction (token)."""
+        import plotly.graph_objects as go
+        import torch
+
+        s = [r.scores.detach().float().cpu() for r in self.results]
+        title = f"{self.method} · {self.level} · mean over {len(s)} prompts"
+        if self.level in ("head", "edge"):
+            dims = (-1,) if self.level == "head" else (-1, -2)
+            z = torch.stack([x.sum(dims) for x in s]).mean(0)
+            fig = go.Figure(go.Heatmap(z=z.tolist(), colorscale="RdBu", zmid=0))
+            fig.update_layout(xaxis_title="head", yaxis_title="layer")
+        elif self.level == "neuron":
+            z = torch.stack([x.abs().sum((1, 2)) for x in s]).mean(0)
+            fig = go.Figure(go.Bar(x=list(range(len(z))), y=z.tolist()))
+            fig.update_layout(xaxis_title="layer", yaxis_title="sum of |score|")
+        else:
+            longest = max(len(x) for x in s)
+            by_offset = [[float(x[-1 - d]) for x in s if d < len(x)] for d in range(longest)]
+            fig = go.Figure(go.Bar(x=[-d for d in range(longest)], y=[sum(v) / len(v) for v in by_offset]))
+            fig.update_layout(xaxis_title="position relative to the last token", yaxis_title="mean score")
+        fig.update_layout(title=title)
+        return fig
+
+    def save(self, store=None):
+        """One run (kind "attribute_set"): scores of prompt i under tensor "scores.i", the per-prompt table."""
+        from workbench.store import RunDraft, RunStore
+
+        store = store or RunStore()
+        result = self.to_json()
+        return store.save(RunDraft(
+            kind="attribute_set", model=self.model, method=self.method,
+            args={"level": self.level, "batch_size": self.batch_size, **self.params},
+            timings={"attribution_seconds": self.seconds, "seconds_per_prompt": self.seconds_per_prompt},
+            result=result, tensors={f"scores.{i}": r.scores.detach().float() for i, r in enumerate(self.results)},
+            tables={"prompts": self.table()}, figures={"mean": self.plot()},
+        ))
+
+
+def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", level: str = "token",
+                  use_foil: bool = True, batch_size: int = 16, on_step: Callable[[int], None] | None = None,
+                  **params: Any) -> AttributionSet:
+    """Attribute every row ({"prompt", "target", "foil"?}); on_step(n) after each n prompts are done."""
+    spec, _ = get_method(method, level)
+    if int(batch_size) < 1:
+        raise MethodError(f"batch_size must be at least 1 (got {batch_size})")
+    if not rows:
+        raise MethodError("no prompts to attribute")
+    encs = [model.encode(r["prompt"], r["target"], r.get("foil") if use_foil else None) for r in rows]
+    results: list[AttributionResult] = []
+    seconds = 0.0
+    if spec.name == "dpa":
+        from attribution.dpa import dpa_batch
+
+        for start in range(0, len(encs), int(batch_size)):
+            chunk = encs[start:start + int(batch_size)]
+            started = time.perf_counter()
+            traces = dpa_batch(model, chunk, levels=(level,), batch_size=int(batch_size), **params)
+            seconds += time.perf_counter() - started
+            for row, enc, trace in zip(rows[start:], chunk, traces, strict=False):
+                results.append(AttributionResult(
+                    model=model.name, method="dpa", level=level, axes=LEVEL_AXES[level], scores=trace[level],
+                    tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
+                    seconds=trace.seconds, params=params, prompt=row["prompt"]))
+            if on_step:
+                on_step(len(chunk))
+    else:
+        for row, enc in zip(rows, encs, strict=True):
+            res = attribute(model, row["prompt"], row["target"], enc.foil, method=spec.name, level=level, **params)
+            seconds += res.seconds
+            results.append(res)
+            if on_step:
+                on_step(1)
+    return AttributionSet(model=model.name, method=spec.name, level=level, results=results, seconds=seconds,
+                          batch_size=int(batch_size) if spec.name == "dpa" else 1, params=params)
+
+
+__all__ = ["AttributionSet", "attribute_set"]

@@ -1,0 +1,73 @@
+"""``workbench attribute-set``: one method at one level over a JSONL prompt set; one run for the set."""
+
+from __future__ import annotations
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit, progress
+
+
+def register(app: typer.Typer) -> None:
+    app.command("attribute-set")(attribute_set)
+
+
+def attribute_set(
+    model: str = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory."),
+    prompts: str = typer.Option(..., "--prompts",
+                                help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
+    method: str = typer.Option("dpa", "--method", help="Attribution method (see `workbench attribute --help`)."),
+    level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
+    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
+                              "one) or the target logit alone."),
+    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per DPA pass (other methods run "
+                                   "one prompt at a time)."),
+    param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable)."),
+    top: int = typer.Option(5, "--top", min=1, help="Items listed per prompt."),
+    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
+    device: str = DEVICE_OPTION,
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run."""
+    from workbench.cli import check_device
+    from workbench.commands.attribute import check_method, parse_params
+    from workbench.commands.faithfulness import read_prompts
+    from workbench.errors import WorkbenchError
+
+    name = check_method(method, level)
+    params = parse_params(param)
+    rows = read_prompts(prompts, limit)
+    device = check_device(device)
+
+    import torch
+
+    from attribution.prompt_set import attribute_set as run_set
+    from workbench.zoo import load
+
+    if threads:
+        torch.set_num_threads(threads)
+    hooked = load(model, device=device)
+    for n, row in enumerate(rows, 1):  # fail fast on a bad target, before any attribution runs
+        try:
+            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
+        except WorkbenchError as exc:
+            raise type(exc)(f"{prompts}:{n}: {exc}") from None
+    with progress() as bar:
+        task = bar.add_task(f"{name} {level}", total=len(rows))
+        result = run_set(hooked, rows, method=name, level=level, use_foil=foil, batch_size=batch_size,
+                         on_step=lambda n: bar.advance(task, n), **params)
+    out = result.to_json(top=top)
+    out["prompts_file"] = prompts
+    if save:
+        out["run"] = result.save().id
+
+    def human(r):
+        c = console()
+        c.print(f"{r['method']} · {r['level']} · {r['n_prompts']} prompts · {r['seconds']:.2f} s "
+                f"({r['seconds_per_prompt']:.3f} s per prompt, batch {r['batch_size']})")
+        print(result.table().to_string(index=False, max_colwidth=48))
+        if "run" in r:
+            c.print(f"saved run {r['run']}")
+
+    emit(out, as_json, human)
