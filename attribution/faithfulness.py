@@ -54,6 +54,15 @@ def grid_for(model: Any, level: str) -> list[float]:
     return component_grid(a.n_layers * (a.n_heads if level == "head" else (a.d_mlp or 1)))
 
 
+def check_grid(grid: list[float]) -> list[float]:
+    """A grid given by the caller: at least two increasing fractions within [0, 1]."""
+    grid = [float(p) for p in grid]
+    steps = [b - a for a, b in zip(grid[:-1], grid[1:], strict=True)]
+    if len(grid) < 2 or any(not 0.0 <= p <= 1.0 for p in grid) or any(d <= 0 for d in steps):
+        raise MethodError(f"grid must be at least two increasing fractions in [0, 1] (got {grid})")
+    return grid
+
+
 def trapezoid(ys: list[float], xs: list[float]) -> float:
     return sum((xs[i + 1] - xs[i]) * (ys[i] + ys[i + 1]) / 2 for i in range(len(xs) - 1))
 
@@ -228,8 +237,11 @@ class FaithfulnessResult:
 def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str = "token",
              ablation: str = "zero", use_foil: bool = True, params: dict[str, dict[str, Any]] | None = None,
              batch_size: int = 32, seed: int = 0, on_step: Callable[[], None] | None = None,
-             rank: str = "signed") -> FaithfulnessResult:
-    """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method."""
+             rank: str = "signed", grid: list[float] | None = None) -> FaithfulnessResult:
+    """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method.
+
+    grid: fractions p (default: the level's grid, which holds 0 and 1 so random scores 0). Another grid,
+    such as the paper scripts' 0.1 ... 1.0, is for comparing with published figures only."""
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
     if rank not in RANKS:
@@ -242,7 +254,7 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
         raise MethodError("no examples to evaluate")
     params = {canonical(k): v for k, v in (params or {}).items()}
     encs = [model.encode(e["prompt"], e["target"], e.get("foil") if use_foil else None) for e in examples]
-    grid = grid_for(model, level)
+    grid = check_grid(grid) if grid is not None else grid_for(model, level)
     fill = mean_fill(model, [e.tokens for e in encs], level) if ablation == "mean" else None
     keys = ("d", "r", "sec", "rho", "rec")
     per_method: dict[str, dict[str, list]] = {n: {k: [] for k in keys} for n in names}
@@ -303,7 +315,7 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             spearman=_mean(rhos) if rhos else None, recall_at_10=_mean(pm["rec"]) if pm["rec"] else None,
             ranked_from="edge" if call_level == "edge" and level == "head" else None)
     args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,
-            "n_examples": len(encs), "rank": rank}
+            "n_examples": len(encs), "rank": rank, "grid": grid}
     return FaithfulnessResult(model=model.name, level=level, ablation=ablation, grid=grid,
                               n_examples=len(encs), methods=out, use_foil=use_foil, rank=rank,
                               per_example=per_example, args=args)

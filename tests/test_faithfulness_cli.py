@@ -41,6 +41,21 @@ def test_json_contract_and_run(monkeypatch, capsys, prompts):
     assert code == 0 and json.loads(out)["meta"]["kind"] == "faithfulness"
 
 
+def test_grid_option(monkeypatch, capsys, prompts):
+    """The paper scripts' grid 0.1..1 leaves out p=0, where disrupt ablates nothing (ratio 100): the disrupt
+    AUC loses that first trapezoid and random's total moves off 0, as metrics.md warns."""
+    paper = ",".join(str(round(i / 10, 1)) for i in range(1, 11))
+    got = {}
+    for name, extra in (("default", []), ("paper", ["--grid", paper])):
+        code, out, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts, "--methods", "random",
+                             "--limit", "3", "--no-save", "--json", *extra)
+        assert code == 0, err
+        got[name] = json.loads(out)
+    assert got["default"]["grid"][0] == 0.0 and got["paper"]["grid"] == [round(i / 10, 1) for i in range(1, 11)]
+    d, p = got["default"]["methods"]["random"], got["paper"]["methods"]["random"]
+    assert p["disrupt_auc"] < d["disrupt_auc"]
+
+
 def test_head_level_with_attention(monkeypatch, capsys, prompts):
     code, out, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,
                          "--methods", "attention_last,gradient", "--level", "head", "--limit", "2",
@@ -58,6 +73,9 @@ def test_head_level_with_attention(monkeypatch, capsys, prompts):
     (["--methods", "random", "--ablation", "blur"], ["ablation"]),
     (["--methods", "random", "--rank", "sideways"], ["unknown rank", "signed or abs"]),
     (["--methods", "random", "--param", "ig.steps"], ["METHOD.NAME=VALUE"]),
+    (["--methods", "random", "--grid", "0.5,0.1"], ["grid", "increasing"]),
+    (["--methods", "random", "--grid", "0,1.5"], ["grid", "[0, 1]"]),
+    (["--methods", "random", "--grid", "half,1"], ["--grid", "comma-separated"]),
 ])
 def test_bad_methods_and_levels(monkeypatch, capsys, prompts, args, words):
     code, _, err = cli(monkeypatch, capsys, *TINY, "--prompts", prompts,

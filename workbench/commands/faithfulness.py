@@ -68,6 +68,18 @@ def parse_params(items: list[str]) -> dict[str, dict]:
     return out
 
 
+def parse_grid(text: str) -> list[float]:
+    """"0.1,0.2,1" -> [0.1, 0.2, 1.0]; MethodError unless increasing fractions in [0, 1]."""
+    from attribution.faithfulness import check_grid
+    from workbench.errors import MethodError
+
+    try:
+        values = [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise MethodError(f"--grid {text!r}: write comma-separated fractions, e.g. 0,0.5,1") from None
+    return check_grid(values)
+
+
 def faithfulness(
     model: str = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory."),
     prompts: str = typer.Option(..., "--prompts",
@@ -83,6 +95,9 @@ def faithfulness(
                               "one) or the target logit alone."),
     param: list[str] = typer.Option(None, "--param", help="Method parameter METHOD.NAME=VALUE (repeatable), "
                                     "e.g. ig.steps=32, dpa.w_v=1."),
+    grid: str = typer.Option(None, "--grid", help="Fractions p, comma-separated (default: the level's grid, "
+                             "0 and 1 included, so random scores 0); e.g. 0.1,0.2,...,1 to compare with the "
+                             "paper scripts' figures."),
     batch_size: int = typer.Option(32, "--batch-size", min=1, help="Ablated forwards per batch."),
     threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
     device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
@@ -107,6 +122,7 @@ def faithfulness(
     for name in names:
         resolve_method(name, level)
     params = parse_params(param)
+    fractions = parse_grid(grid) if grid else None
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
@@ -126,7 +142,8 @@ def faithfulness(
     with progress() as bar:
         task = bar.add_task(f"faithfulness {level}", total=len(rows))
         result = evaluate(hooked, rows, names, level=level, ablation=ablation, use_foil=foil, params=params,
-                          batch_size=batch_size, on_step=lambda: bar.advance(task), rank=rank)
+                          batch_size=batch_size, on_step=lambda: bar.advance(task), rank=rank,
+                          grid=fractions)
     result.args.update(prompts=prompts, limit=limit)
     out = result.to_json()
     out.pop("curves")
