@@ -13,6 +13,9 @@ neuron: IOI, first n: dpa, atp, random (cost of dense neuron scores).
 paper:  the issue's reference setting: IOI and facts, first n-paper (20), grid 0.1 ... 1.0 (the paper
         scripts', without p = 0), signed ranking; facts with and without their foils. Only to compare with
         the reference implementation's figures: this grid hands random about +9.
+pair:   IOI, first n-pair (100): dpa and atp alone at head level, under each ranking, for the paired
+        per-prompt difference (the paper's claim that DPA beats AtP at component level) with more prompts
+        than the head part, whose activation patching costs about 10 s per prompt.
 memory: DPA at edge level on a 200-token prompt, peak resident memory of a fresh process.
 timing: IOI, first n-timing: DPA head scores vs activation patching over all heads, with and without
         starting each patched forward at the ablated layer (truncate) - the plain cost is one full forward
@@ -146,6 +149,18 @@ def patching_timing(model, rows, batch_rows, dpa_batch_size) -> dict:
     return mean
 
 
+def paired(part: dict, a: str, b: str) -> str:
+    """Method a against b, prompt by prompt: mean difference of totals, its standard error, wins."""
+    m = part["methods"]
+    diffs = [x - y for x, y in zip(part["example_totals"][a], part["example_totals"][b], strict=True)]
+    mean = sum(diffs) / len(diffs)
+    sd = (sum((x - mean) ** 2 for x in diffs) / max(1, len(diffs) - 1)) ** 0.5
+    se = sd / len(diffs) ** 0.5
+    return (f"{a} total {m[a]['total']:.2f} vs {b} {m[b]['total']:.2f} over {len(diffs)} prompts: paired "
+            f"difference {mean:+.2f} (sd {sd:.2f}, standard error {se:.2f}, {mean / se if se else 0:+.1f} SE), "
+            f"{a} higher on {sum(x > 0 for x in diffs)} of {len(diffs)} prompts")
+
+
 def checks(summary: dict) -> list[str]:
     """The issue's "Done when" lines, each with the measured figures and PASS / FAIL."""
     lines = []
@@ -164,6 +179,8 @@ def checks(summary: dict) -> list[str]:
                      f"{verdict(abs(m['random']['total']) <= 5)}")
         ratio = m["dpa"]["attribution_seconds"] / m["gradient"]["attribution_seconds"]
         lines.append(f"token {name}: DPA / gradient time {ratio:.2f}x (<= 1x): {verdict(ratio <= 1)}")
+    for key in [k for k in summary if k.startswith("pair_ioi")]:
+        lines.append(f"{key}: {paired(summary[key], 'dpa', 'atp')}")
     for key in [k for k in summary if k.startswith("head_ioi")]:
         head, name = summary[key], key
         m = head["methods"]
@@ -172,13 +189,7 @@ def checks(summary: dict) -> list[str]:
                          f"recover {m[k]['recover_auc']:.2f} "
                          f"total {m[k]['total']:.2f} spearman {m[k].get('spearman')} "
                          f"recall@10 {m[k].get('recall_at_10')}")
-        diffs = [d - a for d, a in zip(head["example_totals"]["dpa"], head["example_totals"]["atp"], strict=True)]
-        mean = sum(diffs) / len(diffs)
-        sd = (sum((x - mean) ** 2 for x in diffs) / max(1, len(diffs) - 1)) ** 0.5
-        lines.append(f"{name}: DPA total {m['dpa']['total']:.2f} vs AtP {m['atp']['total']:.2f}: DPA "
-                     f"{'beats' if m['dpa']['total'] > m['atp']['total'] else 'does not beat'} AtP on average; "
-                     f"paired difference {mean:+.2f} (sd {sd:.2f}, standard error {sd / len(diffs) ** 0.5:.2f}), "
-                     f"DPA higher on {sum(x > 0 for x in diffs)} of {len(diffs)} prompts")
+        lines.append(f"{name}: {paired(head, 'dpa', 'atp')}")
         r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
         lines.append(f"{name}: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
         p = m["activation_patching"]["attribution_seconds"] / m["dpa"]["attribution_seconds"]
@@ -224,6 +235,7 @@ def main() -> None:
     parser.add_argument("--n-neuron", type=int, default=5)
     parser.add_argument("--n-timing", type=int, default=3)
     parser.add_argument("--n-paper", type=int, default=20)
+    parser.add_argument("--n-pair", type=int, default=100)
     parser.add_argument("--dpa-batch", type=int, default=16, help="Prompts per batched DPA pass (timing).")
     parser.add_argument("--sets", default="ioi:foil,facts:nofoil",
                         help="Prompt sets for the token part, each SET:foil or SET:nofoil.")
@@ -256,6 +268,10 @@ def main() -> None:
     if "neuron" in parts:
         summary["neuron_ioi"] = run_part(model, load_rows("ioi", args.n_neuron), NEURON_METHODS, "neuron",
                                          "neuron_ioi", log)
+    if "pair" in parts:
+        for rank in ranks:
+            summary[f"pair_ioi_{rank}"] = run_part(model, load_rows("ioi", args.n_pair), ["dpa", "atp"], "head",
+                                                   f"pair_ioi_{rank}", log, rank=rank)
     if "paper" in parts:
         for name, foil in (("ioi", True), ("facts", False), ("facts", True)):
             label = f"paper_{name}_{'foil' if foil else 'nofoil'}"
