@@ -7,7 +7,6 @@ other methods run one prompt at a time. ``seconds`` is the attribution time alon
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -126,18 +125,13 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
     if spec.name == "dpa":
         from attribution.dpa import dpa_batch
 
-        for start in range(0, len(encs), int(batch_size)):
-            chunk = encs[start:start + int(batch_size)]
-            started = time.perf_counter()
-            traces = dpa_batch(model, chunk, levels=(level,), batch_size=int(batch_size), **params)
-            seconds += time.perf_counter() - started
-            for row, enc, trace in zip(rows[start:], chunk, traces, strict=False):
-                results.append(AttributionResult(
-                    model=model.name, method="dpa", level=level, axes=LEVEL_AXES[level], scores=trace[level],
-                    tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
-                    seconds=trace.seconds, params=params, prompt=row["prompt"]))
-            if on_step:
-                on_step(len(chunk))
+        traces = dpa_batch(model, encs, levels=(level,), batch_size=int(batch_size), on_step=on_step, **params)
+        for row, enc, trace in zip(rows, encs, traces, strict=True):
+            seconds += trace.seconds
+            results.append(AttributionResult(
+                model=model.name, method="dpa", level=level, axes=LEVEL_AXES[level], scores=trace[level],
+                tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
+                seconds=trace.seconds, params=params, prompt=row["prompt"]))
     else:
         for row, enc in zip(rows, encs, strict=True):
             res = attribute(model, row["prompt"], row["target"], enc.foil, method=spec.name, level=level, **params)

@@ -16,7 +16,7 @@ edge tensor itself is layers x heads x pos x pos).
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -74,13 +74,16 @@ def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: 
 
 
 def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, batch_size: int = 16,
-              keep_targets: bool = False, **params: Any) -> list[DPATrace]:
+              keep_targets: bool = False, on_step: Callable[[int], None] | None = None,
+              **params: Any) -> list[DPATrace]:
     """DPA for many prompts, ``batch_size`` at a time through one forward and one top-down pass.
 
     Prompts are right-padded: under causal attention no real position attends to a pad, and pads start
     with a zero target that nothing propagates into, so every prompt's scores equal its own dpa_all's
     (to float tolerance). Batching shares each weight read among the prompts, which on a CPU is most of
-    a single prompt's cost. Each trace's ``seconds`` is its batch's time divided by the batch's prompts.
+    a single prompt's cost. Prompts are batched in order of length (less padding); traces come back in
+    the order given. Each trace's ``seconds`` is its batch's time divided by the batch's prompts;
+    on_step(n) is called after each batch of n prompts.
     """
     p = DPAParams.from_kwargs(**params)
     levels = tuple(levels)
@@ -95,12 +98,14 @@ def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, b
     for enc in encs:
         if enc.tokens.shape[0] != 1:
             raise MethodError("each encoding holds one prompt (batch of 1)")
-    traces: list[DPATrace] = []
+    order = sorted(range(len(encs)), key=lambda i: encs[i].seq_len)
+    traces: list[DPATrace | None] = [None] * len(encs)
     start = 0
-    while start < len(encs):
-        chunk = list(encs[start:start + int(batch_size)])
+    while start < len(order):
+        picked = order[start:start + int(batch_size)]
+        chunk = [encs[i] for i in picked]
         while len(chunk) > 1 and not _fits(model, chunk, levels, p):
-            chunk = chunk[:len(chunk) // 2]  # a long prompt in the batch: fewer at a time
+            chunk, picked = chunk[:len(chunk) // 2], picked[:len(chunk) // 2]  # long prompts: fewer at a time
         check_fits(model, max(e.seq_len for e in chunk), levels, p, batch=len(chunk))
         start += len(chunk)
         started = time.perf_counter()
@@ -109,10 +114,12 @@ def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, b
             cache = _forward(model, tokens, p, levels)
             done = _propagate(model, chunk, cache, p, levels, keep_targets)
         seconds = (time.perf_counter() - started) / len(chunk)
-        for trace in done:
+        for i, trace in zip(picked, done, strict=True):
             trace.seconds = seconds
-        traces += done
-    return traces
+            traces[i] = trace
+        if on_step:
+            on_step(len(picked))
+    return traces  # type: ignore[return-value]
 
 
 def _fits(model: Any, chunk: list[Any], levels: tuple[str, ...], p: DPAParams) -> bool:
