@@ -32,27 +32,16 @@ def attribute_set(
     """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run."""
     from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
-    from workbench.commands.faithfulness import read_prompts
-    from workbench.errors import WorkbenchError
+    from workbench.commands.faithfulness import load_for_prompts, read_prompts
 
     name = check_method(method, level)
     params = parse_params(param)
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
-    import torch
-
     from attribution.prompt_set import attribute_set as run_set
-    from workbench.zoo import load
 
-    if threads:
-        torch.set_num_threads(threads)
-    hooked = load(model, device=device)
-    for n, row in enumerate(rows, 1):  # fail fast on a bad target, before any attribution runs
-        try:
-            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
-        except WorkbenchError as exc:
-            raise type(exc)(f"{prompts}:{n}: {exc}") from None
+    hooked = load_for_prompts(model, device, threads, rows, prompts, foil)
     with progress() as bar:
         task = bar.add_task(f"{name} {level}", total=len(rows))
         result = run_set(hooked, rows, method=name, level=level, use_foil=foil, batch_size=batch_size,

@@ -47,6 +47,25 @@ def read_prompts(path: str, limit: int | None = None) -> list[dict]:
     return rows
 
 
+def load_for_prompts(model: str, device: str, threads: int | None, rows: list[dict], path: str, foil: bool):
+    """The model, once every row's target (and foil) is one of its tokens: a bad row fails fast, as
+    "FILE:LINE: why", before any method runs."""
+    import torch
+
+    from workbench.errors import WorkbenchError
+    from workbench.zoo import load
+
+    if threads:
+        torch.set_num_threads(threads)
+    hooked = load(model, device=device)
+    for n, row in enumerate(rows, 1):
+        try:
+            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
+        except WorkbenchError as exc:
+            raise type(exc)(f"{path}:{n}: {exc}") from None
+    return hooked
+
+
 def parse_params(items: list[str]) -> dict[str, dict]:
     """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can)."""
     import json
@@ -106,7 +125,7 @@ def faithfulness(
 ) -> None:
     """Disrupt / recover AUCs, total = recover - disrupt, and seconds per attribution, per method."""
     from workbench.cli import check_device
-    from workbench.errors import MethodError, WorkbenchError
+    from workbench.errors import MethodError
 
     if level not in ("token", "head", "neuron"):
         raise MethodError(f"unknown level {level!r}: token, head or neuron")
@@ -126,19 +145,9 @@ def faithfulness(
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
-    import torch
-
     from attribution.faithfulness import evaluate
-    from workbench.zoo import load
 
-    if threads:
-        torch.set_num_threads(threads)
-    hooked = load(model, device=device)
-    for n, row in enumerate(rows, 1):  # fail fast on bad targets, before any method runs
-        try:
-            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
-        except WorkbenchError as exc:
-            raise type(exc)(f"{prompts}:{n}: {exc}") from None
+    hooked = load_for_prompts(model, device, threads, rows, prompts, foil)
     with progress() as bar:
         task = bar.add_task(f"faithfulness {level}", total=len(rows))
         result = evaluate(hooked, rows, names, level=level, ablation=ablation, use_foil=foil, params=params,
