@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attribution.dpa import COMPLETE, dpa_all, memory_estimate
+from attribution.dpa import COMPLETE, dpa_all, dpa_batch, memory_estimate
 
 pytestmark = [pytest.mark.real, pytest.mark.usefixtures("one_thread")]
 
@@ -39,3 +39,18 @@ def test_edges_fit_for_200_tokens(smollm2):
     assert tuple(trace["edge"].shape) == (a.n_layers, a.n_heads, 200, 200)
     assert torch.isfinite(trace["edge"]).all()
     assert torch.allclose(trace["edge"].sum(-1), trace["head"], atol=1e-4)
+
+
+def test_batch_matches_single_prompts(smollm2):
+    """Right-padded batches of IOI and fact prompts of different lengths give each prompt its own scores."""
+    rows = [("When Mary and John went to the store, John gave a drink to", " Mary", " John"),
+            ("The capital of France is", " Paris", None),
+            ("Then, Kate and Robert had a long day at the store. Robert gave a ring to", " Kate", " Robert")]
+    encs = [smollm2.encode(*row) for row in rows]
+    assert len({e.seq_len for e in encs}) == 3
+    batch = dpa_batch(smollm2, encs, levels=("token", "head"), batch_size=3)
+    for enc, got in zip(encs, batch, strict=True):
+        want = dpa_all(smollm2, enc, levels=("token", "head"))
+        assert abs(got.target_logit - want.target_logit) < 1e-4
+        for level in ("token", "head"):
+            assert torch.allclose(got[level], want[level], atol=1e-4, rtol=1e-3), level
