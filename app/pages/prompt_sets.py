@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ UPLOAD = "upload a JSONL file…"
 
 def pick_rows(limit: int) -> tuple[str, list[dict[str, Any]]] | None:
     """(name, rows) from a bundled prompt file or an upload; a message and None on a bad file."""
-    from workbench.commands.faithfulness import read_prompts
+    from workbench.prompt_files import parse_prompts, read_prompts
 
     files = sorted(p.name for p in PROMPTS.glob("*.jsonl"))
     choice = st.selectbox("Prompt file", files + [UPLOAD], key="sets_file",
@@ -28,12 +27,12 @@ def pick_rows(limit: int) -> tuple[str, list[dict[str, Any]]] | None:
     if upload is None:
         st.info("Upload a prompt file to go on.")
         return None
-    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as tmp:
-        tmp.write(upload.getvalue())
     try:
-        rows = C.attempt("Bad prompt file", read_prompts, tmp.name, limit)
-    finally:
-        Path(tmp.name).unlink(missing_ok=True)
+        text = upload.getvalue().decode("utf-8")
+    except UnicodeDecodeError:
+        st.error(f"{upload.name} is not UTF-8 text: upload a JSONL file.")
+        return None
+    rows = C.attempt("Bad prompt file", parse_prompts, text, upload.name, limit)
     return (upload.name, rows) if rows else None
 
 

@@ -32,7 +32,8 @@ def attribute_set(
     """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run."""
     from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
-    from workbench.commands.faithfulness import load_for_prompts, read_prompts
+    from workbench.commands.faithfulness import load_for_prompts
+    from workbench.prompt_files import read_prompts
 
     name = check_method(method, level)
     params = parse_params(param)

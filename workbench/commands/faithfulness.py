@@ -5,46 +5,11 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
+from workbench.prompt_files import read_prompts
 
 
 def register(app: typer.Typer) -> None:
     app.command("faithfulness")(faithfulness)
-
-
-def read_prompts(path: str, limit: int | None = None) -> list[dict]:
-    """JSONL rows {"prompt", "target", "foil"?}; PromptError on a missing, empty or malformed file."""
-    import json
-    from pathlib import Path
-
-    from workbench.errors import PromptError
-
-    file = Path(path)
-    if not file.is_file():
-        raise PromptError(f"prompts file {path!r} does not exist")
-    rows = []
-    try:
-        lines = file.read_text().splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PromptError(f"cannot read prompts file {path!r}: {exc}") from None
-    for n, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except ValueError:
-            raise PromptError(f"{path}:{n}: not a JSON object") from None
-        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
-                or not isinstance(row.get("target"), str):
-            raise PromptError(f"{path}:{n}: needs string fields \"prompt\" and \"target\" "
-                              "(and optional \"foil\")")
-        if "foil" in row and row["foil"] is not None and not isinstance(row["foil"], str):
-            raise PromptError(f"{path}:{n}: \"foil\" must be a string")
-        rows.append(row)
-        if limit is not None and len(rows) >= limit:
-            break
-    if not rows:
-        raise PromptError(f"prompts file {path!r} holds no prompts")
-    return rows
 
 
 def load_for_prompts(model: str, device: str, threads: int | None, rows: list[dict], path: str, foil: bool):

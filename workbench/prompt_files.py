@@ -1,0 +1,47 @@
+"""Prompt files: JSONL rows {"prompt", "target", "foil"?}, read with a one-line PromptError on bad input.
+
+Kept out of workbench.commands so the app and notebooks can read prompt files without importing the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from workbench.errors import PromptError
+
+
+def read_prompts(path: str, limit: int | None = None) -> list[dict]:
+    """The rows of a prompt file; PromptError on a missing, unreadable, empty or malformed file."""
+    file = Path(path)
+    if not file.is_file():
+        raise PromptError(f"prompts file {path!r} does not exist")
+    try:
+        text = file.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise PromptError(f"cannot read prompts file {path!r}: {exc}") from None
+    return parse_prompts(text, path, limit)
+
+
+def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict]:
+    """Rows from JSONL text; errors name ``source`` and the line ("ioi.jsonl:3: ...")."""
+    rows = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except ValueError:
+            raise PromptError(f"{source}:{n}: not a JSON object") from None
+        if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
+                or not isinstance(row.get("target"), str):
+            raise PromptError(f"{source}:{n}: needs string fields \"prompt\" and \"target\" "
+                              "(and optional \"foil\")")
+        if "foil" in row and row["foil"] is not None and not isinstance(row["foil"], str):
+            raise PromptError(f"{source}:{n}: \"foil\" must be a string")
+        rows.append(row)
+        if limit is not None and len(rows) >= limit:
+            break
+    if not rows:
+        raise PromptError(f"prompts file {source!r} holds no prompts")
+    return rows
