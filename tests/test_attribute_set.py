@@ -95,3 +95,11 @@ def test_cli_bad_prompts(monkeypatch, capsys, tmp_path, prompts):
     assert_bad(code, err, "bad.jsonl:1")
     code, _, err = cli(monkeypatch, capsys, *TINY, "--prompts", str(tmp_path / "none.jsonl"))
     assert_bad(code, err, "does not exist")
+
+
+def test_notebook_entry_reads_a_file(prompts, rows):
+    import workbench as wb
+
+    res = wb.attribute_set(tiny_llama(), prompts, level="token", limit=2, batch_size=2)
+    assert [r.prompt for r in res.results] == [r["prompt"] for r in rows[:2]]
+    assert wb.attribute_set(tiny_llama(), rows, method="random", limit=3).method == "random"

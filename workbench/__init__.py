@@ -17,7 +17,8 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
-__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "remote_model"]
+__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
+           "remote_model"]
 __version__ = "0.1.0"
 
 
@@ -48,3 +49,15 @@ def attribute(model: Any, prompt: str, target: str, method: str = "dpa", level: 
     from attribution import attribute as _attribute
 
     return _attribute(model, prompt, target=target, foil=foil, method=method, level=level, **kwargs)
+
+
+def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", level: str = "token",
+                  use_foil: bool = True, batch_size: int = 16, limit: int | None = None, **kwargs: Any):
+    """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs
+    batch_size prompts per pass. Returns an AttributionSet (``.results``, ``.table()``, ``.plot()``, ``.save()``)."""
+    from attribution.prompt_set import attribute_set as _attribute_set
+    from workbench.prompt_files import read_prompts
+
+    rows = read_prompts(prompts, limit) if isinstance(prompts, str) else list(prompts)[:limit]
+    return _attribute_set(model, rows, method=method, level=level, use_foil=use_foil, batch_size=batch_size,
+                          **kwargs)
