@@ -85,6 +85,17 @@ def get_model(name: str | None) -> Loaded | None:
     return None
 
 
+def sidebar_model(kinds: tuple[str, ...], key: str, default: str | None = None, allow_path: bool = True) -> Loaded:
+    """The sidebar's model picker and the loaded model; the page stops (with the picker's message) when
+    none is loaded."""
+    with st.sidebar:
+        name = model_picker(kinds, key=key, default=default, allow_path=allow_path)
+    loaded = get_model(name)
+    if loaded is None:
+        st.stop()
+    return loaded
+
+
 def zoo(kinds: tuple[str, ...] | None = None) -> list[Any]:
     from workbench.zoo import list_models
 

@@ -261,11 +261,7 @@ show_saved()
 C.seed_from_query({"prompt": "attr_prompt", "methods": "_attr_methods_q"})
 if "_attr_methods_q" in st.session_state:  # ?methods=dpa,gradient
     st.session_state["attr_methods"] = [m for m in st.session_state.pop("_attr_methods_q").split(",") if m]
-with st.sidebar:
-    model_name = C.model_picker(("llm", "toy"), key="attr_model", default="smollm2-135m")
-loaded = C.get_model(model_name)
-if loaded is None:
-    st.stop()
+loaded = C.sidebar_model(("llm", "toy"), key="attr_model", default="smollm2-135m")
 
 C.keep("attr_prompt", DEFAULT_PROMPT)
 prompt = st.text_area("Prompt", key="attr_prompt", on_change=C.remember("attr_prompt"), height=80)

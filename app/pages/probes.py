@@ -135,11 +135,7 @@ st.caption(
 )
 if C.engine("attribution.probes.probe", "probes") is None:
     st.stop()
-with st.sidebar:
-    name = C.model_picker(("llm", "toy"), key="probe_model", default="smollm2-135m")
-loaded = C.get_model(name)
-if loaded is None:
-    st.stop()
+loaded = C.sidebar_model(("llm", "toy"), key="probe_model", default="smollm2-135m")
 
 files = sorted(p.name for p in DATA.glob("*.jsonl")) if DATA.is_dir() else []
 c1, c2, c3 = st.columns(3)

@@ -58,11 +58,7 @@ if engine is None:
     st.stop()
 from attribution.methods import METHODS  # noqa: E402
 
-with st.sidebar:
-    model_name = C.model_picker(("llm", "toy"), key="sets_model", default="smollm2-135m")
-loaded = C.get_model(model_name)
-if loaded is None:
-    st.stop()
+loaded = C.sidebar_model(("llm", "toy"), key="sets_model", default="smollm2-135m")
 
 c1, c2, c3 = st.columns([1, 1, 1])
 method = c1.selectbox("Method", list(METHODS), key="sets_method",

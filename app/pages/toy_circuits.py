@@ -103,11 +103,7 @@ st.caption("Small transformers trained here on tasks with known solutions: how t
 if C.engine("circuits.tools", "circuit tools") is None:
     st.stop()
 entries = C.zoo(("toy",))
-with st.sidebar:
-    name = C.model_picker(("toy",), key="toy_model", allow_path=True)
-loaded = C.get_model(name)
-if loaded is None:
-    st.stop()
+loaded = C.sidebar_model(("toy",), key="toy_model", allow_path=True)
 model = loaded.model
 if getattr(model, "kind", None) != "toy" or "task" not in getattr(model, "info", {}):
     st.error(

@@ -76,11 +76,7 @@ from attribution.vit import data as D  # noqa: E402
 from attribution.vit.maps import overlay_figure  # noqa: E402
 from attribution.vit.methods import METHODS  # noqa: E402
 
-with st.sidebar:
-    name = C.model_picker(("vit",), key="vit_model", default="vit-synth")
-loaded = C.get_model(name)
-if loaded is None:
-    st.stop()
+loaded = C.sidebar_model(("vit",), key="vit_model", default="vit-synth")
 model = loaded.model
 if not hasattr(model, "check_images"):
     st.error(f"{loaded.name} is not an image classifier: pick a ViT model.")
