@@ -13,7 +13,7 @@ from typing import Any
 
 from attribution import LEVEL_AXES, attribute, get_method
 from attribution.result import AttributionResult
-from workbench.errors import MethodError
+from workbench.errors import MethodError, WorkbenchError
 
 
 @dataclass
@@ -119,7 +119,12 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
         raise MethodError(f"batch_size must be at least 1 (got {batch_size})")
     if not rows:
         raise MethodError("no prompts to attribute")
-    encs = [model.encode(r["prompt"], r["target"], r.get("foil") if use_foil else None) for r in rows]
+    encs = []
+    for n, r in enumerate(rows, 1):
+        try:
+            encs.append(model.encode(r["prompt"], r["target"], r.get("foil") if use_foil else None))
+        except WorkbenchError as exc:  # say which row, before any attribution runs
+            raise type(exc)(f"prompt {n}: {exc}") from None
     results: list[AttributionResult] = []
     seconds = 0.0
     if spec.name == "dpa":

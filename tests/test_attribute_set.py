@@ -103,3 +103,11 @@ def test_notebook_entry_reads_a_file(prompts, rows):
     res = wb.attribute_set(tiny_llama(), prompts, level="token", limit=2, batch_size=2)
     assert [r.prompt for r in res.results] == [r["prompt"] for r in rows[:2]]
     assert wb.attribute_set(tiny_llama(), rows, method="random", limit=3).method == "random"
+
+
+def test_bad_row_is_named(rows):
+    from workbench.errors import TokenError
+
+    bad = [rows[0], {"prompt": "a b", "target": rows[0]["target"], "foil": rows[0]["target"]}]
+    with pytest.raises(TokenError, match="prompt 2: foil"):
+        attribute_set(tiny_llama(), bad)

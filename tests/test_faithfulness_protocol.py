@@ -124,3 +124,13 @@ def test_saved_run(model, examples, monkeypatch, tmp_path):
     again = RunStore().get(run.id)
     assert again.kind == "faithfulness" and (again.path / "table.md").exists()
     assert again.result()["methods"]["gradient"]["total"] == pytest.approx(res.methods["gradient"].total)
+
+
+def test_call_order_rotates_after_the_ground_truth():
+    from attribution.faithfulness import TRUTH, _call_order
+
+    methods = [("dpa",), (TRUTH,), ("atp",), ("random",)]
+    orders = [[m[0] for m in _call_order(methods, i)] for i in range(4)]
+    assert all(o[0] == TRUTH and sorted(o) == sorted(m[0] for m in methods) for o in orders)
+    assert {o[1] for o in orders[:3]} == {"dpa", "atp", "random"}  # each method follows patching in turn
+    assert orders[3] == orders[0]
