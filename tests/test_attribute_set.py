@@ -108,6 +108,6 @@ def test_notebook_entry_reads_a_file(prompts, rows):
 def test_bad_row_is_named(rows):
     from workbench.errors import TokenError
 
-    bad = [rows[0], {"prompt": "a b", "target": rows[0]["target"], "foil": rows[0]["target"]}]
+    bad = [rows[0], {"prompt": rows[1]["prompt"], "target": rows[1]["target"], "foil": rows[1]["target"]}]
     with pytest.raises(TokenError, match="prompt 2: foil"):
         attribute_set(tiny_llama(), bad)
