@@ -104,9 +104,9 @@ def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, b
     while start < len(order):
         picked = order[start:start + int(batch_size)]
         chunk = [encs[i] for i in picked]
-        while len(chunk) > 1 and not _fits(model, chunk, levels, p):
+        while len(chunk) > 1 and _over_budget(model, chunk[-1].seq_len, levels, p, batch=len(chunk)):
             chunk, picked = chunk[:len(chunk) // 2], picked[:len(chunk) // 2]  # long prompts: fewer at a time
-        check_fits(model, max(e.seq_len for e in chunk), levels, p, batch=len(chunk))
+        check_fits(model, chunk[-1].seq_len, levels, p)  # the longest (batches are in order of length)
         start += len(chunk)
         started = time.perf_counter()
         with torch.no_grad():
@@ -120,12 +120,6 @@ def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, b
         if on_step:
             on_step(len(picked))
     return traces  # type: ignore[return-value]
-
-
-def _fits(model: Any, chunk: list[Any], levels: tuple[str, ...], p: DPAParams) -> bool:
-    seq = max(e.seq_len for e in chunk)
-    need = memory_estimate(model, seq)
-    return all(len(chunk) * need[lv] <= p.max_gib * 2**30 for lv in levels)
 
 
 def _right_pad(rows: list[torch.Tensor]) -> torch.Tensor:
@@ -144,25 +138,26 @@ def memory_estimate(model: Any, seq: int) -> dict[str, float]:
             "edge": 2 * patterns + resid}
 
 
-def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> None:
+def _over_budget(model: Any, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> list[str]:
+    """The levels whose tensors for ``batch`` prompts of ``seq`` tokens would exceed max_gib."""
+    need = memory_estimate(model, seq)
+    return [lv for lv in levels if batch * need[lv] > p.max_gib * 2**30]
+
+
+def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> None:
     """Refuse (RangeError) a level whose tensors would exceed max_gib; say which levels fit and why."""
-    need = {lv: batch * n for lv, n in memory_estimate(model, seq).items()}
-    budget = p.max_gib * 2**30
-    over = [lv for lv in levels if need[lv] > budget]
+    over = _over_budget(model, seq, levels, p)
     if not over:
         return
     a = model.arch
-    fit = [lv for lv in LEVELS if need[lv] <= budget]
+    need = memory_estimate(model, seq)
+    fit = [lv for lv in LEVELS if not _over_budget(model, seq, (lv,), p)]
     raise RangeError(
-        f"dpa {'/'.join(over)} level for {_prompts(batch, seq)} needs {_gib(need[over[0]])} "
+        f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
         f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), "
         f"over max_gib={p.max_gib:g}; "
         + (f"levels that fit: {', '.join(fit)}" if fit
            else "no level fits: shorten the prompt or raise --param max_gib"))
-
-
-def _prompts(batch: int, seq: int) -> str:
-    return f"a {seq}-token prompt" if batch == 1 else f"{batch} prompts of up to {seq} tokens"
 
 
 def _gib(n: float) -> str:
