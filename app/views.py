@@ -142,25 +142,12 @@ def bar(labels: list[str], values: list[float], title: str, horizontal: bool = F
 
 
 def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 20):
-    """The k largest |score| items of a score tensor as a table (no full expansion of big tensors)."""
-    import numpy as np
+    """The k largest |score| items of a score tensor as a table (attribution.result.top_items)."""
     import pandas as pd
 
-    s = _np(scores)
-    flat = np.abs(s).ravel()
-    k = min(k, flat.size)
-    idx = np.argpartition(-flat, k - 1)[:k]
-    idx = idx[np.argsort(-flat[idx])]
-    rows = []
-    for i in idx:
-        pos = np.unravel_index(i, s.shape)
-        row = {ax: int(p) for ax, p in zip(axes, pos, strict=True)}
-        for ax in ("token", "position", "query", "key"):
-            if ax in row and row[ax] < len(tokens):
-                row[f"{ax}_str"] = tokens[row[ax]]
-        row["score"] = float(s[pos])
-        rows.append(row)
-    return pd.DataFrame(rows)
+    from attribution.result import top_items as rows
+
+    return pd.DataFrame(rows(scores, axes, tokens, k))
 
 
 def flow_graph(edge_scores: Any, tokens: list[str], threshold: float) -> tuple[go.Figure, int]:

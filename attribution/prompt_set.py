@@ -31,22 +31,8 @@ class AttributionSet:
         return self.seconds / max(1, len(self.results))
 
     def top(self, i: int, k: int = 5) -> list[dict[str, Any]]:
-        """Prompt i's k items with the largest |score|, as {axis: index, ..., "score", "<axis>_str"}."""
-        res = self.results[i]
-        s = res.scores.detach().float().cpu()
-        rows = []
-        for flat in s.flatten().abs().topk(min(k, s.numel())).indices.tolist():
-            coords, rest = [], flat
-            for n in reversed(s.shape):
-                coords.append(rest % n)
-                rest //= n
-            row: dict[str, Any] = dict(zip(res.axes, reversed(coords), strict=True))
-            for ax in ("token", "query", "key", "position"):
-                if ax in row:
-                    row[f"{ax}_str"] = res.tokens[row[ax]]
-            row["score"] = float(s.flatten()[flat])
-            rows.append(row)
-        return rows
+        """Prompt i's k items with the largest |score| (AttributionResult.top)."""
+        return self.results[i].top(k)
 
     def table(self):
         """One row per prompt: the prompt, its target logit, seconds and top item."""

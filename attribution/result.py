@@ -6,6 +6,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 10) -> list[dict[str, Any]]:
+    """The k items with the largest |score|, largest first, as {axis: index, "<axis>_str": token, "score"},
+    without expanding a big score tensor (edges) into a table of every item."""
+    import torch
+
+    s = scores.detach().float().cpu() if isinstance(scores, torch.Tensor) else torch.as_tensor(scores).float()
+    flat = s.flatten()
+    rows = []
+    for i in flat.abs().topk(min(k, flat.numel())).indices.tolist():
+        coords, rest = [], i
+        for n in reversed(s.shape):
+            coords.append(rest % n)
+            rest //= n
+        row: dict[str, Any] = dict(zip(axes, reversed(coords), strict=True))
+        for ax in ("token", "position", "query", "key"):
+            if ax in row and row[ax] < len(tokens):
+                row[f"{ax}_str"] = tokens[row[ax]]
+        row["score"] = float(flat[i])
+        rows.append(row)
+    return rows
+
+
 @dataclass
 class AttributionResult:
     model: str
@@ -28,6 +50,10 @@ class AttributionResult:
             "target": self.target, "foil": self.foil, "target_logit": self.target_logit,
             "seconds": self.seconds, "params": self.params, "prompt": self.prompt,
         }
+
+    def top(self, k: int = 10) -> list[dict[str, Any]]:
+        """The k items with the largest |score| (see top_items)."""
+        return top_items(self.scores, self.axes, self.tokens, k)
 
     def table(self):
         """Long-format pandas table: one row per scored item, sorted by score."""

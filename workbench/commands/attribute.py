@@ -106,22 +106,7 @@ def attribute(
 
 
 def _top_table(res: Any, k: int):
-    """The k highest-|score| items, without building a table of every item (edges are many)."""
+    """The k highest-|score| items as a table."""
     import pandas as pd
 
-    s = res.scores.detach().float().cpu()
-    flat = s.flatten()
-    idx = flat.abs().topk(min(k, flat.numel())).indices
-    rows = []
-    for i in idx.tolist():
-        coords, rest = [], i
-        for n in reversed(s.shape):
-            coords.append(rest % n)
-            rest //= n
-        row = dict(zip(res.axes, reversed(coords), strict=True))
-        for ax in ("token", "query", "key", "position"):
-            if ax in row:
-                row[f"{ax}_str"] = res.tokens[row[ax]]
-        row["score"] = float(flat[i])
-        rows.append(row)
-    return pd.DataFrame(rows)
+    return pd.DataFrame(res.top(k))
