@@ -141,10 +141,8 @@ def patching_timing(model, rows, batch_rows, dpa_batch_size) -> dict:
     mean = {k: sum(v) / len(v) for k, v in out.items()}
     mean.update(dpa_batched=batched, dpa_batch_size=dpa_batch_size, dpa_batch_prompts=len(encs))
     for kind in ("truncated", "plain", "unbatched"):
+        mean[f"ratio_{kind}"] = mean[f"patching_{kind}"] / mean["dpa"]
         mean[f"ratio_{kind}_vs_batched"] = mean[f"patching_{kind}"] / batched
-    mean["ratio_truncated"] = mean["patching_truncated"] / mean["dpa"]
-    mean["ratio_plain"] = mean["patching_plain"] / mean["dpa"]
-    mean["ratio_unbatched"] = mean["patching_unbatched"] / mean["dpa"]
     mean["n"] = len(rows)
     return mean
 
