@@ -38,7 +38,9 @@ _add("dpa", "attribution.dpa.engine:dpa_scores", ("token", "head", "edge", "neur
 _add("random", "attribution.baselines.random:random_scores", ("token", "head", "edge", "neuron"),
      "uniform random scores (a floor)")
 _add("gradient", "attribution.baselines.gradient:gradient_scores", ("token", "head", "neuron"),
-     "gradient of the target logit (norm per token; summed over the component)")
+     "gradient of the target logit, summed over the item's dimensions (signed)")
+_add("gradient_norm", "attribution.baselines.gradient:gradient_norm_scores", ("token", "head", "neuron"),
+     "saliency: the gradient's L2 norm over the item's dimensions (unsigned)")
 _add("input_x_gradient", "attribution.baselines.gradient:input_x_gradient_scores",
      ("token", "head", "neuron"), "input (activation) times gradient")
 _add("integrated_gradients", "attribution.baselines.integrated_gradients:ig_scores", ("token",),

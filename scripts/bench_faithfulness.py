@@ -3,11 +3,14 @@
     python scripts/bench_faithfulness.py [--parts token,head,neuron,memory] [--n-token 50] [--n-head 20]
         [--n-neuron 5] [--threads 1] [--out bench.json]
 
-token:  IOI and facts, first n each: dpa, gradient, input_x_gradient, integrated_gradients, rollout, random.
+token:  IOI and facts, first n each: dpa, gradient, gradient_norm, input_x_gradient, integrated_gradients,
+        rollout, random. The issue's line names gradient (the DPA paper's signed baseline); gradient_norm (the
+        saliency map) is reported beside it, outside the line.
         IOI explains the logit difference to the subject name (the IOI literature's metric); factual recall
         explains the target logit alone (the paper's Known-1000 setting; the facts file's foils are arbitrary
         counterfactuals kept for atp_foil). Each part runs once per ranking in --ranks (signed, abs).
-head:   IOI, first n: dpa, atp, attention_last, attention_mean, gradient, random, activation_patching
+head:   IOI, first n: dpa, atp, attention_last, attention_mean, gradient, gradient_norm, random,
+        activation_patching
         (Spearman and recall@10 against zero-ablation patching of the logit difference).
 neuron: IOI, first n: dpa, atp, random (cost of dense neuron scores).
 paper:  the issue's reference setting: IOI and facts, first n-paper (20), grid 0.1 ... 1.0 (the paper
@@ -37,10 +40,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PROMPTS = ROOT / "data" / "prompts"
-TOKEN_METHODS = ["dpa", "gradient", "input_x_gradient", "integrated_gradients", "rollout", "random"]
-HEAD_METHODS = ["dpa", "atp", "attention_last", "attention_mean", "gradient", "random", "activation_patching"]
+TOKEN_METHODS = ["dpa", "gradient", "gradient_norm", "input_x_gradient", "integrated_gradients", "rollout", "random"]
+HEAD_METHODS = ["dpa", "atp", "attention_last", "attention_mean", "gradient", "gradient_norm", "random",
+                "activation_patching"]
 NEURON_METHODS = ["dpa", "atp", "random"]
-PAPER_METHODS = ["dpa", "integrated_gradients", "input_x_gradient", "gradient", "random"]
+PAPER_METHODS = ["dpa", "integrated_gradients", "input_x_gradient", "gradient", "gradient_norm", "random"]
 PAPER_GRID = [round(i / 10, 1) for i in range(1, 11)]
 
 
@@ -173,6 +177,9 @@ def checks(summary: dict) -> list[str]:
         for other in ("gradient", "input_x_gradient", "integrated_gradients", "rollout"):
             lines.append(f"token {name}: DPA total {dpa:.2f} > {other} {m[other]['total']:.2f}: "
                          f"{verdict(dpa > m[other]['total'])}")
+        norm = m["gradient_norm"]["total"]
+        lines.append(f"token {name}: (not a Done-when line) DPA total {dpa:.2f} vs gradient_norm {norm:.2f}: "
+                     f"{'DPA ahead' if dpa > norm else 'DPA behind'}")
         lines.append(f"token {name}: random total {m['random']['total']:.2f} within +-5: "
                      f"{verdict(abs(m['random']['total']) <= 5)}")
         ratio = m["dpa"]["attribution_seconds"] / m["gradient"]["attribution_seconds"]
@@ -182,7 +189,7 @@ def checks(summary: dict) -> list[str]:
     for key in [k for k in summary if k.startswith("head_ioi")]:
         head, name = summary[key], key
         m = head["methods"]
-        for k in ("dpa", "atp", "attention_last", "attention_mean", "gradient", "random"):
+        for k in ("dpa", "atp", "attention_last", "attention_mean", "gradient", "gradient_norm", "random"):
             lines.append(f"{name}: {k}: disrupt {m[k]['disrupt_auc']:.2f} "
                          f"recover {m[k]['recover_auc']:.2f} "
                          f"total {m[k]['total']:.2f} spearman {m[k].get('spearman')} "

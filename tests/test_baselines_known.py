@@ -41,8 +41,11 @@ def _direction(m, t, f):
 def test_gradient_on_a_linear_toy_is_the_unembedding_difference(linear):
     d = _direction(linear, "F", "C")
     grad = attribute(linear, PROMPT, "F", "C", method="gradient", level="token").scores
-    assert torch.allclose(grad[-1], d.norm(), rtol=1e-4)
+    assert torch.allclose(grad[-1], d.sum(), rtol=1e-4)  # signed: summed over d_model
     assert torch.allclose(grad[:-1], torch.zeros_like(grad[:-1]), atol=1e-6)
+    norm = attribute(linear, PROMPT, "F", "C", method="gradient_norm", level="token").scores
+    assert torch.allclose(norm[-1], d.norm(), rtol=1e-4)  # saliency: the L2 norm
+    assert torch.allclose(norm[:-1], torch.zeros_like(norm[:-1]), atol=1e-6)
     ixg = attribute(linear, PROMPT, "F", "C", method="input_x_gradient", level="token").scores
     e_last = linear.W_E[linear.to_tokens(PROMPT)[0, -1]]
     assert torch.allclose(ixg[-1], e_last @ d, rtol=1e-4)
@@ -176,3 +179,15 @@ def test_random_is_reproducible_per_prompt_and_differs_between_prompts(llama):
     c = attribute(llama, "A B C D B F =", "F", method="random", level="head").scores
     assert torch.equal(a, b) and not torch.equal(a, c)
     assert ((a >= 0) & (a < 1)).all()
+
+
+def test_gradient_norm_is_the_magnitude_of_the_signed_gradient(llama):
+    """Both reduce the same gradient: per neuron the norm is |gradient|; over a head's d_head the L2
+    norm bounds the signed sum (Cauchy-Schwarz: |sum g| <= sqrt(d) * ||g||) and is never negative."""
+    for level, dim in (("neuron", 1), ("head", llama.arch.d_head), ("token", llama.arch.d_model)):
+        signed = attribute(llama, PROMPT, "F", "C", method="gradient", level=level).scores
+        norm = attribute(llama, PROMPT, "F", "C", method="gradient_norm", level=level).scores
+        assert (norm >= 0).all() and (signed < 0).any(), level
+        assert (signed.abs() <= norm * dim**0.5 + 1e-6).all(), level
+        if level == "neuron":
+            assert torch.allclose(norm, signed.abs())

@@ -101,9 +101,9 @@ def test_abs_ranking_reorders_signed_methods_only(model, examples):
     """rank="abs" puts large negative scores first: it changes a signed method's curves, not an unsigned one's
     (the gradient norm), and the ranking is recorded in the result."""
     few = examples[:5]
-    signed = evaluate(model, few, ["input_x_gradient", "gradient"], level="token", rank="signed")
-    absolute = evaluate(model, few, ["input_x_gradient", "gradient"], level="token", rank="abs")
-    assert signed.methods["gradient"].total == pytest.approx(absolute.methods["gradient"].total)
+    signed = evaluate(model, few, ["input_x_gradient", "gradient_norm"], level="token", rank="signed")
+    absolute = evaluate(model, few, ["input_x_gradient", "gradient_norm"], level="token", rank="abs")
+    assert signed.methods["gradient_norm"].total == pytest.approx(absolute.methods["gradient_norm"].total)
     assert signed.methods["input_x_gradient"].disrupt_curve != absolute.methods["input_x_gradient"].disrupt_curve
     assert absolute.to_json()["rank"] == "abs" and "ranked by abs score" in absolute.markdown()
     with pytest.raises(MethodError, match="unknown rank"):
