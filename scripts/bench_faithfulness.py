@@ -198,8 +198,10 @@ def checks(summary: dict) -> list[str]:
         r = m["dpa"]["attribution_seconds"] / m["atp"]["attribution_seconds"]
         lines.append(f"{name}: DPA / AtP time {r:.2f}x (<= 1x): {verdict(r <= 1)}")
         p = m["activation_patching"]["attribution_seconds"] / m["dpa"]["attribution_seconds"]
-        lines.append(f"{name}: activation patching (batched, truncated) / DPA time {p:.0f}x (>= 50x): "
-                     f"{verdict(p >= 50)}")
+        # DPA here runs one prompt per pass while patching batches 32 forwards: the cost line is judged
+        # by the timing part, which also batches DPA's prompts; this ratio is the unbatched one.
+        lines.append(f"{name}: activation patching (batched, truncated) / DPA one prompt per pass {p:.0f}x "
+                     f"(the >= 50x line is judged by the timing part)")
     for key in [k for k in summary if k.startswith("paper_")]:
         m = summary[key]["methods"]
         lines.append(f"{key} (grid 0.1..1, signed; reference: IOI DPA 11.5, IG 8.2, ixg 7.7; facts DPA 6.7, "
