@@ -3,7 +3,7 @@
 For each example and method, items (tokens; heads, ranked by their score summed over query positions;
 neurons, ranked by their score summed over positions) are ordered by score: by the signed score
 (rank="signed": items that push the target up come first) or by its magnitude (rank="abs": items with
-the largest influence either way come first, as unsigned methods such as the gradient norm already do).
+the largest influence either way come first, as unsigned methods such as gradient_norm already do).
 For each fraction p of a grid that holds both 0 and 1:
 
 - disrupt(p): ablate the top round(p n) items;      recover(p): ablate the bottom round((1 - p) n) items

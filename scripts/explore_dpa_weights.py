@@ -29,7 +29,7 @@ def main() -> None:
     model = load("smollm2-135m")
     rows = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()][start:stop]
     for cfg in configs:
-        res = evaluate(model, rows, ["dpa", "gradient"], level="token", params={"dpa": cfg}, rank=rank)
+        res = evaluate(model, rows, ["dpa", "gradient_norm"], level="token", params={"dpa": cfg}, rank=rank)
         print(json.dumps(cfg), {k: round(v.total, 2) for k, v in res.methods.items()}, flush=True)
 
 
