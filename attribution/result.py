@@ -13,13 +13,11 @@ def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 10
 
     s = scores.detach().float().cpu() if isinstance(scores, torch.Tensor) else torch.as_tensor(scores).float()
     flat = s.flatten()
+    best = flat.abs().topk(min(k, flat.numel())).indices
+    coords = torch.stack(torch.unravel_index(best, s.shape), dim=1).tolist()
     rows = []
-    for i in flat.abs().topk(min(k, flat.numel())).indices.tolist():
-        coords, rest = [], i
-        for n in reversed(s.shape):
-            coords.append(rest % n)
-            rest //= n
-        row: dict[str, Any] = dict(zip(axes, reversed(coords), strict=True))
+    for i, at in zip(best.tolist(), coords, strict=True):
+        row: dict[str, Any] = dict(zip(axes, at, strict=True))
         for ax in ("token", "position", "query", "key"):
             if ax in row and row[ax] < len(tokens):
                 row[f"{ax}_str"] = tokens[row[ax]]

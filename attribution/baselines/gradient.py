@@ -17,27 +17,26 @@ import torch
 from attribution.baselines.common import check_target, grads, hook_names, layout
 
 
-def _scores(model: Any, enc: Any, level: str, reduce: str) -> torch.Tensor:
+def _scores(model: Any, enc: Any, level: str, kind: str) -> torch.Tensor:
     check_target(enc)
     names = hook_names(model, level)
     acts, gs = grads(model, enc, names)
     per_item = []
     for n in names:
-        g = gs[n] * acts[n] if reduce == "times_input" else gs[n]
-        if level == "neuron":  # one value per neuron already
-            per_item.append(g.abs() if reduce == "norm" else g)
-        else:
-            per_item.append(g.norm(dim=-1) if reduce == "norm" else g.sum(-1))
+        g = gs[n] * acts[n] if kind == "input_x_gradient" else gs[n]
+        if level == "neuron":
+            g = g.unsqueeze(-1)  # a neuron's activation is a scalar: its own dimension has size 1
+        per_item.append(g.norm(dim=-1) if kind == "gradient_norm" else g.sum(-1))
     return layout(level, per_item)
 
 
 def gradient_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
-    return _scores(model, enc, level, reduce="sum")
+    return _scores(model, enc, level, kind="gradient")
 
 
 def gradient_norm_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
-    return _scores(model, enc, level, reduce="norm")
+    return _scores(model, enc, level, kind="gradient_norm")
 
 
 def input_x_gradient_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
-    return _scores(model, enc, level, reduce="times_input")
+    return _scores(model, enc, level, kind="input_x_gradient")

@@ -151,7 +151,8 @@ def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> Non
         return
     a = model.arch
     need = memory_estimate(model, seq)
-    fit = [lv for lv in LEVELS if not _over_budget(model, seq, (lv,), p)]
+    too_big = _over_budget(model, seq, LEVELS, p)
+    fit = [lv for lv in LEVELS if lv not in too_big]
     raise RangeError(
         f"dpa {'/'.join(over)} level for a {seq}-token prompt needs {_gib(need[over[0]])} "
         f"({a.n_layers} layers x {a.n_heads} heads x {seq}x{seq} attention floats), "
