@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from attribution import LEVEL_AXES, attribute, get_method
+from attribution import LEVEL_AXES, get_method, result_for, run_encoded
 from attribution.result import AttributionResult
 from workbench.errors import MethodError, WorkbenchError
 
@@ -100,7 +100,7 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
                   use_foil: bool = True, batch_size: int = 16, on_step: Callable[[int], None] | None = None,
                   **params: Any) -> AttributionSet:
     """Attribute every row ({"prompt", "target", "foil"?}); on_step(n) after each n prompts are done."""
-    spec, _ = get_method(method, level)
+    spec, fn = get_method(method, level)
     if int(batch_size) < 1:
         raise MethodError(f"batch_size must be at least 1 (got {batch_size})")
     if not rows:
@@ -112,24 +112,19 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
         except WorkbenchError as exc:  # say which row, before any attribution runs
             raise type(exc)(f"prompt {n}: {exc}") from None
     results: list[AttributionResult] = []
-    seconds = 0.0
     if spec.name == "dpa":
         from attribution.dpa import dpa_batch
 
         traces = dpa_batch(model, encs, levels=(level,), batch_size=int(batch_size), on_step=on_step, **params)
         for row, enc, trace in zip(rows, encs, traces, strict=True):
-            seconds += trace.seconds
-            results.append(AttributionResult(
-                model=model.name, method="dpa", level=level, axes=LEVEL_AXES[level], scores=trace[level],
-                tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=trace.target_logit,
-                seconds=trace.seconds, params=params, prompt=row["prompt"]))
+            results.append(result_for(model, "dpa", level, enc, trace[level], trace.seconds, trace.target_logit,
+                                      params, row["prompt"]))
     else:
         for row, enc in zip(rows, encs, strict=True):
-            res = attribute(model, row["prompt"], row["target"], enc.foil, method=spec.name, level=level, **params)
-            seconds += res.seconds
-            results.append(res)
+            results.append(run_encoded(model, spec.name, fn, enc, level, params, row["prompt"]))
             if on_step:
                 on_step(1)
+    seconds = sum(r.seconds for r in results)
     return AttributionSet(model=model.name, method=spec.name, level=level, results=results, seconds=seconds,
                           batch_size=int(batch_size) if spec.name == "dpa" else 1, params=params)
 

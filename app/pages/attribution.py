@@ -62,31 +62,15 @@ def compute(
 def _attribute(
     model: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
 ) -> dict[str, Any]:
-    from attribution import attribute
+    from attribution import attribute, result_for
 
     if method == "dpa" and len(levels) > 1 and C.has_engine("attribution.dpa.engine"):
         from attribution.dpa.engine import dpa_all
-        from attribution.methods import LEVEL_AXES
-        from attribution.result import AttributionResult
 
         enc = model.encode(prompt, target, foil)
         trace = dpa_all(model, enc, levels=levels)
-        return {
-            lv: AttributionResult(
-                model=model.name,
-                method="dpa",
-                level=lv,
-                axes=LEVEL_AXES[lv],
-                scores=trace.levels[lv],
-                tokens=enc.str_tokens,
-                target=enc.target,
-                foil=enc.foil,
-                target_logit=trace.target_logit,
-                seconds=trace.seconds,
-                prompt=prompt,
-            )
-            for lv in levels
-        }
+        return {lv: result_for(model, "dpa", lv, enc, trace.levels[lv], trace.seconds, trace.target_logit, {},
+                               prompt) for lv in levels}
     return {lv: attribute(model, prompt, target=target, foil=foil, method=method, level=lv) for lv in levels}
 
 
