@@ -33,6 +33,7 @@ from attribution.baselines.common import last_logits
 from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
 from attribution.methods import METHODS, canonical
 from workbench.errors import MethodError
+from workbench.prompt_files import encode_rows
 
 LEVELS = ("token", "head", "neuron")
 RANKS = ("signed", "abs")
@@ -254,7 +255,7 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
     if not examples:
         raise MethodError("no examples to evaluate")
     params = {canonical(k): v for k, v in (params or {}).items()}
-    encs = [model.encode(e["prompt"], e["target"], e.get("foil") if use_foil else None) for e in examples]
+    encs = encode_rows(model, examples, use_foil)
     grid = check_grid(grid) if grid is not None else grid_for(model, level)
     fill = mean_fill(model, [e.tokens for e in encs], level) if ablation == "mean" else None
     keys = ("d", "r", "sec", "rho", "rec")

@@ -13,7 +13,8 @@ from typing import Any
 
 from attribution import LEVEL_AXES, get_method, result_for, run_encoded
 from attribution.result import AttributionResult
-from workbench.errors import MethodError, WorkbenchError
+from workbench.errors import MethodError
+from workbench.prompt_files import encode_rows
 
 
 @dataclass
@@ -105,12 +106,7 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
         raise MethodError(f"batch_size must be at least 1 (got {batch_size})")
     if not rows:
         raise MethodError("no prompts to attribute")
-    encs = []
-    for n, r in enumerate(rows, 1):
-        try:
-            encs.append(model.encode(r["prompt"], r["target"], r.get("foil") if use_foil else None))
-        except WorkbenchError as exc:  # say which row, before any attribution runs
-            raise type(exc)(f"prompt {n}: {exc}") from None
+    encs = encode_rows(model, rows, use_foil)
     results: list[AttributionResult] = []
     if spec.name == "dpa":
         from attribution.dpa import dpa_batch

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
-from workbench.errors import PromptError
+from workbench.errors import PromptError, WorkbenchError
 
 
 def read_prompts(path: str, limit: int | None = None) -> list[dict]:
@@ -45,3 +46,15 @@ def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict
     if not rows:
         raise PromptError(f"prompts file {source!r} holds no prompts")
     return rows
+
+
+def encode_rows(model: Any, rows: list[dict], use_foil: bool = True, source: str | None = None) -> list[Any]:
+    """Every row encoded (target and foil one token each) before any method runs; a bad row fails as
+    "SOURCE:N: why" (or "prompt N: why" without a source)."""
+    encs = []
+    for n, row in enumerate(rows, 1):
+        try:
+            encs.append(model.encode(row["prompt"], row["target"], row.get("foil") if use_foil else None))
+        except WorkbenchError as exc:
+            raise type(exc)(f"{source}:{n}: {exc}" if source else f"prompt {n}: {exc}") from None
+    return encs

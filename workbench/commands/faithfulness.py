@@ -14,20 +14,16 @@ def register(app: typer.Typer) -> None:
 
 def load_for_prompts(model: str, device: str, threads: int | None, rows: list[dict], path: str, foil: bool):
     """The model, once every row's target (and foil) is one of its tokens: a bad row fails fast, as
-    "FILE:LINE: why", before any method runs."""
+    "FILE:N: why" (the Nth prompt), before any method runs."""
     import torch
 
-    from workbench.errors import WorkbenchError
+    from workbench.prompt_files import encode_rows
     from workbench.zoo import load
 
     if threads:
         torch.set_num_threads(threads)
     hooked = load(model, device=device)
-    for n, row in enumerate(rows, 1):
-        try:
-            hooked.encode(row["prompt"], row["target"], row.get("foil") if foil else None)
-        except WorkbenchError as exc:
-            raise type(exc)(f"{path}:{n}: {exc}") from None
+    encode_rows(hooked, rows, foil, source=path)
     return hooked
 
 
