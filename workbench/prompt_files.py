@@ -18,7 +18,8 @@ def read_prompts(path: str, limit: int | None = None) -> list[dict]:
     if not file.is_file():
         raise PromptError(f"prompts file {path!r} does not exist")
     try:
-        text = file.read_text()
+        # utf-8-sig: a byte-order mark (as some editors write) is not part of the first row.
+        text = file.read_text(encoding="utf-8-sig")
     except (OSError, UnicodeDecodeError) as exc:
         raise PromptError(f"cannot read prompts file {path!r}: {exc}") from None
     return parse_prompts(text, path, limit)
@@ -27,7 +28,10 @@ def read_prompts(path: str, limit: int | None = None) -> list[dict]:
 def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict]:
     """Rows from JSONL text; errors name ``source`` and the line ("ioi.jsonl:3: ...")."""
     rows = []
-    for n, line in enumerate(text.splitlines(), 1):
+    # JSONL lines end at "\n" only: str.splitlines() also splits at U+2028, U+2029 and U+0085,
+    # which json.dumps(..., ensure_ascii=False) leaves unescaped inside strings.
+    for n, line in enumerate(text.removeprefix("\ufeff").split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:

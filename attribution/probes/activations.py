@@ -54,7 +54,10 @@ def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
     if not path.is_file():
         raise DatasetError(f"dataset {str(path)!r} does not exist")
     texts, labels, marked = [], [], []
-    for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+    # JSONL lines end at "\n" only (splitlines() also splits at U+2028/U+2029/U+0085 inside strings);
+    # utf-8-sig drops a byte-order mark.
+    for n, line in enumerate(path.read_text(encoding="utf-8-sig", errors="replace").split("\n"), 1):
+        line = line.removesuffix("\r")
         if not line.strip():
             continue
         try:
