@@ -3,7 +3,12 @@
 A run directory holds ``meta.json`` (model, method, arguments, versions, git commit, timings),
 ``tensors.safetensors`` and tables as CSV. Runs are built in ``<root>/.tmp-*`` and renamed
 into place, so a killed writer never leaves a half run visible; the index is updated after the
-rename and is rebuilt from the directories when it disagrees with them.
+rename and is rebuilt from the directories when it disagrees with them (or is corrupt).
+
+One bad entry never breaks the store: a run directory whose ``meta.json`` is unreadable or
+malformed, or that is (or holds) a symlink, is reported by ``damaged()``, skipped by ``list()``,
+refused by ``get()`` and can still be removed. Leftover ``.tmp-*`` (killed writers) and
+``.rm-*`` (interrupted removals) directories are swept on ``list()``.
 """
 
 from __future__ import annotations
@@ -11,10 +16,13 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 import shutil
+import socket
 import sqlite3
 import subprocess
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +32,13 @@ from workbench.errors import RunStoreError
 
 META = "meta.json"
 TENSORS = "tensors.safetensors"
+INDEX = "index.sqlite"
+# A run id as save() makes it: 20250101-120000-KIND-abc123.
+RUN_ID = re.compile(r"^\d{8}-\d{6}-.+-[0-9a-f]{6}$")
+# A .tmp-* directory whose writer cannot be checked is left alone this long (a save takes seconds).
+STALE_TMP_SECONDS = 3600
+# meta.json fields the index stores: each a string or absent/null.
+TEXT_FIELDS = ("created", "kind", "model", "method")
 
 
 def default_root() -> Path:
@@ -66,9 +81,16 @@ class Run:
     def kind(self) -> str:
         return self.meta.get("kind", "")
 
+    def _file(self, name: str) -> Path | None:
+        """The run's file ``name`` (None when absent); a symlink is refused, never followed."""
+        file = self.path / name
+        if file.is_symlink():
+            raise RunStoreError(f"run {self.id}: {name} is a symlink; refusing to read it")
+        return file if file.exists() else None
+
     def tensors(self) -> dict[str, Any]:
-        file = self.path / TENSORS
-        if not file.exists():
+        file = self._file(TENSORS)
+        if file is None:
             return {}
         from safetensors.torch import load_file
 
@@ -77,8 +99,8 @@ class Run:
     def table(self, name: str):
         import pandas as pd
 
-        file = self.path / f"{name}.csv"
-        if not file.exists():
+        file = self._file(f"{name}.csv")
+        if file is None:
             raise RunStoreError(f"run {self.id} has no table {name!r}")
         return pd.read_csv(file)
 
@@ -86,8 +108,13 @@ class Run:
         return sorted(p.stem for p in self.path.glob("*.csv"))
 
     def result(self) -> dict[str, Any]:
-        file = self.path / "result.json"
-        return json.loads(file.read_text()) if file.exists() else {}
+        file = self._file("result.json")
+        if file is None:
+            return {}
+        try:
+            return json.loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            raise RunStoreError(f"run {self.id}: cannot read result.json: {_one_line(exc)}") from None
 
 
 @dataclass
@@ -106,30 +133,176 @@ class RunDraft:
     files: dict[str, str | bytes] = field(default_factory=dict)  # name -> content
 
 
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def _corrupt(exc: sqlite3.Error) -> bool:
+    """The index file is not a database or is damaged (as opposed to busy, locked or unwritable)."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code in (sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_CORRUPT) or type(exc) is sqlite3.DatabaseError
+
+
+def _host() -> str:
+    # No "-" in it: a temporary directory's name is split at "-" to find its writer.
+    return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # e.g. another user's process: it exists
+        return True
+    return True
+
+
+def _abandoned(path: Path, now: float) -> bool:
+    """Whether a ``.tmp-HOST-PID-xxxx`` directory was left by a writer that is gone.
+
+    A writer on this host is gone when its pid is; one on another host (or with a name we cannot
+    parse) only after STALE_TMP_SECONDS without a change, since its pid cannot be checked from here.
+    A live pid older than a day is a reused pid, not a writer (a save takes seconds).
+    """
+    try:
+        age = now - path.lstat().st_mtime
+    except OSError:
+        return False
+    parts = path.name[len(".tmp-"):].rsplit("-", 2)
+    if len(parts) == 3 and parts[0] == _host() and parts[1].isdigit() and int(parts[1]) > 0:
+        return not _pid_alive(int(parts[1])) or age > 24 * 3600
+    return age > STALE_TMP_SECONDS
+
+
+def _delete(path: Path) -> None:
+    """Delete a file, a symlink (never what it points to) or a directory tree; errors are ignored."""
+    try:
+        if path.is_symlink() or not path.is_dir():
+            path.unlink(missing_ok=True)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+    except OSError:
+        pass
+
+
+def check_run_dir(path: Path) -> tuple[dict[str, Any] | None, str | None]:
+    """(meta, None) for a sound run directory, else (None, why it is damaged).
+
+    Sound: a real directory (no symlink anywhere in it, so reading a run never leaves the store) whose
+    meta.json is a JSON object with string-or-null created/kind/model/method and an object summary.
+    """
+    if path.is_symlink():
+        return None, "the run directory is a symlink"
+    if not path.is_dir():
+        return None, "not a directory"
+    for top, dirs, files in os.walk(path):
+        for name in dirs + files:
+            if os.path.islink(os.path.join(top, name)):
+                rel = os.path.relpath(os.path.join(top, name), path)
+                return None, f"{rel} is a symlink"
+    file = path / META
+    if not file.exists():
+        return None, "no meta.json"
+    try:
+        meta = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        return None, f"cannot read meta.json: {_one_line(exc)}"
+    except ValueError as exc:
+        return None, f"meta.json is not valid JSON: {_one_line(exc)}"
+    if not isinstance(meta, dict):
+        return None, f"meta.json holds a {type(meta).__name__}, not a JSON object"
+    for key in TEXT_FIELDS:
+        if meta.get(key) is not None and not isinstance(meta[key], str):
+            return None, f"meta.json field {key!r} is a {type(meta[key]).__name__}, not a string"
+    if meta.get("summary") is not None and not isinstance(meta["summary"], dict):
+        return None, "meta.json field 'summary' is not a JSON object"
+    return meta, None
+
+
 class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
 
     # -- index ---------------------------------------------------------------------------
-    def _connect(self) -> sqlite3.Connection:
+    # The index is derived data: the run directories are the truth. A corrupt index is deleted and
+    # rebuilt; an index that cannot be written never fails a command whose work is done.
+    def _open_index(self) -> sqlite3.Connection:
+        self.root.mkdir(parents=True, exist_ok=True)
+        con = sqlite3.connect(self.root / INDEX, timeout=30)
         try:
-            self.root.mkdir(parents=True, exist_ok=True)
-            con = sqlite3.connect(self.root / "index.sqlite", timeout=30)
-        except (OSError, sqlite3.Error) as exc:
-            raise RunStoreError(f"cannot open run store at {self.root}: {exc}") from None
-        con.execute("PRAGMA journal_mode=WAL")
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created TEXT, kind TEXT,"
-            " model TEXT, method TEXT, summary TEXT)"
-        )
+            con.execute("PRAGMA journal_mode=WAL")
+            con.execute(
+                "CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created TEXT, kind TEXT,"
+                " model TEXT, method TEXT, summary TEXT)"
+            )
+        except BaseException:
+            con.close()
+            raise
         return con
 
+    def _drop_index(self) -> None:
+        for name in (INDEX, f"{INDEX}-wal", f"{INDEX}-shm"):
+            try:
+                (self.root / name).unlink(missing_ok=True)
+            except OSError:
+                pass
+
+    def _connect(self) -> sqlite3.Connection:
+        """A connection to the index; a corrupt index file is replaced by an empty one."""
+        try:
+            return self._open_index()
+        except OSError as exc:
+            raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+        except sqlite3.Error as exc:
+            if not _corrupt(exc):
+                raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+        self._drop_index()
+        try:
+            return self._open_index()
+        except (OSError, sqlite3.Error) as exc:
+            raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+
+    def _update_index(self, change: Any) -> None:
+        """Apply ``change(con)`` in one transaction, best effort: on a corrupt index, rebuild and retry
+        once; any other failure is ignored (list() reconciles the index with the directories)."""
+        for _attempt in range(2):
+            try:
+                con = self._connect()
+            except RunStoreError:
+                return
+            try:
+                with con:
+                    change(con)
+                return
+            except sqlite3.Error as exc:
+                if not _corrupt(exc):
+                    return
+            finally:
+                con.close()
+            self._drop_index()
+
+    @staticmethod
+    def _row(run_id: str, meta: dict[str, Any]) -> tuple:
+        return (run_id, meta.get("created"), meta.get("kind"), meta.get("model"), meta.get("method"),
+                json.dumps(meta.get("summary") or {}))
+
     def _index(self, con: sqlite3.Connection, run_id: str, meta: dict[str, Any]) -> None:
-        con.execute(
-            "INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)",
-            (run_id, meta.get("created"), meta.get("kind"), meta.get("model"),
-             meta.get("method"), json.dumps(meta.get("summary", {}))),
-        )
+        con.execute("INSERT OR REPLACE INTO runs VALUES (?, ?, ?, ?, ?, ?)", self._row(run_id, meta))
+
+    def _reconcile(self, runs: dict[str, tuple[Path, dict[str, Any]]]) -> None:
+        """Make the index hold exactly the sound runs (missing, changed, stale and damaged rows fixed)."""
+
+        def change(con: sqlite3.Connection) -> None:
+            have = {r[0]: tuple(r) for r in con.execute("SELECT * FROM runs")}
+            for stale in have.keys() - runs.keys():
+                con.execute("DELETE FROM runs WHERE id = ?", (stale,))
+            for run_id, (_path, meta) in runs.items():
+                if have.get(run_id) != self._row(run_id, meta):
+                    self._index(con, run_id, meta)
+
+        self._update_index(change)
 
     # -- write ---------------------------------------------------------------------------
     def save(self, draft: RunDraft) -> Run:
@@ -150,7 +323,8 @@ class RunStore:
         }
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=self.root))
+            # Host and pid in the name: a later list() can tell a killed writer's leftover from a live one.
+            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{_host()}-{os.getpid()}-", dir=self.root))
         except OSError as exc:
             raise RunStoreError(f"cannot write to run store {self.root}: {exc}") from None
         try:
@@ -177,55 +351,96 @@ class RunStore:
         except BaseException:
             shutil.rmtree(tmp, ignore_errors=True)
             raise
-        with self._connect() as con:
-            self._index(con, run_id, meta)
+        # The run is stored: indexing it is best effort from here on.
+        self._update_index(lambda con: self._index(con, run_id, meta))
         return Run(run_id, final, meta)
 
     # -- read ----------------------------------------------------------------------------
-    def _complete_dirs(self) -> dict[str, Path]:
-        if not self.root.exists():
-            return {}
-        return {p.name: p for p in self.root.iterdir()
-                if p.is_dir() and not p.name.startswith(".") and (p / META).exists()}
+    def _sweep(self) -> None:
+        """Delete leftovers: every ``.rm-*`` (a removal already committed) and abandoned ``.tmp-*``."""
+        now = time.time()
+        try:
+            entries = [Path(e.path) for e in os.scandir(self.root)]
+        except OSError:
+            return
+        for path in entries:
+            if path.name.startswith(".rm-") or (path.name.startswith(".tmp-") and _abandoned(path, now)):
+                _delete(path)
+
+    def _scan(self) -> tuple[dict[str, tuple[Path, dict[str, Any]]], list[dict[str, str]]]:
+        """(sound runs by id, damaged entries) from the directories; leftovers are swept first."""
+        runs: dict[str, tuple[Path, dict[str, Any]]] = {}
+        damaged: list[dict[str, str]] = []
+        if not self.root.is_dir():
+            return runs, damaged
+        self._sweep()
+        try:
+            entries = sorted(os.scandir(self.root), key=lambda e: e.name)
+        except OSError as exc:
+            raise RunStoreError(f"cannot read run store {self.root}: {_one_line(exc)}") from None
+        for entry in entries:
+            name, path = entry.name, Path(entry.path)
+            if name.startswith(".") or name.startswith(INDEX):
+                continue
+            if not entry.is_symlink() and not entry.is_dir(follow_symlinks=False):
+                continue  # a plain file is not a run
+            meta, why = check_run_dir(path)
+            if meta is not None:
+                runs[name] = (path, meta)
+            elif why != "no meta.json" or RUN_ID.match(name):
+                # A directory without meta.json and not named like a run is someone else's: left alone.
+                damaged.append({"id": name, "reason": why or "damaged", "path": str(path)})
+        return runs, damaged
 
     def list(self, kind: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
-        """Index rows, newest first. Directories and index are reconciled on the way."""
-        dirs = self._complete_dirs()
-        if not dirs and not (self.root / "index.sqlite").exists():
-            return []
-        with self._connect() as con:
-            ids = {r[0] for r in con.execute("SELECT id FROM runs")}
-            for stale in ids - dirs.keys():
-                con.execute("DELETE FROM runs WHERE id = ?", (stale,))
-            for missing in dirs.keys() - ids:
-                try:
-                    self._index(con, missing, json.loads((dirs[missing] / META).read_text()))
-                except (OSError, ValueError):
-                    continue
-            query, params = "SELECT * FROM runs WHERE 1=1", []
-            if kind:
-                query, params = query + " AND kind = ?", params + [kind]
-            if model:
-                query, params = query + " AND model = ?", params + [model]
-            rows = con.execute(query + " ORDER BY created DESC, id DESC", params).fetchall()
-        cols = ["id", "created", "kind", "model", "method", "summary"]
-        out = []
-        for row in rows:
-            item = dict(zip(cols, row, strict=False))
-            item["summary"] = json.loads(item["summary"] or "{}")
-            out.append(item)
+        """Sound runs, newest first (damaged ones are in ``damaged()``); the index is reconciled."""
+        runs, _damaged = self._scan()
+        if runs or (self.root / INDEX).exists():
+            self._reconcile(runs)
+        out = [
+            {"id": run_id, "created": meta.get("created"), "kind": meta.get("kind"),
+             "model": meta.get("model"), "method": meta.get("method"), "summary": meta.get("summary") or {}}
+            for run_id, (_path, meta) in runs.items()
+            if (not kind or meta.get("kind") == kind) and (not model or meta.get("model") == model)
+        ]
+        # As the index orders them: created descending (runs without a date last), then id descending.
+        out.sort(key=lambda r: (r["created"] is not None, r["created"] or "", r["id"]), reverse=True)
         return out
 
-    def get(self, run_id: str) -> Run:
+    def damaged(self) -> list[dict[str, str]]:
+        """Entries that look like runs but cannot be read safely: [{"id", "reason", "path"}], by id."""
+        return self._scan()[1]
+
+    def _entry(self, run_id: str) -> Path:
+        """The store entry named ``run_id`` (a directory or a symlink); RunStoreError when there is none."""
+        bad_name = (not run_id or run_id.startswith(".") or run_id.startswith(INDEX)
+                    or "/" in run_id or "\\" in run_id or "\0" in run_id)
         path = self.root / run_id
-        if not run_id or run_id.startswith(".") or "/" in run_id or not (path / META).exists():
+        if bad_name or not (path.is_symlink() or path.is_dir()):
             raise RunStoreError(f"no run {run_id!r} in {self.root}")
-        return Run(run_id, path, json.loads((path / META).read_text()))
+        return path
+
+    def get(self, run_id: str) -> Run:
+        """A sound run; RunStoreError for a missing or damaged one (symlinks are never followed)."""
+        path = self._entry(run_id)
+        meta, why = check_run_dir(path)
+        if meta is None:
+            if why == "no meta.json" and not RUN_ID.match(run_id):
+                raise RunStoreError(f"no run {run_id!r} in {self.root}")
+            raise RunStoreError(f"run {run_id} is damaged: {why} (remove it with `workbench runs rm {run_id}`)")
+        return Run(run_id, path, meta)
 
     def remove(self, run_id: str) -> None:
-        run = self.get(run_id)
-        trash = self.root / f".rm-{run_id}"
-        os.rename(run.path, trash)  # disappears atomically, then is deleted
-        with self._connect() as con:
-            con.execute("DELETE FROM runs WHERE id = ?", (run_id,))
-        shutil.rmtree(trash, ignore_errors=True)
+        """Remove a run, sound or damaged; a symlink is removed, never what it points to."""
+        path = self._entry(run_id)
+        if not path.is_symlink() and not (path / META).exists() and not RUN_ID.match(run_id):
+            raise RunStoreError(f"no run {run_id!r} in {self.root}")
+        trash = self.root / f".rm-{run_id[:100]}-{uuid.uuid4().hex[:6]}"
+        try:
+            os.rename(path, trash)  # disappears atomically, then is deleted
+        except OSError as exc:
+            raise RunStoreError(f"cannot remove run {run_id}: {_one_line(exc)}") from None
+        _delete(trash)
+        if trash.exists() or trash.is_symlink():
+            _delete(trash)  # a second pass; whatever still stays is hidden and swept by list()
+        self._update_index(lambda con: con.execute("DELETE FROM runs WHERE id = ?", (run_id,)))

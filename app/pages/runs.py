@@ -130,6 +130,12 @@ shown = [
 st.dataframe(
     [{k: (json.dumps(v) if k == "summary" else v) for k, v in r.items()} for r in shown], hide_index=True
 )
+damaged = C.attempt("Cannot read the run store", store.damaged) or []
+if damaged:  # skipped by the listing above; named here so they can be removed
+    st.warning(f"{len(damaged)} damaged run(s) skipped (unreadable or malformed meta.json, or a symlink): "
+               "remove one with `workbench runs rm ID`.")
+    with st.expander("Damaged runs", expanded=False):
+        st.dataframe(damaged, hide_index=True)
 
 if st.session_state.get("runs_rm_error"):
     st.error(f"Cannot delete: {st.session_state.pop('runs_rm_error')}")

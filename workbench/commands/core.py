@@ -45,12 +45,24 @@ def models(as_json: bool = JSON_OPTION) -> None:
 def runs_list(
     kind: str = typer.Option(None, help="Only runs of this kind (attribute, faithfulness, ...)."),
     model: str = typer.Option(None, help="Only runs on this model."),
+    damaged: bool = typer.Option(False, "--damaged", help="List the damaged entries instead (unreadable "
+                                 "or malformed meta.json, symlinks): id, reason, path. Remove one with "
+                                 "`workbench runs rm ID`."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """List stored runs, newest first."""
+    """List stored runs, newest first (damaged entries: --damaged)."""
     from workbench.store import RunStore
 
-    rows = RunStore().list(kind=kind, model=model)
+    store = RunStore()
+    if damaged:
+        def human_bad(rows):
+            print("\n".join(f"{r['id']}: {r['reason']}" for r in rows) if rows else "no damaged runs")
+
+        emit(store.damaged(), as_json, human_bad)
+        return
+    rows = store.list(kind=kind, model=model)
+    # --json keeps its shape (a list of sound runs); damaged entries are named on stderr / below the table.
+    bad = store.damaged()
 
     def human(rows):
         from rich.console import Console
@@ -60,8 +72,14 @@ def runs_list(
         for r in rows:
             table.add_row(r["id"], r["created"], r["kind"] or "", r["model"] or "", r["method"] or "")
         Console().print(table)
+        if bad:
+            print(f"damaged ({len(bad)}; skipped, remove with `workbench runs rm ID`):")
+            for r in bad:
+                print(f"  {r['id']}: {r['reason']}")
 
     emit(rows, as_json, human)
+    if bad and as_json:
+        print(f"note: {len(bad)} damaged run(s) skipped; see `workbench runs list --damaged`", file=sys.stderr)
 
 
 def runs_show(run_id: str, as_json: bool = JSON_OPTION) -> None:
@@ -74,7 +92,7 @@ def runs_show(run_id: str, as_json: bool = JSON_OPTION) -> None:
 
 
 def runs_rm(run_id: str, as_json: bool = JSON_OPTION) -> None:
-    """Remove one run."""
+    """Remove one run (a damaged one too; a symlink is removed, never what it points to)."""
     from workbench.store import RunStore
 
     RunStore().remove(run_id)
