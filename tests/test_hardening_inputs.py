@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
@@ -48,3 +49,70 @@ def test_probe_dataset_unicode_separators(tmp_path):
     f.write_bytes(b"\xef\xbb\xbf" + _jsonl(rows).encode())
     ds = load_dataset(f)
     assert ds.texts == [r["text"] for r in rows]
+
+
+# -- a model folder's config.json names a loader from the registry; it never picks code ---------------
+
+def _evil_module(tmp_path, monkeypatch):
+    """A module on sys.path whose import leaves a marker file: importing it is the failure."""
+    marker = tmp_path / "imported"
+    (tmp_path / "evil_loader_mod.py").write_text(
+        f"open({str(marker)!r}, 'w').write('x')\ndef load(entry, device='cpu'):\n    return None\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return marker
+
+
+def test_model_dir_cannot_choose_a_module(tmp_path, monkeypatch, capsys):
+    from tests.cli_helpers import assert_bad, run_cli
+
+    marker = _evil_module(tmp_path, monkeypatch)
+    for loader in ("evil_loader_mod:load", "this:nothing"):
+        d = tmp_path / f"m-{loader.split(':')[0]}"
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps({"workbench": {"loader": loader}}))
+        code, out, err = run_cli(monkeypatch, capsys, "info", str(d), "--json")
+        assert_bad(code, err, "unknown loader", loader)
+        assert "Beautiful is better" not in out + err
+    assert not marker.exists()
+
+
+def test_data_models_entry_cannot_choose_a_module(tmp_path, monkeypatch):
+    import workbench as wb
+    from workbench import zoo
+    from workbench.errors import ModelFileError
+
+    marker = _evil_module(tmp_path, monkeypatch)
+    models = tmp_path / "data" / "models"
+    for name, info in {"evil": {"loader": "evil_loader_mod:load", "params": 1},
+                       "bad-params": {"loader": "circuits.checkpoints:load", "params": "many"},
+                       "fine": {"loader": "circuits.checkpoints:load", "params": 3}}.items():
+        (models / name).mkdir(parents=True)
+        (models / name / "config.json").write_text(json.dumps({"workbench": info}))
+    monkeypatch.setattr(zoo, "DATA_DIR", tmp_path / "data")
+    names = {e.name for e in zoo.list_models()}
+    assert {"evil", "fine"} <= names and "bad-params" not in names  # one bad config hides nothing else
+    with pytest.raises(ModelFileError, match="unknown loader 'evil_loader_mod:load'"):
+        wb.load("evil")
+    assert not marker.exists()
+    # code (not data) may still register a loader, and then a data file may name it
+    zoo.register_loader("evil_loader_mod:load", "evil_loader_mod:load")
+    try:
+        assert wb.load("evil") is None and marker.exists()
+    finally:
+        zoo.LOADERS.pop("evil_loader_mod:load")
+        sys.modules.pop("evil_loader_mod", None)
+
+
+def test_every_shipped_checkpoint_names_a_registered_loader():
+    from workbench import zoo
+
+    for e in zoo.list_models():
+        assert e.loader in zoo.LOADERS, e
+
+
+def test_oracle_help_says_it_runs_code(monkeypatch, capsys):
+    from tests.cli_helpers import run_cli
+
+    monkeypatch.setenv("COLUMNS", "200")
+    code, out, _ = run_cli(monkeypatch, capsys, "recover-heads", "--help")
+    assert code == 0 and "runs that Python code" in " ".join(out.split())

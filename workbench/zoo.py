@@ -3,6 +3,10 @@
 Entries come from three places: built-in LLMs, checkpoint directories under ``data/models``
 (each with a ``config.json`` whose ``workbench`` section names kind, loader and parameter
 count), and ``register()`` calls. A path to a local Hugging Face directory is loadable too.
+
+A data file never chooses code: its ``loader`` is a name looked up in ``LOADERS``, a registry
+written in code (``register()`` and ``register_loader()`` add to it); an unknown name is a
+ModelFileError, and nothing is imported for it.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ class ModelEntry:
     kind: str  # llm | toy | vit
     params: int
     source: str
-    loader: str  # "module:function", called as loader(entry, device=..., **kwargs)
+    loader: str  # a name in LOADERS, called as loader(entry, device=..., **kwargs)
     path: str | None = None
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -40,6 +44,17 @@ class ModelEntry:
 
 _REGISTERED: dict[str, ModelEntry] = {}
 
+# Loader name -> the "module:function" it imports. The names are what checkpoint config.json files
+# (written by circuits.checkpoints, attribution.vit.train, attribution.probes.tiny) already say.
+LOADERS: dict[str, str] = {
+    "workbench.llm:load_smollm2": "workbench.llm:load_smollm2",
+    "workbench.llm:load_hf_dir": "workbench.llm:load_hf_dir",
+    "attribution.vit.hf:load_hf_vit": "attribution.vit.hf:load_hf_vit",
+    "attribution.vit.model:load_checkpoint": "attribution.vit.model:load_checkpoint",
+    "circuits.checkpoints:load": "circuits.checkpoints:load",
+    "attribution.probes.tiny:load": "attribution.probes.tiny:load",
+}
+
 BUILTIN = [
     ModelEntry(
         name="smollm2-135m",
@@ -52,9 +67,33 @@ BUILTIN = [
 ]
 
 
+def register_loader(name: str, target: str) -> None:
+    """Let data files name ``name`` as their loader; ``target`` is the "module:function" it runs (code only)."""
+    if target.count(":") != 1:
+        raise ValueError(f"loader target {target!r} is not 'module:function'")
+    LOADERS[name] = target
+
+
 def register(entry: ModelEntry) -> None:
-    """Add a model to the zoo for this process (plugins, tests)."""
+    """Add a model to the zoo for this process (plugins, tests); its loader (code's choice) is registered too."""
+    if entry.loader not in LOADERS:
+        register_loader(entry.loader, entry.loader)
     _REGISTERED[entry.name] = entry
+
+
+def _loader_target(entry: ModelEntry) -> str:
+    """The "module:function" of the registered loader an entry names; ModelFileError (one line) otherwise."""
+    target = LOADERS.get(entry.loader) if isinstance(entry.loader, str) else None
+    if target is None:
+        where = f" in {entry.path}/config.json" if entry.path else ""
+        raise ModelFileError(f"model {entry.name!r}: unknown loader {str(entry.loader)[:80]!r}{where}; "
+                             f"known loaders: {', '.join(sorted(LOADERS))}")
+    return target
+
+
+def _loader_function(entry: ModelEntry):
+    module_name, func_name = _loader_target(entry).split(":")
+    return getattr(importlib.import_module(module_name), func_name)
 
 
 def _checkpoint_entries() -> list[ModelEntry]:
@@ -65,15 +104,15 @@ def _checkpoint_entries() -> list[ModelEntry]:
     for cfg in sorted(root.glob("*/config.json")):
         try:
             info = json.loads(cfg.read_text()).get("workbench", {})
-        except (OSError, ValueError):
-            continue
-        if not info.get("loader"):
-            continue
-        found.append(ModelEntry(
-            name=info.get("name", cfg.parent.name), kind=info.get("kind", "toy"),
-            params=int(info.get("params", 0)), source=info.get("source", f"data/models/{cfg.parent.name}"),
-            loader=info["loader"], path=str(cfg.parent), description=info.get("description", ""),
-        ))
+            if not info.get("loader"):
+                continue
+            found.append(ModelEntry(
+                name=str(info.get("name", cfg.parent.name)), kind=str(info.get("kind", "toy")),
+                params=int(info.get("params", 0)), source=str(info.get("source", f"data/models/{cfg.parent.name}")),
+                loader=str(info["loader"]), path=str(cfg.parent), description=str(info.get("description", "")),
+            ))
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue  # one malformed checkpoint config does not hide the rest of the zoo
     return found
 
 
@@ -107,11 +146,18 @@ def resolve(name_or_path: str) -> ModelEntry:
         config = json.loads(cfg.read_text())
     except (OSError, ValueError) as exc:
         raise ModelFileError(f"cannot read {cfg}: {exc}") from None
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{cfg} is not a JSON object")
     wb = config.get("workbench")
-    if wb and wb.get("loader"):
-        return ModelEntry(name=wb.get("name", path.name), kind=wb.get("kind", "toy"),
-                          params=int(wb.get("params", 0)), source=str(path), loader=wb["loader"],
-                          path=str(path))
+    if isinstance(wb, dict) and wb.get("loader"):
+        try:
+            params = int(wb.get("params", 0))
+        except (TypeError, ValueError):
+            raise ModelFileError(f"{cfg}: workbench.params is not an integer") from None
+        entry = ModelEntry(name=str(wb.get("name", path.name)), kind=str(wb.get("kind", "toy")),
+                           params=params, source=str(path), loader=str(wb["loader"]), path=str(path))
+        _loader_target(entry)  # an unknown loader fails here, by name, before anything is imported
+        return entry
     model_type = config.get("model_type", "")
     kind = "vit" if model_type == "vit" else "llm"
     loader = "attribution.vit.hf:load_hf_vit" if kind == "vit" else "workbench.llm:load_hf_dir"
@@ -122,6 +168,4 @@ def resolve(name_or_path: str) -> ModelEntry:
 def load(name_or_path: str, device: str = "cpu", **kwargs: Any):
     """Load a model from the zoo or a local directory, ready for the engines."""
     entry = resolve(name_or_path)
-    module_name, func_name = entry.loader.split(":")
-    loader = getattr(importlib.import_module(module_name), func_name)
-    return loader(entry, device=device, **kwargs)
+    return _loader_function(entry)(entry, device=device, **kwargs)

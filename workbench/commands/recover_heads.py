@@ -23,7 +23,9 @@ def recover_heads(
                                                      "'tiny-attn' trains a tiny one on the spot."),
     layer: int = typer.Option(0, "--layer", help="Attention layer of --model."),
     oracle: str = typer.Option(None, "--oracle", help="Your own oracle: module:function or file.py:function "
-                                                      "mapping an (N, d) array to a scalar."),
+                                                      "mapping an (N, d) array to a scalar. This imports and "
+                                                      "runs that Python code, by design: name only code you "
+                                                      "trust."),
     oversample: int = typer.Option(0, "--oversample", help="Extra k values per experiment (least squares; "
                                                            "reports its own, larger query count)."),
     merged: int = typer.Option(0, "--merged", help="Random instance: heads that copy head 0's W."),
