@@ -175,6 +175,25 @@ class HookedModel:
         with self.tl.hooks(fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks)) as m:
             yield m
 
+    @contextmanager
+    def split_inputs(self) -> Iterator[HookedModel]:
+        """Within the block, every head reads its own query, key and value input
+        (``blocks.{l}.hook_q_input`` / ``hook_k_input`` / ``hook_v_input``, [batch, pos, head, d_model], grouped
+        kv heads ungrouped to one per query head) and every MLP its own ``blocks.{l}.hook_mlp_in``: the
+        receiver inputs of the edge-level graph. Restores the model's settings on exit."""
+        cfg = self.tl.cfg
+        if not hasattr(self.tl, "set_use_split_qkv_input"):
+            raise RangeError(f"{self.name} ({self.backend} backend) cannot split head inputs; "
+                             "load it with the transformer_lens backend for edge-level circuits")
+        saved = (cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention)
+        cfg.use_split_qkv_input = True
+        cfg.use_hook_mlp_in = not cfg.attn_only
+        cfg.ungroup_grouped_query_attention = cfg.n_key_value_heads is not None
+        try:
+            yield self
+        finally:
+            cfg.use_split_qkv_input, cfg.use_hook_mlp_in, cfg.ungroup_grouped_query_attention = saved
+
     def hook_names(self) -> list[str]:
         return list(self.tl.hook_dict.keys())
 

@@ -26,8 +26,41 @@ from attribution.dpa.params import DPAParams
 def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor]:
     p = DPAParams.from_kwargs(**params)
     a = model.arch
-    rotary = a.positional == "rope"
     store: dict[str, torch.Tensor] = {}
+    hooks = reference_hooks(model, p, store)
+
+    with torch.enable_grad():
+        logits = model.run_with_hooks(enc.tokens, fwd_hooks=hooks)
+        value = logits[0, -1, enc.target_id]
+        if enc.foil_id is not None:
+            value = value - logits[0, -1, enc.foil_id]
+        value.backward()
+    out = {"token": (store["hook_embed"].grad * store["hook_embed"]).sum(-1)[0].detach()}
+    heads, edges, neurons = [], [], []
+    for layer in range(a.n_layers):
+        b = f"blocks.{layer}."
+        z = store[b + "attn.hook_z"]  # [1, query, head, d_head]
+        gz = z.grad[0].transpose(0, 1)  # [head, query, d_head]
+        heads.append((gz * z[0].transpose(0, 1)).sum(-1))
+        v = store[b + "attn.hook_v"][0]
+        v = torch.repeat_interleave(v, a.n_heads // v.shape[1], dim=1).transpose(0, 1)  # [head, key, d_head]
+        edges.append(store[b + "attn.hook_pattern"][0] * torch.bmm(gz, v.transpose(1, 2)))
+        if b + "mlp.hook_post" in store:
+            post = store[b + "mlp.hook_post"]
+            neurons.append((post.grad * post)[0])
+    out["head"] = torch.stack(heads).detach()
+    out["edge"] = torch.stack(edges).detach()
+    if neurons:
+        out["neuron"] = torch.stack(neurons).detach()
+    out["target_logit"] = value.detach()
+    return out
+
+
+def reference_hooks(model: Any, p: DPAParams, store: dict[str, torch.Tensor]) -> list[tuple[str, Any]]:
+    """The forward hooks that freeze the nonlinearities and scale each path's gradient (module docstring);
+    tensors the scores need are put in ``store`` by hook name."""
+    a = model.arch
+    rotary = a.positional == "rope"
 
     def scaled(weight: float):
         def hook(x, hook):
@@ -88,29 +121,4 @@ def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor
             hooks += [(b + "mlp.hook_pre", remember), (b + "mlp.hook_post", mlp_post(layer))]
             if b + "mlp.hook_pre_linear" in names:
                 hooks.append((b + "mlp.hook_pre_linear", remember))
-    hooks = [(n, f) for n, f in hooks if n in names]
-    with torch.enable_grad():
-        logits = model.run_with_hooks(enc.tokens, fwd_hooks=hooks)
-        value = logits[0, -1, enc.target_id]
-        if enc.foil_id is not None:
-            value = value - logits[0, -1, enc.foil_id]
-        value.backward()
-    out = {"token": (store["hook_embed"].grad * store["hook_embed"]).sum(-1)[0].detach()}
-    heads, edges, neurons = [], [], []
-    for layer in range(a.n_layers):
-        b = f"blocks.{layer}."
-        z = store[b + "attn.hook_z"]  # [1, query, head, d_head]
-        gz = z.grad[0].transpose(0, 1)  # [head, query, d_head]
-        heads.append((gz * z[0].transpose(0, 1)).sum(-1))
-        v = store[b + "attn.hook_v"][0]
-        v = torch.repeat_interleave(v, a.n_heads // v.shape[1], dim=1).transpose(0, 1)  # [head, key, d_head]
-        edges.append(store[b + "attn.hook_pattern"][0] * torch.bmm(gz, v.transpose(1, 2)))
-        if b + "mlp.hook_post" in store:
-            post = store[b + "mlp.hook_post"]
-            neurons.append((post.grad * post)[0])
-    out["head"] = torch.stack(heads).detach()
-    out["edge"] = torch.stack(edges).detach()
-    if neurons:
-        out["neuron"] = torch.stack(neurons).detach()
-    out["target_logit"] = value.detach()
-    return out
+    return [(n, f) for n, f in hooks if n in names]

@@ -1,0 +1,261 @@
+"""Circuit discovery: score every edge with one method, keep the strongest, measure faithfulness.
+
+``circuit(model, prompts, method=..., edges=K)`` is the one call behind ``wb.circuit``, ``workbench circuit
+discover`` and the app's Circuits page. It returns a ``CircuitResult``: the graph, one score per edge
+(``circuits.graph`` layout), the faithfulness curve, and ways to tabulate, plot, save and reload itself.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from jaxtyping import Float
+
+from circuits.counterfactual import PromptSet, prepare
+from circuits.edges import EDGE_METHODS, get_method
+from circuits.evaluate import DEFAULT_GRID, Faithfulness, faithfulness, select
+from circuits.graph import CircuitGraph, check_k
+from circuits.intervene import References, run_masked
+from workbench.errors import MethodError, RangeError, WorkbenchError
+
+PATCHING_LIMIT_EDGES = 5000  # above this, path patching needs an explicit sample
+
+
+@dataclass
+class CircuitResult:
+    model: str
+    method: str
+    graph: CircuitGraph
+    scores: Float[torch.Tensor, " edge"]
+    rows: list[dict]
+    ablation: str
+    metric: str
+    params: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+    edges: int = 100  # the K shown by default
+    faithfulness: Faithfulness | None = None
+    selection: str = "topk"
+
+    @property
+    def n_prompts(self) -> int:
+        return len(self.rows)
+
+    def mask(self, k: int | None = None, selection: str | None = None) -> torch.Tensor:
+        return select(self.graph, self.scores, check_k(k or self.edges, self.graph.n_edges),
+                      selection or self.selection)
+
+    def top(self, k: int | None = None, selection: str | None = None) -> list[dict[str, Any]]:
+        """The circuit's edges, largest |score| first: {"src", "dst", "score"}."""
+        ids = torch.nonzero(self.mask(k, selection)).flatten()
+        ids = ids[torch.argsort(self.scores[ids].abs(), descending=True, stable=True)]
+        out = []
+        for e in ids.tolist():
+            src, dst = self.graph.edge_name(e)
+            out.append({"src": src, "dst": dst, "score": _finite(float(self.scores[e]), f"{src}->{dst}")})
+        return out
+
+    def score_of(self, src: str, dst: str) -> float:
+        return float(self.scores[self.graph.edge_id(src, dst)])
+
+    def to_json(self, k: int | None = None) -> dict[str, Any]:
+        """The contract of ``workbench circuit discover --json``."""
+        out = {"model": self.model, "method": self.method, "n_prompts": self.n_prompts,
+               **{key: v for key, v in self.graph.summary().items() if key == "n_nodes"},
+               "n_edges_total": self.graph.n_edges, "ablation": self.ablation, "metric": self.metric,
+               "selection": self.selection, "params": self.params, "edges": self.top(k),
+               "seconds": self.seconds}
+        if self.faithfulness is not None:
+            out["faithfulness"] = self.faithfulness.to_json()
+        return out
+
+    def table(self, k: int | None = None):
+        import pandas as pd
+
+        return pd.DataFrame(self.top(k))
+
+    def nodes(self, k: int | None = None) -> list[dict[str, Any]]:
+        """The drawable nodes of the circuit's top-k edges (all of them for a small model)."""
+        mask = self.mask(k)
+        keep = set(self.graph.nodes_in(mask)) | {"embed", "logits"}
+        if len(self.graph.nodes) <= 40:
+            keep = {n.name for n in self.graph.nodes}
+        return [{"name": n.name, "layer": n.layer, "kind": n.kind,
+                 "label": n.name if n.kind in ("head", "mlp") else n.name}
+                for n in self.graph.nodes if n.name in keep]
+
+    def plot(self, k: int | None = None, selected: str | None = None):
+        from circuits.plot import graph_figure
+
+        k = k or self.edges
+        return graph_figure(self.nodes(k), self.top(k), selected=selected,
+                            title=f"{self.method} circuit on {self.model}: top {min(k, self.graph.n_edges)} of "
+                                  f"{self.graph.n_edges:,} edges ({self.n_prompts} prompts, {self.ablation} ablation)")
+
+    def plot_faithfulness(self):
+        from circuits.plot import faithfulness_figure
+
+        if self.faithfulness is None:
+            raise MethodError("this circuit was not evaluated: call evaluate() first")
+        return faithfulness_figure({self.method: self.faithfulness})
+
+    def evaluate(self, model: Any, grid: Any = DEFAULT_GRID, ablation: str | None = None,
+                 selection: str | None = None, batch_size: int = 16,
+                 on_step: Callable[[int], None] | None = None) -> Faithfulness:
+        """(Re)compute the faithfulness curve of these scores on their prompts."""
+        model = _model(model)
+        _check_model(model, self)
+        prompts = prepare(model, self.rows, ablation or self.ablation, self.metric, batch_size)
+        refs = References(model, self.graph, prompts)
+        self.faithfulness = faithfulness(model, self.graph, prompts, refs, self.scores, grid,
+                                         selection or self.selection, on_step=on_step)
+        return self.faithfulness
+
+    def save(self, store: Any = None):
+        from workbench.store import RunDraft, RunStore
+
+        store = store or RunStore()
+        figures = {"graph": self.plot()}
+        if self.faithfulness is not None:
+            figures["faithfulness"] = self.plot_faithfulness()
+        result = self.to_json()
+        summary = {"n_prompts": self.n_prompts, "n_edges_total": self.graph.n_edges, "edges": self.edges}
+        if self.faithfulness is not None:
+            summary["auc"] = self.faithfulness.auc
+        return store.save(RunDraft(
+            kind="circuit", model=self.model, method=self.method,
+            args={"ablation": self.ablation, "metric": self.metric, "params": self.params, "edges": self.edges,
+                  "selection": self.selection, "n_prompts": self.n_prompts, **self.graph.summary(),
+                  "n_layers": self.graph.n_layers, "n_heads": self.graph.n_heads, "has_mlp": self.graph.has_mlp},
+            timings={"scoring": self.seconds}, result={**result, **summary},
+            tensors={"scores": self.scores.float()}, figures=figures,
+            files={"prompts.jsonl": "".join(json.dumps(r) + "\n" for r in self.rows)}))
+
+    @classmethod
+    def from_run(cls, run: Any) -> CircuitResult:
+        """Rebuild a saved circuit (``workbench circuit evaluate``, the app)."""
+        from workbench.prompt_files import parse_prompts
+
+        if run.kind != "circuit":
+            raise WorkbenchError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit")
+        args = run.meta.get("args", {})
+        try:
+            graph = CircuitGraph(int(args["n_layers"]), int(args["n_heads"]), bool(args["has_mlp"]))
+            scores = run.tensors()["scores"].float()
+            rows = parse_prompts((run.path / "prompts.jsonl").read_text(), f"run {run.id}")
+        except (KeyError, OSError, ValueError, TypeError) as exc:
+            raise WorkbenchError(f"run {run.id} is not a readable circuit run ({exc})") from None
+        if scores.shape != (graph.n_edges,) or not bool(torch.isfinite(scores).all()):
+            raise WorkbenchError(f"run {run.id}: its scores do not match its graph ({graph.n_edges} edges)")
+        result = run.result()
+        faith = result.get("faithfulness")
+        return cls(model=run.meta.get("model") or "", method=run.meta.get("method") or "", graph=graph,
+                   scores=scores, rows=rows, ablation=args.get("ablation", "corrupt"),
+                   metric=args.get("metric", "logit_diff"), params=args.get("params", {}),
+                   seconds=float(run.meta.get("timings", {}).get("scoring", 0.0)), edges=int(args.get("edges", 100)),
+                   faithfulness=Faithfulness(**faith) if faith else None, selection=args.get("selection", "topk"))
+
+
+def _finite(value: float, what: str) -> float:
+    if not math.isfinite(value):
+        raise MethodError(f"edge score of {what} is not finite ({value}); the model or prompts give NaN/inf")
+    return value
+
+
+def _model(model: Any) -> Any:
+    if isinstance(model, str):
+        import workbench as wb
+
+        return wb.load(model)
+    return model
+
+
+def _check_model(model: Any, result: CircuitResult) -> None:
+    g = CircuitGraph.of(model)
+    if (g.n_layers, g.n_heads, g.has_mlp) != (result.graph.n_layers, result.graph.n_heads, result.graph.has_mlp):
+        raise WorkbenchError(f"model {model.name} does not have the graph of this circuit "
+                             f"({result.graph.n_layers} layers x {result.graph.n_heads} heads)")
+
+
+def _rows(prompts: Any, limit: int | None) -> list[dict]:
+    from workbench.prompt_files import read_prompts
+
+    if limit is not None and int(limit) < 1:
+        raise RangeError(f"limit must be at least 1 (got {limit})")
+    if isinstance(prompts, str):
+        return read_prompts(prompts, limit)
+    rows = list(prompts)
+    return rows[:limit] if limit is not None else rows
+
+
+def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, params: dict[str, Any]) -> float:
+    """Seconds the scoring will take, from one measured forward on the first batch of this prompt set."""
+    batch = prompts.batches[0]
+    ref = torch.zeros(len(graph.senders), model.arch.d_model, device=model.device)
+    copies = int(params.get("copies", 8)) if method == "activation_patching" else 1
+    keep = torch.ones(copies, graph.n_edges, dtype=torch.bool)
+    started = time.perf_counter()
+    run_masked(model, graph, batch, ref, keep, prompts.metric)
+    per_forward = (time.perf_counter() - started) * sum(b.size for b in prompts.batches) / batch.size
+    if method == "activation_patching":
+        from circuits.edges.patching import chosen_edges
+
+        n = len(chosen_edges(graph, params.get("sample", 0), params.get("seed", 0)))
+        return per_forward * (math.ceil(n / copies) + 1)
+    passes = {"eap": 4.0, "eap_ig": 1.0 + 3.0 * int(params.get("steps", 5)), "dpa": 3.0}[method]
+    return per_forward / copies * passes
+
+
+def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, ablation: str | None = None,
+            metric: str | None = None, limit: int | None = None, grid: Any = DEFAULT_GRID,
+            selection: str = "topk", evaluate: bool = True, batch_size: int = 16,
+            on_step: Callable[[int], None] | None = None,
+            on_estimate: Callable[[float], None] | None = None, **params: Any) -> CircuitResult:
+    """Score every edge of the model's graph with ``method`` on a prompt set and keep the top ``edges``.
+
+    prompts: a JSONL path or rows {"prompt", "target", "foil"?, "corrupt"?}. ablation: corrupt (default
+    when rows carry "corrupt"), mean or zero. metric: logit_diff (default when rows carry a foil) or
+    target_logit. evaluate: also compute the faithfulness curve over ``grid``. Extra keyword arguments are
+    the method's parameters (eap_ig: steps; dpa: path weights; activation_patching: sample, seed, copies).
+    """
+    spec = get_method(method)
+    if selection not in ("topk", "greedy"):
+        raise MethodError(f"unknown selection {selection!r}; choose topk or greedy")
+    p = spec.check_params(params)
+    model = _model(model)
+    graph = CircuitGraph.of(model)
+    edges = check_k(edges, graph.n_edges)
+    rows = _rows(prompts, limit)
+    prepared = prepare(model, rows, ablation, metric, batch_size)
+    if spec.exact:
+        from circuits.edges.patching import chosen_edges
+
+        n = len(chosen_edges(graph, p["sample"], p["seed"]))
+        if n > PATCHING_LIMIT_EDGES:
+            seconds = estimate(model, graph, prepared, method, p)
+            raise MethodError(
+                f"path patching every one of {graph.n_edges:,} edges would take about {seconds / 3600:.1f} h here; "
+                f"score a sample (--param sample=N, N <= {PATCHING_LIMIT_EDGES}) or use eap, eap_ig or dpa")
+        if on_estimate:
+            on_estimate(estimate(model, graph, prepared, method, p))
+    refs = References(model, graph, prepared)
+    started = time.perf_counter()
+    scores = spec.scorer()(model, graph, prepared, refs, on_step=on_step, **p)
+    seconds = time.perf_counter() - started
+    if not bool(torch.isfinite(scores).all()):
+        raise MethodError(f"{method} gave non-finite edge scores on these prompts (NaN or inf in the model's run)")
+    result = CircuitResult(model=model.name, method=method, graph=graph, scores=scores, rows=rows,
+                           ablation=prepared.ablation, metric=prepared.metric, params=p, seconds=seconds,
+                           edges=edges, selection=selection)
+    if evaluate:
+        result.faithfulness = faithfulness(model, graph, prepared, refs, scores, grid, selection)
+    return result
+
+
+def methods() -> dict[str, str]:
+    return {name: m.summary for name, m in EDGE_METHODS.items()}

@@ -1,0 +1,145 @@
+"""Edge scores from Dual Path Attribution: one clean forward, one reference forward, one top-down pass.
+
+DPA's top-down pass (shared/specs/dpa.md, ``attribution.dpa.engine``) carries a target vector t down the
+residual stream: below each sublayer, t grows by that sublayer's update, which is a sum of terms, one per
+*receiver input*: for head h of layer l
+
+- value input:  T_v[j] = w_v  N_j^T W_V^h  sum_i A_ij m_i,   m_i = W_O^h t_i (t above layer l's attention)
+- query input:  T_q[i] = w_q  N_i^T W_Q^h  R_i^T sum_j delta_ij k_j / sqrt(d_head)
+- key input:    T_k[j] = w_k  N_j^T W_K^h  R_j^T sum_i delta_ij q_i / sqrt(d_head),  delta_ij = A_ij (m_i.v_j - m_i.z_i)
+
+(N^T: the frozen norm transposed, R^T: RoPE undone), and for the MLP of layer l its up and gate paths
+(T_mlp), for the logits the unembedding row(s) through the final norm (T_logits). The engine sums these
+terms into one update; here each is kept apart. The target vector *at receiver R's input* is T_R, so
+the DPA score of edge S -> R is
+
+    score(S -> R) = sum over positions p of (out_S[p] - ref_S[p]) . T_R[p],
+
+the sender's output (its change from the reference) carried to the prediction along the paths that go
+through R only. Because t above a sender is exactly T_logits plus every T_R of the receivers above it,
+a sender's edges sum to its DPA node score: sum over R of out_S . T_R = out_S . t(above S), which is the
+DPA head score for a head (tests check this and a brute-force autograd reference per edge).
+Cost: one forward for each of the clean and reference prompts and one top-down pass, the same for any
+number of edges; the dot products with the sender outputs are one matmul per receiver group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import SimpleNamespace
+from typing import Any
+
+import torch
+
+from attribution.dpa.engine import OFFSET_KEYS, _hook_names, _init_target, _layer_weights, _undo_mlp
+from attribution.dpa.linear import check_supported, norm_back, rope_tables, rope_transpose
+from attribution.dpa.params import DPAParams
+from circuits.counterfactual import PromptBatch, PromptSet
+from circuits.graph import CircuitGraph
+from circuits.intervene import References, head_slot, receiver_cols, sender_hooks
+
+
+def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
+          on_step: Callable[[int], None] | None = None, **params: Any) -> torch.Tensor:
+    p = DPAParams.from_kwargs(**params)
+    check_supported(model)
+    total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
+    for batch in prompts.batches:
+        ref = refs.of(batch)
+        out, cache = _forward(model, graph, batch, p)
+        diff = (out - ref) * batch.real()[:, :, None, None]
+        for n_up, cols, T in receiver_targets(model, graph, batch, cache, p):
+            total[:n_up, cols] += _products(diff[:, :, :n_up], T)
+        if on_step:
+            on_step(batch.size)
+    return (graph.flat(total) / prompts.n_prompts).float()
+
+
+def _products(diff: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
+    """[sender, receiver] sums over prompts, positions and d_model of diff . T (one matmul)."""
+    n, seq, s, d = diff.shape
+    D = diff.permute(2, 0, 1, 3).reshape(s, -1)
+    return (D @ T.permute(0, 1, 3, 2).reshape(n * seq * d, -1)).double().cpu()
+
+
+def _forward(model: Any, graph: CircuitGraph, batch: PromptBatch,
+             p: DPAParams) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One clean forward: DPA's cache (patterns, norm scales, MLP pre-activations) and the sender outputs."""
+    n, seq = batch.tokens.shape
+    out = torch.zeros(n, seq, len(graph.senders), model.arch.d_model, device=model.device)
+    cache: dict[str, torch.Tensor] = {}
+
+    def write(slot, x):
+        out[:, :, slot] = x.float()
+
+    def keep(x, hook):
+        cache[hook.name] = x.float()
+
+    hooks = [(name, keep) for name in _hook_names(model, p, ("head",))] + sender_hooks(model, graph, write)
+    with torch.no_grad():
+        model.run_with_hooks(batch.tokens, fwd_hooks=hooks, return_type=None)
+    return out, cache
+
+
+def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
+                     p: DPAParams):
+    """Yield (n_upstream, receiver columns, T [batch, pos, receiver, d_model]) from the top of the model
+    down: the logits first, then per layer its MLP input and its heads' q/k/v inputs."""
+    encs = [SimpleNamespace(seq_len=int(last) + 1, target_id=int(t),
+                            foil_id=None if batch.foil is None else int(f))
+            for last, t, f in zip(batch.last, batch.target,
+                                  batch.foil if batch.foil is not None else batch.target, strict=True)]
+    offsets = {k: torch.zeros(batch.size, dtype=torch.float64) for k in OFFSET_KEYS}  # bias terms: not edges
+    with torch.no_grad():
+        t, _ = _init_target(model, encs, cache, offsets)
+        yield len(graph.senders), [len(graph.receivers) - 1], t[:, :, None]
+        for layer in reversed(range(graph.n_layers)):
+            w = _layer_weights(model, layer)
+            cols = receiver_cols(graph, layer)
+            first = head_slot(graph, layer)
+            if cols["mlp"] is not None:
+                update = _undo_mlp(model, layer, w, t, cache, p, {}, offsets)
+                yield first + graph.n_heads, [cols["mlp"]], update[:, :, None]
+                t = t + update
+            T = _attention_receivers(model, layer, w, t, cache, p)  # [batch, pos, head, role, d]
+            yield first, torch.stack([cols["q"], cols["k"], cols["v"]], 1).flatten().tolist(), T.flatten(2, 3)
+            t = t + T.sum((2, 3))
+
+
+def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
+                         cache: dict[str, torch.Tensor], p: DPAParams) -> torch.Tensor:
+    """Per head, the q, k and v terms of DPA's attention update, each through the frozen ln1:
+    [batch, pos, head, 3 (q, k, v), d_model]; their sum over heads and roles is the engine's update."""
+    b = f"blocks.{layer}.attn."
+    n, seq, _ = t.shape
+    W_O = w["W_O"]  # [head, d_head, d_model]
+    H = W_O.shape[0]
+    rep = H // w["W_V"].shape[0]  # query heads per kv head (TL repeats kv heads with repeat_interleave)
+    A = cache[b + "hook_pattern"]  # [batch, head, query, key]
+    v = cache[b + "hook_v"].transpose(1, 2).repeat_interleave(rep, 1)  # [batch, head, key, d_head]
+    m = torch.einsum("npm,hdm->nhpd", t, W_O)  # the target seen by each head's z
+    zero = t.new_zeros(n, H, seq, t.shape[-1])
+    T_v = torch.einsum("nhpe,hme->nhpm", p.w_v * (A.transpose(-1, -2) @ m), w["W_V"].repeat_interleave(rep, 0))
+    T_q, T_k = zero, zero
+    if p.uses_qk:
+        rotary = model.arch.positional == "rope"
+        edge = A * (m @ v.transpose(-1, -2))
+        delta = (edge - A * edge.sum(-1, keepdim=True)) / model.attn_scale(layer)
+        tables = rope_tables(model, layer, seq)
+        if p.w_q:
+            k = cache[b + ("hook_rot_k" if rotary else "hook_k")].transpose(1, 2).repeat_interleave(rep, 1)
+            gq = p.w_q * (delta @ k)
+            gq = rope_transpose(gq, tables) if tables is not None else gq
+            T_q = torch.einsum("nhpe,hme->nhpm", gq, w["W_Q"])
+        if p.w_k:
+            q = cache[b + ("hook_rot_q" if rotary else "hook_q")].transpose(1, 2)
+            gk = p.w_k * (delta.transpose(-1, -2) @ q)
+            gk = rope_transpose(gk, tables) if tables is not None else gk
+            T_k = torch.einsum("nhpe,hme->nhpm", gk, w["W_K"].repeat_interleave(rep, 0))
+    scale = cache.get(f"blocks.{layer}.ln1.hook_scale")
+    parts = []
+    for T in (T_q, T_k, T_v):
+        g, _ = norm_back(T, None if scale is None else scale[:, None], w["ln1.w"], w["ln1.b"],
+                         model.arch.norm == "layernorm")
+        parts.append(g)
+    return torch.stack(parts, dim=3).transpose(1, 2)  # [batch, pos, head, role, d_model]

@@ -1,0 +1,229 @@
+"""The edge-level computational graph of a hooked transformer: one type every edge method returns.
+
+Nodes (senders write into the residual stream, receivers read from it):
+
+- ``embed``: the input embedding (token plus positional embedding: ``blocks.0.hook_resid_pre``);
+- ``L{l}.H{h}``: attention head h of layer l, its write ``z_h W_O^h`` (the shared ``b_O`` is not a node);
+- ``L{l}.mlp``: the MLP of layer l (``hook_mlp_out``);
+- ``logits``: the final residual stream, read through the final norm and the unembedding.
+
+A head has three inputs, one per role: ``L{l}.H{h}.q``, ``.k`` and ``.v`` (the residual stream as that
+head's query, key or value projection reads it, before its norm); an MLP has one input, named like the
+node (``L{l}.mlp``); so does ``logits``. An edge joins a sender to a receiver input downstream of it:
+a head input of layer l reads the embedding and every head and MLP of layers < l; the MLP of layer l
+also reads the heads of layer l; the logits read everything (Conmy et al. 2023, Hanna et al. 2024).
+
+Score layout: ``scores[e]`` for edge ``e`` of ``graph.edges`` (sender index, receiver index), in
+receiver-major order (all edges into receiver 0, then into receiver 1, ...), senders in graph order.
+``graph.dense(scores)`` gives the [sender, receiver] matrix (0 where no edge exists). A circuit is a
+boolean mask over edges; ``prune_connected`` keeps the edges that lie on some path from ``embed`` to
+``logits``, so a pruned circuit has no dangling node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+import torch
+from jaxtyping import Bool, Float
+
+from workbench.errors import RangeError
+
+ROLES = ("q", "k", "v")
+
+
+@dataclass(frozen=True)
+class Node:
+    """A sender or receiver. layer: -1 for embed, n_layers for logits. role: q|k|v for head inputs."""
+
+    name: str
+    kind: str  # embed | head | mlp | logits
+    layer: int
+    head: int | None = None
+    role: str | None = None
+
+    @property
+    def component(self) -> str:
+        """The node a receiver input belongs to (``L3.H5.q`` -> ``L3.H5``)."""
+        return self.name.rsplit(".", 1)[0] if self.role else self.name
+
+
+class CircuitGraph:
+    """Senders, receivers and the edges between them for a model of ``n_layers`` x ``n_heads``."""
+
+    def __init__(self, n_layers: int, n_heads: int, has_mlp: bool) -> None:
+        if n_layers < 1 or n_heads < 1:
+            raise RangeError("a circuit graph needs at least one layer and one head")
+        self.n_layers, self.n_heads, self.has_mlp = int(n_layers), int(n_heads), bool(has_mlp)
+        senders = [Node("embed", "embed", -1)]
+        receivers: list[Node] = []
+        for layer in range(n_layers):
+            for h in range(n_heads):
+                senders.append(Node(f"L{layer}.H{h}", "head", layer, h))
+                receivers += [Node(f"L{layer}.H{h}.{r}", "head", layer, h, r) for r in ROLES]
+            if has_mlp:
+                senders.append(Node(f"L{layer}.mlp", "mlp", layer))
+                receivers.append(Node(f"L{layer}.mlp", "mlp", layer))
+        receivers.append(Node("logits", "logits", n_layers))
+        self.senders: list[Node] = senders
+        self.receivers: list[Node] = receivers
+        self.sender_index = {n.name: i for i, n in enumerate(senders)}
+        self.receiver_index = {n.name: i for i, n in enumerate(receivers)}
+
+    @classmethod
+    def of(cls, model: Any) -> CircuitGraph:
+        a = model.arch
+        return cls(a.n_layers, a.n_heads, a.mlp != "none" and bool(a.d_mlp))
+
+    # -- structure ---------------------------------------------------------------------------
+    def upstream(self, receiver: Node) -> int:
+        """How many senders (a prefix of ``senders``) a receiver reads."""
+        per_layer = self.n_heads + int(self.has_mlp)
+        if receiver.kind == "logits":
+            return len(self.senders)
+        if receiver.kind == "mlp":
+            return 1 + receiver.layer * per_layer + self.n_heads
+        return 1 + receiver.layer * per_layer
+
+    @cached_property
+    def valid(self) -> Bool[torch.Tensor, "sender receiver"]:
+        """Which [sender, receiver] pairs are edges."""
+        m = torch.zeros(len(self.senders), len(self.receivers), dtype=torch.bool)
+        for j, r in enumerate(self.receivers):
+            m[: self.upstream(r), j] = True
+        return m
+
+    @cached_property
+    def edges(self) -> torch.Tensor:
+        """[n_edges, 2] (sender index, receiver index), receiver-major."""
+        recv, send = torch.nonzero(self.valid.T, as_tuple=True)
+        return torch.stack([send, recv], dim=1)
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.edges.shape[0])
+
+    @property
+    def nodes(self) -> list[Node]:
+        """The drawable nodes: embed, heads, MLPs, logits (receiver inputs fold into their head)."""
+        return self.senders + [self.receivers[-1]]
+
+    def edge_name(self, e: int) -> tuple[str, str]:
+        s, r = self.edges[e].tolist()
+        return self.senders[s].name, self.receivers[r].name
+
+    def edge_id(self, src: str, dst: str) -> int:
+        """The index of edge src -> dst; RangeError naming what exists when there is no such edge."""
+        if src not in self.sender_index:
+            raise RangeError(f"no sender node {src!r}; senders are embed, L<l>.H<h>, L<l>.mlp")
+        if dst not in self.receiver_index:
+            raise RangeError(f"no receiver {dst!r}; receivers are L<l>.H<h>.q|k|v, L<l>.mlp, logits")
+        s, r = self.sender_index[src], self.receiver_index[dst]
+        if not bool(self.valid[s, r]):
+            raise RangeError(f"there is no edge {src} -> {dst}: {dst} does not read {src}")
+        return int(self._lookup[s, r])
+
+    @cached_property
+    def _lookup(self) -> torch.Tensor:
+        table = torch.full(self.valid.shape, -1, dtype=torch.long)
+        table[self.edges[:, 0], self.edges[:, 1]] = torch.arange(self.n_edges)
+        return table
+
+    def dense(self, scores: Float[torch.Tensor, " edge"]) -> Float[torch.Tensor, "sender receiver"]:
+        out = torch.zeros(self.valid.shape, dtype=scores.dtype)
+        out[self.edges[:, 0], self.edges[:, 1]] = scores
+        return out
+
+    def flat(self, dense: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, " edge"]:
+        return dense[self.edges[:, 0], self.edges[:, 1]]
+
+    def mask_dense(self, mask: Bool[torch.Tensor, " edge"]) -> Bool[torch.Tensor, "sender receiver"]:
+        out = torch.zeros(self.valid.shape, dtype=torch.bool)
+        out[self.edges[:, 0], self.edges[:, 1]] = mask
+        return out
+
+    def summary(self) -> dict[str, int]:
+        return {"n_nodes": len(self.nodes), "n_edges": self.n_edges, "n_senders": len(self.senders),
+                "n_receivers": len(self.receivers)}
+
+    # -- circuits -----------------------------------------------------------------------------
+    def top_k(self, scores: Float[torch.Tensor, " edge"], k: int) -> Bool[torch.Tensor, " edge"]:
+        """The k edges of largest |score| (ties broken by edge order)."""
+        k = check_k(k, self.n_edges)
+        mask = torch.zeros(self.n_edges, dtype=torch.bool)
+        mask[torch.topk(scores.abs().double(), k, sorted=False).indices] = True
+        return mask
+
+    def greedy(self, scores: Float[torch.Tensor, " edge"], k: int) -> Bool[torch.Tensor, " edge"]:
+        """Grow a circuit from the logits: repeatedly add the largest-|score| edge into a node already in
+        the circuit, until k edges; then prune to the edges on a path from embed to logits."""
+        import heapq
+
+        k = check_k(k, self.n_edges)
+        size = scores.abs().double().tolist()
+        heap: list[tuple[float, int]] = []
+        reached: set[str] = set()
+
+        def reach(node: str) -> None:
+            if node not in reached:
+                reached.add(node)
+                for e in self._incoming.get(node, ()):
+                    heapq.heappush(heap, (-size[e], e))
+
+        reach("logits")
+        mask = torch.zeros(self.n_edges, dtype=torch.bool)
+        taken = 0
+        while taken < k and heap:
+            _, e = heapq.heappop(heap)
+            mask[e] = True
+            taken += 1
+            reach(self.senders[int(self.edges[e, 0])].name)
+        return self.prune_connected(mask)
+
+    @cached_property
+    def _incoming(self) -> dict[str, list[int]]:
+        """Edge ids into each node (a head's q, k and v inputs together)."""
+        table: dict[str, list[int]] = {}
+        for e, r in enumerate(self.edges[:, 1].tolist()):
+            table.setdefault(self.receivers[r].component, []).append(e)
+        return table
+
+    def prune_connected(self, mask: Bool[torch.Tensor, " edge"]) -> Bool[torch.Tensor, " edge"]:
+        """Keep only the edges on some path embed -> ... -> logits (no dangling nodes)."""
+        edges = [(self.senders[s].name, self.receivers[r].component) for s, r in self.edges.tolist()]
+        kept = [i for i in torch.nonzero(mask).flatten().tolist()]
+        # senders are in topological order: in one sweep by sender index, every edge into a node comes
+        # before the edges out of it
+        forward = {"embed"}  # nodes reachable from embed through kept edges
+        for i in sorted(kept, key=lambda i: int(self.edges[i, 0])):
+            src, dst = edges[i]
+            if src in forward:
+                forward.add(dst)
+        backward = {"logits"}  # nodes that reach logits, swept from the top
+        for i in sorted(kept, key=lambda i: -int(self.edges[i, 0])):
+            src, dst = edges[i]
+            if dst in backward:
+                backward.add(src)
+        out = torch.zeros_like(mask)
+        for i in kept:
+            src, dst = edges[i]
+            if src in forward and dst in backward and dst in forward and src in backward:
+                out[i] = True
+        return out
+
+    def nodes_in(self, mask: Bool[torch.Tensor, " edge"]) -> list[str]:
+        """The node names a circuit touches (receiver inputs folded into their node)."""
+        names = set()
+        for e in torch.nonzero(mask).flatten().tolist():
+            src, dst = self.edge_name(e)
+            names.add(src)
+            names.add(self.receivers[self.receiver_index[dst]].component)
+        return [n.name for n in self.nodes if n.name in names]
+
+
+def check_k(k: int, n_edges: int) -> int:
+    if int(k) <= 0:
+        raise RangeError(f"the number of edges must be positive (got {k})")
+    return min(int(k), n_edges)
