@@ -18,7 +18,7 @@ from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model"]
+           "remote_model", "circuit"]
 __version__ = "0.1.0"
 
 
@@ -61,3 +61,13 @@ def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", le
     rows = read_prompts(prompts, limit) if isinstance(prompts, str) else list(prompts)[:limit]
     return _attribute_set(model, rows, method=method, level=level, use_foil=use_foil, batch_size=batch_size,
                           **kwargs)
+
+
+def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: int = 100, **kwargs: Any):
+    """Edge-level circuit discovery on a prompt set (a JSONL path or rows {"prompt", "target", "foil"?,
+    "corrupt"?}): scores every edge with ``method`` (eap, eap_ig, dpa, activation_patching), keeps the top
+    ``edges`` and measures the faithfulness curve. Returns a CircuitResult (``.plot()``,
+    ``.plot_faithfulness()``, ``.table()``, ``.save()``); see circuits/discover.py for the options."""
+    from circuits.discover import circuit as _circuit
+
+    return _circuit(model, prompts, method=method, edges=edges, **kwargs)
