@@ -116,3 +116,34 @@ def test_oracle_help_says_it_runs_code(monkeypatch, capsys):
     monkeypatch.setenv("COLUMNS", "200")
     code, out, _ = run_cli(monkeypatch, capsys, "recover-heads", "--help")
     assert code == 0 and "runs that Python code" in " ".join(out.split())
+
+
+# -- activation patching: an undefined normalization is an error, not +-11,444 ----------------------
+
+IOI = "N1 and N2 then N2"
+
+
+def test_patch_identical_prompts_is_an_error(monkeypatch, capsys):
+    from tests.cli_helpers import assert_bad, run_cli
+
+    for site in ("resid", "heads", "mlps"):
+        code, out, err = run_cli(monkeypatch, capsys, "patch", "ioi-attn-1l2h", IOI, IOI, "--target", "N1",
+                                 "--foil", "N2", "--site", site, "--json")
+        if site == "mlps":  # attention-only toy: its own one-line error first
+            assert_bad(code, err, "no MLPs")
+            continue
+        assert_bad(code, err, "undefined")
+        assert out == ""
+
+
+def test_patch_api_identical_prompts():
+    import workbench as wb
+    from circuits.tools import patching
+
+    m = wb.load("ioi-attn-2l1h")
+    with pytest.raises(patching.UndefinedEffectError, match="undefined"):
+        patching.patch_heads(m, IOI, IOI, "N1", "N2")
+    with pytest.raises(patching.UndefinedEffectError):
+        patching.path_patch(m, IOI, IOI, "N1", "N2", sender=(0, 0))
+    ok = patching.patch_heads(m, IOI, "N2 and N1 then N1", "N1", "N2")  # a real pair still works
+    assert abs(ok.effect).max() < 100

@@ -4,7 +4,9 @@ Convention ("noising"): activations from the corrupted run are written into the 
 site at a time. ``effect`` = (clean - patched) / (clean - corrupted) of the logit difference
 target - foil at the scored position: 0 = no effect, 1 = the patch alone flips to the
 corrupted behaviour. Several sites are patched as one batched forward (copies of the clean
-prompt), so a [layer, position] scan costs one forward per layer.
+prompt), so a [layer, position] scan costs one forward per layer. When clean and corrupted give
+(nearly) the same logit difference the normalization is undefined: UndefinedEffectError, before
+any patching is run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,14 @@ from typing import Any
 
 from circuits.tools.common import Prompts, frame, heatmap, logit_diff, prompts
 from workbench.errors import PromptError, RangeError
+
+# |clean - corrupted| at or below this (relative to the logit differences' size, at least 1) leaves
+# the normalized effect undefined: float32 rounding alone moves a logit difference by ~1e-6 of it.
+NORM_TOL = 1e-5
+
+
+class UndefinedEffectError(PromptError):
+    """Clean and corrupted prompts give the same logit difference: no effect can be normalized by it."""
 
 
 @dataclass
@@ -88,9 +98,19 @@ def _baselines(model, p: Prompts, bad, names):
     )
 
 
+def _check_norm(clean: float, corrupted: float) -> None:
+    """UndefinedEffectError when (clean - corrupted), the effect's denominator, is (numerically) zero."""
+    if not abs(clean - corrupted) > NORM_TOL * max(1.0, abs(clean), abs(corrupted)):  # NaN fails too
+        raise UndefinedEffectError(
+            f"clean and corrupted prompts give the same logit difference ({clean:.6g} vs {corrupted:.6g}): "
+            "the normalized effect (clean - patched) / (clean - corrupted) is undefined; use a corrupted "
+            "prompt that changes the answer"
+        )
+
+
 def _effect(patched, clean: float, corrupted: float):
-    denom = clean - corrupted
-    return (clean - patched) / (denom if abs(denom) > 1e-9 else 1e-9)
+    _check_norm(clean, corrupted)
+    return (clean - patched) / (clean - corrupted)
 
 
 def patch_residual(
@@ -117,6 +137,7 @@ def patch_residual(
             raise RangeError(f"position {q} out of range for {seq} tokens")
     names = [model.check_hook(f"blocks.{layer}.hook_{site}") for layer in layers]
     c, k, _, bad_cache = _baselines(model, p, bad, names)
+    _check_norm(c, k)
     n, b = len(positions), p.batch
     tokens = p.tokens.repeat(n, 1)
     patched = torch.zeros(len(layers), n)
@@ -151,6 +172,7 @@ def patch_heads(
     L, H, b = model.arch.n_layers, model.arch.n_heads, p.batch
     names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
     c, k, _, bad_cache = _baselines(model, p, bad, names)
+    _check_norm(c, k)
     tokens = p.tokens.repeat(H, 1)
     sl = slice(None) if position is None else slice(position, position + 1)
     patched = torch.zeros(L, H)
@@ -178,6 +200,7 @@ def patch_mlps(
     p, bad = _pair(model, clean, corrupted, target, foil, pos)
     names = [model.check_hook(f"blocks.{layer}.hook_{site}") for layer in range(model.arch.n_layers)]
     c, k, _, bad_cache = _baselines(model, p, bad, names)
+    _check_norm(c, k)
     patched = torch.zeros(len(names))
     for layer, name in enumerate(names):
         src = bad_cache[name]
@@ -218,6 +241,7 @@ def path_patch(
     z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
     mlp_names = [n for n in (f"blocks.{layer}.hook_mlp_out" for layer in range(L)) if n in model.tl.hook_dict]
     c, k, clean_cache, bad_cache = _baselines(model, p, bad, z_names + mlp_names)
+    _check_norm(c, k)
 
     def freeze(z, hook):
         layer = int(hook.name.split(".")[1])
