@@ -139,15 +139,15 @@ class CircuitResult:
     @classmethod
     def from_run(cls, run: Any) -> CircuitResult:
         """Rebuild a saved circuit (``workbench circuit evaluate``, the app)."""
-        from workbench.prompt_files import parse_prompts
-
         if run.kind != "circuit":
             raise WorkbenchError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit")
         args = run.meta.get("args", {})
         try:
             graph = CircuitGraph(int(args["n_layers"]), int(args["n_heads"]), bool(args["has_mlp"]))
             scores = run.tensors()["scores"].float()
-            rows = parse_prompts((run.path / "prompts.jsonl").read_text(), f"run {run.id}")
+            rows = [json.loads(line) for line in (run.path / "prompts.jsonl").read_text().split("\n") if line]
+            if not rows or not all(isinstance(r, dict) for r in rows):
+                raise ValueError("no prompts")
         except (KeyError, OSError, ValueError, TypeError) as exc:
             raise WorkbenchError(f"run {run.id} is not a readable circuit run ({exc})") from None
         if scores.shape != (graph.n_edges,) or not bool(torch.isfinite(scores).all()):

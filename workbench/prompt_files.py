@@ -1,4 +1,4 @@
-"""Prompt files: JSONL rows {"prompt", "target", "foil"?}, read with a one-line PromptError on bad input.
+"""Prompt files: JSONL rows {"prompt", "target", "foil"?, "corrupt"?}, read with a one-line PromptError on bad input.
 
 Kept out of workbench.commands so the app and notebooks can read prompt files without importing the CLI.
 """
@@ -41,9 +41,10 @@ def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \
                 or not isinstance(row.get("target"), str):
             raise PromptError(f"{source}:{n}: needs string fields \"prompt\" and \"target\" "
-                              "(and optional \"foil\")")
-        if "foil" in row and row["foil"] is not None and not isinstance(row["foil"], str):
-            raise PromptError(f"{source}:{n}: \"foil\" must be a string")
+                              "(and optional \"foil\", \"corrupt\")")
+        for key in ("foil", "corrupt"):  # corrupt: a counterfactual prompt of the same token length
+            if row.get(key) is not None and not isinstance(row[key], str):
+                raise PromptError(f"{source}:{n}: \"{key}\" must be a string")
         rows.append(row)
         if limit is not None and len(rows) >= limit:
             break

@@ -1,0 +1,204 @@
+"""``workbench circuit discover`` and ``workbench circuit evaluate``: edge-level circuits (circuits/discover.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+
+
+def register(app: typer.Typer) -> None:
+    group = typer.Typer(help="Edge-level circuits: score every edge, keep the strongest, measure faithfulness.",
+                        no_args_is_help=True)
+    group.command("discover")(discover)
+    group.command("evaluate")(evaluate)
+    app.add_typer(group, name="circuit")
+
+
+def _grid(text: str) -> list[int]:
+    from workbench.errors import RangeError
+
+    try:
+        ks = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise RangeError(f"--grid takes whole numbers separated by commas (got {text!r})") from None
+    if not ks or min(ks) <= 0:
+        raise RangeError(f"--grid sizes must be positive edge counts (got {text!r})")
+    return ks
+
+
+def _check(edges: int | None, limit: int | None, ablation: str | None, metric: str | None, selection: str) -> None:
+    """Every option checked before a model is loaded or a prompt read."""
+    from circuits.counterfactual import ABLATIONS, METRICS
+    from workbench.errors import MethodError, RangeError
+
+    if edges is not None and edges <= 0:
+        raise RangeError(f"--edges must be a positive number of edges (got {edges})")
+    if limit is not None and limit < 1:
+        raise RangeError(f"--limit must be at least 1 (got {limit})")
+    if ablation is not None and ablation not in ABLATIONS:
+        raise MethodError(f"unknown ablation {ablation!r}; choose one of {', '.join(ABLATIONS)}")
+    if metric is not None and metric not in METRICS:
+        raise MethodError(f"unknown metric {metric!r}; choose one of {', '.join(METRICS)}")
+    if selection not in ("topk", "greedy"):
+        raise MethodError(f"unknown selection {selection!r}; choose topk or greedy")
+
+
+def _human(r: dict[str, Any]) -> None:
+    c = console()
+    c.print(f"{r['method']} on {r['model']}: {r['n_prompts']} prompts, {r['n_nodes']} nodes, "
+            f"{r['n_edges_total']:,} edges, {r['ablation']} ablation, {r['metric']}; scoring {r['seconds']:.2f} s")
+    for e in r["edges"][:25]:
+        print(f"  {e['src']:>10} -> {e['dst']:<12} {e['score']:+.4f}")
+    if len(r["edges"]) > 25:
+        print(f"  ... {len(r['edges']) - 25} more")
+    f = r.get("faithfulness")
+    if f:
+        print("  k           " + " ".join(f"{k:>7}" for k in f["k"]))
+        print("  faithfulness" + " ".join(f"{v:7.3f}" for v in f["normalized"]))
+        print(f"  AUC {f['auc']:.3f} (metric intact {f['metric_full']:.3f}, all edges ablated {f['metric_empty']:.3f})")
+    if "run" in r:
+        c.print(f"saved run {r['run']}")
+
+
+def discover(
+    model: str = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory."),
+    prompts: str = typer.Option(..., "--prompts", help="JSONL rows {prompt, target, foil?, corrupt?}; for toy "
+                                "models 'task' uses the model's own task with its counterfactuals."),
+    method: str = typer.Option("eap", "--method", help="eap, eap_ig, dpa or activation_patching."),
+    edges: int = typer.Option(100, "--edges", help="K: how many top edges to print and keep."),
+    ablation: str = typer.Option(None, "--ablation", help="corrupt (default with 'corrupt' rows), mean or zero."),
+    metric: str = typer.Option(None, "--metric", help="logit_diff (default with foils) or target_logit."),
+    limit: int = typer.Option(None, "--limit", help="Use only the first N prompts."),
+    selection: str = typer.Option("topk", "--selection", help="topk, or greedy (connected from inputs to logits)."),
+    grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
+    evaluate_: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Measure the faithfulness curve."),
+    param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable): eap_ig "
+                                    "steps=5; dpa w_q, w_k, w_v, w_gate, w_up; activation_patching sample=N."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the circuit to the run store."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Score every edge of the model's graph on a prompt set and keep the top K (prints the contract
+    object: model, method, n_prompts, n_nodes, n_edges_total, edges, seconds, faithfulness)."""
+    from circuits.edges import get_method
+    from workbench.cli import check_device
+    from workbench.commands.attribute import parse_params
+    from workbench.errors import RangeError
+
+    spec = get_method(method)
+    _check(edges, limit, ablation, metric, selection)
+    if batch_size < 1:
+        raise RangeError(f"--batch-size must be at least 1 (got {batch_size})")
+    ks = _grid(grid)
+    params = parse_params(param)
+    spec.check_params(params)  # unknown parameters fail before the model loads
+    rows = None
+    if prompts != "task":
+        from workbench.prompt_files import read_prompts
+
+        rows = read_prompts(prompts, limit)
+    import workbench as wb
+    from circuits.discover import circuit
+
+    m = wb.load(model, device=check_device(device))
+    if rows is None:
+        from circuits.toy_prompts import task_rows
+
+        rows = task_rows(m, limit)
+
+    def on_estimate(seconds: float) -> None:
+        console().print(f"path patching: about {seconds:.0f} s on this machine")
+
+    with _progress(not as_json) as step:
+        res = circuit(m, rows, method=method, edges=edges, ablation=ablation, metric=metric, grid=ks,
+                      selection=selection, evaluate=evaluate_, batch_size=batch_size, on_step=step,
+                      on_estimate=on_estimate, **params)
+    out = res.to_json()
+    if save:
+        out["run"] = res.save().id
+    emit(out, as_json, _human)
+
+
+def evaluate(
+    run: str = typer.Option(..., "--run", help="A saved circuit run id (`workbench runs list --kind circuit`)."),
+    edges: int = typer.Option(None, "--edges", help="K to print (default: the run's)."),
+    ablation: str = typer.Option(None, "--ablation", help="corrupt, mean or zero (default: the run's)."),
+    selection: str = typer.Option("topk", "--selection", help="topk or greedy."),
+    grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
+    keep: list[str] = typer.Option(None, "--keep", help="Evaluate exactly these edges instead, 'SRC->DST' "
+                                   "(repeatable), e.g. --keep 'L0.H0->L1.H0.q'."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Re-evaluate a saved circuit: its faithfulness curve (or one hand-picked circuit) on its prompts."""
+    from workbench.cli import check_device
+    from workbench.errors import RangeError
+    from workbench.store import RunStore
+
+    _check(edges, None, ablation, None, selection)
+    ks = _grid(grid)
+    pairs = []
+    for item in keep or []:
+        src, sep, dst = item.partition("->")
+        if not sep or not src.strip() or not dst.strip():
+            raise RangeError(f"--keep takes SRC->DST, e.g. 'L0.H0->L1.H0.q' (got {item!r})")
+        pairs.append((src.strip(), dst.strip()))
+    from circuits.discover import CircuitResult
+
+    res = CircuitResult.from_run(RunStore().get(run))
+    ids = [res.graph.edge_id(s, d) for s, d in pairs]  # unknown edge names fail before the model loads
+    import torch
+
+    import workbench as wb
+
+    m = wb.load(res.model, device=check_device(device))
+    if edges is not None:
+        res.edges = min(edges, res.graph.n_edges)
+    if ids:
+        from circuits.counterfactual import prepare
+        from circuits.evaluate import metrics
+        from circuits.intervene import References
+
+        mask = torch.zeros(res.graph.n_edges, dtype=torch.bool)
+        mask[ids] = True
+        prompts = prepare(m, res.rows, ablation or res.ablation, res.metric)
+        refs = References(m, res.graph, prompts)
+        everything = torch.ones_like(mask)
+        full, empty, kept, rest = metrics(m, res.graph, prompts, refs,
+                                          torch.stack([everything, ~everything, mask, ~mask])).tolist()
+        out = {"run": run, "model": res.model, "edges": [{"src": s, "dst": d, "score": res.score_of(s, d)}
+                                                         for s, d in pairs],
+               "normalized": (kept - empty) / (full - empty), "complement": (rest - empty) / (full - empty),
+               "metric_full": full, "metric_empty": empty, "ablation": prompts.ablation}
+        emit(out, as_json)
+        return
+    with _progress(not as_json) as step:
+        res.evaluate(m, grid=ks, ablation=ablation, selection=selection, on_step=step)
+    res.selection = selection
+    emit({**res.to_json(), "run": run}, as_json, _human)
+
+
+class _progress:
+    """A rich progress bar on stderr (prompts scored), or nothing with --json."""
+
+    def __init__(self, show: bool) -> None:
+        self.show = show
+        self.bar = None
+
+    def __enter__(self):
+        if not self.show:
+            return None
+        from workbench.cli import progress
+
+        self.bar = progress()
+        self.bar.__enter__()
+        task = self.bar.add_task("prompts", total=None)
+        return lambda n: self.bar.advance(task, n)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.bar is not None:
+            self.bar.__exit__(*exc)
