@@ -2,38 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from app import common as C
-
-PROMPTS = Path(__file__).resolve().parents[2] / "data" / "prompts"
-UPLOAD = "upload a JSONL file…"
-
-
-def pick_rows(limit: int) -> tuple[str, list[dict[str, Any]]] | None:
-    """(name, rows) from a bundled prompt file or an upload; a message and None on a bad file."""
-    from workbench.prompt_files import parse_prompts, read_prompts
-
-    files = sorted(p.name for p in PROMPTS.glob("*.jsonl"))
-    choice = st.selectbox("Prompt file", files + [UPLOAD], key="sets_file",
-                          help="Rows {\"prompt\", \"target\", \"foil\"?}, one JSON object per line.")
-    if choice != UPLOAD:
-        rows = C.attempt("Bad prompt file", read_prompts, str(PROMPTS / choice), limit)
-        return (choice, rows) if rows else None
-    upload = st.file_uploader("JSONL prompt file", type=["jsonl", "json", "txt"], key="sets_upload")
-    if upload is None:
-        st.info("Upload a prompt file to go on.")
-        return None
-    try:
-        text = upload.getvalue().decode("utf-8")
-    except UnicodeDecodeError:
-        st.error(f"{upload.name} is not UTF-8 text: upload a JSONL file.")
-        return None
-    rows = C.attempt("Bad prompt file", parse_prompts, text, upload.name, limit)
-    return (upload.name, rows) if rows else None
+from app.prompt_source import pick_rows
 
 
 def show(res: Any) -> None:
@@ -69,7 +43,7 @@ c4, c5 = st.columns(2)
 use_foil = c4.checkbox("Explain target minus foil (when a row has one)", value=True, key="sets_foil")
 batch = int(c5.number_input("DPA prompts per pass", min_value=1, max_value=256, value=16, key="sets_batch",
                             disabled=method != "dpa"))
-picked = pick_rows(limit)
+picked = pick_rows(limit, key="sets")
 if picked is None:
     st.stop()
 name, rows = picked
