@@ -5,7 +5,9 @@ model). Targets and foils are single tokens with their leading space.
     python scripts/build_prompts.py [--model smollm2-135m] [--out data/prompts] [--n 150]
 
 IOI (Wang et al. 2022): "When Mary and John went to the store, John gave a drink to" -> " Mary" (the
-indirect object), foil " John" (the subject). Facts: capitals, languages, currencies and similar
+indirect object), foil " John" (the subject); "corrupt" is the same prompt with both names replaced by
+two other names of the same token length ("When Alice and Peter went to the store, Peter gave a drink
+to"), the counterfactual circuit discovery ablates to (``workbench circuit discover``). Facts: capitals, languages, currencies and similar
 single-token answers; the foil is the model's best-ranked other answer of the same kind.
 """
 
@@ -66,6 +68,21 @@ def ioi_candidates(rng: random.Random) -> list[dict]:
             prompt = template.format(A=a, B=b, P=rng.choice(PLACES), O=rng.choice(OBJECTS))
             out.append({"prompt": prompt, "target": " " + a, "foil": " " + b})
     return out
+
+
+def ioi_counterfactual(model, row: dict, rng: random.Random) -> str | None:
+    """The prompt with the IO and S names replaced by two other names, keeping the token count."""
+    import re
+
+    a, b = row["target"].strip(), row["foil"].strip()
+    length = model.to_tokens(row["prompt"]).shape[1]
+    others = [n for n in NAMES if n not in (a, b)]
+    for _ in range(40):
+        c, d = rng.sample(others, 2)
+        swapped = re.sub(rf"\b({a}|{b})\b", lambda m: c if m.group(1) == a else d, row["prompt"])
+        if model.to_tokens(swapped).shape[1] == length:
+            return swapped
+    return None
 
 
 def fact_candidates() -> list[dict]:
@@ -134,6 +151,9 @@ def main() -> None:
                 unique.append(r)
         rng.shuffle(unique)  # so that "the first 50" mixes templates
         kept = keep_correct(model, unique, facts)[: args.n]
+        if not facts:  # counterfactuals from their own generator: the prompts stay those of the seed
+            names_rng = random.Random(args.seed + 1)
+            kept = [dict(r, corrupt=c) for r in kept if (c := ioi_counterfactual(model, r, names_rng))]
         (out / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in kept))
         print(f"{name}: {len(kept)} of {len(unique)} candidates kept -> {out / (name + '.jsonl')}")
 
