@@ -1,0 +1,132 @@
+"""The Circuits page's views of a CircuitResult: which edges to draw, the faithfulness table and the
+drill-down of one clicked node (its attention pattern, its direct logit effect, its circuit edges)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+from app import readouts as R
+from app import views as V
+
+
+def circuit_edges(res: Any, k: int, selection: str, threshold: float = 0.0) -> list[dict[str, Any]]:
+    """The top-k edges of ``res`` (``selection``: topk or greedy), minus those under ``threshold`` x the
+    strongest drawn |score|; a greedy circuit is pruned again so it stays connected embed -> logits."""
+    import torch
+
+    edges = res.top(k, selection)
+    if threshold <= 0 or not edges:
+        return edges
+    top = max(abs(e["score"]) for e in edges)
+    edges = [e for e in edges if abs(e["score"]) >= threshold * top]
+    if selection == "greedy" and edges:
+        g = res.graph
+        mask = torch.zeros(g.n_edges, dtype=torch.bool)
+        ids = [g.edge_id(e["src"], e["dst"]) for e in edges]
+        mask[ids] = True
+        kept = g.prune_connected(mask)
+        edges = [e for e, i in zip(edges, ids, strict=True) if bool(kept[i])]
+    return edges
+
+
+def component(graph: Any, dst: str) -> str:
+    """The node a receiver input belongs to (``L3.H5.q`` -> ``L3.H5``)."""
+    return graph.receivers[graph.receiver_index[dst]].component
+
+
+def nodes_for(graph: Any, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Drawable nodes for ``edges``: the ones they touch plus embed and logits (every node of a small graph)."""
+    names = {"embed", "logits"} | {e["src"] for e in edges} | {component(graph, e["dst"]) for e in edges}
+    small = len(graph.nodes) <= 40
+    return [{"name": n.name, "layer": n.layer, "kind": n.kind, "label": n.name}
+            for n in graph.nodes if small or n.name in names]
+
+
+def faith_table(results: dict[str, Any]):
+    import pandas as pd
+
+    rows = []
+    for method, res in results.items():
+        f = res.faithfulness
+        rows.append({"method": method, "AUC": None if f is None else round(f.auc, 4),
+                     "scoring s": round(res.seconds, 3), "ablation": res.ablation, "metric": res.metric,
+                     "prompts": res.n_prompts, "selection": None if f is None else f.selection,
+                     "metric intact": None if f is None else round(f.metric_full, 4),
+                     "metric ablated": None if f is None else round(f.metric_empty, 4)})
+    return pd.DataFrame(rows)
+
+
+def edges_table(drawn: dict[str, list[dict[str, Any]]]):
+    import pandas as pd
+
+    return pd.DataFrame([{"method": m, **e} for m, edges in drawn.items() for e in edges],
+                        columns=["method", "src", "dst", "score"])
+
+
+def node_edges(graph: Any, drawn: dict[str, list[dict[str, Any]]], node: str):
+    """A node's incoming and outgoing edges in each method's drawn circuit."""
+    import pandas as pd
+
+    rows = []
+    for method, edges in drawn.items():
+        for e in edges:
+            if component(graph, e["dst"]) == node:
+                rows.append({"method": method, "direction": "in", **e})
+            elif e["src"] == node:
+                rows.append({"method": method, "direction": "out", **e})
+    return pd.DataFrame(rows, columns=["method", "direction", "src", "dst", "score"])
+
+
+def _dla(loaded: Any, row: dict[str, Any]):
+    """Direct logit attribution of every component on one prompt (circuits.tools.dla), kept per prompt."""
+    from circuits.tools.dla import direct_logit_attribution
+
+    sig = (loaded.name, repr(row))
+    held = st.session_state.get("_circ_dla")
+    if not held or held[0] != sig:
+        with loaded.lock:
+            got = C.attempt("Cannot compute the direct logit effects", direct_logit_attribution, loaded.model,
+                            row["prompt"], row["target"], row.get("foil"))
+        if got is None:
+            return None
+        held = (sig, got)
+        st.session_state["_circ_dla"] = held
+    return held[1]
+
+
+def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], node: str,
+              row: dict[str, Any]) -> None:
+    """The drill-down of ``node`` on the first prompt: pattern (heads), direct logit effect, edges."""
+    head = re.fullmatch(r"L(\d+)\.H(\d+)", node)
+    mlp = re.fullmatch(r"L(\d+)\.mlp", node)
+    left, right = st.columns([3, 2])
+    with right:
+        if head or mlp:
+            dla = _dla(loaded, row)
+            label = f"L{head[1]}H{head[2]}" if head else f"L{mlp[1]}mlp"
+            if dla is not None and label in dla.labels:
+                what = "logit(target) − logit(foil)" if row.get("foil") is not None else "logit(target)"
+                st.metric(f"{node} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
+                          help=f"Its write at the last position, through the final norm (frozen), onto {what}; "
+                               f"all components together give {dla.logit_diff:+.3f} on this prompt.")
+        edges = node_edges(graph, drawn, node)
+        st.caption(f"{node}: {int((edges['direction'] == 'in').sum())} incoming and "
+                   f"{int((edges['direction'] == 'out').sum())} outgoing circuit edges")
+        st.dataframe(edges, hide_index=True, key="circ_node_edges")
+    with left:
+        if head:
+            layer, h = int(head[1]), int(head[2])
+            hv = C.attempt("Cannot read the head", R.head_view, loaded, row["prompt"], layer, h,
+                           row["target"], row.get("foil"))
+            if hv is not None:
+                st.plotly_chart(V.pattern_heatmap(hv.pattern, hv.tokens, f"{node} attention pattern (first prompt)"),
+                                key="circ_pattern")
+        elif mlp:
+            st.caption("An MLP has no attention pattern: its direct logit effect and edges are on the right.")
+        else:
+            st.caption(f"{node} is the graph's {'input' if node == 'embed' else 'output'}: its edges are on the "
+                       "right.")

@@ -1,0 +1,198 @@
+"""Circuits: which edges between heads, MLPs, the input and the logits carry the model's answer."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import streamlit as st
+
+from app import circuit_inputs as CI
+from app import circuit_views as CV
+from app import common as C
+from app.graph_view import LEGEND_HELP, follow_click, show_graph
+
+METHODS = ("eap", "eap_ig", "dpa", "activation_patching")
+CACHE_SIZE = 8  # circuit results per session (scores are one float per edge: 0.5 MB on smollm2)
+NONE = "—"
+
+
+def show_saved() -> None:
+    with st.expander("Open a saved circuit"):
+        run = C.run_picker("circuit", key="circ_open")
+        if run is None:
+            return
+        res = C.attempt(f"Cannot read run {run.id}", CircuitResult.from_run, run)
+        if res is None:
+            return
+        st.caption(f"{res.model} · {res.method} · {res.n_prompts} prompts · {res.ablation} ablation · "
+                   f"{res.selection} selection · top {res.edges} edges")
+        edges = res.top()
+        show_graph(CV.nodes_for(res.graph, edges), edges, key="circ_saved_graph", title=f"saved {res.method} circuit")
+        if res.faithfulness is not None:
+            st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
+        st.dataframe(res.table(), hide_index=True)
+
+
+def cache_key(loaded: Any, rows: list[dict], ablation: str, method: str, params: dict) -> tuple:
+    return (loaded.name, json.dumps(rows, sort_keys=True), ablation, method, json.dumps(params, sort_keys=True))
+
+
+def run_methods(loaded: Any, rows: list[dict], jobs: dict[str, dict], ablation: str, k: int, selection: str) -> None:
+    """Score (and evaluate) each method's circuit; results land in the session's cache."""
+    cache = st.session_state.setdefault("_circ_cache", {})
+    with C.Progress(f"Circuits on {len(rows)} prompts", len(jobs)) as prog, loaded.lock:
+        for method, params in jobs.items():
+            res = C.attempt(f"{method} failed", circuit, loaded.model, rows, method=method, edges=k,
+                            ablation=ablation, selection=selection, **params)
+            prog.step(f"{method} done")
+            if res is not None:
+                cache[cache_key(loaded, rows, ablation, method, params)] = res
+    while len(cache) > CACHE_SIZE:
+        cache.pop(next(iter(cache)))
+
+
+def patching_sample(graph: Any, prepared: Any, loaded: Any) -> dict | None:
+    """On a big graph, activation patching only on a sample of edges, after its cost is estimated."""
+    with st.expander(f"Activation patching: {graph.n_edges:,} edges are too many to patch one by one here"):
+        st.caption(f"Path patching runs one forward per edge. Above {PATCHING_LIMIT_EDGES:,} edges it is "
+                   "offered on a random sample of edges (the others score 0); estimate the cost first.")
+        n = int(st.number_input("Edges to patch", 0, PATCHING_LIMIT_EDGES, 0, step=100, key="circ_ap_n"))
+        if not n:
+            return None
+        params = get_method("activation_patching").check_params({"sample": n})
+        sig = (loaded.name, prepared.n_prompts, n)
+        if st.button("Estimate the cost", key="circ_ap_estimate"):
+            with loaded.lock:
+                secs = C.attempt("Cannot estimate", estimate, loaded.model, graph, prepared, "activation_patching",
+                                 params)
+            if secs is not None:
+                st.session_state["_circ_ap_estimate"] = (sig, secs)
+        held = st.session_state.get("_circ_ap_estimate")
+        if not held or held[0] != sig:
+            return None
+        st.info(f"Patching {n:,} edges on {prepared.n_prompts} prompts takes about {held[1]:.0f} s here.")
+        if st.checkbox("Include sampled activation patching in the run", key="circ_ap_on"):
+            return params
+    return None
+
+
+def evaluate_all(loaded: Any, results: dict[str, Any], k: int, ablation: str, selection: str) -> None:
+    grid = sorted(set(DEFAULT_GRID) | {k})
+    with C.Progress(f"Evaluating at k={k} ({ablation} ablation)", len(results)) as prog, loaded.lock:
+        for method, res in results.items():
+            C.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation, selection)
+            prog.step(method)
+
+
+def faithfulness_at(res: Any, k: int) -> float | None:
+    f = res.faithfulness
+    return f.normalized[f.k.index(k)] if f is not None and k in f.k else None
+
+
+# -- the page ------------------------------------------------------------------------------------------
+st.title("Circuits")
+st.caption("Score every edge between the input, heads, MLPs and the logits, keep the strongest, and check "
+           "how much of the model's answer that circuit alone recovers.")
+if C.engine("circuits.discover", "circuit discovery") is None:
+    st.stop()
+from circuits.counterfactual import prepare  # noqa: E402
+from circuits.discover import PATCHING_LIMIT_EDGES, CircuitResult, circuit, estimate, methods  # noqa: E402
+from circuits.edges import get_method  # noqa: E402
+from circuits.evaluate import DEFAULT_GRID  # noqa: E402
+from circuits.graph import CircuitGraph  # noqa: E402
+from circuits.plot import faithfulness_figure  # noqa: E402
+
+show_saved()
+loaded = C.sidebar_model(("llm", "toy"), key="circ_model", default="smollm2-135m")
+picked = CI.pick_prompts(loaded)
+if picked is None:
+    st.stop()
+source, rows = picked
+graph = CircuitGraph.of(loaded.model)
+
+c1, c2, c3 = st.columns([3, 1, 1])
+offered = [m for m in METHODS if m != "activation_patching" or graph.n_edges <= PATCHING_LIMIT_EDGES]
+C.keep("circ_methods", ["dpa"])
+st.session_state["circ_methods"] = [m for m in st.session_state["circ_methods"] if m in offered]
+summaries = methods()
+chosen = c1.multiselect("Methods", offered, key="circ_methods", on_change=C.remember("circ_methods"),
+                        help="; ".join(f"{m}: {summaries[m]}" for m in offered))
+ablations = ["corrupt", "mean", "zero"] if all(r.get("corrupt") is not None for r in rows) else ["mean", "zero"]
+ablation = c2.selectbox("Ablation", ablations, key="circ_ablation",
+                        help="What an edge outside the circuit carries instead: the counterfactual run's value, "
+                             "the mean over the prompts' positions, or zero.")
+greedy = c3.toggle("Connected circuit", value=True, key="circ_greedy",
+                   help="Grow the circuit from the logits (greedy) so it is one graph from the input to the "
+                        "logits; off: the top-k edges by |score| wherever they are.")
+selection = "greedy" if greedy else "topk"
+prepared = C.attempt("Bad prompts", prepare, loaded.model, rows, ablation)
+if prepared is None:
+    st.stop()
+
+jobs = {m: {} for m in chosen}
+if graph.n_edges > PATCHING_LIMIT_EDGES:
+    sampled = patching_sample(graph, prepared, loaded)
+    if sampled is not None:
+        jobs["activation_patching"] = sampled
+if not jobs:
+    st.info("Pick at least one method.")
+    st.stop()
+
+c4, c5 = st.columns([3, 2])
+top_k = min(graph.n_edges, 1000)
+k = c4.slider("Edges kept (k)", 1, top_k, min(50, max(1, graph.n_edges // 2)), key="circ_k")
+threshold = c5.slider("Hide edges under this fraction of the strongest", 0.0, 1.0, 0.0, 0.01, key="circ_thr")
+keys = {m: cache_key(loaded, rows, ablation, m, p) for m, p in jobs.items()}
+cache = st.session_state.setdefault("_circ_cache", {})
+todo = {m: p for m, p in jobs.items() if keys[m] not in cache}
+label = f"Run {', '.join(todo)}" if todo else "Run (all chosen methods are computed)"
+if st.button(label, key="circ_run", type="primary", disabled=not todo):
+    run_methods(loaded, rows, todo, ablation, k, selection)
+results = {m: cache[keys[m]] for m in jobs if keys[m] in cache}
+if not results:
+    st.caption(f"{graph.n_edges:,} edges, {len(rows)} prompts ({source}, {prepared.metric}, {ablation} ablation): "
+               "press Run to score them.")
+    st.stop()
+
+drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}
+touched = {e["src"] for es in drawn.values() for e in es} | {
+    CV.component(graph, e["dst"]) for es in drawn.values() for e in es}
+options = [NONE] + [n.name for n in graph.nodes if n.name in touched]
+graph_keys = [f"circ_graph_{m}" for m in results]
+follow_click(graph_keys, "circ_node", options)
+selected = None if st.session_state["circ_node"] == NONE else st.session_state["circ_node"]
+panes = st.columns(len(results)) if len(results) <= 2 else st.tabs(list(results))
+for pane, method, key in zip(panes, results, graph_keys, strict=True):
+    with pane:
+        edges = drawn[method]
+        show_graph(CV.nodes_for(graph, edges), edges, key=key, selected=selected,
+                   title=f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, {selection})")
+        if not edges:
+            st.caption("No edge of this circuit connects the input to the logits at this k: raise k.")
+st.caption(LEGEND_HELP)
+node = st.selectbox("Inspect node (or click it in the graph)", options, key="circ_node")
+if node != NONE:
+    CV.show_node(loaded, graph, drawn, node, rows[0])
+
+st.subheader("Faithfulness")
+e1, e2 = st.columns([1, 2])
+eval_ablation = e1.selectbox("Evaluate under ablation", ablations, index=ablations.index(ablation),
+                             key="circ_eval_ablation")
+if e2.button(f"Evaluate circuit at k={k} ({selection})", key="circ_evaluate"):
+    evaluate_all(loaded, results, k, eval_ablation, selection)
+curves = {m: r.faithfulness for m, r in results.items() if r.faithfulness is not None}
+if curves:
+    st.plotly_chart(faithfulness_figure(curves), key="circ_faith")
+at_k = {m: faithfulness_at(r, k) for m, r in results.items()}
+if any(v is not None for v in at_k.values()):
+    st.caption(f"Normalized faithfulness at k={k}: " + " · ".join(
+        f"{m} {v:.3f}" for m, v in at_k.items() if v is not None))
+st.dataframe(CV.faith_table(results), hide_index=True, key="circ_faith_table")
+
+st.subheader("Edges")
+st.dataframe(CV.edges_table(drawn), hide_index=True, key="circ_edges")
+for method, res in results.items():
+    C.save_button(lambda res=res: replace(res, edges=k, selection=selection), key=f"circ_save_{method}",
+                  label=f"Save the {method} circuit (k={k}) to the run store")
