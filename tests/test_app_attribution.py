@@ -42,7 +42,11 @@ def test_dpa_views_render_and_follow_the_prompt(page):
     before = token_scores(at)
     assert before.shape == (1, 11)  # one row per method, one column per prompt token
     assert chart(at, "attr_head_grid")["data"][0]["marker"]["symbol"] == "square"
-    assert chart(at, "attr_flow")
+    flow = chart(at, "attr_flow")  # the prompt's DPA circuit, through the app's graph component
+    assert {"embed", "logits"} <= set(flow["data"][-1]["customdata"])
+    held = at.session_state["_attr_circuit"]
+    at.slider(key="attr_flow_k").set_value(100).run()
+    assert not problems(at) and at.session_state["_attr_circuit"] is held  # k re-selects, no new scores
     assert "neuron" in frame_with(at, "neuron").columns
     at.text_area(key="attr_prompt").set_value("The cat sat on the").run()
     assert not problems(at)

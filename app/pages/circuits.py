@@ -157,9 +157,9 @@ if not results:
     st.stop()
 
 drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}
-touched = {e["src"] for es in drawn.values() for e in es} | {
-    CV.component(graph, e["dst"]) for es in drawn.values() for e in es}
-options = [NONE] + [n.name for n in graph.nodes if n.name in touched]
+node_lists = {m: CV.nodes_for(graph, edges) for m, edges in drawn.items()}
+shown = {n["name"] for nodes in node_lists.values() for n in nodes}
+options = [NONE] + [n.name for n in graph.nodes if n.name in shown]
 graph_keys = [f"circ_graph_{m}" for m in results]
 follow_click(graph_keys, "circ_node", options)
 selected = None if st.session_state["circ_node"] == NONE else st.session_state["circ_node"]
@@ -167,7 +167,7 @@ panes = st.columns(len(results)) if len(results) <= 2 else st.tabs(list(results)
 for pane, method, key in zip(panes, results, graph_keys, strict=True):
     with pane:
         edges = drawn[method]
-        show_graph(CV.nodes_for(graph, edges), edges, key=key, selected=selected,
+        show_graph(node_lists[method], edges, key=key, selected=selected,
                    title=f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, {selection})")
         if not edges:
             st.caption("No edge of this circuit connects the input to the logits at this k: raise k.")

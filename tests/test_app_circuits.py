@@ -1,0 +1,142 @@
+"""Circuits page: a toy IOI model (fast) and, marked real/slow, smollm2 on the IOI prompt."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
+from workbench.store import RunStore  # noqa: E402
+
+
+@pytest.fixture
+def page(one_thread):
+    at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
+    assert not problems(at)
+    return at
+
+
+def results(at) -> dict:
+    return dict(at.session_state["_circ_cache"])
+
+
+def nodes_drawn(at, method: str = "dpa") -> list[str]:
+    return list(chart(at, f"circ_graph_{method}")["data"][-1]["customdata"])
+
+
+def test_run_draws_graph_and_faithfulness(page):
+    at = page
+    assert "press Run" in " ".join(c.value for c in at.caption)
+    with pytest.raises(AssertionError, match="no chart"):  # nothing heavy runs before Run
+        chart(at, "circ_graph_dpa")
+    at.button(key="circ_run").click().run()
+    assert not problems(at)
+    assert set(nodes_drawn(at)) == {"embed", "L0.H0", "L1.H0", "logits"}
+    faith = chart(at, "circ_faith")
+    assert faith["data"][0]["name"].startswith("dpa (AUC")
+    table = frame_with(at, "AUC")
+    assert list(table["method"]) == ["dpa"] and table["scoring s"][0] >= 0
+    edges = frame_with(at, "src")
+    assert len(edges) and {"L1.H0", "logits"} <= set(edges["src"]) | set(edges["dst"])
+
+
+def test_k_and_selection_do_not_recompute(page):
+    at = page
+    at.button(key="circ_run").click().run()
+    before = results(at)
+    n_before = len(frame_with(at, "src"))
+    at.slider(key="circ_k").set_value(12).run()
+    at.toggle(key="circ_greedy").set_value(False).run()
+    assert not problems(at)
+    after = results(at)
+    assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)  # same objects
+    assert len(frame_with(at, "src")) == 12 != n_before  # top-12 of the 12 edges, drawn from the same scores
+    at.multiselect(key="circ_methods").set_value(["dpa", "eap", "activation_patching"]).run()
+    assert at.button(key="circ_run").label == "Run eap, activation_patching"  # only the missing ones
+    at.button(key="circ_run").click().run()
+    assert not problems(at)
+    assert all(results(at)[k] is before[k] for k in before)
+    curves = chart(at, "circ_faith")["data"]
+    assert sorted(c["name"].split(" ")[0] for c in curves) == ["activation_patching", "dpa", "eap"]
+
+
+def test_selected_node_drill_down(page):
+    at = page
+    at.button(key="circ_run").click().run()
+    at.selectbox(key="circ_node").set_value("L1.H0").run()
+    assert not problems(at)
+    effect = [m for m in at.metric if "direct logit effect" in m.label]
+    assert effect and effect[0].label.startswith("L1.H0") and float(effect[0].value) > 0
+    pattern = array(chart(at, "circ_pattern")["data"][0]["z"])
+    assert pattern.shape == (5, 5)
+    edges = frame_with(at, "direction")
+    assert set(edges["direction"]) == {"in", "out"} and "logits" in set(edges["dst"])
+    assert "L1.H0" in chart(at, "circ_graph_dpa")["data"][-1]["text"]  # the selected node is drawn bigger
+    sizes = chart(at, "circ_graph_dpa")["data"][-1]["marker"]["size"]
+    assert max(sizes) > min(sizes)
+    at.selectbox(key="circ_node").set_value("embed").run()
+    assert not problems(at) and not [m for m in at.metric if "direct logit effect" in m.label]
+
+
+def test_click_in_graph_moves_the_node_box(page):
+    """A plotly click (its selection state) selects the node, as the browser sends it."""
+    at = page
+    at.button(key="circ_run").click().run()
+    at.session_state["circ_graph_dpa"] = {"selection": {"points": [{"customdata": "L0.H0"}]}}
+    at.run()
+    assert not problems(at)
+    assert at.selectbox(key="circ_node").value == "L0.H0"
+    assert [m for m in at.metric if m.label.startswith("L0.H0 direct logit effect")]
+
+
+def test_evaluate_save_and_open(page):
+    at = page
+    at.button(key="circ_run").click().run()
+    at.slider(key="circ_k").set_value(3).run()
+    at.button(key="circ_evaluate").click().run()
+    assert not problems(at)
+    assert any("faithfulness at k=3: dpa" in c.value for c in at.caption)
+    at.button(key="circ_save_dpa").click().run()
+    assert not problems(at)
+    (run,) = RunStore().list(kind="circuit")
+    assert RunStore().get(run["id"]).meta["args"]["edges"] == 3
+    at.selectbox(key="circ_open").set_value(run["id"]).run()
+    assert not problems(at)
+    assert "logits" in chart(at, "circ_saved_graph")["data"][-1]["customdata"]
+
+
+def test_bad_counterfactual_is_one_line(tiny_llama_dir, one_thread):
+    at = open_page("circuits", {"circ_model": str(tiny_llama_dir)})
+    assert not problems(at)
+    at.text_area(key="circ_corrupt").set_value("When Alice and Bob went to the shop, Bob handed a drink over to").run()
+    assert not at.exception
+    (err,) = at.error
+    assert "tokens" in err.value and "\n" not in err.value
+    assert not at.expander or all("details" not in e.label for e in at.expander)  # no traceback
+    at.button(key="circ_swap").click().run()
+    assert at.text_area(key="circ_corrupt").value == "When John and Mary went to the store, Mary gave a drink to"
+    assert not problems(at)
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_smollm2_ioi_default_view_is_connected():
+    import torch
+
+    at = open_page("circuits", {"circ_model": "smollm2-135m"}, timeout=300)
+    at.button(key="circ_run").click().run()
+    assert not problems(at)
+    res = results(at)[next(iter(results(at)))]
+    edges = frame_with(at, "src")
+    assert len(edges) >= 5
+    g = res.graph
+    mask = torch.zeros(g.n_edges, dtype=torch.bool)
+    mask[[g.edge_id(s, d) for s, d in zip(edges["src"], edges["dst"], strict=True)]] = True
+    assert torch.equal(g.prune_connected(mask), mask)  # every drawn edge lies on a path embed -> logits
+    assert "embed" in set(edges["src"]) and "logits" in set(edges["dst"])
+    drawn = set(nodes_drawn(at))
+    assert drawn == set(edges["src"]) | {g.receivers[g.receiver_index[d]].component for d in edges["dst"]}
