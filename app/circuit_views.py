@@ -103,7 +103,7 @@ def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], n
     """The drill-down of ``node`` on the first prompt: pattern (heads), direct logit effect, edges."""
     head = re.fullmatch(r"L(\d+)\.H(\d+)", node)
     mlp = re.fullmatch(r"L(\d+)\.mlp", node)
-    left, right = st.columns([3, 2])
+    left, right = st.columns([1, 1])
     with right:
         if head or mlp:
             dla = _dla(loaded, row)

@@ -50,6 +50,7 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
     pages = {  # url path -> query; LLM pages get the tiny model so the test stays fast
         "": f"?model={tiny}",
         "model": f"?model={tiny}",
+        "circuits": f"?model={tiny}",
         "vision": "?methods=attention,rollout,dap",
         "toy_circuits": "",
         "probes": f"?model={tiny}",
@@ -87,3 +88,41 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
         if "[workbench-app] loaded model" in line
     ]
     assert loads and len(loads) == len(set(loads)), f"a model was loaded twice: {loads}"
+
+
+def test_circuits_click_a_node_in_chromium(tmp_path, tiny_llama_dir):
+    """Run a toy circuit in the browser, click a node of the graph: its drill-down appears below."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    proc = start_app(port, tmp_path / "app.log")
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 2400})
+                # the root first: a fresh server's first deep link runs the page without app/main.py's navigation
+                page.goto(f"http://127.0.0.1:{port}/?model={urllib.parse.quote(str(tiny_llama_dir))}", timeout=60_000)
+                settle(page)
+                page.goto(f"http://127.0.0.1:{port}/circuits?model=ioi-attn-2l1h", timeout=60_000)
+                settle(page)
+                page.get_by_role("button", name="Run dpa").click()
+                settle(page)
+                page.wait_for_selector(".js-plotly-plot .scatterlayer", timeout=60_000)
+                page.screenshot(path=str(tmp_path / "circuits-run.png"))
+                nodes = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").last
+                point = nodes.locator("path.point").nth(2)  # embed, L0.H0, L1.H0, logits
+                box = point.bounding_box()
+                assert box, "the graph's node markers are not drawn"
+                page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+                settle(page)
+                page.get_by_text("L1.H0 direct logit effect").first.wait_for(timeout=30_000)
+                page.get_by_text("L1.H0 attention pattern").first.wait_for(timeout=30_000)
+                shot = tmp_path / "circuits-node.png"
+                page.screenshot(path=str(shot))
+                print(f"screenshots: {tmp_path}")
+                errors = page.locator(ERRORS)
+                assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)

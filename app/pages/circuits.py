@@ -112,7 +112,7 @@ if picked is None:
 source, rows = picked
 graph = CircuitGraph.of(loaded.model)
 
-c1, c2, c3 = st.columns([3, 1, 1])
+c1, c2, c3 = st.columns([3, 1.2, 1.5])
 offered = [m for m in METHODS if m != "activation_patching" or graph.n_edges <= PATCHING_LIMIT_EDGES]
 C.keep("circ_methods", ["dpa"])
 st.session_state["circ_methods"] = [m for m in st.session_state["circ_methods"] if m in offered]
