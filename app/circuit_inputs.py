@@ -101,8 +101,9 @@ def file_prompts() -> tuple[str, list[dict[str, Any]]] | None:
     if picked is None:
         return None
     name, rows = picked
-    can_swap = all(r.get("foil") and not r.get("corrupt") for r in rows)
-    if can_swap and st.checkbox("Counterfactuals: swap each row's target and foil names", key="circ_file_swap"):
+    label = "Counterfactuals: swap each row's target and foil names" + (
+        " (instead of the file's)" if any(r.get("corrupt") for r in rows) else "")
+    if all(r.get("foil") for r in rows) and st.checkbox(label, key="circ_file_swap"):
         try:
             rows = [dict(r, corrupt=swap_names(r["prompt"], r["target"], r["foil"])) for r in rows]
         except PromptError as exc:

@@ -140,3 +140,22 @@ def test_smollm2_ioi_default_view_is_connected():
     assert "embed" in set(edges["src"]) and "logits" in set(edges["dst"])
     drawn = set(nodes_drawn(at))
     assert drawn == set(edges["src"]) | {g.receivers[g.receiver_index[d]].component for d in edges["dst"]}
+
+
+def test_prompt_file_with_swapped_names(tiny_llama_dir, one_thread):
+    at = open_page("circuits", {"circ_model": str(tiny_llama_dir), "circ_source": "prompt file",
+                                "circ_file": "ioi.jsonl", "circ_limit": 3})
+    assert not problems(at)
+    assert at.selectbox(key="circ_ablation").options == ["corrupt", "mean", "zero"]  # the file's counterfactuals
+    at.checkbox(key="circ_file_swap").check().run()
+    at.multiselect(key="circ_methods").set_value(["eap"]).run()
+    at.button(key="circ_run").click().run()
+    assert not problems(at)
+    (res,) = results(at).values()
+    assert res.n_prompts == 3 and res.ablation == "corrupt" and res.method == "eap"
+    assert res.rows[0]["corrupt"] == "When Robert and Alice arrived at the restaurant, Alice handed a book to"
+    n_all = len(frame_with(at, "src"))
+    at.slider(key="circ_thr").set_value(0.5).run()
+    assert not problems(at)
+    kept = frame_with(at, "src")
+    assert 0 < len(kept) < n_all and (kept["score"].abs() >= 0.5 * kept["score"].abs().max()).all()
