@@ -130,3 +130,40 @@ def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], n
         else:
             st.caption(f"{node} is the graph's {'input' if node == 'embed' else 'output'}: its edges are on the "
                        "right.")
+
+
+def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key: str) -> bool:
+    """One prompt's DPA circuit (the Attribution page's information flow), with a k slider and an optional
+    counterfactual; widgets are keyed ``{key}_k`` and ``{key}_corrupt``, the chart ``key``. Returns whether
+    the circuit was scored on this run (a new prompt), not just drawn again."""
+    from app.graph_view import LEGEND_HELP, show_graph
+
+    c1, c2 = st.columns([3, 2])
+    corrupt = c1.text_input("Counterfactual prompt (optional, same number of tokens)", key=f"{key}_corrupt",
+                            help="Edges are then scored against this run (corrupt ablation); without it, "
+                                 "against zero.")
+    k = c2.slider("Edges kept (k)", 5, 300, 40, 5, key=f"{key}_k")
+    row = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {}),
+           **({"corrupt": corrupt} if corrupt.strip() else {})}
+    sig, held, scored = (loaded.name, repr(row)), st.session_state.get(f"_{key}_circuit"), False
+    if not held or held[0] != sig:
+        if C.engine("circuits.discover", "circuit discovery") is None:
+            return False
+        from circuits.discover import circuit
+
+        with loaded.lock:
+            res = C.attempt("Cannot trace the circuit", circuit, loaded.model, [row], method="dpa",
+                            ablation="corrupt" if "corrupt" in row else "zero", evaluate=False,
+                            selection="greedy", edges=k)
+        if res is None:
+            return False
+        held, scored = (sig, res), True
+        st.session_state[f"_{key}_circuit"] = held  # only the latest prompt
+    res = held[1]
+    edges = circuit_edges(res, k, "greedy")
+    show_graph(nodes_for(res.graph, edges), edges, key=key,
+               title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
+    st.caption(LEGEND_HELP + " Open the Circuits page for other methods, prompt sets and faithfulness.")
+    if not edges:
+        st.caption("No edge connects the input to the logits at this k: raise k.")
+    return scored

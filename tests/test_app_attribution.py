@@ -44,9 +44,9 @@ def test_dpa_views_render_and_follow_the_prompt(page):
     assert chart(at, "attr_head_grid")["data"][0]["marker"]["symbol"] == "square"
     flow = chart(at, "attr_flow")  # the prompt's DPA circuit, through the app's graph component
     assert {"embed", "logits"} <= set(flow["data"][-1]["customdata"])
-    held = at.session_state["_attr_circuit"]
+    held = at.session_state["_attr_flow_circuit"]
     at.slider(key="attr_flow_k").set_value(100).run()
-    assert not problems(at) and at.session_state["_attr_circuit"] is held  # k re-selects, no new scores
+    assert not problems(at) and at.session_state["_attr_flow_circuit"] is held  # k re-selects, no new scores
     assert "neuron" in frame_with(at, "neuron").columns
     at.text_area(key="attr_prompt").set_value("The cat sat on the").run()
     assert not problems(at)

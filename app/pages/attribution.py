@@ -7,6 +7,7 @@ from typing import Any
 
 import streamlit as st
 
+from app import circuit_views as CV
 from app import common as C
 from app import readouts as R
 from app import views as V
@@ -186,44 +187,6 @@ def show_head(loaded: Any, prompt: str, target: str, foil: str | None, head_scor
         )
 
 
-def show_flow(loaded: Any, prompt: str, target: str, foil: str | None) -> None:
-    """Information flow: the DPA circuit of this prompt (edges between the input, heads, MLPs and logits)."""
-    from app.circuit_views import circuit_edges, nodes_for
-    from app.graph_view import LEGEND_HELP, show_graph
-
-    c1, c2 = st.columns([3, 2])
-    corrupt = c1.text_input("Counterfactual prompt (optional, same number of tokens)", key="attr_flow_corrupt",
-                            help="Edges are then scored against this run (corrupt ablation); without it, "
-                                 "against zero.")
-    k = c2.slider("Edges kept (k)", 5, 300, 40, 5, key="attr_flow_k")
-    row = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {}),
-           **({"corrupt": corrupt} if corrupt.strip() else {})}
-    sig = (loaded.name, repr(row))
-    held = st.session_state.get("_attr_circuit")
-    if not held or held[0] != sig:
-        if C.engine("circuits.discover", "circuit discovery") is None:
-            return
-        from circuits.discover import circuit
-
-        started = time.perf_counter()
-        with loaded.lock:
-            res = C.attempt("Cannot trace the circuit", circuit, loaded.model, [row], method="dpa",
-                            ablation="corrupt" if "corrupt" in row else "zero", evaluate=False,
-                            selection="greedy", edges=k)
-        TIMES["circuit"] = time.perf_counter() - started
-        if res is None:
-            return
-        held = (sig, res)
-        st.session_state["_attr_circuit"] = held  # only the latest prompt
-    res = held[1]
-    edges = circuit_edges(res, k, "greedy")
-    show_graph(nodes_for(res.graph, edges), edges, key="attr_flow",
-               title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
-    st.caption(LEGEND_HELP + " Open the Circuits page for other methods, prompt sets and faithfulness.")
-    if not edges:
-        st.caption("No edge connects the input to the logits at this k: raise k.")
-
-
 def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, methods: list[str]) -> None:
     """Disrupt / recover curves for this one prompt (attribution.faithfulness.evaluate on one example)."""
     faith = C.engine("attribution.faithfulness", "faithfulness")
@@ -368,7 +331,9 @@ with tabs[1]:
     else:
         st.info(f"{detail} gives no neuron scores.")
 with tabs[2]:
-    show_flow(loaded, prompt, target, foil)
+    started = time.perf_counter()
+    if CV.prompt_circuit(loaded, prompt, target, foil, key="attr_flow"):
+        TIMES["circuit"] = time.perf_counter() - started
 with tabs[3]:
     show_faithfulness(loaded, prompt, target, foil, methods)
 with tabs[4]:
