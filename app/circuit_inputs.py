@@ -31,34 +31,6 @@ def swap_names(prompt: str, target: str, foil: str) -> str:
     return re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b", lambda m: b if m.group(0) == a else a, prompt)
 
 
-def task_rows(model: Any, n: int) -> list[dict[str, Any]]:
-    """Rows from a toy model's own task (test split): IOI rows carry the foil (S) and the name-swapped
-    counterfactual, as in circuits.findings.ioi_composition; other tasks score the last answer position,
-    with another test prompt of the same length as the counterfactual (resampling)."""
-    import torch
-
-    from circuits.tasks import get_task
-
-    info = (getattr(model, "info", None) or {}).get("task")
-    if not info:
-        raise PromptError(f"{model.name} carries no task: use a prompt file")
-    task = get_task(info["task"], **info.get("params", {}))
-    if task.kind != "classification":
-        raise PromptError(f"{model.name}'s task ({info['task']}) is a regression: circuits need a target token")
-    batch = task.batch("test")
-    if "io" in batch.meta and hasattr(task, "corrupt"):
-        bad = task.corrupt(batch).tokens
-        return [{"prompt": batch.tokens[i].tolist(), "target": int(batch.meta["io"][i]),
-                 "foil": int(batch.meta["s"][i]), "corrupt": bad[i].tolist()} for i in range(min(n, len(batch)))]
-    rows = []
-    for i in range(min(n, len(batch))):
-        last = int(torch.nonzero(batch.mask[i]).max())
-        other = batch.tokens[(i + 1) % len(batch), : last + 1].tolist()
-        rows.append({"prompt": batch.tokens[i, : last + 1].tolist(), "target": int(batch.targets[i, last]),
-                     "corrupt": other})
-    return rows
-
-
 def _swap_clicked() -> None:
     s = st.session_state
     try:
@@ -116,6 +88,8 @@ def pick_prompts(loaded: Any) -> tuple[str, list[dict[str, Any]]] | None:
     """(source name, rows) for the page, or None after a message in the page."""
     if getattr(loaded.model, "kind", None) == "toy" or (getattr(loaded.model, "info", None) or {}).get("task"):
         n = int(st.number_input("Prompts from the model's task (test split)", 1, 2000, 32, key="circ_toy_n"))
+        from circuits.toy_prompts import task_rows
+
         rows = C.attempt("No prompts for this model", task_rows, loaded.model, n)
         if not rows:
             return None
