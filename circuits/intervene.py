@@ -11,6 +11,10 @@ So each receiver input becomes ``x_R - sum_S (1 - keep[S, R]) (out_S - ref_S)``,
 sender's output in the same (patched) run. All senders' differences live in one buffer
 [batch, pos, sender, d_model] filled as the forward pass reaches them; a receiver reads only the prefix
 of senders upstream of it. Keeping every edge gives the clean run, keeping none the reference run.
+
+Layout: sender outputs are [sender, batch, pos, d_model] and receiver gradients or targets [receiver,
+batch, pos, d_model], so a sender's or receiver's values are one contiguous row when edge scores are
+taken as one matrix product per group of receivers.
 """
 
 from __future__ import annotations
@@ -96,16 +100,18 @@ def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int],
 
 
 # -- sender outputs and references -------------------------------------------------------------------
-def capture(model: Any, graph: CircuitGraph, tokens: torch.Tensor) -> Float[torch.Tensor, "batch pos sender d"]:
+def put_output(out: torch.Tensor, slot: slice | int, x: torch.Tensor) -> None:
+    """out[slot] = x for x [batch, pos, d] (embed, MLP) or [batch, pos, head, d] (a layer's heads)."""
+    out[slot] = x.detach().float().permute(2, 0, 1, 3) if x.dim() == 4 else x.detach().float()
+
+
+def capture(model: Any, graph: CircuitGraph, tokens: torch.Tensor) -> Float[torch.Tensor, "sender batch pos d"]:
     """Every sender's output on a batch of prompts (no gradient; the unembedding is skipped)."""
     n, seq = tokens.shape
-    out = torch.zeros(n, seq, len(graph.senders), model.arch.d_model, device=tokens.device)
-
-    def write(slot, x):
-        out[:, :, slot] = x.detach().float()
-
+    out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=tokens.device)
     with torch.no_grad():
-        model.run_with_hooks(tokens, fwd_hooks=sender_hooks(model, graph, write), return_type=None)
+        model.run_with_hooks(tokens, fwd_hooks=sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x)),
+                             return_type=None)
     return out
 
 
@@ -115,55 +121,90 @@ def mean_outputs(model: Any, graph: CircuitGraph, prompts: PromptSet) -> Float[t
     count = 0
     for batch in prompts.batches:
         real = batch.real()
-        total += capture(model, graph, batch.tokens)[real].double().sum(0).cpu()
+        total += capture(model, graph, batch.tokens)[:, real].double().sum(1).cpu()
         count += int(real.sum())
     return (total / count).float().to(model.device)
 
 
 class References:
-    """Reference outputs under the prompt set's ablation: per batch for ``corrupt``, shared otherwise."""
+    """Reference outputs under the prompt set's ablation, [sender, batch or 1, pos or 1, d_model]:
+    the counterfactual's own per batch for ``corrupt``, one shared vector per sender otherwise."""
 
     def __init__(self, model: Any, graph: CircuitGraph, prompts: PromptSet) -> None:
         self.model, self.graph, self.kind = model, graph, prompts.ablation
         self.mean = mean_outputs(model, graph, prompts) if self.kind == "mean" else None
 
     def of(self, batch: PromptBatch) -> torch.Tensor:
-        """[batch, pos, sender, d] for corrupt; [sender, d] (broadcast) for mean and zero."""
         if self.kind == "corrupt":
             return capture(self.model, self.graph, batch.corrupt)
         if self.kind == "mean":
-            return self.mean
-        return torch.zeros(len(self.graph.senders), self.model.arch.d_model, device=self.model.device)
-
-
-def _tile(ref: torch.Tensor, copies: int) -> torch.Tensor:
-    return ref.repeat(copies, 1, 1, 1) if ref.dim() == 4 else ref
+            return self.mean[:, None, None]
+        return torch.zeros(len(self.graph.senders), 1, 1, self.model.arch.d_model, device=self.model.device)
 
 
 # -- edge-ablated forward ----------------------------------------------------------------------------
+class _Ablation:
+    """The edges each copy ablates, as sparse (copy, sender, receiver) lists.
+
+    A copy that keeps few edges (a small circuit) is applied as "every upstream difference minus the kept
+    ones", a copy that ablates few (the complement of a circuit, one patched edge) as "the ablated ones":
+    either way the work is proportional to the smaller set, not to senders x receivers."""
+
+    def __init__(self, graph: CircuitGraph, keep: torch.Tensor, device: Any) -> None:
+        dense = torch.stack([graph.mask_dense(k) for k in keep])  # [copy, S, R]
+        valid = graph.valid[None]
+        kept, ablated = dense & valid, ~dense & valid
+        self.by_total = kept.flatten(1).sum(1) <= ablated.flatten(1).sum(1)  # [copy]
+        chosen = torch.where(self.by_total[:, None, None], kept, ablated)
+        self.pairs = torch.nonzero(chosen).to(device)  # [E, 3] (copy, sender, receiver)
+        self.sign = torch.where(self.by_total[self.pairs[:, 0].cpu()], -1.0, 1.0).to(device)
+        self.by_total = self.by_total.to(device)
+        self.n_receivers = len(graph.receivers)
+
+    def delta(self, diff: torch.Tensor, total: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+        """What to subtract from the receivers ``cols``: [copy, len(cols), *diff.shape[2:]]."""
+        local = torch.full((self.n_receivers,), -1, dtype=torch.long, device=diff.device)
+        local[cols] = torch.arange(len(cols), device=diff.device)
+        j = local[self.pairs[:, 2]]
+        rows = j >= 0
+        c, s, j, sign = self.pairs[rows, 0], self.pairs[rows, 1], j[rows], self.sign[rows]
+        out = torch.where(self.by_total.view(-1, 1, *[1] * (diff.dim() - 2)),
+                          total[:, None], torch.zeros((), device=diff.device)).expand(-1, len(cols), *diff.shape[2:])
+        out = out.contiguous()
+        for start in range(0, len(c), 512):  # bounded memory: 512 sender outputs gathered at a time
+            sl = slice(start, start + 512)
+            picked = diff[c[sl], s[sl]] * sign[sl].view(-1, *[1] * (diff.dim() - 2))
+            out.index_put_((c[sl], j[sl]), picked, accumulate=True)
+        return out
+
+
 def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
                keep: Bool[torch.Tensor, "copy edge"], metric: str) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only the kept edges of each copy intact (one forward for all copies)."""
     copies = int(keep.shape[0])
     n, seq = batch.tokens.shape
     d = model.arch.d_model
-    anti = torch.stack([(~graph.mask_dense(k)).float() for k in keep]).to(model.device)  # [copy, S, R]
-    diff = torch.zeros(copies, n, seq, len(graph.senders), d, device=model.device)
-    flat = diff.view(copies * n, seq, len(graph.senders), d)
-    tiled = _tile(ref, copies)
+    plan = _Ablation(graph, keep, model.device)
+    diff = torch.zeros(copies, len(graph.senders), n, seq, d, device=model.device)  # out_S - ref_S
+    total = torch.zeros(copies, n, seq, d, device=model.device)  # the sum over the senders written so far
 
     def write(slot, x):
-        r = tiled[:, :, slot] if tiled.dim() == 4 else tiled[slot]
-        flat[:, :, slot] = x.float() - r
+        change = x.float().view(copies, n, seq, *x.shape[2:])
+        if change.dim() == 5:  # heads: [copy, b, p, head, d] -> [copy, head, b, p, d]
+            change = change.permute(0, 3, 1, 2, 4) - ref[slot][None]
+            diff[:, slot] = change
+            total.add_(change.sum(1))
+        else:
+            change = change - ref[slot][None]
+            diff[:, slot] = change
+            total.add_(change)
 
     def read(x, cols, n_up):
-        a = anti[:, :n_up, cols]  # [copy, n_up, head] or [copy, n_up]
-        up = diff[:, :, :, :n_up]
+        cols_t = torch.as_tensor(cols, device=model.device).reshape(-1)
+        delta = plan.delta(diff, total, cols_t)  # [copy, cols, b, p, d]
         if x.dim() == 4:
-            delta = torch.einsum("cbpsd,csh->cbphd", up, a).reshape(x.shape)
-        else:
-            delta = torch.einsum("cbpsd,cs->cbpd", up, a).reshape(x.shape)
-        return x - delta.to(x.dtype)
+            delta = delta.permute(0, 2, 3, 1, 4)
+        return x - delta.reshape(x.shape).to(x.dtype)
 
     hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
     with torch.no_grad(), model.split_inputs():
@@ -174,44 +215,56 @@ def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.T
 # -- gradients at receiver inputs --------------------------------------------------------------------
 def receiver_grads(model: Any, graph: CircuitGraph, batch: PromptBatch, metric: str,
                    embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                   ) -> tuple[Float[torch.Tensor, "batch pos sender d"], Float[torch.Tensor, "batch pos receiver d"]]:
+                   ) -> tuple[Float[torch.Tensor, "sender batch pos d"], Float[torch.Tensor, "receiver batch pos d"]]:
     """Sender outputs and d(sum of the batch's metric)/d(receiver input) in one forward and one backward."""
     n, seq = batch.tokens.shape
     d = model.arch.d_model
-    out = torch.zeros(n, seq, len(graph.senders), d, device=model.device)
-    grads = torch.zeros(n, seq, len(graph.receivers), d, device=model.device)
+    out = torch.zeros(len(graph.senders), n, seq, d, device=model.device)
+    grads = torch.zeros(len(graph.receivers), n, seq, d, device=model.device)
 
     def leaf(x):
         return (embed(x) if embed is not None else x.detach()).requires_grad_(True)
 
-    def write(slot, x):
-        out[:, :, slot] = x.detach().float()
-
     def read(x, cols, n_up):
-        def store(g, cols=cols):
-            grads[:, :, cols] = g.float()
         if x.requires_grad:
-            x.register_hook(store)
+            x.register_hook(lambda g, cols=cols: put_output(grads, cols, g))
         return x
 
-    hooks = sender_hooks(model, graph, write, embed=leaf) + receiver_hooks(graph, read)
+    hooks = sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x), embed=leaf)
+    hooks += receiver_hooks(graph, read)
     with torch.enable_grad(), model.split_inputs():
         logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
         batch.metric(logits, metric).sum().backward()
     return out, grads
 
 
-def edge_products(graph: CircuitGraph, diff: Float[torch.Tensor, "batch pos sender d"],
-                  targets: Float[torch.Tensor, "batch pos receiver d"]) -> Float[torch.Tensor, " edge"]:
-    """sum over prompts and positions of diff_S . target_R for every edge S -> R (receiver-major)."""
-    n, seq, s, d = diff.shape
-    dense = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
-    # one matmul per group of receivers that share their upstream senders (a layer's heads, its MLP, logits)
-    groups: dict[int, list[int]] = {}
+def receiver_groups(graph: CircuitGraph) -> list[tuple[int, slice]]:
+    """(n_upstream, receiver slice) for each run of receivers reading the same senders: a layer's head
+    inputs, its MLP input, the logits."""
+    groups: list[tuple[int, slice]] = []
     for j, r in enumerate(graph.receivers):
-        groups.setdefault(graph.upstream(r), []).append(j)
-    D = diff.permute(2, 0, 1, 3).reshape(s, n * seq * d)
-    for n_up, cols in groups.items():
-        T = targets[:, :, cols].permute(0, 1, 3, 2).reshape(n * seq * d, len(cols))
-        dense[:n_up, cols] = (D[:n_up] @ T).double().cpu()
+        n_up = graph.upstream(r)
+        if groups and groups[-1][0] == n_up and groups[-1][1].stop == j:
+            groups[-1] = (n_up, slice(groups[-1][1].start, j + 1))
+        else:
+            groups.append((n_up, slice(j, j + 1)))
+    return groups
+
+
+def live(diff: Float[torch.Tensor, "sender batch pos d"]) -> Bool[torch.Tensor, "batch pos"]:
+    """Positions where some sender's output differs from its reference: only they carry edge scores
+    (pads, and a counterfactual's identical prefix, add nothing)."""
+    return diff.abs().amax(dim=(0, 3)) > 0
+
+
+def edge_products(graph: CircuitGraph, diff: Float[torch.Tensor, "sender batch pos d"],
+                  targets: Float[torch.Tensor, "receiver batch pos d"]) -> Float[torch.Tensor, " edge"]:
+    """sum over prompts, positions and d_model of diff_S . target_R for every edge S -> R (receiver-major):
+    one matrix product per receiver group, over the live positions only."""
+    keep = live(diff)
+    D = diff[:, keep].reshape(diff.shape[0], -1)
+    T = targets[:, keep].reshape(targets.shape[0], -1)
+    dense = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
+    for n_up, cols in receiver_groups(graph):
+        dense[:n_up, cols] = (D[:n_up] @ T[cols].T).double().cpu()
     return graph.flat(dense)

@@ -36,7 +36,7 @@ from attribution.dpa.linear import check_supported, norm_back, rope_tables, rope
 from attribution.dpa.params import DPAParams
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References, head_slot, receiver_cols, sender_hooks
+from circuits.intervene import References, head_slot, live, put_output, receiver_cols, sender_hooks
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
@@ -47,35 +47,29 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     for batch in prompts.batches:
         ref = refs.of(batch)
         out, cache = _forward(model, graph, batch, p)
-        diff = (out - ref) * batch.real()[:, :, None, None]
+        diff = (out - ref) * batch.real()[None, :, :, None]
+        keep = live(diff)
+        D = diff[:, keep].reshape(diff.shape[0], -1)  # [sender, live positions x d]
+        del out, diff
         for n_up, cols, T in receiver_targets(model, graph, batch, cache, p):
-            total[:n_up, cols] += _products(diff[:, :, :n_up], T)
+            total[:n_up, cols] += (D[:n_up] @ T[:, keep].reshape(T.shape[0], -1).T).double().cpu()
         if on_step:
             on_step(batch.size)
     return (graph.flat(total) / prompts.n_prompts).float()
-
-
-def _products(diff: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
-    """[sender, receiver] sums over prompts, positions and d_model of diff . T (one matmul)."""
-    n, seq, s, d = diff.shape
-    D = diff.permute(2, 0, 1, 3).reshape(s, -1)
-    return (D @ T.permute(0, 1, 3, 2).reshape(n * seq * d, -1)).double().cpu()
 
 
 def _forward(model: Any, graph: CircuitGraph, batch: PromptBatch,
              p: DPAParams) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One clean forward: DPA's cache (patterns, norm scales, MLP pre-activations) and the sender outputs."""
     n, seq = batch.tokens.shape
-    out = torch.zeros(n, seq, len(graph.senders), model.arch.d_model, device=model.device)
+    out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=model.device)
     cache: dict[str, torch.Tensor] = {}
-
-    def write(slot, x):
-        out[:, :, slot] = x.float()
 
     def keep(x, hook):
         cache[hook.name] = x.float()
 
-    hooks = [(name, keep) for name in _hook_names(model, p, ("head",))] + sender_hooks(model, graph, write)
+    hooks = [(name, keep) for name in _hook_names(model, p, ("head",))]
+    hooks += sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x))
     with torch.no_grad():
         model.run_with_hooks(batch.tokens, fwd_hooks=hooks, return_type=None)
     return out, cache
@@ -83,44 +77,45 @@ def _forward(model: Any, graph: CircuitGraph, batch: PromptBatch,
 
 def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
                      p: DPAParams):
-    """Yield (n_upstream, receiver columns, T [batch, pos, receiver, d_model]) from the top of the model
-    down: the logits first, then per layer its MLP input and its heads' q/k/v inputs."""
+    """Yield (n_upstream, receiver slice, T [receiver, batch, pos, d_model]) from the top of the model down:
+    the logits first, then per layer its MLP input and its heads' q/k/v inputs."""
     encs = [SimpleNamespace(seq_len=int(last) + 1, target_id=int(t),
                             foil_id=None if batch.foil is None else int(f))
             for last, t, f in zip(batch.last, batch.target,
                                   batch.foil if batch.foil is not None else batch.target, strict=True)]
     offsets = {k: torch.zeros(batch.size, dtype=torch.float64) for k in OFFSET_KEYS}  # bias terms: not edges
+    n_recv = len(graph.receivers)
     with torch.no_grad():
         t, _ = _init_target(model, encs, cache, offsets)
-        yield len(graph.senders), [len(graph.receivers) - 1], t[:, :, None]
+        yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
         for layer in reversed(range(graph.n_layers)):
             w = _layer_weights(model, layer)
             cols = receiver_cols(graph, layer)
             first = head_slot(graph, layer)
             if cols["mlp"] is not None:
                 update = _undo_mlp(model, layer, w, t, cache, p, {}, offsets)
-                yield first + graph.n_heads, [cols["mlp"]], update[:, :, None]
+                yield first + graph.n_heads, slice(cols["mlp"], cols["mlp"] + 1), update[None]
                 t = t + update
-            T = _attention_receivers(model, layer, w, t, cache, p)  # [batch, pos, head, role, d]
-            yield first, torch.stack([cols["q"], cols["k"], cols["v"]], 1).flatten().tolist(), T.flatten(2, 3)
-            t = t + T.sum((2, 3))
+            T = _attention_receivers(model, layer, w, t, cache, p)  # [head x (q, k, v), batch, pos, d]
+            base = int(cols["q"][0])
+            yield first, slice(base, base + T.shape[0]), T
+            t = t + T.sum(0)
 
 
 def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
                          cache: dict[str, torch.Tensor], p: DPAParams) -> torch.Tensor:
     """Per head, the q, k and v terms of DPA's attention update, each through the frozen ln1:
-    [batch, pos, head, 3 (q, k, v), d_model]; their sum over heads and roles is the engine's update."""
+    [head x 3 (q, k, v), batch, pos, d_model] (receiver order); their sum is the engine's update."""
     b = f"blocks.{layer}.attn."
-    n, seq, _ = t.shape
+    n, seq, d_model = t.shape
     W_O = w["W_O"]  # [head, d_head, d_model]
-    H = W_O.shape[0]
+    H, d_head = W_O.shape[0], W_O.shape[1]
     rep = H // w["W_V"].shape[0]  # query heads per kv head (TL repeats kv heads with repeat_interleave)
     A = cache[b + "hook_pattern"]  # [batch, head, query, key]
     v = cache[b + "hook_v"].transpose(1, 2).repeat_interleave(rep, 1)  # [batch, head, key, d_head]
     m = torch.einsum("npm,hdm->nhpd", t, W_O)  # the target seen by each head's z
-    zero = t.new_zeros(n, H, seq, t.shape[-1])
-    T_v = torch.einsum("nhpe,hme->nhpm", p.w_v * (A.transpose(-1, -2) @ m), w["W_V"].repeat_interleave(rep, 0))
-    T_q, T_k = zero, zero
+    g = t.new_zeros(3, n, H, seq, d_head)  # the target on each head's q, k, v (before the projections)
+    g[2] = p.w_v * (A.transpose(-1, -2) @ m)
     if p.uses_qk:
         rotary = model.arch.positional == "rope"
         edge = A * (m @ v.transpose(-1, -2))
@@ -129,17 +124,15 @@ def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Ten
         if p.w_q:
             k = cache[b + ("hook_rot_k" if rotary else "hook_k")].transpose(1, 2).repeat_interleave(rep, 1)
             gq = p.w_q * (delta @ k)
-            gq = rope_transpose(gq, tables) if tables is not None else gq
-            T_q = torch.einsum("nhpe,hme->nhpm", gq, w["W_Q"])
+            g[0] = rope_transpose(gq, tables) if tables is not None else gq
         if p.w_k:
             q = cache[b + ("hook_rot_q" if rotary else "hook_q")].transpose(1, 2)
             gk = p.w_k * (delta.transpose(-1, -2) @ q)
-            gk = rope_transpose(gk, tables) if tables is not None else gk
-            T_k = torch.einsum("nhpe,hme->nhpm", gk, w["W_K"].repeat_interleave(rep, 0))
+            g[1] = rope_transpose(gk, tables) if tables is not None else gk
+    # one batched product over (head, role): [H*3, batch*pos, d_head] @ [H*3, d_head, d_model]
+    W = torch.stack([w["W_Q"], w["W_K"].repeat_interleave(rep, 0), w["W_V"].repeat_interleave(rep, 0)], 1)
+    g = g.permute(2, 0, 1, 3, 4).reshape(H * 3, n * seq, d_head)
+    T = torch.bmm(g, W.reshape(H * 3, d_model, d_head).transpose(1, 2)).view(H * 3, n, seq, d_model)
     scale = cache.get(f"blocks.{layer}.ln1.hook_scale")
-    parts = []
-    for T in (T_q, T_k, T_v):
-        g, _ = norm_back(T, None if scale is None else scale[:, None], w["ln1.w"], w["ln1.b"],
-                         model.arch.norm == "layernorm")
-        parts.append(g)
-    return torch.stack(parts, dim=3).transpose(1, 2)  # [batch, pos, head, role, d_model]
+    T, _ = norm_back(T, scale, w["ln1.w"], w["ln1.b"], model.arch.norm == "layernorm")
+    return T

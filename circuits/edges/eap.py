@@ -22,7 +22,7 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     for batch in prompts.batches:
         ref = refs.of(batch)
         out, grads = receiver_grads(model, graph, batch, prompts.metric)
-        diff = (out - ref) * batch.real()[:, :, None, None]
+        diff = (out - ref) * batch.real()[None, :, :, None]
         total += edge_products(graph, diff, grads)
         if on_step:
             on_step(batch.size)

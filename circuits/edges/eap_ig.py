@@ -24,7 +24,7 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     total = torch.zeros(graph.n_edges, dtype=torch.float64)
     for batch in prompts.batches:
         ref = refs.of(batch)
-        ref_embed = ref[:, :, 0] if ref.dim() == 4 else ref[0]
+        ref_embed = ref[0]  # [batch or 1, pos or 1, d]
         grad_sum = None
         out = None
         for k in range(1, steps + 1):
@@ -37,7 +37,7 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
             grad_sum = grads if grad_sum is None else grad_sum + grads
             if k == steps:
                 out = out_k  # alpha = 1 is the clean run
-        diff = (out - ref) * batch.real()[:, :, None, None]
+        diff = (out - ref) * batch.real()[None, :, :, None]
         total += edge_products(graph, diff, grad_sum / steps)
         if on_step:
             on_step(batch.size)

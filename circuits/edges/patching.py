@@ -32,11 +32,12 @@ def chosen_edges(graph: CircuitGraph, sample: int = 0, seed: int = 0) -> torch.T
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
           on_step: Callable[[int], None] | None = None, sample: int = 0, seed: int = 0,
-          copies: int = 8) -> torch.Tensor:
+          copies: int = 8, edges: torch.Tensor | None = None) -> torch.Tensor:
+    """edges: patch exactly these edge ids (benchmarks); otherwise all of them or a ``sample``."""
     copies = int(copies)
     if copies < 1:
         raise MethodError(f"copies must be at least 1 (got {copies})")
-    todo = chosen_edges(graph, sample, seed)
+    todo = chosen_edges(graph, sample, seed) if edges is None else edges
     total = torch.zeros(graph.n_edges, dtype=torch.float64)
     everything = torch.ones(1, graph.n_edges, dtype=torch.bool)
     for batch in prompts.batches:
