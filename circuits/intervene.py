@@ -51,7 +51,8 @@ def receiver_cols(graph: CircuitGraph, layer: int) -> dict[str, Any]:
 
 def sender_hooks(model: Any, graph: CircuitGraph, write: Callable[[slice | int, torch.Tensor], Any],
                  embed: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[Hook]:
-    """Hooks that hand every sender's output to ``write(slot, out)`` ([batch, pos, (head,) d_model]).
+    """Hooks that hand every sender's output to ``write(slot, out)``: [batch, pos, d_model] for the
+    embedding and MLPs, [head, batch, pos, d_model] for a layer's heads.
 
     embed, if given, replaces the embedding (EAP-IG's interpolation, a gradient leaf) before it is read."""
     hooks: list[Hook] = []
@@ -67,7 +68,7 @@ def sender_hooks(model: Any, graph: CircuitGraph, write: Callable[[slice | int, 
         first = head_slot(graph, layer)
 
         def on_z(z, hook, layer=layer, first=first):
-            write(slice(first, first + graph.n_heads), model.head_writes(z, layer))
+            write(slice(first, first + graph.n_heads), model.head_writes(z, layer, heads_first=True))
 
         hooks.append((f"blocks.{layer}.attn.hook_z", on_z))
         if graph.has_mlp:
@@ -101,8 +102,8 @@ def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int],
 
 # -- sender outputs and references -------------------------------------------------------------------
 def put_output(out: torch.Tensor, slot: slice | int, x: torch.Tensor) -> None:
-    """out[slot] = x for x [batch, pos, d] (embed, MLP) or [batch, pos, head, d] (a layer's heads)."""
-    out[slot] = x.detach().float().permute(2, 0, 1, 3) if x.dim() == 4 else x.detach().float()
+    """out[slot] = x: a sender's output as sender_hooks hands it over (already sender-major)."""
+    out[slot] = x.detach()
 
 
 def capture(model: Any, graph: CircuitGraph, tokens: torch.Tensor) -> Float[torch.Tensor, "sender batch pos d"]:
@@ -189,13 +190,12 @@ def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.T
     total = torch.zeros(copies, n, seq, d, device=model.device)  # the sum over the senders written so far
 
     def write(slot, x):
-        change = x.float().view(copies, n, seq, *x.shape[2:])
-        if change.dim() == 5:  # heads: [copy, b, p, head, d] -> [copy, head, b, p, d]
-            change = change.permute(0, 3, 1, 2, 4) - ref[slot][None]
+        if x.dim() == 4:  # heads: [head, copy x b, p, d] -> [copy, head, b, p, d]
+            change = x.float().view(x.shape[0], copies, n, seq, d).transpose(0, 1) - ref[slot][None]
             diff[:, slot] = change
             total.add_(change.sum(1))
         else:
-            change = change - ref[slot][None]
+            change = x.float().view(copies, n, seq, d) - ref[slot][None]
             diff[:, slot] = change
             total.add_(change)
 
@@ -225,9 +225,12 @@ def receiver_grads(model: Any, graph: CircuitGraph, batch: PromptBatch, metric: 
     def leaf(x):
         return (embed(x) if embed is not None else x.detach()).requires_grad_(True)
 
+    def keep_grad(g, cols):  # g: [b, p, head, d] at a layer's head inputs, [b, p, d] at an MLP or the logits
+        grads[cols] = g.permute(2, 0, 1, 3) if g.dim() == 4 else g
+
     def read(x, cols, n_up):
         if x.requires_grad:
-            x.register_hook(lambda g, cols=cols: put_output(grads, cols, g))
+            x.register_hook(lambda g, cols=cols: keep_grad(g, cols))
         return x
 
     hooks = sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x), embed=leaf)

@@ -306,11 +306,17 @@ class HookedModel:
         """The final LayerNorm's bias (None for RMSNorm or no final norm)."""
         return getattr(getattr(self.tl, "ln_final", None), "b", None)
 
-    def head_writes(self, z, layer: int):
-        """Per-head writes into the residual, [batch, pos, head, d_model], from hook_z."""
+    def head_writes(self, z, layer: int, heads_first: bool = False):
+        """Per-head writes into the residual from hook_z: [batch, pos, head, d_model], or with heads_first
+        [head, batch, pos, d_model] (one batched product, no transpose afterwards)."""
         import torch
 
-        return torch.einsum("bphd,hdm->bphm", z, self.tl.blocks[layer].attn.W_O)
+        W_O = self.tl.blocks[layer].attn.W_O
+        if not heads_first:
+            return torch.einsum("bphd,hdm->bphm", z, W_O)
+        n, seq, heads, d_head = z.shape
+        flat = torch.bmm(z.permute(2, 0, 1, 3).reshape(heads, n * seq, d_head), W_O)
+        return flat.view(heads, n, seq, W_O.shape[-1])
 
     def to(self, device: str) -> HookedModel:
         if hasattr(self.tl, "move_model_modules_to_device"):

@@ -47,7 +47,7 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     for batch in prompts.batches:
         ref = refs.of(batch)
         out, cache = _forward(model, graph, batch, p)
-        diff = (out - ref) * batch.real()[None, :, :, None]
+        diff = out.sub_(ref).mul_(batch.real()[None, :, :, None])  # in place: the buffer is ours
         keep = live(diff)
         D = diff[:, keep].reshape(diff.shape[0], -1)  # [sender, live positions x d]
         del out, diff

@@ -28,8 +28,8 @@ def dpa_edge_reference(model: Any, enc: Any, **params: Any) -> torch.Tensor:
     grads = torch.zeros(seq, n_r, d)
     store: dict[str, torch.Tensor] = {}
 
-    def write(slot, x):
-        out[:, slot] = x[0].detach().float()
+    def write(slot, x):  # [1, pos, d], or [head, 1, pos, d] for a layer's heads
+        out[:, slot] = x[:, 0].detach().transpose(0, 1) if x.dim() == 4 else x[0].detach()
 
     def read(x, cols, n_up):
         def keep(g, cols=cols):
