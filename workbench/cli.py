@@ -29,16 +29,34 @@ DEVICE_OPTION = typer.Option("cpu", "--device", help="cpu (default) or cuda when
 
 
 def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None) -> None:
-    """Print a result: JSON only on stdout with --json, a readable rendering otherwise."""
+    """Print a result: JSON only on stdout with --json, a readable rendering otherwise.
+
+    Strict JSON in both modes: a result holding NaN or Infinity is refused (NonFiniteError, exit 2)
+    before anything is printed, never written as the non-standard ``NaN`` / ``Infinity``."""
+    text = to_json(result)
     if as_json:
-        sys.stdout.write(json.dumps(result, default=_json_default) + "\n")
+        sys.stdout.write(text + "\n")
         sys.stdout.flush()
     elif human is not None:
         human(result)
     else:
         from rich import print_json
 
-        print_json(json.dumps(result, default=_json_default))
+        print_json(text)
+
+
+def to_json(result: Any) -> str:
+    """``json.dumps`` with allow_nan=False; a non-finite number is a NonFiniteError naming where it is."""
+    try:
+        return json.dumps(result, default=_json_default, allow_nan=False)
+    except ValueError as exc:
+        if "not JSON compliant" not in str(exc):
+            raise
+        from workbench.errors import NonFiniteError
+        from workbench.options import first_non_finite
+
+        where = first_non_finite(json.loads(json.dumps(result, default=_json_default)))
+        raise NonFiniteError(f"the result is not finite ({where or exc}); nothing printed") from None
 
 
 def _json_default(obj: Any) -> Any:
@@ -90,6 +108,9 @@ _register_commands()
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     try:
+        from workbench.options import check_argv
+
+        check_argv(sys.argv[1:])
         app(standalone_mode=False)
     except WorkbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -39,6 +39,10 @@ class DatasetError(WorkbenchError):
     """Unreadable or unusable dataset file."""
 
 
+class NonFiniteError(WorkbenchError):
+    """A NaN or Infinity in a parameter, an input or a result: refused, never printed or saved."""
+
+
 def check_range(what: str, value: int, upper: int) -> int:
     """Raise RangeError unless 0 <= value < upper."""
     if not 0 <= int(value) < upper:

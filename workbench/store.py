@@ -133,6 +133,16 @@ class RunDraft:
     files: dict[str, str | bytes] = field(default_factory=dict)  # name -> content
 
 
+def _check_finite(draft: RunDraft) -> None:
+    from workbench.errors import NonFiniteError
+    from workbench.options import first_non_finite
+
+    for part in ("result", "args", "timings", "tensors"):
+        found = first_non_finite(getattr(draft, part), part)
+        if found:
+            raise NonFiniteError(f"{draft.kind} run not saved: it holds a non-finite value ({found})")
+
+
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
@@ -306,7 +316,9 @@ class RunStore:
 
     # -- write ---------------------------------------------------------------------------
     def save(self, draft: RunDraft) -> Run:
-        """Write a run atomically and index it; returns the stored run."""
+        """Write a run atomically and index it; returns the stored run. A NaN or Infinity in the
+        result, args, timings or tensors is refused (NonFiniteError) and nothing is written."""
+        _check_finite(draft)
         now = _dt.datetime.now(_dt.UTC)
         run_id = f"{now:%Y%m%d-%H%M%S}-{draft.kind}-{uuid.uuid4().hex[:6]}"
         meta = {
@@ -342,7 +354,7 @@ class RunStore:
                 with open(tmp / name, mode) as fh:
                     fh.write(content)
             if draft.result:
-                (tmp / "result.json").write_text(json.dumps(draft.result, default=str))
+                (tmp / "result.json").write_text(json.dumps(draft.result, default=str, allow_nan=False))
             (tmp / META).write_text(json.dumps(meta, indent=2, default=str))
             final = self.root / run_id
             if final.exists():  # never overwrite silently

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import positive_int
 
 
 def _methods_help() -> str:
@@ -23,6 +24,7 @@ def register(app: typer.Typer) -> None:
 def parse_params(items: list[str] | None) -> dict[str, Any]:
     """``k=v`` pairs; numbers and true/false become numbers and booleans."""
     from workbench.errors import WorkbenchError
+    from workbench.options import finite_param
 
     out: dict[str, Any] = {}
     for item in items or []:
@@ -39,7 +41,7 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
                     break
                 except ValueError:
                     pass
-        out[key.strip()] = value
+        out[key.strip()] = finite_param("--param", key.strip(), value)
     return out
 
 
@@ -70,7 +72,7 @@ def attribute(
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "
                                     "e.g. --param w_q=0 --param steps=20."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
-    top: int = typer.Option(10, "--top", help="Items shown in the human-readable table."),
+    top: int = typer.Option(10, "--top", help="Items shown in the human-readable table.", callback=positive_int),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit."""

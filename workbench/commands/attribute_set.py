@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit, progress
+from workbench.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -17,14 +18,14 @@ def attribute_set(
                                 help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
     method: str = typer.Option("dpa", "--method", help="Attribution method (see `workbench attribute --help`)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int),
     foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
                               "one) or the target logit alone."),
-    batch_size: int = typer.Option(16, "--batch-size", min=1, help="Prompts per DPA pass (other methods run "
-                                   "one prompt at a time)."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per DPA pass (other methods run "
+                                   "one prompt at a time).", callback=positive_int),
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable)."),
-    top: int = typer.Option(5, "--top", min=1, help="Items listed per prompt."),
-    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
+    top: int = typer.Option(5, "--top", help="Items listed per prompt.", callback=positive_int),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = DEVICE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     as_json: bool = JSON_OPTION,

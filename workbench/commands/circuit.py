@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -68,16 +69,16 @@ def discover(
     prompts: str = typer.Option(..., "--prompts", help="JSONL rows {prompt, target, foil?, corrupt?}; for toy "
                                 "models 'task' uses the model's own task with its counterfactuals."),
     method: str = typer.Option("eap", "--method", help="eap, eap_ig, dpa or activation_patching."),
-    edges: int = typer.Option(100, "--edges", help="K: how many top edges to print and keep."),
+    edges: int = typer.Option(100, "--edges", help="K: how many top edges to print and keep.", callback=positive_int),
     ablation: str = typer.Option(None, "--ablation", help="corrupt (default with 'corrupt' rows), mean or zero."),
     metric: str = typer.Option(None, "--metric", help="logit_diff (default with foils) or target_logit."),
-    limit: int = typer.Option(None, "--limit", help="Use only the first N prompts."),
+    limit: int = typer.Option(None, "--limit", help="Use only the first N prompts.", callback=positive_int),
     selection: str = typer.Option("topk", "--selection", help="topk, or greedy (connected from inputs to logits)."),
     grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
     evaluate_: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Measure the faithfulness curve."),
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable): eap_ig "
                                     "steps=5; dpa w_q, w_k, w_v, w_gate, w_up; activation_patching sample=N."),
-    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass."),
+    batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass.", callback=positive_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the circuit to the run store."),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -125,7 +126,7 @@ def discover(
 
 def evaluate(
     run: str = typer.Option(..., "--run", help="A saved circuit run id (`workbench runs list --kind circuit`)."),
-    edges: int = typer.Option(None, "--edges", help="K to print (default: the run's)."),
+    edges: int = typer.Option(None, "--edges", help="K to print (default: the run's).", callback=positive_int),
     ablation: str = typer.Option(None, "--ablation", help="corrupt, mean or zero (default: the run's)."),
     selection: str = typer.Option("topk", "--selection", help="topk or greedy."),
     grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),

@@ -7,6 +7,7 @@ import time
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import finite_float, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -52,9 +53,9 @@ def concepts(
         None, "--steer-layers", help="Layers to steer at (default: 5 spread out)."
     ),
     scale: float = typer.Option(
-        1.0, "--scale", help="Steering norm as a multiple of the typical activation norm."
-    ),
-    n_steer: int = typer.Option(32, "--n-steer", help="Texts outside the concept class to steer."),
+        1.0, "--scale", help="Steering norm as a multiple of the typical activation norm.", callback=finite_float),
+    n_steer: int = typer.Option(32, "--n-steer", help="Texts outside the concept class to steer.",
+                                callback=positive_int),
     sae: list[str] = typer.Option(
         None, "--sae", help="Extra SAE directories (default: data/saes for the model)."
     ),

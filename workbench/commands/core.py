@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
+from workbench.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -142,7 +143,7 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     emit({"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}, as_json)
 
 
-def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--max-new-tokens"),
+def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--max-new-tokens", callback=positive_int),
              device: str = DEVICE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Greedy continuation of a prompt."""
     import workbench as wb

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
+from workbench.options import positive_int
 from workbench.prompt_files import read_prompts
 
 
@@ -33,6 +34,7 @@ def parse_params(items: list[str]) -> dict[str, dict]:
 
     from attribution.methods import canonical
     from workbench.errors import MethodError
+    from workbench.options import finite_param
 
     out: dict[str, dict] = {}
     for item in items or []:
@@ -44,7 +46,7 @@ def parse_params(items: list[str]) -> dict[str, dict]:
             parsed = json.loads(value)
         except ValueError:
             parsed = value
-        out.setdefault(canonical(method), {})[name] = parsed
+        out.setdefault(canonical(method), {})[name] = finite_param("--param", key, parsed)
     return out
 
 
@@ -67,7 +69,7 @@ def faithfulness(
     methods: str = typer.Option(..., "--methods", help="Comma-separated methods, e.g. dpa,ig,gradient,random "
                                 "(activation_patching adds Spearman / recall@10 against it)."),
     level: str = typer.Option("token", "--level", help="token | head | neuron."),
-    limit: int = typer.Option(None, "--limit", min=1, help="Only the first N prompts."),
+    limit: int = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int),
     ablation: str = typer.Option("zero", "--ablation", help="zero | mean (mean over the prompts' positions)"),
     rank: str = typer.Option("signed", "--rank", help="signed (items pushing the target up first) | abs "
                              "(largest influence either way first; unsigned methods are unchanged)."),
@@ -78,8 +80,8 @@ def faithfulness(
     grid: str = typer.Option(None, "--grid", help="Fractions p, comma-separated (default: the level's grid, "
                              "0 and 1 included, so random scores 0); e.g. 0.1,0.2,...,1 to compare with the "
                              "paper scripts' figures."),
-    batch_size: int = typer.Option(32, "--batch-size", min=1, help="Ablated forwards per batch."),
-    threads: int = typer.Option(None, "--threads", min=1, help="torch CPU threads (default: torch's)."),
+    batch_size: int = typer.Option(32, "--batch-size", help="Ablated forwards per batch.", callback=positive_int),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     as_json: bool = JSON_OPTION,

@@ -7,6 +7,7 @@ import time
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import float_range, int_range, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -37,8 +38,9 @@ def probe(
         "all", "--layers", help="Residual stream after these blocks: all, 5, 0,5,10, 4-8."
     ),
     pooling: str = typer.Option("last", "--pooling", help='last | mean | marked (the line\'s "word").'),
-    test_frac: float = typer.Option(0.3, "--test-frac", help="Held-out fraction of examples."),
-    seed: int = typer.Option(0, "--seed"),
+    test_frac: float = typer.Option(0.3, "--test-frac", help="Held-out fraction of examples.",
+                                    callback=float_range(0.05, 0.8)),
+    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (curve, tables)."),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -144,11 +146,11 @@ def probe(
 
 def icl_readout(
     model: str = typer.Option("icl-regression", "--model", help="An in-context regression toy model."),
-    n: int = typer.Option(512, "--n", help="Held-out prompts."),
-    n_train: int = typer.Option(2048, "--n-train", help="Prompts to fit the layer probes on."),
-    iters: int = typer.Option(32, "--iters", help="Iterations of the iterative solvers."),
-    lam: float = typer.Option(0.01, "--lam", help="Ridge / kernel regulariser."),
-    seed: int = typer.Option(0, "--seed"),
+    n: int = typer.Option(512, "--n", help="Held-out prompts.", callback=int_range(8)),
+    n_train: int = typer.Option(2048, "--n-train", help="Prompts to fit the layer probes on.", callback=int_range(8)),
+    iters: int = typer.Option(32, "--iters", help="Iterations of the iterative solvers.", callback=positive_int),
+    lam: float = typer.Option(0.01, "--lam", help="Ridge / kernel regulariser.", callback=nonneg_float),
+    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save"),
     as_json: bool = JSON_OPTION,
 ) -> None:

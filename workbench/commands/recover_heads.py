@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit
+from workbench.options import int_range, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -12,27 +13,34 @@ def register(app: typer.Typer) -> None:
 
 
 def recover_heads(
-    d: int = typer.Option(None, "--d", help="Token dimension (default with --model: its d_model)."),
-    heads: int = typer.Option(None, "--heads", help="Number of heads H (default with --model: its n_heads)."),
+    d: int = typer.Option(None, "--d", help="Token dimension (default with --model: its d_model).",
+                          callback=positive_int),
+    heads: int = typer.Option(None, "--heads", help="Number of heads H (default with --model: its n_heads).",
+                              callback=positive_int),
     bound: int = typer.Option(None, "--bound",
-                              help="Only a bound H0 >= H is known: 4 H0 d^2 - 2 H0 + 1 queries."),
+                              help="Only a bound H0 >= H is known: 4 H0 d^2 - 2 H0 + 1 queries.",
+                              callback=positive_int),
     noise: float = typer.Option(0.0, "--noise",
-                                help="Gaussian output noise of this scale s (also runs a sweep)."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the random instance and of the query bases."),
+                                help="Gaussian output noise of this scale s (also runs a sweep).",
+                                callback=nonneg_float),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random instance and of the query bases.",
+                             callback=nonneg_int),
     model: str = typer.Option(None, "--model", help="A toy model from the zoo (attention layer as oracle); "
                                                      "'tiny-attn' trains a tiny one on the spot."),
-    layer: int = typer.Option(0, "--layer", help="Attention layer of --model."),
+    layer: int = typer.Option(0, "--layer", help="Attention layer of --model.", callback=nonneg_int),
     oracle: str = typer.Option(None, "--oracle", help="Your own oracle: module:function or file.py:function "
                                                       "mapping an (N, d) array to a scalar. This imports and "
                                                       "runs that Python code, by design: name only code you "
                                                       "trust."),
     oversample: int = typer.Option(0, "--oversample", help="Extra k values per experiment (least squares; "
-                                                           "reports its own, larger query count)."),
-    merged: int = typer.Option(0, "--merged", help="Random instance: heads that copy head 0's W."),
-    zero: int = typer.Option(0, "--zero", help="Random instance: heads with v = 0."),
+                                                           "reports its own, larger query count).",
+                                                           callback=nonneg_int),
+    merged: int = typer.Option(0, "--merged", help="Random instance: heads that copy head 0's W.", callback=nonneg_int),
+    zero: int = typer.Option(0, "--zero", help="Random instance: heads with v = 0.", callback=nonneg_int),
     float64: bool = typer.Option(False, "--float64",
                                  help="Random instance: float64 oracle instead of exact."),
-    dps: int = typer.Option(50, "--dps", help="Digits of the mpmath arithmetic (exact oracles)."),
+    dps: int = typer.Option(50, "--dps", help="Digits of the mpmath arithmetic (exact oracles).",
+                            callback=int_range(20, 100000)),
     ffn: bool = typer.Option(False, "--ffn", help="FFN extension: random attention + bias-free ReLU FFN, "
                              "recovered near one point; reports agreement on fresh inputs."),
     sweep: bool = typer.Option(False, "--sweep", help="Also sweep the noise scale and plot error vs s."),

@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
 
 sae_app = typer.Typer(
     help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
@@ -39,19 +40,21 @@ def _threads() -> None:
 def train(
     model: str = typer.Option(..., "--model", help="Model name or local path."),
     hook: str = typer.Option(..., "--hook", help="Hook to train on, e.g. blocks.15.hook_resid_post."),
-    tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache (one per token)."),
+    tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache (one per token).",
+                               callback=positive_int),
     kind: str = typer.Option("topk", "--kind", help="topk | batchtopk | jumprelu | l1 (legacy)."),
-    width: int = typer.Option(None, "--width", help="Number of features (default 8 x the hook's width)."),
-    k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk)."),
-    epochs: float = typer.Option(4.0, "--epochs", help="Passes over the cached activations."),
-    lr: float = typer.Option(4e-4, "--lr"),
-    batch_size: int = typer.Option(512, "--batch-size", help="Activations per training step."),
-    l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind)."),
-    l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind)."),
-    ctx: int = typer.Option(128, "--ctx", help="Context window for caching."),
+    width: int = typer.Option(None, "--width", help="Number of features (default 8 x the hook's width).",
+                              callback=positive_int),
+    k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk).", callback=positive_int),
+    epochs: float = typer.Option(4.0, "--epochs", help="Passes over the cached activations.", callback=positive_float),
+    lr: float = typer.Option(4e-4, "--lr", callback=positive_float),
+    batch_size: int = typer.Option(512, "--batch-size", help="Activations per training step.", callback=positive_int),
+    l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind).", callback=nonneg_float),
+    l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind).", callback=nonneg_float),
+    ctx: int = typer.Option(128, "--ctx", help="Context window for caching.", callback=positive_int),
     corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus)."),
     out: str = typer.Option(None, "--out", help="Where to save the SAE (default: under the run store)."),
-    seed: int = typer.Option(0, "--seed"),
+    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -160,10 +163,10 @@ def evaluate(
     sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
     model: str = typer.Option(None, "--model", help="Model (default: the SAE's own)."),
     hook: str = typer.Option(None, "--hook", help="Hook (default: the SAE's own)."),
-    tokens: int = typer.Option(8192, "--tokens", help="Fresh tokens to evaluate on."),
-    windows: int = typer.Option(8, "--windows", help="Windows for the spliced next-token loss."),
+    tokens: int = typer.Option(8192, "--tokens", help="Fresh tokens to evaluate on.", callback=positive_int),
+    windows: int = typer.Option(8, "--windows", help="Windows for the spliced next-token loss.", callback=positive_int),
     corpus: str = typer.Option(None, "--corpus"),
-    seed: int = typer.Option(1, "--seed", help="Sampling seed for toy-model inputs."),
+    seed: int = typer.Option(1, "--seed", help="Sampling seed for toy-model inputs.", callback=nonneg_int),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -184,12 +187,12 @@ def evaluate(
 
 def features(
     sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
-    top: int = typer.Option(10, "--top", help="Show the N most frequently firing features."),
-    feature: list[int] = typer.Option(None, "--feature", help="Show these features instead."),
+    top: int = typer.Option(10, "--top", help="Show the N most frequently firing features.", callback=positive_int),
+    feature: list[int] = typer.Option(None, "--feature", help="Show these features instead.", callback=nonneg_int),
     model: str = typer.Option(None, "--model"),
     hook: str = typer.Option(None, "--hook"),
-    tokens: int = typer.Option(4096, "--tokens", help="Tokens to collect activations on."),
-    contexts: int = typer.Option(3, "--contexts", help="Contexts per activation-quantile bin."),
+    tokens: int = typer.Option(4096, "--tokens", help="Tokens to collect activations on.", callback=positive_int),
+    contexts: int = typer.Option(3, "--contexts", help="Contexts per activation-quantile bin.", callback=positive_int),
     corpus: str = typer.Option(None, "--corpus"),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -235,8 +238,8 @@ def features(
 
 def corpus(
     out: str = typer.Option(None, "--out", help="Output directory (default data/corpus)."),
-    chars: int = typer.Option(2_000_000, "--chars", help="Characters of text to collect."),
-    samples: int = typer.Option(0, "--samples", help="Also sample this many texts from --model."),
+    chars: int = typer.Option(2_000_000, "--chars", help="Characters of text to collect.", callback=positive_int),
+    samples: int = typer.Option(0, "--samples", help="Also sample this many texts from --model.", callback=nonneg_int),
     model: str = typer.Option("smollm2-135m", "--model", help="Model for --samples."),
     as_json: bool = JSON_OPTION,
 ) -> None:

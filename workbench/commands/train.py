@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
+from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -20,26 +21,29 @@ def train(
         "metrics.json, snapshots.safetensors).",
     ),
     ffn: str = typer.Option(None, "--ffn", help="none, dense, glu, moe or moe-glu (default: the task's)."),
-    layers: int = typer.Option(None, "--layers", help="Number of layers."),
-    heads: int = typer.Option(None, "--heads", help="Heads per layer (must divide d_model)."),
-    d_model: int = typer.Option(None, "--d-model", help="Residual width."),
-    d_mlp: int = typer.Option(None, "--d-mlp", help="FFN width (per expert for MoE)."),
+    layers: int = typer.Option(None, "--layers", help="Number of layers.", callback=positive_int),
+    heads: int = typer.Option(None, "--heads", help="Heads per layer (must divide d_model).", callback=positive_int),
+    d_model: int = typer.Option(None, "--d-model", help="Residual width.", callback=positive_int),
+    d_mlp: int = typer.Option(None, "--d-mlp", help="FFN width (per expert for MoE).", callback=positive_int),
     norm: str = typer.Option(None, "--norm", help="none, LN or RMS."),
     act_fn: str = typer.Option(None, "--act-fn", help="relu, gelu or silu (GLU variants use silu)."),
-    experts: int = typer.Option(None, "--experts", help="MoE: number of experts."),
-    top_k: int = typer.Option(None, "--top-k", help="MoE: experts per token (1 or 2)."),
+    experts: int = typer.Option(None, "--experts", help="MoE: number of experts.", callback=positive_int),
+    top_k: int = typer.Option(None, "--top-k", help="MoE: experts per token (1 or 2).", callback=positive_int),
     router: str = typer.Option(None, "--router", help="MoE: learned or frozen (random, never trained)."),
     qk_norm: bool = typer.Option(False, "--qk-norm", help="RMSNorm on queries and keys."),
-    steps: int = typer.Option(None, "--steps", help="Optimizer steps."),
-    lr: float = typer.Option(None, "--lr", help="Peak learning rate (AdamW, warm-up then cosine)."),
-    weight_decay: float = typer.Option(None, "--weight-decay", help="AdamW weight decay."),
-    batch_size: int = typer.Option(None, "--batch-size", help="Batch size; 0 = full train split each step."),
-    seed: int = typer.Option(None, "--seed", help="Seed of initialisation and data order."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer steps.", callback=positive_int),
+    lr: float = typer.Option(None, "--lr", help="Peak learning rate (AdamW, warm-up then cosine).",
+                             callback=positive_float),
+    weight_decay: float = typer.Option(None, "--weight-decay", help="AdamW weight decay.", callback=nonneg_float),
+    batch_size: int = typer.Option(None, "--batch-size", help="Batch size; 0 = full train split each step.",
+                                   callback=nonneg_int),
+    seed: int = typer.Option(None, "--seed", help="Seed of initialisation and data order.", callback=nonneg_int),
     task_param: list[str] = typer.Option(
         None, "--task-param", help="Task parameter key=value (repeatable), e.g. p=53."
     ),
     name: str = typer.Option(None, "--name", help="Zoo name (default: the directory name)."),
-    threads: int = typer.Option(1, "--threads", help="torch threads (1 or 2 on shared machines)."),
+    threads: int = typer.Option(1, "--threads", help="torch threads (1 or 2 on shared machines).",
+                                callback=positive_int),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint in --out."),
     as_json: bool = JSON_OPTION,
 ) -> None:

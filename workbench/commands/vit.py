@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import JSON_OPTION, emit, progress
+from workbench.options import nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
 
@@ -39,11 +40,12 @@ def _threads(n: int) -> None:
 def vit_eval(
     model: str = typer.Option("vit-synth", "--model", help="A kind 'vit' model (name or local HF ViT dir)."),
     methods: str = typer.Option(ALL, "--methods", help="Comma-separated: " + ALL + " (or all)."),
-    n: int = typer.Option(200, "--n", help="Number of held-out images."),
-    seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation)."),
+    n: int = typer.Option(200, "--n", help="Number of held-out images.", callback=positive_int),
+    seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation).",
+                             callback=nonneg_int),
     dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
-    batch_size: int = typer.Option(50, "--batch-size", help="Images per method call."),
-    threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default)."),
+    batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
+    threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -133,7 +135,8 @@ def vit_explain(
     image: str = typer.Argument(..., help="PNG/JPEG (RGB) or .npy (C,H,W or H,W,C) in [0,1] or [0,255]."),
     model: str = typer.Option("vit-synth", "--model"),
     method: str = typer.Option("dap", "--method", help=ALL),
-    target: int = typer.Option(None, "--target", help="Class index (default: the predicted class)."),
+    target: int = typer.Option(None, "--target", help="Class index (default: the predicted class).",
+                               callback=nonneg_int),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Explain one image with one method: the patch map and the predicted class."""
@@ -164,11 +167,12 @@ def vit_explain(
 
 def train_vit(
     dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
-    steps: int = typer.Option(3000, "--steps"),
-    batch_size: int = typer.Option(64, "--batch-size"),
-    lr: float = typer.Option(2e-3, "--lr"),
-    seed: int = typer.Option(0, "--seed"),
-    threads: int = typer.Option(1, "--threads", help="torch threads (keep low on shared machines)."),
+    steps: int = typer.Option(3000, "--steps", callback=positive_int),
+    batch_size: int = typer.Option(64, "--batch-size", callback=positive_int),
+    lr: float = typer.Option(2e-3, "--lr", callback=positive_float),
+    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    threads: int = typer.Option(1, "--threads", help="torch threads (keep low on shared machines).",
+                                callback=nonneg_int),
     out: str = typer.Option(None, "--out", help="Checkpoint dir (default data/models/vit-synth|vit-digits)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
