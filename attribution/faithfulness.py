@@ -11,6 +11,13 @@ For each fraction p of a grid that holds both 0 and 1:
   scores 0 in expectation on a symmetric grid;
 - record 100 * p_target(ablated) / p_target(clean).
 
+The ratio is undefined when p_target(clean) is 0 for the model's float32 arithmetic (below float32's
+smallest normal number, about 1.2e-38: a target the model rules out entirely) or when any ratio is not
+finite. Such an example is said so (``left_out``, with the reason), excluded from every method's means
+(paired: all methods on the same examples) and counted (``n_left_out``); no result carries NaN or Infinity.
+Ratios are computed from log-probabilities in float64, so a small but normal p_target(clean) (1e-33) gives
+a large, finite ratio rather than an overflow.
+
 AUC by the trapezoid rule over the grid; total = recover AUC - disrupt AUC (higher is better). Ablation
 zeroes the item (token embedding, head output z, neuron activation) or, with ablation="mean", replaces it by
 its mean over every position of the evaluated prompts. When activation patching is among the methods, its
@@ -22,6 +29,7 @@ methods are called in an order that rotates from one example to the next (see _c
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -31,13 +39,16 @@ import torch
 
 from attribution.baselines.common import last_logits
 from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
-from attribution.methods import METHODS, canonical
+from attribution.methods import METHODS, as_scored, canonical
+from attribution.result import CONVERGED_REL_TOL
 from workbench.errors import MethodError
 from workbench.prompt_files import encode_rows
 
 LEVELS = ("token", "head", "neuron")
 RANKS = ("signed", "abs")
 TOKEN_GRID = [round(i / 10, 1) for i in range(11)]
+# Below float32's smallest normal number a probability is 0 (or precision-less) for the model's arithmetic.
+P_CLEAN_MIN = float(torch.finfo(torch.float32).tiny)
 TRUTH = "activation_patching"
 
 
@@ -151,12 +162,18 @@ class MethodFaithfulness:
     spearman: float | None = None
     recall_at_10: float | None = None
     ranked_from: str | None = None  # "edge" when head ranks come from edge scores
+    # path methods (integrated gradients): examples whose completeness gap exceeds 10% of
+    # |f(input) - f(baseline)|, and the median of |gap| / |f(input) - f(baseline)|
+    unconverged: int | None = None
+    convergence_gap: float | None = None
 
     def summary(self) -> dict[str, Any]:
         out = {k: self.__dict__[k] for k in ("disrupt_auc", "recover_auc", "total", "attribution_seconds",
                                              "total_std")}
         if self.spearman is not None or self.recall_at_10 is not None:
             out.update(spearman=self.spearman, recall_at_10=self.recall_at_10)
+        if self.unconverged is not None:
+            out.update(unconverged=self.unconverged, convergence_gap=self.convergence_gap)
         if self.ranked_from:
             out["ranked_from"] = self.ranked_from
         return out
@@ -174,10 +191,12 @@ class FaithfulnessResult:
     rank: str = "signed"
     per_example: list[dict[str, Any]] = field(default_factory=list)
     args: dict[str, Any] = field(default_factory=dict)
+    left_out: list[dict[str, Any]] = field(default_factory=list)  # {"example": i, "why": ...}
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "level": self.level, "ablation": self.ablation, "grid": self.grid,
-                "n_examples": self.n_examples, "use_foil": self.use_foil, "rank": self.rank,
+                "n_examples": self.n_examples, "n_left_out": len(self.left_out), "left_out": self.left_out,
+                "use_foil": self.use_foil, "rank": self.rank,
                 "methods": {n: m.summary() for n, m in self.methods.items()},
                 "curves": {n: {"disrupt": m.disrupt_curve, "recover": m.recover_curve}
                            for n, m in self.methods.items()}}
@@ -193,8 +212,12 @@ class FaithfulnessResult:
         has_truth = any(m.spearman is not None or m.recall_at_10 is not None for m in self.methods.values())
         if has_truth:
             cols += ["spearman", "recall_at_10"]
+        if any(m.unconverged is not None for m in self.methods.values()):
+            cols += ["unconverged", "convergence_gap"]  # path methods: examples whose scores do not add up
         lines = [f"Faithfulness on {self.model}, {self.level} level, {self.ablation} ablation, "
-                 f"{self.n_examples} examples, ranked by {self.rank} score (higher total is better)", "",
+                 f"{self.n_examples} examples"
+                 + (f" ({len(self.left_out)} left out: ratio undefined, see left_out)" if self.left_out else "")
+                 + f", ranked by {self.rank} score (higher total is better)", "",
                  "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for row in self.table().to_dict("records"):
             cells = []
@@ -258,16 +281,26 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
     encs = encode_rows(model, examples, use_foil)
     grid = check_grid(grid) if grid is not None else grid_for(model, level)
     fill = mean_fill(model, [e.tokens for e in encs], level) if ablation == "mean" else None
-    keys = ("d", "r", "sec", "rho", "rec")
+    keys = ("d", "r", "sec", "rho", "rec", "gap")
     per_method: dict[str, dict[str, list]] = {n: {k: [] for k in keys} for n in names}
     per_example = []
+    left_out: list[dict[str, Any]] = []
     order_names = sorted(resolved, key=lambda r: r[0] != TRUTH)  # ground truth first
     for ex_i, enc in enumerate(encs):
         gen = torch.Generator().manual_seed(seed * 100003 + ex_i)
         resid = clean_residuals(model, enc.tokens) if level != "token" else None
         with torch.no_grad():
             clean_logits = last_logits(model, enc.tokens)
-        p_clean = torch.softmax(clean_logits.float(), -1)[0, enc.target_id]
+        logp_clean = torch.log_softmax(clean_logits.double(), -1)[0, enc.target_id]
+        p_clean = float(logp_clean.exp())
+        if not p_clean >= P_CLEAN_MIN:  # NaN too
+            why = (f"clean target probability {p_clean:.3g} is 0 at float32 precision: "
+                   "the ratio p(ablated) / p(clean) is undefined")
+            left_out.append({"example": ex_i, "prompt": examples[ex_i].get("prompt"), "why": why})
+            per_example.extend({"example": ex_i, "method": n, "left_out": why} for n in names)
+            if on_step:
+                on_step()
+            continue
         shape = item_shape(model, enc.seq_len, level)
         truth = None
         masks, owners = [], []
@@ -279,10 +312,10 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
                 if fill is not None:
                     kwargs.setdefault("fill", fill)
             started = time.perf_counter()
-            raw[name] = fn(model, enc, call_level, **kwargs)
+            raw[name] = as_scored(fn(model, enc, call_level, **kwargs))
             per_method[name]["sec"].append(time.perf_counter() - started)
         for name, call_level, _ in order_names:
-            items = item_scores(raw[name], level, call_level)
+            items = item_scores(raw[name].scores, level, call_level)
             if name == TRUTH:
                 truth = items
             elif truth is not None:
@@ -292,8 +325,18 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             d, r = curve_masks(ranking(items.abs() if rank == "abs" else items, gen), grid)
             masks.append(torch.cat([d, r]))
             owners.append(name)
-        ratios = _ratios(model, enc, level, torch.cat(masks), shape, fill, resid, p_clean, batch_size)
+        ratios = _ratios(model, enc, level, torch.cat(masks), shape, fill, resid, logp_clean, batch_size)
         g = len(grid)
+        if not bool(torch.isfinite(ratios).all()):
+            why = "a ratio p(ablated) / p(clean) is not finite"
+            left_out.append({"example": ex_i, "prompt": examples[ex_i].get("prompt"), "why": why})
+            per_example.extend({"example": ex_i, "method": n, "left_out": why} for n in owners)
+            for name in names:  # paired: every method leaves this example out
+                for k in ("sec", "rho", "rec"):
+                    del per_method[name][k][len(per_method[name]["d"]):]
+            if on_step:
+                on_step()
+            continue
         for j, name in enumerate(owners):
             rows = ratios[j * 2 * g:(j + 1) * 2 * g]
             dcur, rcur = rows[:g].tolist(), rows[g:].tolist()
@@ -301,9 +344,14 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             per_method[name]["r"].append(rcur)
             per_example.append({"example": ex_i, "method": name, "disrupt_auc": trapezoid(dcur, grid),
                                 "recover_auc": trapezoid(rcur, grid),
-                                "attribution_seconds": per_method[name]["sec"][-1]})
+                                "attribution_seconds": per_method[name]["sec"][-1], **_gap(raw[name])})
+            if raw[name].convergence_delta is not None:
+                per_method[name]["gap"].append(per_example[-1]["relative_gap"])
         if on_step:
             on_step()
+    if len(left_out) == len(encs):
+        raise MethodError(f"no example has a defined faithfulness ratio ({len(encs)} left out; first: "
+                          f"{left_out[0]['why']})")
     out = {}
     for name, call_level, _ in resolved:
         pm = per_method[name]
@@ -317,12 +365,23 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             disrupt_curve=[_mean(c) for c in zip(*pm["d"], strict=True)],
             recover_curve=[_mean(c) for c in zip(*pm["r"], strict=True)],
             spearman=_mean(rhos) if rhos else None, recall_at_10=_mean(pm["rec"]) if pm["rec"] else None,
-            ranked_from="edge" if call_level == "edge" and level == "head" else None)
+            ranked_from="edge" if call_level == "edge" and level == "head" else None,
+            unconverged=sum(g > CONVERGED_REL_TOL for g in pm["gap"]) if pm["gap"] else None,
+            convergence_gap=statistics.median(pm["gap"]) if pm["gap"] else None)
     args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,
             "n_examples": len(encs), "rank": rank, "grid": grid}
     return FaithfulnessResult(model=model.name, level=level, ablation=ablation, grid=grid,
                               n_examples=len(encs), methods=out, use_foil=use_foil, rank=rank,
-                              per_example=per_example, args=args)
+                              per_example=per_example, args=args, left_out=left_out)
+
+
+def _gap(out: Any) -> dict[str, Any]:
+    """A path method's completeness gap on one example (nothing for other methods)."""
+    if out.convergence_delta is None:
+        return {}
+    scale = abs(out.target_logit - out.baseline_logit)
+    rel = abs(out.convergence_delta) / scale if scale > 0 else (0.0 if out.convergence_delta == 0 else 1e9)
+    return {"convergence_delta": out.convergence_delta, "relative_gap": rel}
 
 
 def _call_order(methods: list[tuple], ex_i: int) -> list[tuple]:
@@ -334,9 +393,9 @@ def _call_order(methods: list[tuple], ex_i: int) -> list[tuple]:
     return first + rest[k:] + rest[:k]
 
 
-def _ratios(model, enc, level, masks, shape, fill, resid, p_clean, batch_size) -> torch.Tensor:
-    """100 * p_target(ablated) / p_target(clean) per mask row; identical masks run once, empty ones
-    (the clean run) are exactly 100."""
+def _ratios(model, enc, level, masks, shape, fill, resid, logp_clean, batch_size) -> torch.Tensor:
+    """100 * p_target(ablated) / p_target(clean) per mask row (float64, from log-probabilities); identical
+    masks run once, empty ones (the clean run) are exactly 100."""
     keys = {}
     unique_rows = []
     index = torch.empty(masks.shape[0], dtype=torch.long)
@@ -347,13 +406,13 @@ def _ratios(model, enc, level, masks, shape, fill, resid, p_clean, batch_size) -
             unique_rows.append(row)
         index[i] = keys[key]
     uniq = torch.stack(unique_rows)
-    ratios = torch.full((len(uniq),), 100.0)
+    ratios = torch.full((len(uniq),), 100.0, dtype=torch.float64)
     todo = uniq.any(-1).nonzero().flatten()  # ablating nothing is the clean run: exactly 100
     if len(todo):
         logits = ablated_logits(model, enc.tokens, level, uniq[todo].view(len(todo), *shape), fill, resid,
                                 batch_size=batch_size)
-        p = torch.softmax(logits.float(), -1)[:, enc.target_id]
-        ratios[todo] = 100.0 * p / p_clean
+        logp = torch.log_softmax(logits.double(), -1)[:, enc.target_id]
+        ratios[todo] = 100.0 * torch.exp(logp - logp_clean)
     return ratios[index]
 
 
