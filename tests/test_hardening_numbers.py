@@ -58,3 +58,96 @@ def test_faithfulness_all_undefined_is_an_error(tmp_path, monkeypatch, capsys):
                              str(f), "--methods", "dpa", "--json")
     assert_bad(code, err, "no example has a defined faithfulness ratio")
     assert out == "" and not _stored(tmp_path)
+
+
+# -- non-finite inputs: weights, parameters, options ------------------------------------------------------
+
+def _nan_model(tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from workbench.zoo import DATA_DIR
+
+    dst = tmp_path / "nan-model"
+    shutil.copytree(DATA_DIR / "models" / "ioi-attn-1l2h", dst)
+    tensors = load_file(str(dst / "model.safetensors"))
+    key = next(k for k, v in tensors.items() if v.is_floating_point() and v.numel() > 1)
+    tensors[key] = tensors[key].clone()
+    tensors[key].view(-1)[0] = float("nan")
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+def test_nan_weights_refused(tmp_path, monkeypatch, capsys):
+    import workbench as wb
+    from workbench.errors import ModelFileError
+
+    d = _nan_model(tmp_path)
+    with pytest.raises(ModelFileError, match="non-finite weights"):
+        wb.load(str(d))
+    code, out, err = run_cli(monkeypatch, capsys, "attribute", str(d), PROMPT, "--target", "N1", "--json")
+    assert_bad(code, err, "non-finite weights")
+    assert out == "" and not _stored(tmp_path)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["attribute", "ioi-attn-1l2h", PROMPT, "--target", "N1", "--param", "w_q=nan"], ["w_q=nan", "finite"]),
+    (["attribute", "ioi-attn-1l2h", PROMPT, "--target", "N1", "--param", "w_v=-inf"], ["finite"]),
+    (["attribute", "ioi-attn-1l2h", PROMPT, "--target", "N1", "--method", "ig", "--param", "steps=inf"],
+     ["steps=inf"]),
+    (["attribute", "ioi-attn-1l2h", PROMPT, "--target", "N1", "--param", "w_q=1e999"], ["finite"]),
+    (["faithfulness", "--model", "ioi-attn-1l2h", "--prompts", "x.jsonl", "--methods", "ig", "--param",
+      "ig.steps=NaN"], ["ig.steps=nan"]),
+    (["concepts", "--model", "ioi-attn-1l2h", "--dataset", "x.jsonl", "--scale", "nan"], ["--scale", "finite"]),
+    (["train", "ioi", "--out", "x", "--lr", "inf"], ["--lr", "finite"]),
+    (["train", "ioi", "--out", "x", "--weight-decay", "nan"], ["--weight-decay"]),
+    (["train-vit", "--lr", "nan"], ["--lr"]),
+    (["sae", "train", "--model", "m", "--hook", "h", "--epochs", "inf"], ["--epochs"]),
+    (["recover-heads", "--d", "3", "--heads", "2", "--noise", "nan"], ["--noise"]),
+    (["icl-readout", "--lam", "inf"], ["--lam"]),
+])
+def test_non_finite_parameters(monkeypatch, capsys, tmp_path, args, words):
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert_bad(code, err, *words)
+    assert out == "" and not _stored(tmp_path)
+
+
+def test_emit_is_strict_json(capsys):
+    from workbench.cli import emit
+
+    with pytest.raises(NonFiniteError, match=r"scores\[1\]"):
+        emit({"scores": [1.0, float("nan")]}, True)
+    with pytest.raises(NonFiniteError):
+        emit({"x": float("inf")}, False)
+    assert capsys.readouterr().out == ""
+    emit({"x": 1.5}, True)
+    assert json.loads(capsys.readouterr().out) == {"x": 1.5}
+
+
+def test_store_refuses_non_finite(tmp_path):
+    from workbench.store import RunDraft, RunStore
+
+    store = RunStore(tmp_path / "runs")
+    for draft in (RunDraft(kind="t", result={"a": [1.0, float("inf")]}),
+                  RunDraft(kind="t", tensors={"s": torch.tensor([0.0, float("nan")])}),
+                  RunDraft(kind="t", args={"scale": float("nan")}),
+                  RunDraft(kind="t", timings={"s": float("inf")})):
+        with pytest.raises(NonFiniteError, match="not saved"):
+            store.save(draft)
+    assert store.list() == [] and not _stored(tmp_path)
+    store.save(RunDraft(kind="t", result={"a": 1.0}, tensors={"s": torch.ones(2)}))
+    assert len(store.list()) == 1
+
+
+def test_api_attribute_checks_numbers(monkeypatch):
+    import workbench as wb
+
+    m = wb.load("ioi-attn-1l2h")
+    with pytest.raises(NonFiniteError, match="w_q"):
+        wb.attribute(m, PROMPT, "N1", w_q=float("nan"))
+    with torch.no_grad():
+        m.tl.blocks[0].attn.W_V.view(-1)[0] = float("nan")  # weights spoiled after loading
+    with pytest.raises(NonFiniteError, match="scores"):
+        wb.attribute(m, PROMPT, "N1")

@@ -45,10 +45,17 @@ def runs(root: str | None = None):
 
 def attribute(model: Any, prompt: str, target: str, method: str = "dpa", level: str = "token",
               foil: str | None = None, **kwargs: Any):
-    """Run one attribution method; returns a typed result that plots and saves itself."""
+    """Run one attribution method; returns a typed result that plots and saves itself. A non-finite
+    parameter or score is a NonFiniteError (a WorkbenchError), never a result holding NaN."""
     from attribution import attribute as _attribute
+    from workbench.options import check_finite, finite_param
 
-    return _attribute(model, prompt, target=target, foil=foil, method=method, level=level, **kwargs)
+    for key, value in kwargs.items():
+        finite_param("parameter", key, value)
+    res = _attribute(model, prompt, target=target, foil=foil, method=method, level=level, **kwargs)
+    check_finite(f"{res.method} {res.level} scores", res.scores)
+    check_finite("the target logit", res.target_logit)
+    return res
 
 
 def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", level: str = "token",
@@ -56,8 +63,11 @@ def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", le
     """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs
     batch_size prompts per pass. Returns an AttributionSet (``.results``, ``.table()``, ``.plot()``, ``.save()``)."""
     from attribution.prompt_set import attribute_set as _attribute_set
+    from workbench.options import finite_param
     from workbench.prompt_files import read_prompts
 
+    for key, value in kwargs.items():
+        finite_param("parameter", key, value)
     rows = read_prompts(prompts, limit) if isinstance(prompts, str) else list(prompts)[:limit]
     return _attribute_set(model, rows, method=method, level=level, use_foil=use_foil, batch_size=batch_size,
                           **kwargs)

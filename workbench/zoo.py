@@ -168,4 +168,25 @@ def resolve(name_or_path: str) -> ModelEntry:
 def load(name_or_path: str, device: str = "cpu", **kwargs: Any):
     """Load a model from the zoo or a local directory, ready for the engines."""
     entry = resolve(name_or_path)
-    return _loader_function(entry)(entry, device=device, **kwargs)
+    model = _loader_function(entry)(entry, device=device, **kwargs)
+    check_finite_weights(model, entry.name)
+    return model
+
+
+def check_finite_weights(model: Any, name: str) -> None:
+    """ModelFileError if a floating-point parameter holds NaN or Infinity (every result would be
+    NaN; the first bad tensor is named). Models without local torch parameters (remote) are skipped."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None:
+        return
+    module = model if isinstance(model, torch.nn.Module) else getattr(model, "tl", None)
+    if not isinstance(module, torch.nn.Module):
+        return
+    with torch.no_grad():
+        for pname, p in module.named_parameters():
+            if p.is_floating_point() and not p.is_meta and not bool(torch.isfinite(p).all()):
+                bad = int((~torch.isfinite(p)).sum())
+                raise ModelFileError(f"model {name!r} has non-finite weights: {pname} holds {bad} NaN/Inf "
+                                     "value(s); every result would be NaN")
