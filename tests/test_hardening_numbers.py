@@ -151,3 +151,93 @@ def test_api_attribute_checks_numbers(monkeypatch):
         m.tl.blocks[0].attn.W_V.view(-1)[0] = float("nan")  # weights spoiled after loading
     with pytest.raises(NonFiniteError, match="scores"):
         wb.attribute(m, PROMPT, "N1")
+
+
+# -- images: pixel cap before decoding, finite values in [0, 1] -----------------------------------------
+
+def bomb_png(w: int, h: int) -> bytes:
+    """A real 1-bit PNG of w x h black pixels, built row by row (a few hundred KB for 20000 x 20000)."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    comp = zlib.compressobj(9)
+    row = b"\x00" * (1 + (w + 7) // 8)
+    body = b"".join(comp.compress(row) for _ in range(h)) + comp.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+
+
+def test_bomb_png_refused_before_decoding(tmp_path, monkeypatch, capsys):
+    import tracemalloc
+
+    from attribution.vit.images import open_image, read_image
+    from attribution.vit.model import ImageError
+
+    data = bomb_png(20000, 20000)
+    assert len(data) < 2_000_000
+    f = tmp_path / "bomb.png"
+    f.write_bytes(data)
+    tracemalloc.start()
+    with pytest.raises(ImageError, match="400,000,000 pixels; the limit"):
+        read_image(f)
+    with pytest.raises(ImageError, match="limit"):
+        open_image(data, "bomb.png")
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 20_000_000  # nothing decoded
+    code, out, err = run_cli(monkeypatch, capsys, "vit-explain", str(f), "--json")
+    assert_bad(code, err, "400,000,000 pixels", "limit")
+    just_over = tmp_path / "big.png"  # above our limit, below PIL's own error: our check, from the header
+    just_over.write_bytes(bomb_png(5000, 5000))
+    with pytest.raises(ImageError, match="5000 x 5000"):
+        read_image(just_over)
+    code, out, err = run_cli(monkeypatch, capsys, "vit-explain", str(just_over), "--json")
+    assert_bad(code, err, "5000 x 5000", "limit")  # one line: no PIL warning
+
+
+@pytest.mark.parametrize("values, words", [
+    ("nan", ["NaN or Infinity"]), ("inf", ["NaN or Infinity"]), (1e30, ["[0, 1]"]), (-1.0, ["[0, 1]"]),
+])
+def test_bad_pixel_values(tmp_path, monkeypatch, capsys, values, words):
+    import numpy as np
+
+    arr = np.full((3, 32, 32), 0.5, dtype=np.float32)
+    arr[0, 0, 0] = float(values)
+    f = tmp_path / "img.npy"
+    np.save(f, arr)
+    code, out, err = run_cli(monkeypatch, capsys, "vit-explain", str(f), "--json")
+    assert_bad(code, err, *words)
+    assert out == ""
+
+
+def test_vit_model_refuses_nan_images():
+    import workbench as wb
+    from attribution.vit.model import ImageError
+
+    vit = wb.load("vit-synth")
+    img = torch.full((1, vit.cfg.in_channels, vit.cfg.image_size, vit.cfg.image_size), 0.5)
+    img[0, 0, 0, 0] = float("nan")
+    with pytest.raises(ImageError, match="NaN"):
+        vit(img)
+
+
+def test_app_vision_bomb_upload(tmp_path):
+    from app.testing import open_page
+
+    at = open_page("vision", {"vit_model": "vit-synth", "vit_source": "upload"})
+    at.file_uploader(key="vit_upload").upload("bomb.png", bomb_png(20000, 20000), "image/png").run()
+    assert not at.exception
+    assert any("400,000,000 pixels" in e.value and "limit" in e.value for e in at.error), at.error
+
+
+def test_train_vit_out_file_checked_first(tmp_path, monkeypatch, capsys):
+    import attribution.vit.train as vt
+
+    f = tmp_path / "existing.txt"
+    f.write_text("x")
+    monkeypatch.setattr(vt, "train_vit", lambda *a, **k: pytest.fail("trained before checking --out"))
+    code, out, err = run_cli(monkeypatch, capsys, "train-vit", "--steps", "1", "--out", str(f))
+    assert_bad(code, err, "not a directory")

@@ -10,18 +10,20 @@ from app import common as C
 
 
 def read_upload(upload: Any, size: int, channels: int):
-    """An uploaded picture as a (1, C, size, size) tensor in [0, 1], or an error message in the page."""
-    import io
-
+    """An uploaded picture as a (1, C, size, size) tensor in [0, 1], or an error message in the page.
+    The declared pixel count is checked before decoding (attribution.vit.images.MAX_PIXELS)."""
     import numpy as np
     import torch
-    from PIL import Image, UnidentifiedImageError
+    from PIL import Image
+
+    from attribution.vit.images import open_image
+    from attribution.vit.model import ImageError
 
     try:
-        img = Image.open(io.BytesIO(upload.getvalue()))
-        img.load()
-    except (UnidentifiedImageError, OSError, ValueError) as exc:
-        st.error(f"Cannot read {upload.name!r} as an image ({type(exc).__name__}): upload a PNG or JPEG.")
+        img = open_image(upload.getvalue(), upload.name)
+    except ImageError as exc:
+        msg = str(exc)
+        st.error(f"{msg[:1].upper()}{msg[1:]}. Upload a PNG or JPEG.")
         return None
     img = img.convert("RGB" if channels == 3 else "L").resize((size, size), Image.BILINEAR)
     arr = np.asarray(img, dtype=np.float32) / 255.0
@@ -86,7 +88,9 @@ cfg = model.cfg
 c1, c2, c3 = st.columns([1, 1, 2])
 source = c1.radio("Image", ["synthetic", "digits", "upload"], key="vit_source")
 if source == "upload":
-    upload = c2.file_uploader("PNG or JPEG", type=None, key="vit_upload")
+    from attribution.vit.images import SUFFIXES
+
+    upload = c2.file_uploader("PNG or JPEG", type=list(SUFFIXES), key="vit_upload")
     if upload is None:
         st.info("Upload an image; it is resized to the model's input size.")
         st.stop()

@@ -204,6 +204,8 @@ class HookedViT(HookedRootModule):
                              f"{want[1]}x{want[2]} pixels")
         if images.shape[0] == 0:
             raise ImageError("empty image batch")
+        if images.is_floating_point() and not bool(torch.isfinite(images).all()):
+            raise ImageError("images hold NaN or Infinity: pixel values must be finite")
         return images.to(self.device, torch.float32)
 
     def patchify(self, images: torch.Tensor) -> torch.Tensor:

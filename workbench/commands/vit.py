@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
 
 from workbench.cli import JSON_OPTION, emit, progress
@@ -105,30 +103,10 @@ def vit_eval(
 
 
 def _read_image(path: str):
-    import numpy as np
-    import torch
+    """The image as (C, H, W) in [0, 1]; its pixel count is capped before decoding (attribution.vit.images)."""
+    from attribution.vit.images import read_image
 
-    from attribution.vit.model import ImageError
-
-    p = Path(path)
-    if not p.is_file():
-        raise ImageError(f"image file {path!r} does not exist")
-    try:
-        if p.suffix == ".npy":
-            arr = np.load(p, allow_pickle=False).astype("float32")
-            if arr.ndim == 3 and arr.shape[-1] in (1, 3, 4) and arr.shape[0] not in (1, 3, 4):
-                arr = arr.transpose(2, 0, 1)  # HWC -> CHW
-            if arr.size and arr.max() > 1.0:
-                arr = arr / 255.0
-        else:
-            from PIL import Image
-
-            with Image.open(p) as im:
-                arr = np.asarray(im).astype("float32") / 255.0
-            arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-    except (OSError, ValueError) as exc:
-        raise ImageError(f"cannot read image {path!r}: {exc}") from None
-    return torch.from_numpy(np.ascontiguousarray(arr))
+    return read_image(path)
 
 
 def vit_explain(
@@ -183,6 +161,13 @@ def train_vit(
         raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic or digits")
     if steps < 1 or batch_size < 1:
         raise WorkbenchError("--steps and --batch-size must be positive")
+    if out is not None:  # checked before training, not after it
+        from pathlib import Path
+
+        if Path(out).exists() and not Path(out).is_dir():
+            raise WorkbenchError(f"--out {out} exists and is not a directory")
+        if Path(out).parent.exists() and not Path(out).parent.is_dir():
+            raise WorkbenchError(f"--out {out}: {Path(out).parent} is not a directory")
     from attribution.vit.train import save_trained
     from attribution.vit.train import train_vit as _train
     from workbench.cli import console
