@@ -41,7 +41,9 @@ def vit_eval(
     n: int = typer.Option(200, "--n", help="Number of held-out images.", callback=positive_int),
     seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation).",
                              callback=nonneg_int),
-    dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
+    dataset: str = typer.Option("synthetic", "--dataset",
+                                help="synthetic, hard (several objects, decoys, clutter, occlusion; "
+                                     "model vit-synth-hard) or digits."),
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
@@ -61,12 +63,9 @@ def vit_eval(
     from attribution.vit.evaluate import cost_ratio, evaluate
 
     vit = _load_vit(model)
-    if dataset == "synthetic":
-        batch = data.synthetic(n, seed)
-    elif dataset == "digits":
-        batch = data.digits(n, seed)
-    else:
-        raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic or digits")
+    if dataset not in data.DATASETS:
+        raise WorkbenchError(f"unknown dataset {dataset!r}: use {', '.join(data.DATASETS)}")
+    batch = data.sample_images(dataset, n, seed)
     if vit.cfg.n_classes != len(batch.class_names) or vit.cfg.image_size != batch.images.shape[-1]:
         raise WorkbenchError(f"model {model!r} ({vit.cfg.n_classes} classes, {vit.cfg.image_size}px) "
                              "does not "
@@ -144,21 +143,22 @@ def vit_explain(
 
 
 def train_vit(
-    dataset: str = typer.Option("synthetic", "--dataset", help="synthetic or digits."),
+    dataset: str = typer.Option("synthetic", "--dataset", help="synthetic, hard or digits."),
     steps: int = typer.Option(3000, "--steps", callback=positive_int),
     batch_size: int = typer.Option(64, "--batch-size", callback=positive_int),
     lr: float = typer.Option(2e-3, "--lr", callback=positive_float),
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     threads: int = typer.Option(1, "--threads", help="torch threads (keep low on shared machines).",
                                 callback=nonneg_int),
-    out: str = typer.Option(None, "--out", help="Checkpoint dir (default data/models/vit-synth|vit-digits)."),
+    out: str = typer.Option(None, "--out",
+                            help="Checkpoint dir (default data/models/vit-synth|vit-synth-hard|vit-digits)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train the small ViT and write a zoo checkpoint (config.json + model.safetensors + metrics.json)."""
     from workbench.errors import WorkbenchError
 
-    if dataset not in ("synthetic", "digits"):
-        raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic or digits")
+    if dataset not in ("synthetic", "hard", "digits"):
+        raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic, hard or digits")
     if steps < 1 or batch_size < 1:
         raise WorkbenchError("--steps and --batch-size must be positive")
     if out is not None:  # checked before training, not after it
