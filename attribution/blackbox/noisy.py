@@ -42,6 +42,19 @@ class NoiseSweep:
     d: int
     heads: int
     oversample: int
+    outcome: list[str] | None = None  # per s: "ok", "unreliable", or the error's class name
+    error_estimate: list[float] | None = None  # per s: the recovery's own estimate (no truth used)
+
+    def reliable_up_to(self, tol: float = 1e-2) -> float:
+        """The largest s of the grid up to which every run recovered the true head count with both
+        relative errors below ``tol`` (0.0 when even the smallest s fails)."""
+        best = 0.0
+        for s, w, v, h in sorted(zip(self.noise, self.rel_error_W, self.rel_error_v, self.heads_recovered,
+                                     strict=False)):
+            if not (h == self.heads and max(w, v) < tol):
+                break
+            best = s
+        return best
 
     def slope(self) -> float:
         """Log-log slope of the error against s over the finite, positive points (1 = linear)."""
@@ -60,9 +73,12 @@ class NoiseSweep:
     def table(self):
         import pandas as pd
 
+        n = len(self.noise)
         return pd.DataFrame({"noise": self.noise, "rel_error_W": self.rel_error_W,
                              "rel_error_v": self.rel_error_v, "error_over_noise": self.ratio(),
-                             "heads_recovered": self.heads_recovered, "queries": self.queries})
+                             "heads_recovered": self.heads_recovered, "queries": self.queries,
+                             "error_estimate": self.error_estimate or [float("nan")] * n,
+                             "outcome": self.outcome or [""] * n})
 
     def plot(self):
         import plotly.graph_objects as go
@@ -84,14 +100,16 @@ class NoiseSweep:
     def to_json(self) -> dict[str, Any]:
         return {"noise": self.noise, "rel_error_W": self.rel_error_W, "rel_error_v": self.rel_error_v,
                 "heads_recovered": self.heads_recovered, "queries": self.queries,
-                "loglog_slope": self.slope(), "axes": {"*": ["noise"]}}
+                "error_estimate": self.error_estimate, "outcome": self.outcome,
+                "reliable_up_to": self.reliable_up_to(), "loglog_slope": self.slope(), "axes": {"*": ["noise"]}}
 
 
 def noise_sweep(params: MHAParams, noises: list[float], *, seed: int = 0, oversample: int = 0,
                 dps: int = 30) -> NoiseSweep:
-    """Recover at each noise scale; a failed recovery (s too large) records an infinite error."""
+    """Recover at each noise scale; a failed recovery (s too large) records an infinite error and, in
+    ``outcome``, the error's class (NoiseBreakdownError, HeadCountError, ...)."""
     truth = canonicalize(params)
-    eW, ev, hs, qs = [], [], [], []
+    eW, ev, hs, qs, outcome, est = [], [], [], [], [], []
     for s in noises:
         oracle = noisy_mha_oracle(params, s, seed=seed)
         try:
@@ -100,9 +118,15 @@ def noise_sweep(params: MHAParams, noises: list[float], *, seed: int = 0, oversa
             eW.append(cmp.max_rel_error_W)
             ev.append(cmp.max_rel_error_v)
             hs.append(rec.heads)
-        except WorkbenchError:
+            est.append(rec.error_estimate)
+            outcome.append("ok" if rec.reliable and rec.heads == truth.heads else
+                           "unreliable" if rec.heads == truth.heads else "heads hidden")
+        except WorkbenchError as exc:
             eW.append(float("inf"))
             ev.append(float("inf"))
             hs.append(0)
+            est.append(float("inf"))
+            outcome.append(type(exc).__name__)
         qs.append(oracle.queries)
-    return NoiseSweep(list(map(float, noises)), eW, ev, hs, qs, params.d, params.heads, oversample)
+    return NoiseSweep(list(map(float, noises)), eW, ev, hs, qs, params.d, params.heads, oversample,
+                      outcome, est)

@@ -124,12 +124,24 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
         "d": d, "heads": heads, "bound": bound, "noise": noise, "seed": seed, "oversample": oversample,
         "max_query_length_limit": 2 * (bound or heads) + 1 + oversample,
         "exact_oracle": oracle.exact, "precision_digits": rec.dps, "fit_residual": rec.fit_residual,
+        "error_estimate_W": rec.diagnostics.get("error_estimate_W"),
+        "error_estimate_v": rec.diagnostics.get("error_estimate_v"),
+        "reliable": rec.reliable, "link_ambiguity": rec.diagnostics.get("link_ambiguity"),
+        **({"note": rec.diagnostics["note"]} if "note" in rec.diagnostics else {}),
         **extra,
     }
     tensors = {"W": _t(rec.W_float()), "v": _t(rec.v_float())}
     tables, figures = {"recovered": rec.table()}, {"recovered_W": rec.plot()}
     if truth is not None:
         canon = canonicalize(truth)
+        if canon.heads != rec.heads:  # why here: the comparison below needs the same count
+            from attribution.blackbox.recovery import NoiseBreakdownError
+
+            raise NoiseBreakdownError(
+                f"recovered {rec.heads} canonical head(s), the instance has {canon.heads}: "
+                + (f"noise {noise:g} hides the smaller heads (above this instance's breakdown level); "
+                   "lower the noise or add --oversample" if noise > 0 else
+                   "the fits merged heads at this oracle's precision; use an exact oracle or more --dps"))
         cmp = compare_heads(canon, rec.W, rec.v)
         out.update(heads_true=canon.heads, max_rel_error_W=cmp.max_rel_error_W,
                    max_rel_error_v=cmp.max_rel_error_v)

@@ -77,6 +77,11 @@ def recover_heads(
         c.print(f"queries {r['queries']} (formula {r['expected_queries']}), longest {r['max_query_length']}")
         c.print(f"heads: true {r['heads_true']}, recovered {r['heads_recovered']}")
         c.print(f"max relative error: W {r['max_rel_error_W']}, v {r['max_rel_error_v']}")
+        if r.get("error_estimate_W") is not None or "reliable" in r:
+            c.print(f"estimated error (answers re-solved with fresh noise of the oracle's scale, no truth used): "
+                    f"W {r.get('error_estimate_W')}, v {r.get('error_estimate_v')}; reliable: {r.get('reliable')}")
+        if r.get("note"):
+            c.print(f"note: {r['note']}")
         if "agreement_region" in r:
             c.print(f"agreement on fresh inputs: in the region {r['agreement_region']}, "
                     f"unrestricted {r['agreement_global']} ({r['fraction_global_in_region']:.0%} in region)")
