@@ -9,7 +9,8 @@ from pathlib import Path
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
-from workbench.options import positive_int
+from workbench.options import int_range, positive_int
+from workbench.options import port as port_option
 
 
 def register(app: typer.Typer) -> None:
@@ -100,16 +101,47 @@ def runs_rm(run_id: str, as_json: bool = JSON_OPTION) -> None:
     emit({"removed": run_id}, as_json, lambda r: print(f"removed {r['removed']}"))
 
 
+# Streamlit's own server options (see docs/app.md, "Serving safely").
+MAX_UPLOAD_MB = 25
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
 def run_app(
-    port: int = typer.Option(8501, help="Port to listen on."),
+    port: int = typer.Option(8501, help="Port to listen on (1-65535).", callback=port_option),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (loopback by default)."),
     headless: bool = typer.Option(True, help="Do not open a browser."),
+    allowed_host: list[str] = typer.Option(
+        None, "--allowed-host", help="Host name the browser may use besides localhost/127.0.0.1/::1 and "
+        "--host (repeatable; Streamlit's server.allowedHosts, against DNS rebinding)."),
+    max_upload_mb: int = typer.Option(MAX_UPLOAD_MB, "--max-upload-mb", help="Largest upload, in MB.",
+                                      callback=int_range(1, 1024)),
 ) -> None:
     """Start the Streamlit app (on 127.0.0.1 unless told otherwise)."""
+    import socket
+
+    from workbench.errors import WorkbenchError
+
+    try:
+        socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise WorkbenchError(f"--host {host!r} is not an address this machine can listen on: {exc}") from None
+    # Only these Host headers may open the app's WebSocket (where all data flows): a page on another
+    # domain whose name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name and is refused.
+    hosts = list(LOOPBACK_HOSTS)
+    if host not in ("0.0.0.0", "::", "") and host not in hosts:
+        hosts.append(host)
+    for name in allowed_host or []:
+        if not name.strip() or any(c in name for c in "/ \t"):
+            raise WorkbenchError(f"--allowed-host {name!r} is not a host name")
+        hosts.append(name.strip())
     main = Path(__file__).resolve().parents[2] / "app" / "main.py"
     cmd = [sys.executable, "-m", "streamlit", "run", str(main), "--server.port", str(port),
            "--server.address", host, "--server.headless", str(headless).lower(),
-           "--browser.gatherUsageStats", "false"]
+           "--browser.gatherUsageStats", "false",
+           "--server.maxUploadSize", str(max_upload_mb),
+           "--server.enableXsrfProtection", "true", "--server.enableCORS", "true"]
+    for name in hosts:
+        cmd += ["--server.allowedHosts", name]
     env = dict(os.environ, PYTHONPATH=str(main.parents[1]) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     # Become Streamlit (no child left behind when this process is stopped).
     os.execve(sys.executable, cmd, env)
