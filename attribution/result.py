@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
+
+CONVERGED_REL_TOL = 0.1  # a path method converged when |gap| <= 10% of |f(input) - f(baseline)|
+TOKEN_AXES = ("token", "position", "query", "key")  # axes that run over the prompt's tokens
 
 
 def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 10) -> list[dict[str, Any]]:
@@ -28,11 +37,18 @@ def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 10
 
 @dataclass
 class AttributionResult:
+    """One method's scores on one prompt, laid out on ``axes`` (LEVEL_AXES[level]); every axis over the
+    prompt (token, position, query, key) has one entry per token.
+
+    Path methods (integrated gradients) also carry baseline_logit, the metric at the path's start, and
+    convergence_delta, their completeness gap sum(scores) - (target_logit - baseline_logit).
+    """
+
     model: str
     method: str
     level: str
     axes: tuple[str, ...]
-    scores: Any  # torch.Tensor laid out on `axes`
+    scores: Float[torch.Tensor, "*axes"]
     tokens: list[str]
     target: str | None = None
     foil: str | None = None
@@ -40,14 +56,61 @@ class AttributionResult:
     seconds: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
     prompt: str | None = None
+    baseline_logit: float | None = None
+    convergence_delta: float | None = None
+
+    def __post_init__(self) -> None:
+        self.axes = tuple(self.axes)
+        self.check()
+
+    def check(self) -> None:
+        """The scores lie on the axes: one dimension per axis, one entry per token on token axes."""
+        shape = tuple(self.scores.shape)
+        if len(shape) != len(self.axes):
+            raise WorkbenchError(f"{self.method} {self.level} scores have shape {list(shape)}, which does not "
+                                 f"match the axes {list(self.axes)}")
+        for ax, n in zip(self.axes, shape, strict=True):
+            if ax in TOKEN_AXES and n != len(self.tokens):
+                raise WorkbenchError(f"{self.method} {self.level} scores have {n} entries on axis {ax!r} "
+                                     f"for {len(self.tokens)} tokens")
+
+    @property
+    def converged(self) -> bool | None:
+        """Whether a path method's scores add up (|gap| within 10% of the explained difference); None for
+        methods without a convergence gap."""
+        if self.convergence_delta is None:
+            return None
+        scale = abs((self.target_logit or 0.0) - (self.baseline_logit or 0.0))
+        return abs(self.convergence_delta) <= CONVERGED_REL_TOL * scale
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out = {
             "model": self.model, "method": self.method, "level": self.level, "tokens": self.tokens,
             "axes": list(self.axes), "scores": self.scores.detach().float().cpu().tolist(),
             "target": self.target, "foil": self.foil, "target_logit": self.target_logit,
             "seconds": self.seconds, "params": self.params, "prompt": self.prompt,
         }
+        if self.convergence_delta is not None:
+            out.update(baseline_logit=self.baseline_logit, convergence_delta=self.convergence_delta,
+                       converged=self.converged)
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any], scores: Any = None) -> AttributionResult:
+        """The result from ``to_json``'s dict (a stored run's result.json); ``scores`` (a tensor) replaces
+        the dict's own when given. Unknown keys are dropped; the scores must match the axes."""
+        import torch
+
+        known = {f.name for f in fields(cls)}
+        kwargs = {k: v for k, v in data.items() if k in known}
+        missing = [k for k in ("model", "method", "level", "axes", "tokens") if kwargs.get(k) is None]
+        if scores is None and "scores" not in data:
+            missing.append("scores")
+        if missing:
+            raise WorkbenchError(f"attribution result without {', '.join(missing)}")
+        kwargs["scores"] = torch.as_tensor(data["scores"] if scores is None else scores, dtype=torch.float32)
+        kwargs["axes"] = tuple(kwargs["axes"])
+        return cls(**kwargs)
 
     def top(self, k: int = 10) -> list[dict[str, Any]]:
         """The k items with the largest |score| (see top_items)."""

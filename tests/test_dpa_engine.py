@@ -110,9 +110,9 @@ def test_equals_bruteforce_reference(request, params):
 def test_paths_change_scores(llama):
     """Path weights are not ignored: each one moves the token scores."""
     enc = llama.encode(PROMPT_LLAMA, "Paris")
-    base = dpa_scores(llama, enc, "token")
+    base = dpa_scores(llama, enc, "token").scores
     for key in ("w_q", "w_k", "w_v", "w_gate", "w_up"):
-        moved = dpa_scores(llama, enc, "token", **{key: 0.0})
+        moved = dpa_scores(llama, enc, "token", **{key: 0.0}).scores
         assert float((moved - base).abs().max()) > 1e-4, key
 
 
@@ -160,7 +160,7 @@ def test_bad_params_and_memory(llama):
     budget = (need["token"] + need["edge"]) / 2 / 2**30  # the edge tensor alone does not fit
     with pytest.raises(RangeError, match="levels that fit: token, head, neuron"):
         dpa_scores(llama, enc, "edge", max_gib=budget)
-    assert dpa_scores(llama, enc, "head", max_gib=budget).shape[0] == llama.arch.n_layers
+    assert dpa_scores(llama, enc, "head", max_gib=budget).scores.shape[0] == llama.arch.n_layers
 
 
 def test_batch_equals_one_at_a_time(request):

@@ -16,17 +16,18 @@ from typing import Any
 import torch
 
 from attribution.baselines.common import check_target, grads, hook_names, layout
+from attribution.methods import Scored
 from workbench.errors import MethodError, PromptError
 
 
-def atp_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def atp_scores(model: Any, enc: Any, level: str) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
-    acts, gs = grads(model, enc, names)
+    acts, gs, value = grads(model, enc, names)
     prods = [acts[n] * gs[n] for n in names]
     if level in ("token", "head"):
         prods = [p.sum(-1) for p in prods]
-    return layout(level, prods)
+    return Scored(layout(level, prods), target_logit=float(value[0]))
 
 
 def corrupt_tokens(model: Any, enc: Any, corrupt: str | list[int] | None = None) -> torch.Tensor:
@@ -47,14 +48,14 @@ def corrupt_tokens(model: Any, enc: Any, corrupt: str | list[int] | None = None)
     return tokens
 
 
-def atp_foil_scores(model: Any, enc: Any, level: str, corrupt: str | list[int] | None = None) -> torch.Tensor:
+def atp_foil_scores(model: Any, enc: Any, level: str, corrupt: str | list[int] | None = None) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
     corrupted = corrupt_tokens(model, enc, corrupt)
     with torch.no_grad():
         _, cache = model.run_with_cache(corrupted, names_filter=names, return_type=None)
-    acts, gs = grads(model, enc, names)
+    acts, gs, value = grads(model, enc, names)
     prods = [(acts[n] - cache[n]) * gs[n] for n in names]
     if level in ("token", "head"):
         prods = [p.sum(-1) for p in prods]
-    return layout(level, prods)
+    return Scored(layout(level, prods), target_logit=float(value[0]))

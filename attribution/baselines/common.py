@@ -4,19 +4,22 @@ last-position logits from (possibly truncated) forwards."""
 from __future__ import annotations
 
 import hashlib
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from workbench.errors import MethodError
+from workbench.metric import logit_diff
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
 
-def metric(logits_last: torch.Tensor, enc: Any) -> torch.Tensor:
+def metric(logits_last: torch.Tensor, enc: Encoding) -> torch.Tensor:
     """Target logit (minus foil logit) per row of last-position logits [B, V] -> [B]."""
-    value = logits_last[:, enc.target_id]
-    if enc.foil_id is not None:
-        value = value - logits_last[:, enc.foil_id]
-    return value
+    return logit_diff(logits_last, enc.target_id, enc.foil_id)
 
 
 def check_target(enc: Any) -> None:
@@ -71,21 +74,24 @@ def hook_names(model: Any, level: str) -> list[str]:
     raise MethodError(f"unknown level {level!r}")
 
 
-def grads(model: Any, enc: Any, names: list[str], tokens: torch.Tensor | None = None,
-          embed_scale: torch.Tensor | None = None) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor]]:
-    """Activations and d metric / d activation at hook points, from one forward + one backward.
+def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: torch.Tensor | None = None,
+          embed_path: Callable[[torch.Tensor], torch.Tensor] | None = None,
+          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+    """Activations, d metric / d activation at hook points and the metric [B], from one forward + one
+    backward.
 
     The embedding output is made a leaf that requires grad, so every later activation is in the graph;
     intermediate activations keep their grads with retain_grad (no detaching: that would cut the paths
-    from one layer to the next). ``embed_scale`` [B] scales the embedding per row (integrated gradients).
+    from one layer to the next). ``embed_path`` maps the embedding [B, S, D] to the points where the
+    gradient is taken (integrated gradients: one point of the path per row).
     """
     tokens = enc.tokens if tokens is None else tokens
     acts: dict[str, torch.Tensor] = {}
 
     def embed_hook(x, hook):
         base = x.detach()
-        if embed_scale is not None:
-            base = base * embed_scale.view(-1, 1, 1)
+        if embed_path is not None:
+            base = embed_path(base).detach()
         leaf = base.requires_grad_(True)
         acts["hook_embed"] = leaf
         return leaf
@@ -98,11 +104,12 @@ def grads(model: Any, enc: Any, names: list[str], tokens: torch.Tensor | None = 
     hooks = [("hook_embed", embed_hook)] + [(n, keep) for n in names if n != "hook_embed"]
     with torch.enable_grad():
         logits = last_logits(model, tokens, hooks)
-        metric(logits, enc).sum().backward()
+        values = metric(logits, enc)
+        values.sum().backward()
     out_acts = {n: acts[n].detach() for n in names}
     out_grads = {n: (acts[n].grad if acts[n].grad is not None else torch.zeros_like(acts[n])).detach()
                  for n in names}
-    return out_acts, out_grads
+    return out_acts, out_grads, values.detach()
 
 
 def layout(level: str, per_layer: list[torch.Tensor]) -> torch.Tensor:

@@ -12,31 +12,30 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from attribution.baselines.common import check_target, grads, hook_names, layout
+from attribution.methods import Scored
 
 
-def _scores(model: Any, enc: Any, level: str, kind: str) -> torch.Tensor:
+def _scores(model: Any, enc: Any, level: str, kind: str) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
-    acts, gs = grads(model, enc, names)
+    acts, gs, value = grads(model, enc, names)
     per_item = []
     for n in names:
         g = gs[n] * acts[n] if kind == "input_x_gradient" else gs[n]
         if level == "neuron":
             g = g.unsqueeze(-1)  # a neuron's activation is a scalar: its own dimension has size 1
         per_item.append(g.norm(dim=-1) if kind == "gradient_norm" else g.sum(-1))
-    return layout(level, per_item)
+    return Scored(layout(level, per_item), target_logit=float(value[0]))
 
 
-def gradient_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def gradient_scores(model: Any, enc: Any, level: str) -> Scored:
     return _scores(model, enc, level, kind="gradient")
 
 
-def gradient_norm_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def gradient_norm_scores(model: Any, enc: Any, level: str) -> Scored:
     return _scores(model, enc, level, kind="gradient_norm")
 
 
-def input_x_gradient_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def input_x_gradient_scores(model: Any, enc: Any, level: str) -> Scored:
     return _scores(model, enc, level, kind="input_x_gradient")

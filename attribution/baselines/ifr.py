@@ -69,3 +69,9 @@ def ifr_all(model: Any, enc: Any) -> dict[str, torch.Tensor]:
 
 def ifr_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
     return ifr_all(model, enc)[level]
+
+
+def ifr_levels(model: Any, enc: Any, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+    """Method-table one_pass entry: the levels asked for from one cached forward."""
+    every = ifr_all(model, enc)
+    return {lv: every[lv] for lv in levels}

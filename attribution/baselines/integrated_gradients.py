@@ -1,34 +1,118 @@
-"""Integrated gradients (Sundararajan et al. 2017) over the token embeddings, from a zero embedding.
+"""Integrated gradients (Sundararajan et al. 2017) over the token embeddings.
 
-score_i = e_i . mean_k grad(alpha_k e), alpha_k = (k + 1/2) / steps (midpoint rule), so the scores sum
-to about metric(e) - metric(0) (completeness). Positional embeddings, where the model has them, stay.
+score_i = (e_i - b_i) . sum_k w_k grad(b + alpha_k (e - b)) along the straight path from a baseline
+embedding b to the prompt's embedding e. Positional embeddings, where the model has them, stay.
+
+Completeness (the scores sum to f(e) - f(b)) holds only as far as the quadrature converges. Every result
+carries its gap, Captum's convergence delta sum(scores) - (f(e) - f(b)), from one extra forward of the two
+end points (which also gives the target logit); above 10% of |f(e) - f(b)| a ConvergenceWarning says so.
+
+Baselines: ``zero`` (the zero embedding: on RMSNorm/LayerNorm models the norm is scale-invariant and
+jumps near 0, so the sum misses jumps and does not converge: on smollm2-135m gaps of tens of logits at any
+number of steps), ``mean`` (the mean token embedding at every position), ``pad`` / ``bos`` / ``eos`` (that
+special token's embedding) or a token id. See attribution/results/ig_completeness_smollm2.md.
+Schedules: ``uniform`` (midpoints alpha_k = (k + 1/2) / steps, weights 1 / steps) or ``cubic``
+(alpha = u^3 at the same midpoints u, weights 3 u^2 / steps: 1/3 of the points within alpha < 0.04).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attribution.baselines.common import check_target, grads
+from attribution.baselines.common import check_target, grads, last_logits, metric
+from attribution.methods import Scored
 from workbench.errors import MethodError
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
-def ig_scores(model: Any, enc: Any, level: str, steps: int = 20,
-              internal_batch_size: int | None = None) -> torch.Tensor:
+BASELINES = ("zero", "mean", "pad", "bos", "eos")  # or a token id
+SCHEDULES = ("uniform", "cubic")
+REL_TOL = 0.1  # warn when |gap| > REL_TOL * |f(e) - f(b)|
+
+
+class ConvergenceWarning(UserWarning):
+    """Integrated gradients' scores are far from f(input) - f(baseline): more steps or another baseline."""
+
+
+def baseline_embedding(model: HookedModel, baseline: str | int) -> torch.Tensor:
+    """The baseline's embedding [d_model], the same at every position."""
+    W_E = model.W_E
+    if isinstance(baseline, int) and not isinstance(baseline, bool):
+        if not 0 <= baseline < W_E.shape[0]:
+            raise MethodError(f"baseline token id {baseline} is outside the vocabulary (0..{W_E.shape[0] - 1})")
+        return W_E[baseline].detach()
+    if baseline == "zero":
+        return torch.zeros_like(W_E[0])
+    if baseline == "mean":
+        return W_E.detach().mean(0)
+    if baseline in ("pad", "bos", "eos"):
+        tid = getattr(model.tokenizer, f"{baseline}_token_id", None)
+        if tid is None:
+            raise MethodError(f"{model.name}'s tokenizer has no {baseline} token; use baseline=zero or mean")
+        return W_E[int(tid)].detach()
+    raise MethodError(f"unknown baseline {baseline!r}: {', '.join(BASELINES)} or a token id")
+
+
+def path_points(steps: int, schedule: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """(alphas, weights) [steps] of the quadrature of the path integral over alpha in [0, 1]."""
+    if schedule not in SCHEDULES:
+        raise MethodError(f"unknown schedule {schedule!r}: {' or '.join(SCHEDULES)}")
+    u = (torch.arange(steps, dtype=torch.float64) + 0.5) / steps
+    if schedule == "uniform":
+        return u.float(), torch.full((steps,), 1.0 / steps, dtype=torch.float64)
+    return (u**3).float(), 3 * u**2 / steps
+
+
+def ig_scores(model: HookedModel, enc: Encoding, level: str, steps: int = 20, baseline: str | int = "zero",
+              schedule: str = "uniform", internal_batch_size: int | None = None) -> Scored:
     check_target(enc)
     steps, batch = int(steps), int(internal_batch_size or steps)
     if steps < 1 or batch < 1:
         raise MethodError("integrated gradients needs steps >= 1 and internal_batch_size >= 1")
-    alphas = (torch.arange(steps, dtype=torch.float32) + 0.5) / steps
-    total = None
-    embed = None
+    base = baseline_embedding(model, baseline)
+    alphas, weights = path_points(steps, schedule)
+    total = torch.zeros(enc.seq_len, model.arch.d_model, dtype=torch.float64, device=enc.tokens.device)
     for start in range(0, steps, batch):
         a = alphas[start:start + batch].to(enc.tokens.device)
-        tokens = enc.tokens.expand(len(a), -1)
-        acts, gs = grads(model, enc, ["hook_embed"], tokens=tokens, embed_scale=a)
-        g = gs["hook_embed"].sum(0)  # [S, D]
-        total = g if total is None else total + g
-        if embed is None:
-            embed = acts["hook_embed"][0] / a[0]  # the unscaled embedding
-    return (embed * total / steps).sum(-1)
+
+        def on_path(x: torch.Tensor, a: torch.Tensor = a) -> torch.Tensor:
+            return base + a.view(-1, 1, 1) * (x - base)
+
+        _, gs, _ = grads(model, enc, ["hook_embed"], tokens=enc.tokens.expand(len(a), -1), embed_path=on_path)
+        w = weights[start:start + batch].to(total.device).view(-1, 1, 1)
+        total += (gs["hook_embed"].double() * w).sum(0)
+    f_input, f_base, embed = end_points(model, enc, base)
+    scores = ((embed - base).double() * total).sum(-1)
+    delta = float(scores.sum()) - (f_input - f_base)
+    if abs(delta) > REL_TOL * abs(f_input - f_base):
+        warnings.warn(f"integrated gradients did not converge: the scores sum to {float(scores.sum()):.3g}, "
+                      f"f(input) - f(baseline) is {f_input - f_base:.3g} (gap {delta:.3g}, {steps} steps, "
+                      f"{baseline} baseline); try baseline=mean or more steps", ConvergenceWarning, stacklevel=2)
+    return Scored(scores.float(), target_logit=f_input, baseline_logit=f_base, convergence_delta=delta)
+
+
+def end_points(model: HookedModel, enc: Encoding, base: torch.Tensor) -> tuple[float, float, torch.Tensor]:
+    """f(input), f(baseline) from one forward of two rows, and the input's embedding [S, D]."""
+    got = {}
+
+    def ends(x: torch.Tensor, hook: Any) -> torch.Tensor:
+        got["embed"] = x[0].detach().clone()
+        return torch.stack([x[0], base.expand_as(x[0])])
+
+    with torch.no_grad():
+        values = metric(last_logits(model, enc.tokens.expand(2, -1), [("hook_embed", ends)]), enc)
+    return float(values[0]), float(values[1]), got["embed"]
+
+
+def ig_completeness(model: HookedModel, enc: Encoding, **params: Any) -> dict[str, float]:
+    """IG's completeness report on one prompt: sum of scores, f(input) - f(baseline), the gap."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConvergenceWarning)
+        out = ig_scores(model, enc, "token", **params)
+    return {"sum": float(out.scores.double().sum()), "expected": out.target_logit - out.baseline_logit,
+            "delta": out.convergence_delta, "target_logit": out.target_logit, "baseline_logit": out.baseline_logit}

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from attribution.baselines.common import check_target, last_logits, level_shape, metric
+from attribution.methods import Scored
 from workbench.errors import MethodError
 
 ABLATION_LEVELS = ("token", "head", "neuron")
@@ -110,7 +111,7 @@ def mean_fill(model: Any, token_batches: list[torch.Tensor], level: str) -> torc
 
 def patching_scores(model: Any, enc: Any, level: str, ablation: str = "zero", per_position: bool = False,
                     batch_size: int = 32, fill: torch.Tensor | None = None,
-                    truncate: bool = True) -> torch.Tensor:
+                    truncate: bool = True) -> Scored:
     """metric(clean) - metric(item ablated) for every item, on the level's axes.
 
     truncate=False runs every ablated forward from the embedding (the plain one-forward-per-item cost)
@@ -134,10 +135,10 @@ def patching_scores(model: Any, enc: Any, level: str, ablation: str = "zero", pe
                                 batch_size=batch_size)
         effects[idx] = clean - metric(logits, enc)
     if level == "token" or per_position:
-        return effects.view(shape)
+        return Scored(effects.view(shape), target_logit=float(clean))
     out = torch.zeros(level_shape(model, enc, level))
     if level == "head":
         out[..., -1] = effects.view(shape)
     else:
         out[:, -1, :] = effects.view(shape)
-    return out
+    return Scored(out, target_logit=float(clean))

@@ -24,6 +24,7 @@ import torch
 
 from attribution.dpa.linear import act_slope, check_supported, norm_back, rope_tables, rope_transpose
 from attribution.dpa.params import DPAParams
+from attribution.methods import Scored
 from workbench.errors import MethodError, RangeError
 
 LEVELS = ("token", "head", "edge", "neuron")
@@ -60,9 +61,17 @@ class DPATrace:
         return float(self.levels["token"].double().sum()) + sum(self.offsets.values()) - self.target_logit
 
 
-def dpa_scores(model: Any, enc: Any, level: str, **params: Any) -> torch.Tensor:
-    """Method-table entry: DPA scores of one level, laid out on LEVEL_AXES[level]."""
-    return dpa_all(model, enc, levels=(level,), **params).levels[level]
+def dpa_scores(model: Any, enc: Any, level: str, **params: Any) -> Scored:
+    """Method-table entry: DPA scores of one level, laid out on LEVEL_AXES[level], with the target logit
+    of DPA's own forward."""
+    trace = dpa_all(model, enc, levels=(level,), **params)
+    return Scored(trace.levels[level], target_logit=trace.target_logit)
+
+
+def dpa_levels(model: Any, enc: Any, levels: tuple[str, ...], **params: Any) -> dict[str, Scored]:
+    """Method-table one_pass entry: every level in ``levels`` from one forward and one top-down pass."""
+    trace = dpa_all(model, enc, levels=levels, **params)
+    return {lv: Scored(trace.levels[lv], target_logit=trace.target_logit) for lv in levels}
 
 
 def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: bool = False,
