@@ -7,7 +7,7 @@ Parts, all in one run:
   metric logit(IO) - logit(S);
 - facts: data/prompts/facts.jsonl, mean ablation, metric logit(target) - logit(foil);
 - agreement (``--patching N``): on the first 16 IOI prompts, path patching (the ground truth) of N edges:
-  the union of every method's top edges and a random sample, and each method's rank correlation with it.
+  every method's top 40 edges and N random ones, and each method's rank correlation with it.
 
 Scoring time is the median of ``--reps`` timed runs after one warm-up batch, measured in this process with
 the methods in a rotating order; faithfulness is taken on the same prompts over a grid of circuit sizes
@@ -73,8 +73,9 @@ def run_part(model, rows, ablation: str, grid: list[int], reps: int) -> dict:
     return out
 
 
-def agreement(model, rows, scores: dict, n_edges: int, top: int = 60) -> dict:
-    """Spearman correlation of each method's scores with path patching on a set of edges."""
+def agreement(model, rows, scores: dict, n_random: int, top: int = 40) -> dict:
+    """Spearman correlation of each method's scores with path patching on every method's top edges and
+    ``n_random`` random edges."""
     import torch
 
     from circuits.counterfactual import prepare
@@ -86,9 +87,10 @@ def agreement(model, rows, scores: dict, n_edges: int, top: int = 60) -> dict:
     chosen = set()
     for s in scores.values():
         chosen |= set(torch.argsort(s.abs(), descending=True)[:top].tolist())
+    n_top = len(chosen)
     gen = torch.Generator().manual_seed(0)
     for e in torch.randperm(graph.n_edges, generator=gen).tolist():
-        if len(chosen) >= n_edges:
+        if len(chosen) >= n_top + n_random:
             break
         chosen.add(e)
     ids = torch.tensor(sorted(chosen))
@@ -104,7 +106,7 @@ def agreement(model, rows, scores: dict, n_edges: int, top: int = 60) -> dict:
         return float(torch.corrcoef(torch.stack([ra, rb]))[0, 1])
 
     sub = {m: score_set for m, score_set in _scores_on(model, graph, prompts, refs, ids).items()}
-    return {"n_edges": len(ids), "n_prompts": prompts.n_prompts, "seconds": seconds,
+    return {"n_edges": len(ids), "n_top": n_top, "n_prompts": prompts.n_prompts, "seconds": seconds,
             "spearman": {m: spearman(sub[m], truth) for m in sub},
             "top_overlap": {m: len(set(torch.argsort(sub[m].abs(), descending=True)[:20].tolist())
                                    & set(torch.argsort(truth.abs(), descending=True)[:20].tolist())) for m in sub}}
@@ -144,7 +146,8 @@ def write_doc(path: Path, results: dict, args: argparse.Namespace) -> None:
     if "agreement" in results:
         a = results["agreement"]
         lines += ["## Agreement with path patching", "",
-                  f"{a['n_edges']} edges (every method's top 60 and a random sample), {a['n_prompts']} IOI prompts, "
+                  f"{a['n_edges']} edges ({a['n_top']} from the methods' top 40s, the rest at random), "
+                  f"{a['n_prompts']} IOI prompts, "
                   f"patched one at a time in {a['seconds']:.0f} s.", "",
                   "| method | Spearman with path patching | overlap of the top 20 |", "|---|---|---|"]
         lines += [f"| {m} | {a['spearman'][m]:.3f} | {a['top_overlap'][m]}/20 |" for m in a["spearman"]]
@@ -165,7 +168,8 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="Prompts per set (default: all).")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--parts", default="ioi,facts")
-    parser.add_argument("--patching", type=int, default=0, help="Edges for the path-patching agreement part.")
+    parser.add_argument("--patching", type=int, default=0, help="Random edges (beside the methods' top 40s) "
+                        "for the path-patching agreement part; 0 skips it.")
     parser.add_argument("--out", default=str(ROOT / "circuits" / "results" / "circuits_smollm2.md"))
     args = parser.parse_args()
     args.argv = sys.argv[1:]
