@@ -66,7 +66,7 @@ class CircuitResult:
     def to_json(self, k: int | None = None) -> dict[str, Any]:
         """The contract of ``workbench circuit discover --json``."""
         out = {"model": self.model, "method": self.method, "n_prompts": self.n_prompts,
-               **{key: v for key, v in self.graph.summary().items() if key == "n_nodes"},
+               "n_nodes": len(self.graph.nodes),
                "n_edges_total": self.graph.n_edges, "ablation": self.ablation, "metric": self.metric,
                "selection": self.selection, "params": self.params, "edges": self.top(k),
                "seconds": self.seconds}
