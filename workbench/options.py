@@ -84,6 +84,39 @@ fraction = float_range(0.0, 1.0)  # a proportion in [0, 1]
 port = int_range(1, 65535)
 
 
+def parse_layer_spec(spec: str) -> list[int] | None:
+    """'all' -> None; '3', '0,5,10', '4-8' -> indices (ascending ranges, no negatives, no repeats);
+    RangeError otherwise. The model's layer count is checked by the caller."""
+    from workbench.errors import RangeError
+
+    text = spec.strip()
+    if text == "all":
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        a, dash, b = part.strip().partition("-")
+        if not a.strip().isdigit() or (dash and not b.strip().isdigit()):
+            raise RangeError(f"bad layers {spec!r}: write all, 5, 0,5,10 or 4-8 (layers count from 0)")
+        lo, hi = int(a), int(b) if dash else int(a)
+        if hi < lo:
+            raise RangeError(f"bad layers {spec!r}: the range {lo}-{hi} runs backwards (write {hi}-{lo})")
+        out.extend(i for i in range(lo, hi + 1) if i not in out)
+    return out
+
+
+def layers_option(ctx, param, value):
+    """typer callback for --layers / --steer-layers specs."""
+    import typer
+
+    if value is None or getattr(ctx, "resilient_parsing", False):
+        return value
+    try:
+        parse_layer_spec(value)
+    except WorkbenchError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    return value
+
+
 def finite_param(option: str, key: str, value: Any) -> Any:
     """A ``--param`` value: numbers must be finite (``w_q=nan``, ``steps=inf`` are refused)."""
     if isinstance(value, float) and not math.isfinite(value):

@@ -90,18 +90,11 @@ def resid_hooks(model: Any, layers: str | list[int] = "all") -> list[str]:
 
 def parse_layers(spec: str, n_layers: int) -> list[int]:
     """'all', '3', '0,5,10' or '4-8' -> layer indices."""
-    if spec == "all":
+    from workbench.options import parse_layer_spec
+
+    out = parse_layer_spec(spec)
+    if out is None:
         return list(range(n_layers))
-    out = []
-    try:
-        for part in spec.split(","):
-            if "-" in part:
-                a, b = part.split("-")
-                out.extend(range(int(a), int(b) + 1))
-            else:
-                out.append(int(part))
-    except ValueError:
-        raise RangeError(f"bad --layers {spec!r}: all, 5, 0,5,10 or 4-8") from None
     for layer in out:
         if not 0 <= layer < n_layers:
             raise RangeError(

@@ -7,7 +7,7 @@ import time
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
-from workbench.options import finite_float, positive_int
+from workbench.options import finite_float, layers_option, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -47,10 +47,10 @@ def concepts(
     concept: str = typer.Option(
         None, "--concept", help="The concept class (default: last label, e.g. positive)."
     ),
-    layers: str = typer.Option("all", "--layers", help="all, 5, 0,5,10 or 4-8."),
+    layers: str = typer.Option("all", "--layers", help="all, 5, 0,5,10 or 4-8.", callback=layers_option),
     pooling: str = typer.Option("last", "--pooling", help="last | mean | marked."),
     steer_layers: str = typer.Option(
-        None, "--steer-layers", help="Layers to steer at (default: 5 spread out)."
+        None, "--steer-layers", help="Layers to steer at (default: 5 spread out).", callback=layers_option
     ),
     scale: float = typer.Option(
         1.0, "--scale", help="Steering norm as a multiple of the typical activation norm.", callback=finite_float),

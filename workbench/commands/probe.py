@@ -7,7 +7,7 @@ import time
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
-from workbench.options import float_range, int_range, nonneg_float, nonneg_int, positive_int
+from workbench.options import float_range, int_range, layers_option, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -35,7 +35,7 @@ def probe(
     dataset: str = typer.Option(..., "--dataset", help='JSONL file, lines {"text": str, "label": str}.'),
     hook: str = typer.Option(None, "--hook", help="Probe this hook (comma-separated for several)."),
     layers: str = typer.Option(
-        "all", "--layers", help="Residual stream after these blocks: all, 5, 0,5,10, 4-8."
+        "all", "--layers", help="Residual stream after these blocks: all, 5, 0,5,10, 4-8.", callback=layers_option
     ),
     pooling: str = typer.Option("last", "--pooling", help='last | mean | marked (the line\'s "word").'),
     test_frac: float = typer.Option(0.3, "--test-frac", help="Held-out fraction of examples.",
