@@ -241,3 +241,11 @@ def test_train_vit_out_file_checked_first(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(vt, "train_vit", lambda *a, **k: pytest.fail("trained before checking --out"))
     code, out, err = run_cli(monkeypatch, capsys, "train-vit", "--steps", "1", "--out", str(f))
     assert_bad(code, err, "not a directory")
+
+
+def test_diverged_training_saves_nothing(tmp_path, monkeypatch, capsys):
+    out_dir = tmp_path / "toy"
+    code, out, err = run_cli(monkeypatch, capsys, "train", "ioi", "--out", str(out_dir), "--lr", "1e30",
+                             "--steps", "3", "--json")
+    assert_bad(code, err, "training diverged", "nothing saved")
+    assert out == "" and not (out_dir / "config.json").exists()

@@ -119,6 +119,7 @@ def train(
         model, metrics, snaps = run_train(
             t, spec, cfg, on_step=lambda s, n, loss: bar.update(job, completed=s)
         )
+    _check_trained(model, metrics, f"--lr {cfg.lr}")
     metrics["command"] = command
     zoo_name = name or path.name
     save(path, zoo_name, model, spec, t, metrics, snaps)
@@ -142,6 +143,16 @@ def train(
         c.print(f"saved to {r['out']}")
 
     emit(json.loads(json.dumps(summary)), as_json, human)
+
+
+def _check_trained(model, metrics: dict, hint: str) -> None:
+    """NonFiniteError, before anything is written, when training diverged (NaN/Inf weights or metrics)."""
+    from workbench.errors import NonFiniteError
+    from workbench.options import first_non_finite
+
+    bad = first_non_finite(dict(model.named_parameters()), "weights") or first_non_finite(metrics, "metrics")
+    if bad:
+        raise NonFiniteError(f"training diverged ({bad}); nothing saved: lower the learning rate ({hint})")
 
 
 def _task_params(items: list[str]) -> dict:
