@@ -45,9 +45,13 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     check_supported(model)
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     for batch in prompts.batches:
-        ref = refs.of(batch)
-        out, cache = _forward(model, graph, batch, p)
-        diff = out.sub_(ref).mul_(batch.real()[None, :, :, None])  # in place: the buffer is ours
+        if prompts.ablation == "corrupt":  # DPA needs no gradient: clean and counterfactual share one forward
+            out, cache = _forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p, batch.size)
+            diff = out[:, :batch.size].sub_(out[:, batch.size:])
+        else:
+            out, cache = _forward(model, graph, batch.tokens, p, batch.size)
+            diff = out.sub_(refs.of(batch))  # in place: the buffer is ours
+        diff.mul_(batch.real()[None, :, :, None])
         keep = live(diff)
         D = diff[:, keep].reshape(diff.shape[0], -1)  # [sender, live positions x d]
         del out, diff
@@ -58,20 +62,21 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     return (graph.flat(total) / prompts.n_prompts).float()
 
 
-def _forward(model: Any, graph: CircuitGraph, batch: PromptBatch,
-             p: DPAParams) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """One clean forward: DPA's cache (patterns, norm scales, MLP pre-activations) and the sender outputs."""
-    n, seq = batch.tokens.shape
+def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams,
+             rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """One forward: the sender outputs of every row, and DPA's cache (patterns, norm scales, MLP
+    pre-activations) of the first ``rows`` (the clean prompts; any further rows are their counterfactuals)."""
+    n, seq = tokens.shape
     out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=model.device)
     cache: dict[str, torch.Tensor] = {}
 
     def keep(x, hook):
-        cache[hook.name] = x.float()
+        cache[hook.name] = x[:rows].float()
 
     hooks = [(name, keep) for name in _hook_names(model, p, ("head",))]
     hooks += sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x))
     with torch.no_grad():
-        model.run_with_hooks(batch.tokens, fwd_hooks=hooks, return_type=None)
+        model.run_with_hooks(tokens, fwd_hooks=hooks, return_type=None)
     return out, cache
 
 
