@@ -36,7 +36,7 @@ from attribution.dpa.linear import check_supported, norm_back, rope_tables, rope
 from attribution.dpa.params import DPAParams
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References, head_slot, live, put_output, receiver_cols, sender_hooks
+from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
@@ -52,11 +52,11 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
             out, cache = _forward(model, graph, batch.tokens, p, batch.size)
             diff = out.sub_(refs.of(batch))  # in place: the buffer is ours
         diff.mul_(batch.real()[None, :, :, None])
-        keep = live(diff)
-        D = diff[:, keep].reshape(diff.shape[0], -1)  # [sender, live positions x d]
+        acc = EdgeProducts(graph, diff, out=total)
         del out, diff
         for n_up, cols, T in receiver_targets(model, graph, batch, cache, p):
-            total[:n_up, cols] += (D[:n_up] @ T[:, keep].reshape(T.shape[0], -1).T).double().cpu()
+            acc.add(n_up, cols, T)
+        acc.flush()
         if on_step:
             on_step(batch.size)
     return (graph.flat(total) / prompts.n_prompts).float()
