@@ -14,6 +14,8 @@ CASES = [
     (ATTR + ["--top", "-5"], "--top"),
     (ATTR + ["--top", "0"], "--top"),
     (ATTR + ["--method", "ig", "--param", "steps=inf"], "steps=inf"),
+    (ATTR + ["--method", "ig", "--param", "steps=1.5"], "whole number"),
+    (ATTR + ["--method", "ig", "--param", "steps=0"], "whole number"),
     (["probe", "--model", "ioi-attn-1l2h", "--dataset", "d.jsonl", "--layers", "5-2"], "backwards"),
     (["probe", "--model", "ioi-attn-1l2h", "--dataset", "d.jsonl", "--layers", "-1"], "--layers"),
     (["probe", "--model", "ioi-attn-1l2h", "--dataset", "d.jsonl", "--test-frac", "nan"], "--test-frac"),

@@ -117,10 +117,18 @@ def layers_option(ctx, param, value):
     return value
 
 
+# Method parameters that count something (integration steps, batch sizes, samples): whole numbers >= 1.
+COUNT_PARAMS = frozenset({"steps", "internal_batch_size", "batch_size", "sample", "samples", "n_samples"})
+
+
 def finite_param(option: str, key: str, value: Any) -> Any:
-    """A ``--param`` value: numbers must be finite (``w_q=nan``, ``steps=inf`` are refused)."""
+    """A ``--param`` value: numbers must be finite (``w_q=nan``, ``steps=inf`` are refused), and a count
+    (COUNT_PARAMS: ``steps=1.5``, ``steps=0``) a whole number >= 1."""
     if isinstance(value, float) and not math.isfinite(value):
         raise NonFiniteError(f"{option} {key}={value}: not a finite number")
+    if key.rpartition(".")[2] in COUNT_PARAMS and not isinstance(value, bool) and isinstance(value, (int, float)) \
+            and (value != int(value) or value < 1):
+        raise WorkbenchError(f"{option} {key}={value}: must be a whole number >= 1")
     if isinstance(value, (list, tuple)):
         for v in value:
             finite_param(option, key, v)

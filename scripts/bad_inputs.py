@@ -1,0 +1,799 @@
+"""Replay the bad-input catalogue against the `workbench` CLI and classify every outcome.
+
+    python scripts/bad_inputs.py [--json] [--only SUBSTRING] [--skip-slow] [--list]
+
+Each case runs `python -m workbench.cli ...` in a subprocess with its own empty run store
+(WORKBENCH_RUNS in a temporary directory) and a timeout; the files it reads (prompt sets, datasets,
+images, damaged runs, model folders) are made here in a temporary directory. Fast toy models
+(ioi-attn-1l2h, vit-synth) carry almost every case; smollm2-135m is loaded by a few (marked slow).
+
+Result classes:
+
+- clear-error      exit 2 and exactly one "error: ..." line on stderr naming the problem (expected)
+- ok               exit 0 where success was expected, no NaN/Infinity printed or saved
+- traceback        a Python traceback on stderr
+- internal-error   exit 1 with "internal error: ..." (an unexpected exception the CLI caught)
+- silent-non-finite  exit 0 but NaN/Infinity in the output or in a saved run
+- unclear-error    exit 2 but not one line, or the line does not name the problem
+- accepted-bad     exit 0 on a bad input (no error at all)
+- refused-good     an error on an input that should succeed
+- saved-on-error   a clear error, but a run was saved anyway
+- timeout / other-exit
+
+The catalogue also generates, for every numeric option of every command (found from the typer app),
+the negative / zero / NaN / Infinity / non-integer values that option must refuse.
+Exit status: 0 when no case is a traceback, internal error, silent non-finite, timeout or other failure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import os
+import re
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import typing
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+TOY = "ioi-attn-1l2h"
+P = "N1 and N2 then N2"  # a prompt in the toy's vocabulary (5 tokens = its context)
+GOOD_CLASSES = ("clear-error", "ok")
+FAILURE_CLASSES = ("traceback", "internal-error", "silent-non-finite", "timeout", "other-exit")
+
+
+@dataclass
+class Case:
+    name: str
+    args: list[str]
+    expect: str = "error"  # "error" or "ok"
+    words: tuple[str, ...] = ()  # the error line must name these
+    group: str = "usual"
+    timeout: float = 180
+    slow: bool = False
+    setup: Any = None  # fn(store: Path) run before the case, in its run store
+    stdin: str | None = None
+    result: dict[str, Any] = field(default_factory=dict)
+
+
+# -- files -------------------------------------------------------------------------------------------
+
+def png(w: int, h: int, bits_zero: bool = True) -> bytes:
+    """A real 1-bit PNG of w x h black pixels, built row by row (a 20000 x 20000 one is about 400 KB)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    comp = zlib.compressobj(9)
+    row = b"\x00" * (1 + (w + 7) // 8)
+    body = b"".join(comp.compress(row) for _ in range(h)) + comp.flush()
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 1, 0, 0, 0, 0))
+            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+
+
+def make_files(d: Path) -> dict[str, str]:
+    import numpy as np
+    from PIL import Image
+    from safetensors.torch import load_file, save_file
+
+    from workbench.zoo import DATA_DIR
+
+    d.mkdir(parents=True, exist_ok=True)
+    f: dict[str, str] = {}
+
+    def jsonl(name: str, rows: list[Any], raw: str | None = None, prefix: bytes = b"") -> None:
+        text = raw if raw is not None else "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+        (d / name).write_bytes(prefix + text.encode("utf-8"))
+        f[name] = str(d / name)
+
+    good = [{"prompt": P, "target": "N1", "foil": "N2"}, {"prompt": "N3 and N4 then N4", "target": "N3",
+                                                          "foil": "N4"}]
+    jsonl("good.jsonl", good)
+    jsonl("u2028.jsonl", [{**r, "note": "a\u2028b\u2029c\u0085d"} for r in good])
+    jsonl("bom.jsonl", good, prefix=b"\xef\xbb\xbf")
+    jsonl("malformed.jsonl", [], raw='{"prompt": "N1 and N2 then N2", "target": "N1"}\n{not json\n')
+    jsonl("empty.jsonl", [], raw="")
+    jsonl("notobject.jsonl", [], raw="[1, 2]\n")
+    jsonl("notarget.jsonl", [{"prompt": P}])
+    jsonl("emptyprompt.jsonl", [{"prompt": "", "target": "N1"}])
+    jsonl("multitoken.jsonl", [{"prompt": P, "target": "N1 N2"}])
+    jsonl("foilsame.jsonl", [{"prompt": P, "target": "N1", "foil": "N1"}])
+    jsonl("nofoil.jsonl", [{"prompt": P, "target": "N1", "corrupt": "N3 and N4 then N4"}])
+    jsonl("badcorrupt.jsonl", [{"prompt": P, "target": "N1", "foil": "N2", "corrupt": "N3 and N4"}])
+    jsonl("tinyp.jsonl", [{"prompt": P, "target": "N2"}, {"prompt": P, "target": "N1"}])  # p(N2) ~ 1e-30
+    jsonl("binary.jsonl", [], raw="")
+    (d / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage\x00\n")
+    labels = [{"text": f"N{i} and N{(i + 1) % 20} then N{(i + 1) % 20}", "label": "ab"[i % 2]} for i in range(16)]
+    jsonl("dataset.jsonl", labels)
+    jsonl("dataset1class.jsonl", [{**r, "label": "a"} for r in labels])
+
+    # images
+    for name, value in (("nan", float("nan")), ("inf", float("inf")), ("huge", 1e30), ("neg", -1.0)):
+        arr = np.full((3, 32, 32), 0.5, dtype=np.float32)
+        arr[0, 0, 0] = value
+        np.save(d / f"img_{name}.npy", arr)
+        f[f"img_{name}.npy"] = str(d / f"img_{name}.npy")
+    np.save(d / "img_good.npy", np.full((3, 32, 32), 0.5, dtype=np.float32))
+    f["img_good.npy"] = str(d / "img_good.npy")
+    np.save(d / "img_object.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
+    f["img_object.npy"] = str(d / "img_object.npy")
+    Image.new("RGB", (32, 32), (200, 30, 30)).save(d / "good.png")
+    f["good.png"] = str(d / "good.png")
+    Image.new("RGB", (48, 40), (200, 30, 30)).save(d / "wrongsize.png")
+    f["wrongsize.png"] = str(d / "wrongsize.png")
+    (d / "bomb.png").write_bytes(png(20000, 20000))
+    f["bomb.png"] = str(d / "bomb.png")
+    (d / "big.png").write_bytes(png(12000, 12000))
+    f["big.png"] = str(d / "big.png")
+    (d / "notimage.png").write_bytes(b"this is not an image")
+    f["notimage.png"] = str(d / "notimage.png")
+    (d / "truncated.png").write_bytes((d / "good.png").read_bytes()[:60])
+    f["truncated.png"] = str(d / "truncated.png")
+
+    # model folders
+    src = DATA_DIR / "models" / TOY
+    nan_dir = d / "nan-model"
+    shutil.copytree(src, nan_dir)
+    t = load_file(str(nan_dir / "model.safetensors"))
+    key = next(k for k, v in t.items() if v.is_floating_point() and v.numel() > 1)
+    t[key] = t[key].clone()
+    t[key].view(-1)[0] = float("nan")
+    save_file(t, str(nan_dir / "model.safetensors"))
+    f["nan-model"] = str(nan_dir)
+    sharp = d / "sharp-model"  # finite weights, logits x 4: a wrong name's p(target) underflows to 0
+    shutil.copytree(src, sharp)
+    t = load_file(str(sharp / "model.safetensors"))
+    t["unembed.W_U"] = t["unembed.W_U"] * 4
+    save_file(t, str(sharp / "model.safetensors"))
+    f["sharp-model"] = str(sharp)
+    for loader in ("this:nothing", "os:system"):
+        m = d / f"loader-{loader.split(':')[0]}"
+        m.mkdir()
+        (m / "config.json").write_text(json.dumps({"workbench": {"loader": loader}}))
+        f[f"loader-{loader.split(':')[0]}"] = str(m)
+    (d / "emptydir").mkdir()
+    f["emptydir"] = str(d / "emptydir")
+    (d / "existing.txt").write_text("x")
+    f["existing.txt"] = str(d / "existing.txt")
+    (d / "oracle.py").write_text("def f(x):\n    return float('nan')\n")
+    f["oracle.py"] = str(d / "oracle.py")
+    return f
+
+
+# -- run-store damage (each case gets its own store) ----------------------------------------------------
+
+def _fake_run(store: Path, run_id: str, meta: Any, raw: str | None = None) -> Path:
+    run = store / run_id
+    run.mkdir(parents=True)
+    (run / "meta.json").write_text(raw if raw is not None else json.dumps(meta))
+    return run
+
+
+DAMAGED = "20250101-120000-attribute-abc123"
+
+
+def meta_list(store: Path) -> None:
+    _fake_run(store, DAMAGED, [1, 2])
+
+
+def meta_created_dict(store: Path) -> None:
+    _fake_run(store, DAMAGED, {"id": DAMAGED, "created": {"x": 1}, "kind": "attribute"})
+
+
+def meta_invalid(store: Path) -> None:
+    _fake_run(store, DAMAGED, None, raw="{not json")
+
+
+def garbage_index(store: Path) -> None:
+    store.mkdir(parents=True, exist_ok=True)
+    (store / "index.sqlite").write_text("garbage")
+
+
+def symlinked_run(store: Path) -> None:
+    outside = store.parent / "outside"
+    outside.mkdir(exist_ok=True)
+    (outside / "meta.json").write_text(json.dumps({"id": DAMAGED, "created": "2025-01-01T12:00:00+00:00",
+                                                   "kind": "attribute", "secret": "outside the store"}))
+    store.mkdir(parents=True, exist_ok=True)
+    (store / DAMAGED).symlink_to(outside, target_is_directory=True)
+
+
+def saved_circuit(store: Path) -> None:
+    env = dict(os.environ, WORKBENCH_RUNS=str(store))
+    subprocess.run([sys.executable, "-m", "workbench.cli", "circuit", "discover", "--model", TOY, "--prompts",
+                    "task", "--edges", "5", "--no-evaluate", "--limit", "8", "--json"], env=env, cwd=ROOT,
+                   capture_output=True, timeout=300, check=True)
+
+
+def circuit_run_id(store: Path) -> str:
+    return next(p.name for p in store.iterdir() if "circuit" in p.name and not p.name.startswith("."))
+
+
+# -- the catalogue -------------------------------------------------------------------------------------
+
+def catalogue(f: dict[str, str]) -> list[Case]:
+    A = ["attribute", TOY, P, "--target", "N1"]
+    FA = ["faithfulness", "--model", TOY, "--prompts", f["good.jsonl"], "--methods", "dpa,random"]
+    C: list[Case] = []
+
+    def add(name, args, expect="error", words=(), group="usual", **kw):
+        C.append(Case(name, list(args), expect, tuple(words), group, **kw))
+
+    # item 5: finite numbers or a clear error
+    g = "5 non-finite"
+    add("NaN weights in a model", ["attribute", f["nan-model"], P, "--target", "N1", "--json"],
+        words=["non-finite weights"], group=g)
+    add("--param w_q=nan", A + ["--param", "w_q=nan", "--json"], words=["w_q=nan"], group=g)
+    add("--param w_v=-inf", A + ["--param", "w_v=-inf", "--json"], words=["finite"], group=g)
+    add("--param w_q=1e999", A + ["--param", "w_q=1e999", "--json"], words=["finite"], group=g)
+    add("concepts --scale nan", ["concepts", "--model", TOY, "--dataset", f["dataset.jsonl"], "--scale", "nan"],
+        words=["--scale"], group=g)
+    add("concepts --scale inf", ["concepts", "--model", TOY, "--dataset", f["dataset.jsonl"], "--scale", "inf"],
+        words=["--scale"], group=g)
+    for k in ("nan", "inf", "huge", "neg"):
+        add(f"vit-explain image with {k} values", ["vit-explain", f[f"img_{k}.npy"], "--json"],
+            words=["image"], group=g)
+    add("vit-explain a good .npy image", ["vit-explain", f["img_good.npy"], "--json"], "ok", group=g)
+    add("vit-explain a good PNG", ["vit-explain", f["good.png"], "--json"], "ok", group=g)
+    add("train --lr inf", ["train", "ioi", "--out", "toy-out", "--lr", "inf"], words=["--lr"], group=g)
+    add("train --lr 1e30 (diverges)", ["train", "ioi", "--out", "toy-div", "--lr", "1e30", "--steps", "3",
+                                       "--json"], words=["diverged"], group=g, timeout=400)
+    add("train-vit --lr nan", ["train-vit", "--lr", "nan"], words=["--lr"], group=g)
+    add("faithfulness, p(target) ~ 1e-30 (finite, large ratios)",
+        ["faithfulness", "--model", TOY, "--prompts", f["tinyp.jsonl"], "--methods", "dpa,random", "--json"],
+        "ok", group=g)
+    add("faithfulness, p(target) = 0 in float32 (left out, counted)",
+        ["faithfulness", "--model", f["sharp-model"], "--prompts", f["tinyp.jsonl"], "--methods",
+         "dpa,gradient,random", "--json"], "ok", group=g)
+    add("faithfulness, every p(target) = 0", ["faithfulness", "--model", f["sharp-model"], "--prompts",
+                                              f["tinyp.jsonl"], "--limit", "1", "--methods", "dpa", "--json"],
+        words=["no example has a defined"], group=g)
+    add("faithfulness --param ig.steps=NaN", FA + ["--param", "ig.steps=NaN"], words=["ig.steps"], group=g)
+    add("recover-heads --oracle returning NaN", ["recover-heads", "--d", "2", "--heads", "1", "--oracle",
+                                                 f"{f['oracle.py']}:f", "--json"], group=g)
+    add("recover-heads --noise nan", ["recover-heads", "--d", "3", "--heads", "2", "--noise", "nan"],
+        words=["--noise"], group=g)
+
+    # item 6: undefined normalisation
+    add("patch: identical clean and corrupted", ["patch", TOY, P, P, "--target", "N1", "--foil", "N2"],
+        words=["same"], group="6 patch")
+
+    # item 7: the issue's list (parse-time checks)
+    g = "7 options"
+    add("attribute --top -5", A + ["--top", "-5"], words=["--top"], group=g)
+    add("probe --layers 5-2", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--layers", "5-2"],
+        words=["--layers"], group=g)
+    add("vit-eval --batch-size 0", ["vit-eval", "--batch-size", "0"], words=["--batch-size"], group=g)
+    add("vit-eval --batch-size -1", ["vit-eval", "--batch-size", "-1"], words=["--batch-size"], group=g)
+    add("vit-eval --seed -1", ["vit-eval", "--seed", "-1"], words=["--seed"], group=g)
+    add("attribute --param steps=inf", A + ["--method", "ig", "--param", "steps=inf"], words=["steps=inf"],
+        group=g)
+    add("attribute --param steps=-3", A + ["--method", "ig", "--param", "steps=-3"], words=["steps"], group=g)
+    add("attribute --param steps=0", A + ["--method", "ig", "--param", "steps=0"], words=["steps"], group=g)
+    add("attribute --param steps=1.5", A + ["--method", "ig", "--param", "steps=1.5"], words=["steps"], group=g)
+    add("attribute --param nosuch=1", A + ["--param", "nosuch=1"], words=["nosuch"], group=g)
+    add("sae features --tokens 0", ["sae", "features", "--sae", "nosae", "--tokens", "0"], words=["--tokens"],
+        group=g)
+    add("non-UTF-8 prompt argument", ["attribute", TOY, "N1 \udcff\udcfe", "--target", "N1"],
+        words=["UTF-8"], group=g)
+    add("train-vit --out EXISTING_FILE", ["train-vit", "--out", f["existing.txt"], "--steps", "1"],
+        words=["not a directory"], group=g, timeout=300)
+    add("train --out EXISTING_FILE", ["train", "ioi", "--out", f["existing.txt"], "--steps", "1"],
+        words=["not a directory"], group=g)
+    add("recover-heads --d 3 --heads 2 --noise 1e-3", ["recover-heads", "--d", "3", "--heads", "2", "--noise",
+                                                       "1e-3", "--json"], group=g, timeout=300)
+    add("attribute-set --batch-size -3", ["attribute-set", "--model", TOY, "--prompts", f["good.jsonl"],
+                                          "--batch-size", "-3"], words=["--batch-size"], group=g)
+    add("sae corpus --chars -1", ["sae", "corpus", "--chars", "-1"], words=["--chars"], group=g)
+    add("concepts --n-steer -1", ["concepts", "--model", TOY, "--dataset", f["dataset.jsonl"], "--n-steer",
+                                  "-1"], words=["--n-steer"], group=g)
+    add("app --port 99999", ["app", "--port", "99999"], words=["--port"], group=g)
+    add("app --host not-an-address", ["app", "--host", "999.1.1.300"], words=["--host"], group=g)
+
+    # item 9: images
+    g = "9 images"
+    add("vit-explain 20000 x 20000 PNG (388 KB)", ["vit-explain", f["bomb.png"], "--json"], words=["limit"],
+        group=g)
+    add("vit-explain 12000 x 12000 PNG", ["vit-explain", f["big.png"], "--json"], words=["limit"], group=g)
+    add("vit-explain not an image", ["vit-explain", f["notimage.png"]], words=["cannot read"], group=g)
+    add("vit-explain truncated PNG", ["vit-explain", f["truncated.png"]], words=["truncated.png"], group=g)
+    add("vit-explain pickled .npy", ["vit-explain", f["img_object.npy"]], words=["img_object.npy"], group=g)
+    add("vit-explain wrong size", ["vit-explain", f["wrongsize.png"]], words=["shape"], group=g)
+    add("vit-explain missing file", ["vit-explain", "nosuch.png"], words=["does not exist"], group=g)
+
+    # the run store (items 1-3)
+    g = "1-3 run store"
+    add("meta.json [1,2]: runs list", ["runs", "list", "--json"], "ok", group=g, setup=meta_list)
+    add("meta.json [1,2]: runs list --damaged", ["runs", "list", "--damaged", "--json"], "ok", group=g,
+        setup=meta_list)
+    add("meta.json [1,2]: runs show", ["runs", "show", DAMAGED], words=[DAMAGED], group=g, setup=meta_list)
+    add("meta.json [1,2]: runs rm", ["runs", "rm", DAMAGED], "ok", group=g, setup=meta_list)
+    add("created {x:1}: runs list", ["runs", "list"], "ok", group=g, setup=meta_created_dict)
+    add("invalid meta.json: runs rm", ["runs", "rm", DAMAGED], "ok", group=g, setup=meta_invalid)
+    add("garbage index.sqlite: attribute saves and prints", A + ["--json"], "ok", group=g, setup=garbage_index)
+    add("garbage index.sqlite: runs list", ["runs", "list"], "ok", group=g, setup=garbage_index)
+    add("symlinked run: runs show", ["runs", "show", DAMAGED], words=[DAMAGED], group=g, setup=symlinked_run)
+    add("symlinked run: runs rm", ["runs", "rm", DAMAGED], "ok", group=g, setup=symlinked_run)
+    for rid in ("../../etc", "../x", "/etc/passwd", ".", "..", "a/b", ".tmp-x", ""):
+        add(f"runs show {rid!r}", ["runs", "show", rid], group=g)
+        add(f"runs rm {rid!r}", ["runs", "rm", rid], group=g)
+    add("runs show missing id", ["runs", "show", "20250101-000000-x-abcdef"], words=["20250101"], group=g)
+
+    # item 4: loaders
+    g = "4 loaders"
+    add("config.json loader this:nothing", ["info", f["loader-this"], "--json"], words=["unknown loader"],
+        group=g)
+    add("config.json loader os:system", ["info", f["loader-os"], "--json"], words=["unknown loader"], group=g)
+    add("empty model directory", ["info", f["emptydir"]], group=g)
+
+    # item 8: JSONL
+    g = "8 JSONL"
+    add("U+2028 in a JSONL row", ["attribute-set", "--model", TOY, "--prompts", f["u2028.jsonl"], "--json",
+                                  "--no-save"], "ok", group=g)
+    add("BOM JSONL", ["attribute-set", "--model", TOY, "--prompts", f["bom.jsonl"], "--json", "--no-save"], "ok",
+        group=g)
+    add("malformed JSONL", ["attribute-set", "--model", TOY, "--prompts", f["malformed.jsonl"]],
+        words=["malformed.jsonl:2"], group=g)
+    add("empty JSONL", ["faithfulness", "--model", TOY, "--prompts", f["empty.jsonl"], "--methods", "dpa"],
+        group=g)
+    add("JSONL row not an object", ["attribute-set", "--model", TOY, "--prompts", f["notobject.jsonl"]],
+        group=g)
+    add("JSONL row without target", ["attribute-set", "--model", TOY, "--prompts", f["notarget.jsonl"]],
+        words=["target"], group=g)
+    add("JSONL empty prompt", ["attribute-set", "--model", TOY, "--prompts", f["emptyprompt.jsonl"]], group=g)
+    add("JSONL multi-token target", ["faithfulness", "--model", TOY, "--prompts", f["multitoken.jsonl"],
+                                     "--methods", "dpa"], group=g)
+    add("JSONL foil = target", ["faithfulness", "--model", TOY, "--prompts", f["foilsame.jsonl"], "--methods",
+                                "dpa"], group=g)
+    add("binary prompt file", ["attribute-set", "--model", TOY, "--prompts", f["binary.jsonl"]], group=g)
+    add("missing prompt file", ["attribute-set", "--model", TOY, "--prompts", "nosuch.jsonl"],
+        words=["nosuch.jsonl"], group=g)
+    add("prompt file is a directory", ["attribute-set", "--model", TOY, "--prompts", f["emptydir"]], group=g)
+
+    # the usual bad inputs
+    g = "usual"
+    add("attribute ok", A + ["--foil", "N2", "--json"], "ok", group=g)
+    add("unknown model", ["attribute", "nosuch-model", P, "--target", "N1"], words=["nosuch-model"], group=g)
+    add("unknown method", A + ["--method", "nosuch"], words=["nosuch"], group=g)
+    add("unknown level", A + ["--level", "nosuch"], words=["nosuch"], group=g)
+    add("method without that level", A + ["--method", "ig", "--level", "head"], words=["head"], group=g)
+    add("empty prompt", ["attribute", TOY, "", "--target", "N1"], words=["empty"], group=g)
+    add("whitespace prompt", ["attribute", TOY, "   ", "--target", "N1"], words=["empty"], group=g)
+    add("prompt longer than the context", ["attribute", TOY, P + " and N3", "--target", "N1"], group=g)
+    add("symbol not in vocabulary", ["attribute", TOY, "When Mary and John", "--target", "N1"], group=g)
+    add("multi-token target", ["attribute", TOY, P, "--target", "N1 N2"], group=g)
+    add("empty target", ["attribute", TOY, P, "--target", ""], group=g)
+    add("foil = target", A + ["--foil", "N1"], group=g)
+    add("unknown device", A + ["--device", "tpu"], words=["tpu"], group=g)
+    add("cuda absent", A + ["--device", "cuda"], words=["cuda"], group=g)
+    add("--param without =", A + ["--param", "w_q"], words=["key=value"], group=g)
+    add("info unknown model", ["info", "nosuch-model"], words=["nosuch-model"], group=g)
+    add("generate --max-new-tokens 0", ["generate", TOY, P, "--max-new-tokens", "0"], words=["--max-new-tokens"],
+        group=g)
+    add("ablate head out of range", ["ablate", TOY, "-c", "head:0.7"], words=["out of range"], group=g)
+    add("ablate layer out of range", ["ablate", TOY, "-c", "head:3.0"], words=["out of range"], group=g)
+    add("ablate MLP of a model without one", ["ablate", TOY, "-c", "mlp:0"], group=g)
+    add("ablate bad component syntax", ["ablate", TOY, "-c", "nonsense"], group=g)
+    add("ablate unknown method", ["ablate", TOY, "--method", "nosuch"], group=g)
+    add("patch: different lengths", ["patch", TOY, P, "N1 and N2", "--target", "N1"], group=g)
+    add("patch: unknown site", ["patch", TOY, P, "N3 and N4 then N4", "--target", "N1", "--site", "x"],
+        words=["x"], group=g)
+    add("probe unknown hook", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--hook", "nope"],
+        words=["nope"], group=g)
+    add("probe layer out of range", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--layers", "9"],
+        words=["out of range"], group=g)
+    add("probe one-class dataset", ["probe", "--model", TOY, "--dataset", f["dataset1class.jsonl"]], group=g)
+    add("probe missing dataset", ["probe", "--model", TOY, "--dataset", "nosuch.jsonl"], group=g)
+    add("probe unknown pooling", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--pooling", "x"],
+        group=g)
+    add("probe ok", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--json"], "ok", group=g)
+    add("concepts unknown concept", ["concepts", "--model", TOY, "--dataset", f["dataset.jsonl"], "--concept",
+                                     "zzz"], words=["zzz"], group=g)
+    add("faithfulness unknown level", FA + ["--level", "edge"], group=g)
+    add("faithfulness unknown ablation", FA + ["--ablation", "x"], group=g)
+    add("faithfulness unknown rank", FA + ["--rank", "x"], group=g)
+    add("faithfulness bad grid", FA + ["--grid", "0.5,2"], group=g)
+    add("faithfulness grid with nan", FA + ["--grid", "0,nan,1"], group=g)
+    add("faithfulness empty methods", ["faithfulness", "--model", TOY, "--prompts", f["good.jsonl"],
+                                       "--methods", ","], group=g)
+    add("faithfulness method twice", FA[:-1] + ["dpa,dpa"], group=g)
+    add("faithfulness --param bad form", FA + ["--param", "steps=3"], group=g)
+    add("faithfulness ok", FA + ["--json", "--no-save"], "ok", group=g)
+    add("vit-eval unknown dataset", ["vit-eval", "--dataset", "x", "--n", "2"], words=["x"], group=g)
+    add("vit-eval non-ViT model", ["vit-eval", "--model", TOY, "--n", "2"], words=["vision"], group=g)
+    add("vit-eval unknown method", ["vit-eval", "--methods", "nosuch", "--n", "2"], words=["nosuch"], group=g)
+    add("vit-explain unknown method", ["vit-explain", f["good.png"], "--method", "nosuch"], words=["nosuch"],
+        group=g)
+    add("vit-explain class out of range", ["vit-explain", f["good.png"], "--target", "99"], group=g)
+    add("train unknown task", ["train", "nosuch", "--out", "x"], words=["nosuch"], group=g)
+    add("train unknown ffn", ["train", "ioi", "--out", "x", "--ffn", "nosuch"], group=g)
+    add("train heads not dividing d_model", ["train", "ioi", "--out", "x", "--heads", "3", "--d-model", "32"],
+        group=g)
+    add("train bad --task-param", ["train", "ioi", "--out", "x", "--task-param", "nonsense"], group=g)
+    add("train unknown --task-param", ["train", "ioi", "--out", "x", "--task-param", "zz=1"], group=g)
+    add("train-vit unknown dataset", ["train-vit", "--dataset", "x"], group=g)
+    add("sae train unknown kind", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
+                                   "--kind", "x"], group=g)
+    add("sae train unknown hook", ["sae", "train", "--model", TOY, "--hook", "nope", "--tokens", "256"],
+        words=["nope"], group=g)
+    add("sae train too few tokens", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
+                                     "--tokens", "10"], group=g)
+    add("sae eval missing SAE", ["sae", "eval", "--sae", "nosuch-sae"], group=g)
+    add("sae features missing SAE", ["sae", "features", "--sae", "nosuch-sae"], group=g)
+    add("sae features SAE dir is not one", ["sae", "features", "--sae", f["emptydir"]], group=g)
+    add("recover-heads ok", ["recover-heads", "--d", "2", "--heads", "1", "--json", "--no-save"], "ok", group=g,
+        timeout=300)
+    add("recover-heads bound below heads", ["recover-heads", "--d", "2", "--heads", "2", "--bound", "1"],
+        group=g, timeout=300)
+    add("recover-heads --ffn without --d", ["recover-heads", "--ffn"], group=g)
+    add("recover-heads unknown model", ["recover-heads", "--model", "nosuch"], group=g)
+    add("recover-heads bad oracle spec", ["recover-heads", "--d", "2", "--heads", "1", "--oracle", "nosuch:f"],
+        group=g)
+    add("icl-readout on a non-ICL model", ["icl-readout", "--model", TOY, "--n", "8", "--n-train", "8"],
+        group=g)
+
+    # circuits
+    g = "circuits"
+    CD = ["circuit", "discover", "--model", TOY]
+    add("circuit discover unknown method", CD + ["--prompts", "task", "--method", "nosuch"], words=["nosuch"],
+        group=g)
+    add("circuit discover corrupt of another length", CD + ["--prompts", f["badcorrupt.jsonl"]], group=g)
+    add("circuit discover missing foil", CD + ["--prompts", f["nofoil.jsonl"], "--metric", "logit_diff"],
+        group=g)
+    add("circuit discover --edges 0", CD + ["--prompts", "task", "--edges", "0"], words=["--edges"], group=g)
+    add("circuit discover bad grid", CD + ["--prompts", "task", "--grid", "0,-1"], group=g)
+    add("circuit discover unknown ablation", CD + ["--prompts", "task", "--ablation", "x"], group=g)
+    add("circuit discover unknown param", CD + ["--prompts", "task", "--param", "zz=1"], group=g)
+    add("circuit discover --param steps=nan", CD + ["--prompts", "task", "--method", "eap_ig", "--param",
+                                                   "steps=nan"], words=["steps"], group=g)
+    add("circuit discover ok", CD + ["--prompts", "task", "--edges", "5", "--limit", "8", "--json", "--no-save"],
+        "ok", group=g, timeout=300)
+    add("circuit evaluate --keep unknown edge", ["circuit", "evaluate", "--run", "{circuit}", "--keep",
+                                                 "L9.H9->L0.H0.q"], group=g, setup=saved_circuit, timeout=400)
+    add("circuit evaluate --keep bad syntax", ["circuit", "evaluate", "--run", "{circuit}", "--keep", "nonsense"],
+        group=g, setup=saved_circuit, timeout=400)
+    add("circuit evaluate missing run", ["circuit", "evaluate", "--run", "nosuch"], group=g)
+
+    # smollm2 (slow: loads the real model)
+    g = "smollm2"
+    S = ["attribute", "smollm2-135m", "The capital of France is"]
+    add("smollm2 multi-token target", S + ["--target", " Parisian city"], group=g, slow=True, timeout=600)
+    add("smollm2 foil = target", S + ["--target", " Paris", "--foil", " Paris"], group=g, slow=True,
+        timeout=600)
+    add("smollm2 ok", S + ["--target", " Paris", "--json", "--no-save"], "ok", group=g, slow=True, timeout=600)
+    return C
+
+
+def generated_numeric_cases() -> list[Case]:
+    """Every numeric option of every command with the values it must refuse (found from the typer app)."""
+
+    from workbench.cli import app
+
+    def walk(t, path):
+        for ci in t.registered_commands:
+            yield path + [ci.name or ci.callback.__name__.replace("_", "-")], ci.callback
+        for gi in t.registered_groups:
+            yield from walk(gi.typer_instance, path + [gi.name])
+
+    cases = []
+    for path, fn in walk(app, []):
+        hints = typing.get_type_hints(fn)
+        for name, prm in inspect.signature(fn).parameters.items():
+            info, h = prm.default, hints.get(name)
+            base = typing.get_args(h)[0] if typing.get_origin(h) is list else h
+            if base not in (int, float) or not hasattr(info, "param_decls"):
+                continue
+            flag = next((d for d in info.param_decls if d.startswith("--")), "--" + name.replace("_", "-"))
+            # for whole-number options, click's own type check answers every non-integer alike: one suffices
+            for raw in ("-1", "0", "nan") if base is int else ("-1", "0", "nan", "inf", "-inf", "1e999"):
+                try:
+                    value = int(raw) if base is int else float(raw)
+                except ValueError:
+                    value = None  # click refuses it as the wrong type: a bad input too
+                if value is not None and info.callback is not None:
+                    try:
+                        info.callback(object(), None, value)
+                        continue  # a valid value for this option: not a bad input
+                    except Exception:  # noqa: BLE001 - typer.BadParameter: the option refuses it
+                        pass
+                cases.append(Case(f"{' '.join(path)} {flag} {raw}", path + [f"{flag}={raw}"], "error", (flag,),
+                                  "numeric options (generated)", timeout=120))
+    return cases
+
+
+# -- running and classifying -----------------------------------------------------------------------------
+
+NONFINITE = re.compile(r"(?<![\w.])-?(NaN|Infinity|nan|inf)(?![\w])")
+
+
+def _strict(text: str) -> Any:
+    def bad(c):
+        raise ValueError(c)
+
+    return json.loads(text, parse_constant=bad)
+
+
+def store_non_finite(store: Path) -> str | None:
+    """A NaN/Infinity in any saved run of this store (result.json, meta.json, tensors)."""
+    if not store.exists():
+        return None
+    for p in store.rglob("*.json"):
+        if p.name == "config.json" or ".plotly" in p.name:
+            continue
+        try:
+            _strict(p.read_text())
+        except ValueError as exc:
+            if "NaN" in str(exc) or "Infinity" in str(exc):
+                return f"{p.relative_to(store)}: {exc}"
+        except OSError:
+            pass
+    for p in store.rglob("*.safetensors"):
+        try:
+            import torch
+            from safetensors.torch import load_file
+
+            for k, v in load_file(str(p)).items():
+                if v.is_floating_point() and not bool(torch.isfinite(v).all()):
+                    return f"{p.relative_to(store)}: {k}"
+        except Exception:  # noqa: BLE001 - unreadable tensors are another case's business
+            pass
+    return None
+
+
+def runs_in(store: Path) -> set[str]:
+    if not store.exists():
+        return set()
+    return {p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "saes"}
+
+
+def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict[str, Any]:
+    store = work / f"runs-{i}"
+    cwd = work / f"cwd-{i}"
+    cwd.mkdir()
+    if case.setup:
+        try:
+            case.setup(store)
+        except Exception as exc:  # noqa: BLE001
+            return {"class": "setup-failed", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+    before = runs_in(store)
+    args = [a.replace("{circuit}", circuit_run_id(store)) if "{circuit}" in a else a for a in case.args]
+    env = dict(os.environ, WORKBENCH_RUNS=str(store), PYTHONPATH=str(ROOT), COLUMNS="200")
+    env.pop("WORKBENCH_DEBUG", None)
+    started = time.time()
+    if batch is not None:
+        answer = batch.run(args, store, cwd, case.timeout)
+        if answer["rc"] is None:
+            return {"class": "timeout", "rc": None, "seconds": answer["seconds"],
+                    "detail": f"no answer in {case.timeout:.0f} s"}
+        out, err, rc = answer["out"], answer["err"], answer["rc"]
+    else:
+        try:
+            proc = subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, env=env,
+                                  capture_output=True, timeout=case.timeout,
+                                  input=(case.stdin or "").encode(), )
+        except subprocess.TimeoutExpired:
+            return {"class": "timeout", "rc": None, "seconds": round(time.time() - started, 1),
+                    "detail": f"no answer in {case.timeout:.0f} s"}
+        out = proc.stdout.decode("utf-8", "replace")
+        err = proc.stderr.decode("utf-8", "replace")
+        rc = proc.returncode
+    seconds = round(time.time() - started, 1)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    # "note:" lines (damaged runs skipped) and Streamlit-free warnings are not errors
+    error_lines = [ln for ln in lines if not ln.startswith("note:")]
+    saved = runs_in(store) - before
+    bad_store = store_non_finite(store)
+    detail = (error_lines[-1] if error_lines else out.strip()[:200])[:300]
+    if "Traceback (most recent call last)" in err:
+        cls = "traceback"
+        detail = (lines[-1] if lines else "")[:300]
+    elif rc == 1 and "internal error" in err:
+        cls = "internal-error"
+    elif rc == 0:
+        bad_out = None
+        if "--json" in args:
+            try:
+                _strict(out)
+            except ValueError as exc:
+                bad_out = str(exc)[:100]
+        elif NONFINITE.search(out):
+            bad_out = NONFINITE.search(out).group(0)
+        if bad_out or bad_store:
+            cls, detail = "silent-non-finite", f"output: {bad_out}" if bad_out else f"saved: {bad_store}"
+        else:
+            cls = "ok" if case.expect == "ok" else "accepted-bad"
+    elif rc == 2:
+        one = len(error_lines) == 1 and error_lines[0].startswith("error:")
+        named = all(w.lower() in error_lines[0].lower() for w in case.words) if one else False
+        if case.expect == "ok":
+            cls = "refused-good"
+        elif not one or not named:
+            cls = "unclear-error"
+        elif saved:
+            cls = "saved-on-error"
+            detail = f"{detail} (saved {sorted(saved)})"
+        elif bad_store:
+            cls = "silent-non-finite"
+            detail = f"saved: {bad_store}"
+        else:
+            cls = "clear-error"
+    else:
+        cls = "other-exit"
+        detail = f"exit {rc}: {detail}"
+    return {"class": cls, "rc": rc, "seconds": seconds, "detail": detail}
+
+
+class _Alarm(BaseException):
+    pass
+
+
+def worker() -> int:
+    """--worker: run cases in this one process through workbench.cli.main (torch imported once).
+    Reads one JSON object a line on stdin ({"args", "store", "cwd", "timeout"}), answers one a line."""
+    import contextlib
+    import io
+    import signal
+
+    import workbench.cli as cli
+
+    def refuse_exec(*a, **k):
+        raise RuntimeError("the command would have started Streamlit")
+
+    os.execve = refuse_exec  # `workbench app` must stop at its checks; never replace this worker
+
+    def on_alarm(signum, frame):
+        raise _Alarm()
+
+    signal.signal(signal.SIGALRM, on_alarm)
+    real_out = sys.stdout
+    for line in sys.stdin:
+        job = json.loads(line)
+        os.environ["WORKBENCH_RUNS"] = job["store"]
+        os.chdir(job["cwd"])
+        sys.argv = ["workbench", *job["args"]]
+        out, err = io.StringIO(), io.StringIO()
+        rc: int | None = 0
+        started = time.time()
+        signal.alarm(max(1, int(job["timeout"])))
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                try:
+                    cli.main()
+                except SystemExit as exc:
+                    rc = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        except _Alarm:
+            rc = None
+        except BaseException:  # noqa: BLE001 - escaped main(): what a user would see as a traceback
+            import traceback
+
+            err.write(traceback.format_exc())
+            rc = 1
+        finally:
+            signal.alarm(0)
+            os.chdir(ROOT)
+        real_out.write(json.dumps({"rc": rc, "out": out.getvalue(), "err": err.getvalue(),
+                                   "seconds": round(time.time() - started, 1)}) + "\n")
+        real_out.flush()
+    return 0
+
+
+class Batch:
+    """One worker process (started on first use, restarted after a timeout)."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen | None = None
+
+    def run(self, args: list[str], store: Path, cwd: Path, timeout: float) -> dict[str, Any]:
+        if self.proc is None or self.proc.poll() is not None:
+            env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
+            env.pop("WORKBENCH_DEBUG", None)
+            self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+                                         text=True)
+        self.proc.stdin.write(json.dumps({"args": args, "store": str(store), "cwd": str(cwd),
+                                          "timeout": timeout}) + "\n")
+        self.proc.stdin.flush()
+        line = self.proc.stdout.readline()
+        if not line:  # the worker died (a crash in native code, or it was killed)
+            self.proc = None
+            return {"rc": -9, "out": "", "err": "the worker process died", "seconds": 0}
+        answer = json.loads(line)
+        if answer["rc"] is None:  # timed out: a fresh worker for the next case
+            self.close()
+        return answer
+
+    def close(self) -> None:
+        if self.proc is not None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+            self.proc = None
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--json", action="store_true", help="Print the results as JSON (one object).")
+    ap.add_argument("--only", help="Only cases whose name or group contains this text.")
+    ap.add_argument("--skip-slow", action="store_true", help="Skip the cases that load smollm2-135m.")
+    ap.add_argument("--no-generated", action="store_true", help="Skip the generated numeric-option cases.")
+    ap.add_argument("--list", action="store_true", help="List the cases and exit.")
+    ap.add_argument("--keep", action="store_true", help="Keep the temporary directory.")
+    ap.add_argument("--batch", action="store_true",
+                    help="Run the cases in one worker process through workbench.cli.main (torch imported once; "
+                         "each case still gets its own run store and directory) instead of one `python -m "
+                         "workbench.cli` per case. For loaded machines; the default is one process per case.")
+    ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    opts = ap.parse_args()
+    if opts.worker:
+        return worker()
+
+    work = Path(tempfile.mkdtemp(prefix="bad-inputs-"))
+    files = make_files(work / "files")
+    cases = catalogue(files) + ([] if opts.no_generated else generated_numeric_cases())
+    if opts.only:
+        cases = [c for c in cases if opts.only.lower() in (c.name + " " + c.group).lower()]
+    if opts.skip_slow:
+        cases = [c for c in cases if not c.slow]
+    if opts.list:
+        for c in cases:
+            print(f"{c.group:28s} {c.name:55s} workbench {' '.join(c.args)}")
+        shutil.rmtree(work, ignore_errors=True)
+        return 0
+    started = time.time()
+    batch = Batch() if opts.batch else None
+    for i, case in enumerate(cases):
+        case.result = run_case(case, work, i, batch)
+        if not opts.json:
+            r = case.result
+            print(f"[{i + 1:3d}/{len(cases)}] {r['class']:18s} {r.get('seconds', 0):6.1f}s  {case.name}",
+                  file=sys.stderr, flush=True)
+    if batch is not None:
+        batch.close()
+    counts: dict[str, int] = {}
+    for c in cases:
+        counts[c.result["class"]] = counts.get(c.result["class"], 0) + 1
+    failures = [c for c in cases if c.result["class"] not in GOOD_CLASSES]
+    mode = "one worker process (--batch)" if opts.batch else "one process per case"
+    summary = (f"{len(cases)} cases in {time.time() - started:.0f} s ({mode}): "
+               + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
+               + f"; tracebacks {counts.get('traceback', 0)}, internal errors {counts.get('internal-error', 0)}, "
+                 f"silent non-finite {counts.get('silent-non-finite', 0)}")
+    if opts.json:
+        print(json.dumps({"summary": summary, "counts": counts,
+                          "cases": [{"name": c.name, "group": c.group, "command": ["workbench", *c.args],
+                                     "expect": c.expect, **c.result} for c in cases]}, allow_nan=False))
+    else:
+        width = max(len(c.name) for c in cases)
+        print(f"{'case':{width}s}  {'result':18s}  command / detail")
+        for c in cases:
+            cmd = "workbench " + " ".join(a if a and " " not in a else repr(a) for a in c.args)
+            print(f"{c.name:{width}s}  {c.result['class']:18s}  {cmd[:110]}")
+            if c.result["class"] not in GOOD_CLASSES:
+                print(f"{'':{width}s}  {'':18s}  -> {c.result.get('detail', '')}")
+        print()
+        print(summary)
+        if failures:
+            print(f"not as expected: {len(failures)}: " + "; ".join(f"{c.name} ({c.result['class']})"
+                                                                 for c in failures))
+    if not opts.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    else:
+        print(f"kept {work}", file=sys.stderr)
+    return 1 if any(c.result["class"] in FAILURE_CLASSES for c in cases) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
