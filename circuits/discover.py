@@ -196,7 +196,7 @@ def _rows(prompts: Any, limit: int | None) -> list[dict]:
 def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, params: dict[str, Any]) -> float:
     """Seconds the scoring will take, from one measured forward on the first batch of this prompt set."""
     batch = prompts.batches[0]
-    ref = torch.zeros(len(graph.senders), model.arch.d_model, device=model.device)
+    ref = torch.zeros(len(graph.senders), 1, 1, model.arch.d_model, device=model.device)  # zero reference
     copies = int(params.get("copies", 8)) if method == "activation_patching" else 1
     keep = torch.ones(copies, graph.n_edges, dtype=torch.bool)
     started = time.perf_counter()

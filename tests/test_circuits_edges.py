@@ -190,3 +190,22 @@ def test_save_and_reload(ioi2):
     assert again.normalized == pytest.approx(res.faithfulness.normalized, abs=1e-5)
     fig = back.plot()
     assert any(t.name == "nodes (click to inspect)" for t in fig.data)
+
+
+def test_patching_cost_estimate_and_refusal(ioi2, monkeypatch):
+    import circuits.discover as discover
+    from circuits.discover import estimate
+
+    m, rows = ioi2
+    g = CircuitGraph.of(m)
+    ps = prepare(m, rows[:16])
+    for method, params in [("eap", {}), ("eap_ig", {"steps": 5}), ("dpa", {}), ("activation_patching", {"copies": 4})]:
+        seconds = estimate(m, g, ps, method, params)
+        assert 0 < seconds < 60, (method, seconds)
+    assert estimate(m, g, ps, "eap_ig", {"steps": 20}) > estimate(m, g, ps, "eap_ig", {"steps": 2})
+    seen = []
+    monkeypatch.setattr(discover, "PATCHING_LIMIT_EDGES", 5)  # as if the graph were smollm2's
+    with pytest.raises(MethodError, match="would take about"):
+        circuit(m, rows[:16], method="activation_patching")
+    res = circuit(m, rows[:16], method="activation_patching", sample=4, evaluate=False, on_estimate=seen.append)
+    assert len(seen) == 1 and seen[0] > 0 and int((res.scores != 0).sum()) <= 4
