@@ -149,7 +149,15 @@ def _stroke(img: np.ndarray, rng: np.random.Generator, colour: np.ndarray) -> No
 
 
 def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
-    """One hard image (3, 32, 32) float32, its label and the decisive object's visible pixels (32, 32).
+    """One hard image (3, 32, 32) float32, its label and the decisive object's visible pixels (32, 32)."""
+    scene = hard_scene(seed, index)
+    return scene["image"], scene["label"], scene["mask"]
+
+
+def hard_scene(seed: int, index: int) -> dict:
+    """hard_image with its layout: ``objects`` lists every drawn object in drawing order as
+    {"role": "target" | "distractor" | "near_red" | "decoy" | "occluder", "class": class index or None,
+    "pixels": (32, 32) bool, what was drawn}; also "image", "label", "mask".
 
     Drawing order: background noise, clutter strokes (some red), distractors (other classes; one in a
     near-red colour with probability 0.7), a red decoy of no class (probability 0.8), the red object of
@@ -164,6 +172,7 @@ def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
         red = rng.random() < 0.35
         _stroke(img, rng, _colour(rng, target=True) if red else _colour(rng, target=False))
     taken = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    objects: list[dict] = []
 
     def place() -> tuple[int, int] | None:
         for _ in range(60):
@@ -173,8 +182,11 @@ def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
                 return r, c
         return None
 
-    def draw(tmpl: np.ndarray, colour: np.ndarray, r: int, c: int) -> None:
+    def draw(tmpl: np.ndarray, colour: np.ndarray, r: int, c: int, role: str, cls: int | None) -> None:
         img[:, r:r + _OBJ, c:c + _OBJ][:, tmpl] = colour[:, None] * rng.uniform(0.8, 1.0)
+        pixels = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+        pixels[r:r + _OBJ, c:c + _OBJ] = tmpl
+        objects.append({"role": role, "class": cls, "pixels": pixels})
 
     # the decisive object's spot first, so it always fits; it is drawn last (over nothing)
     spot = place()
@@ -185,14 +197,15 @@ def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
         if at is None:
             continue
         colour = _near_red(rng) if (k == 0 and near_red) else _colour(rng, target=False)
-        draw(TEMPLATES[int(rng.choice(others))], colour, *at)
+        cls = int(rng.choice(others))
+        draw(TEMPLATES[cls], colour, *at, "near_red" if (k == 0 and near_red) else "distractor", cls)
     if rng.random() < 0.8:
         at = place()
         if at is not None:
-            draw(_decoy(rng), _colour(rng, target=True), *at)
+            draw(_decoy(rng), _colour(rng, target=True), *at, "decoy", None)
     r, c = spot
     tmpl = TEMPLATES[label]
-    draw(tmpl, _colour(rng, target=True), r, c)
+    draw(tmpl, _colour(rng, target=True), r, c, "target", label)
     mask = np.zeros((IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
     mask[r:r + _OBJ, c:c + _OBJ] = tmpl
     if rng.random() < 0.6:  # occlusion: cover 15-40% of the object's pixels
@@ -219,8 +232,9 @@ def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
             if 0.15 * total <= hidden <= 0.4 * total:
                 img[:, cover] = colour[:, None]
                 mask &= ~cover
+                objects.append({"role": "occluder", "class": None, "pixels": cover})
                 break
-    return img.astype(np.float32), label, mask
+    return {"image": img.astype(np.float32), "label": label, "mask": mask, "objects": objects}
 
 
 def hard(n: int, seed: int = TEST_SEED, start: int = 0) -> ImageBatch:
