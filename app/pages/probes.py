@@ -140,7 +140,7 @@ loaded = C.sidebar_model(("llm", "toy"), key="probe_model", default="smollm2-135
 files = sorted(p.name for p in DATA.glob("*.jsonl")) if DATA.is_dir() else []
 c1, c2, c3 = st.columns(3)
 source = c1.selectbox("Dataset", files + ["upload"], key="probe_source")
-upload = c1.file_uploader("JSONL", key="probe_upload") if source == "upload" else None
+upload = c1.file_uploader("JSONL", type=["jsonl", "json", "txt"], key="probe_upload") if source == "upload" else None
 data = read_dataset(source, upload)
 if data is None:
     st.stop()
