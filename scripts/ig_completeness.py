@@ -21,9 +21,11 @@ from pathlib import Path
 PROMPTS = [("The capital of France is", " Paris", None)]
 VARIANTS = [  # (label, params)
     ("zero", {"baseline": "zero"}),
-    ("zero, cubic", {"baseline": "zero", "schedule": "cubic"}),
+    ("zero-cubic", {"baseline": "zero", "schedule": "cubic"}),
     ("mean", {"baseline": "mean"}),
     ("bos", {"baseline": "bos"}),
+    ("zero, first kept", {"baseline": "zero", "keep_first": True}),
+    ("mean, first kept", {"baseline": "mean", "keep_first": True}),
 ]
 TOL = 0.1
 
@@ -41,10 +43,19 @@ def main() -> None:
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--steps", default="20,100,300")
     ap.add_argument("--n-facts", type=int, default=2, help="prompts from data/prompts/facts.jsonl")
-    ap.add_argument("--n-ioi", type=int, default=1, help="prompts from data/prompts/ioi.jsonl")
-    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n-ioi", type=int, default=0, help="prompts from data/prompts/ioi.jsonl")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--variants", default=";".join(label for label, _ in VARIANTS),
+                    help="baselines to run: labels of VARIANTS, ';'-separated (to split the work)")
+    ap.add_argument("--rows", default=None, help="write the raw rows here (JSON) instead of the report")
+    ap.add_argument("--merge", default=None, help="comma-separated --rows files: write the report from them")
     ap.add_argument("--out", default="attribution/results/ig_completeness_smollm2.md")
     args = ap.parse_args()
+    steps_list = [int(s) for s in args.steps.split(",")]
+    if args.merge:
+        rows = [r for f in args.merge.split(",") for r in json.loads(Path(f).read_text())]
+        write(Path(args.out), rows, steps_list, args.model, sum(r.get("seconds", 0) for r in rows))
+        return
 
     import torch
 
@@ -53,21 +64,29 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     model = wb.load(args.model)
-    steps_list = [int(s) for s in args.steps.split(",")]
+    chosen = args.variants.split(";")
     rows = []
-    started = time.time()
-    for prompt, target, foil in prompt_rows(args.n_facts, args.n_ioi):
-        enc = model.encode(prompt, target, foil)
-        for label, params in VARIANTS:
-            for steps in steps_list:
+    encs = [(row, model.encode(*row)) for row in prompt_rows(args.n_facts, args.n_ioi)]
+    variants = dict(VARIANTS)
+    for steps in steps_list:  # every prompt and baseline at few steps first, the long runs last
+        for (prompt, target, foil), enc in encs:
+            for label in chosen:
+                params = variants[label]
+                started = time.process_time()
                 rep = ig_completeness(model, enc, steps=steps, internal_batch_size=50, **params)
                 rel = abs(rep["delta"]) / abs(rep["expected"]) if rep["expected"] else float("inf")
                 rows.append({"prompt": prompt, "target": target, "foil": foil, "baseline": label, "steps": steps,
-                             **rep, "relative_gap": rel})
+                             **rep, "relative_gap": rel, "seconds": time.process_time() - started})
                 print(json.dumps(rows[-1]), flush=True)
-    out = Path(args.out)
+                if args.rows:  # after every row: a long run that is stopped keeps what it measured
+                    Path(args.rows).write_text(json.dumps(rows, indent=1) + "\n")
+    if not args.rows:
+        write(Path(args.out), rows, steps_list, model.name, sum(r["seconds"] for r in rows))
+
+
+def write(out: Path, rows: list[dict], steps_list: list[int], model: str, seconds: float) -> None:
     out.with_suffix(".json").write_text(json.dumps(rows, indent=1) + "\n")
-    out.write_text(report(model.name, rows, steps_list, time.time() - started))
+    out.write_text(report(model, rows, steps_list, seconds))
 
 
 def report(model: str, rows: list[dict], steps_list: list[int], seconds: float) -> str:
@@ -77,17 +96,20 @@ def report(model: str, rows: list[dict], steps_list: list[int], seconds: float) 
     lines = [f"# Integrated gradients: completeness on {model}", "",
              "Produced by `scripts/ig_completeness.py` "
              f"({len(prompts)} prompts, {len(labels)} baselines, steps {', '.join(map(str, steps_list))}; "
-             f"{seconds / 60:.0f} min on 2 CPU threads). Gap = Captum's convergence delta, "
+             f"{seconds / 60:.0f} CPU minutes). Gap = Captum's convergence delta, "
              "sum(scores) - (f(input) - f(baseline)), in logits of the metric (target, or target - foil); "
              f"converged = |gap| <= {TOL:.0%} of |f(input) - f(baseline)|, the threshold at which "
              "`attribute` warns and faithfulness tables count an example as unconverged.", "",
-             "## Summary: median |gap| / |f(input) - f(baseline)| (converged prompts)", "",
+             "## Summary: median |gap| / |f(input) - f(baseline)| (prompts within 10% / prompts run)", "",
              "| baseline | " + " | ".join(f"{s} steps" for s in steps_list) + " |",
              "|---|" + "---|" * len(steps_list)]
     for label in labels:
         cells = []
         for s in steps_list:
-            rel = [at[(p[0], label, s)]["relative_gap"] for p in prompts]
+            rel = [at[(p[0], label, s)]["relative_gap"] for p in prompts if (p[0], label, s) in at]
+            if not rel:
+                cells.append("-")
+                continue
             ok = sum(r <= TOL for r in rel)
             cells.append(f"{statistics.median(rel):.3f} ({ok}/{len(rel)})")
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
@@ -97,8 +119,10 @@ def report(model: str, rows: list[dict], steps_list: list[int], seconds: float) 
               "|---|---|---|---|" + "---|" * len(steps_list)]
     for prompt, target, foil in prompts:
         for label in labels:
+            if (prompt, label, steps_list[0]) not in at:
+                continue
             first = at[(prompt, label, steps_list[0])]
-            gaps = [f"{at[(prompt, label, s)]['delta']:+.2f}" for s in steps_list]
+            gaps = [f"{at[(prompt, label, s)]['delta']:+.2f}" if (prompt, label, s) in at else "-" for s in steps_list]
             short = prompt if len(prompt) <= 40 else prompt[:37] + "..."
             lines.append(f"| {short} | {target!r} / {foil!r} | {label} | {first['expected']:.2f} | "
                          + " | ".join(gaps) + " |")

@@ -91,3 +91,22 @@ def test_faithfulness_marks_unconverged_ig(llama):
     assert res.to_json()["methods"]["integrated_gradients"]["unconverged"] == 2
     assert "unconverged" in res.markdown().splitlines()[2]
     assert all("relative_gap" in r for r in res.per_example if r["method"] == "integrated_gradients")
+
+
+def test_keep_first_holds_the_first_position_at_its_embedding(llama):
+    enc = llama.encode(PROMPT, "F", "C")
+    res = attribute(llama, PROMPT, "F", "C", method="ig", level="token", steps=32, baseline="mean",
+                    keep_first=True)
+    assert float(res.scores[0]) == 0.0 and res.scores[1:].abs().max() > 0
+    mean = llama.W_E.mean(0)
+
+    def put(x, hook):
+        out = mean.expand_as(x).clone()
+        out[:, 0] = x[:, 0]
+        return out
+
+    with torch.no_grad():
+        logits = llama.run_with_hooks(enc.tokens, fwd_hooks=[("hook_embed", put)])[0, -1]
+    assert res.baseline_logit == pytest.approx(float(logits[enc.target_id] - logits[enc.foil_id]), abs=1e-5)
+    assert res.convergence_delta == pytest.approx(
+        float(res.scores.double().sum()) - (res.target_logit - res.baseline_logit), abs=1e-4)
