@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import torch
+    from jaxtyping import Float
 
     from workbench.hooked import HookedModel
     from workbench.tokens import Encoding
@@ -37,7 +38,7 @@ class Scored:
     convergence delta); 0 for an exact path integral.
     """
 
-    scores: torch.Tensor
+    scores: Float[torch.Tensor, "*axes"]  # laid out on LEVEL_AXES[level]
     target_logit: float | None = None
     baseline_logit: float | None = None
     convergence_delta: float | None = None
@@ -91,7 +92,8 @@ _add("gradient_norm", "attribution.baselines.gradient:gradient_norm_scores", ("t
 _add("input_x_gradient", "attribution.baselines.gradient:input_x_gradient_scores",
      ("token", "head", "neuron"), "input (activation) times gradient")
 _add("integrated_gradients", "attribution.baselines.integrated_gradients:ig_scores", ("token",),
-     "integrated gradients along embeddings (steps, baseline: zero|mean|pad|ID, schedule, internal_batch_size)",
+     "integrated gradients along embeddings (steps, baseline: zero|mean|bos|ID, keep_first, schedule); "
+     "converges on smollm2 with baseline=mean keep_first=true",
      complete=True, convergence_delta=True)
 _add("attention_last", "attribution.baselines.attention:attention_last_scores", ("token", "edge"),
      "last-layer attention from the final position, mean over heads")

@@ -21,6 +21,7 @@ import torch
 from jaxtyping import Float, Int
 
 from workbench.errors import MethodError, PromptError, WorkbenchError
+from workbench.metric import logit_diff
 
 ABLATIONS = ("corrupt", "mean", "zero")
 METRICS = ("logit_diff", "target_logit")
@@ -50,11 +51,8 @@ class PromptBatch:
         copies = logits.shape[0] // self.size
         rows = torch.arange(logits.shape[0])
         last = self.last.repeat(copies)
-        at = logits[rows, last].float()
-        value = at[rows, self.target.repeat(copies)]
-        if kind == "logit_diff":
-            value = value - at[rows, self.foil.repeat(copies)]  # type: ignore[union-attr]
-        return value
+        foil = self.foil.repeat(copies) if kind == "logit_diff" else None  # type: ignore[union-attr]
+        return logit_diff(logits[rows, last].float(), self.target.repeat(copies), foil)
 
 
 @dataclass

@@ -28,7 +28,7 @@ def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     m = _load(name)
     t = _task(m)
     b = t.batch("test")
-    out: dict[str, Any] = {"accuracy": evaluate(m.tl, b, t)["accuracy"]}
+    out: dict[str, Any] = {"accuracy": evaluate(m, b, t)["accuracy"]}
     heads = [f"head:{layer}.{h}" for layer in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     for method in ("zero", "mean", "resample"):
         r = ablation.ablate_task(m, b, t, heads, method, reference=t.batch("train").tokens)
@@ -64,13 +64,13 @@ def carry_redistribution(name: str, method: str = "mean") -> dict[str, float]:
     t = _task(m)
     b = t.batch("test", 1000, seed=0)
     ref = t.batch("train", 1000, seed=1).tokens
-    base = evaluate(m.tl, b, t)
+    base = evaluate(m, b, t)
     out = {"accuracy": base["accuracy"], "token_accuracy": base["token_accuracy"]}
     carry_mask = b.mask.clone()
     carry_mask[:, 2 * t.digits + 1 :] &= b.meta["carries"]
     for comp in ("attn:0", "mlp:0"):
         hooks = ablation.ablation_hooks(m, [comp], method, reference=ref)
-        ev = evaluate(m.tl, b, t, hooks)
+        ev = evaluate(m, b, t, hooks)
         key = comp.split(":")[0]
         out[f"{key}_accuracy"] = ev["accuracy"]
         out[f"{key}_drop"] = base["accuracy"] - ev["accuracy"]
@@ -99,7 +99,7 @@ def modadd_fourier(name: str) -> dict[str, Any]:
     t = _task(m)
     r = fourier.fourier_analysis(m)
     return {
-        "accuracy": evaluate(m.tl, t.batch("test"), t)["accuracy"],
+        "accuracy": evaluate(m, t.batch("test"), t)["accuracy"],
         "per_neuron": r.per_neuron,
         "subspace": r.subspace,
         "key_freqs": r.key_freqs,
@@ -121,7 +121,7 @@ def markov_stages(name: str = "markov-3h") -> dict[str, Any]:
         return [t.lags[max(range(len(row)), key=row.__getitem__)] for row in lag_att[0]]
 
     stages = [{"step": d["step"], "best_lag": best(d["lag_attention"])} for d in dyn]
-    final = best(t.lag_attention(m.tl))
+    final = best(t.lag_attention(m))
     return {
         "stages": stages,
         "final_best_lag": final,

@@ -80,11 +80,11 @@ def check_spec(spec: ModelSpec) -> None:
 
 def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     """A freshly initialised HookedTransformer for ``task`` (from circuits.tasks.get_task)."""
-    import warnings
 
     import torch
-    from transformer_lens import HookedTransformer
     from transformer_lens.config import HookedTransformerConfig
+
+    from workbench.hooked import hooked_transformer
 
     check_spec(spec)
     regression = task.kind == "regression"
@@ -113,9 +113,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
         initializer_range=spec.init_range or -1.0,
     )
     torch.manual_seed(seed)
-    with warnings.catch_warnings():  # TransformerLens 3 flags HookedTransformer as deprecated
-        warnings.simplefilter("ignore", DeprecationWarning)
-        model = HookedTransformer(cfg, move_to_device=False)
+    model = hooked_transformer(cfg, move_to_device=False)
     if spec.ffn.startswith("moe"):
         from circuits.moe import MoEMLP
 

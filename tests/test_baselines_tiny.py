@@ -15,13 +15,13 @@ PROMPT = "A B C D B E ="
 
 
 def _wrap(cfg_kwargs: dict, seed: int, name: str):
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig
 
-    from workbench.hooked import HookedModel
+    from workbench.hooked import HookedModel, hooked_transformer
     from workbench.tokens import SymbolTokenizer
 
     cfg = HookedTransformerConfig(d_vocab=len(VOCAB), n_ctx=32, seed=seed, device="cpu", **cfg_kwargs)
-    tl = HookedTransformer(cfg, move_to_device=False)
+    tl = hooked_transformer(cfg, move_to_device=False)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():  # larger weights than TL's init, so attributions are not all ~0
         for pname, p in tl.named_parameters():

@@ -50,14 +50,15 @@ def test_trained_layer_recovered_below_1e_4(tiny):
 
 
 def test_absent_zoo_model_and_rotary_refused():
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig
 
     from attribution.blackbox.trained import attention_oracle, load_toy
     from workbench.errors import MethodError
+    from workbench.hooked import hooked_transformer
 
     with pytest.raises(UnknownModelError):
         load_toy("no-such-toy-model")
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=5,
                                   attn_only=True, positional_embedding_type="rotary", rotary_dim=4)
     with pytest.raises(MethodError):
-        attention_oracle(HookedTransformer(cfg))
+        attention_oracle(hooked_transformer(cfg))

@@ -14,6 +14,8 @@ Hook names (TransformerLens conventions)::
     blocks.{l}.mlp.hook_pre (gate, or the MLP input for non-GLU), blocks.{l}.mlp.hook_pre_linear (up),
     blocks.{l}.mlp.hook_post (act(gate) * up), blocks.{l}.hook_mlp_out, blocks.{l}.hook_resid_post,
     ln_final.hook_scale
+
+Tensor shapes are in the signatures (jaxtyping); the test suite checks them at run time (tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
+
+import torch
+from jaxtyping import Float, Int
 
 from workbench.errors import PromptError, RangeError, TokenError, check_range
 from workbench.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
@@ -44,6 +49,23 @@ class ArchInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def hooked_transformer(cfg: Any, **kwargs: Any) -> Any:
+    """TransformerLens' ``HookedTransformer(cfg, **kwargs)``, without its deprecation warning.
+
+    TransformerLens 3.x deprecates HookedTransformer in favour of TransformerBridge ("removed in 4.0"; we pin
+    3.9). We keep it, knowingly: the bridge wraps a Hugging Face module and cannot be built from a config
+    (every toy model here is one), and for LLMs it does not yet give what the engines need (see
+    workbench/backends.py). So this one warning, and nothing else, is silenced where we construct the model.
+    """
+    import warnings
+
+    from transformer_lens import HookedTransformer
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="HookedTransformer is deprecated", category=DeprecationWarning)
+        return HookedTransformer(cfg, **kwargs)
 
 
 def arch_from_cfg(cfg: Any, mlp: str | None = None) -> ArchInfo:
@@ -87,7 +109,7 @@ class HookedModel:
                 f"heads={a.n_heads}/{a.n_kv_heads}kv, d_model={a.d_model}, mlp={a.mlp}, norm={a.norm})")
 
     @property
-    def device(self):
+    def device(self) -> torch.device:
         return next(self.tl.parameters()).device
 
     # -- tokens ---------------------------------------------------------------------------
@@ -96,10 +118,8 @@ class HookedModel:
             return self.tokenizer.encode(text)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def to_tokens(self, prompt: str | list[int]):
+    def to_tokens(self, prompt: str | list[int]) -> Int[torch.Tensor, "1 pos"]:
         """Token ids [1, seq] for a prompt (a string, or a list of ids for toy models)."""
-        import torch
-
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("empty prompt: give at least one token")
@@ -113,7 +133,7 @@ class HookedModel:
         check_prompt(str(prompt), len(ids), self.arch.n_ctx)
         return torch.tensor([ids], dtype=torch.long, device=self.device)
 
-    def to_str_tokens(self, tokens) -> list[str]:
+    def to_str_tokens(self, tokens: Int[torch.Tensor, "1 pos"] | Int[torch.Tensor, " pos"] | list[int]) -> list[str]:
         ids = tokens[0].tolist() if hasattr(tokens, "dim") and tokens.dim() == 2 else list(tokens)
         return [self.decode([i]) for i in ids]
 
@@ -150,24 +170,27 @@ class HookedModel:
         return self.token_id(tok, role)
 
     # -- running --------------------------------------------------------------------------
-    def __call__(self, tokens, **kwargs):
+    def __call__(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"],
+                 **kwargs: Any) -> Any:
+        """The module's forward (logits [batch, pos, vocab], or what stop_at_layer/return_type ask for);
+        with start_at_layer, ``tokens`` is the residual stream [batch, pos, d_model] (toy regression models
+        read vectors [batch, pos, d_in])."""
         return self.tl(tokens, **kwargs)
 
-    def logits(self, tokens):
-        import torch
-
+    def logits(self, tokens: Int[torch.Tensor, "batch pos"]) -> Float[torch.Tensor, "batch pos vocab"]:
         with torch.no_grad():
             return self.tl(tokens)
 
-    def run_with_cache(self, tokens, names_filter: Callable[[str], bool] | list[str] | None = None,
-                       **kwargs):
+    def run_with_cache(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"],
+                       names_filter: Callable[[str], bool] | list[str] | None = None, **kwargs: Any) -> Any:
         """(logits, ActivationCache) under TransformerLens hook names."""
         if isinstance(names_filter, list | tuple | set | frozenset):
             # TransformerLens tests a list filter by linear search at every hook point; a set is O(1)
             names_filter = frozenset(names_filter).__contains__
         return self.tl.run_with_cache(tokens, names_filter=names_filter, **kwargs)
 
-    def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):
+    def run_with_hooks(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"], fwd_hooks=(),
+                       bwd_hooks=(), **kwargs: Any) -> Any:
         return self.tl.run_with_hooks(tokens, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
 
     @contextmanager
@@ -202,17 +225,50 @@ class HookedModel:
             raise RangeError(f"hook {name!r} does not exist in {self.name}; e.g. blocks.0.hook_resid_post")
         return name
 
-    def top_predictions(self, prompt: str | list[int], k: int = 5) -> list[tuple[str, float]]:
-        import torch
+    def has_hook(self, name: str) -> bool:
+        return name in self.tl.hook_dict
 
+    @property
+    def can_stop_at_layer(self) -> bool:
+        """Whether a forward can stop early (``model(tokens, stop_at_layer=l)``): TransformerLens modules can."""
+        import inspect
+
+        try:
+            return "stop_at_layer" in inspect.signature(getattr(self.tl, "forward", None)).parameters
+        except (TypeError, ValueError):
+            return False
+
+    def has_mlp(self, layer: int) -> bool:
+        return getattr(self.tl.blocks[self.check_layer(layer)], "mlp", None) is not None
+
+    def n_experts(self, layer: int) -> int | None:
+        """The number of experts of a layer's MoE MLP (None for a dense MLP or none)."""
+        experts = getattr(getattr(self.tl.blocks[self.check_layer(layer)], "mlp", None), "experts", None)
+        return None if experts is None else len(experts)
+
+    def sample(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int,
+               temperature: float = 1.0) -> Int[torch.Tensor, "1 new_pos"]:
+        """Sampled continuation: the prompt's ids followed by up to max_new_tokens new ones."""
+        return self.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=temperature, verbose=False,
+                                use_past_kv_cache=True)
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The module's parameters and buffers (TransformerLens names)."""
+        return self.tl.state_dict()
+
+    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> Any:
+        return self.tl.load_state_dict(state, strict=strict)
+
+    def n_params(self) -> int:
+        return sum(p.numel() for p in self.tl.parameters())
+
+    def top_predictions(self, prompt: str | list[int], k: int = 5) -> list[tuple[str, float]]:
         probs = torch.softmax(self.logits(self.to_tokens(prompt))[0, -1].float(), -1)
         top = probs.topk(k)
         return [(self.decode([int(i)]), float(p)) for p, i in zip(top.values, top.indices, strict=False)]
 
     def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
         """Greedy continuation (the text after the prompt)."""
-        import torch
-
         tokens = self.to_tokens(prompt)
         new = []
         with torch.no_grad():
@@ -238,7 +294,7 @@ class HookedModel:
             raise RangeError(f"{self.name} has no MLP neurons")
         return check_range("neuron", neuron, self.arch.d_mlp)
 
-    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, Any]:
+    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, torch.Tensor | None]:
         """Layer weights in TransformerLens layout; every key is present (None where the model has none).
 
         W_Q [head, d_model, d_head], W_K/W_V [head or kv head, d_model, d_head], W_O [head, d_head, d_model],
@@ -261,7 +317,7 @@ class HookedModel:
             w[key] = getattr(mlp, key, None)
         return w
 
-    def act_fn(self, layer: int) -> Callable[[Any], Any]:
+    def act_fn(self, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """The MLP activation of a layer, as a function on tensors."""
         return self.tl.blocks[self.check_layer(layer)].mlp.act_fn
 
@@ -269,7 +325,8 @@ class HookedModel:
         """The divisor of a layer's attention scores (sqrt(d_head) unless the model says otherwise)."""
         return float(self.tl.blocks[self.check_layer(layer)].attn.attn_scale)
 
-    def rope(self, layer: int, seq_len: int) -> tuple[Any, Any, bool, int] | None:
+    def rope(self, layer: int, seq_len: int) -> tuple[Float[torch.Tensor, "pos rot"], Float[torch.Tensor, "pos rot"],
+                                                      bool, int] | None:
         """(cos, sin) [seq_len, rotary_dim] of a layer's rotary embedding, whether rotated pairs are adjacent
         (GPT-J) rather than halves (NeoX/Llama), and rotary_dim; None for models without RoPE."""
         if self.arch.positional != "rope":
@@ -279,7 +336,7 @@ class HookedModel:
         return (attn.rotary_cos[:seq_len], attn.rotary_sin[:seq_len], bool(cfg.rotary_adjacent_pairs),
                 int(cfg.rotary_dim))
 
-    def final_logits(self, resid):
+    def final_logits(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch vocab"]:
         """Last-position logits [B, vocab] from the final residual stream [B, S, d_model] (final norm, then
         unembedding of that one position only)."""
         x = resid[:, -1:]
@@ -288,29 +345,33 @@ class HookedModel:
         return self.tl.unembed(x)[:, 0]
 
     @property
-    def W_U(self):
+    def W_U(self) -> Float[torch.Tensor, "d_model vocab"]:
         return self.tl.W_U
 
     @property
-    def b_U(self):
+    def b_U(self) -> Float[torch.Tensor, " vocab"] | None:
         return self.tl.b_U
 
     @property
-    def W_E(self):
+    def W_E(self) -> Float[torch.Tensor, "vocab d_model"]:
         return self.tl.W_E
 
-    def final_norm_weight(self):
+    @property
+    def W_pos(self) -> Float[torch.Tensor, "n_ctx d_model"] | None:
+        """The learned positional embedding (None for models without one)."""
+        return getattr(self.tl, "W_pos", None) if self.arch.positional == "learned" else None
+
+    def final_norm_weight(self) -> Float[torch.Tensor, " d_model"] | None:
         return getattr(getattr(self.tl, "ln_final", None), "w", None)
 
-    def final_norm_bias(self):
+    def final_norm_bias(self) -> Float[torch.Tensor, " d_model"] | None:
         """The final LayerNorm's bias (None for RMSNorm or no final norm)."""
         return getattr(getattr(self.tl, "ln_final", None), "b", None)
 
-    def head_writes(self, z, layer: int, heads_first: bool = False):
+    def head_writes(self, z: Float[torch.Tensor, "batch pos head d_head"], layer: int,
+                    heads_first: bool = False) -> Float[torch.Tensor, "_ _ _ d_model"]:
         """Per-head writes into the residual from hook_z: [batch, pos, head, d_model], or with heads_first
         [head, batch, pos, d_model] (one batched product, no transpose afterwards)."""
-        import torch
-
         W_O = self.tl.blocks[layer].attn.W_O
         if not heads_first:
             return torch.einsum("bphd,hdm->bphm", z, W_O)

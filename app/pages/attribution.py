@@ -18,27 +18,13 @@ CACHE_SIZE = 12  # results per session; a neuron-level result of a long prompt i
 
 
 def rebuild(run: Any):
-    """An AttributionResult from a stored "attribute" run."""
+    """An AttributionResult from a stored "attribute" run (its scores checked against its axes)."""
     from attribution.result import AttributionResult
 
-    r = run.result()
     tensors = run.tensors()
     if "scores" not in tensors:
         raise ValueError(f"run {run.id} holds no scores tensor")
-    return AttributionResult(
-        model=r.get("model") or run.meta.get("model"),
-        method=r.get("method") or run.meta.get("method", ""),
-        level=r.get("level") or run.meta.get("args", {}).get("level", "token"),
-        axes=tuple(r.get("axes", ())),
-        scores=tensors["scores"],
-        tokens=r.get("tokens", []),
-        target=r.get("target"),
-        foil=r.get("foil"),
-        target_logit=r.get("target_logit"),
-        seconds=r.get("seconds", 0.0),
-        params=r.get("params", {}),
-        prompt=r.get("prompt"),
-    )
+    return AttributionResult.from_json(run.result(), scores=tensors["scores"])
 
 
 def compute(
@@ -46,7 +32,8 @@ def compute(
 ) -> dict[str, Any]:
     """AttributionResults for ``levels``, memoised in this session (reruns redraw without recomputing).
 
-    DPA gives every level from one forward and one top-down pass (dpa_all); other methods run per level.
+    A method that declares a one-pass implementation (MethodSpec.one_pass: DPA, IFR) gives every level from
+    one pass; other methods run per level.
     """
     cache = st.session_state.setdefault("_attr_cache", {})
     todo = [lv for lv in levels if (loaded.name, prompt, target, foil, method, lv) not in cache]
@@ -63,16 +50,9 @@ def compute(
 def _attribute(
     model: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
 ) -> dict[str, Any]:
-    from attribution import attribute, result_for
+    from attribution import attribute_levels
 
-    if method == "dpa" and len(levels) > 1 and C.has_engine("attribution.dpa.engine"):
-        from attribution.dpa.engine import dpa_all
-
-        enc = model.encode(prompt, target, foil)
-        trace = dpa_all(model, enc, levels=levels)
-        return {lv: result_for(model, "dpa", lv, enc, trace.levels[lv], trace.seconds, trace.target_logit, {},
-                               prompt) for lv in levels}
-    return {lv: attribute(model, prompt, target=target, foil=foil, method=method, level=lv) for lv in levels}
+    return attribute_levels(model, prompt, target, foil, method=method, levels=levels)
 
 
 def available_methods(level: str) -> list[str]:
@@ -314,6 +294,12 @@ engine_s = sum(
 m3.metric(
     "engine time", f"{engine_s:.2f} s", help="Seconds the engines took for these results (when computed)."
 )
+for m, r in token_results.items():  # path methods (integrated gradients) report whether their scores add up
+    if r.convergence_delta is not None:
+        (st.caption if r.converged else st.warning)(
+            f"{m}: completeness gap {r.convergence_delta:+.3g} (sum of scores − (f(input) − f(baseline)); "
+            f"f(input) − f(baseline) is {r.target_logit - r.baseline_logit:+.3g})" + ("" if r.converged else
+            ": not converged; try baseline=mean with keep_first=true, or more steps"))
 st.plotly_chart(
     V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens), key="attr_tokens"
 )

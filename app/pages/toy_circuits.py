@@ -123,7 +123,7 @@ batch = C.attempt("Cannot sample the task", task.batch, "test", N_EVAL, int(seed
 if batch is None:
     st.stop()
 with loaded.lock:
-    acc = C.attempt("Evaluation failed", evaluate, model.tl, batch, task)
+    acc = C.attempt("Evaluation failed", evaluate, model, batch, task)
 if acc:
     cols = st.columns(len(acc))
     for col, (k, v) in zip(cols, acc.items(), strict=True):

@@ -11,7 +11,7 @@ prompt with the target and foil tokens swapped (IOI: "... John gave it to" <-> "
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -19,8 +19,12 @@ from attribution.baselines.common import check_target, grads, hook_names, layout
 from attribution.methods import Scored
 from workbench.errors import MethodError, PromptError
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
-def atp_scores(model: Any, enc: Any, level: str) -> Scored:
+
+def atp_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
     acts, gs, value = grads(model, enc, names)
@@ -30,7 +34,7 @@ def atp_scores(model: Any, enc: Any, level: str) -> Scored:
     return Scored(layout(level, prods), target_logit=float(value[0]))
 
 
-def corrupt_tokens(model: Any, enc: Any, corrupt: str | list[int] | None = None) -> torch.Tensor:
+def corrupt_tokens(model: HookedModel, enc: Encoding, corrupt: str | list[int] | None = None) -> torch.Tensor:
     if corrupt is not None:
         tokens = model.to_tokens(corrupt)
         if tokens.shape != enc.tokens.shape:
@@ -48,7 +52,7 @@ def corrupt_tokens(model: Any, enc: Any, corrupt: str | list[int] | None = None)
     return tokens
 
 
-def atp_foil_scores(model: Any, enc: Any, level: str, corrupt: str | list[int] | None = None) -> Scored:
+def atp_foil_scores(model: HookedModel, enc: Encoding, level: str, corrupt: str | list[int] | None = None) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
     corrupted = corrupt_tokens(model, enc, corrupt)

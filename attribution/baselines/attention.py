@@ -9,12 +9,16 @@ None of these look at the target: they rank what the model attends to, not what 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
-def patterns(model: Any, enc: Any) -> torch.Tensor:
+
+def patterns(model: HookedModel, enc: Encoding) -> torch.Tensor:
     """Attention patterns of one prompt, [layer, head, query, key]."""
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.arch.n_layers)]
     with torch.no_grad():
@@ -22,7 +26,7 @@ def patterns(model: Any, enc: Any) -> torch.Tensor:
     return torch.stack([cache[n][0] for n in names]).float()
 
 
-def attention_last_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def attention_last_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
     pat = patterns(model, enc)
     if level == "token":
         return pat[-1, :, -1].mean(0)
@@ -31,7 +35,7 @@ def attention_last_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
     return out
 
 
-def attention_mean_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def attention_mean_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
     pat = patterns(model, enc)
     if level == "token":
         return pat[:, :, -1].mean((0, 1))
@@ -50,5 +54,5 @@ def rollout(pat: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     return joint
 
 
-def rollout_scores(model: Any, enc: Any, level: str, residual: float = 0.5) -> torch.Tensor:
+def rollout_scores(model: HookedModel, enc: Encoding, level: str, residual: float = 0.5) -> torch.Tensor:
     return rollout(patterns(model, enc), residual)[-1]

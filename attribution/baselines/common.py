@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,12 +22,12 @@ def metric(logits_last: torch.Tensor, enc: Encoding) -> torch.Tensor:
     return logit_diff(logits_last, enc.target_id, enc.foil_id)
 
 
-def check_target(enc: Any) -> None:
+def check_target(enc: Encoding) -> None:
     if enc.target_id is None:
         raise MethodError("this method explains a target token: give --target")
 
 
-def last_logits(model: Any, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
+def last_logits(model: HookedModel, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
                 resid: torch.Tensor | None = None) -> torch.Tensor:
     """Last-position logits [B, V]; with ``resid`` the forward starts at block ``start_layer``."""
     n_layers = model.arch.n_layers
@@ -39,7 +39,7 @@ def last_logits(model: Any, tokens: torch.Tensor, fwd_hooks=(), start_layer: int
     return model.final_logits(out)
 
 
-def level_shape(model: Any, enc: Any, level: str) -> tuple[int, ...]:
+def level_shape(model: HookedModel, enc: Encoding, level: str) -> tuple[int, ...]:
     a, s = model.arch, enc.seq_len
     if level == "token":
         return (s,)
@@ -54,13 +54,13 @@ def level_shape(model: Any, enc: Any, level: str) -> tuple[int, ...]:
     raise MethodError(f"unknown level {level!r}")
 
 
-def prompt_seed(enc: Any, salt: int = 0) -> int:
+def prompt_seed(enc: Encoding, salt: int = 0) -> int:
     """A seed that differs between prompts but is reproducible for one prompt."""
     ids = ",".join(str(i) for i in enc.tokens[0].tolist()) + f"|{enc.target_id}|{enc.foil_id}|{salt}"
     return int(hashlib.sha1(ids.encode()).hexdigest()[:8], 16)
 
 
-def hook_names(model: Any, level: str) -> list[str]:
+def hook_names(model: HookedModel, level: str) -> list[str]:
     """The activations a level's gradient methods read, one per layer (token: the embedding)."""
     n = model.arch.n_layers
     if level == "token":

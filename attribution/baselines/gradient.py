@@ -10,13 +10,17 @@ input_x_gradient: the gradient dotted with the item's activation (token embeddin
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from attribution.baselines.common import check_target, grads, hook_names, layout
 from attribution.methods import Scored
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
-def _scores(model: Any, enc: Any, level: str, kind: str) -> Scored:
+
+def _scores(model: HookedModel, enc: Encoding, level: str, kind: str) -> Scored:
     check_target(enc)
     names = hook_names(model, level)
     acts, gs, value = grads(model, enc, names)
@@ -29,13 +33,13 @@ def _scores(model: Any, enc: Any, level: str, kind: str) -> Scored:
     return Scored(layout(level, per_item), target_logit=float(value[0]))
 
 
-def gradient_scores(model: Any, enc: Any, level: str) -> Scored:
+def gradient_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:
     return _scores(model, enc, level, kind="gradient")
 
 
-def gradient_norm_scores(model: Any, enc: Any, level: str) -> Scored:
+def gradient_norm_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:
     return _scores(model, enc, level, kind="gradient_norm")
 
 
-def input_x_gradient_scores(model: Any, enc: Any, level: str) -> Scored:
+def input_x_gradient_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:
     return _scores(model, enc, level, kind="input_x_gradient")

@@ -17,14 +17,18 @@ threshold; these are the dense importances before pruning).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
 CHUNK_BYTES = 256 * 2**20  # per-query chunks keep [chunk, head, key, d_model] under this
 
 
-def _layer_parts(model: Any, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalised proximity shares: residual [S] and head/key parts [S(query), H, S(key)]."""
     a = model.arch
     pat = cache[f"blocks.{layer}.attn.hook_pattern"][0].float()  # [H, Sq, Sk]
@@ -48,7 +52,7 @@ def _layer_parts(model: Any, cache: Any, layer: int) -> tuple[torch.Tensor, torc
     return res_imp / total, part_imp / total[:, None, None]
 
 
-def ifr_all(model: Any, enc: Any) -> dict[str, torch.Tensor]:
+def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, torch.Tensor]:
     """All three levels from one cached forward: token [S], head [L, H, S], edge [L, H, S, S]."""
     n = model.arch.n_layers
     names = [f"blocks.{l}.{k}" for l in range(n) for k in
@@ -67,11 +71,11 @@ def ifr_all(model: Any, enc: Any) -> dict[str, torch.Tensor]:
     return {"token": w, "head": edge.sum(-1), "edge": edge}
 
 
-def ifr_scores(model: Any, enc: Any, level: str) -> torch.Tensor:
+def ifr_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
     return ifr_all(model, enc)[level]
 
 
-def ifr_levels(model: Any, enc: Any, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def ifr_levels(model: HookedModel, enc: Encoding, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
     """Method-table one_pass entry: the levels asked for from one cached forward."""
     every = ifr_all(model, enc)
     return {lv: every[lv] for lv in levels}

@@ -14,7 +14,7 @@ from the cached clean residual (earlier layers are unchanged).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -22,10 +22,14 @@ from attribution.baselines.common import check_target, last_logits, level_shape,
 from attribution.methods import Scored
 from workbench.errors import MethodError
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
+
 ABLATION_LEVELS = ("token", "head", "neuron")
 
 
-def item_shape(model: Any, seq_len: int, level: str, per_position: bool = False) -> tuple[int, ...]:
+def item_shape(model: HookedModel, seq_len: int, level: str, per_position: bool = False) -> tuple[int, ...]:
     a = model.arch
     if level == "token":
         return (seq_len,)
@@ -43,7 +47,7 @@ def _mix(x: torch.Tensor, m: torch.Tensor, fill: torch.Tensor | None) -> torch.T
     return x * (1 - m) if fill is None else x * (1 - m) + fill.to(x.dtype) * m
 
 
-def ablation_hooks(model: Any, level: str, mask: torch.Tensor, fill: torch.Tensor | None = None) -> list:
+def ablation_hooks(model: HookedModel, level: str, mask: torch.Tensor, fill: torch.Tensor | None = None) -> list:
     """Forward hooks for a batch of masks (True = ablate), one mask per row.
 
     mask: token [B, S]; head [B, L, H] or [B, L, H, S]; neuron [B, L, N] or [B, L, S, N].
@@ -66,7 +70,7 @@ def ablation_hooks(model: Any, level: str, mask: torch.Tensor, fill: torch.Tenso
     return hooks
 
 
-def clean_residuals(model: Any, tokens: torch.Tensor) -> torch.Tensor:
+def clean_residuals(model: HookedModel, tokens: torch.Tensor) -> torch.Tensor:
     """The clean residual before every block, [L, S, D] (start points for truncated forwards)."""
     names = [f"blocks.{l}.hook_resid_pre" for l in range(model.arch.n_layers)]
     with torch.no_grad():
@@ -74,7 +78,7 @@ def clean_residuals(model: Any, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack([cache[n][0] for n in names])
 
 
-def ablated_logits(model: Any, tokens: torch.Tensor, level: str, masks: torch.Tensor,
+def ablated_logits(model: HookedModel, tokens: torch.Tensor, level: str, masks: torch.Tensor,
                    fill: torch.Tensor | None = None, resid: torch.Tensor | None = None,
                    batch_size: int = 32) -> torch.Tensor:
     """Last-position logits [R, V] for R ablation masks on one prompt (tokens [1, S])."""
@@ -93,7 +97,7 @@ def ablated_logits(model: Any, tokens: torch.Tensor, level: str, masks: torch.Te
     return torch.cat(out) if out else torch.empty(0, model.arch.d_vocab)
 
 
-def mean_fill(model: Any, token_batches: list[torch.Tensor], level: str) -> torch.Tensor:
+def mean_fill(model: HookedModel, token_batches: list[torch.Tensor], level: str) -> torch.Tensor:
     """Mean activation over every position of the given prompts: token [D], head [L, H, dh], neuron [L, N]."""
     n = model.arch.n_layers
     names = {"token": ["hook_embed"], "head": [f"blocks.{l}.attn.hook_z" for l in range(n)],
@@ -109,7 +113,7 @@ def mean_fill(model: Any, token_batches: list[torch.Tensor], level: str) -> torc
     return mean[0] if level == "token" else mean
 
 
-def patching_scores(model: Any, enc: Any, level: str, ablation: str = "zero", per_position: bool = False,
+def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str = "zero", per_position: bool = False,
                     batch_size: int = 32, fill: torch.Tensor | None = None,
                     truncate: bool = True) -> Scored:
     """metric(clean) - metric(item ablated) for every item, on the level's axes.

@@ -45,13 +45,15 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
     Seconds on one CPU core; used when the zoo has no toy attention model.
     """
     import torch
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig
+
+    from workbench.hooked import hooked_transformer
 
     torch.manual_seed(seed)
     cfg = HookedTransformerConfig(n_layers=1, d_model=d_model, n_ctx=n_ctx, d_head=d_model // n_heads,
                                   n_heads=n_heads, d_vocab=d_vocab, attn_only=True, act_fn=None,
                                   normalization_type="LN", seed=seed, device="cpu")
-    model = HookedTransformer(cfg)
+    model = hooked_transformer(cfg)
     opt = torch.optim.Adam(model.parameters(), lr=1e-2)
     gen = torch.Generator().manual_seed(seed)
     threads = torch.get_num_threads()
@@ -72,7 +74,7 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
 
 
 def load_toy(name: str):
-    """A HookedTransformer from the zoo (``workbench.load(name).tl``) or the built-in ``tiny-attn``."""
+    """A HookedTransformer from the zoo (the module under ``workbench.load(name)``) or the built-in ``tiny-attn``."""
     if name == TINY:
         from workbench.zoo import list_models
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -26,6 +26,10 @@ from attribution.dpa.linear import act_slope, check_supported, norm_back, rope_t
 from attribution.dpa.params import DPAParams
 from attribution.methods import Scored
 from workbench.errors import MethodError, RangeError
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
 
 LEVELS = ("token", "head", "edge", "neuron")
 OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
@@ -61,20 +65,20 @@ class DPATrace:
         return float(self.levels["token"].double().sum()) + sum(self.offsets.values()) - self.target_logit
 
 
-def dpa_scores(model: Any, enc: Any, level: str, **params: Any) -> Scored:
+def dpa_scores(model: HookedModel, enc: Encoding, level: str, **params: Any) -> Scored:
     """Method-table entry: DPA scores of one level, laid out on LEVEL_AXES[level], with the target logit
     of DPA's own forward."""
     trace = dpa_all(model, enc, levels=(level,), **params)
     return Scored(trace.levels[level], target_logit=trace.target_logit)
 
 
-def dpa_levels(model: Any, enc: Any, levels: tuple[str, ...], **params: Any) -> dict[str, Scored]:
+def dpa_levels(model: HookedModel, enc: Encoding, levels: tuple[str, ...], **params: Any) -> dict[str, Scored]:
     """Method-table one_pass entry: every level in ``levels`` from one forward and one top-down pass."""
     trace = dpa_all(model, enc, levels=levels, **params)
     return {lv: Scored(trace.levels[lv], target_logit=trace.target_logit) for lv in levels}
 
 
-def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: bool = False,
+def dpa_all(model: HookedModel, enc: Encoding, levels: Iterable[str] = LEVELS, keep_targets: bool = False,
             **params: Any) -> DPATrace:
     """One forward + one top-down pass; scores for every level in ``levels``."""
     if enc.tokens.shape[0] != 1:
@@ -82,7 +86,7 @@ def dpa_all(model: Any, enc: Any, levels: Iterable[str] = LEVELS, keep_targets: 
     return dpa_batch(model, [enc], levels=levels, keep_targets=keep_targets, **params)[0]
 
 
-def dpa_batch(model: Any, encs: Sequence[Any], levels: Iterable[str] = LEVELS, batch_size: int = 16,
+def dpa_batch(model: HookedModel, encs: Sequence[Encoding], levels: Iterable[str] = LEVELS, batch_size: int = 16,
               keep_targets: bool = False, on_step: Callable[[int], None] | None = None,
               **params: Any) -> list[DPATrace]:
     """DPA for many prompts, ``batch_size`` at a time through one forward and one top-down pass.
@@ -138,7 +142,7 @@ def _right_pad(rows: list[torch.Tensor]) -> torch.Tensor:
 
 
 # -- memory --------------------------------------------------------------------------------------
-def memory_estimate(model: Any, seq: int) -> dict[str, float]:
+def memory_estimate(model: HookedModel, seq: int) -> dict[str, float]:
     """Bytes each level needs beyond the model: the cached patterns are shared by all levels."""
     a = model.arch
     patterns = 4.0 * a.n_layers * a.n_heads * seq * seq
@@ -147,13 +151,13 @@ def memory_estimate(model: Any, seq: int) -> dict[str, float]:
             "edge": 2 * patterns + resid}
 
 
-def _over_budget(model: Any, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> list[str]:
+def _over_budget(model: HookedModel, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> list[str]:
     """The levels whose tensors for ``batch`` prompts of ``seq`` tokens would exceed max_gib."""
     need = memory_estimate(model, seq)
     return [lv for lv in levels if batch * need[lv] > p.max_gib * 2**30]
 
 
-def check_fits(model: Any, seq: int, levels: Iterable[str], p: DPAParams) -> None:
+def check_fits(model: HookedModel, seq: int, levels: Iterable[str], p: DPAParams) -> None:
     """Refuse (RangeError) a level whose tensors would exceed max_gib; say which levels fit and why."""
     over = _over_budget(model, seq, levels, p)
     if not over:
@@ -175,7 +179,7 @@ def _gib(n: float) -> str:
 
 
 # -- forward -------------------------------------------------------------------------------------
-def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
+def _hook_names(model: HookedModel, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
     rotary = model.arch.positional == "rope"
     names = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized",
              f"blocks.{model.arch.n_layers - 1}.hook_resid_post"]
@@ -192,7 +196,7 @@ def _hook_names(model: Any, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
     return [n for n in names if n in available]
 
 
-def _forward(model: Any, tokens: torch.Tensor, p: DPAParams,
+def _forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
              levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
     names = _hook_names(model, p, levels)
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
@@ -208,7 +212,7 @@ def _bsum(x: torch.Tensor) -> torch.Tensor:
 
 
 # -- top-down pass -------------------------------------------------------------------------------
-def _propagate(model: Any, encs: list[Any], cache: dict[str, torch.Tensor], p: DPAParams,
+def _propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor], p: DPAParams,
                levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
     """The top-down pass for a right-padded batch: t is [batch, pos, d_model] throughout."""
     a = model.arch
@@ -257,7 +261,7 @@ def _one(level: str, x: torch.Tensor, b: int, n: int) -> torch.Tensor:
     return y if x.shape[0] == 1 and y.shape == x.shape[1:] else y.clone()
 
 
-def _init_target(model: Any, encs: list[Any], cache: dict[str, torch.Tensor],
+def _init_target(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor],
                  offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
     """t at each prompt's last position: the unembedding row(s) pulled back through the frozen final norm."""
     a = model.arch
@@ -295,14 +299,14 @@ def _init_target(model: Any, encs: list[Any], cache: dict[str, torch.Tensor],
     return t, logit
 
 
-def _layer_weights(model: Any, layer: int) -> dict[str, Any]:
+def _layer_weights(model: HookedModel, layer: int) -> dict[str, Any]:
     """Layer weights in float32 with grouped kv heads NOT repeated: repeating copies W_K and W_V, which costs
     more than this layer's whole top-down pass; DPA sums the query heads of a group instead."""
     return {k: (v.float() if isinstance(v, torch.Tensor) else v)
             for k, v in model.weights(layer, repeat_kv=False).items()}
 
 
-def _undo_mlp(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
+def _undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
               p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Update to t from layer l's MLP: up and gate paths (SwiGLU) or one content path (GELU/ReLU)."""
     b = f"blocks.{layer}."
@@ -351,7 +355,7 @@ def _by_head(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2)
 
 
-def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
+def _undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
                     cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
                     offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Update to t from layer l's attention: value path (pattern frozen) and query/key paths.
@@ -397,7 +401,7 @@ def _undo_attention(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
     return g_x
 
 
-def _qk_paths(model: Any, layer: int, w: dict[str, Any], A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
+def _qk_paths(model: HookedModel, layer: int, w: dict[str, Any], A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
               cache: dict[str, torch.Tensor], p: DPAParams, offsets: dict[str, torch.Tensor]) -> torch.Tensor:
     """Control paths: delta_ij = A_ij (m_i.v_j - m_i.z_i) = d(m_i.z_i)/d score_ij, sent to q_i and k_j.
 

@@ -44,9 +44,9 @@ def save_tiny_llama(path: str | Path, seed: int = 0, layers: int = 2) -> Path:
 
 def tiny_gpt2(seed: int = 0, act_fn: str = "gelu_new", layers: int = 2, normalization: str = "LN") -> Any:
     import torch
-    from transformer_lens import HookedTransformer, HookedTransformerConfig
+    from transformer_lens import HookedTransformerConfig
 
-    from workbench.hooked import HookedModel
+    from workbench.hooked import HookedModel, hooked_transformer
     from workbench.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
@@ -54,7 +54,7 @@ def tiny_gpt2(seed: int = 0, act_fn: str = "gelu_new", layers: int = 2, normaliz
                                   d_vocab=len(vocab), n_ctx=32, act_fn=act_fn,
                                   normalization_type=normalization, positional_embedding_type="standard",
                                   seed=seed, device="cpu")
-    model = HookedTransformer(cfg, move_to_device=False)
+    model = hooked_transformer(cfg, move_to_device=False)
     torch.manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():

@@ -8,7 +8,6 @@ and every ``--model`` option accept.
 from __future__ import annotations
 
 import json
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +46,13 @@ def tiny_model(
 ):
     """A random HookedModel over a whitespace vocabulary."""
     import torch
-    from transformer_lens import HookedTransformer
 
-    from workbench.hooked import HookedModel
+    from workbench.hooked import HookedModel, hooked_transformer
     from workbench.tokens import SymbolTokenizer
 
     vocab = list(vocab or DEFAULT_VOCAB)
     torch.manual_seed(seed)
-    with warnings.catch_warnings():  # TransformerLens' deprecation notice is not for us to act on
-        warnings.simplefilter("ignore", DeprecationWarning)
-        tl = HookedTransformer(_cfg(vocab, layers, d_model, n_ctx, seed)).eval()
+    tl = hooked_transformer(_cfg(vocab, layers, d_model, n_ctx, seed)).eval()
     for p in tl.parameters():
         p.requires_grad_(False)
     return HookedModel(tl, SymbolTokenizer(vocab), name=name, kind="toy")
@@ -76,9 +72,9 @@ def save_tiny(
     out.mkdir(parents=True, exist_ok=True)
     vocab = list(vocab or DEFAULT_VOCAB)
     m = tiny_model(vocab, layers, d_model, seed=seed, name=name)
-    state = {k: v.contiguous() for k, v in m.tl.state_dict().items() if not k.endswith(("IGNORE", ".mask"))}
+    state = {k: v.contiguous() for k, v in m.state_dict().items() if not k.endswith(("IGNORE", ".mask"))}
     save_file(state, str(out / "model.safetensors"))
-    params = sum(p.numel() for p in m.tl.parameters())
+    params = m.n_params()
     (out / "config.json").write_text(
         json.dumps(
             {
@@ -103,5 +99,5 @@ def load(entry: Any, device: str = "cpu", **kwargs: Any):
     cfg = json.loads((Path(entry.path) / "config.json").read_text())["tiny"]
     m = tiny_model(cfg["vocab"], cfg["layers"], cfg["d_model"], seed=cfg["seed"], name=entry.name)
     state = load_file(str(Path(entry.path) / "model.safetensors"))
-    m.tl.load_state_dict(state, strict=False)
+    m.load_state_dict(state, strict=False)
     return m

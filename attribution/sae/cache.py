@@ -171,12 +171,7 @@ def cache_activations(
 
 
 def _supports_stop(model: Any) -> bool:
-    import inspect
-
-    try:
-        return "stop_at_layer" in inspect.signature(model.tl.forward).parameters
-    except (TypeError, ValueError):
-        return False
+    return bool(getattr(model, "can_stop_at_layer", False))
 
 
 def model_texts(

@@ -102,9 +102,7 @@ def model_samples(model: Any, n: int, max_new_tokens: int = 64, seed: int = 0) -
         prompt = openings[i % len(openings)]
         tokens = model.to_tokens(prompt)
         with torch.no_grad():
-            out = model.tl.generate(
-                tokens, max_new_tokens=max_new_tokens, temperature=1.0, verbose=False, use_past_kv_cache=True
-            )
+            out = model.sample(tokens, max_new_tokens=max_new_tokens, temperature=1.0)
         docs.append(
             Document(model.decode(out[0].tolist()), f"model:{model.name}:seed{seed}:{i}", "model-sample")
         )

@@ -89,7 +89,8 @@ class MarkovTask(Task):
         return Batch(tokens, targets, mask, {"optimal_loss": optimal})
 
     def lag_attention(self, tl: Any, tokens=None) -> list[list[list[float]]]:
-        """Mean attention of each head (layer, head) to each lag, over the scored positions."""
+        """Mean attention of each head (layer, head) to each lag, over the scored positions (``tl``: a
+        TransformerLens module or a HookedModel)."""
         import torch
 
         if tokens is None:
@@ -99,7 +100,7 @@ class MarkovTask(Task):
         k = max(self.lags)
         q = torch.arange(k - 1, tokens.shape[1])
         out = []
-        for layer in range(tl.cfg.n_layers):
+        for layer in range(sum(n.endswith("attn.hook_pattern") for n in cache.keys())):
             pat = cache[f"blocks.{layer}.attn.hook_pattern"]  # [b, h, q, k]
             # the prediction at q is of x_{q+1}: lag l sits at position q + 1 - l
             out.append(

@@ -49,29 +49,28 @@ def parse(spec: str | Component) -> Component:
 def _site(model: Any, c: Component) -> tuple[str, Callable[[Any], Any]]:
     """(hook name, selector of the component's slice from that hook's tensor)."""
     model.check_layer(c.layer)
-    mlp = getattr(model.tl.blocks[c.layer], "mlp", None)
     if c.kind == "head":
         model.check_head(c.index[0])
         return f"blocks.{c.layer}.attn.hook_z", lambda x: (..., c.index[0], slice(None))
     if c.kind == "attn":
         return f"blocks.{c.layer}.hook_attn_out", lambda x: (...,)
-    if mlp is None:
+    if not model.has_mlp(c.layer):
         raise RangeError(f"{model.name} has no MLP in layer {c.layer}")
-    experts = getattr(mlp, "experts", None)
+    experts = model.n_experts(c.layer)
     if c.kind == "mlp":
         return f"blocks.{c.layer}.hook_mlp_out", lambda x: (...,)
     if c.kind == "expert":
         if experts is None:
             raise RangeError(f"{model.name} has no experts (not an MoE model)")
         e = c.index[0]
-        if not 0 <= e < len(experts):
-            raise RangeError(f"expert {e} out of range: layer {c.layer} has {len(experts)}")
+        if not 0 <= e < experts:
+            raise RangeError(f"expert {e} out of range: layer {c.layer} has {experts}")
         return f"blocks.{c.layer}.mlp.hook_expert_out", lambda x: (..., e, slice(None))
     if len(c.index) == 2:  # neuron of an expert
         if experts is None:
             raise RangeError(f"{model.name} has no experts: use neuron:L.N")
         e, n = c.index
-        if not 0 <= e < len(experts):
+        if not 0 <= e < experts:
             raise RangeError(f"expert {e} out of range")
         name = f"blocks.{c.layer}.mlp.experts.{e}.hook_post"
     else:
@@ -175,9 +174,9 @@ def ablate_task(
     from circuits.train import evaluate
 
     ref = batch.tokens if reference is None else reference
-    base = evaluate(model.tl, batch, task)
+    base = evaluate(model, batch, task)
     groups = [c if isinstance(c, list) else [c] for c in components]
-    scores = [evaluate(model.tl, batch, task, ablation_hooks(model, g, method, ref, seed)) for g in groups]
+    scores = [evaluate(model, batch, task, ablation_hooks(model, g, method, ref, seed)) for g in groups]
     return AblationResult(["+".join(str(parse(x)) for x in g) for g in groups], method, base, scores)
 
 

@@ -70,12 +70,9 @@ def prompts(model: Any, prompt: Any, target: Any, foil: Any = None, pos: int = -
 
 def logit_diff(logits, p: Prompts):
     """Per-prompt logit(target) - logit(foil) at the scored position (logit(target) if no foil)."""
-    import torch
+    from workbench.metric import logit_diff as metric
 
-    last = logits[:, p.pos]
-    idx = torch.arange(last.shape[0], device=last.device)
-    out = last[idx, p.target]
-    return out - last[idx, p.foil] if p.foil is not None else out
+    return metric(logits[:, p.pos], p.target, p.foil)
 
 
 def head_labels(n_layers: int, n_heads: int) -> list[str]:

@@ -30,8 +30,8 @@ def qk_circuit(
     """Attention scores by token (W_E W_QK W_E^T) [query token, key token], or by position."""
     model.check_head(head)
     f = head_factors(model, layer)
-    src = model.tl.W_pos if positional else model.W_E
-    if positional and not hasattr(model.tl, "W_pos"):
+    src = model.W_pos if positional else model.W_E
+    if src is None:
         raise RangeError(f"{model.name} has no learned positional embedding")
     q_src = src if query_tokens is None else src[query_tokens]
     k_src = src if key_tokens is None else src[key_tokens]

@@ -62,7 +62,6 @@ def _dla(model: Any, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult
     import torch
 
     p = prompts(model, prompt, target, foil, pos)
-    tl = model.tl
     L = model.arch.n_layers
     with torch.no_grad():
         logits, cache = model.run_with_cache(p.tokens)
@@ -78,10 +77,11 @@ def _dla(model: Any, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult
         parts.append(("pos_embed", cache["hook_pos_embed"][:, pos]))
     for layer in range(L):
         z = cache[f"blocks.{layer}.attn.hook_z"][:, pos]  # [batch, head, d_head]
-        writes = torch.einsum("bhd,hdm->bhm", z, tl.blocks[layer].attn.W_O)
+        w = model.weights(layer, repeat_kv=False)
+        writes = torch.einsum("bhd,hdm->bhm", z, w["W_O"])
         for h in range(model.arch.n_heads):
             parts.append((f"L{layer}H{h}", writes[:, h]))
-        parts.append((f"L{layer}attn_bias", tl.blocks[layer].attn.b_O.expand(p.batch, -1)))
+        parts.append((f"L{layer}attn_bias", w["b_O"].expand(p.batch, -1)))
         if f"blocks.{layer}.hook_mlp_out" in cache:
             parts.append((f"L{layer}mlp", cache[f"blocks.{layer}.hook_mlp_out"][:, pos]))
     stack = torch.stack([v for _, v in parts], 1)  # [batch, comp, d_model]
@@ -94,7 +94,7 @@ def _dla(model: Any, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult
         w = model.final_norm_weight()
         if w is not None:
             stack = stack * w
-        b = getattr(getattr(tl, "ln_final", None), "b", None)
+        b = model.final_norm_bias()
         if b is not None:
             bias = bias + (b * direction).sum(-1)
     values = torch.einsum("bcm,bm->bc", stack, direction)

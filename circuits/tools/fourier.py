@@ -65,14 +65,13 @@ def neuron_activations(model: Any, layer: int = 0, p: int | None = None):
     a = torch.arange(p).repeat_interleave(p)
     b = torch.arange(p).repeat(p)
     tokens = torch.stack([a, b, torch.full_like(a, p)], 1).to(model.device)
-    mlp = getattr(model.tl.blocks[layer], "mlp", None)
-    if mlp is None:
+    if not model.has_mlp(layer):
         raise RangeError(f"{model.name} has no MLP")
-    experts = getattr(mlp, "experts", None)
+    experts = model.n_experts(layer)
     if experts is None:
         names = [f"blocks.{layer}.mlp.hook_post"]
     else:
-        names = [f"blocks.{layer}.mlp.experts.{e}.hook_post" for e in range(len(experts))]
+        names = [f"blocks.{layer}.mlp.experts.{e}.hook_post" for e in range(experts)]
         names.append(f"blocks.{layer}.mlp.hook_router_weights")
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=names)

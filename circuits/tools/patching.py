@@ -239,7 +239,7 @@ def path_patch(
     p, bad = _pair(model, clean, corrupted, target, foil, pos)
     L = model.arch.n_layers
     z_names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
-    mlp_names = [n for n in (f"blocks.{layer}.hook_mlp_out" for layer in range(L)) if n in model.tl.hook_dict]
+    mlp_names = [n for n in (f"blocks.{layer}.hook_mlp_out" for layer in range(L)) if model.has_hook(n)]
     c, k, clean_cache, bad_cache = _baselines(model, p, bad, z_names + mlp_names)
     _check_norm(c, k)
 

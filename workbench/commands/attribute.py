@@ -88,10 +88,7 @@ def attribute(
 
     m = wb.load(model, device=check_device(device))
     res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, **params)
-    out = {"model": res.model, "method": res.method, "level": res.level, "tokens": res.tokens,
-           "axes": list(res.axes), "scores": res.scores.detach().float().cpu().tolist(),
-           "target": res.target, "foil": res.foil, "target_logit": res.target_logit, "seconds": res.seconds,
-           "params": params}
+    out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
     if save:
         out["run"] = res.save().id
 
@@ -100,6 +97,9 @@ def attribute(
         c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
                 + (f" vs {r['foil']!r}" if r["foil"] else "")
                 + f" · logit {r['target_logit']:.3f} · {r['seconds']:.3f} s")
+        if "convergence_delta" in r:
+            c.print(f"completeness gap {r['convergence_delta']:.3g} (sum of scores - (f(input) - f(baseline)))"
+                    + ("" if r["converged"] else ": NOT converged; try --param baseline=mean --param keep_first=true"))
         print(_top_table(res, top).to_string(index=False))
         if "run" in r:
             c.print(f"saved run {r['run']}")

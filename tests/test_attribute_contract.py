@@ -1,0 +1,124 @@
+"""The engine contract: the metric comes from the method's own forward, results rebuild from JSON with their
+axes checked, methods declare their capabilities, one metric function, no ``.tl`` outside workbench/."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+import torch
+from test_baselines_tiny import PROMPT, tiny_llama
+
+from attribution import AttributionResult, attribute, attribute_levels
+from attribution.methods import METHODS
+from workbench.errors import WorkbenchError
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tiny_llama()
+
+
+def _count_forwards(model, monkeypatch) -> list[int]:
+    calls = [0]
+    forward = model.tl.forward
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return forward(*args, **kwargs)
+
+    monkeypatch.setattr(model.tl, "forward", counted)
+    return calls
+
+
+@pytest.mark.parametrize("method,level,forwards", [
+    ("gradient", "token", 1), ("input_x_gradient", "head", 1), ("atp", "neuron", 1), ("dpa", "token", 1),
+    ("integrated_gradients", "token", 2),  # the path (one batch of steps) + both end points in one batch
+])
+def test_attribute_takes_the_metric_from_the_methods_own_forward(llama, monkeypatch, method, level, forwards):
+    enc = llama.encode(PROMPT, "F", "C")
+    logits = llama.logits(enc.tokens)[0, -1]
+    want = float(logits[enc.target_id] - logits[enc.foil_id])
+    calls = _count_forwards(llama, monkeypatch)
+    res = attribute(llama, PROMPT, "F", "C", method=method, level=level, steps=20) if method == "integrated_gradients" \
+        else attribute(llama, PROMPT, "F", "C", method=method, level=level)
+    assert calls[0] == forwards
+    assert res.target_logit == pytest.approx(want, abs=1e-5)
+
+
+def test_one_pass_levels(llama, monkeypatch):
+    assert METHODS["dpa"].one_pass and METHODS["ifr"].one_pass and not METHODS["gradient"].one_pass
+    calls = _count_forwards(llama, monkeypatch)
+    got = attribute_levels(llama, PROMPT, "F", "C", method="dpa", levels=("token", "head", "neuron"))
+    assert calls[0] == 1 and set(got) == {"token", "head", "neuron"}
+    for level, res in got.items():
+        single = attribute(llama, PROMPT, "F", "C", method="dpa", level=level)
+        assert torch.allclose(res.scores, single.scores, atol=1e-6) and res.target_logit == single.target_logit
+    per_level = attribute_levels(llama, PROMPT, "F", "C", method="gradient", levels=("token", "head"))
+    assert per_level["head"].scores.shape[0] == llama.arch.n_layers
+
+
+def test_capabilities():
+    assert METHODS["integrated_gradients"].convergence_delta and METHODS["integrated_gradients"].complete
+    assert METHODS["dpa"].complete and not METHODS["dpa"].convergence_delta
+    assert not any(METHODS[m].convergence_delta for m in ("gradient", "atp", "random", "activation_patching"))
+
+
+def test_result_round_trips_through_json_and_checks_its_axes(llama):
+    res = attribute(llama, PROMPT, "F", "C", method="gradient", level="head")
+    back = AttributionResult.from_json(res.to_json() | {"unknown_field": 1})
+    assert torch.allclose(back.scores, res.scores) and back.axes == res.axes and back.tokens == res.tokens
+    assert back.target_logit == res.target_logit and back.level == "head"
+    bad = res.to_json()
+    with pytest.raises(WorkbenchError, match="does not match the axes"):
+        AttributionResult.from_json(bad, scores=torch.zeros(3, 4))
+    with pytest.raises(WorkbenchError, match="entries on axis 'query'"):
+        AttributionResult.from_json(bad, scores=torch.zeros(2, 4, 3))
+    with pytest.raises(WorkbenchError, match="without"):
+        AttributionResult.from_json({k: v for k, v in bad.items() if k != "axes"})
+
+
+def test_one_metric_function():
+    from circuits.tools.common import Prompts, logit_diff
+    from workbench.metric import logit_diff as metric
+
+    logits = torch.randn(3, 5, 7)
+    t, f = torch.tensor([1, 2, 3]), torch.tensor([0, 6, 5])
+    want = logits[:, -1].gather(1, t[:, None])[:, 0] - logits[:, -1].gather(1, f[:, None])[:, 0]
+    assert torch.equal(metric(logits[:, -1], t, f), want)
+    assert torch.equal(logit_diff(logits, Prompts(torch.zeros(3, 5), t, f)), want)
+    assert torch.equal(metric(logits[:, -1], 2, None), logits[:, -1, 2])
+    # written once: the engines' metrics all call it
+    for path in ("attribution/baselines/common.py", "attribution/__init__.py", "circuits/tools/common.py",
+                 "circuits/counterfactual.py"):
+        assert "from workbench.metric import logit_diff" in (ROOT / path).read_text(), path
+
+
+def test_no_tl_outside_workbench():
+    out = subprocess.run(["grep", "-rnE", r"\.tl\b", "--include=*.py", "app", "attribution", "circuits", "scripts"],
+                         cwd=ROOT, capture_output=True, text=True).stdout
+    assert out == "", out
+
+
+def test_toy_models_build_without_the_deprecation_warning():
+    """TransformerLens 3.9 deprecates HookedTransformer; we keep it (see workbench/backends.py) and silence
+    that one warning where we build it, and nothing else."""
+    import warnings
+
+    from transformer_lens import HookedTransformerConfig
+
+    from workbench.hooked import hooked_transformer
+
+    cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=5, attn_only=True)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        hooked_transformer(cfg)
+        tiny_llama(seed=1)
+        warnings.warn("another deprecation", DeprecationWarning, stacklevel=1)
+    messages = [str(w.message) for w in got]
+    assert not any("HookedTransformer is deprecated" in m for m in messages), messages
+    assert "another deprecation" in messages
