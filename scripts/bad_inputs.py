@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"  # a prompt in the toy's vocabulary (5 tokens = its context)
-GOOD_CLASSES = ("clear-error", "ok")
+GOOD_CLASSES = ("clear-error", "ok", "not-run")
 FAILURE_CLASSES = ("traceback", "internal-error", "silent-non-finite", "timeout", "other-exit")
 
 
@@ -645,6 +645,10 @@ def worker() -> int:
     import io
     import signal
 
+    # Warm up outside every case's timeout: the first case would otherwise pay these imports.
+    import torch  # noqa: F401
+    import transformer_lens  # noqa: F401
+
     import workbench.cli as cli
 
     def refuse_exec(*a, **k):
@@ -735,6 +739,8 @@ def main() -> int:
                     help="Run the cases in one worker process through workbench.cli.main (torch imported once; "
                          "each case still gets its own run store and directory) instead of one `python -m "
                          "workbench.cli` per case. For loaded machines; the default is one process per case.")
+    ap.add_argument("--budget", type=float, default=0, help="Start no case after this many seconds (the rest "
+                    "are reported as not-run).")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     opts = ap.parse_args()
     if opts.worker:
@@ -755,11 +761,14 @@ def main() -> int:
     started = time.time()
     batch = Batch() if opts.batch else None
     for i, case in enumerate(cases):
+        if opts.budget and time.time() - started > opts.budget:
+            case.result = {"class": "not-run", "detail": f"--budget {opts.budget:.0f} s spent"}
+            continue
         case.result = run_case(case, work, i, batch)
-        if not opts.json:
-            r = case.result
-            print(f"[{i + 1:3d}/{len(cases)}] {r['class']:18s} {r.get('seconds', 0):6.1f}s  {case.name}",
-                  file=sys.stderr, flush=True)
+        r = case.result
+        print(f"[{i + 1:3d}/{len(cases)}] {r['class']:18s} {r.get('seconds', 0):6.1f}s  {case.name}"
+              + (f"  -> {r.get('detail', '')}" if r["class"] not in GOOD_CLASSES else ""),
+              file=sys.stderr, flush=True)
     if batch is not None:
         batch.close()
     counts: dict[str, int] = {}
