@@ -53,7 +53,9 @@ def main() -> None:
     args = ap.parse_args()
     steps_list = [int(s) for s in args.steps.split(",")]
     if args.merge:
-        rows = [r for f in args.merge.split(",") for r in json.loads(Path(f).read_text())]
+        merged = {(r["prompt"], r["baseline"], r["steps"]): r for f in args.merge.split(",")
+                  for r in json.loads(Path(f).read_text())}  # a row run twice: the later file's
+        rows = list(merged.values())
         write(Path(args.out), rows, steps_list, args.model, sum(r.get("seconds", 0) for r in rows))
         return
 
@@ -90,7 +92,8 @@ def write(out: Path, rows: list[dict], steps_list: list[int], model: str, second
 
 
 def report(model: str, rows: list[dict], steps_list: list[int], seconds: float) -> str:
-    labels = list(dict.fromkeys(r["baseline"] for r in rows))
+    order = [label for label, _ in VARIANTS]
+    labels = sorted(dict.fromkeys(r["baseline"] for r in rows), key=lambda x: order.index(x) if x in order else 99)
     prompts = list(dict.fromkeys((r["prompt"], r["target"], r["foil"]) for r in rows))
     at = {(r["prompt"], r["baseline"], r["steps"]): r for r in rows}
     lines = [f"# Integrated gradients: completeness on {model}", "",

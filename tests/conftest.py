@@ -11,7 +11,8 @@ from jaxtyping import install_import_hook
 # The engine contract fails loudly in tests: every function and dataclass of these modules checks its
 # annotated argument and return types, tensor shapes included (jaxtyping dims such as "batch pos d_model"
 # must agree within a call), with beartype. Installed before any test imports them.
-CHECKED_MODULES = ("workbench.hooked", "workbench.metric", "circuits.counterfactual")
+CHECKED_MODULES = ("workbench.hooked", "workbench.metric", "circuits.counterfactual",
+                   "attribution.baselines.integrated_gradients")
 install_import_hook(CHECKED_MODULES, "beartype.beartype")
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

@@ -122,3 +122,24 @@ def test_toy_models_build_without_the_deprecation_warning():
     messages = [str(w.message) for w in got]
     assert not any("HookedTransformer is deprecated" in m for m in messages), messages
     assert "another deprecation" in messages
+
+
+def test_shapes_are_checked_at_run_time_in_the_tests(llama):
+    """tests/conftest.py installs jaxtyping's import hook with beartype on the engine interface: a tensor of
+    the wrong rank or with dimensions that disagree within one call fails loudly, before any arithmetic."""
+    from jaxtyping import TypeCheckError
+
+    from attribution.baselines.integrated_gradients import path_points
+    from workbench.metric import logit_diff
+
+    with pytest.raises(TypeCheckError):
+        llama.final_logits(torch.zeros(2, llama.arch.d_model))  # no position axis
+    with pytest.raises(TypeCheckError):
+        llama.head_writes(torch.zeros(1, 3, llama.arch.n_heads), 0)  # z without d_head
+    with pytest.raises(TypeCheckError):
+        logit_diff(torch.zeros(2, 3, 7), 1)  # logits with a position axis
+    with pytest.raises(TypeCheckError):
+        logit_diff(torch.zeros(2, 7), torch.tensor([1, 2, 3]))  # 3 targets for a batch of 2
+    with pytest.raises(TypeCheckError):
+        path_points("20", "uniform")
+    assert llama.final_logits(torch.zeros(2, 3, llama.arch.d_model)).shape == (2, llama.arch.d_vocab)
