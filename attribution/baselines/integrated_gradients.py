@@ -102,7 +102,8 @@ def ig_scores(model: HookedModel, enc: Encoding, level: str, steps: int = 20, ba
     if abs(delta) > REL_TOL * abs(f_input - f_base):
         warnings.warn(f"integrated gradients did not converge: the scores sum to {float(scores.sum()):.3g}, "
                       f"f(input) - f(baseline) is {f_input - f_base:.3g} (gap {delta:.3g}, {steps} steps, "
-                      f"{baseline} baseline); try keep_first=True with baseline=mean, or more steps",
+                      f"{baseline} baseline{', first kept' if keep_first else ''}); try "
+                      + ("more steps (300)" if keep_first else "keep_first=True with baseline=mean, 300 steps"),
                       ConvergenceWarning, stacklevel=2)
     return Scored(scores.float(), target_logit=f_input, baseline_logit=f_base, convergence_delta=delta)
 
