@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import MethodError, RangeError
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 METHODS = ("zero", "mean", "resample")
 
@@ -46,7 +49,7 @@ def parse(spec: str | Component) -> Component:
     return Component(kind, nums[0], nums[1:])
 
 
-def _site(model: Any, c: Component) -> tuple[str, Callable[[Any], Any]]:
+def _site(model: HookedModel, c: Component) -> tuple[str, Callable[[Any], Any]]:
     """(hook name, selector of the component's slice from that hook's tensor)."""
     model.check_layer(c.layer)
     if c.kind == "head":
@@ -83,7 +86,7 @@ def _site(model: Any, c: Component) -> tuple[str, Callable[[Any], Any]]:
 
 
 def ablation_hooks(
-    model: Any, components: list[str | Component], method: str = "zero", reference: Any = None, seed: int = 0
+    model: HookedModel, components: list[str | Component], method: str = "zero", reference: Any = None, seed: int = 0
 ) -> list[tuple[str, Callable]]:
     """Forward hooks that ablate every component. ``reference`` (tokens) is needed for mean and
     resample."""
@@ -161,7 +164,7 @@ class AblationResult:
 
 
 def ablate_task(
-    model: Any,
+    model: HookedModel,
     batch: Any,
     task: Any,
     components: list[str | Component] | list[list[str]],
@@ -181,7 +184,7 @@ def ablate_task(
 
 
 def ablate_prompts(
-    model: Any,
+    model: HookedModel,
     prompt: Any,
     target: Any,
     foil: Any = None,

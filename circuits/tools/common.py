@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import PromptError, RangeError, TokenError
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 
 @dataclass
@@ -22,7 +25,7 @@ class Prompts:
         return int(self.tokens.shape[0])
 
 
-def as_tokens(model: Any, prompt: Any):
+def as_tokens(model: HookedModel, prompt: Any):
     """A string, id list, [seq] or [batch, seq] tensor (or [batch, seq, d] vectors) -> tensor."""
     import torch
 
@@ -39,7 +42,7 @@ def as_tokens(model: Any, prompt: Any):
     return t[None] if t.dim() == 1 else t
 
 
-def as_ids(model: Any, tok: Any, batch: int, role: str):
+def as_ids(model: HookedModel, tok: Any, batch: int, role: str):
     import torch
 
     if tok is None:
@@ -57,7 +60,7 @@ def as_ids(model: Any, tok: Any, batch: int, role: str):
     return tok
 
 
-def prompts(model: Any, prompt: Any, target: Any, foil: Any = None, pos: int = -1) -> Prompts:
+def prompts(model: HookedModel, prompt: Any, target: Any, foil: Any = None, pos: int = -1) -> Prompts:
     tokens = as_tokens(model, prompt)
     t = as_ids(model, target, tokens.shape[0], "target")
     f = as_ids(model, foil, tokens.shape[0], "foil")

@@ -10,22 +10,25 @@ the low-rank factors, so the 270 heads of smollm2 stay cheap. Norm weights are i
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from circuits.tools.common import frame, heatmap
 from workbench.errors import RangeError
 
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
+
 KINDS = ("q", "k", "v")
 
 
-def head_factors(model: Any, layer: int) -> dict[str, Any]:
+def head_factors(model: HookedModel, layer: int) -> dict[str, Any]:
     """W_Q, W_K, W_V [head, d_model, d_head] and W_O [head, d_head, d_model] (kv heads repeated)."""
     w = model.weights(layer)
     return {k: w[k].detach().float() for k in ("W_Q", "W_K", "W_V", "W_O")}
 
 
 def qk_circuit(
-    model: Any, layer: int, head: int, query_tokens=None, key_tokens=None, positional: bool = False
+    model: HookedModel, layer: int, head: int, query_tokens=None, key_tokens=None, positional: bool = False
 ):
     """Attention scores by token (W_E W_QK W_E^T) [query token, key token], or by position."""
     model.check_head(head)
@@ -38,7 +41,7 @@ def qk_circuit(
     return (q_src.float() @ f["W_Q"][head]) @ (k_src.float() @ f["W_K"][head]).T
 
 
-def ov_circuit(model: Any, layer: int, head: int, tokens=None, out_tokens=None):
+def ov_circuit(model: HookedModel, layer: int, head: int, tokens=None, out_tokens=None):
     """What a head writes to the logits when it attends to a token: W_E W_OV W_U [src, out]."""
     model.check_head(head)
     f = head_factors(model, layer)
@@ -76,7 +79,7 @@ class CompositionResult:
         )
 
 
-def composition_scores(model: Any, kind: str = "q", layers: list[int] | None = None) -> CompositionResult:
+def composition_scores(model: HookedModel, kind: str = "q", layers: list[int] | None = None) -> CompositionResult:
     """Composition scores for every head pair (A in an earlier layer, B later) among ``layers``."""
     import torch
 

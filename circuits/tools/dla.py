@@ -6,9 +6,12 @@ W_U[:, target] - W_U[:, foil]. The terms plus ``bias`` sum to the logit differen
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from circuits.tools.common import prompts
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 
 @dataclass
@@ -50,7 +53,7 @@ class DLAResult:
 
 
 def direct_logit_attribution(
-    model: Any, prompt: Any, target: Any, foil: Any = None, pos: int = -1
+    model: HookedModel, prompt: Any, target: Any, foil: Any = None, pos: int = -1
 ) -> DLAResult:
     import torch
 
@@ -58,7 +61,7 @@ def direct_logit_attribution(
         return _dla(model, prompt, target, foil, pos)
 
 
-def _dla(model: Any, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult:
+def _dla(model: HookedModel, prompt: Any, target: Any, foil: Any, pos: int) -> DLAResult:
     import torch
 
     p = prompts(model, prompt, target, foil, pos)

@@ -14,9 +14,12 @@ neuron's activation table over all (a, b) into 2-D coefficients; frequency pair 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from workbench.errors import RangeError
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 
 def fourier_basis(p: int):
@@ -35,7 +38,7 @@ def fourier_basis(p: int):
     return torch.stack(rows).float(), torch.tensor(freqs)
 
 
-def embedding_spectrum(model: Any, p: int | None = None):
+def embedding_spectrum(model: HookedModel, p: int | None = None):
     """Share of W_E's energy (over the p number tokens) in each frequency 1..(p-1)/2."""
     import torch
 
@@ -47,7 +50,7 @@ def embedding_spectrum(model: Any, p: int | None = None):
     return per_k[1:] / per_k[1:].sum()
 
 
-def key_frequencies(model: Any, p: int | None = None, share: float = 0.8, max_k: int = 8) -> list[int]:
+def key_frequencies(model: HookedModel, p: int | None = None, share: float = 0.8, max_k: int = 8) -> list[int]:
     """The fewest embedding frequencies holding ``share`` of its energy (at most max_k)."""
     spec = embedding_spectrum(model, p)
     order = spec.argsort(descending=True)
@@ -56,7 +59,7 @@ def key_frequencies(model: Any, p: int | None = None, share: float = 0.8, max_k:
     return sorted(int(k) + 1 for k in order[:n])
 
 
-def neuron_activations(model: Any, layer: int = 0, p: int | None = None):
+def neuron_activations(model: HookedModel, layer: int = 0, p: int | None = None):
     """MLP hidden activations at the answer position for all p^2 inputs: [p, p, neurons]
     (MoE models: every expert's neurons, weighted by the router, side by side)."""
     import torch
@@ -155,7 +158,7 @@ def concentration(acts, key_freqs: list[int], min_energy: float = 1e-3) -> Fouri
     )
 
 
-def fourier_analysis(model: Any, layer: int = 0, key_freqs: list[int] | None = None) -> FourierResult:
+def fourier_analysis(model: HookedModel, layer: int = 0, key_freqs: list[int] | None = None) -> FourierResult:
     """Embedding spectrum, key frequencies, per-neuron and subspace concentration of a
     modular-addition model."""
     p = _p(model)
@@ -165,7 +168,7 @@ def fourier_analysis(model: Any, layer: int = 0, key_freqs: list[int] | None = N
     return res
 
 
-def _p(model: Any) -> int:
+def _p(model: HookedModel) -> int:
     task = model.info.get("task", {})
     if task.get("task") != "modadd":
         raise RangeError(f"{model.name} is not a modular-addition model (Fourier tools need task modadd)")

@@ -4,10 +4,13 @@ positions (e.g. the IOI names). All return a ``HeadScores`` [layer, head]."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from circuits.tools.common import as_tokens, frame, heatmap
 from workbench.errors import PromptError
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 
 @dataclass
@@ -31,7 +34,7 @@ class HeadScores:
         return [(int(i) // H, int(i) % H, float(flat[i])) for i in idx]
 
 
-def patterns(model: Any, prompt: Any):
+def patterns(model: HookedModel, prompt: Any):
     """Attention patterns [layer, batch, head, query, key]."""
     import torch
 
@@ -41,14 +44,14 @@ def patterns(model: Any, prompt: Any):
     return torch.stack([cache[f"blocks.{layer}.attn.hook_pattern"] for layer in range(model.arch.n_layers)])
 
 
-def attention_entropy(model: Any, prompt: Any, from_pos: int = 1) -> HeadScores:
+def attention_entropy(model: HookedModel, prompt: Any, from_pos: int = 1) -> HeadScores:
     """Mean entropy (nats) of each head's attention over query positions >= from_pos."""
     pat = patterns(model, prompt)[..., from_pos:, :]
     ent = -(pat * (pat + 1e-12).log()).sum(-1)  # [L, b, h, q]
     return HeadScores("attention_entropy", ent.mean((1, 3)).cpu())
 
 
-def previous_token_score(model: Any, prompt: Any) -> HeadScores:
+def previous_token_score(model: HookedModel, prompt: Any) -> HeadScores:
     """Mean attention from each position to the one before it."""
     import torch
 
@@ -58,7 +61,7 @@ def previous_token_score(model: Any, prompt: Any) -> HeadScores:
 
 
 def induction_score(
-    model: Any, seq_len: int = 20, batch: int = 4, seed: int = 0, vocab: tuple[int, int] | None = None
+    model: HookedModel, seq_len: int = 20, batch: int = 4, seed: int = 0, vocab: tuple[int, int] | None = None
 ) -> HeadScores:
     """Attention from each token of a repeated random sequence to the token after its first
     occurrence (the induction target), averaged over the second half."""
@@ -77,7 +80,7 @@ def induction_score(
 
 
 def position_score(
-    model: Any, prompt: Any, key_pos: Any, query_pos: int = -1, name: str = "to_position"
+    model: HookedModel, prompt: Any, key_pos: Any, query_pos: int = -1, name: str = "to_position"
 ) -> HeadScores:
     """Attention from ``query_pos`` to ``key_pos`` (one int, or one per prompt): e.g. to the IO
     name (attending-to-name score)."""
@@ -97,7 +100,7 @@ def position_score(
 
 
 def name_scores(
-    model: Any, prompt: Any, positions: dict[str, Any], query_pos: int = -1
+    model: HookedModel, prompt: Any, positions: dict[str, Any], query_pos: int = -1
 ) -> dict[str, HeadScores]:
     """Attention from the final position to each named position set, e.g. {"IO": io_pos, "S1": ...}."""
     return {k: position_score(model, prompt, v, query_pos, f"to_{k}") for k, v in positions.items()}

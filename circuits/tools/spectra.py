@@ -6,7 +6,10 @@ Effective rank (Roy & Vetterli 2007): exp of the entropy of the normalised singu
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel
 
 MATRICES = ("W_QK", "W_OV", "W_O")
 
@@ -74,7 +77,7 @@ def spectra_from_weights(weights: dict[str, Any], n_layers: int, step: int | Non
     return pd.DataFrame(rows)
 
 
-def weight_spectra(model: Any, top: int = 8):
+def weight_spectra(model: HookedModel, top: int = 8):
     """Spectra of a loaded HookedModel (kv heads repeated)."""
     weights = {}
     for layer in range(model.arch.n_layers):
