@@ -239,13 +239,7 @@ def hard_scene(seed: int, index: int) -> dict:
 
 def hard(n: int, seed: int = TEST_SEED, start: int = 0) -> ImageBatch:
     """n hard images: image i is hard_image(seed, start + i)."""
-    if n < 1:
-        raise DatasetError(f"need at least one image, got n={n}")
-    items = [hard_image(seed, start + i) for i in range(n)]
-    images = torch.from_numpy(np.stack([x[0] for x in items]))
-    labels = torch.tensor([x[1] for x in items])
-    masks = torch.from_numpy(np.stack([x[2] for x in items]))
-    return ImageBatch(images, labels, masks, "hard", CLASSES)
+    return _batch(hard_image, "hard", n, seed, start)
 
 
 DATASETS = ("synthetic", "hard", "digits")
@@ -253,13 +247,18 @@ DATASETS = ("synthetic", "hard", "digits")
 
 def synthetic(n: int, seed: int = TEST_SEED, start: int = 0) -> ImageBatch:
     """n synthetic images: image i is synthetic_image(seed, start + i)."""
+    return _batch(synthetic_image, "synthetic", n, seed, start)
+
+
+def _batch(make, name: str, n: int, seed: int, start: int) -> ImageBatch:
+    """Images start .. start + n - 1 of one generator, stacked."""
     if n < 1:
         raise DatasetError(f"need at least one image, got n={n}")
-    items = [synthetic_image(seed, start + i) for i in range(n)]
+    items = [make(seed, start + i) for i in range(n)]
     images = torch.from_numpy(np.stack([x[0] for x in items]))
     labels = torch.tensor([x[1] for x in items])
     masks = torch.from_numpy(np.stack([x[2] for x in items]))
-    return ImageBatch(images, labels, masks, "synthetic", CLASSES)
+    return ImageBatch(images, labels, masks, name, CLASSES)
 
 
 def digits(n: int | None = None, seed: int = TEST_SEED, split: str = "test") -> ImageBatch:
