@@ -49,3 +49,14 @@ def test_not_a_toy_model_is_a_message(tmp_path):
     at = open_page("toy_circuits", {"toy_model": str(tmp_path / "missing")})
     assert not at.exception
     assert any("does not exist" in e.value for e in at.error)
+
+
+def test_fourier_bars_are_labelled_by_frequency():
+    """The tallest bar's label is a reported key frequency (bars were labelled by index, one too low)."""
+    at = open_page("toy_circuits", {"toy_model": "modadd-dense"})
+    assert not problems(at)
+    keys = [int(k) for k in next(m.value for m in at.metric if m.label == "key frequencies").split(", ")]
+    bars = chart(at, "toy_four_spec")["data"][0]
+    labels, heights = list(array(bars["x"])), [float(v) for v in array(bars["y"])]
+    assert labels[0] == "1"
+    assert int(labels[heights.index(max(heights))]) in keys

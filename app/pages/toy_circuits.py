@@ -204,9 +204,10 @@ with tabs[3]:
             st.metric("key frequencies", ", ".join(map(str, four.key_freqs)))
             if four.embedding_spectrum is not None:
                 spec = four.embedding_spectrum
+                # the spectrum starts at frequency 1 (the constant term is left out): label by frequency
                 st.plotly_chart(
                     V.bar(
-                        [str(i) for i in range(len(spec))],
+                        [str(k) for k in range(1, len(spec) + 1)],
                         [float(x) for x in spec],
                         "Embedding energy per frequency",
                     ),
