@@ -39,11 +39,8 @@ def component(graph: Any, dst: str) -> str:
 
 
 def nodes_for(graph: Any, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drawable nodes for ``edges``: the ones they touch plus embed and logits (every node of a small graph)."""
-    names = {"embed", "logits"} | {e["src"] for e in edges} | {component(graph, e["dst"]) for e in edges}
-    small = len(graph.nodes) <= 40
-    return [{"name": n.name, "layer": n.layer, "kind": n.kind, "label": n.name}
-            for n in graph.nodes if small or n.name in names]
+    """Drawable nodes for ``edges`` (CircuitGraph.drawable)."""
+    return graph.drawable(edges)
 
 
 def faith_table(results: dict[str, Any]):

@@ -81,13 +81,7 @@ class CircuitResult:
 
     def nodes(self, k: int | None = None) -> list[dict[str, Any]]:
         """The drawable nodes of the circuit's top-k edges (all of them for a small model)."""
-        mask = self.mask(k)
-        keep = set(self.graph.nodes_in(mask)) | {"embed", "logits"}
-        if len(self.graph.nodes) <= 40:
-            keep = {n.name for n in self.graph.nodes}
-        return [{"name": n.name, "layer": n.layer, "kind": n.kind,
-                 "label": n.name if n.kind in ("head", "mlp") else n.name}
-                for n in self.graph.nodes if n.name in keep]
+        return self.graph.drawable(self.top(k))
 
     def plot(self, k: int | None = None, selected: str | None = None):
         from circuits.plot import graph_figure

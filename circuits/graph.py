@@ -213,6 +213,15 @@ class CircuitGraph:
                 out[i] = True
         return out
 
+    def drawable(self, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Nodes to draw for edges {"src", "dst", ...}: the ones they touch plus embed and logits (every
+        node of a small graph), as circuits.plot.graph_figure takes them."""
+        names = {"embed", "logits"} | {e["src"] for e in edges}
+        names |= {self.receivers[self.receiver_index[e["dst"]]].component for e in edges}
+        small = len(self.nodes) <= 40
+        return [{"name": n.name, "layer": n.layer, "kind": n.kind, "label": n.name}
+                for n in self.nodes if small or n.name in names]
+
     def nodes_in(self, mask: Bool[torch.Tensor, " edge"]) -> list[str]:
         """The node names a circuit touches (receiver inputs folded into their node)."""
         names = set()

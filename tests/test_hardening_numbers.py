@@ -156,18 +156,10 @@ def test_api_attribute_checks_numbers(monkeypatch):
 # -- images: pixel cap before decoding, finite values in [0, 1] -----------------------------------------
 
 def bomb_png(w: int, h: int) -> bytes:
-    """A real 1-bit PNG of w x h black pixels, built row by row (a few hundred KB for 20000 x 20000)."""
-    import struct
-    import zlib
+    """A real 1-bit PNG of w x h black pixels (a few hundred KB for 20000 x 20000): the catalogue's builder."""
+    from scripts.bad_inputs import png
 
-    def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
-
-    comp = zlib.compressobj(9)
-    row = b"\x00" * (1 + (w + 7) // 8)
-    body = b"".join(comp.compress(row) for _ in range(h)) + comp.flush()
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 1, 0, 0, 0, 0))
-            + chunk(b"IDAT", body) + chunk(b"IEND", b""))
+    return png(w, h)
 
 
 def test_bomb_png_refused_before_decoding(tmp_path, monkeypatch, capsys):
