@@ -259,14 +259,21 @@ class FaithfulnessResult:
         ))
 
 
-def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str = "token",
-             ablation: str = "zero", use_foil: bool = True, params: dict[str, dict[str, Any]] | None = None,
-             batch_size: int = 32, seed: int = 0, on_step: Callable[[], None] | None = None,
-             rank: str = "signed", grid: list[float] | None = None) -> FaithfulnessResult:
-    """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method.
+@dataclass
+class FaithfulnessPart:
+    """What evaluate_part measured on some of the examples: per-method lists in example order. Parts of
+    one evaluation, combined in order (combine), give exactly what evaluate gives on all examples; this is
+    how a job shards examples across workers."""
 
-    grid: fractions p (default: the level's grid, which holds 0 and 1 so random scores 0). Another grid,
-    such as the paper scripts' 0.1 ... 1.0, is for comparing with published figures only."""
+    indices: list[int]
+    grid: list[float]
+    per_method: dict[str, dict[str, list]]
+    per_example: list[dict[str, Any]]
+    left_out: list[dict[str, Any]]
+
+
+def _prepare(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str, ablation: str,
+             params: dict[str, dict[str, Any]] | None, rank: str, grid: list[float] | None):
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
     if rank not in RANKS:
@@ -278,15 +285,44 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
     if not examples:
         raise MethodError("no examples to evaluate")
     params = {canonical(k): v for k, v in (params or {}).items()}
-    encs = encode_rows(model, examples, use_foil)
     grid = check_grid(grid) if grid is not None else grid_for(model, level)
+    return resolved, params, grid
+
+
+def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], level: str = "token",
+             ablation: str = "zero", use_foil: bool = True, params: dict[str, dict[str, Any]] | None = None,
+             batch_size: int = 32, seed: int = 0, on_step: Callable[[], None] | None = None,
+             rank: str = "signed", grid: list[float] | None = None) -> FaithfulnessResult:
+    """Run the protocol on examples ({"prompt", "target", "foil"?}) for each method.
+
+    grid: fractions p (default: the level's grid, which holds 0 and 1 so random scores 0). Another grid,
+    such as the paper scripts' 0.1 ... 1.0, is for comparing with published figures only."""
+    part = evaluate_part(model, examples, methods, None, level=level, ablation=ablation, use_foil=use_foil,
+                         params=params, batch_size=batch_size, seed=seed, on_step=on_step, rank=rank, grid=grid)
+    return combine(model.name, examples, methods, [part], level=level, ablation=ablation, use_foil=use_foil,
+                   params=params, rank=rank)
+
+
+def evaluate_part(model: Any, examples: list[dict[str, Any]], methods: list[str], indices: list[int] | None,
+                  level: str = "token", ablation: str = "zero", use_foil: bool = True,
+                  params: dict[str, dict[str, Any]] | None = None, batch_size: int = 32, seed: int = 0,
+                  on_step: Callable[[], None] | None = None, rank: str = "signed",
+                  grid: list[float] | None = None) -> FaithfulnessPart:
+    """The protocol on the examples at ``indices`` (None: all). Every example is still encoded (a bad row
+    fails here, whichever part holds it) and the mean fill is over all of them, so a part's numbers do not
+    depend on how the examples were split."""
+    resolved, params, grid = _prepare(model, examples, methods, level, ablation, params, rank, grid)
+    names = [r[0] for r in resolved]
+    encs = encode_rows(model, examples, use_foil)
+    indices = list(range(len(encs))) if indices is None else list(indices)
     fill = mean_fill(model, [e.tokens for e in encs], level) if ablation == "mean" else None
     keys = ("d", "r", "sec", "rho", "rec", "gap")
     per_method: dict[str, dict[str, list]] = {n: {k: [] for k in keys} for n in names}
     per_example = []
     left_out: list[dict[str, Any]] = []
     order_names = sorted(resolved, key=lambda r: r[0] != TRUTH)  # ground truth first
-    for ex_i, enc in enumerate(encs):
+    for ex_i in indices:
+        enc = encs[ex_i]
         gen = torch.Generator().manual_seed(seed * 100003 + ex_i)
         resid = clean_residuals(model, enc.tokens) if level != "token" else None
         with torch.no_grad():
@@ -349,8 +385,29 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
                 per_method[name]["gap"].append(per_example[-1]["relative_gap"])
         if on_step:
             on_step()
-    if len(left_out) == len(encs):
-        raise MethodError(f"no example has a defined faithfulness ratio ({len(encs)} left out; first: "
+    return FaithfulnessPart(indices=indices, grid=grid, per_method=per_method, per_example=per_example,
+                            left_out=left_out)
+
+
+def combine(model_name: str, examples: list[dict[str, Any]], methods: list[str], parts: list[FaithfulnessPart],
+            level: str = "token", ablation: str = "zero", use_foil: bool = True,
+            params: dict[str, dict[str, Any]] | None = None, rank: str = "signed") -> FaithfulnessResult:
+    """The result of parts of one evaluation (evaluate_part, same arguments) that together cover every
+    example once, in any order of parts."""
+    resolved = [resolve_method(m, level) for m in methods]
+    names = [r[0] for r in resolved]
+    params = {canonical(k): v for k, v in (params or {}).items()}
+    parts = sorted(parts, key=lambda p: p.indices[0] if p.indices else -1)
+    covered = [i for p in parts for i in p.indices]
+    if covered != list(range(len(examples))):
+        raise MethodError(f"the parts cover examples {covered}, not 0..{len(examples) - 1} once each")
+    per_method = {n: {k: [x for p in parts for x in p.per_method[n][k]] for k in parts[0].per_method[n]}
+                  for n in names}
+    per_example = [row for p in parts for row in p.per_example]
+    left_out = [row for p in parts for row in p.left_out]
+    n_examples, grid = len(examples), parts[0].grid
+    if len(left_out) == n_examples:
+        raise MethodError(f"no example has a defined faithfulness ratio ({n_examples} left out; first: "
                           f"{left_out[0]['why']})")
     out = {}
     for name, call_level, _ in resolved:
@@ -369,9 +426,9 @@ def evaluate(model: Any, examples: list[dict[str, Any]], methods: list[str], lev
             unconverged=sum(g > CONVERGED_REL_TOL for g in pm["gap"]) if pm["gap"] else None,
             convergence_gap=statistics.median(pm["gap"]) if pm["gap"] else None)
     args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,
-            "n_examples": len(encs), "rank": rank, "grid": grid}
-    return FaithfulnessResult(model=model.name, level=level, ablation=ablation, grid=grid,
-                              n_examples=len(encs), methods=out, use_foil=use_foil, rank=rank,
+            "n_examples": n_examples, "rank": rank, "grid": grid}
+    return FaithfulnessResult(model=model_name, level=level, ablation=ablation, grid=grid,
+                              n_examples=n_examples, methods=out, use_foil=use_foil, rank=rank,
                               per_example=per_example, args=args, left_out=left_out)
 
 
@@ -429,4 +486,5 @@ def _std(xs) -> float:
     return float((sum((x - m) ** 2 for x in xs) / (len(xs) - 1)) ** 0.5)
 
 
-__all__ = ["evaluate", "FaithfulnessResult", "MethodFaithfulness", "component_grid", "grid_for"]
+__all__ = ["evaluate", "evaluate_part", "combine", "FaithfulnessPart", "FaithfulnessResult", "MethodFaithfulness",
+           "component_grid", "grid_for"]
