@@ -1,0 +1,177 @@
+"""One call that builds a dictionary end to end: cache the corpus's activations to shards (once,
+resumable), train, save in SAELens' format, and measure the saved form on held-out text with the
+attention sink (position 0) left out.
+
+Shards live under ``~/.cache/workbench/acts/<model>-english/{train,heldout}`` (``WORKBENCH_CACHE``
+moves them); a shard set cached earlier for more hooks (scripts/build_dictionaries.py caches all
+twelve hooks of the shipped dictionaries in one pass) is reused when it holds the needed hooks.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from attribution.sae.shards import MANIFEST, ShardSet, cache_shards
+from attribution.sae.train_shards import (
+    Progress,
+    check_width,
+    finish,
+    save_transcoder,
+    store_half,
+    topk_threshold,
+    train_topk_sae,
+    train_topk_transcoder,
+    write_info,
+)
+from workbench.errors import RangeError
+
+HELDOUT_TOKENS = 64_000
+
+
+@dataclass
+class BuildSpec:
+    hook: str  # the input hook (for a transcoder: blocks.L.ln2.hook_normalized)
+    kind: str = "topk"  # "topk" (residual SAE) or "transcoder"
+    width: int = 4608
+    k: int = 64
+    tokens: int = 1_000_000
+    batch_size: int = 1024
+    lr: float = 4e-4
+    skip_first: int = 1
+    seed: int = 0
+
+    @property
+    def layer(self) -> int:
+        parts = self.hook.split(".")
+        if len(parts) < 2 or parts[0] != "blocks" or not parts[1].isdigit():
+            raise RangeError(f"hook {self.hook!r} is not inside a block (blocks.L....)")
+        return int(parts[1])
+
+    @property
+    def hook_out(self) -> str:
+        return f"blocks.{self.layer}.hook_mlp_out" if self.kind == "transcoder" else self.hook
+
+    def hooks(self) -> list[str]:
+        return [self.hook] if self.hook_out == self.hook else [self.hook, self.hook_out]
+
+
+def transcoder_input(hook: str) -> str:
+    """A transcoder reads the MLP's input: given blocks.L.<anything>, blocks.L.ln2.hook_normalized."""
+    layer = hook.split(".")[1] if hook.startswith("blocks.") else None
+    if layer is None or not layer.isdigit():
+        raise RangeError(f"hook {hook!r} is not inside a block (blocks.L....)")
+    return f"blocks.{layer}.ln2.hook_normalized"
+
+
+def shards_root(model_name: str) -> Path:
+    base = Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+    return base / "acts" / f"{Path(model_name).name}-english"
+
+
+def _reusable(root: Path, hooks: list[str], skip_first: int) -> Path | None:
+    """A shard directory under ``root`` (the split dir itself or a per-hook one) holding ``hooks``."""
+    for cand in [root, *sorted(p for p in root.parent.glob(f"{root.name}-*") if p.is_dir())]:
+        try:
+            m = json.loads((cand / MANIFEST).read_text())
+        except (OSError, ValueError):
+            continue
+        if set(hooks) <= set(m["hooks"]) and m.get("skip_first") == skip_first:
+            return cand
+    return None
+
+
+def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
+                  on_progress: Progress | None = None) -> ShardSet:
+    from workbench.corpus import english_texts
+
+    root = shards_root(model.name) / split
+    target = _reusable(root, hooks, skip_first)
+    if target is not None and ShardSet.open(target).n_tokens >= n_tokens:
+        return ShardSet.open(target)
+    if target is None:  # a fresh directory; the default name if it is free
+        key = "+".join(h.replace(".", "_") for h in hooks)
+        target = root if not root.exists() else root.parent / f"{split}-{key}"
+
+    def report(done: int, total: int) -> None:
+        if on_progress:
+            on_progress(f"cache {split}", done, total)
+
+    spec = ShardSet.open(target).manifest if (target / MANIFEST).exists() else None
+    use_hooks = spec["hooks"] if spec else hooks
+    return cache_shards(model, use_hooks, english_texts(split), target, n_tokens,
+                        skip_first=skip_first, on_progress=report)
+
+
+def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progress | None = None,
+                     train_shards: ShardSet | None = None, heldout_shards: ShardSet | None = None,
+                     eval_windows: int = 48, half: bool = False) -> dict[str, Any]:
+    """Train one dictionary and save it to ``out`` (atomically); returns its workbench.json."""
+    from attribution.sae.dictionary import load_dictionary
+    from attribution.sae.evaluate import evaluate_dictionary
+
+    check_width(spec.width, spec.k)
+    if spec.kind not in ("topk", "transcoder"):
+        raise RangeError(f"unknown dictionary kind {spec.kind!r}: topk, transcoder")
+    for h in spec.hooks():
+        model.check_hook(h)
+    started = time.time()
+    train = train_shards or ensure_shards(model, spec.hooks(), "train", spec.tokens, spec.skip_first, on_progress)
+    held = heldout_shards or ensure_shards(model, spec.hooks(), "heldout", HELDOUT_TOKENS, spec.skip_first,
+                                           on_progress)
+    t_cache = time.time() - started
+    tokens = min(spec.tokens, train.n_tokens)
+    ckpt = out.with_name(f".{out.name}.ckpt")
+    tmp = out.with_name(f".{out.name}.tmp")
+    t0 = time.time()
+    if spec.kind == "topk":
+        sae, scale = train_topk_sae(train, spec.hook, spec.width, spec.k, tokens, ckpt, spec.batch_size,
+                             spec.lr, spec.seed, on_progress)
+        tmp.mkdir(parents=True, exist_ok=True)
+        sae.save_inference_model(str(tmp))
+    else:
+        w = train_topk_transcoder(train, spec.hook, spec.hook_out, spec.width, spec.k, tokens, ckpt,
+                                  spec.batch_size, spec.lr, spec.seed, on_progress)
+        x = held.tensor(spec.hook, 20_000)
+        tmp.mkdir(parents=True, exist_ok=True)
+        save_transcoder(w, topk_threshold(w, x), tmp, model.name, spec.hook, spec.hook_out)
+        scale = {"input": w["scale_in"], "output": w["scale_out"]}
+    t_train = time.time() - t0
+    if half:
+        store_half(tmp)
+    dic = load_dictionary(tmp)
+    dic.info.update({"hook": spec.hook, "hook_out": spec.hook_out})
+    if on_progress:
+        on_progress("evaluate", 0, 1)
+    metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first)
+    info = {
+        "model": model.name,
+        "hook": spec.hook,
+        "hook_out": spec.hook_out,
+        "layer": spec.layer,
+        "kind": spec.kind,
+        "width": spec.width,
+        "weights_dtype": "float16" if half else "float32",
+        "k": spec.k,
+        "train_tokens": tokens,
+        "batch_size": spec.batch_size,
+        "lr": spec.lr,
+        "skip_first": spec.skip_first,
+        "activation_scale": scale,
+        "corpus": "data/corpus/english.jsonl.gz (train split; metrics on the held-out split)",
+        "seconds": {"cache": round(t_cache, 1), "train": round(t_train, 1)},
+        "metrics": metrics,
+        "sae_lens_format": ("JumpReLUSkipTranscoder" if spec.kind == "transcoder" else "TopKSAE")
+        + ": cfg.json + sae_weights.safetensors (sae_lens.SAE.load_from_disk)",
+    }
+    write_info(tmp, info)
+    finish(tmp, out)
+    import shutil
+
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return info
+

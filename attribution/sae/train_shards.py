@@ -1,0 +1,268 @@
+"""Train dictionaries from activation shards on disk: TopK SAEs with SAELens' trainer, and TopK
+skip transcoders (MLP input -> MLP output) with a loop of our own, since SAELens ships transcoder
+inference classes but no transcoder trainer. Both resume after an interruption from their last
+checkpoint, report progress through a callback, normalize activations to norm sqrt(d) during
+training (SAELens' ``expected_average_only_in``), fold that scale into the saved weights, and
+record it in workbench.json as ``activation_scale``.
+
+A transcoder is trained with TopK and saved as SAELens' ``JumpReLUSkipTranscoder``: one threshold
+per feature, set to the mean k-th largest pre-activation over held-out batches (how SAELens turns
+BatchTopK into JumpReLU), so the saved file runs in stock SAELens; its metrics are measured on
+the saved form.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from attribution.sae.shards import ShardSet, shard_batches
+from workbench.errors import RangeError
+
+Progress = Callable[[str, int, int], None]  # (stage, done, total)
+
+
+def _scale(x) -> float:
+    """Factor that brings activations to mean norm sqrt(d) (SAELens' expected_average_only_in)."""
+    return float(x.shape[1] ** 0.5 / x.float().norm(dim=1).mean())
+
+
+def train_topk_sae(shards: ShardSet, hook: str, width: int, k: int, n_tokens: int, ckpt: Path,
+                   batch_size: int = 1024, lr: float = 4e-4, seed: int = 0,
+                   on_progress: Progress | None = None, n_checkpoints: int = 8) -> tuple[Any, float | None]:
+    """SAELens TopK SAE trained on ``n_tokens`` activations of ``hook``; returns the training SAE
+    (normalization folded in) and the folded scale. Checkpoints go to ``ckpt`` and resume."""
+    import sae_lens as sl
+    import torch
+    from sae_lens.config import SAETrainerConfig
+
+    from attribution.sae.train import training_sae
+
+    torch.manual_seed(seed)
+    steps = max(1, n_tokens // batch_size)
+    sample = shards.load(0, [hook])[hook][:50_000].float()
+    sae = training_sae("topk", sample.shape[1], width, k=k, model=shards.manifest["model"], hook=hook)
+    cfg = SAETrainerConfig(
+        total_training_samples=steps * batch_size, train_batch_size_samples=batch_size, lr=lr,
+        lr_end=lr / 10, lr_warm_up_steps=min(200, steps // 10), lr_decay_steps=steps // 5,
+        lr_scheduler_name="constant", device="cpu", dead_feature_window=1000,
+        feature_sampling_window=2000, n_batches_for_norm_estimate=50,
+        n_checkpoints=n_checkpoints, checkpoint_path=str(ckpt), save_final_checkpoint=False,
+    )
+    resume = _latest_checkpoint(ckpt)
+    if resume is None:
+        with torch.no_grad():  # b_dec starts at the (normalised) data mean: features learn deviations
+            sae.b_dec.copy_(sample.mean(0) * _scale(sample))
+    else:
+        state = sl.TopKTrainingSAE.load_from_disk(str(resume), device="cpu")
+        sae.load_state_dict(state.state_dict())
+    done = 0
+    data = shard_batches(shards, hook, batch_size, seed)
+    trainer = sl.SAETrainer(cfg=cfg, sae=sae, data_provider=data)
+    if resume is not None:
+        trainer.load_trainer_state(resume)
+        done = trainer.n_training_steps
+        trainer.data_provider = shard_batches(shards, hook, batch_size, seed, skip=done)
+
+    def reporting(it):
+        for i, b in enumerate(it, start=done):
+            if on_progress and i % 20 == 0:
+                on_progress(f"train {hook}", i * batch_size, steps * batch_size)
+            yield b
+
+    trainer.data_provider = reporting(trainer.data_provider)
+    folded: list[float] = []
+    fold = sae.fold_activation_norm_scaling_factor
+
+    def record(factor: float) -> None:  # fit() folds SAELens' estimated scale and forgets it
+        folded.append(float(factor))
+        fold(factor)
+
+    sae.fold_activation_norm_scaling_factor = record
+    sae = trainer.fit()
+    return sae, (folded[0] if folded else None)
+
+
+def _latest_checkpoint(ckpt: Path) -> Path | None:
+    if not ckpt.is_dir():
+        return None
+    done = [p for p in ckpt.iterdir() if p.is_dir() and (p / "cfg.json").exists()
+            and any(p.glob("*trainer_state*"))]
+    return max(done, key=lambda p: p.stat().st_mtime) if done else None
+
+
+class _TopKSkipTranscoder:
+    """The trainable form: f = TopK(relu(x W_enc + b_enc)); y = f W_dec + b_dec + x W_skip^T."""
+
+    def __init__(self, d_in: int, d_out: int, width: int, k: int, seed: int) -> None:
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        w = torch.randn(d_in, width, generator=gen)
+        w = w / w.norm(dim=0, keepdim=True)
+        self.k = k
+        self.params = {
+            "W_enc": w.clone().requires_grad_(),
+            "b_enc": torch.zeros(width, requires_grad=True),
+            "W_dec": (w.T.contiguous() * 0.1).requires_grad_(),
+            "b_dec": torch.zeros(d_out, requires_grad=True),
+            "W_skip": torch.zeros(d_out, d_in, requires_grad=True),
+        }
+
+    def pre(self, x):
+        return x @ self.params["W_enc"] + self.params["b_enc"]
+
+    def forward(self, x, dead=None, k_aux: int = 256):
+        import torch
+
+        p = self.params
+        pre = self.pre(x)
+        vals, idx = torch.relu(pre).topk(self.k, dim=-1)
+        f = torch.zeros_like(pre).scatter(-1, idx, vals)
+        y = f @ p["W_dec"] + p["b_dec"] + x @ p["W_skip"].T
+        aux = None
+        if dead is not None and bool(dead.any()):
+            # AuxK (Gao et al. 2024): the dead features' top activations model what the live ones miss
+            masked = torch.where(dead, torch.relu(pre), torch.zeros_like(pre))
+            kk = min(k_aux, int(dead.sum()))
+            av, ai = masked.topk(kk, dim=-1)
+            aux = torch.zeros_like(pre).scatter(-1, ai, av) @ p["W_dec"]
+        return y, f, aux
+
+
+def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: int, k: int,
+                          n_tokens: int, ckpt: Path, batch_size: int = 1024, lr: float = 4e-4,
+                          seed: int = 0, on_progress: Progress | None = None,
+                          checkpoint_every: int = 200) -> dict[str, Any]:
+    """Train a TopK skip transcoder; returns raw-scale weights (normalization folded) plus the
+    input and output scales."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    torch.manual_seed(seed)
+    steps = max(1, n_tokens // batch_size)
+    first = shards.load(0, [hook_in, hook_out])
+    s_in, s_out = _scale(first[hook_in][:50_000]), _scale(first[hook_out][:50_000])
+    d_in, d_out = first[hook_in].shape[1], first[hook_out].shape[1]
+    tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed)
+    with torch.no_grad():
+        tc.params["b_dec"].copy_(first[hook_out][:50_000].float().mean(0) * s_out)
+    opt = torch.optim.Adam(tc.params.values(), lr=lr, betas=(0.9, 0.999))
+    step = 0
+    state_file = ckpt / "transcoder_state.safetensors"
+    last_fired = torch.zeros(width, dtype=torch.long)
+    if state_file.exists():
+        saved = load_file(str(state_file))
+        with torch.no_grad():
+            for name, p in tc.params.items():
+                p.copy_(saved[name])
+        last_fired = saved["last_fired"].long()
+        step = int(saved["step"])
+        opt = torch.optim.Adam(tc.params.values(), lr=lr)  # moments restart; weights resume
+    data = shard_batches(shards, hook_in, batch_size, seed, skip=step, hook_out=hook_out)
+    decay_from = int(steps * 0.8)
+    while step < steps:
+        x, y = next(data)
+        x, y = x * s_in, y * s_out
+        dead = (step - last_fired) > 1000
+        y_hat, f, aux = tc.forward(x, dead if step > 1000 else None)
+        err = y - y_hat
+        loss = (err**2).sum(-1).mean()
+        if aux is not None:
+            loss = loss + (1 / 32) * ((err.detach() - aux) ** 2).sum(-1).mean()
+        opt.zero_grad()
+        loss.backward()
+        for g in opt.param_groups:
+            g["lr"] = lr if step < decay_from else lr * max(0.05, (steps - step) / (steps - decay_from))
+        opt.step()
+        with torch.no_grad():  # unit-norm decoder rows keep feature scales in the activations
+            w = tc.params["W_dec"]
+            w.div_(w.norm(dim=1, keepdim=True).clamp_min(1e-8))
+        last_fired[(f > 0).any(0)] = step
+        step += 1
+        if on_progress and step % 20 == 0:
+            on_progress(f"train {hook_in}->{hook_out}", step * batch_size, steps * batch_size)
+        if step % checkpoint_every == 0 or step == steps:
+            ckpt.mkdir(parents=True, exist_ok=True)
+            tensors = {n: p.detach().contiguous().clone() for n, p in tc.params.items()}
+            tensors["last_fired"] = last_fired.clone()
+            tensors["step"] = torch.tensor(step)
+            tmp = state_file.with_suffix(".tmp")
+            save_file(tensors, str(tmp))
+            tmp.replace(state_file)
+    p = {n: v.detach() for n, v in tc.params.items()}
+    # fold the scales: features are unchanged, outputs come back in raw units
+    return {
+        "W_enc": p["W_enc"] * s_in, "b_enc": p["b_enc"], "W_dec": p["W_dec"] / s_out,
+        "b_dec": p["b_dec"] / s_out, "W_skip": p["W_skip"] * s_in / s_out,
+        "scale_in": s_in, "scale_out": s_out, "k": k,
+    }
+
+
+def save_transcoder(weights: dict[str, Any], threshold: float, path: Path, model: str,
+                    hook_in: str, hook_out: str) -> None:
+    """Write SAELens' JumpReLUSkipTranscoder format (cfg.json + sae_weights.safetensors)."""
+    import torch
+    from sae_lens.saes.sae import SAEMetadata
+    from sae_lens.saes.transcoder import JumpReLUSkipTranscoder, JumpReLUSkipTranscoderConfig
+
+    d_in, width = weights["W_enc"].shape
+    cfg = JumpReLUSkipTranscoderConfig(
+        d_in=d_in, d_sae=width, d_out=weights["W_dec"].shape[1], apply_b_dec_to_input=False,
+        metadata=SAEMetadata(model_name=model, hook_name=hook_in, hook_name_out=hook_out),
+    )
+    tc = JumpReLUSkipTranscoder(cfg)
+    with torch.no_grad():
+        for name in ("W_enc", "b_enc", "W_dec", "b_dec", "W_skip"):
+            getattr(tc, name).copy_(weights[name])
+        tc.threshold.fill_(threshold)
+    tc.save_model(str(path))
+
+
+def topk_threshold(weights: dict[str, Any], x) -> float:
+    """Mean k-th largest (post-ReLU) pre-activation: the JumpReLU threshold that keeps ~k active."""
+    import torch
+
+    pre = torch.relu(x.float() @ weights["W_enc"] + weights["b_enc"])
+    return float(pre.topk(int(weights["k"]), dim=-1).values[:, -1].mean())
+
+
+def finish(tmp: Path, out: Path) -> Path:
+    """Move a finished dictionary directory into place atomically (replacing an older one)."""
+    if out.exists():
+        old = out.with_name(f".{out.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        out.rename(old)
+        tmp.rename(out)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp.rename(out)
+    return out
+
+
+def write_info(path: Path, info: dict[str, Any]) -> None:
+    (path / "workbench.json").write_text(json.dumps(info, indent=1, default=str) + "\n")
+
+
+def check_width(width: int, k: int) -> None:
+    if width < 1 or not 0 < k <= width:
+        raise RangeError(f"k={k} must be between 1 and the dictionary width {width}")
+
+
+
+def store_half(path: Path) -> None:
+    """Rewrite a saved dictionary's weights in float16 (half the size in the repository); the
+    loader computes in float32. Metrics are measured after this, on what is shipped."""
+    from safetensors.torch import load_file, save_file
+
+    weights = path / "sae_weights.safetensors"
+    tensors = {k: v.half().contiguous() for k, v in load_file(str(weights)).items()}
+    save_file(tensors, str(weights))
+    cfg_path = path / "cfg.json"
+    cfg = json.loads(cfg_path.read_text())
+    cfg["dtype"] = "float16"
+    cfg_path.write_text(json.dumps(cfg))
