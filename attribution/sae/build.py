@@ -70,7 +70,9 @@ def transcoder_input(hook: str) -> str:
 
 def shards_root(model_name: str) -> Path:
     base = Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
-    return base / "acts" / f"{Path(model_name).name}-english"
+    # a local model directory's path, not only its base name, tells it from others of that name
+    name = str(model_name).strip("/").replace("/", "_")
+    return base / "acts" / f"{name}-english"
 
 
 def _reusable(root: Path, hooks: list[str], skip_first: int) -> Path | None:

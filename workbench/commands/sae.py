@@ -23,12 +23,13 @@ def register(app: typer.Typer) -> None:
     app.add_typer(sae_app, name="sae")
 
 
-def _cache(m, hook: str, tokens: int, ctx: int, corpus: str | None, seed: int = 0, held_out: bool = False):
+def _cache(m, hook: str, tokens: int, ctx: int, corpus: str | None, seed: int = 0, held_out: bool = False,
+           skip_first: int = 1):
     from attribution.sae.cache import cache_activations, model_texts
 
     ctx = min(ctx, m.arch.n_ctx)
     texts = model_texts(m, Path(corpus) if corpus else None, tokens, ctx, seed, held_out)
-    return cache_activations(m, hook, texts, tokens, ctx=ctx)
+    return cache_activations(m, hook, texts, tokens, ctx=ctx, skip_first=skip_first)
 
 
 def _threads() -> None:
@@ -42,7 +43,7 @@ def train(
     hook: str = typer.Option(..., "--hook", help="Hook to train on, e.g. blocks.15.hook_resid_post."),
     tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache (one per token).",
                                callback=positive_int),
-    kind: str = typer.Option("topk", "--kind", help="topk | batchtopk | jumprelu | l1 (legacy)."),
+    kind: str = typer.Option("topk", "--kind", help="topk | transcoder | batchtopk | jumprelu | l1."),
     width: int = typer.Option(None, "--width", help="Number of features (default 8 x the hook's width).",
                               callback=positive_int),
     k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk).", callback=positive_int),
@@ -55,14 +56,24 @@ def train(
     corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus)."),
     out: str = typer.Option(None, "--out", help="Where to save the SAE (default: under the run store)."),
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    keep_first: bool = typer.Option(False, "--keep-first", help="Also train on position 0 (the "
+                                    "attention sink, whose norm dwarfs the rest; left out by default)."),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Cache activations at HOOK, train an SAE with SAELens, report MSE, explained variance, L0,
-    dead fraction and the next-token loss change with the reconstruction spliced in."""
+    """Cache activations at HOOK, train an SAE (SAELens) or a skip transcoder (--kind transcoder:
+    MLP input -> MLP output of HOOK's layer), report explained variance (also without the top two
+    residual dimensions), L0, dead fraction and the next-token loss change with it spliced in.
+
+    LLMs train on the English corpus from activation shards on disk (resumable: run the same
+    command again after an interruption); toy models and --corpus train in memory."""
     from attribution.sae.train import KINDS
     from workbench.errors import RangeError
 
+    if kind == "transcoder" or (kind == "topk" and corpus is None and not _is_toy(model)):
+        _train_from_shards(model, hook, tokens, kind, width, k, lr, batch_size, out, seed,
+                           keep_first, device, as_json)
+        return
     if kind not in KINDS:
         raise RangeError(f"unknown SAE kind {kind!r}: {', '.join(KINDS)}")
     if tokens < 256:
@@ -83,7 +94,7 @@ def train(
     started = time.time()
     m = workbench.load(model, device=check_device(device))
     m.check_hook(hook)
-    cache = _cache(m, hook, tokens, ctx, corpus, seed)
+    cache = _cache(m, hook, tokens, ctx, corpus, seed, skip_first=0 if keep_first else 1)
     # the SAE's metadata names the model as the user gave it, so `sae features/eval` can reload it
     # (a zoo name, or a local path for models outside the zoo)
     cache.model = model
@@ -136,6 +147,68 @@ def train(
             f"SAE saved to {o['path']} (run {o['run']})\n"
             f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
             f"dead {o['dead_fraction']:.1%}  MSE {o['mse']:.4g}  "
+            f"next-token loss change {o['ce_loss_delta']:+.4f} nats"
+        )
+
+    emit(result, as_json, human)
+
+
+def _is_toy(model: str) -> bool:
+    from workbench import zoo
+    from workbench.errors import WorkbenchError
+
+    try:
+        return zoo.resolve(model).kind != "llm"
+    except WorkbenchError:
+        return True  # let the in-memory path report the bad model name as it always has
+
+
+def _train_from_shards(model: str, hook: str, tokens: int, kind: str, width: int | None, k: int,
+                       lr: float, batch_size: int, out: str | None, seed: int, keep_first: bool,
+                       device: str, as_json: bool) -> None:
+    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+    import workbench
+    from attribution.sae.build import BuildSpec, build_dictionary, transcoder_input
+    from workbench.cli import check_device
+    from workbench.errors import RangeError
+    from workbench.store import RunDraft, RunStore
+
+    _threads()
+    started = time.time()
+    m = workbench.load(model, device=check_device(device))
+    m.check_hook(hook)
+    hook_in = transcoder_input(hook) if kind == "transcoder" else hook
+    width = width or 4 * int(m.arch.d_model)
+    if not 0 < k <= width:
+        raise RangeError(f"--k {k} must be between 1 and the dictionary width {width}")
+    spec = BuildSpec(hook=hook_in, kind=kind, width=width, k=k, tokens=tokens, batch_size=batch_size,
+                     lr=lr, skip_first=0 if keep_first else 1, seed=seed)
+    store = RunStore()
+    name = f"{Path(m.name).name}_L{spec.layer}_{'transcoder' if kind == 'transcoder' else 'resid-topk'}{width}"
+    path = Path(out) if out else store.root / "saes" / name
+    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                  TimeRemainingColumn(), console=console(), transient=True,
+                  disable=as_json) as bar:
+        task = bar.add_task("starting", total=1)
+
+        def progress(stage: str, done: int, total: int) -> None:
+            bar.update(task, description=stage, completed=done, total=max(total, 1))
+
+        info = build_dictionary(m, spec, path, progress)
+    result = {**info["metrics"], "path": str(path), "kind": kind, "width": width, "k": k,
+              "hook": spec.hook, "hook_out": spec.hook_out, "model": m.name,
+              "train_tokens": info["train_tokens"]}
+    run = store.save(RunDraft(kind="sae", model=m.name, method=f"sae-{kind}",
+                              args={"hook": spec.hook, "tokens": tokens, "width": width, "k": k, "lr": lr},
+                              timings={**info["seconds"], "total_s": time.time() - started}, result=result))
+    result["run"] = run.id
+
+    def human(o):
+        console().print(
+            f"{kind} saved to {o['path']} (run {o['run']})\n"
+            f"explained variance {o['explained_variance']:.3f} ({o['explained_variance_no_top2']:.3f} "
+            f"without the top two dimensions)  L0 {o['l0']:.1f}  dead {o['dead_fraction']:.1%}  "
             f"next-token loss change {o['ce_loss_delta']:+.4f} nats"
         )
 
