@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import importlib
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from attribution.methods import LEVEL_AXES, METHODS, Method, MethodSpec, Scored, as_scored, canonical
-from attribution.result import AttributionResult
-from workbench.errors import MethodError
+from attribution.result import TOKEN_AXES, AttributionResult
+from workbench.errors import MethodError, RangeError, TokenError
 
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel
     from workbench.tokens import Encoding
 
 __all__ = ["attribute", "attribute_levels", "AttributionResult", "METHODS", "LEVEL_AXES", "get_method",
-           "result_for", "run_encoded", "Scored"]
+           "result_for", "run_encoded", "Scored", "encode_at"]
 
 
 def get_method(name: str, level: str) -> tuple[MethodSpec, Method]:
@@ -35,38 +36,92 @@ def _load(impl: str) -> Any:
     return getattr(importlib.import_module(module), func)
 
 
-def attribute(model: HookedModel, prompt: str | list[int], target: str | int, foil: str | int | None = None,
-              method: str = "dpa", level: str = "token", **params: Any) -> AttributionResult:
-    """Score tokens, heads, edges or neurons for the model's target (minus foil) logit."""
+def attribute(model: HookedModel, prompt: str | list[int], target: str | int | None = None,
+              foil: str | int | None = None, method: str = "dpa", level: str = "token", position: int | None = None,
+              **params: Any) -> AttributionResult:
+    """Score tokens, heads, edges or neurons for the model's target (minus foil) logit.
+
+    position: the position whose next-token prediction is explained (negative counts from the end; None is
+    the last). Without a target, a position before the last explains the prompt's own next token there;
+    a position outside the prompt is a RangeError."""
     spec, fn = get_method(method, level)
-    enc = model.encode(prompt, target, foil)
+    enc = encode_at(model, prompt, target, foil, position)
     return run_encoded(model, spec.name, fn, enc, level, params, prompt if isinstance(prompt, str) else None)
 
 
-def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | int, foil: str | int | None = None,
-                     method: str = "dpa", levels: tuple[str, ...] = ("token",),
-                     **params: Any) -> dict[str, AttributionResult]:
+def encode_at(model: HookedModel, prompt: str | list[int], target: str | int | None, foil: str | int | None,
+              position: int | None) -> Encoding:
+    """The prompt's encoding with ``position`` resolved to an index from the start (None stays None: the
+    last). The default target at a position before the last is the token that follows it in the prompt."""
+    enc = model.encode(prompt, target, foil)
+    if position is None:
+        return enc
+    n = enc.seq_len
+    if isinstance(position, bool) or not isinstance(position, int) or not -n <= position < n:
+        raise RangeError(f"position {position} out of range: the prompt has {n} tokens "
+                         f"(valid {-n}..{n - 1}, negative counts from the end)")
+    enc.position = position % n
+    if target is None and enc.position < n - 1:
+        enc.target_id = int(enc.tokens[0, enc.position + 1])
+        enc.target = enc.str_tokens[enc.position + 1]
+        if enc.target_id == enc.foil_id:
+            raise TokenError(f"foil {foil!r} is the token that follows position {enc.position} (the target)")
+    return enc
+
+
+def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | int | None = None,
+                     foil: str | int | None = None, method: str = "dpa", levels: tuple[str, ...] = ("token",),
+                     position: int | None = None, **params: Any) -> dict[str, AttributionResult]:
     """Several levels of one method: from one pass where the method has one (MethodSpec.one_pass; each
     result then carries that pass's time), else one call per level."""
     specs = [get_method(method, lv) for lv in levels]
     spec = specs[0][0]
     if spec.one_pass is None or len(levels) < 2:
-        return {lv: attribute(model, prompt, target, foil, method=spec.name, level=lv, **params) for lv in levels}
-    enc = model.encode(prompt, target, foil)
+        return {lv: attribute(model, prompt, target, foil, method=spec.name, level=lv, position=position, **params)
+                for lv in levels}
+    enc = encode_at(model, prompt, target, foil, position)
     started = time.perf_counter()
-    outs = _load(spec.one_pass)(model, enc, tuple(levels), **params)
+    outs = _load(spec.one_pass)(model, *_for_method(spec, enc), tuple(levels), **params)
     seconds = time.perf_counter() - started
     text = prompt if isinstance(prompt, str) else None
-    return {lv: result_for(model, spec.name, lv, enc, outs[lv], seconds, None, params, text) for lv in levels}
+    return {lv: result_for(model, spec.name, lv, enc, _padded(outs[lv], lv, enc), seconds, None, params, text)
+            for lv in levels}
 
 
 def run_encoded(model: HookedModel, method: str, fn: Method, enc: Encoding, level: str, params: dict[str, Any],
                 prompt: str | None) -> AttributionResult:
     """One method (its name and implementation from get_method) on an encoding already made, timed."""
     started = time.perf_counter()
-    out = fn(model, enc, level, **params)
+    out = fn(model, *_for_method(METHODS[canonical(method)], enc), level, **params)
     seconds = time.perf_counter() - started
-    return result_for(model, method, level, enc, out, seconds, None, params, prompt)
+    return result_for(model, method, level, enc, _padded(out, level, enc), seconds, None, params, prompt)
+
+
+def _for_method(spec: MethodSpec, enc: Encoding) -> tuple[Encoding]:
+    """The encoding a method sees: as is for methods that read Encoding.position (and when no position is
+    set), else the prompt cut after the position, so that position is the method's last one."""
+    if enc.position is None or spec.position or enc.position == enc.seq_len - 1:
+        return (enc,)
+    keep = enc.position + 1
+    return (replace(enc, tokens=enc.tokens[:, :keep], str_tokens=enc.str_tokens[:keep], position=None),)
+
+
+def _padded(out: Any, level: str, enc: Encoding) -> Any:
+    """A cut prompt's scores with zeros for the positions after the explained one: under causal attention
+    they cannot affect it, so zero is their exact share."""
+    scored = as_scored(out)
+    s = scored.scores
+    n = enc.seq_len
+    pads = [(ax, i) for i, ax in enumerate(LEVEL_AXES[level]) if ax in TOKEN_AXES and s.shape[i] < n]
+    if not pads:
+        return out
+    import torch
+
+    for _, i in pads:
+        shape = list(s.shape)
+        shape[i] = n - s.shape[i]
+        s = torch.cat([s, s.new_zeros(shape)], dim=i)
+    return replace(scored, scores=s)
 
 
 def result_for(model: HookedModel, method: str, level: str, enc: Encoding, scores: Any, seconds: float,
@@ -80,10 +135,11 @@ def result_for(model: HookedModel, method: str, level: str, enc: Encoding, score
         model=model.name, method=method, level=level, axes=LEVEL_AXES[level], scores=out.scores,
         tokens=enc.str_tokens, target=enc.target, foil=enc.foil, target_logit=logit, seconds=seconds,
         params=params, prompt=prompt, baseline_logit=out.baseline_logit, convergence_delta=out.convergence_delta,
+        position=enc.position,
     )
 
 
 def target_logit(model: HookedModel, enc: Encoding) -> float:
     from workbench.metric import logit_diff
 
-    return float(logit_diff(model.logits(enc.tokens)[:, -1], enc.target_id, enc.foil_id)[0])
+    return float(logit_diff(model.logits(enc.tokens)[:, enc.query], enc.target_id, enc.foil_id)[0])

@@ -61,6 +61,9 @@ class MethodSpec:
     one_pass: "module:function" giving several levels from one pass (else each level is its own call).
     complete: its scores sum to the metric (DPA with its offsets; path methods up to their gap).
     convergence_delta: its results carry a completeness gap (Scored.convergence_delta).
+    position: it explains the prediction at Encoding.position itself, on the whole prompt; the others get
+    the prompt cut after that position (exact under causal attention: later tokens cannot reach it) and
+    their scores are padded with zeros for the later positions.
     """
 
     name: str
@@ -70,6 +73,7 @@ class MethodSpec:
     one_pass: str | None = None
     complete: bool = False
     convergence_delta: bool = False
+    position: bool = False
 
 
 METHODS: dict[str, MethodSpec] = {}
@@ -82,15 +86,15 @@ def _add(name: str, impl: str, levels: tuple[str, ...], help: str, **caps: Any) 
 
 _add("dpa", "attribution.dpa.engine:dpa_scores", ("token", "head", "edge", "neuron"),
      "Dual Path Attribution: one forward + one top-down target propagation",
-     one_pass="attribution.dpa.engine:dpa_levels", complete=True)
+     one_pass="attribution.dpa.engine:dpa_levels", complete=True, position=True)
 _add("random", "attribution.baselines.random:random_scores", ("token", "head", "edge", "neuron"),
      "uniform random scores (a floor)")
 _add("gradient", "attribution.baselines.gradient:gradient_scores", ("token", "head", "neuron"),
-     "gradient of the target logit, summed over the item's dimensions (signed)")
+     "gradient of the target logit, summed over the item's dimensions (signed)", position=True)
 _add("gradient_norm", "attribution.baselines.gradient:gradient_norm_scores", ("token", "head", "neuron"),
-     "saliency: the gradient's L2 norm over the item's dimensions (unsigned)")
+     "saliency: the gradient's L2 norm over the item's dimensions (unsigned)", position=True)
 _add("input_x_gradient", "attribution.baselines.gradient:input_x_gradient_scores",
-     ("token", "head", "neuron"), "input (activation) times gradient")
+     ("token", "head", "neuron"), "input (activation) times gradient", position=True)
 _add("integrated_gradients", "attribution.baselines.integrated_gradients:ig_scores", ("token",),
      "integrated gradients along embeddings (steps, baseline: zero|mean|bos|ID, keep_first, schedule); "
      "converges on smollm2 with baseline=mean keep_first=true",
@@ -102,9 +106,9 @@ _add("attention_mean", "attribution.baselines.attention:attention_mean_scores", 
 _add("rollout", "attribution.baselines.attention:rollout_scores", ("token",),
      "attention rollout (Abnar and Zuidema 2020)")
 _add("atp", "attribution.baselines.atp:atp_scores", ("token", "head", "edge", "neuron"),
-     "attribution patching: activation x gradient (zero-ablation)")
+     "attribution patching: activation x gradient (zero-ablation)", position=True)
 _add("atp_foil", "attribution.baselines.atp:atp_foil_scores", ("token", "head", "neuron"),
-     "attribution patching toward the foil counterfactual")
+     "attribution patching toward the foil counterfactual", position=True)
 _add("ifr", "attribution.baselines.ifr:ifr_scores", ("token", "head", "edge"),
      "information flow routes (Ferrando and Voita 2024)", one_pass="attribution.baselines.ifr:ifr_levels")
 _add("activation_patching", "attribution.baselines.patching:patching_scores", ("token", "head", "neuron"),

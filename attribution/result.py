@@ -58,6 +58,7 @@ class AttributionResult:
     prompt: str | None = None
     baseline_logit: float | None = None
     convergence_delta: float | None = None
+    position: int | None = None  # the explained position (index from the start); None: the last
 
     def __post_init__(self) -> None:
         self.axes = tuple(self.axes)
@@ -89,6 +90,7 @@ class AttributionResult:
             "axes": list(self.axes), "scores": self.scores.detach().float().cpu().tolist(),
             "target": self.target, "foil": self.foil, "target_logit": self.target_logit,
             "seconds": self.seconds, "params": self.params, "prompt": self.prompt,
+            "position": self.position,
         }
         if self.convergence_delta is not None:
             out.update(baseline_logit=self.baseline_logit, convergence_delta=self.convergence_delta,
@@ -139,7 +141,8 @@ class AttributionResult:
 
         s = self.scores.detach().float().cpu()
         title = f"{self.method} · {self.level} · target {self.target!r}" + (
-            f" vs {self.foil!r}" if self.foil else "")
+            f" vs {self.foil!r}" if self.foil else "") + (
+            "" if self.position is None else f" · at {self.position}:{self.tokens[self.position]!r}")
         labels = [f"{i}:{t}" for i, t in enumerate(self.tokens)]
         if self.level == "token":
             fig = go.Figure(go.Bar(x=labels, y=s.tolist()))
@@ -166,7 +169,7 @@ class AttributionResult:
         return store.save(RunDraft(
             kind="attribute", model=self.model, method=self.method,
             args={"level": self.level, "prompt": self.prompt, "target": self.target, "foil": self.foil,
-                  **self.params},
+                  **({} if self.position is None else {"position": self.position}), **self.params},
             timings={"attribution_seconds": self.seconds},
             result={k: v for k, v in self.to_json().items() if k != "scores"},
             tensors={"scores": self.scores.detach().float()},

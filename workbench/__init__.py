@@ -43,16 +43,20 @@ def runs(root: str | None = None):
     return RunStore(root)
 
 
-def attribute(model: Any, prompt: str, target: str, method: str = "dpa", level: str = "token",
-              foil: str | None = None, **kwargs: Any):
+def attribute(model: Any, prompt: str, target: str | None = None, method: str = "dpa", level: str = "token",
+              foil: str | None = None, position: int | None = None, **kwargs: Any):
     """Run one attribution method; returns a typed result that plots and saves itself. A non-finite
-    parameter or score is a NonFiniteError (a WorkbenchError), never a result holding NaN."""
+    parameter or score is a NonFiniteError (a WorkbenchError), never a result holding NaN.
+
+    position: explain the next-token prediction made at that position (negative counts from the end;
+    default the last); its default target is the prompt's next token there."""
     from attribution import attribute as _attribute
     from workbench.options import check_finite, finite_param
 
     for key, value in kwargs.items():
         finite_param("parameter", key, value)
-    res = _attribute(model, prompt, target=target, foil=foil, method=method, level=level, **kwargs)
+    res = _attribute(model, prompt, target=target, foil=foil, method=method, level=level, position=position,
+                     **kwargs)
     check_finite(f"{res.method} {res.level} scores", res.scores)
     check_finite("the target logit", res.target_logit)
     return res

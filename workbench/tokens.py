@@ -35,7 +35,11 @@ class SymbolTokenizer:
 
 @dataclass
 class Encoding:
-    """A prompt ready for an engine: ids [1, S], their strings, target and foil ids."""
+    """A prompt ready for an engine: ids [1, S], their strings, target and foil ids.
+
+    position: the position whose next-token prediction is explained (0..S-1); None means the last.
+    Only methods declaring MethodSpec.position read it; attribute() cuts the prompt for the others.
+    """
 
     tokens: Any  # torch.LongTensor [1, seq]
     str_tokens: list[str]
@@ -43,10 +47,16 @@ class Encoding:
     foil_id: int | None = None
     target: str | None = None
     foil: str | None = None
+    position: int | None = None
 
     @property
     def seq_len(self) -> int:
         return int(self.tokens.shape[-1])
+
+    @property
+    def query(self) -> int:
+        """The explained position as an index from the start (the last one when position is None)."""
+        return self.seq_len - 1 if self.position is None else int(self.position)
 
 
 def check_prompt(prompt: str, n_tokens: int, n_ctx: int) -> None:

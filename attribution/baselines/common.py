@@ -28,15 +28,16 @@ def check_target(enc: Encoding) -> None:
 
 
 def last_logits(model: HookedModel, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
-                resid: torch.Tensor | None = None) -> torch.Tensor:
-    """Last-position logits [B, V]; with ``resid`` the forward starts at block ``start_layer``."""
+                resid: torch.Tensor | None = None, position: int | None = None) -> torch.Tensor:
+    """Last-position logits [B, V] (or those at ``position``); with ``resid`` the forward starts at block
+    ``start_layer``."""
     n_layers = model.arch.n_layers
     with model.hooks(fwd_hooks=fwd_hooks):
         if resid is not None and start_layer > 0:
             out = model(resid, start_at_layer=start_layer, stop_at_layer=n_layers)
         else:
             out = model(tokens, stop_at_layer=n_layers)
-    return model.final_logits(out)
+    return model.final_logits(out if position is None else out[:, :position + 1])
 
 
 def level_shape(model: HookedModel, enc: Encoding, level: str) -> tuple[int, ...]:
@@ -103,7 +104,7 @@ def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: torch.Ten
 
     hooks = [("hook_embed", embed_hook)] + [(n, keep) for n in names if n != "hook_embed"]
     with torch.enable_grad():
-        logits = last_logits(model, tokens, hooks)
+        logits = last_logits(model, tokens, hooks, position=enc.position)
         values = metric(logits, enc)
         values.sum().backward()
     out_acts = {n: acts[n].detach() for n in names}

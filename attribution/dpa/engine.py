@@ -263,14 +263,15 @@ def _one(level: str, x: torch.Tensor, b: int, n: int) -> torch.Tensor:
 
 def _init_target(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor],
                  offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """t at each prompt's last position: the unembedding row(s) pulled back through the frozen final norm."""
+    """t at each prompt's explained position (Encoding.query: the last one unless a position is given): the
+    unembedding row(s) pulled back through the frozen final norm."""
     a = model.arch
     W_U = model.W_U.float()  # [d_model, vocab]
     b_U = getattr(model, "b_U", None)
     gamma = model.final_norm_weight()
     beta = model.final_norm_bias()
     rows = torch.arange(len(encs))
-    last = torch.tensor([e.seq_len - 1 for e in encs])
+    last = torch.tensor([e.query for e in encs])
     if "ln_final.hook_normalized" in cache:
         final = cache["ln_final.hook_normalized"][rows, last]  # [batch, d_model]
         final = final * gamma.float() if gamma is not None else final

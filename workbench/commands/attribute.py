@@ -63,11 +63,14 @@ def check_method(method: str, level: str) -> str:
 def attribute(
     model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
     prompt: str = typer.Argument(..., help="The prompt (the model predicts the token after it)."),
-    target: str = typer.Option(..., "--target",
-                               help="Target token, one token, leading space included (' Paris')."),
+    target: str = typer.Option(None, "--target",
+                               help="Target token, one token, leading space included (' Paris'); required "
+                               "unless --position is before the last token (then: the prompt's next token)."),
     foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
+    position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
+                                 "(0-based; negative counts from the end; default the last)."),
     device: str = DEVICE_OPTION,
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "
                                     "e.g. --param w_q=0 --param steps=20."),
@@ -77,17 +80,23 @@ def attribute(
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit."""
     from workbench.cli import check_device
-    from workbench.errors import PromptError
+    from workbench.errors import PromptError, TokenError
 
     name = check_method(method, level)
     params = parse_params(param)
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
+    if target is None and position is None:
+        raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
     import workbench as wb
     from attribution import attribute as run_attribute
+    from attribution import encode_at
 
     m = wb.load(model, device=check_device(device))
-    res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, **params)
+    if target is None and encode_at(m, prompt, None, foil, position).target is None:
+        raise TokenError(f"position {position} is the prompt's last token: give --target")
+    res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, position=position,
+                        **params)
     out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
     if save:
         out["run"] = res.save().id
@@ -96,6 +105,7 @@ def attribute(
         c = console()
         c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
                 + (f" vs {r['foil']!r}" if r["foil"] else "")
+                + ("" if r["position"] is None else f" · at position {r['position']} {r['tokens'][r['position']]!r}")
                 + f" · logit {r['target_logit']:.3f} · {r['seconds']:.3f} s")
         if "convergence_delta" in r:
             c.print(f"completeness gap {r['convergence_delta']:.3g} (sum of scores - (f(input) - f(baseline)))"
