@@ -42,7 +42,8 @@ class Dictionary:
 
     @property
     def hook_out(self) -> str:
-        return str(self.info.get("hook_out") or self.hook)
+        meta_out = getattr(self.sae.cfg.metadata, "hook_name_out", None)  # SAELens transcoders
+        return str(self.info.get("hook_out") or meta_out or self.hook)
 
     @property
     def kind(self) -> str:

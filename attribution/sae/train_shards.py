@@ -107,7 +107,8 @@ class _TopKSkipTranscoder:
         self.params = {
             "W_enc": w.clone().requires_grad_(),
             "b_enc": torch.zeros(width, requires_grad=True),
-            "W_dec": (w.T.contiguous() * 0.1).requires_grad_(),
+            # a small decoder: the features start near silent beside the least-squares skip term
+            "W_dec": (w.T.contiguous() * 0.01).requires_grad_(),
             "b_dec": torch.zeros(d_out, requires_grad=True),
             "W_skip": torch.zeros(d_out, d_in, requires_grad=True),
         }
@@ -148,8 +149,13 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
     s_in, s_out = _scale(first[hook_in][:50_000]), _scale(first[hook_out][:50_000])
     d_in, d_out = first[hook_in].shape[1], first[hook_out].shape[1]
     tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed)
-    with torch.no_grad():
-        tc.params["b_dec"].copy_(first[hook_out][:50_000].float().mean(0) * s_out)
+    with torch.no_grad():  # the skip term starts at the least-squares linear map, so features
+        # only have to model what is nonlinear in the MLP (training from zero is far slower)
+        xs = first[hook_in][:50_000].float() * s_in
+        ys = first[hook_out][:50_000].float() * s_out
+        sol = torch.linalg.lstsq(torch.cat([xs, torch.ones(len(xs), 1)], 1), ys).solution
+        tc.params["W_skip"].copy_(sol[:-1].T)
+        tc.params["b_dec"].copy_(sol[-1])
     opt = torch.optim.Adam(tc.params.values(), lr=lr, betas=(0.9, 0.999))
     step = 0
     state_file = ckpt / "transcoder_state.safetensors"
@@ -178,9 +184,6 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         for g in opt.param_groups:
             g["lr"] = lr if step < decay_from else lr * max(0.05, (steps - step) / (steps - decay_from))
         opt.step()
-        with torch.no_grad():  # unit-norm decoder rows keep feature scales in the activations
-            w = tc.params["W_dec"]
-            w.div_(w.norm(dim=1, keepdim=True).clamp_min(1e-8))
         last_fired[(f > 0).any(0)] = step
         step += 1
         if on_progress and step % 20 == 0:
