@@ -48,7 +48,7 @@ def train_topk_sae(shards: ShardSet, hook: str, width: int, k: int, n_tokens: in
     cfg = SAETrainerConfig(
         total_training_samples=steps * batch_size, train_batch_size_samples=batch_size, lr=lr,
         lr_end=lr / 10, lr_warm_up_steps=min(200, steps // 10), lr_decay_steps=steps // 5,
-        lr_scheduler_name="constant", device="cpu", dead_feature_window=1000,
+        lr_scheduler_name="constant", device="cpu", dead_feature_window=min(1000, max(50, steps // 4)),
         feature_sampling_window=2000, n_batches_for_norm_estimate=50,
         n_checkpoints=n_checkpoints, checkpoint_path=str(ckpt), save_final_checkpoint=False,
     )
@@ -170,11 +170,12 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         opt = torch.optim.Adam(tc.params.values(), lr=lr)  # moments restart; weights resume
     data = shard_batches(shards, hook_in, batch_size, seed, skip=step, hook_out=hook_out)
     decay_from = int(steps * 0.8)
+    window = min(1000, max(50, steps // 4))  # steps without firing before a feature counts as dead
     while step < steps:
         x, y = next(data)
         x, y = x * s_in, y * s_out
-        dead = (step - last_fired) > 1000
-        y_hat, f, aux = tc.forward(x, dead if step > 1000 else None)
+        dead = (step - last_fired) > window
+        y_hat, f, aux = tc.forward(x, dead if step > window else None)
         err = y - y_hat
         loss = (err**2).sum(-1).mean()
         if aux is not None:
