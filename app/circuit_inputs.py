@@ -3,13 +3,13 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import streamlit as st
 
 from app import common as C
 from app.prompt_source import pick_rows
+from circuits.tools.patching import swap_names  # noqa: F401 - the pages' one swap (IOI names)
 from workbench.errors import PromptError
 
 DEFAULT = {
@@ -19,16 +19,6 @@ DEFAULT = {
     "circ_corrupt": "When Alice and Bob went to the store, Bob gave a drink to",
 }
 SINGLE, FILE = "one prompt", "prompt file"
-
-
-def swap_names(prompt: str, target: str, foil: str) -> str:
-    """The prompt with every whole-word target name and foil name exchanged ("Mary"<->"John")."""
-    a, b = target.strip(), foil.strip()
-    if not a or not b or a == b:
-        raise PromptError("swap names needs a target and a different foil (e.g. ' Mary' and ' John')")
-    if not re.search(rf"\b({re.escape(a)}|{re.escape(b)})\b", prompt):
-        raise PromptError(f"neither {a!r} nor {b!r} occurs in the prompt: nothing to swap")
-    return re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b", lambda m: b if m.group(0) == a else a, prompt)
 
 
 def _swap_clicked() -> None:

@@ -18,7 +18,7 @@ from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model", "circuit"]
+           "remote_model", "circuit", "patch"]
 __version__ = "0.1.0"
 
 
@@ -85,3 +85,17 @@ def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: i
     from circuits.discover import circuit as _circuit
 
     return _circuit(model, prompts, method=method, edges=edges, **kwargs)
+
+
+def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None = None, site: str = "resid",
+          **kwargs: Any):
+    """Activation patching from ``corrupted`` into ``clean`` at every site of one kind: ``resid``, ``attn``
+    or ``mlp`` ([layer, position]), ``heads`` ([layer, head]) or ``mlps`` ([layer]). Returns a PatchResult
+    (``.effect``: 1 = the patch alone flips the logit difference to the corrupted run's; ``.plot()``,
+    ``.table()``). ``circuits.tools.patching.swap_names`` builds an IOI-style corrupted prompt."""
+    from circuits.tools.patching import patch as _patch
+    from workbench.options import check_finite
+
+    res = _patch(model, clean, corrupted, target, foil, site=site, **kwargs)
+    check_finite(f"{site} patching effects", res.effect)
+    return res

@@ -11,6 +11,7 @@ any patching is run.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,6 +21,7 @@ from workbench.errors import PromptError, RangeError
 # |clean - corrupted| at or below this (relative to the logit differences' size, at least 1) leaves
 # the normalized effect undefined: float32 rounding alone moves a logit difference by ~1e-6 of it.
 NORM_TOL = 1e-5
+MAX_ROWS = 64  # patched copies per forward: bounds memory on long prompts
 
 
 class UndefinedEffectError(PromptError):
@@ -84,12 +86,29 @@ def _metric(model, tokens, p: Prompts, hooks, copies: int):
     return logit_diff(logits, rep).view(copies, p.batch).mean(1)
 
 
-def _baselines(model, p: Prompts, bad, names):
+def _metric_from(model, resid, layer: int, p: Prompts, hooks, copies: int):
+    """``_metric`` for a forward that starts at ``layer`` from the clean residual stream ``resid``
+    [batch, pos, d_model] (repeated ``copies`` times): a patch at layer l leaves layers before l as they
+    were, so they are not run again (about half the cost of a layer scan)."""
     import torch
 
+    x = resid.repeat(copies, *([1] * (resid.dim() - 1)))
+    with torch.no_grad(), model.hooks(fwd_hooks=hooks):
+        logits = model(x, start_at_layer=layer)
+    rep = Prompts(p.tokens.repeat(copies, 1), p.target.repeat(copies),
+                  None if p.foil is None else p.foil.repeat(copies), p.pos)
+    return logit_diff(logits, rep).view(copies, p.batch).mean(1)
+
+
+def _baselines(model, p: Prompts, bad, names, clean_names=()):
+    """Clean and corrupted logit differences, and their caches: the clean run keeps ``names`` and
+    ``clean_names``, the corrupted run ``names``."""
+    import torch
+
+    keep_clean = set(names) | set(clean_names)
     with torch.no_grad():
-        clean_logits, clean_cache = model.run_with_cache(p.tokens, names_filter=names)
-        bad_logits, bad_cache = model.run_with_cache(bad, names_filter=names)
+        clean_logits, clean_cache = model.run_with_cache(p.tokens, names_filter=keep_clean.__contains__)
+        bad_logits, bad_cache = model.run_with_cache(bad, names_filter=set(names).__contains__)
     return (
         float(logit_diff(clean_logits, p).mean()),
         float(logit_diff(bad_logits, p).mean()),
@@ -113,6 +132,12 @@ def _effect(patched, clean: float, corrupted: float):
     return (clean - patched) / (clean - corrupted)
 
 
+def _chunks(items: list[int], rows_per_item: int, max_rows: int) -> list[list[int]]:
+    """``items`` in groups whose copies (``rows_per_item`` rows each) fit one forward of ``max_rows``."""
+    size = max(1, max_rows // max(rows_per_item, 1))
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
 def patch_residual(
     model,
     clean,
@@ -123,9 +148,15 @@ def patch_residual(
     site: str = "resid_pre",
     layers: list[int] | None = None,
     positions: list[int] | None = None,
+    on_step: Callable[[int, int], None] | None = None,
+    max_rows: int = MAX_ROWS,
 ) -> PatchResult:
-    """Effect of patching the residual stream (``resid_pre``/``resid_mid``/``resid_post``) at each
-    layer and position: [layer, position]."""
+    """Effect of patching one site at each layer and position: [layer, position]. ``site`` is a residual
+    point (``resid_pre``/``resid_mid``/``resid_post``) or a block's output (``attn_out``/``mlp_out``).
+
+    Every position of one layer is patched in one batched forward (copies of the clean prompt stacked in
+    the batch dimension, at most ``max_rows`` rows), started at that layer from the clean residual stream.
+    ``on_step(done, total)`` is called after each forward."""
     import torch
 
     p, bad = _pair(model, clean, corrupted, target, foil, pos)
@@ -136,20 +167,28 @@ def patch_residual(
         if not 0 <= q < seq:
             raise RangeError(f"position {q} out of range for {seq} tokens")
     names = [model.check_hook(f"blocks.{layer}.hook_{site}") for layer in layers]
-    c, k, _, bad_cache = _baselines(model, p, bad, names)
+    starts = [f"blocks.{layer}.hook_resid_pre" for layer in layers]
+    c, k, clean_cache, bad_cache = _baselines(model, p, bad, set(names), set(starts))
     _check_norm(c, k)
-    n, b = len(positions), p.batch
-    tokens = p.tokens.repeat(n, 1)
-    patched = torch.zeros(len(layers), n)
-    for i, (_layer, name) in enumerate(zip(layers, names, strict=False)):
+    b = p.batch
+    groups = _chunks(list(range(len(positions))), b, max_rows)
+    total, done = len(layers) * len(groups), 0
+    patched = torch.zeros(len(layers), len(positions))
+    for i, (layer, name) in enumerate(zip(layers, names, strict=True)):
         src = bad_cache[name]
+        for group in groups:
+            cols = [positions[j] for j in group]
 
-        def hook(act, hook, src=src):
-            for j, q in enumerate(positions):
-                act[j * b : (j + 1) * b, q] = src[:, q]
-            return act
+            def hook(act, hook, src=src, cols=cols):
+                for j, q in enumerate(cols):
+                    act[j * b : (j + 1) * b, q] = src[:, q]
+                return act
 
-        patched[i] = _metric(model, tokens, p, [(name, hook)], n).cpu()
+            patched[i, group] = _metric_from(model, clean_cache[starts[i]], layer, p, [(name, hook)],
+                                             len(group)).cpu()
+            done += 1
+            if on_step is not None:
+                on_step(done, total)
     labels = {
         "layer": [str(x) for x in layers],
         "position": [
@@ -163,17 +202,21 @@ def patch_residual(
 
 
 def patch_heads(
-    model, clean, corrupted, target, foil=None, pos: int = -1, position: int | None = None
+    model, clean, corrupted, target, foil=None, pos: int = -1, position: int | None = None,
+    on_step: Callable[[int, int], None] | None = None,
 ) -> PatchResult:
-    """Effect of patching each head's output (hook_z) at all positions (or one): [layer, head]."""
+    """Effect of patching each head's output (hook_z) at all positions (or one): [layer, head]. One
+    forward per layer (a copy per head), started at that layer from the clean residual stream."""
     import torch
 
     p, bad = _pair(model, clean, corrupted, target, foil, pos)
     L, H, b = model.arch.n_layers, model.arch.n_heads, p.batch
+    if position is not None and not 0 <= position < p.tokens.shape[1]:
+        raise RangeError(f"position {position} out of range for {p.tokens.shape[1]} tokens")
     names = [f"blocks.{layer}.attn.hook_z" for layer in range(L)]
-    c, k, _, bad_cache = _baselines(model, p, bad, names)
+    starts = [f"blocks.{layer}.hook_resid_pre" for layer in range(L)]
+    c, k, clean_cache, bad_cache = _baselines(model, p, bad, set(names), set(starts))
     _check_norm(c, k)
-    tokens = p.tokens.repeat(H, 1)
     sl = slice(None) if position is None else slice(position, position + 1)
     patched = torch.zeros(L, H)
     for layer, name in enumerate(names):
@@ -184,7 +227,9 @@ def patch_heads(
                 z[h * b : (h + 1) * b, sl, h] = src[:, sl, h]
             return z
 
-        patched[layer] = _metric(model, tokens, p, [(name, hook)], H).cpu()
+        patched[layer] = _metric_from(model, clean_cache[starts[layer]], layer, p, [(name, hook)], H).cpu()
+        if on_step is not None:
+            on_step(layer + 1, L)
     labels = {"layer": [str(x) for x in range(L)], "head": [str(h) for h in range(H)]}
     return PatchResult(_effect(patched, c, k), patched, ("layer", "head"), "head", c, k, labels)
 
@@ -296,3 +341,49 @@ def _run_cache_with_hooks(model, tokens, names, hooks):
     with model.hooks(fwd_hooks=list(hooks)):
         model.run_with_hooks(tokens, fwd_hooks=[(n, save) for n in names])
     return store
+
+
+# -- one entry point for the CLI, the notebook and the app ---------------------------------------------
+SITES = {
+    "resid": "residual stream before each layer, per layer and position",
+    "attn": "attention output of each layer, per layer and position",
+    "mlp": "MLP output of each layer, per layer and position",
+    "heads": "each head's output (all positions), per layer and head",
+    "mlps": "each layer's MLP output (all positions), per layer",
+}
+
+
+def patch(
+    model,
+    clean,
+    corrupted,
+    target,
+    foil=None,
+    site: str = "resid",
+    pos: int = -1,
+    on_step: Callable[[int, int], None] | None = None,
+) -> PatchResult:
+    """Activation patching of one kind of site (``SITES``) from ``corrupted`` into ``clean``."""
+    if site not in SITES:
+        raise RangeError(f"unknown site {site!r}: {', '.join(SITES)}")
+    if site == "heads":
+        return patch_heads(model, clean, corrupted, target, foil, pos=pos, on_step=on_step)
+    if site == "mlps":
+        return patch_mlps(model, clean, corrupted, target, foil, pos=pos)
+    if site == "mlp" and model.arch.mlp == "none":
+        raise RangeError(f"{model.name} has no MLPs (attention-only)")
+    hook = {"resid": "resid_pre", "attn": "attn_out", "mlp": "mlp_out"}[site]
+    return patch_residual(model, clean, corrupted, target, foil, pos=pos, site=hook, on_step=on_step)
+
+
+def swap_names(prompt: str, target: str, foil: str) -> str:
+    """The prompt with every whole-word target name and foil name exchanged ("Mary"<->"John"): the
+    IOI-style corrupted prompt."""
+    import re
+
+    a, b = target.strip(), foil.strip()
+    if not a or not b or a == b:
+        raise PromptError("swap names needs a target and a different foil (e.g. ' Mary' and ' John')")
+    if not re.search(rf"\b({re.escape(a)}|{re.escape(b)})\b", prompt):
+        raise PromptError(f"neither {a!r} nor {b!r} occurs in the prompt: nothing to swap")
+    return re.sub(rf"\b({re.escape(a)}|{re.escape(b)})\b", lambda m: b if m.group(0) == a else a, prompt)

@@ -67,26 +67,35 @@ def ablate(
 def patch(
     model: str = typer.Argument(..., help="Model name or path."),
     clean: str = typer.Argument(..., help="Clean prompt."),
-    corrupted: str = typer.Argument(..., help="Corrupted prompt (same number of tokens)."),
+    corrupted: str = typer.Argument(None, help="Corrupted prompt (same number of tokens); or --swap-names."),
     target: str = typer.Option(..., "--target", help="Target token (the clean answer)."),
     foil: str = typer.Option(None, "--foil", help="Foil token (e.g. the corrupted answer)."),
-    site: str = typer.Option("resid", "--site", help="resid (layer x position), heads or mlps."),
+    site: str = typer.Option(
+        "resid", "--site", "--kind",
+        help="resid, attn or mlp (layer x position), heads (layer x head) or mlps (layer).",
+    ),
+    swap: bool = typer.Option(False, "--swap-names", help="Corrupted prompt = clean with target and foil "
+                              "names exchanged (IOI style)."),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Activation patching from a corrupted prompt into the clean run."""
+    """Activation patching from a corrupted prompt into the clean run (effect 1 = the patch alone flips
+    the logit difference to the corrupted run's)."""
     import workbench as wb
     from circuits.tools import patching
     from workbench.cli import check_device
     from workbench.errors import MethodError
 
+    if site not in patching.SITES:
+        raise MethodError(f"unknown site {site!r}: {', '.join(patching.SITES)}")
+    if swap == (corrupted is not None):
+        raise MethodError("give a corrupted prompt or --swap-names (one of the two)")
+    if swap:
+        if foil is None:
+            raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
+        corrupted = patching.swap_names(clean, target, foil)
     m = wb.load(model, device=check_device(device))
-    fn = {"resid": patching.patch_residual, "heads": patching.patch_heads, "mlps": patching.patch_mlps}.get(
-        site
-    )
-    if fn is None:
-        raise MethodError(f"unknown site {site!r}: resid, heads or mlps")
-    res = fn(m, clean, corrupted, target, foil)
+    res = wb.patch(m, clean, corrupted, target, foil, site=site)
 
     def human(r):
         c = console()
@@ -94,4 +103,4 @@ def patch(
         for i, row in enumerate(r["effect"] if isinstance(r["effect"][0], list) else [r["effect"]]):
             c.print(f"  {i:3d} " + " ".join(f"{v:6.2f}" for v in row))
 
-    emit(res.to_json(), as_json, human)
+    emit({**res.to_json(), "corrupted_prompt": corrupted}, as_json, human)
