@@ -27,7 +27,9 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
             meta = json.loads(cfg.read_text()).get("metadata", {})
         except (OSError, ValueError):
             continue
-        if meta.get("model_name") == model_name and meta.get("hook_name"):
+        # transcoders read one hook and write another; concept vectors compare with SAEs only
+        is_transcoder = bool(meta.get("hook_name_out")) and meta.get("hook_name_out") != meta.get("hook_name")
+        if meta.get("model_name") == model_name and meta.get("hook_name") and not is_transcoder:
             found.setdefault(meta["hook_name"], str(cfg.parent))
     for path in extra or []:
         cfg = Path(path) / "cfg.json"
