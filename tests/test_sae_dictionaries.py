@@ -147,3 +147,17 @@ def test_bad_specs():
 def test_shardset_open_missing(tmp_path):
     with pytest.raises(DatasetError):
         ShardSet.open(tmp_path / "nope")
+
+
+def test_cli_bad_input_exit_2(tmp_path, monkeypatch, capsys):
+    from cli_helpers import run_cli
+
+    from attribution.probes.tiny import save_tiny
+
+    tiny = str(save_tiny(tmp_path / "tiny", layers=2))
+    code, _, err = run_cli(monkeypatch, capsys, "sae", "train", "--model", tiny, "--hook",
+                           "blocks.1.hook_mlp_out", "--kind", "transcoder")
+    assert code == 2 and "English corpus" in err and "Traceback" not in err
+    code, _, err = run_cli(monkeypatch, capsys, "sae", "train", "--model", tiny, "--hook",
+                           "blocks.9.hook_resid_post", "--tokens", "600")
+    assert code == 2 and "blocks.9" in err

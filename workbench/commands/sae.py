@@ -174,6 +174,9 @@ def _train_from_shards(model: str, hook: str, tokens: int, kind: str, width: int
     from workbench.errors import RangeError
     from workbench.store import RunDraft, RunStore
 
+    if _is_toy(model):
+        raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "
+                         "LLM of the zoo (toy models train in memory with --kind topk)")
     _threads()
     started = time.time()
     m = workbench.load(model, device=check_device(device))
