@@ -142,21 +142,31 @@ def test_missing_sae_dir_exit_2(tmp_path, monkeypatch, capsys):
     assert code == 2 and "not an SAE directory" in err
 
 
-def test_shipped_smollm2_sae_is_saelens_format():
-    """The shipped SAE's files (no model needed): SAELens config, width and recorded metrics."""
+def test_shipped_smollm2_dictionaries_are_saelens_format():
+    """The shipped dictionaries' files (no model needed): SAELens config, four depths of residual
+    SAEs and transcoders, recorded held-out metrics within the goals they were built to meet."""
     dirs = [
-        p
+        p.parent
         for p in (REPO / "data" / "saes").glob("*/cfg.json")
         if json.loads(p.read_text())["metadata"].get("model_name") == "smollm2-135m"
     ]
     if not dirs:
-        pytest.skip("no shipped smollm2 SAE in data/saes")
-    cfg = json.loads(dirs[0].read_text())
-    assert cfg["d_in"] == 576 and cfg["metadata"]["hook_name"].startswith("blocks.")
-    info = json.loads((dirs[0].parent / "workbench.json").read_text())
-    m = info["metrics"]
-    assert m["explained_variance"] >= 0.75 and m["l0"] <= 64 and m["dead_fraction"] < 0.1
-    assert (dirs[0].parent / "sae_weights.safetensors").stat().st_size < 20_000_000
+        pytest.skip("no shipped smollm2 dictionaries in data/saes")
+    kinds: dict[str, set[int]] = {}
+    for d in dirs:
+        cfg = json.loads((d / "cfg.json").read_text())
+        assert cfg["d_in"] == 576 and cfg["metadata"]["hook_name"].startswith("blocks.")
+        info = json.loads((d / "workbench.json").read_text())
+        m = info["metrics"]
+        assert m["l0"] <= 64.5 and m["dead_fraction"] < 0.05 and m["ce_loss_delta"] <= 0.3
+        if info["kind"] == "topk":
+            assert m["explained_variance"] >= 0.8 and cfg["metadata"]["hook_name"].endswith("hook_resid_post")
+        else:
+            assert cfg["metadata"]["hook_name_out"].endswith("hook_mlp_out") and m["explained_variance"] > 0.3
+        assert (d / "sae_weights.safetensors").stat().st_size < 8_000_000
+        kinds.setdefault(info["kind"], set()).add(info["layer"])
+    if len(dirs) >= 8:  # the full shipped set: four depths of each kind
+        assert kinds["topk"] == kinds["transcoder"] and len(kinds["topk"]) >= 4
 
 
 @pytest.mark.real

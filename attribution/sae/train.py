@@ -128,7 +128,7 @@ def load_sae(path: str | Path) -> Any:
     if not (path / "cfg.json").exists():
         raise ModelFileError(f"{str(path)!r} is not an SAE directory (no cfg.json)")
     try:
-        return SAE.load_from_disk(str(path), device="cpu")
+        return SAE.load_from_disk(str(path), device="cpu", dtype="float32")  # stored float16 or 32
     except Exception as exc:  # SAELens raises several types for bad configs or weights
         raise ModelFileError(f"cannot load SAE from {str(path)!r}: {str(exc).splitlines()[0]}") from None
 
