@@ -20,6 +20,7 @@ PAGES = [
     ("pages/toy_circuits.py", "Toy circuits", ":material/hub:"),
     ("pages/probes.py", "Probes and concepts", ":material/explore:"),
     ("pages/sae.py", "SAE features", ":material/category:"),
+    ("pages/feature_graph.py", "Feature graph", ":material/schema:"),
     ("pages/blackbox.py", "Black-box recovery", ":material/lock_open:"),
     ("pages/runs.py", "Runs", ":material/folder_open:"),
 ]

@@ -1,0 +1,126 @@
+"""Feature graph: dictionary features at each depth -> higher features -> the logits, by feature-level DPA.
+
+Drawn with the app's one graph component (app/graph_view.py); a click on a feature node opens its
+dashboard on the SAE page (``?sae=<dictionary>&feature=<id>``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+from app.graph_view import LEGEND_HELP, follow_click, show_graph
+
+DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
+SAE_PAGE = "pages/sae.py"
+
+
+def available(model_name: str) -> list[str]:
+    """Paths of the dictionaries under data/saes trained on this model."""
+    try:
+        from attribution.sae.dictionary import list_dictionaries
+
+        return [str(d.path) for d in list_dictionaries(model=model_name)]
+    except Exception:  # a damaged data folder must not end the page
+        return []
+
+
+def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], nodes: int,
+          edges: int, per_layer: int) -> Any:
+    from attribution.features.graph import feature_graph
+    from attribution.features.placement import load_dictionaries
+
+    dicts = load_dictionaries(paths)
+    with loaded.lock:
+        return feature_graph(loaded.model, prompt, dicts, target=target, foil=foil, max_nodes=nodes,
+                             max_edges=edges, per_layer=per_layer)
+
+
+def show(graph: Any, key: str) -> None:
+    st.caption(f"{graph.model} · {graph.prompt!r} → {graph.target!r}" + (f" minus {graph.foil!r}" if graph.foil else "")
+               + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
+               f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
+    st.caption(LEGEND_HELP + " Rows: input embeddings at the bottom, then each dictionary (a transcoder half a "
+               "layer below the residual SAE of its layer), the logits on top.")
+    show_graph(graph.drawable(), graph.edges, key=key, title="Feature graph")
+    ids = [n["id"] for n in graph.nodes]
+    follow_click([key], f"{key}_node", ids)
+    chosen = st.selectbox("Node", ids, key=f"{key}_node")
+    node = graph.node(chosen)
+    inspect(graph, node)
+    st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score", "influence"]],
+                 hide_index=True)
+
+
+def inspect(graph: Any, node: dict[str, Any]) -> None:
+    """A node's numbers, its strongest edges, and a link to its dashboard."""
+    cols = st.columns(3)
+    cols[0].metric("influence on the logits", f"{node['influence']:.3f}")
+    if node.get("score") is not None:
+        cols[1].metric("feature-level DPA score", f"{node['score']:+.3f}")
+    if node.get("activation") is not None:
+        cols[2].metric("activation", f"{node['activation']:.3f}")
+    linked = [e for e in graph.edges if node["id"] in (e["src"], e["dst"])]
+    if linked:
+        st.dataframe(sorted(linked, key=lambda e: -abs(e["score"])), hide_index=True)
+    if node["kind"] == "feature":
+        st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
+                     icon=":material/open_in_new:",
+                     query_params={"sae": node["dictionary"], "feature": str(node["feature"])})
+    elif node["kind"] == "error":
+        st.caption("An error node: what the dictionary misses at this position (true activation minus its "
+                   "reconstruction), scored like a feature.")
+
+
+st.title("Feature graph")
+st.caption("Which dictionary features carry the answer: features at lower layers feed features at higher "
+           "layers and the logits, each edge one dot product with a DPA target vector (one top-down pass per "
+           "target feature). Error nodes hold what each dictionary misses.")
+
+with st.expander("Open a saved feature graph"):
+    run = C.run_picker("feature-graph", key="fg_open")
+    if run is not None:
+        from attribution.features.graph import FeatureGraph
+
+        saved = C.attempt(f"Cannot read run {run.id}", FeatureGraph.from_json, run.result())
+        if saved is not None:
+            show(saved, "fg_saved_graph")
+
+loaded = C.sidebar_model(("llm",), key="fg_model", default="smollm2-135m")
+C.keep("fg_prompt", DEFAULT_PROMPT)
+prompt = st.text_input("Prompt", key="fg_prompt", on_change=C.remember("fg_prompt"))
+c1, c2 = st.columns(2)
+C.keep("fg_target", " Mary")
+C.keep("fg_foil", " John")
+target = c1.text_input("Target", key="fg_target", on_change=C.remember("fg_target")) or None
+foil = c2.text_input("Foil (optional)", key="fg_foil", on_change=C.remember("fg_foil")) or None
+options = available(loaded.name)
+C.keep("fg_saes", [p for p in options if "hook_resid_post" in p][:4] or options[:4])
+st.session_state["fg_saes"] = [p for p in st.session_state["fg_saes"] if p in options]
+chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"))
+extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra")
+paths = list(chosen) + [p.strip() for p in (extra or "").split(",") if p.strip()]
+c1, c2, c3 = st.columns(3)
+n_nodes = c1.slider("Nodes kept", 5, 120, 40, key="fg_nodes")
+n_edges = c2.slider("Edges kept", 5, 400, 120, key="fg_edges")
+per_layer = c3.slider("Features expanded per dictionary", 1, 64, 16, key="fg_per_layer")
+
+sig = (loaded.name, prompt, target, foil, tuple(paths), n_nodes, n_edges, per_layer)
+held = st.session_state.get("_fg_result")
+if not paths:
+    st.info("Pick at least one dictionary of this model (none under data/saes? give a directory).")
+elif st.button("Build the feature graph", key="fg_run", type="primary"):
+    with st.spinner("One forward pass, then one DPA top-down pass per expanded feature…"):
+        graph = C.attempt("Cannot build the feature graph", build, loaded, prompt, target, foil, paths, n_nodes,
+                          n_edges, per_layer)
+    if graph is not None:
+        st.session_state["_fg_result"] = held = (sig, graph)
+if held is not None:
+    if held[0] != sig:
+        st.caption("The inputs changed since this graph was built: press the button to rebuild it.")
+    show(held[1], "fg_graph")
+    C.save_button(lambda: held[1], key="fg_save")
+elif paths:
+    st.caption("Press the button to build the graph (seconds on smollm2-135m with four dictionaries).")

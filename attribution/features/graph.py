@@ -1,0 +1,333 @@
+"""The feature graph: dictionary features at lower layers -> features at higher layers -> the logits.
+
+Nodes: ``L12.f345@p7`` (feature 345 of the residual SAE at layer 12, position 7; a transcoder's are
+``L12T.f345@p7``), ``L12.err@p7`` (what that dictionary misses there: true activation minus
+reconstruction), ``emb@p3`` (the input embedding) and ``logits`` (target minus foil).
+
+Edges come from DPA top-down passes in the replacement model: a residual SAE cuts the stream (everything
+below it reaches a higher node through its features and error), a transcoder's MLP is held fixed (its
+output is its features, error, bias and skip). A target node's pass starts at its input hook with its
+encoder direction (the logits: DPA's own target vector) and goes down to the nearest cut; every source it
+meets scores act x (decoder direction . target vector) (an error node: error . target vector; an
+embedding: embedding . target vector). So one DPA pass per target node, batched over targets, where
+circuit-tracer runs one backward pass per node.
+
+Which targets get a pass: dictionaries are expanded from the top down, each keeping the
+``per_layer`` features of largest influence on the logits so far (circuit-tracer's influence: each
+target's incoming |edges| normalised to sum to one, propagated from the logits). Pruning keeps the
+``max_nodes`` nodes of largest influence, the ``max_edges`` strongest edges among them (by edge influence),
+then only what lies on a path to the logits.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attribution.dpa.params import DPAParams
+from attribution.dpa.pullback import dpa_cache, embedding, logit_target, pull_back
+from attribution.features.placement import (
+    Placement,
+    Sources,
+    check_dictionaries,
+    encoder_directions,
+    read_target,
+    sources,
+)
+from attribution.features.scores import dpa_feature_scores, hooks_of
+from workbench.errors import RangeError
+
+if TYPE_CHECKING:
+    from attribution.sae.dictionary import Dictionary
+    from workbench.hooked import HookedModel
+    from workbench.store import Run, RunStore
+
+KIND = "feature-graph"
+
+
+@dataclass
+class _Layer:
+    d: Dictionary
+    place: Placement
+    src: Sources
+    names: list[str]  # feature node ids, then error node ids per position (Sources order)
+
+    @property
+    def n_features(self) -> int:
+        return len(self.src.features)
+
+
+@dataclass
+class FeatureGraph:
+    """A pruned feature graph. nodes: dicts (id, kind, layer, row, position, token, dictionary, feature,
+    activation, score, influence, label); edges: dicts (src, dst, score) with dst an expanded target."""
+
+    model: str
+    prompt: str
+    tokens: list[str]
+    target: str | None
+    foil: str | None
+    target_logit: float
+    dictionaries: list[dict[str, Any]]
+    nodes: list[dict[str, Any]]
+    edges: list[dict[str, Any]]
+    seconds: float
+    n_passes: int
+    params: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "prompt": self.prompt, "tokens": self.tokens, "target": self.target,
+                "foil": self.foil, "target_logit": self.target_logit, "dictionaries": self.dictionaries,
+                "nodes": self.nodes, "edges": self.edges, "seconds": self.seconds, "n_passes": self.n_passes,
+                "params": self.params}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FeatureGraph:
+        from workbench.errors import RunStoreError
+
+        try:
+            return cls(**{k: d[k] for k in ("model", "prompt", "tokens", "target", "foil", "target_logit",
+                                            "dictionaries", "nodes", "edges", "seconds", "n_passes")},
+                       params=d.get("params", {}))
+        except (KeyError, TypeError) as exc:
+            raise RunStoreError(f"not a feature graph: missing {exc}") from None
+
+    def node(self, node_id: str) -> dict[str, Any]:
+        for n in self.nodes:
+            if n["id"] == node_id:
+                return n
+        raise RangeError(f"no node {node_id!r} in this feature graph")
+
+    def drawable(self) -> list[dict[str, Any]]:
+        """Nodes as circuits.plot.graph_figure takes them (name, layer = drawing row, kind, label)."""
+        return [{"name": n["id"], "layer": n["row"], "kind": n["kind"], "label": n["label"]} for n in self.nodes]
+
+    def plot(self, title: str | None = None):
+        from circuits.plot import graph_figure
+
+        return graph_figure(self.drawable(), [{"src": e["src"], "dst": e["dst"], "score": e["score"]}
+                                              for e in self.edges],
+                            title=title or f"Feature graph: {self.prompt!r} -> {self.target!r}")
+
+    def table(self):
+        import pandas as pd
+
+        return pd.DataFrame(self.nodes)
+
+    def save(self, root: str | RunStore | None = None) -> Run:
+        from workbench.store import RunDraft, RunStore
+
+        store = root if isinstance(root, RunStore) else RunStore(root)
+        result = self.to_json()
+        summary = {"n_nodes": len(self.nodes), "n_edges": len(self.edges), "prompt": self.prompt,
+                   "target": self.target or ""}
+        return store.save(RunDraft(
+            kind=KIND, model=self.model, method="dpa",
+            args={"prompt": self.prompt, "target": self.target, "foil": self.foil,
+                  "dictionaries": [d["path"] for d in self.dictionaries], **self.params},
+            timings={"seconds": self.seconds}, result={**summary, **result},
+            files={"graph.json": json.dumps(result, allow_nan=False)}))
+
+    @classmethod
+    def load(cls, run_id: str, root: str | None = None) -> FeatureGraph:
+        from workbench.errors import RunStoreError
+        from workbench.store import RunStore
+
+        run = RunStore(root).get(run_id)
+        if run.kind != KIND:
+            raise RunStoreError(f"run {run_id} is a {run.kind} run, not a {KIND}")
+        return cls.from_json(run.result())
+
+
+def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement], cache: dict[str, Any],
+            keep_first: bool) -> list[_Layer]:
+    out = []
+    for d, pl in zip(dicts, places, strict=True):
+        src = sources(d, cache, keep_first)
+        seq = src.error.shape[0]
+        names = [f"{pl.tag}.f{int(f)}@p{int(p)}" for p, f in zip(src.positions, src.features, strict=True)]
+        names += [f"{pl.tag}.err@p{p}" for p in range(seq)]
+        out.append(_Layer(d, pl, src, names))
+    return out
+
+
+def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer], below: int, t: torch.Tensor,
+                start: tuple[int, str], p: DPAParams) -> list[tuple[str, torch.Tensor]]:
+    """One batched pass from targets t at ``start``: (source id, scores [batch]) for every source met in the
+    layers with index < ``below``, down to the first residual SAE (a cut) or the embeddings."""
+    frozen: set[int] = set()
+    by_point: dict[tuple[int, str], list[_Layer]] = {}
+    for lay in layers[:below]:
+        by_point.setdefault(lay.place.write, []).append(lay)
+    out: list[tuple[str, torch.Tensor]] = []
+    for point, tv in pull_back(model, cache, t, start, p, frozen_mlps=frozen, lowest=(-1, "post")):
+        cut = False
+        for lay in sorted(by_point.get(point, []), key=lambda x: x.place.order, reverse=True):
+            s = lay.src
+            scores = torch.cat([s.feature_scores(tv), Sources.per_position(s.error, tv)], dim=1)
+            out += list(zip(lay.names, scores.T, strict=True))
+            if lay.place.mlp is None:
+                cut = True
+                break
+            frozen.add(lay.place.mlp)
+        if cut:
+            return out
+        if point == (-1, "post"):
+            emb = Sources.per_position(embedding(cache)[0], tv)
+            out += [(f"emb@p{q}", emb[:, q]) for q in range(emb.shape[1])]
+    return out
+
+
+def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary], target: str | None = None,
+                  foil: str | None = None, per_layer: int = 16, max_nodes: int = 40, max_edges: int = 120,
+                  keep_first: bool = False, batch_size: int = 32, **params: Any) -> FeatureGraph:
+    """Build and prune the feature graph of ``prompt`` (target minus foil) over ``dictionaries``."""
+    from workbench.options import check_finite
+
+    for name, v in (("per_layer", per_layer), ("max_nodes", max_nodes), ("max_edges", max_edges),
+                    ("batch_size", batch_size)):
+        if int(v) < 1:
+            raise RangeError(f"{name} must be at least 1 (got {v})")
+    p = DPAParams.from_kwargs(**params)
+    enc = model.encode(prompt, target, foil)
+    places = check_dictionaries(model, list(dictionaries))
+    pairs = sorted(zip(places, dictionaries, strict=True), key=lambda pd: pd[0].order)
+    places, dicts = [pl for pl, _ in pairs], [d for _, d in pairs]
+    started = time.perf_counter()
+    cache = dpa_cache(model, enc.tokens, p, hooks_of(dicts))
+    layers = _layers(model, dicts, places, cache, keep_first)
+    full, logit = dpa_feature_scores(model, enc, dicts, keep_first, p, cache=cache)
+    seq = enc.seq_len
+    # edges[dst] = {src: score}; value[dst] = what the target node's edges explain (logit or activation)
+    edges: dict[str, dict[str, float]] = {}
+    t, _ = logit_target(model, enc, cache)
+    top = (model.arch.n_layers - 1, "post")
+    edges["logits"] = {n: float(v[0]) for n, v in _edges_from(model, cache, layers, len(layers), t, top, p)}
+    influence = {"logits": 1.0}
+    n_passes = 1
+    for i in reversed(range(len(layers))):
+        lay = layers[i]
+        infl = _influence(edges, influence)
+        candidates = [(infl.get(n, 0.0), j) for j, n in enumerate(lay.names[:lay.n_features])]
+        picked = [j for v, j in sorted(candidates, reverse=True)[:per_layer] if v > 0]
+        if not picked:
+            continue
+        for start in range(0, len(picked), batch_size):
+            chunk = torch.tensor(picked[start:start + batch_size])
+            pos, feat = lay.src.positions[chunk], lay.src.features[chunk]
+            dirs = encoder_directions(lay.d, lay.src.x_in, pos, feat)
+            tv = read_target(model, lay.place, cache, dirs, pos, seq)
+            found = _edges_from(model, cache, layers, i, tv, lay.place.read, p)
+            for b, j in enumerate(chunk.tolist()):
+                edges[lay.names[j]] = {n: float(v[b]) for n, v in found}
+            n_passes += len(chunk)
+        influence = _influence(edges, {"logits": 1.0})
+    influence = _influence(edges, {"logits": 1.0})
+    seconds = time.perf_counter() - started
+    nodes, kept = _prune(edges, influence, max_nodes, max_edges)
+    check_finite("the target logit", logit)
+    info = _node_info(layers, full, enc.str_tokens, model.arch.n_layers)
+    node_list = [dict(info[n], id=n, influence=influence.get(n, 0.0)) for n in nodes]
+    node_list.sort(key=lambda n: (n["row"], n["position"] if n["position"] is not None else 10**9))
+    edge_list = [{"src": s, "dst": d, "score": v} for (s, d), v in kept.items()]
+    for e in edge_list:
+        check_finite(f"edge {e['src']} -> {e['dst']}", e["score"])
+    return FeatureGraph(
+        model=model.name, prompt=prompt, tokens=list(enc.str_tokens), target=target, foil=foil,
+        target_logit=logit, dictionaries=[{"name": d.name, "path": str(d.path), "tag": pl.tag, "kind": d.kind,
+                                           "hook": d.hook, "hook_out": d.hook_out}
+                                          for d, pl in zip(dicts, places, strict=True)],
+        nodes=node_list, edges=edge_list, seconds=seconds, n_passes=n_passes,
+        params={"per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges, "keep_first": keep_first,
+                **p.to_dict()})
+
+
+def _influence(edges: dict[str, dict[str, float]], seed: dict[str, float]) -> dict[str, float]:
+    """Influence on the logits: each target's |incoming edges| normalised to sum 1, propagated top-down.
+    Targets are processed in an order where every node's influence is final before it passes it on."""
+    infl = dict(seed)
+    pending = {dst: set(srcs) for dst, srcs in edges.items()}
+    order: list[str] = []
+    done: set[str] = set()
+    # a target is ready once no other pending target has it as a source (so its influence is complete)
+    feeds: dict[str, int] = {}
+    for srcs in pending.values():
+        for s in srcs:
+            if s in pending:
+                feeds[s] = feeds.get(s, 0) + 1
+    ready = [d for d in pending if feeds.get(d, 0) == 0]
+    while ready:
+        dst = ready.pop()
+        order.append(dst)
+        done.add(dst)
+        for s in pending[dst]:
+            if s in pending and s not in done:
+                feeds[s] -= 1
+                if feeds[s] == 0:
+                    ready.append(s)
+    for dst in order:
+        row = edges[dst]
+        total = sum(abs(v) for v in row.values()) or 1.0
+        w = infl.get(dst, 0.0)
+        if w == 0.0:
+            continue
+        for src, v in row.items():
+            infl[src] = infl.get(src, 0.0) + w * abs(v) / total
+    return infl
+
+
+def _prune(edges: dict[str, dict[str, float]], influence: dict[str, float], max_nodes: int,
+           max_edges: int) -> tuple[list[str], dict[tuple[str, str], float]]:
+    """Top nodes by influence, the strongest edges among them by edge influence, then only what reaches
+    the logits (every kept node has a kept path to ``logits``)."""
+    ranked = sorted((n for n in influence if n != "logits" and influence[n] > 0), key=lambda n: -influence[n])
+    keep = set(ranked[:max_nodes]) | {"logits"}
+    scored = []
+    for dst, row in edges.items():
+        if dst not in keep:
+            continue
+        total = sum(abs(v) for v in row.values()) or 1.0
+        for src, v in row.items():
+            if src in keep and v != 0.0:
+                scored.append((influence.get(dst, 0.0) * abs(v) / total, src, dst, v))
+    scored.sort(reverse=True)
+    chosen = {(s, d): v for _, s, d, v in scored[:max_edges]}
+    reach = {"logits"}
+    changed = True
+    while changed:  # nodes with a kept path to the logits
+        changed = False
+        for s, d in chosen:
+            if d in reach and s not in reach:
+                reach.add(s)
+                changed = True
+    chosen = {(s, d): v for (s, d), v in chosen.items() if s in reach and d in reach}
+    return [n for n in ["logits"] + ranked if n in reach], chosen
+
+
+def _node_info(layers: list[_Layer], full: list[Any], tokens: list[str], n_layers: int) -> dict[str, dict[str, Any]]:
+    """Per node id: kind, drawing row, position, token, dictionary, feature, activation, DPA score, label."""
+    info: dict[str, dict[str, Any]] = {"logits": {"kind": "logits", "row": n_layers, "position": None,
+                                                  "token": None, "dictionary": None, "feature": None,
+                                                  "activation": None, "score": None, "label": "logits"}}
+    for q, tok in enumerate(tokens):
+        info[f"emb@p{q}"] = {"kind": "token", "row": -1, "position": q, "token": tok, "dictionary": None,
+                             "feature": None, "activation": None, "score": None, "label": f"{tok!r}@{q}"}
+    for lay, lf in zip(layers, full, strict=True):
+        layer = lay.place.write[0]
+        row = layer - 0.5 if lay.place.mlp is not None else layer
+        for j, name in enumerate(lay.names):
+            if j < lay.n_features:
+                q, f = int(lay.src.positions[j]), int(lay.src.features[j])
+                info[name] = {"kind": "feature", "row": row, "position": q, "token": tokens[q],
+                              "dictionary": lay.d.name, "feature": f, "activation": float(lay.src.acts[j]),
+                              "score": float(lf.scores[j]), "label": f"{lay.place.tag}.f{f}@{q}"}
+            else:
+                q = j - lay.n_features
+                info[name] = {"kind": "error", "row": row, "position": q, "token": tokens[q],
+                              "dictionary": lay.d.name, "feature": None, "activation": None,
+                              "score": float(lf.error[q]), "label": f"{lay.place.tag}.err@{q}"}
+    return info

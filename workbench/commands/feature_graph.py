@@ -1,0 +1,73 @@
+"""``workbench feature-graph``: features -> features -> logits by feature-level DPA (attribution/features)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import positive_int
+
+
+def register(app: typer.Typer) -> None:
+    app.command("feature-graph")(feature_graph)
+
+
+def _human(r: dict[str, Any]) -> None:
+    c = console()
+    c.print(f"feature graph of {r['prompt']!r} -> {r['target']!r}"
+            + (f" minus {r['foil']!r}" if r.get("foil") else "")
+            + f" on {r['model']}: {len(r['nodes'])} nodes, {len(r['edges'])} edges, "
+            f"{r['n_passes']} DPA passes, {r['seconds']:.2f} s")
+    for n in r["nodes"][-25:][::-1]:
+        score = "" if n["score"] is None else f" score {n['score']:+.3f}"
+        print(f"  {n['id']:<22} {n['kind']:<8} {str(n['token']):<12} influence {n['influence']:.3f}{score}")
+    for e in sorted(r["edges"], key=lambda e: -abs(e["score"]))[:20]:
+        print(f"  {e['src']:>22} -> {e['dst']:<22} {e['score']:+.4f}")
+    if "run" in r:
+        c.print(f"saved run {r['run']}")
+
+
+def feature_graph(
+    model: str = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory."),
+    prompt: str = typer.Option(..., "--prompt", help="The prompt whose next token is explained."),
+    target: str = typer.Option(None, "--target", help="Target token (default: the model's top prediction)."),
+    foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil."),
+    saes: str = typer.Option(..., "--saes", help="Dictionary directories (or names under data/saes), comma-"
+                             "separated: residual SAEs and/or transcoders of this model."),
+    nodes: int = typer.Option(40, "--nodes", help="Keep at most this many nodes (by influence on the logits).",
+                              callback=positive_int),
+    edges: int = typer.Option(120, "--edges", help="Keep at most this many edges among them.",
+                              callback=positive_int),
+    per_layer: int = typer.Option(16, "--per-layer", help="Features per dictionary that get their own DPA pass.",
+                                  callback=positive_int),
+    keep_first: bool = typer.Option(False, "--keep-first/--skip-first", help="Score features at position 0 "
+                                    "(the attention sink; off by default: it is all error there)."),
+    param: list[str] = typer.Option(None, "--param", help="DPA parameter key=value: w_q, w_k, w_v, w_gate, w_up."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the graph to the run store."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Feature graph: dictionary features at each depth -> higher features -> logits, with error nodes,
+    pruned to the strongest paths (prints model, prompt, nodes, edges, seconds, run)."""
+    from workbench.cli import check_device
+    from workbench.commands.attribute import parse_params
+
+    params = parse_params(param)
+    from attribution.dpa.params import DPAParams
+
+    DPAParams.from_kwargs(**params)  # bad parameters fail before anything loads
+    from attribution.features.placement import load_dictionaries
+
+    dicts = load_dictionaries(saes)
+    import workbench as wb
+    from attribution.features.graph import feature_graph as build
+
+    m = wb.load(model, device=check_device(device))
+    graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,
+                  max_edges=edges, keep_first=keep_first, **params)
+    out = graph.to_json()
+    if save:
+        out["run"] = graph.save().id
+    emit(out, as_json, _human)
