@@ -53,7 +53,7 @@ def table(infos: list[dict]) -> str:
 def main() -> None:
     import torch
 
-    from attribution.sae.build import HELDOUT_TOKENS, BuildSpec, build_dictionary, shards_root
+    from attribution.sae.build import HELDOUT_TOKENS, BuildSpec, build_dictionary, rethreshold, shards_root
     from attribution.sae.shards import cache_shards
     from workbench import zoo
     from workbench.corpus import english_texts
@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="topk,transcoder")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "saes")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--rethreshold", action="store_true",
+                    help="refit the JumpReLU threshold of transcoders already built, and measure them again")
     args = ap.parse_args()
     torch.set_num_threads(2)
     model = zoo.load(args.model)
@@ -92,6 +94,9 @@ def main() -> None:
             name = dict_name(model.name, layer, kind, args.width)
             out = args.out / name
             if out.exists() and not args.force:
+                if args.rethreshold and kind == "transcoder":
+                    info = rethreshold(model, out, train, held)
+                    print(name, "rethresholded", json.dumps(info["metrics"]), flush=True)
                 info = json.loads((out / "workbench.json").read_text())
             else:
                 spec = BuildSpec(hook=hook, kind=kind, width=args.width, k=args.k, tokens=args.tokens, lr=args.lr)

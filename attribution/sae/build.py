@@ -138,7 +138,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     else:
         w = train_topk_transcoder(train, spec.hook, spec.hook_out, spec.width, spec.k, tokens, ckpt,
                                   spec.batch_size, spec.lr, spec.seed, on_progress)
-        x = held.tensor(spec.hook, 20_000)
+        x = train.load(0, [spec.hook])[spec.hook][:5_000]  # training text: the threshold is fitted
         tmp.mkdir(parents=True, exist_ok=True)
         save_transcoder(w, topk_threshold(w, x), tmp, model.name, spec.hook, spec.hook_out)
         scale = {"input": w["scale_in"], "output": w["scale_out"]}
@@ -167,6 +167,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         "corpus": "data/corpus/english.jsonl.gz (train split; metrics on the held-out split)",
         "seconds": {"cache": round(t_cache, 1), "train": round(t_train, 1)},
         "metrics": metrics,
+        "threshold": None if spec.kind == "topk" else float(dic.sae.threshold[0]),
         "sae_lens_format": ("JumpReLUSkipTranscoder" if spec.kind == "transcoder" else "TopKSAE")
         + ": cfg.json + sae_weights.safetensors (sae_lens.SAE.load_from_disk)",
     }
@@ -175,5 +176,29 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     import shutil
 
     shutil.rmtree(ckpt, ignore_errors=True)
+    return info
+
+
+
+def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_windows: int = 48) -> dict[str, Any]:
+    """Refit a saved transcoder's JumpReLU threshold (topk_threshold on training text) and measure
+    it again; rewrites its weights and workbench.json in place."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    from attribution.sae.dictionary import load_dictionary
+    from attribution.sae.evaluate import evaluate_dictionary
+
+    info = json.loads((path / "workbench.json").read_text())
+    weights_file = path / "sae_weights.safetensors"
+    tensors = load_file(str(weights_file))
+    w = {"W_enc": tensors["W_enc"].float(), "b_enc": tensors["b_enc"].float(), "k": info["k"]}
+    t = topk_threshold(w, train.load(0, [info["hook"]])[info["hook"]][:5_000])
+    tensors["threshold"] = torch.full_like(tensors["threshold"], t)
+    save_file(tensors, str(weights_file))
+    dic = load_dictionary(path)
+    info["metrics"] = evaluate_dictionary(model, dic, held, train, eval_windows, info.get("skip_first", 1))
+    info["threshold"] = t
+    write_info(path, info)
     return info
 
