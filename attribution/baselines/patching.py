@@ -14,6 +14,7 @@ from the cached clean residual (earlier layers are unchanged).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
@@ -115,8 +116,8 @@ def mean_fill(model: HookedModel, token_batches: list[torch.Tensor], level: str)
 
 def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str = "zero", per_position: bool = False,
                     batch_size: int = 32, fill: torch.Tensor | None = None,
-                    truncate: bool = True) -> Scored:
-    """metric(clean) - metric(item ablated) for every item, on the level's axes.
+                    truncate: bool = True, on_step: Callable[[int], None] | None = None) -> Scored:
+    """metric(clean) - metric(item ablated) for every item, on the level's axes; on_step(n) after each n items.
 
     truncate=False runs every ablated forward from the embedding (the plain one-forward-per-item cost)
     instead of starting at the ablated layer from the cached clean residual; the scores are the same."""
@@ -138,6 +139,8 @@ def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str
         logits = ablated_logits(model, enc.tokens, level, masks.view(len(idx), *shape), fill, resid,
                                 batch_size=batch_size)
         effects[idx] = clean - metric(logits, enc)
+        if on_step:
+            on_step(len(idx))
     if level == "token" or per_position:
         return Scored(effects.view(shape), target_logit=float(clean))
     out = torch.zeros(level_shape(model, enc, level))

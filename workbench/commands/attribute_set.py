@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit, progress
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 
 
@@ -28,12 +29,16 @@ def attribute_set(
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = DEVICE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    workers: int = WORKERS_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run."""
+    """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run.
+
+    Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers (at
+    batch boundaries, so every score is what one process computes)."""
     from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
-    from workbench.commands.faithfulness import load_for_prompts
     from workbench.prompt_files import read_prompts
 
     name = check_method(method, level)
@@ -41,17 +46,17 @@ def attribute_set(
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
-    from attribution.prompt_set import attribute_set as run_set
+    from workbench.commands.jobs import run_job
 
-    hooked = load_for_prompts(model, device, threads, rows, prompts, foil)
-    with progress() as bar:
-        task = bar.add_task(f"{name} {level}", total=len(rows))
-        result = run_set(hooked, rows, method=name, level=level, use_foil=foil, batch_size=batch_size,
-                         on_step=lambda n: bar.advance(task, n), **params)
+    spec = {"kind": "attribute_set", "model": model, "device": device, "threads": threads, "rows": rows,
+            "prompts_file": prompts, "method": name, "level": level, "use_foil": foil, "batch_size": batch_size,
+            "params": params}
+    job, result = run_job(spec, workers, ray_address, save=save)
     out = result.to_json(top=top)
     out["prompts_file"] = prompts
+    out["job_id"] = job.id
     if save:
-        out["run"] = result.save().id
+        out["run"] = job.run_id
 
     def human(r):
         c = console()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import JSON_OPTION, console, emit, progress
+from workbench.cli import JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 from workbench.prompt_files import read_prompts
 
@@ -84,9 +85,14 @@ def faithfulness(
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    workers: int = WORKERS_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Disrupt / recover AUCs, total = recover - disrupt, and seconds per attribution, per method."""
+    """Disrupt / recover AUCs, total = recover - disrupt, and seconds per attribution, per method.
+
+    Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers;
+    the numbers are those of one process."""
     from workbench.cli import check_device
     from workbench.errors import MethodError
 
@@ -108,19 +114,17 @@ def faithfulness(
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
-    from attribution.faithfulness import evaluate
+    from workbench.commands.jobs import run_job
 
-    hooked = load_for_prompts(model, device, threads, rows, prompts, foil)
-    with progress() as bar:
-        task = bar.add_task(f"faithfulness {level}", total=len(rows))
-        result = evaluate(hooked, rows, names, level=level, ablation=ablation, use_foil=foil, params=params,
-                          batch_size=batch_size, on_step=lambda: bar.advance(task), rank=rank,
-                          grid=fractions)
-    result.args.update(prompts=prompts, limit=limit)
+    spec = {"kind": "faithfulness", "model": model, "device": device, "threads": threads, "rows": rows,
+            "prompts_file": prompts, "limit": limit, "methods": names, "level": level, "ablation": ablation,
+            "rank": rank, "use_foil": foil, "params": params, "grid": fractions, "batch_size": batch_size}
+    job, result = run_job(spec, workers, ray_address, save=save)
     out = result.to_json()
     out.pop("curves")
+    out["job_id"] = job.id
     if save:
-        out["run_id"] = result.save().id
+        out["run_id"] = job.run_id
 
     def human(_):
         from rich.markdown import Markdown

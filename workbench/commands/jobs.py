@@ -1,0 +1,94 @@
+"""``workbench jobs list|show|cancel``: long work run as jobs (see workbench/jobs), and the options and
+progress display that long commands share (``--ray-address``, ``--workers``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import JSON_OPTION, console, emit
+from workbench.options import positive_int
+
+RAY_ADDRESS_OPTION = typer.Option(
+    None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (or ray://HOST:10001, auto); 'local' starts "
+    "a local Ray instance. Default: WORKBENCH_RAY_ADDRESS, else this process (or a local Ray instance when "
+    "--workers > 1).")
+WORKERS_OPTION = typer.Option(1, "--workers", callback=positive_int,
+                              help="Ray workers to shard the prompts over, each holding the model once "
+                              "(1: run in this process unless --ray-address is given).")
+
+
+def register(app: typer.Typer) -> None:
+    jobs = typer.Typer(help="List, show and cancel jobs (long work run by the app, the CLI or a notebook).",
+                       no_args_is_help=True)
+    jobs.command("list")(jobs_list)
+    jobs.command("show")(jobs_show)
+    jobs.command("cancel")(jobs_cancel)
+    app.add_typer(jobs, name="jobs")
+
+
+def jobs_list(as_json: bool = JSON_OPTION) -> None:
+    """Every job, newest first: id, state, progress, time left, run."""
+    from workbench.jobs import JobBoard
+
+    rows = [j.summary() for j in JobBoard().list()]
+
+    def human(rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            print("no jobs")
+            return
+        for r in rows:
+            left = f" · {r['eta_s']:.0f} s left" if r["eta_s"] is not None and r["state"] == "running" else ""
+            done = f" · {r['done']}/{r['total']}" if r["total"] else ""
+            run = f" · run {r['run_id']}" if r["run_id"] else ""
+            print(f"{r['id']}  {r['state']:<9} {100 * r['fraction']:5.1f}%{done}{left}{run}  {r['label']}")
+
+    emit(rows, as_json, human)
+
+
+def jobs_show(job_id: str, as_json: bool = JSON_OPTION) -> None:
+    """One job: its spec, state, progress, error and log."""
+    from workbench.jobs import JobBoard
+
+    job = JobBoard().get(job_id).public()
+    if isinstance(job["spec"].get("rows"), list):  # a prompt set inline: its size is enough here
+        job["spec"] = {**job["spec"], "rows": f"{len(job['spec']['rows'])} rows"}
+
+    def human(j: dict[str, Any]) -> None:
+        for key in ("id", "label", "state", "created", "started", "finished", "workers", "ray_address",
+                    "run_id", "error"):
+            if j.get(key) is not None:
+                print(f"{key}: {j[key]}")
+        print(f"progress: {100 * j['fraction']:.1f}% ({j['done']}/{j['total']})"
+              + (f", {j['eta_s']:.0f} s left" if j["eta_s"] is not None and j["state"] == "running" else ""))
+        print("log:")
+        for line in j["log"]:
+            print(f"  {line}")
+
+    emit(job, as_json, human)
+
+
+def jobs_cancel(job_id: str, as_json: bool = JSON_OPTION) -> None:
+    """Cancel a queued or running job: its workers stop within a couple of seconds; nothing is saved."""
+    from workbench.jobs import JobBoard
+
+    job = JobBoard().request_cancel(job_id)
+    emit({"cancelling": job.id}, as_json, lambda r: print(f"cancelling {r['cancelling']}"))
+
+
+def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
+    """Run a job from a command with a progress bar on stderr: (job, result). Ctrl-C cancels it."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    from workbench.jobs import run
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                  console=console(), transient=True) as bar:
+        task = bar.add_task(spec["kind"].replace("_", "-"), total=None)
+
+        def show(job: Any) -> None:
+            bar.update(task, total=job.total or None, completed=job.done,
+                       description=f"{spec['kind'].replace('_', '-')} [{job.id}]")
+
+        return run(spec, workers=workers, address=ray_address, save=save, on_progress=show)

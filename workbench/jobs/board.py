@@ -1,0 +1,191 @@
+"""The job board: one JSON record per job beside the run store (``<runs>/.jobs/ID.json``).
+
+A record is written whole to a temporary file and renamed, so a reader never sees half of one. Only the
+process that drives a job (its *driver*: the CLI command, or the app's server) writes its record; others
+ask it to stop by creating ``ID.cancel``, which the driver polls. A queued or running job whose driver
+(on this host) is gone is reported failed, so a killed driver never leaves a job "running" forever.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import re
+import socket
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import WorkbenchError
+
+STATES = ("queued", "running", "done", "failed", "cancelled")
+ACTIVE = ("queued", "running")
+JOB_ID = re.compile(r"^\d{8}-\d{6}-[a-z0-9_]+-[0-9a-f]{6}$")
+LOG_LINES = 200  # the last lines a record keeps
+
+
+class JobError(WorkbenchError):
+    """An unknown job id, a job that cannot be cancelled, an unreachable Ray address."""
+
+
+def jobs_root() -> Path:
+    """``WORKBENCH_JOBS``, else ``.jobs`` inside the run store (the store skips dot-entries)."""
+    if os.environ.get("WORKBENCH_JOBS"):
+        return Path(os.environ["WORKBENCH_JOBS"])
+    from workbench.store import default_root
+
+    return default_root() / ".jobs"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+@dataclass
+class Job:
+    """One job as recorded. ``spec`` is the job's config (a dict with a ``kind`` key)."""
+
+    id: str
+    kind: str
+    label: str
+    spec: dict[str, Any]
+    state: str = "queued"
+    created: str = field(default_factory=_now)
+    started: str | None = None
+    finished: str | None = None
+    done: int = 0  # items done (prompts, examples, patched items)
+    total: int = 0  # items in all (0 while unknown)
+    eta_s: float | None = None  # estimated seconds left
+    workers: int = 1
+    ray_address: str | None = None  # None: this process; "local": a local Ray instance; else the cluster
+    run_id: str | None = None
+    error: str | None = None
+    log: list[str] = field(default_factory=list)
+    driver: dict[str, Any] = field(default_factory=dict)  # {"host", "pid"} of the process that runs it
+
+    @property
+    def fraction(self) -> float:
+        if self.state == "done":
+            return 1.0
+        return min(1.0, self.done / self.total) if self.total else 0.0
+
+    def public(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["fraction"] = self.fraction
+        return out
+
+    def summary(self) -> dict[str, Any]:
+        """The row ``jobs list`` shows."""
+        return {k: v for k, v in self.public().items() if k not in ("spec", "log", "driver")}
+
+
+def _host() -> str:
+    return socket.gethostname()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
+class JobBoard:
+    def __init__(self, root: str | Path | None = None) -> None:
+        self.root = Path(root) if root is not None else jobs_root()
+
+    def _file(self, job_id: str) -> Path:
+        if not isinstance(job_id, str) or not JOB_ID.match(job_id):
+            raise JobError(f"unknown job {job_id!r}: job ids look like 20260101-120000-faithfulness-abc123 "
+                           "(see `workbench jobs list`)")
+        return self.root / f"{job_id}.json"
+
+    # -- write (the driver) -------------------------------------------------------------------------
+    def create(self, spec: dict[str, Any], label: str, workers: int = 1, ray_address: str | None = None) -> Job:
+        kind = str(spec.get("kind", ""))
+        if not re.fullmatch(r"[a-z0-9_]+", kind):
+            raise JobError(f"a job spec needs a kind (letters, digits, _): got {kind!r}")
+        now = _dt.datetime.now(_dt.UTC)
+        job = Job(id=f"{now:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
+                  workers=workers, ray_address=ray_address, driver={"host": _host(), "pid": os.getpid()})
+        self.write(job)
+        return job
+
+    def write(self, job: Job) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=f".{job.id}-", suffix=".tmp", dir=self.root)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                json.dump(asdict(job), fh, default=str)
+            os.replace(tmp, self._file(job.id))
+        except OSError as exc:
+            raise JobError(f"cannot write job {job.id} under {self.root}: {exc}") from None
+
+    def note(self, job: Job, line: str) -> None:
+        """Append a timestamped line to the job's log (kept to the last LOG_LINES)."""
+        job.log.append(f"{time.strftime('%H:%M:%S')} {line}")
+        del job.log[:-LOG_LINES]
+
+    # -- read (anyone) -------------------------------------------------------------------------------
+    def get(self, job_id: str) -> Job:
+        file = self._file(job_id)
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise JobError(f"unknown job {job_id!r} (see `workbench jobs list`)") from None
+        except (OSError, ValueError) as exc:
+            raise JobError(f"job {job_id}: cannot read its record: {exc}") from None
+        known = {f for f in Job.__dataclass_fields__}
+        job = Job(**{k: v for k, v in data.items() if k in known})
+        return self._check_driver(job)
+
+    def list(self) -> list[Job]:
+        """Every job, newest first; unreadable records are skipped."""
+        if not self.root.is_dir():
+            return []
+        jobs = []
+        for file in self.root.glob("*.json"):
+            try:
+                jobs.append(self.get(file.stem))
+            except JobError:
+                continue
+        return sorted(jobs, key=lambda j: j.id, reverse=True)
+
+    def _check_driver(self, job: Job) -> Job:
+        """A queued/running job whose driver on this host has exited is failed (and recorded so)."""
+        pid, host = job.driver.get("pid"), job.driver.get("host")
+        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not _alive(pid):
+            job.state, job.finished = "failed", _now()
+            job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
+                         "nothing was saved")
+            self.note(job, job.error)
+            try:
+                self.write(job)
+            except JobError:
+                pass
+        return job
+
+    # -- cancel (anyone) -----------------------------------------------------------------------------
+    def request_cancel(self, job_id: str) -> Job:
+        """Ask the job's driver to stop it (it does within a second); a finished job is a JobError."""
+        job = self.get(job_id)
+        if job.state not in ACTIVE:
+            raise JobError(f"job {job_id} is {job.state}: only a queued or running job can be cancelled")
+        try:
+            (self.root / f"{job_id}.cancel").touch()
+        except OSError as exc:
+            raise JobError(f"cannot cancel job {job_id}: {exc}") from None
+        return job
+
+    def cancel_requested(self, job_id: str) -> bool:
+        return (self.root / f"{job_id}.cancel").exists()
+
+    def clear_cancel(self, job_id: str) -> None:
+        (self.root / f"{job_id}.cancel").unlink(missing_ok=True)

@@ -1,0 +1,349 @@
+"""Running a job: in this process, or as Ray tasks (a local instance started on demand, or a cluster).
+
+A job is a spec (a dict with a ``kind``, see workbench/jobs/kinds.py) split into shards; each shard is one
+engine call with a progress callback. On Ray each shard is a task (a streaming generator: it yields
+progress events, then its part), run in a worker process that loads the model once and keeps it for later
+shards; the driver (this process) merges the parts, saves the run atomically, and keeps the job's record.
+
+Cancelling force-kills the shard tasks' worker processes (Ray's ``cancel(force=True)``), which frees the
+model and every lock they held at once; a worker that dies mid-job fails the job with a clear message.
+Nothing is saved unless every shard finished.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from workbench.errors import WorkbenchError
+from workbench.jobs.board import Job, JobBoard, JobError, _now
+from workbench.jobs.kinds import get_kind
+
+POLL_S = 0.2  # how often the driver looks for progress and cancel requests
+WRITE_S = 0.5  # how often it rewrites the job's record
+_RAY_LOCK = threading.Lock()
+_RAY_ADDRESS: list[str] = []  # the address this process's Ray connection was made with
+
+
+class JobCancelled(WorkbenchError):
+    """The job was cancelled (a user's request, or Ctrl-C)."""
+
+
+class JobFailed(WorkbenchError):
+    """The job failed for a reason other than bad input (a worker died, the cluster went away)."""
+
+
+# -- Ray --------------------------------------------------------------------------------------------
+def resolve_address(address: str | None) -> str | None:
+    """The Ray address to use: the argument, else WORKBENCH_RAY_ADDRESS; "" means none."""
+    if address is None:
+        address = os.environ.get("WORKBENCH_RAY_ADDRESS", "")
+    return address.strip() or None
+
+
+def _check_reachable(address: str) -> None:
+    """Fail in 3 s with one line when host:port does not answer (ray.init would retry for a minute)."""
+    if address in ("auto", "local"):
+        return
+    hostport = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = hostport.rpartition(":")
+    if not sep or not port.isdigit() or not host:
+        raise JobError(f"bad Ray address {address!r}: write HOST:PORT (e.g. 10.0.0.5:6379), "
+                       "ray://HOST:10001 or auto")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+    except OSError as exc:
+        raise JobError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+
+
+def connect(address: str | None) -> str:
+    """Connect this process to Ray once: a local instance (address None or "local", started on demand with
+    this machine's cores) or the cluster at ``address``. Returns what it is connected to."""
+    import ray
+
+    want = address or "local"
+    with _RAY_LOCK:
+        if ray.is_initialized():
+            if _RAY_ADDRESS and _RAY_ADDRESS[0] != want:
+                raise JobError(f"this process is already connected to Ray at {_RAY_ADDRESS[0]}; "
+                               f"start another process for {want}")
+            return want
+        _check_reachable(want)
+        kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+        try:
+            if want == "local":
+                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+            else:
+                ray.init(address=want, **kwargs)
+        except Exception as exc:  # ConnectionError, RuntimeError, version mismatch, ...
+            raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
+        _RAY_ADDRESS[:] = [want]
+        return want
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def _shard_events(spec: dict[str, Any], shard: Any):
+    """Runs in a Ray worker: the shard's engine call in a thread, its progress yielded as events
+    ("start", pid), ("total", n), ("step", n), then ("part", part). Steps are batched every 0.2 s."""
+    events: queue.Queue = queue.Queue()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["part"] = get_kind(spec["kind"]).run_shard(
+                spec, shard, Report(on_total=lambda n: events.put(("total", n)),
+                                    on_step=lambda n: events.put(("step", n))))
+        except BaseException as exc:  # re-raised in the task below, so Ray carries it to the driver
+            box["error"] = exc
+        finally:
+            events.put(None)
+
+    yield ("start", os.getpid())
+    threading.Thread(target=work, daemon=True).start()
+    finished = False
+    while not finished:
+        item = events.get()
+        steps = 0
+        while True:  # drain what is queued: many small steps become one event
+            if item is None:
+                finished = True
+                break
+            if item[0] == "step":
+                steps += item[1]
+            else:
+                yield item
+            try:
+                item = events.get(timeout=POLL_S if steps else 0)
+            except queue.Empty:
+                break
+        if steps:
+            yield ("step", steps)
+    if "error" in box:
+        raise box["error"]
+    yield ("part", box["part"])
+
+
+_REMOTE: list[Any] = []
+
+
+def _remote_shard():
+    import ray
+
+    if not _REMOTE:
+        # max_retries=0: a shard whose worker died is a failed job, not a silent rerun.
+        _REMOTE.append(ray.remote(num_cpus=1, max_retries=0)(_shard_events))
+    return _REMOTE[0]
+
+
+# -- progress ---------------------------------------------------------------------------------------
+class Report:
+    """The progress callback a shard's engine call gets: total(n) once known, step(n) as items finish."""
+
+    def __init__(self, on_total: Callable[[int], None], on_step: Callable[[int], None]) -> None:
+        self.total, self.step = on_total, on_step
+
+
+class _Tracker:
+    """The driver's view of a job's progress; rewrites the record every WRITE_S and on demand."""
+
+    def __init__(self, board: JobBoard, job: Job, n_shards: int,
+                 on_progress: Callable[[Job], None] | None) -> None:
+        self.board, self.job, self.on_progress = board, job, on_progress
+        self.totals = [0] * n_shards
+        self.dones = [0] * n_shards
+        self.t0 = time.monotonic()
+        self.last_write = 0.0
+
+    def event(self, i: int, tag: str, value: Any) -> None:
+        if tag == "start":
+            if self.job.state == "queued":
+                self.job.state, self.job.started = "running", _now()
+                self.t0 = time.monotonic()
+            self.board.note(self.job, f"shard {i + 1}/{len(self.totals)} started (pid {value})")
+            self.flush(force=True)
+        elif tag == "total":
+            self.totals[i] = int(value)
+        elif tag == "step":
+            self.dones[i] += int(value)
+        elif tag == "log":
+            self.board.note(self.job, str(value))
+
+    def flush(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self.last_write < WRITE_S:
+            return
+        job = self.job
+        job.total, job.done = sum(self.totals), min(sum(self.dones), sum(self.totals))
+        elapsed = now - self.t0
+        job.eta_s = round(elapsed * (job.total - job.done) / job.done, 1) if job.done and job.total else None
+        self.board.write(job)
+        self.last_write = now
+        if self.on_progress:
+            self.on_progress(job)
+
+
+def _finish(board: JobBoard, job: Job, state: str, error: str | None = None) -> None:
+    job.state, job.finished, job.error = state, _now(), error
+    if state != "done":
+        job.eta_s = None
+    board.note(job, error or state)
+    board.write(job)
+    board.clear_cancel(job.id)
+
+
+# -- drivers ----------------------------------------------------------------------------------------
+def drive(job: Job, board: JobBoard, save: bool = True,
+          on_progress: Callable[[Job], None] | None = None) -> tuple[Job, Any]:
+    """Run ``job`` to its end, keeping its record: (job, result). Its shards run on Ray when the job has a
+    ray_address (or more than one worker), else here. Cancelled, failed: JobCancelled / the error."""
+    kind = get_kind(job.kind)
+    try:
+        shards = kind.shards(job.spec, job.workers)
+        if job.ray_address is None and job.workers == 1:
+            parts = _run_here(job, board, kind, shards, on_progress)
+        else:
+            parts = _run_on_ray(job, board, kind, shards, on_progress)
+        result = kind.finish(job.spec, parts)
+        if save:
+            from workbench.store import RunStore
+
+            job.run_id = result.save(RunStore()).id
+            board.note(job, f"saved run {job.run_id}")
+        job.done = job.total
+        _finish(board, job, "done")
+        return job, result
+    except JobCancelled:
+        _finish(board, job, "cancelled", "cancelled; nothing was saved")
+        raise
+    except KeyboardInterrupt:
+        _finish(board, job, "cancelled", "interrupted (Ctrl-C); nothing was saved")
+        raise
+    except BaseException as exc:
+        _finish(board, job, "failed", f"{_one_line(exc)}; nothing was saved")
+        raise
+
+
+def _run_here(job: Job, board: JobBoard, kind: Any, shards: list[Any],
+              on_progress: Callable[[Job], None] | None) -> list[Any]:
+    """The shards one after another in this process; a cancel request stops at the next progress step."""
+    tracker = _Tracker(board, job, len(shards), on_progress)
+    parts = []
+    for i, shard in enumerate(shards):
+        tracker.event(i, "start", os.getpid())
+
+        def step(n: int, i: int = i) -> None:
+            tracker.event(i, "step", n)
+            tracker.flush()
+            if board.cancel_requested(job.id):
+                raise JobCancelled(f"job {job.id} cancelled")
+
+        parts.append(kind.run_shard(job.spec, shard, Report(lambda n, i=i: tracker.event(i, "total", n), step)))
+    tracker.flush(force=True)
+    return parts
+
+
+def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
+                on_progress: Callable[[Job], None] | None) -> list[Any]:
+    import ray
+
+    job.ray_address = connect(job.ray_address)
+    board.note(job, f"{len(shards)} shard(s) on Ray ({job.ray_address})")
+    board.write(job)
+    task = _remote_shard()
+    gens = [task.remote(job.spec, shard) for shard in shards]
+    live = {gen: i for i, gen in enumerate(gens)}
+    parts: list[Any] = [None] * len(shards)
+    tracker = _Tracker(board, job, len(shards), on_progress)
+    try:
+        while live:
+            if board.cancel_requested(job.id):
+                raise JobCancelled(f"job {job.id} cancelled")
+            ready, _ = ray.wait(list(live), num_returns=1, timeout=POLL_S)
+            for gen in ready:
+                i = live[gen]
+                try:
+                    tag, value = ray.get(next(gen))
+                except StopIteration:
+                    del live[gen]
+                    continue
+                except Exception as exc:
+                    raise _explain(exc, i, len(shards)) from None
+                if tag == "part":
+                    parts[i] = value
+                else:
+                    tracker.event(i, tag, value)
+            tracker.flush()
+    except BaseException:
+        for gen in live:  # kill what still runs: frees the workers' models at once
+            try:
+                ray.cancel(gen, force=True)
+            except Exception:
+                pass
+        raise
+    tracker.flush(force=True)
+    return parts
+
+
+def _explain(exc: Exception, i: int, n: int) -> BaseException:
+    """A shard's failure as one clear error: the engine's own error (bad input keeps its type), or why the
+    worker is gone."""
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, WorkbenchError):
+        return cause
+    name = type(exc).__name__
+    if "WorkerCrashed" in name or "ActorDied" in name or "NodeDied" in name or "ObjectLost" in name:
+        return JobFailed(f"the Ray worker running shard {i + 1}/{n} died (killed, or out of memory): "
+                         f"{_one_line(exc)}")
+    if "TaskCancelled" in name:
+        return JobCancelled(f"shard {i + 1}/{n} was cancelled")
+    if cause is not None:
+        return JobFailed(f"shard {i + 1}/{n} failed: {type(cause).__name__}: {_one_line(cause)}")
+    return JobFailed(f"shard {i + 1}/{n} failed: {name}: {_one_line(exc)}")
+
+
+# -- entry points -----------------------------------------------------------------------------------
+def run(spec: dict[str, Any], workers: int = 1, address: str | None = None, save: bool = True,
+        on_progress: Callable[[Job], None] | None = None, board: JobBoard | None = None) -> tuple[Job, Any]:
+    """Run a job to its end from this process (the CLI, a notebook): (job, result).
+
+    workers 1 without an address runs here; more workers, or an address (``--ray-address`` /
+    WORKBENCH_RAY_ADDRESS; "local" for a local Ray instance), run on Ray."""
+    board = board or JobBoard()
+    job = create(spec, workers, address, board)
+    return drive(job, board, save=save, on_progress=on_progress)
+
+
+def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBoard) -> Job:
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise JobError(f"workers must be a whole number >= 1 (got {workers!r})")
+    kind = get_kind(spec.get("kind", ""))
+    address = resolve_address(address)
+    if address is not None:
+        _check_reachable(address)
+    return board.create(spec, kind.label(spec), workers=workers, ray_address=address)
+
+
+def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
+           board: JobBoard | None = None) -> Job:
+    """Start a job on Ray from a thread of this process and return at once (the app). Its record shows
+    its progress; ``JobBoard().request_cancel(id)`` stops it."""
+    board = board or JobBoard()
+    job = create(spec, workers, resolve_address(address) or "local", board)
+
+    def background() -> None:
+        try:
+            drive(job, board)
+        except BaseException:
+            pass  # recorded by drive
+
+    threading.Thread(target=background, name=f"job-{job.id}", daemon=True).start()
+    return job
