@@ -111,6 +111,10 @@ _add("atp_foil", "attribution.baselines.atp:atp_foil_scores", ("token", "head", 
      "attribution patching toward the foil counterfactual", position=True)
 _add("ifr", "attribution.baselines.ifr:ifr_scores", ("token", "head", "edge"),
      "information flow routes (Ferrando and Voita 2024)", one_pass="attribution.baselines.ifr:ifr_levels")
+_add("dla", "attribution.dla:dla_scores", ("head",),
+     "direct logit attribution: each head's write read out through the frozen final norm at the explained "
+     "position (TransformerLens' stack_head_results + apply_ln_to_stack); `workbench dla` for components and "
+     "the accumulated residual", position=True)
 _add("activation_patching", "attribution.baselines.patching:patching_scores", ("token", "head", "neuron"),
      "ground truth: ablate each item alone, one forward per item (batched)")
 

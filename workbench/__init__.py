@@ -62,6 +62,24 @@ def attribute(model: Any, prompt: str, target: str | None = None, method: str = 
     return res
 
 
+def lens(model: Any, prompt: str, kind: str = "logit", target: str | None = None, top_k: int = 5,
+         position: int | None = None):
+    """The logit or tuned lens: each layer's top-k next tokens at every position, and the target's rank and
+    probability per layer at ``position`` (default the last). Returns a LensResult (``.plot()``, ``.cell(l, p)``,
+    ``.save()``)."""
+    from attribution.lens import lens as _lens
+
+    return _lens(model, prompt, kind=kind, target=target, top_k=top_k, position=position)
+
+
+def dla(model: Any, prompt: str, target: str | None = None, foil: str | None = None, position: int | None = None):
+    """Direct logit attribution of target (minus foil) at ``position``: per component, per head and along the
+    accumulated residual stream. Returns a DLAResult (``.plot()``, ``.table()``, ``.save()``)."""
+    from attribution.dla import direct_logit_attribution
+
+    return direct_logit_attribution(model, prompt, target=target, foil=foil, position=position)
+
+
 def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", level: str = "token",
                   use_foil: bool = True, batch_size: int = 16, limit: int | None = None, **kwargs: Any):
     """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs

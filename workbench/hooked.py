@@ -344,6 +344,14 @@ class HookedModel:
             x = self.tl.ln_final(x)
         return self.tl.unembed(x)[:, 0]
 
+    def read_out(self, resid: Float[torch.Tensor, "*batch d_model"]) -> Float[torch.Tensor, "*batch vocab"]:
+        """Logits of residual vectors of any leading shape: the final norm (each vector's own scale), then the
+        unembedding; what the logit lens reads at every layer and position."""
+        if getattr(self.tl.cfg, "normalization_type", None) is not None:
+            resid = self.tl.ln_final(resid)
+        logits = resid @ self.tl.W_U
+        return logits if getattr(self.tl, "b_U", None) is None else logits + self.tl.b_U
+
     @property
     def W_U(self) -> Float[torch.Tensor, "d_model vocab"]:
         return self.tl.W_U

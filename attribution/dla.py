@@ -1,0 +1,200 @@
+"""Direct logit attribution (DLA) of the target-minus-foil logit difference at one position, per component,
+per head and along the accumulated residual stream, through TransformerLens' ActivationCache as its authors
+intend (``decompose_resid``, ``stack_head_results``, ``accumulated_resid``, each put through
+``apply_ln_to_stack``, which divides by the final norm's cached scale at that position).
+
+The final norm is frozen at its cached scale, so the readout is linear in the residual: each component's
+contribution is (x_c / scale [centred for LayerNorm]) . (gamma * (W_U[:, target] - W_U[:, foil])). The
+components of ``decompose_resid`` sum to the final residual, so their contributions sum to the logit difference
+minus ``offset`` = the final LayerNorm bias and unembedding bias terms (0 for an RMSNorm model without b_U).
+Heads' contributions exclude the attention output bias b_O, which ``bias_out`` carries per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from workbench.errors import MethodError
+
+if TYPE_CHECKING:
+    from jaxtyping import Float
+
+    from workbench.hooked import HookedModel
+    from workbench.tokens import Encoding
+
+
+@dataclass
+class DLAResult:
+    """Direct logit attribution of logit(target) - logit(foil) (logit(target) without a foil) at ``position``.
+
+    components / component_scores: the residual's parts ("embed", "pos_embed" for learned positions, then
+      "L{l}.attn" and "L{l}.mlp" for every layer) and each one's direct contribution; they sum to
+      logit_diff - offset.
+    head_scores: [layer, head] each head's direct contribution (without b_O).
+    accumulated / accumulated_scores: the residual stream summed up to each point ("L{l}.pre", "L{l}.mid",
+      ..., "final") read out with the final norm's scale at ``position``: the logit difference built so far.
+    logit_diff: the model's own logit(target) - logit(foil) at ``position``.
+    offset: the final LayerNorm bias and unembedding bias terms (not attributable to a component).
+    """
+
+    model: str
+    tokens: list[str]
+    position: int
+    target: str
+    foil: str | None
+    components: list[str]
+    component_scores: Float[torch.Tensor, " component"]
+    head_scores: Float[torch.Tensor, "layer head"]
+    accumulated: list[str]
+    accumulated_scores: Float[torch.Tensor, " point"]
+    logit_diff: float
+    offset: float
+    prompt: str | None = None
+    seconds: float = 0.0
+
+    @property
+    def residual_error(self) -> float:
+        """sum(component_scores) + offset - logit_diff: float noise when the decomposition is complete."""
+        return float(self.component_scores.double().sum()) + self.offset - self.logit_diff
+
+    def to_json(self) -> dict[str, Any]:
+        return {"model": self.model, "prompt": self.prompt, "tokens": self.tokens, "position": self.position,
+                "target": self.target, "foil": self.foil, "logit_diff": self.logit_diff, "offset": self.offset,
+                "components": self.components, "component_scores": self.component_scores.tolist(),
+                "head_scores": self.head_scores.tolist(), "accumulated": self.accumulated,
+                "accumulated_scores": self.accumulated_scores.tolist(), "seconds": self.seconds}
+
+    def table(self):
+        """pandas: one row per component, sorted by |contribution|."""
+        import pandas as pd
+
+        df = pd.DataFrame({"component": self.components, "contribution": self.component_scores.tolist()})
+        return df.reindex(df["contribution"].abs().sort_values(ascending=False).index).reset_index(drop=True)
+
+    def plot(self):
+        """Three panels: per-component bars, the per-head heat map, the accumulated residual's logit difference."""
+        import plotly.graph_objects as go
+        from plotly.subplots import make_subplots
+
+        metric = f"{self.target!r}" + (f" - {self.foil!r}" if self.foil else "")
+        fig = make_subplots(rows=3, cols=1, subplot_titles=(
+            "direct contribution per component", "direct contribution per head", "accumulated residual stream"),
+            vertical_spacing=0.09)
+        fig.add_trace(go.Bar(x=self.components, y=self.component_scores.tolist(), name="component"), row=1, col=1)
+        n_layers, n_heads = self.head_scores.shape
+        fig.add_trace(go.Heatmap(z=self.head_scores.tolist(), x=[f"H{h}" for h in range(n_heads)],
+                                 y=[f"L{l}" for l in range(n_layers)], colorscale="RdBu", zmid=0,
+                                 colorbar={"len": 0.3, "y": 0.5}), row=2, col=1)
+        fig.add_trace(go.Scatter(x=self.accumulated, y=self.accumulated_scores.tolist(), mode="lines+markers",
+                                 name="accumulated"), row=3, col=1)
+        for row in (1, 2, 3):
+            fig.update_xaxes(type="category", row=row, col=1)
+        fig.update_yaxes(type="category", row=2, col=1)
+        fig.update_layout(title=f"DLA of {metric} at {self.position}:{self.tokens[self.position]!r}",
+                          height=420 + 14 * n_layers + 300, showlegend=False)
+        return fig
+
+    def _repr_html_(self) -> str:
+        return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
+
+    def save(self, store=None):
+        """Store as a run (kind "dla"); returns the Run."""
+        from workbench.store import RunDraft, RunStore
+
+        store = store or RunStore()
+        return store.save(RunDraft(
+            kind="dla", model=self.model, method="dla",
+            args={"prompt": self.prompt, "target": self.target, "foil": self.foil, "position": self.position},
+            timings={"dla_seconds": self.seconds},
+            result={k: v for k, v in self.to_json().items() if k not in ("head_scores",)},
+            tensors={"component_scores": self.component_scores.float(), "head_scores": self.head_scores.float(),
+                     "accumulated_scores": self.accumulated_scores.float()},
+            figures={"dla": self.plot()},
+        ))
+
+
+def direct_logit_attribution(model: HookedModel, prompt: str | list[int], target: str | int | None = None,
+                             foil: str | int | None = None, position: int | None = None) -> DLAResult:
+    """DLA of the target (minus foil) logit at ``position`` (default the last; negative counts from the end;
+    without a target, a position before the last explains the prompt's next token there, the last position
+    the model's top prediction). See DLAResult for the fields."""
+    import time
+
+    from attribution import encode_at
+
+    started = time.perf_counter()
+    enc = encode_at(model, prompt, target, foil, position)
+    res = dla_encoded(model, enc)
+    res.prompt = prompt if isinstance(prompt, str) else None
+    res.seconds = time.perf_counter() - started
+    return res
+
+
+def _direction(model: HookedModel, enc: Encoding, logits_at: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+    """The readout direction gamma * (W_U[:, t] - W_U[:, f]) in the normalised residual, the offset it leaves
+    (final LayerNorm bias and b_U terms) and the target id (the top prediction when none is given)."""
+    t = enc.target_id if enc.target_id is not None else int(logits_at.argmax())
+    W_U, b_U = model.W_U, model.b_U
+    u = W_U[:, t] - (W_U[:, enc.foil_id] if enc.foil_id is not None else 0.0)
+    offset = 0.0
+    if b_U is not None:
+        offset += float(b_U[t] - (b_U[enc.foil_id] if enc.foil_id is not None else 0.0))
+    beta = model.final_norm_bias()
+    if beta is not None:
+        offset += float(beta @ u)
+    gamma = model.final_norm_weight()
+    return (u * gamma if gamma is not None else u), offset, t
+
+
+def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
+    """DLA on an encoding already made (Encoding.position: the explained position)."""
+    if model.backend != "transformer_lens":
+        raise MethodError(f"dla reads a TransformerLens ActivationCache; {model.name} runs on {model.backend}")
+    if getattr(model, "W_U", None) is None or model.kind == "vit":
+        raise MethodError(f"{model.name} has no unembedding: direct logit attribution needs one")
+    p = enc.query
+    a = model.arch
+    with torch.no_grad():
+        logits, cache = model.run_with_cache(enc.tokens)
+        direction, offset, t_id = _direction(model, enc, logits[0, p])
+        parts, part_labels = cache.decompose_resid(layer=None, mode="all", apply_ln=True, pos_slice=p,
+                                                   incl_embeds=True, return_labels=True)  # [comp, 1, d]
+        heads, _ = cache.stack_head_results(layer=-1, pos_slice=p, apply_ln=True, return_labels=True)
+        points, point_labels = cache.accumulated_resid(layer=None, incl_mid=True, apply_ln=False, pos_slice=p,
+                                                       return_labels=True)
+        points = cache.apply_ln_to_stack(points, layer=-1, pos_slice=p)  # every point at the final scale
+        comp = (parts[:, 0].float() @ direction.float())
+        head = (heads[:, 0].float() @ direction.float()).view(a.n_layers, a.n_heads)
+        acc = (points[:, 0].float() @ direction.float()) + offset
+        diff = float(logits[0, p, t_id] - (logits[0, p, enc.foil_id] if enc.foil_id is not None else 0.0))
+    return DLAResult(
+        model=model.name, tokens=enc.str_tokens, position=p,
+        target=enc.target if enc.target is not None else model.decode([t_id]), foil=enc.foil,
+        components=[_name(x) for x in part_labels], component_scores=comp, head_scores=head,
+        accumulated=[_name(x) for x in point_labels], accumulated_scores=acc, logit_diff=diff, offset=offset)
+
+
+def _name(label: str) -> str:
+    """TransformerLens labels ("3_attn_out", "3_mlp_out", "5_pre", "5_mid", "final_post") in workbench form."""
+    if label in ("embed", "pos_embed"):
+        return label
+    if label == "final_post":
+        return "final"
+    layer, _, rest = label.partition("_")
+    return f"L{layer}." + {"attn_out": "attn", "mlp_out": "mlp"}.get(rest, rest)
+
+
+def dla_scores(model: HookedModel, enc: Encoding, level: str) -> Any:
+    """Method-table entry (head level): each head's direct contribution at the explained query position, zero
+    at the other query positions, laid out [layer, head, query]."""
+    from attribution.methods import Scored
+
+    if level != "head":
+        raise MethodError(f"dla has no {level} level; it has: head")
+    res = dla_encoded(model, enc)
+    scores = torch.zeros(model.arch.n_layers, model.arch.n_heads, enc.seq_len)
+    scores[..., res.position] = res.head_scores
+    return Scored(scores, target_logit=res.logit_diff)

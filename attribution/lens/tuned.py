@@ -1,0 +1,139 @@
+"""The tuned lens (Belrose et al. 2023): an affine translator per layer before the logit lens's readout.
+
+Row l of the residual stack (the embedding, then blocks 0..L-2's outputs) is translated to
+h + h @ W[l] + b[l], then read through the final norm and unembedding. W and b start at zero (the logit
+lens); the last row, the final residual, is the model's own output and has no translator. Weights live in
+``data/lenses/<model>/tuned.safetensors`` with ``tuned.json`` (the training config and per-layer KL);
+``attribution/lens/train.py`` builds them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import ModelFileError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
+
+    from workbench.hooked import HookedModel
+
+
+def lens_dir(model_name: str) -> Path:
+    from workbench.zoo import DATA_DIR
+
+    return DATA_DIR / "lenses" / model_name
+
+
+@dataclass
+class TunedLens:
+    """Translators for rows 0..L-1 of a residual stack of L + 1 rows (L = n_layers).
+
+    weight: [L, d_model, d_model] (the translator is I + weight), bias: [L, d_model].
+    """
+
+    model: str
+    weight: Float[torch.Tensor, "layer d_model d_model"]
+    bias: Float[torch.Tensor, "layer d_model"]
+    config: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def identity(cls, model: HookedModel) -> TunedLens:
+        """Translators at identity: reads exactly like the logit lens."""
+        import torch
+
+        a = model.arch
+        return cls(model.name, torch.zeros(a.n_layers, a.d_model, a.d_model), torch.zeros(a.n_layers, a.d_model))
+
+    def translate(self, resid: Float[torch.Tensor, "layer *batch d_model"]
+                  ) -> Float[torch.Tensor, "layer *batch d_model"]:
+        """Each row through its translator (the last row unchanged)."""
+        import torch
+
+        n = self.weight.shape[0]
+        if resid.shape[0] != n + 1 or resid.shape[-1] != self.weight.shape[-1]:
+            raise ModelFileError(f"tuned lens for {self.model} has {n} translators of width {self.weight.shape[-1]}; "
+                                 f"the residual stack has {resid.shape[0]} rows of width {resid.shape[-1]}")
+        w, b = self.weight.to(resid), self.bias.to(resid)
+        shape = resid.shape
+        flat = resid[:n].reshape(n, -1, shape[-1])
+        moved = flat + torch.bmm(flat, w) + b[:, None]
+        return torch.cat([moved.reshape(n, *shape[1:]), resid[n:]])
+
+    def save(self, directory: str | Path, half: bool = True) -> Path:
+        """tuned.safetensors (fp16 when ``half``) and tuned.json (model, config), written atomically."""
+        import os
+        import tempfile
+
+        from safetensors.torch import save_file
+
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        dtype = "float16" if half else "float32"
+        tensors = {"weight": self.weight.detach().contiguous(), "bias": self.bias.detach().contiguous()}
+        if half:
+            tensors = {k: v.half() for k, v in tensors.items()}
+        for name, write in (("tuned.safetensors", lambda p: save_file(tensors, p)),
+                            ("tuned.json", lambda p: Path(p).write_text(json.dumps(
+                                {"model": self.model, "dtype": dtype, **self.config}, indent=1) + "\n"))):
+            fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
+            os.close(fd)
+            write(tmp)
+            os.replace(tmp, directory / name)
+        return directory / "tuned.safetensors"
+
+    @classmethod
+    def load(cls, directory: str | Path) -> TunedLens:
+        from safetensors.torch import load_file
+
+        directory = Path(directory)
+        try:
+            tensors = load_file(str(directory / "tuned.safetensors"))
+            meta = json.loads((directory / "tuned.json").read_text())
+            weight, bias = tensors["weight"].float(), tensors["bias"].float()
+        except (OSError, KeyError, ValueError) as exc:
+            raise ModelFileError(f"cannot read the tuned lens in {directory}: {exc}") from None
+        if weight.dim() != 3 or bias.shape != weight.shape[:2]:
+            raise ModelFileError(f"tuned lens in {directory}: weight {list(weight.shape)} and bias "
+                                 f"{list(bias.shape)} do not fit together")
+        config = {k: v for k, v in meta.items() if k not in ("model", "dtype")}
+        return cls(str(meta.get("model", directory.name)), weight, bias, config)
+
+    @classmethod
+    def for_model(cls, model: HookedModel) -> TunedLens:
+        """The shipped tuned lens of this model (ModelFileError when there is none or it does not fit)."""
+        directory = lens_dir(model.name)
+        if not (directory / "tuned.safetensors").exists():
+            trained = sorted(p.parent.name for p in lens_dir("_").parent.glob("*/tuned.safetensors"))
+            raise ModelFileError(f"no tuned lens for {model.name} (trained: {', '.join(trained) or 'none'}); "
+                                 "use --kind logit, or train one with `workbench lens train`")
+        lens = _cached(directory)
+        a = model.arch
+        if tuple(lens.weight.shape) != (a.n_layers, a.d_model, a.d_model):
+            raise ModelFileError(f"the tuned lens in {directory} has shape {list(lens.weight.shape)}, "
+                                 f"not [{a.n_layers}, {a.d_model}, {a.d_model}] as {model.name} needs")
+        return lens
+
+
+_CACHE: dict[tuple[str, float], TunedLens] = {}
+
+
+def _cached(directory: Path) -> TunedLens:
+    key = (str(directory), (directory / "tuned.safetensors").stat().st_mtime)
+    if key not in _CACHE:
+        _CACHE[key] = TunedLens.load(directory)
+    return _CACHE[key]
+
+
+def readout(model: HookedModel, resid: Float[torch.Tensor, "layer *batch d_model"],
+            lens: TunedLens | None = None) -> Float[torch.Tensor, "layer *batch vocab"]:
+    """Logits of a residual stack through the tuned lens (the model's shipped one unless ``lens`` is given)."""
+    import torch
+
+    lens = lens or TunedLens.for_model(model)
+    with torch.no_grad():
+        return model.read_out(lens.translate(resid))

@@ -1,0 +1,70 @@
+"""``workbench dla``: direct logit attribution per component, per head and along the accumulated residual."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import positive_int
+
+
+def register(app: typer.Typer) -> None:
+    app.command("dla", help="Direct logit attribution of target (minus foil) at a position: per component "
+                "(embed, L{l}.attn, L{l}.mlp), per head, and the accumulated residual stream per layer.")(dla)
+
+
+def dla(
+    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
+    prompt: str = typer.Argument(..., help="The prompt."),
+    target: str = typer.Option(None, "--target", help="Target token, leading space included; required unless "
+                               "--position is before the last token (then: the prompt's next token)."),
+    foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
+    position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
+                                 "(0-based; negative counts from the end; default the last)."),
+    device: str = DEVICE_OPTION,
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    top: int = typer.Option(10, "--top", help="Heads shown in the human-readable output.", callback=positive_int),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Direct logit attribution of the target (minus foil) logit."""
+    from workbench.cli import check_device
+    from workbench.errors import PromptError, TokenError
+
+    if not prompt.strip():
+        raise PromptError("empty prompt: give at least one token")
+    if target is None and position is None:
+        raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
+    import workbench as wb
+    from attribution import encode_at
+    from attribution.dla import direct_logit_attribution
+
+    m = wb.load(model, device=check_device(device))
+    if target is None and encode_at(m, prompt, None, foil, position).target is None:
+        raise TokenError(f"position {position} is the prompt's last token: give --target")
+    res = direct_logit_attribution(m, prompt, target=target, foil=foil, position=position)
+    out = res.to_json()
+    if save:
+        out["run"] = res.save().id
+
+    def human(r: dict[str, Any]) -> None:
+        import torch
+
+        c = console()
+        c.print(f"dla · target {r['target']!r}" + (f" vs {r['foil']!r}" if r["foil"] else "")
+                + f" at {r['position']}:{r['tokens'][r['position']]!r} · logit diff {r['logit_diff']:.3f}"
+                + f" (offset {r['offset']:.3g})")
+        print("component      contribution")
+        for name, v in zip(r["components"], r["component_scores"], strict=True):
+            print(f"{name:14} {v:+.4f}")
+        heads = torch.tensor(r["head_scores"])
+        best = heads.flatten().abs().topk(min(top, heads.numel())).indices.tolist()
+        print("top heads: " + ", ".join(f"L{i // heads.shape[1]}H{i % heads.shape[1]} {heads.flatten()[i]:+.3f}"
+                                        for i in best))
+        print("accumulated: " + ", ".join(f"{n} {v:+.2f}" for n, v in zip(r["accumulated"], r["accumulated_scores"],
+                                                                          strict=True)))
+        if "run" in r:
+            c.print(f"saved run {r['run']}")
+
+    emit(out, as_json, human)

@@ -1,0 +1,101 @@
+"""``workbench lens``: the logit or tuned lens on one prompt; ``workbench lens-train``: build a tuned lens."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import float_range, nonneg_int, positive_int
+
+
+def register(app: typer.Typer) -> None:
+    app.command("lens", help="Read the residual stream at every layer and position as next-token predictions "
+                "(logit lens, or the tuned lens where one is trained).")(lens)
+    app.command("lens-train", help="Train a tuned lens on the English corpus and write it under "
+                "data/lenses/MODEL (with its per-layer held-out KL).")(lens_train)
+
+
+def lens(
+    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
+    prompt: str = typer.Argument(..., help="The prompt."),
+    kind: str = typer.Option("logit", "--kind", help="logit or tuned."),
+    target: str = typer.Option(None, "--target", help="A token (leading space included) whose rank and "
+                               "probability are reported per layer."),
+    position: int = typer.Option(None, "--position", help="Position of the target's rank (default the last; "
+                                 "negative counts from the end)."),
+    top_k: int = typer.Option(5, "--top-k", help="Tokens kept per layer and position.", callback=positive_int),
+    device: str = DEVICE_OPTION,
+    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Each layer's top tokens at every position through the logit or tuned lens."""
+    from attribution.lens import check_kind
+    from workbench.cli import check_device
+    from workbench.errors import PromptError
+
+    check_kind(kind)
+    if not prompt.strip():
+        raise PromptError("empty prompt: give at least one token")
+    import workbench as wb
+    from attribution.lens import lens as run_lens
+
+    m = wb.load(model, device=check_device(device))
+    res = run_lens(m, prompt, kind=kind, target=target, top_k=top_k, position=position)
+    out = res.to_json()
+    if save:
+        out["run"] = res.save().id
+
+    def human(r: dict[str, Any]) -> None:
+        c = console()
+        c.print(f"{r['kind']} lens · {r['model']} · {len(r['tokens'])} tokens · {r['seconds']:.2f} s")
+        width = max(len(x) for x in r["layers"])
+        cols = [f"{i}:{t!r}"[:14] for i, t in enumerate(r["tokens"])]
+        print(" " * width + " | " + " | ".join(f"{x:14}" for x in cols))
+        for name, tops, probs in zip(r["layers"], r["top_tokens"], r["probs"], strict=True):
+            cells = [f"{t!r:.9} {p:.2f}"[:14] for t, p in zip(tops, probs, strict=True)]
+            print(f"{name:>{width}} | " + " | ".join(f"{x:14}" for x in cells))
+        if "target_rank" in r:
+            c.print(f"target {r['target']!r} at position {r['position']}: rank per layer {r['target_rank']}")
+        if "run" in r:
+            c.print(f"saved run {r['run']}")
+
+    emit(out, as_json, human)
+
+
+def lens_train(
+    model: str = typer.Argument("smollm2-135m", help="An LLM from `workbench models`."),
+    tokens: int = typer.Option(131072, "--tokens", help="At most this many training tokens for the "
+                               "closed-form fit.", callback=positive_int),
+    fit_seconds: float = typer.Option(600.0, "--fit-seconds", help="Time budget of the fit.",
+                                      callback=float_range(0, lo_open=True)),
+    kl_seconds: float = typer.Option(240.0, "--kl-seconds", help="Time budget of KL fine-tuning (0: none).",
+                                     callback=float_range(0)),
+    kl_tokens: int = typer.Option(2048, "--kl-tokens", help="Cached tokens for KL fine-tuning.",
+                                  callback=positive_int),
+    heldout: int = typer.Option(512, "--heldout-tokens", help="Held-out tokens for the KL table.",
+                                callback=positive_int),
+    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    out: str = typer.Option(None, "--out", help="Output directory (default data/lenses/MODEL)."),
+    table: str = typer.Option(None, "--table", help="Also write the markdown KL table here."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train a tuned lens (closed-form fit, then KL fine-tuning) and report each layer's held-out KL."""
+    from pathlib import Path
+
+    import workbench as wb
+    from attribution.lens.train import TrainConfig, build, results_table
+
+    m = wb.load(model)
+    if m.kind not in ("llm",):
+        from workbench.errors import MethodError
+
+        raise MethodError(f"{m.name} is a {m.kind} model: tuned lenses are trained on the English corpus for LLMs")
+    cfg = TrainConfig(train_tokens=tokens, fit_seconds=fit_seconds, kl_seconds=kl_seconds, kl_tokens=kl_tokens,
+                      heldout_tokens=heldout, seed=seed)
+    c = console()
+    summary = build(m, cfg, out_dir=out, log=lambda line: c.print(line))
+    if table:
+        Path(table).write_text(results_table(summary))
+    emit(summary, as_json, lambda s: print(results_table(s)))
