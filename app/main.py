@@ -14,6 +14,7 @@ import streamlit as st  # noqa: E402
 PAGES = [
     ("pages/model.py", "Model", ":material/memory:"),
     ("pages/attribution.py", "Attribution", ":material/account_tree:"),
+    ("pages/lens.py", "Lens", ":material/visibility:"),
     ("pages/circuits.py", "Circuits", ":material/share:"),
     ("pages/prompt_sets.py", "Prompt sets", ":material/list_alt:"),
     ("pages/vision.py", "Vision", ":material/image:"),
