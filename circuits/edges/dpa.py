@@ -84,7 +84,7 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
                      p: DPAParams):
     """Yield (n_upstream, receiver slice, T [receiver, batch, pos, d_model]) from the top of the model down:
     the logits first, then per layer its MLP input and its heads' q/k/v inputs."""
-    encs = [SimpleNamespace(seq_len=int(last) + 1, target_id=int(t),
+    encs = [SimpleNamespace(seq_len=int(last) + 1, query=int(last), target_id=int(t),
                             foil_id=None if batch.foil is None else int(f))
             for last, t, f in zip(batch.last, batch.target,
                                   batch.foil if batch.foil is not None else batch.target, strict=True)]
