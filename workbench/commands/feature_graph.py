@@ -20,7 +20,7 @@ def _human(r: dict[str, Any]) -> None:
             + (f" minus {r['foil']!r}" if r.get("foil") else "")
             + f" on {r['model']}: {len(r['nodes'])} nodes, {len(r['edges'])} edges, "
             f"{r['n_passes']} DPA passes, {r['seconds']:.2f} s")
-    for n in r["nodes"][-25:][::-1]:
+    for n in sorted(r["nodes"], key=lambda n: -n["influence"])[:25]:
         score = "" if n["score"] is None else f" score {n['score']:+.3f}"
         print(f"  {n['id']:<22} {n['kind']:<8} {str(n['token']):<12} influence {n['influence']:.3f}{score}")
     for e in sorted(r["edges"], key=lambda e: -abs(e["score"]))[:20]:
