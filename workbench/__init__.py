@@ -18,7 +18,7 @@ from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model", "circuit", "patch"]
+           "remote_model", "circuit", "patch", "feature_attribution", "feature_graph"]
 __version__ = "0.1.0"
 
 
@@ -103,6 +103,30 @@ def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: i
     from circuits.discover import circuit as _circuit
 
     return _circuit(model, prompts, method=method, edges=edges, **kwargs)
+
+
+def feature_attribution(model: Any, prompt: str, saes: str | list, target: str | None = None,
+                        foil: str | None = None, keep_first: bool = False, **kwargs: Any):
+    """Feature-level DPA: the target (minus foil) split over each dictionary's features per position, plus
+    error, decoder bias and skip terms (they sum to the layer's share of the target). ``saes``: paths (or
+    names under data/saes), comma-separated or a list, or loaded Dictionary objects. Returns a
+    FeatureAttribution (``.layers``, ``.table()``, ``.to_json()``)."""
+    from attribution.features.placement import load_dictionaries
+    from attribution.features.scores import feature_attribution as _feature_attribution
+
+    return _feature_attribution(model, prompt, load_dictionaries(saes), target=target, foil=foil,
+                                keep_first=keep_first, **kwargs)
+
+
+def feature_graph(model: Any, prompt: str, saes: str | list, target: str | None = None, foil: str | None = None,
+                  **kwargs: Any):
+    """The feature graph (features -> features -> logits, error nodes, pruned): a FeatureGraph with
+    ``.nodes``, ``.edges``, ``.plot()``, ``.save()``; options max_nodes, max_edges, per_layer, keep_first
+    and DPA's path weights (attribution/features/graph.py)."""
+    from attribution.features.graph import feature_graph as _feature_graph
+    from attribution.features.placement import load_dictionaries
+
+    return _feature_graph(model, prompt, load_dictionaries(saes), target=target, foil=foil, **kwargs)
 
 
 def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None = None, site: str = "resid",
