@@ -24,6 +24,7 @@ PAGES = [
     ("pages/feature_graph.py", "Feature graph", ":material/schema:"),
     ("pages/blackbox.py", "Black-box recovery", ":material/lock_open:"),
     ("pages/runs.py", "Runs", ":material/folder_open:"),
+    ("pages/jobs.py", "Jobs", ":material/pending_actions:"),
 ]
 
 st.set_page_config(page_title="workbench", page_icon=":material/biotech:", layout="wide")

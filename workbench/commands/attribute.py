@@ -76,9 +76,12 @@ def attribute(
                                     "e.g. --param w_q=0 --param steps=20."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     top: int = typer.Option(10, "--top", help="Items shown in the human-readable table.", callback=positive_int),
+    ray_address: str = typer.Option(None, "--ray-address", help="Run as a job on the Ray cluster at HOST:PORT "
+                                    "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Score tokens, heads, edges or neurons for the target (minus foil) logit."""
+    """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
+    patching) print their estimated cost, measured on this model and prompt, before they start."""
     from workbench.cli import check_device
     from workbench.errors import PromptError, TokenError
 
@@ -88,18 +91,36 @@ def attribute(
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
-    import workbench as wb
-    from attribution import attribute as run_attribute
-    from attribution import encode_at
+    from workbench.jobs import resolve_address
 
-    m = wb.load(model, device=check_device(device))
-    if target is None and encode_at(m, prompt, None, foil, position).target is None:
-        raise TokenError(f"position {position} is the prompt's last token: give --target")
-    res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, position=position,
-                        **params)
-    out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
-    if save:
-        out["run"] = res.save().id
+    if resolve_address(ray_address) is not None:
+        from workbench.commands.jobs import run_job
+
+        spec = {"kind": "attribute", "model": model, "device": check_device(device), "prompt": prompt,
+                "target": target, "foil": foil, "method": name, "level": level, "position": position,
+                "params": params}
+        job, res = run_job(spec, 1, ray_address, save=save)
+        out = res.to_json()
+        if save:
+            out["run"] = job.run_id
+    else:
+        import workbench as wb
+        from attribution import attribute as run_attribute
+        from attribution import encode_at
+        from attribution.cost import estimate
+
+        m = wb.load(model, device=check_device(device))
+        enc = encode_at(m, prompt, target, foil, position)
+        if target is None and enc.target is None:
+            raise TokenError(f"position {position} is the prompt's last token: give --target")
+        cost = estimate(m, enc, name, level)
+        if cost is not None:
+            console().print(f"estimate: {cost.text()}")
+        res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, position=position,
+                            **params)
+        out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
+        if save:
+            out["run"] = res.save().id
 
     def human(r: dict[str, Any]) -> None:
         c = console()

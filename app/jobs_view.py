@@ -1,0 +1,84 @@
+"""Jobs in the app: long work runs as a job on Ray (outside this server process), so the page, and every
+other session, stays usable. One widget shows a job (progress, time left, cancel, open the result); the
+Jobs page lists them all, and pages that start long work show theirs inline.
+
+Each widget that polls is an ``st.fragment(run_every=...)``: only it reruns while its job is active.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+
+POLL_S = 1.0
+ICONS = {"queued": "⏳", "running": "▶️", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
+
+
+def board():
+    from workbench.jobs import JobBoard
+
+    return JobBoard(C.store().root / ".jobs")
+
+
+def submit(spec: dict[str, Any], key: str, workers: int = 1) -> Any | None:
+    """Start ``spec`` as a job on a local Ray instance (or WORKBENCH_RAY_ADDRESS); remembered under ``key``
+    in this session so the page shows it inline. None (after a message) when it cannot start."""
+    from workbench.jobs import submit as start
+
+    job = C.attempt("Cannot start the job", start, spec, workers=workers, board=board())
+    if job is not None:
+        st.session_state[key] = job.id
+    return job
+
+
+def _cancel(job_id: str) -> None:
+    try:
+        board().request_cancel(job_id)
+    except Exception as exc:  # finished meanwhile: the panel says so on its next refresh
+        st.session_state["_jobs_cancel_error"] = str(exc)
+
+
+def _open(run_id: str) -> None:
+    st.session_state["runs_id"] = run_id
+
+
+def panel(job_id: str, key: str) -> Any | None:
+    """One job: state, progress with items and time left, error and log, Cancel and Open result buttons."""
+    try:
+        job = board().get(job_id)
+    except Exception as exc:
+        C.error("Cannot read the job", exc)
+        return None
+    with st.container(border=True):
+        st.markdown(f"{ICONS.get(job.state, '')} **{job.state}** · {job.label} · `{job.id}`")
+        if job.state in ("queued", "running"):
+            left = f" · about {job.eta_s:.0f} s left" if job.eta_s is not None else ""
+            items = f"{job.done:,} / {job.total:,} items" if job.total else "starting workers"
+            st.progress(job.fraction, text=f"{100 * job.fraction:.0f}% · {items}{left}")
+            st.button("Cancel", key=f"{key}_cancel_{job.id}", on_click=_cancel, args=(job.id,))
+        elif job.state == "done":
+            st.caption(f"finished {job.finished} · run `{job.run_id}`")
+            if job.run_id and st.button("Open result", key=f"{key}_open_{job.id}", on_click=_open,
+                                        args=(job.run_id,)):
+                st.switch_page("pages/runs.py")
+        else:
+            (st.error if job.state == "failed" else st.info)(job.error or job.state)
+        if job.log and job.state != "done":
+            with st.expander("Log"):
+                st.code("\n".join(job.log[-30:]), language="text")
+    return job
+
+
+def live_panel(job_id: str, key: str) -> None:
+    """``panel`` that refreshes itself every POLL_S while the job is active (the rest of the page does not)."""
+
+    @st.fragment(run_every=POLL_S)
+    def _live() -> None:
+        job = panel(job_id, key)
+        if job is not None and job.state not in ("queued", "running"):
+            st.session_state.setdefault("_jobs_finished", set()).add(job.id)
+
+    _live()

@@ -1,0 +1,76 @@
+"""Jobs: long work (faithfulness, prompt sets, activation patching) running on Ray, outside this server;
+queued, running (progress and time left), done, failed, cancelled. Cancel, or open the result."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import streamlit as st
+
+from app import common as C
+from app import jobs_view as J
+
+PROMPTS = Path(__file__).resolve().parents[2] / "data" / "prompts"
+SHOWN = 25
+
+
+def start_faithfulness() -> None:
+    """The form: disrupt / recover curves of some methods over a prompt file, as a job."""
+    from attribution.faithfulness import LEVELS
+    from attribution.methods import METHODS
+
+    with st.form("jobs_faith"):
+        st.markdown("**Start a faithfulness job** (`workbench faithfulness` as a job)")
+        c1, c2, c3 = st.columns(3)
+        llms = [e.name for e in C.zoo(("llm", "toy"))]
+        model = c1.selectbox("Model", llms, index=llms.index("smollm2-135m") if "smollm2-135m" in llms else 0,
+                             key="jobs_model")
+        files = sorted(p.name for p in PROMPTS.glob("*.jsonl"))
+        prompts = c2.selectbox("Prompt set", files, key="jobs_prompts")
+        level = c3.selectbox("Items", list(LEVELS), key="jobs_level")
+        c4, c5, c6 = st.columns([2, 1, 1])
+        methods = c4.multiselect("Methods", list(METHODS), default=["dpa", "random"], key="jobs_methods")
+        limit = c5.number_input("Prompts", 1, 500, 10, key="jobs_limit")
+        workers = c6.number_input("Workers", 1, max(1, os.cpu_count() or 1), 1, key="jobs_workers",
+                                  help="Ray workers, each holding the model once; the prompts are split among them.")
+        if st.form_submit_button("Start job", type="primary"):
+            if not methods:
+                st.warning("Pick at least one method.")
+                return
+            from workbench.prompt_files import read_prompts
+
+            rows = C.attempt("Cannot read the prompt set", read_prompts, str(PROMPTS / prompts), int(limit))
+            if rows is None:
+                return
+            spec = {"kind": "faithfulness", "model": model, "rows": rows, "prompts_file": f"data/prompts/{prompts}",
+                    "limit": int(limit), "methods": methods, "level": level}
+            J.submit(spec, "jobs_last", workers=int(workers))
+
+
+st.title("Jobs")
+address = os.environ.get("WORKBENCH_RAY_ADDRESS") or "a local Ray instance (started on demand)"
+st.caption(f"Long work runs as jobs on {address}, outside this server: pages stay usable, a job survives a page "
+           "reload, and Cancel stops its workers within seconds. Results land in the run store.")
+if C.engine("attribution.faithfulness", "faithfulness") is not None:
+    start_faithfulness()
+
+
+@st.fragment(run_every=J.POLL_S)
+def job_list() -> None:
+    jobs = C.attempt("Cannot read the jobs", J.board().list)
+    if jobs is None:
+        return
+    if not jobs:
+        st.info("No jobs yet. Start one above, from a page's long work (activation patching on the Attribution "
+                "page), or with `workbench faithfulness --workers 2 ...`.")
+        return
+    counts = {s: sum(j.state == s for j in jobs) for s in J.ICONS}
+    st.caption(" · ".join(f"{J.ICONS[s]} {s} {n}" for s, n in counts.items() if n))
+    if st.session_state.get("_jobs_cancel_error"):
+        st.warning(st.session_state.pop("_jobs_cancel_error"))
+    for job in jobs[:SHOWN]:
+        J.panel(job.id, "jobs")
+
+
+job_list()
