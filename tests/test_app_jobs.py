@@ -1,0 +1,30 @@
+"""Jobs page: lists jobs in every state, cancels a running one, opens a finished one's run."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import open_page, problems  # noqa: E402
+from workbench.jobs import JobBoard, run  # noqa: E402
+from workbench.store import RunStore  # noqa: E402
+
+
+def test_jobs_page_lists_cancels_and_opens():
+    done, _ = run({"kind": "sleep", "seconds": 0.1, "steps": 2})
+    board = JobBoard()
+    running = board.create({"kind": "sleep"}, "a long one")
+    running.state, running.done, running.total, running.eta_s = "running", 30, 120, 42.0
+    board.write(running)
+    at = open_page("jobs")
+    assert not problems(at), problems(at)
+    text = " ".join(str(m.value) for m in at.markdown)
+    assert done.id in text and running.id in text and "a long one" in text
+    bars = [p for p in at.get("progress")]
+    assert bars and "30 / 120 items" in str(bars[0].proto.text) and "42 s left" in str(bars[0].proto.text)
+    at.button(key=f"jobs_cancel_{running.id}").click().run()
+    assert board.cancel_requested(running.id)
+    at.button(key=f"jobs_open_{done.id}").click().run()
+    assert at.session_state["runs_id"] == done.run_id and RunStore().get(done.run_id)
