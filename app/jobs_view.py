@@ -78,7 +78,67 @@ def live_panel(job_id: str, key: str) -> None:
     @st.fragment(run_every=POLL_S)
     def _live() -> None:
         job = panel(job_id, key)
-        if job is not None and job.state not in ("queued", "running"):
-            st.session_state.setdefault("_jobs_finished", set()).add(job.id)
+        seen = st.session_state.setdefault("_jobs_finished", set())
+        if job is not None and job.state not in ("queued", "running") and job.id not in seen:
+            seen.add(job.id)
+            st.rerun()  # the whole page: it can now show the result
 
     _live()
+
+
+# -- long attribution levels on the Attribution page -------------------------------------------------
+THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user confirms
+
+
+def slow_levels(loaded: Any, enc: Any, method: str, levels: tuple[str, ...]) -> dict[str, Any]:
+    """The levels of ``method`` whose measured estimate is over THRESHOLD_S: {level: Estimate}."""
+    from attribution.cost import SLOW_METHODS, estimate
+
+    if method not in SLOW_METHODS:
+        return {}
+    out = {}
+    for level in levels:
+        with loaded.lock:
+            cost = C.attempt(f"Cannot estimate {method} at the {level} level", estimate, loaded.model, enc, method,
+                             level)
+        if cost is not None and cost.seconds > THRESHOLD_S:
+            out[level] = cost
+    return out
+
+
+def level_jobs(loaded: Any, prompt: str, target: str, foil: str | None, method: str, slow: dict[str, Any],
+               position: int | None) -> dict[tuple[str, str], Any]:
+    """For each slow level: its estimate and a button that starts it as a job (the confirmation), then the
+    job's live panel; a finished job's result, read back from its run, joins the page's results."""
+    results: dict[tuple[str, str], Any] = {}
+    for level, cost in slow.items():
+        sig = (loaded.name, prompt, target, foil, method, level, position)
+        key = f"_attr_job_{level}"
+        held = st.session_state.get(key)
+        if not held or held[0] != sig:
+            st.warning(f"Estimate: {cost.text()}. It runs as a job on Ray, outside this app, so every page stays "
+                       "usable; follow it here or on the Jobs page.")
+            if st.button(f"Run {method} · {level} as a job (about {cost.text().rsplit('about ', 1)[-1]})",
+                         key=f"attr_job_go_{level}"):
+                spec = {"kind": "attribute", "model": loaded.name, "prompt": prompt, "target": target,
+                        "foil": foil, "method": method, "level": level, "position": position}
+                job = submit(spec, f"_attr_job_id_{level}")
+                if job is not None:
+                    st.session_state[key] = (sig, job.id)
+                    st.rerun()
+            continue
+        job = board().get(held[1])
+        if job.state == "done" and job.run_id:
+            got = C.attempt("Cannot read the job's result", _attribution_from_run, job.run_id)
+            if got is not None:
+                results[(method, level)] = got
+                continue
+        live_panel(job.id, f"attr_job_{level}")
+    return results
+
+
+def _attribution_from_run(run_id: str) -> Any:
+    from attribution.result import AttributionResult
+
+    run = C.store().get(run_id)
+    return AttributionResult.from_json(run.result(), scores=run.tensors()["scores"])

@@ -9,6 +9,7 @@ import streamlit as st
 
 from app import circuit_views as CV
 from app import common as C
+from app import jobs_view as J
 from app import readouts as R
 from app import views as V
 
@@ -272,6 +273,11 @@ except Exception as exc:
 jobs: dict[str, tuple[str, ...]] = {m: ("token",) for m in methods}
 if detail in comp_methods:
     jobs[detail] = ("token",) + tuple(lv for lv in COMPONENT_LEVELS if detail in available_methods(lv))
+# Levels estimated over a few seconds (activation patching of heads, neurons) never start silently here:
+# each shows its measured estimate and runs, once confirmed, as a job outside this process.
+slow = J.slow_levels(loaded, enc_check, detail, tuple(lv for lv in jobs.get(detail, ()) if lv != "token"))
+if slow:
+    jobs[detail] = tuple(lv for lv in jobs[detail] if lv not in slow)
 results: dict[tuple[str, str], Any] = {}
 started = time.perf_counter()
 with C.Progress(f"Attributing {len(enc_check.str_tokens)} tokens", len(jobs)) as prog:
@@ -280,6 +286,7 @@ with C.Progress(f"Attributing {len(enc_check.str_tokens)} tokens", len(jobs)) as
         results.update({(method, lv): res for lv, res in (got or {}).items()})
         prog.step(f"{method} · {'/'.join(levels)}")
 TIMES["attribution"] = time.perf_counter() - started
+results.update(J.level_jobs(loaded, prompt, target, foil, detail, slow, None))
 token_results = {m: results[(m, "token")] for m in methods if (m, "token") in results}
 if not token_results:
     st.stop()
