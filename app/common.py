@@ -51,7 +51,50 @@ def _server_threads() -> None:
     torch.set_num_threads(int(os.environ.get("WORKBENCH_APP_THREADS") or default))
 
 
-@st.cache_resource(show_spinner=False, max_entries=6)
+def model_bytes(model: Any) -> int:
+    """Bytes of a model's parameters and buffers (0 when it exposes none)."""
+    module = getattr(model, "tl", model)
+    total = 0
+    for get in ("parameters", "buffers"):
+        try:
+            total += sum(t.numel() * t.element_size() for t in getattr(module, get)())
+        except (AttributeError, TypeError):
+            pass
+    return total
+
+
+def cache_budget() -> int:
+    """Bytes of model weights one server keeps loaded: WORKBENCH_APP_MODEL_MB, else a quarter of the
+    machine's memory (at least 1 GiB). Sized by memory, not by count: six toy models cost less than one
+    LLM, so they must not push a ViT or smollm2 out (it would be loaded a second time)."""
+    mb = os.environ.get("WORKBENCH_APP_MODEL_MB")
+    if mb:
+        return int(float(mb) * 2**20)
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        total = 8 * 2**30
+    return max(2**30, total // 4)
+
+
+# name -> (bytes, last use) of the models in _load's cache, oldest use first when evicting
+HELD: dict[str, list[float]] = {}
+HELD_LOCK = threading.Lock()
+
+
+def _evict_for(name: str) -> None:
+    """Drop least recently used models (never ``name``) until the held weights fit the budget."""
+    with HELD_LOCK:
+        budget = cache_budget()
+        while sum(b for b, _ in HELD.values()) > budget and len(HELD) > 1:
+            oldest = min((n for n in HELD if n != name), key=lambda n: HELD[n][1])
+            HELD.pop(oldest)
+            _load.clear(oldest)
+            print(f"[workbench-app] unloaded model {oldest} (model cache over {budget / 2**20:.0f} MB)",
+                  file=sys.stderr, flush=True)
+
+
+@st.cache_resource(show_spinner=False)
 def _load(name: str) -> Loaded:
     import workbench as wb
 
@@ -70,6 +113,18 @@ def _load(name: str) -> Loaded:
     return Loaded(name, model, seconds)
 
 
+def _held(name: str) -> Loaded:
+    """``_load(name)``, keeping the cache within its memory budget (see cache_budget)."""
+    loaded = _load(name)
+    with HELD_LOCK:
+        if name in HELD:
+            HELD[name][1] = time.monotonic()
+        else:
+            HELD[name] = [float(model_bytes(loaded.model)), time.monotonic()]
+    _evict_for(name)
+    return loaded
+
+
 def get_model(name: str | None) -> Loaded | None:
     """The shared model, or None after an error message in the page (bad name, unreadable files)."""
     if not name or not str(name).strip():
@@ -77,7 +132,7 @@ def get_model(name: str | None) -> Loaded | None:
         return None
     try:
         with st.spinner(f"Loading {name} (once per server)…"):
-            return _load(str(name).strip())
+            return _held(str(name).strip())
     except WorkbenchError as exc:
         st.error(f"Cannot load model: {exc}")
     except Exception as exc:  # a broken checkpoint must not end the session
@@ -117,14 +172,28 @@ def remember(key: str) -> Callable[[], None]:
     return _store
 
 
-def seed_from_query(mapping: dict[str, str]) -> None:
-    """Deep links: ``?model=...&prompt=...`` fill the page's widgets once per session."""
+def seed_from_query(mapping: dict[str, str], types: dict[str, Callable[[str], Any]] | None = None) -> list[str]:
+    """Deep links: ``?model=...&prompt=...`` fill the page's widgets on the page's first run in a session
+    (later runs leave them alone: the page's own share links write these parameters back into the URL).
+    ``types`` converts a parameter for its widget (``{"bb_d": int}``; a value that does not convert is
+    ignored). Returns the widget keys it filled."""
     done = st.session_state.setdefault("_query_seeded", set())
+    seeded = []
     for param, key in mapping.items():
+        if (param, key) in done:
+            continue
+        done.add((param, key))
         value = st.query_params.get(param)
-        if value is not None and (param, key) not in done:
-            done.add((param, key))
-            st.session_state[key] = st.session_state[f"_keep_{key}"] = value
+        if value is None:
+            continue
+        if types and key in types:
+            try:
+                value = types[key](value)
+            except (TypeError, ValueError):
+                continue
+        st.session_state[key] = st.session_state[f"_keep_{key}"] = value
+        seeded.append(key)
+    return seeded
 
 
 def model_picker(
@@ -212,6 +281,26 @@ def attempt(what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any
         return None
 
 
+def read_upload(upload: Any, read: Callable[[Any], Any], what: str) -> Any | None:
+    """``read(path)`` of an uploaded file saved under the user's own file name in a temporary folder, so a
+    message about the file names their file (``concepts.jsonl``), not ``/tmp/tmpzfpae6ah.jsonl``; None after
+    the message in the page."""
+    import tempfile
+    from pathlib import Path
+
+    name = Path(upload.name).name or "upload"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / name
+        path.write_bytes(upload.getvalue())
+        try:
+            return read(path)
+        except WorkbenchError as exc:
+            st.error(f"{what} {name!r}: {str(exc).replace(str(path), name).replace(tmp + '/', '')}")
+        except Exception as exc:  # a bug: message and traceback, the session lives on
+            error(f"{what} {name!r}", exc)
+    return None
+
+
 # -- run store ----------------------------------------------------------------------------------------
 def store():
     from workbench.store import RunStore
@@ -275,10 +364,15 @@ def _run_label(run_id: str, rows: list[dict[str, Any]]) -> str:
 
 
 class Progress:
-    """Long work inside ``st.status`` with a progress bar: ``with Progress("…", n) as p: p.step("…")``."""
+    """Long work inside ``st.status`` with a progress bar: ``with Progress("…", n) as p: p.step("…")``.
+
+    ``p.attempt(what, fn, ...)`` calls an engine like ``attempt`` and, when it fails, turns the status red
+    ("… failed") so the error shown below never sits under a green "done" line.
+    """
 
     def __init__(self, label: str, total: int) -> None:
-        self.label, self.total, self.done = label, max(total, 1), 0
+        self.label, self.total, self.done, self.failed = label, max(total, 1), 0, False
+        self.seconds = 0.0
 
     def __enter__(self) -> Progress:
         self.status = st.status(self.label, expanded=False)
@@ -290,10 +384,20 @@ class Progress:
         self.done += 1
         self.bar.progress(min(self.done / self.total, 1.0), text=text)
 
+    def fail(self) -> None:
+        """Mark the work as failed (the status turns red when the block ends)."""
+        self.failed = True
+
+    def attempt(self, what: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any | None:
+        out = attempt(what, fn, *args, **kwargs)
+        if out is None:
+            self.fail()
+        return out
+
     def __exit__(self, exc_type, exc, tb) -> None:
         seconds = time.perf_counter() - self.started
         self.seconds = seconds
-        if exc is None:
+        if exc is None and not self.failed:
             self.status.update(label=f"{self.label} done in {seconds:.2f} s", state="complete")
         else:
-            self.status.update(label=f"{self.label} failed", state="error")
+            self.status.update(label=f"{self.label} failed after {seconds:.2f} s (see below)", state="error")

@@ -6,7 +6,7 @@ what that head writes to the target's logit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_HELD_SEQ = 64  # prompts up to this length keep every head's pattern and z from the one pass
@@ -14,10 +14,13 @@ MAX_HELD_SEQ = 64  # prompts up to this length keep every head's pattern and z f
 
 @dataclass
 class PromptPass:
-    """One forward over a prompt: the top next tokens, and (short prompts) every head's pattern and z."""
+    """One forward over a prompt: the top next tokens (at the last position and at every position), and
+    (short prompts) every head's pattern and z."""
 
     top: list[tuple[str, float]]
     held: dict[str, Any]  # hook name -> tensor [batch=1, ...] on the CPU; empty for long prompts
+    tops: list[list[tuple[str, float]]] = field(default_factory=list)  # [position] -> top next tokens there
+    tokens: list[str] = field(default_factory=list)  # the prompt's tokens
 
 
 def prompt_pass(loaded: Any, prompt: str, k: int = 8) -> PromptPass:
@@ -34,9 +37,10 @@ def prompt_pass(loaded: Any, prompt: str, k: int = 8) -> PromptPass:
             held = {n: t.cpu() for n, t in cache.cache_dict.items()}
         else:
             logits, held = model.logits(tokens), {}
-    probs = torch.softmax(logits[0, -1].float(), -1).topk(k)
-    top = [(model.decode([int(i)]), float(p)) for p, i in zip(probs.values, probs.indices, strict=True)]
-    return PromptPass(top, held)
+    probs = torch.softmax(logits[0].float(), -1).topk(k)  # [pos, k]
+    tops = [[(model.decode([int(i)]), float(p)) for p, i in zip(ps, ids, strict=True)]
+            for ps, ids in zip(probs.values, probs.indices, strict=True)]
+    return PromptPass(tops[-1], held, tops, model.to_str_tokens(tokens))
 
 
 def top_predictions(loaded: Any, prompt: str, k: int = 8) -> list[tuple[str, float]]:
@@ -54,6 +58,7 @@ class HeadView:
     )
     promoted: list[tuple[str, float]]  # tokens whose logits the head's write raises most
     per_query: Any  # [query] the same effect for every position's write
+    promoted_words: list[tuple[str, float]] = field(default_factory=list)  # the same, whole words only
 
 
 def head_view(
@@ -65,8 +70,10 @@ def head_view(
     foil: str | None,
     k: int = 10,
     held: dict[str, Any] | None = None,
+    position: int = -1,
 ) -> HeadView:
-    """One head's pattern and logit write; reuses ``held`` activations (PromptPass) when they cover it."""
+    """One head's pattern and logit write at ``position`` (the explained prediction; -1 the last); reuses
+    ``held`` activations (PromptPass) when they cover it."""
     import torch
 
     model = loaded.model
@@ -92,8 +99,38 @@ def head_view(
         if enc.foil_id is not None:
             direction = direction - model.W_U[:, enc.foil_id]
         per_query = writes @ direction
-        top = (writes[-1] @ model.W_U).topk(k)
+        pushed = writes[position] @ model.W_U
+        top = pushed.topk(k)
+        words = whole_words(model)
+        top_words = pushed.masked_fill(~words.to(pushed.device), float("-inf")).topk(min(k, int(words.sum())))
     promoted = [(model.decode([int(i)]), float(v)) for v, i in zip(top.values, top.indices, strict=True)]
+    promoted_words = [(model.decode([int(i)]), float(v))
+                      for v, i in zip(top_words.values, top_words.indices, strict=True)]
     return HeadView(
-        layer, head, enc.str_tokens, pattern.cpu(), float(per_query[-1]), promoted, per_query.cpu()
+        layer, head, enc.str_tokens, pattern.cpu(), float(per_query[position]), promoted, per_query.cpu(),
+        promoted_words
     )
+
+
+_WORDS: dict[tuple[str, int], Any] = {}
+
+
+def whole_words(model: Any):
+    """A [vocab] bool mask of whole-word tokens: a word-start marker (a leading space, BPE's "Ġ" or
+    SentencePiece's "▁") followed by at least two letters. Sub-word pieces ("ing", "ary") and punctuation
+    are out, so "tokens it pushes up" reads as words. Toy vocabularies count every token."""
+    import torch
+
+    key = (model.name, int(model.arch.d_vocab))
+    if key not in _WORDS:
+        tok = model.tokenizer
+        n = int(model.arch.d_vocab)
+        if not hasattr(tok, "convert_ids_to_tokens"):
+            _WORDS[key] = torch.ones(n, dtype=torch.bool)
+        else:
+            pieces = tok.convert_ids_to_tokens(list(range(min(n, len(tok)))))
+            mask = [isinstance(p, str) and p[:1] in ("Ġ", "▁", " ") and len(p) > 2 and p[1:].isalpha()
+                    for p in pieces]
+            mask += [False] * (n - len(mask))
+            _WORDS[key] = torch.tensor(mask, dtype=torch.bool)
+    return _WORDS[key]

@@ -22,18 +22,50 @@ def token_labels(tokens: list[str]) -> list[str]:
     return [f"{i}:{t!r}"[:24] for i, t in enumerate(tokens)]
 
 
-def token_heatmap(rows: dict[str, Any], tokens: list[str], title: str = "") -> go.Figure:
-    """Methods side by side: a row per method, a column per prompt token, each row scaled to max |score|."""
+SINK_HELP = (
+    "Position 0 is an attention sink: most heads park their attention there and its residual stream has a "
+    "massive norm, so its scores dwarf every other position's. On, the colour scale (and rankings by "
+    "position) ignore it so the rest stays readable; the scores themselves are unchanged (hover shows them)."
+)
+
+
+def first_token_toggle(key: str, container: Any = None) -> bool:
+    """The "exclude the first token" toggle of one per-position view (on by default; see SINK_HELP)."""
+    import streamlit as st
+
+    return (container or st).toggle("Exclude the first token from the colour scale", value=True, key=key,
+                                    help=SINK_HELP)
+
+
+def scale_limit(values: Any, skip_first: bool, axis: int = -1) -> float:
+    """max |value| for a colour scale, over positions 1.. along ``axis`` when ``skip_first`` (1.0 if zero)."""
+    import numpy as np
+
+    v = np.abs(_np(values))
+    if skip_first and v.shape[axis] > 1:
+        v = np.take(v, range(1, v.shape[axis]), axis=axis)
+    lim = float(np.nanmax(v)) if v.size else 0.0
+    return lim if lim > 0 and np.isfinite(lim) else 1.0
+
+
+def all_ticks(labels: list[str]) -> dict[str, Any]:
+    """Axis settings that label every category (plotly otherwise drops every other label when crowded)."""
+    return {"tickmode": "array", "tickvals": labels, "ticktext": labels, "automargin": True}
+
+
+def token_heatmap(rows: dict[str, Any], tokens: list[str], title: str = "", skip_first: bool = False) -> go.Figure:
+    """Methods side by side: a row per method, a column per prompt token, each row scaled to max |score|
+    (over positions 1.. when ``skip_first``: position 0 then saturates; hover gives every raw score)."""
     import numpy as np
 
     names = list(rows)
     raw = np.stack([_np(rows[n]).reshape(-1) for n in names])
-    scale = np.abs(raw).max(axis=1, keepdims=True)
-    scale[scale == 0] = 1.0
+    scale = np.array([[scale_limit(r, skip_first)] for r in raw])
+    labels = token_labels(tokens)
     fig = go.Figure(
         go.Heatmap(
-            z=raw / scale,
-            x=token_labels(tokens),
+            z=np.clip(raw / scale, -1, 1),
+            x=labels,
             y=names,
             customdata=raw,
             colorscale=RDBU,
@@ -45,10 +77,12 @@ def token_heatmap(rows: dict[str, Any], tokens: list[str], title: str = "") -> g
         )
     )
     fig.update_layout(
-        title=title or "Token attribution (each method scaled to its own max |score|)",
-        height=140 + 40 * len(names),
+        title=title or "Token attribution (each method scaled to its own max |score|"
+        + (", first token left out)" if skip_first else ")"),
+        height=160 + 40 * len(names),
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
         yaxis={"autorange": "reversed"},
+        xaxis=all_ticks(labels),
     )
     return fig
 
@@ -103,29 +137,43 @@ def head_grid(scores: Any, title: str = "", selected: tuple[int, int] | None = N
         showlegend=False,
         clickmode="event+select",
         xaxis={"dtick": 1},
+        yaxis={"dtick": 1},  # whole layers only (a 2-layer model got ticks at -0.5, 0.5, 1.5)
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
     return fig
 
 
-def pattern_heatmap(pattern: Any, tokens: list[str], title: str) -> go.Figure:
+def pattern_heatmap(pattern: Any, tokens: list[str], title: str, skip_first: bool = False) -> go.Figure:
+    """One head's attention [query, key], every token labelled on both axes; hovering a cell names the
+    query token, the key token and the weight (circuitsvis-style). With ``skip_first`` the colour scale
+    tops out at the largest weight on keys 1.. (the sink column saturates)."""
+    import numpy as np
+
+    z = _np(pattern)
     labels = token_labels(tokens)
+    n = len(labels)
+    hover = np.array([[f"query {labels[q]}<br>key {labels[k]}<br>weight {z[q, k]:.3f}" for k in range(n)]
+                      for q in range(n)])
+    zmax = scale_limit(z, skip_first) if skip_first else max(float(z.max()), 1e-9)
     fig = go.Figure(
         go.Heatmap(
-            z=_np(pattern),
+            z=z,
             x=labels,
             y=labels,
             colorscale="Blues",
             zmin=0,
-            hovertemplate="query %{y}<br>key %{x}<br>%{z:.3f}<extra></extra>",
+            zmax=zmax,
+            text=hover,
+            hoverinfo="text",
+            hovertemplate="%{text}<extra></extra>",
+            colorbar={"title": "weight"},
         )
     )
     fig.update_layout(
         title=title,
-        xaxis_title="key",
-        yaxis_title="query",
-        yaxis={"autorange": "reversed"},
-        height=420,
+        xaxis={"title": "key", "tickangle": -60, **all_ticks(labels)},
+        yaxis={"title": "query", "autorange": "reversed", **all_ticks(labels)},
+        height=max(420, 24 * n + 160),
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
     return fig
@@ -141,13 +189,20 @@ def bar(labels: list[str], values: list[float], title: str, horizontal: bool = F
     return fig
 
 
-def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 20):
-    """The k largest |score| items of a score tensor as a table (attribution.result.top_items)."""
+def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 20, skip_first: bool = False):
+    """The k largest |score| items of a score tensor as a table (attribution.result.top_items); with
+    ``skip_first`` items at position 0 are left out of the ranking (their scores are unchanged)."""
     import pandas as pd
 
     from attribution.result import top_items as rows
 
-    return pd.DataFrame(rows(scores, axes, tokens, k))
+    if not skip_first or "position" not in axes:
+        return pd.DataFrame(rows(scores, axes, tokens, k))
+    import torch
+
+    ranked = torch.as_tensor(_np(scores)).clone()
+    ranked.select(axes.index("position"), 0).zero_()  # out of the ranking; other items keep their scores
+    return pd.DataFrame([r for r in rows(ranked, axes, tokens, k) if r["score"] != 0.0 or r["position"] != 0])
 
 
 def tensor_figure(name: str, t: Any) -> go.Figure | None:

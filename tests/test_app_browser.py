@@ -41,23 +41,28 @@ def settle(page, timeout: float = 180) -> None:
     raise AssertionError(f"{page.url} still running after {timeout} s")
 
 
+def app_pages() -> list[str]:
+    """Every page's URL path, from app/main.py's PAGES (the default page is the root)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / "app" / "main.py").read_text())
+    pages = next(ast.literal_eval(n.value) for n in tree.body
+                 if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "PAGES")
+    return ["" if i == 1 else Path(path).stem for i, (path, _title, _icon) in enumerate(pages)]
+
+
+LLM_PAGES = {"", "model", "circuits", "probes", "lens"}  # given the tiny model so the test stays fast
+QUERIES = {"vision": "?methods=attention,rollout,dap"}
+
+
 def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
     playwright = pytest.importorskip("playwright.sync_api")
     port = free_port()
     log = tmp_path / "app.log"
     proc = start_app(port, log)
     tiny = urllib.parse.quote(str(tiny_llama_dir))
-    pages = {  # url path -> query; LLM pages get the tiny model so the test stays fast
-        "": f"?model={tiny}",
-        "model": f"?model={tiny}",
-        "circuits": f"?model={tiny}",
-        "vision": "?methods=attention,rollout,dap",
-        "toy_circuits": "",
-        "probes": f"?model={tiny}",
-        "sae": "",
-        "blackbox": "",
-        "runs": "",
-    }
+    pages = {path: f"?model={tiny}" if path in LLM_PAGES else QUERIES.get(path, "") for path in app_pages()}
+    assert {"", "vision", "runs"} <= set(pages)
     shots = []
     try:
         with playwright.sync_playwright() as p:
@@ -120,6 +125,39 @@ def test_circuits_click_a_node_in_chromium(tmp_path, tiny_llama_dir):
                 shot = tmp_path / "circuits-node.png"
                 page.screenshot(path=str(shot))
                 print(f"screenshots: {tmp_path}")
+                errors = page.locator(ERRORS)
+                assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)
+
+
+def test_attention_keys_and_first_token_toggle_in_chromium(tmp_path, tiny_llama_dir):
+    """The head drill-down labels every key token (plotly used to drop every other one) and the per-position
+    views carry the first-token toggle, on, with its tooltip; screenshots of both."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    proc = start_app(port, tmp_path / "app.log")
+    prompt = "When Mary and John went to the store, John gave a drink to"
+    query = urllib.parse.urlencode({"model": str(tiny_llama_dir), "prompt": prompt, "target": " Mary",
+                                    "foil": " John"})
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                page = browser.new_page(viewport={"width": 1400, "height": 3000})
+                page.goto(f"http://127.0.0.1:{port}/?{query}", timeout=60_000)
+                settle(page)
+                chart = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text="attention pattern"))
+                chart.first.wait_for(timeout=60_000)
+                keys = chart.first.locator(".xaxislayer-above .xtick text").all_inner_texts()
+                assert len(keys) == 14, keys  # one label per token
+                assert any("Mary" in k for k in keys) and sum("John" in k for k in keys) == 2, keys
+                toggles = page.get_by_text("Exclude the first token from the colour scale")
+                assert toggles.count() >= 2  # the token heat map and the attention pattern
+                assert page.get_by_label("Exclude the first token from the colour scale").first.is_checked()
+                page.screenshot(path=str(tmp_path / "attribution-heads.png"), full_page=True)
                 errors = page.locator(ERRORS)
                 assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
             finally:

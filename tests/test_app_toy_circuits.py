@@ -29,7 +29,13 @@ def test_toy_page_follows_its_widgets():
     assert not problems(at)
     labels = {m.label: m.value for m in at.metric}
     assert "accuracy" in labels and 0.0 <= float(labels["accuracy"]) <= 1.0
-    first = [array(t["z"]).tolist() for t in chart(at, "toy_patterns")["data"]]
+    grid = chart(at, "toy_patterns")
+    first = [array(t["z"]).tolist() for t in grid["data"]]
+    # keys are labelled on the bottom row only, so no panel title sits on the tick labels above it (issue 17)
+    xaxes = {k: v for k, v in grid["layout"].items() if k.startswith("xaxis")}
+    shown = [k for k, v in xaxes.items() if v.get("showticklabels")]
+    layers = {a["text"].split("H")[0] for a in grid["layout"]["annotations"]}
+    assert shown and len(shown) == len(xaxes) // len(layers)
     at.number_input(key="toy_example").set_value(7).run()
     assert not problems(at)
     assert [array(t["z"]).tolist() for t in chart(at, "toy_patterns")["data"]] != first

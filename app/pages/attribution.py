@@ -7,11 +7,13 @@ from typing import Any
 
 import streamlit as st
 
+from app import attr_inputs as AI
 from app import circuit_views as CV
 from app import common as C
 from app import jobs_view as J
-from app import readouts as R
+from app import share as S
 from app import views as V
+from app.head_view import show_head
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 COMPONENT_LEVELS = ("head", "neuron", "edge")
@@ -29,7 +31,8 @@ def rebuild(run: Any):
 
 
 def compute(
-    loaded: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
+    loaded: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...],
+    position: int | None = None,
 ) -> dict[str, Any]:
     """AttributionResults for ``levels``, memoised in this session (reruns redraw without recomputing).
 
@@ -37,23 +40,25 @@ def compute(
     one pass; other methods run per level.
     """
     cache = st.session_state.setdefault("_attr_cache", {})
-    todo = [lv for lv in levels if (loaded.name, prompt, target, foil, method, lv) not in cache]
+    sig = (loaded.name, prompt, target, foil, method, position)
+    todo = [lv for lv in levels if (*sig, lv) not in cache]
     if todo:
         with loaded.lock:
-            fresh = _attribute(loaded.model, prompt, target, foil, method, tuple(todo))
+            fresh = _attribute(loaded.model, prompt, target, foil, method, tuple(todo), position)
         for lv, res in fresh.items():
-            cache[(loaded.name, prompt, target, foil, method, lv)] = res
+            cache[(*sig, lv)] = res
         while len(cache) > CACHE_SIZE:
             cache.pop(next(iter(cache)))
-    return {lv: cache[(loaded.name, prompt, target, foil, method, lv)] for lv in levels}
+    return {lv: cache[(*sig, lv)] for lv in levels}
 
 
 def _attribute(
-    model: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...]
+    model: Any, prompt: str, target: str, foil: str | None, method: str, levels: tuple[str, ...],
+    position: int | None,
 ) -> dict[str, Any]:
     from attribution import attribute_levels
 
-    return attribute_levels(model, prompt, target, foil, method=method, levels=levels)
+    return attribute_levels(model, prompt, target, foil, method=method, levels=levels, position=position)
 
 
 def available_methods(level: str) -> list[str]:
@@ -62,32 +67,6 @@ def available_methods(level: str) -> list[str]:
     return [
         m for m, spec in METHODS.items() if level in spec.levels and C.has_engine(spec.impl.split(":")[0])
     ]
-
-
-def suggest(loaded: Any, prompt: str) -> list[tuple[str, float]] | None:
-    """Top predictions for the prompt; a new prompt (or model) also resets target and foil to them.
-
-    The same forward pass keeps the heads' patterns for the head view (session_state "_attr_pass").
-    """
-    sig = (loaded.name, prompt)
-    held = st.session_state.get("_attr_pass")
-    if not held or held[0] != sig:
-        got = C.attempt("Cannot read the prompt", R.prompt_pass, loaded, prompt)
-        if got is None:
-            return None
-        held = (sig, got)
-        st.session_state["_attr_pass"] = held  # only the latest prompt: it can be a few MB
-    preds = held[1].top
-    if st.session_state.get("_attr_suggested_for") != sig:
-        st.session_state["_attr_suggested_for"] = sig
-        for key, value in (
-            ("attr_target", preds[0][0]),
-            ("attr_foil", preds[1][0] if len(preds) > 1 else ""),
-        ):
-            st.session_state[key] = st.session_state[f"_keep_{key}"] = value
-    C.keep("attr_target", preds[0][0])
-    C.keep("attr_foil", "")
-    return preds
 
 
 def save_all(results: list[Any], sig: tuple) -> None:
@@ -113,61 +92,6 @@ def show_saved() -> None:
             st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True)
 
 
-def show_head(loaded: Any, prompt: str, target: str, foil: str | None, head_scores: Any) -> None:
-    """Layer x head grid; clicking a square (or the two boxes) shows that head's pattern and logit write."""
-    n_layers, n_heads = int(head_scores.shape[0]), int(head_scores.shape[1])
-    grid_state = st.session_state.get("attr_head_grid")
-    points = (grid_state or {}).get("selection", {}).get("points", []) if grid_state else []
-    if points:
-        picked = (int(round(points[0]["y"])), int(round(points[0]["x"])))
-        if st.session_state.get("_attr_grid_seen") != picked:  # a new click moves the boxes
-            st.session_state["_attr_grid_seen"] = picked
-            st.session_state["attr_layer"], st.session_state["attr_head"] = picked
-    for key, upper in (("attr_layer", n_layers), ("attr_head", n_heads)):
-        if st.session_state.get(key, 0) >= upper:
-            st.session_state[key] = 0
-    left, right = st.columns([3, 2])
-    with right:
-        c1, c2 = st.columns(2)
-        layer = c1.selectbox("Layer", list(range(n_layers)), key="attr_layer")
-        head = c2.selectbox("Head", list(range(n_heads)), key="attr_head")
-    with left:
-        st.plotly_chart(
-            V.head_grid(head_scores, selected=(layer, head)),
-            key="attr_head_grid",
-            on_select="rerun",
-            selection_mode="points",
-        )
-    with right:
-        started = time.perf_counter()
-        held = st.session_state.get("_attr_pass")
-        held = held[1].held if held and held[0] == (loaded.name, prompt) else None
-        hv = C.attempt(
-            "Cannot read the head", R.head_view, loaded, prompt, layer, head, target, foil, held=held
-        )
-        TIMES["head view"] = time.perf_counter() - started
-        if hv is None:
-            return
-        st.metric(
-            f"L{layer}H{head} direct logit effect",
-            f"{hv.logit_effect:+.3f}",
-            help="The head's write at the last position, through the final norm, onto "
-            "W_U[target] (minus W_U[foil]).",
-        )
-        st.plotly_chart(
-            V.pattern_heatmap(hv.pattern, hv.tokens, f"L{layer}H{head} attention pattern"), key="attr_pattern"
-        )
-        st.plotly_chart(
-            V.bar(
-                [t for t, _ in hv.promoted],
-                [v for _, v in hv.promoted],
-                f"Tokens L{layer}H{head} pushes up most",
-                horizontal=True,
-            ),
-            key="attr_promoted",
-        )
-
-
 def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, methods: list[str]) -> None:
     """Disrupt / recover curves for this one prompt (attribution.faithfulness.evaluate on one example)."""
     faith = C.engine("attribution.faithfulness", "faithfulness")
@@ -184,7 +108,7 @@ def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, m
     if st.button(f"Compute curves for {', '.join(usable)}", key="attr_faith_go"):
         example = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {})}
         with C.Progress("Disrupt / recover curves", 1) as prog, loaded.lock:
-            res = C.attempt(
+            res = prog.attempt(
                 "Faithfulness failed", faith.evaluate, loaded.model, [example], usable, level=level, rank=rank
             )
             prog.step("done")
@@ -204,6 +128,23 @@ def show_faithfulness(loaded: Any, prompt: str, target: str, foil: str | None, m
 
 
 # -- the page ------------------------------------------------------------------------------------------
+def code_lines(results: dict[str, Any], levels: tuple[str, ...]) -> list[str]:
+    """``r = wb.attribute(...)`` for each (method, level) result shown, with the page's arguments."""
+    lines = []
+    shown = [(method, level) for method, level in results if level in levels]
+    for method, level in shown:
+        name = f"r_{method}" if len(shown) > 1 else "r"
+        lines.append(f"{name} = " + S.call("wb.attribute", S.M, prompt, target=target, foil=foil, method=method,
+                                           level=level, position=position))
+        lines.append(f"{name}.plot()")
+    return lines
+
+
+def link(level: str) -> dict[str, Any]:
+    return {"prompt": prompt, "target": target, "foil": foil, "methods": methods, "method": detail,
+            "level": level, "position": position}
+
+
 TIMES: dict[str, float] = {}  # where this run's time went (shown at the bottom of the page)
 PAGE_START = time.perf_counter()
 st.title("Attribution")
@@ -214,7 +155,9 @@ from attribution.methods import METHODS  # noqa: E402
 
 show_saved()
 
-C.seed_from_query({"prompt": "attr_prompt", "methods": "_attr_methods_q"})
+AI.mark_typed(C.seed_from_query({"prompt": "attr_prompt", "methods": "_attr_methods_q", "target": "attr_target",
+                                 "foil": "attr_foil", "method": "attr_detail", "position": "attr_position",
+                                 "level": "_attr_level_q"}, {"attr_position": int}))
 if "_attr_methods_q" in st.session_state:  # ?methods=dpa,gradient
     st.session_state["attr_methods"] = [m for m in st.session_state.pop("_attr_methods_q").split(",") if m]
 loaded = C.sidebar_model(("llm", "toy"), key="attr_model", default="smollm2-135m")
@@ -225,26 +168,38 @@ if not prompt.strip():
     st.warning("The prompt is empty: type a prompt for the model to continue.")
     st.stop()
 TIMES["model"] = time.perf_counter() - PAGE_START
-preds = suggest(loaded, prompt)
+ppass = AI.prompt_pass(loaded, prompt)
 TIMES["top predictions"] = time.perf_counter() - PAGE_START - TIMES["model"]
-if preds is None:
+if ppass is None:
     st.stop()
-st.caption("Model's top predictions: " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
+n_tokens = len(ppass.tokens)
+position = AI.position_strip(ppass.tokens, (loaded.name, prompt))
+last = position == n_tokens - 1
+AI.follow(loaded, prompt, ppass, position)
+preds = ppass.tops[position] if ppass.tops else ppass.top
+st.caption(("Model's top predictions" + ("" if last else f" after token {position} "
+            f"({ppass.tokens[position]!r}; the prompt continues with {ppass.tokens[position + 1]!r})"))
+           + ": " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
 
 c1, c2, c3 = st.columns([1, 1, 2])
 target = c1.text_input(
     "Target token",
     key="attr_target",
-    on_change=C.remember("attr_target"),
-    help="One token of the model, leading space included.",
+    on_change=AI._typed,
+    args=("attr_target",),
+    help="One token of the model, leading space included (' Mary', not 'Mary'). Kept when the prompt "
+    "changes once you type it; empty it to follow the model's prediction again.",
 )
 foil = c2.text_input(
     "Foil token (optional)",
     key="attr_foil",
-    on_change=C.remember("attr_foil"),
-    help="Scores then explain target minus foil.",
+    on_change=AI._typed,
+    args=("attr_foil",),
+    help="Scores then explain target minus foil. Kept when the prompt changes once you type it.",
 )
 foil = foil or None
+AI.leading_space_hint(loaded.model, "attr_target", "target")
+AI.leading_space_hint(loaded.model, "attr_foil", "foil")
 token_methods = available_methods("token")
 if not token_methods:
     st.info("No attribution method engine is in this checkout yet (attribution/dpa, attribution/baselines).")
@@ -262,6 +217,8 @@ if not methods:
     st.info("Pick at least one method.")
     st.stop()
 comp_methods = [m for m in methods if any(m in available_methods(lv) for lv in COMPONENT_LEVELS)]
+if st.session_state.get("attr_detail") not in comp_methods:
+    st.session_state.pop("attr_detail", None)
 detail = st.sidebar.selectbox("Method for heads, neurons and edges", comp_methods or ["—"], key="attr_detail")
 
 try:
@@ -269,6 +226,7 @@ try:
 except Exception as exc:
     C.error("Bad target or foil", exc)
     st.stop()
+pos_arg = None if last else position
 
 jobs: dict[str, tuple[str, ...]] = {m: ("token",) for m in methods}
 if detail in comp_methods:
@@ -282,14 +240,15 @@ results: dict[tuple[str, str], Any] = {}
 started = time.perf_counter()
 with C.Progress(f"Attributing {len(enc_check.str_tokens)} tokens", len(jobs)) as prog:
     for method, levels in jobs.items():
-        got = C.attempt(f"{method} attribution", compute, loaded, prompt, target, foil, method, levels)
+        got = prog.attempt(f"{method} attribution", compute, loaded, prompt, target, foil, method, levels, pos_arg)
         results.update({(method, lv): res for lv, res in (got or {}).items()})
         prog.step(f"{method} · {'/'.join(levels)}")
 TIMES["attribution"] = time.perf_counter() - started
-results.update(J.level_jobs(loaded, prompt, target, foil, detail, slow, None))
+results.update(J.level_jobs(loaded, prompt, target, foil, detail, slow, pos_arg))
 token_results = {m: results[(m, "token")] for m in methods if (m, "token") in results}
 if not token_results:
     st.stop()
+position = pos_arg  # the notebook code and the link name the position only when it is not the last
 
 first = next(iter(token_results.values()))
 m1, m2, m3 = st.columns(3)
@@ -307,31 +266,57 @@ for m, r in token_results.items():  # path methods (integrated gradients) report
             f"{m}: completeness gap {r.convergence_delta:+.3g} (sum of scores − (f(input) − f(baseline)); "
             f"f(input) − f(baseline) is {r.target_logit - r.baseline_logit:+.3g})" + ("" if r.converged else
             ": not converged; try baseline=mean with keep_first=true, or more steps"))
+skip_tokens = V.first_token_toggle("attr_tokens_skip0")
 st.plotly_chart(
-    V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens), key="attr_tokens"
+    V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens, skip_first=skip_tokens),
+    key="attr_tokens",
 )
+S.share("attr_tokens", loaded.name, code_lines(results, ("token",)), link("token"))
 
-tabs = st.tabs(["Heads", "Neurons", "Information flow", "Disrupt / recover", "Save"])
+TABS = ["Heads", "Neurons", "Information flow", "Direct logit attribution", "Patching", "Disrupt / recover", "Save"]
+level_q = st.session_state.pop("_attr_level_q", None)
+default_tab = {"head": "Heads", "neuron": "Neurons", "edge": "Information flow"}.get(level_q or "")
+tabs = st.tabs(TABS, default=default_tab)
 with tabs[0]:
     if (detail, "head") in results:
-        show_head(loaded, prompt, target, foil, results[(detail, "head")].scores)
+        show_head(loaded, prompt, target, foil, results[(detail, "head")].scores,
+                  (loaded.name, prompt, target, foil, detail, position), -1 if position is None else position, TIMES)
+        S.share("attr_heads", loaded.name, code_lines({(detail, "head"): results[(detail, "head")]}, ("head",)),
+                link("head"))
     else:
         st.info(f"{detail} gives no head scores; pick another method for components.")
 with tabs[1]:
     if (detail, "neuron") in results:
         res = results[(detail, "neuron")]
-        st.dataframe(V.top_items(res.scores, res.axes, res.tokens, k=25), hide_index=True)
+        skip_neurons = V.first_token_toggle("attr_neurons_skip0")
+        st.dataframe(V.top_items(res.scores, res.axes, res.tokens, k=25, skip_first=skip_neurons), hide_index=True)
+        if skip_neurons:
+            st.caption("Neurons at position 0 are left out of this ranking (turn the toggle off to include them).")
+        S.share("attr_neurons", loaded.name, code_lines({(detail, "neuron"): res}, ("neuron",)), link("neuron"))
     else:
         st.info(f"{detail} gives no neuron scores.")
 with tabs[2]:
     started = time.perf_counter()
-    if CV.prompt_circuit(loaded, prompt, target, foil, key="attr_flow"):
+    if position is not None:
+        st.info("The information-flow circuit explains the last position; click the last token above to see it.")
+    elif CV.prompt_circuit(loaded, prompt, target, foil, key="attr_flow"):
         TIMES["circuit"] = time.perf_counter() - started
 with tabs[3]:
-    show_faithfulness(loaded, prompt, target, foil, methods)
+    from app.dla_view import show_dla
+
+    show_dla(loaded, prompt, target, foil, position)
 with tabs[4]:
+    from app.patching_view import show_patching
+
+    show_patching(loaded, prompt, target, foil, position=position)
+with tabs[5]:
+    if position is not None:
+        st.info("Disrupt / recover curves are for the last position; click the last token above to see them.")
+    else:
+        show_faithfulness(loaded, prompt, target, foil, methods)
+with tabs[6]:
     st.write(f"{len(results)} results: " + ", ".join(f"{m}·{lv}" for m, lv in results))
-    sig = (loaded.name, prompt, target, foil, tuple(results))
+    sig = (loaded.name, prompt, target, foil, position, tuple(results))
     st.button(
         "Save all to the run store", key="attr_save", on_click=save_all, args=(list(results.values()), sig)
     )

@@ -11,6 +11,7 @@ import streamlit as st
 from app import circuit_inputs as CI
 from app import circuit_views as CV
 from app import common as C
+from app import share as S
 from app.graph_view import LEGEND_HELP, follow_click, show_graph
 
 METHODS = ("eap", "eap_ig", "dpa", "activation_patching")
@@ -44,7 +45,7 @@ def run_methods(loaded: Any, rows: list[dict], jobs: dict[str, dict], ablation: 
     cache = st.session_state.setdefault("_circ_cache", {})
     with C.Progress(f"Circuits on {len(rows)} prompts", len(jobs)) as prog, loaded.lock:
         for method, params in jobs.items():
-            res = C.attempt(f"{method} failed", circuit, loaded.model, rows, method=method, edges=k,
+            res = prog.attempt(f"{method} failed", circuit, loaded.model, rows, method=method, edges=k,
                             ablation=ablation, selection=selection, **params)
             prog.step(f"{method} done")
             if res is not None:
@@ -82,7 +83,7 @@ def evaluate_all(loaded: Any, results: dict[str, Any], k: int, ablation: str, se
     grid = sorted(set(DEFAULT_GRID) | {k})
     with C.Progress(f"Evaluating at k={k} ({ablation} ablation)", len(results)) as prog, loaded.lock:
         for method, res in results.items():
-            C.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation, selection)
+            prog.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation, selection)
             prog.step(method)
 
 
@@ -105,6 +106,10 @@ from circuits.graph import CircuitGraph  # noqa: E402
 from circuits.plot import faithfulness_figure  # noqa: E402
 
 show_saved()
+C.seed_from_query({"prompt": "circ_prompt", "target": "circ_target", "foil": "circ_foil", "corrupt": "circ_corrupt",
+                   "methods": "_circ_methods_q"})
+if "_circ_methods_q" in st.session_state:  # ?methods=dpa,eap
+    st.session_state["circ_methods"] = [m for m in st.session_state.pop("_circ_methods_q").split(",") if m]
 loaded = C.sidebar_model(("llm", "toy"), key="circ_model", default="smollm2-135m")
 picked = CI.pick_prompts(loaded)
 if picked is None:
@@ -190,6 +195,18 @@ if any(v is not None for v in at_k.values()):
     st.caption(f"Normalized faithfulness at k={k}: " + " · ".join(
         f"{m} {v:.3f}" for m, v in at_k.items() if v is not None))
 st.dataframe(CV.faith_table(results), hide_index=True, key="circ_faith_table")
+
+S.share("circ", loaded.name,
+        [f"rows = {rows!r}" if source in ("prompt",) or source.startswith("task:") else
+         f"rows = {'data/prompts/' + source!r}  # the prompt file (first {len(rows)} rows)"]
+        + [f"c_{m} = " + S.call("wb.circuit", S.M, S.Name("rows"), method=m, edges=k, ablation=ablation,
+                               selection=selection, **jobs[m]) for m in results]
+        + [f"c_{m}.plot()" for m in results],
+        {"prompt": rows[0].get("prompt") if source == "prompt" else None,
+         "target": rows[0].get("target") if source == "prompt" else None,
+         "foil": rows[0].get("foil") if source == "prompt" else None,
+         "corrupt": rows[0].get("corrupt") if source == "prompt" else None,
+         "methods": list(results)})
 
 st.subheader("Edges")
 st.dataframe(CV.edges_table(drawn), hide_index=True, key="circ_edges")

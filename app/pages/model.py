@@ -5,6 +5,20 @@ from __future__ import annotations
 import streamlit as st
 
 from app import common as C
+from app import share as S
+
+
+def clean_continuation(model, text: str) -> tuple[str, str | None]:
+    """The continuation up to the first special token (``<|im_end|>``, ``</s>`` ...), and that token."""
+    tok = getattr(model, "tokenizer", None)
+    specials = [t for t in (getattr(tok, "all_special_tokens", None) or []) if t]
+    cut, stop = len(text), None
+    for t in specials:
+        i = text.find(t)
+        if 0 <= i < cut:
+            cut, stop = i, t
+    return text[:cut], stop
+
 
 st.title("Model")
 st.caption("Every model a user can load now; loaded once per server and shared by all sessions and pages.")
@@ -50,6 +64,7 @@ if not hasattr(model, "generate") or getattr(model, "kind", "llm") == "vit":
     st.stop()
 
 st.subheader("Quick generate")
+C.seed_from_query({"prompt": "model_prompt"})
 C.keep("model_prompt", "The capital of France is")
 prompt = st.text_input("Prompt", key="model_prompt", on_change=C.remember("model_prompt"))
 n_new = st.slider("New tokens", 1, 64, 12, key="model_new_tokens")
@@ -70,8 +85,12 @@ text = cache.get(sig)
 if text is None:
     cache.pop(sig, None)
     st.stop()
-st.markdown(f"**{prompt}**{text}")
-st.code(prompt + text, language="text")
+shown, stop = clean_continuation(model, text)
+st.code(prompt + shown, language="text")  # once: the prompt and its continuation
+if stop:
+    st.caption(f"Generation stopped at the model's end-of-turn token {stop!r} (not shown).")
+S.share("model_gen", loaded.name, [f"print({S.call('m.generate', prompt, max_new_tokens=n_new)})"],
+        {"prompt": prompt})
 
 
 def _draft():

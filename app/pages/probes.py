@@ -21,14 +21,7 @@ def read_dataset(source: str, upload: Any):
     if upload is None:
         st.info('Upload a JSONL file: one {"text": ..., "label": ...} object a line.')
         return None
-    import tempfile
-
-    with tempfile.NamedTemporaryFile("wb", suffix=".jsonl", delete=False) as fh:
-        fh.write(upload.getvalue())
-    try:
-        return C.attempt(f"Cannot read {upload.name!r}", load_dataset, fh.name)
-    finally:
-        Path(fh.name).unlink(missing_ok=True)
+    return C.read_upload(upload, load_dataset, "Cannot read")
 
 
 def subset(data: Any, n: int):

@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import share as S
 from app.prompt_source import pick_rows
 
 
@@ -55,12 +56,16 @@ if st.button(f"Attribute {len(rows)} prompts with {method} at {level} level", ke
             for _ in range(n):
                 prog.step(f"{prog.done + 1} of {len(rows)} prompts")
 
-        res = C.attempt("Attribution failed", engine.attribute_set, loaded.model, rows, method=method, level=level,
+        res = prog.attempt("Attribution failed", engine.attribute_set, loaded.model, rows, method=method, level=level,
                         use_foil=use_foil, batch_size=batch, on_step=advance)
     if res is not None:
         st.session_state["_sets_result"] = (sig, res)
 held = st.session_state.get("_sets_result")
 if held and held[0] == sig:
     show(held[1])
+    S.share("sets", loaded.name,
+            ["r = " + S.call("wb.attribute_set", S.M, f"data/prompts/{name}" if not name.endswith("upload") else name,
+                             method=method, level=level, use_foil=use_foil, batch_size=batch, limit=limit),
+             "r.table()"], {"method": method, "level": level})
 else:
     st.caption(f"{len(rows)} prompts from {name}; press the button to attribute them.")

@@ -81,6 +81,9 @@ def compare(a: Any, b: Any) -> None:
         C.attempt("Cannot read tensors of B", b.tensors) or {},
     )
     shared = [k for k in ta if k in tb]
+    if a.meta.get("kind") != b.meta.get("kind") or (a.meta.get("args") or {}).get("level") != (
+            b.meta.get("args") or {}).get("level"):
+        st.warning("A and B are different kinds or levels: their tensors do not measure the same thing.")
     if shared:
         name = st.selectbox("Compare tensor", shared, key="runs_cmp_tensor")
         c1, c2 = st.columns(2)
@@ -91,6 +94,33 @@ def compare(a: Any, b: Any) -> None:
         if ta[name].shape == tb[name].shape:
             diff = (tb[name].float() - ta[name].float()).abs().max().item()
             st.metric(f"max |B - A| on {name}", f"{diff:.4g}")
+
+
+def details(store: Any, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per run: level, prompt (or data set) and target from its arguments, so runs saved in the same second
+    tell apart in the list (meta.json is read once per run and session)."""
+    held = st.session_state.setdefault("_runs_details", {})
+    for r in rows:
+        if r["id"] not in held:
+            try:
+                args = store.get(r["id"]).meta.get("args") or {}
+            except Exception:  # noqa: BLE001 - a run removed meanwhile: nothing to show
+                args = {}
+            prompt = args.get("prompt") or args.get("prompts") or args.get("dataset") or args.get("source")
+            held[r["id"]] = {"level": args.get("level") or args.get("site"), "prompt": None if prompt is None
+                             else str(prompt)[:80], "target": args.get("target")}
+    return held
+
+
+def like_pair(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> tuple[int, int]:
+    """Default (A, B) for Compare: B the newest run, A the newest older run of the same kind and level (an
+    edge tensor is never paired with a token tensor by default); else the two newest."""
+    b = rows[0]
+    key = (b["kind"], info.get(b["id"], {}).get("level"))
+    for i, r in enumerate(rows[1:], start=1):
+        if (r["kind"], info.get(r["id"], {}).get("level")) == key:
+            return i, 0
+    return 1, 0
 
 
 def _delete(run_id: str) -> None:
@@ -127,8 +157,12 @@ shown = [
     and (model == "(all)" or r["model"] == model)
     and (not text or text.lower() in (r["id"] + " " + (r["method"] or "")).lower())
 ]
+info = details(store, shown)
 st.dataframe(
-    [{k: (json.dumps(v) if k == "summary" else v) for k, v in r.items()} for r in shown], hide_index=True
+    [{"id": r["id"], "created": r["created"], "kind": r["kind"], "model": r["model"], "method": r["method"],
+      **info.get(r["id"], {}), "summary": json.dumps(r["summary"])} for r in shown],
+    hide_index=True,
+    column_config={"prompt": st.column_config.TextColumn("prompt", help="the prompt (or data set) the run used")},
 )
 damaged = C.attempt("Cannot read the run store", store.damaged) or []
 if damaged:  # skipped by the listing above; named here so they can be removed
@@ -155,8 +189,10 @@ with tab_cmp:
     if len(ids) < 2:
         st.info("Two runs are needed to compare.")
     else:
-        a_id = st.selectbox("Run A", ids, index=1, key="runs_a")
-        b_id = st.selectbox("Run B", ids, index=0, key="runs_b")
+        a_i, b_i = like_pair(shown, info)
+        label = lambda i: f"{i} · {shown[ids.index(i)]['kind']} · {info.get(i, {}).get('level') or ''}"  # noqa: E731
+        a_id = st.selectbox("Run A", ids, index=a_i, key="runs_a", format_func=label)
+        b_id = st.selectbox("Run B", ids, index=b_i, key="runs_b", format_func=label)
         a, b = C.open_run(a_id), C.open_run(b_id)
         if a is not None and b is not None:
             compare(a, b)

@@ -9,24 +9,30 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import share as S
 from app import views as V
 
 N_EVAL = 256
 
 
 def pattern_grid(pats: Any, tokens: list[str]):
-    """All heads' patterns [layer, head, query, key] for one example as a grid of heatmaps."""
+    """All heads' patterns [layer, head, query, key] for one example as a grid of heatmaps.
+
+    Token labels sit on the bottom row (keys) and the left column (queries) only, with room between rows,
+    so a panel's title never runs into the tick labels of the panel above it; hover names query and key."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     n_layers, n_heads = int(pats.shape[0]), int(pats.shape[1])
     labels = V.token_labels(tokens)
+    panel = 260
+    height = panel * n_layers + 80 * (n_layers - 1) + 140
     fig = make_subplots(
         rows=n_layers,
         cols=n_heads,
         subplot_titles=[f"L{lay}H{h}" for lay in range(n_layers) for h in range(n_heads)],
-        horizontal_spacing=0.03,
-        vertical_spacing=0.08,
+        horizontal_spacing=0.04,
+        vertical_spacing=min(0.3, 80 / height) if n_layers > 1 else 0.0,
     )
     for lay in range(n_layers):
         for h in range(n_heads):
@@ -39,12 +45,17 @@ def pattern_grid(pats: Any, tokens: list[str]):
                     zmin=0,
                     zmax=1,
                     showscale=False,
+                    hovertemplate=f"L{lay}H{h}<br>query %{{y}}<br>key %{{x}}<br>%{{z:.3f}}<extra></extra>",
                 ),
                 row=lay + 1,
                 col=h + 1,
             )
-    fig.update_yaxes(autorange="reversed")
-    fig.update_layout(height=260 * n_layers + 60, margin={"l": 10, "r": 10, "t": 40, "b": 10})
+    fig.update_yaxes(autorange="reversed", showticklabels=False)
+    fig.update_xaxes(showticklabels=False)
+    fig.update_yaxes(showticklabels=True, col=1, **V.all_ticks(labels))
+    fig.update_xaxes(showticklabels=True, row=n_layers, tickangle=-60, **V.all_ticks(labels))
+    fig.update_annotations(font_size=13, yshift=4)
+    fig.update_layout(height=height, margin={"l": 10, "r": 10, "t": 40, "b": 10})
     return fig
 
 
@@ -155,7 +166,7 @@ with tabs[1]:
     key = ("abl", loaded.name, int(seed), method)
     if st.session_state.get("_toy_abl", (None,))[0] != key:
         with C.Progress(f"{method} ablation of every component", 1) as prog, loaded.lock:
-            res = C.attempt(
+            res = prog.attempt(
                 "Ablation failed", ablate_task, model, batch, task, components(model), method=method
             )
             prog.step("done")
@@ -192,6 +203,16 @@ with tabs[2]:
         for tag, res in results.items():
             if res is not None:
                 st.plotly_chart(res.plot(), key=f"toy_patch_{tag}")
+        S.share("toy_patch", loaded.name, [
+            f"task = get_task({task.name!r}, **{info['task'].get('params', {})!r})",
+            f"batch = task.batch('test', {N_EVAL}, {int(seed)})",
+            f"clean, bad = batch.tokens[{int(i_clean)}].tolist(), batch.tokens[{int(i_bad)}].tolist()",
+            "heads = " + S.call("patch_heads", S.M, S.Name("clean"), S.Name("bad"), target,
+                                foil if foil != target else None, pos=pos),
+            "resid = " + S.call("patch_residual", S.M, S.Name("clean"), S.Name("bad"), target,
+                                foil if foil != target else None, pos=pos),
+            "heads.plot()"], {}, imports=("from circuits.tasks import get_task",
+                                          "from circuits.tools.patching import patch_heads, patch_residual"))
 with tabs[3]:
     if task.name != "modadd":
         st.info("Fourier plots are for modular-addition models; pick a modadd checkpoint.")

@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import share as S
 
 
 def read_upload(upload: Any, size: int, channels: int):
@@ -29,6 +30,30 @@ def read_upload(upload: Any, size: int, channels: int):
     arr = np.asarray(img, dtype=np.float32) / 255.0
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     return torch.from_numpy(arr.copy())[None]
+
+
+# which way each metric column is better (the table's headers carry an arrow, the tooltips say why)
+BETTER = {
+    "seconds": ("lower", "time the method took"),
+    "pointing_game": ("higher", "1 if the map's top patch lies on the decisive object"),
+    "energy_pointing_game": ("higher", "share of the map's mass on the decisive object"),
+    "mask_iou": ("higher", "overlap of the map's top patches with the object mask"),
+    "deletion_auc": ("lower", "p(class) as the top patches are removed first: a faithful map drops it fast"),
+    "insertion_auc": ("higher", "p(class) as the top patches are put back first: a faithful map restores it fast"),
+    "positive_perturbation_auc": ("lower", "accuracy while removing the most relevant patches first"),
+    "negative_perturbation_auc": ("higher", "accuracy while removing the least relevant patches first"),
+}
+
+
+def metric_columns(table: Any) -> dict[str, Any]:
+    """Column headers with ↑ (higher is better) or ↓ (lower is better), and a tooltip for each."""
+    config = {}
+    for col in table.columns:
+        if col in BETTER:
+            way, what = BETTER[col]
+            config[col] = st.column_config.NumberColumn(f"{col} {'↑' if way == 'higher' else '↓'}",
+                                                        help=f"{what}; {way} is better", format="%.3f")
+    return config
 
 
 def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
@@ -61,11 +86,11 @@ def explain_image(model: Any, lock: Any, images: Any, masks: Any, methods: list[
     maps = {}
     with C.Progress(f"Explaining with {len(methods)} methods", len(methods) + 1) as prog, lock:
         for name in methods:
-            pm = C.attempt(f"{name} failed", explain, model, images, name, target_class=target)
+            pm = prog.attempt(f"{name} failed", explain, model, images, name, target_class=target)
             if pm is not None:
                 maps[name] = pm
             prog.step(name)
-        table = C.attempt("Metrics failed", metrics_table, model, images, masks, maps) if maps else None
+        table = prog.attempt("Metrics failed", metrics_table, model, images, masks, maps) if maps else None
         prog.step("metrics")
     return maps, table
 
@@ -86,7 +111,13 @@ if not hasattr(model, "check_images"):
 cfg = model.cfg
 
 c1, c2, c3 = st.columns([1, 1, 2])
-source = c1.radio("Image", ["synthetic", "digits", "upload"], key="vit_source")
+SOURCES = ["synthetic", "hard", "digits", "upload"]
+if st.session_state.get("_vit_source_for") != loaded.name:  # each model starts on the images it was trained on
+    st.session_state["_vit_source_for"] = loaded.name
+    st.session_state["vit_source"] = "hard" if "hard" in loaded.name else "synthetic"
+source = c1.radio("Image", SOURCES, key="vit_source",
+                  help="synthetic: the shapes the ViTs were trained on; hard: several objects, one decisive "
+                       "(vit-synth-hard); digits: handwritten digits (a model trained on them only); upload.")
 if source == "upload":
     from attribution.vit.images import SUFFIXES
 
@@ -109,6 +140,11 @@ else:
         st.stop()
     images, masks = batch.images[int(index) : int(index) + 1], batch.masks[int(index) : int(index) + 1]
     label, class_names = int(batch.labels[int(index)]), batch.class_names
+    known = set(cfg.class_names or ())
+    if known and not set(class_names) <= known:
+        st.warning(f"{loaded.name} was trained on {', '.join(cfg.class_names)}; the {source} images' classes "
+                   f"({', '.join(map(str, class_names))}) are not among them, so its prediction (and every map) "
+                   "explains a class the image does not show. Pick images the model knows.")
 C.seed_from_query({"methods": "_vit_methods_q"})
 if "_vit_methods_q" in st.session_state:  # ?methods=dap,rollout
     st.session_state["vit_methods"] = [
@@ -147,10 +183,13 @@ if not held or held[0] != sig:
 _, maps, table = held
 if not maps:
     st.stop()
-fig = overlay_figure(images.cpu(), maps, [0], masks=masks)
-st.plotly_chart(fig, key="vit_overlay")
+fig = overlay_figure(images.cpu(), maps, [0], masks=masks, panel_px=240, colorbar=True)
+st.plotly_chart(fig, key="vit_overlay", width="content")
+if masks is not None:
+    st.caption("Cyan outline: the decisive object's mask. Colour: each map normalised to 0-1.")
 if table is not None:
-    st.dataframe(table, hide_index=True)
+    st.dataframe(table, hide_index=True, column_config=metric_columns(table))
+    st.caption("↑ higher is better · ↓ lower is better (hover a header for what it measures).")
 
 
 def _draft():
@@ -170,6 +209,13 @@ def _draft():
 
 
 C.save_button(_draft, key="vit_save")
+S.share("vit", loaded.name,
+        ["from attribution.vit.data import sample_images" if source != "upload"
+         else "# images: your (1, C, H, W) tensor in [0, 1]",
+         *([f"images = sample_images({source!r}, {int(index) + 1}).images[{int(index)}:{int(index) + 1}]"]
+           if source != "upload" else []),
+         *[f"map_{mth} = " + S.call("explain", S.M, S.Name("images"), mth, target_class=target_idx) for mth in maps]],
+        {"methods": list(maps)}, imports=("from attribution.vit.methods import explain",))
 
 with st.expander("Open a saved vision run"):
     run = C.run_picker(["vit-explain", "vit-eval"], key="vit_open")

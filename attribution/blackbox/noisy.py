@@ -91,6 +91,20 @@ class NoiseSweep:
                                      name=f"max relative error of {name}"))
         if xs:
             fig.add_trace(go.Scatter(x=xs, y=xs, mode="lines", name="error = s", line={"dash": "dot"}))
+        # failed recoveries (infinite error) would vanish from a log plot: mark them on the top edge
+        outcomes = self.outcome or [""] * len(self.noise)
+        failed = [(s, o) for s, o, eW, ev in zip(self.noise, outcomes, self.rel_error_W, self.rel_error_v,
+                                                  strict=False) if s > 0 and not (np.isfinite(eW) and np.isfinite(ev))]
+        if failed:
+            finite = [e for e in (*self.rel_error_W, *self.rel_error_v, *xs) if np.isfinite(e) and e > 0]
+            top = max(finite, default=1.0) * 10
+            fig.add_trace(go.Scatter(x=[f[0] for f in failed], y=[top] * len(failed), mode="markers+text",
+                                     marker={"symbol": "x", "size": 12, "color": "crimson"},
+                                     text=["failed"] * len(failed), textposition="bottom center",
+                                     customdata=[str(f[1]) for f in failed],
+                                     hovertemplate="s %{x:.1e}: recovery failed (error infinite)<br>"
+                                                   "%{customdata}<extra></extra>",
+                                     name="failed: error infinite"))
         fig.update_layout(title=f"Recovery error vs oracle noise (d={self.d}, H={self.heads}, "
                                 f"oversample={self.oversample}; slope {self.slope():.2f})",
                           xaxis={"type": "log", "title": "noise scale s"},

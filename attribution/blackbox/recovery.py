@@ -82,7 +82,10 @@ class Recovery:
         for h in range(self.heads):
             fig.add_trace(go.Heatmap(z=W[h], coloraxis="coloraxis"), row=1, col=h + 1)
         fig.update_layout(title=f"Recovered heads ({self.queries} queries, formula {self.expected_queries})",
-                          coloraxis={"colorscale": "RdBu"})
+                          coloraxis={"colorscale": "RdBu", "cmid": 0})
+        # matrix layout (row 0 on top) with whole-number ticks, as every other W on the page is drawn
+        fig.update_yaxes(autorange="reversed", dtick=1)
+        fig.update_xaxes(dtick=1)
         return fig
 
     @property

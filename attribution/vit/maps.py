@@ -66,8 +66,11 @@ class PatchMap:
 
 
 def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indices: list[int],
-                   masks: torch.Tensor | None = None, opacity: float = 0.55):
-    """A grid of images (rows) x methods (columns): each map, normalised, over its image."""
+                   masks: torch.Tensor | None = None, opacity: float = 0.55, panel_px: int = 150,
+                   colorbar: bool = False):
+    """A grid of images (rows) x methods (columns): each map, normalised, over its image. ``panel_px``
+    sizes each panel; ``colorbar`` adds the shared 0-1 scale; the object mask's outline (when given) is
+    drawn on every panel in a colour that stands out on both the image and the Inferno map."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -77,17 +80,21 @@ def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indic
     for i in indices:
         titles += ([f"image {i}"] if images is not None else []) + names
     fig = make_subplots(rows=len(indices), cols=cols, subplot_titles=titles,
-                        horizontal_spacing=0.01, vertical_spacing=0.04)
+                        horizontal_spacing=0.01 if not colorbar else 0.015, vertical_spacing=0.04)
+
+    def outline(i: int, r: int, c: int) -> None:
+        if masks is None:
+            return
+        m = masks[i].float().cpu().numpy()
+        fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5, "coloring": "lines"},
+                                 line={"color": "#00e5ff", "width": 2.5}, hoverinfo="skip"), row=r, col=c)
+
     for r, i in enumerate(indices, start=1):
         c0 = 1
         if images is not None:
             rgb = (images[i].permute(1, 2, 0).clamp(0, 1) * 255).byte().cpu().numpy()
             fig.add_trace(go.Image(z=rgb), row=r, col=1)
-            if masks is not None:
-                m = masks[i].float().cpu().numpy()
-                fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5,
-                                         "coloring": "lines"}, line={"color": "white", "width": 1},
-                                         hoverinfo="skip"), row=r, col=1)
+            outline(i, r, 1)
             c0 = 2
         for k, name in enumerate(names):
             pm = maps[name]
@@ -95,9 +102,16 @@ def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indic
             if images is not None:
                 rgb = (images[i].permute(1, 2, 0).clamp(0, 1) * 255).byte().cpu().numpy()
                 fig.add_trace(go.Image(z=rgb), row=r, col=c0 + k)
+            last = colorbar and r == 1 and k == len(names) - 1
             fig.add_trace(go.Heatmap(z=norm.cpu().numpy(), colorscale="Inferno", opacity=opacity,
-                                     showscale=False, zmin=0, zmax=1), row=r, col=c0 + k)
+                                     showscale=last, zmin=0, zmax=1,
+                                     colorbar={"title": "score (normalised)", "len": 0.9} if last else None,
+                                     hovertemplate=f"{name}<br>x %{{x}} y %{{y}}<br>%{{z:.2f}}<extra></extra>"),
+                          row=r, col=c0 + k)
+            outline(i, r, c0 + k)
     fig.update_xaxes(visible=False)
     fig.update_yaxes(visible=False, autorange="reversed")
-    fig.update_layout(height=180 * len(indices) + 40, width=150 * cols + 40, margin=dict(l=5, r=5, t=30, b=5))
+    fig.update_layout(height=(panel_px + 30) * len(indices) + 40,
+                      width=panel_px * cols + 40 + (90 if colorbar else 0),
+                      margin=dict(l=5, r=5, t=30, b=5))
     return fig
