@@ -69,6 +69,8 @@ def main() -> None:
     ap.add_argument("--kinds", default="topk,transcoder")
     ap.add_argument("--out", type=Path, default=ROOT / "data" / "saes")
     ap.add_argument("--force", action="store_true")
+    ap.add_argument("--l0-target", type=float, default=None,
+                    help="transcoders: L0 their JumpReLU threshold aims at on training text (default k)")
     ap.add_argument("--rethreshold", action="store_true",
                     help="refit the JumpReLU threshold of transcoders already built, and measure them again")
     args = ap.parse_args()
@@ -95,11 +97,12 @@ def main() -> None:
             out = args.out / name
             if out.exists() and not args.force:
                 if args.rethreshold and kind == "transcoder":
-                    info = rethreshold(model, out, train, held)
+                    info = rethreshold(model, out, train, held, l0=args.l0_target)
                     print(name, "rethresholded", json.dumps(info["metrics"]), flush=True)
                 info = json.loads((out / "workbench.json").read_text())
             else:
-                spec = BuildSpec(hook=hook, kind=kind, width=args.width, k=args.k, tokens=args.tokens, lr=args.lr)
+                spec = BuildSpec(hook=hook, kind=kind, width=args.width, k=args.k, tokens=args.tokens, lr=args.lr,
+                                 l0_target=args.l0_target)
                 info = build_dictionary(model, spec, out, progress, train, held, half=True)
                 print(name, json.dumps(info["metrics"]), flush=True)
             infos.append({**info, "name": name})
@@ -111,7 +114,8 @@ def write_results(infos: list[dict], args) -> None:
     text = (
         "# Dictionaries of smollm2-135m (held-out text, position 0 excluded)\n\n"
         "Rebuild: `python scripts/build_dictionaries.py "
-        f"--tokens {args.tokens} --width {args.width} --k {args.k} --lr {args.lr}`. Corpus: "
+        f"--tokens {args.tokens} --width {args.width} --k {args.k} --lr {args.lr} "
+        f"--l0-target {args.l0_target}`. Corpus: "
         "data/corpus/english.jsonl.gz (scripts/build_english_corpus.py), train split for training, "
         "held-out split (64k tokens) for every figure below. Goals: explained variance >= 0.8, "
         "L0 <= 64, dead < 5%, spliced loss increase <= 0.3 nats; '(missed)' marks a figure that "

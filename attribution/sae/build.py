@@ -44,6 +44,7 @@ class BuildSpec:
     lr: float = 4e-4
     skip_first: int = 1
     seed: int = 0
+    l0_target: float | None = None  # transcoders: L0 the JumpReLU threshold aims at (default k)
 
     @property
     def layer(self) -> int:
@@ -138,9 +139,9 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     else:
         w = train_topk_transcoder(train, spec.hook, spec.hook_out, spec.width, spec.k, tokens, ckpt,
                                   spec.batch_size, spec.lr, spec.seed, on_progress)
-        x = train.load(0, [spec.hook])[spec.hook][:5_000]  # training text: the threshold is fitted
+        x = threshold_sample(train, spec.hook)
         tmp.mkdir(parents=True, exist_ok=True)
-        save_transcoder(w, topk_threshold(w, x), tmp, model.name, spec.hook, spec.hook_out)
+        save_transcoder(w, topk_threshold(w, x, spec.l0_target), tmp, model.name, spec.hook, spec.hook_out)
         scale = {"input": w["scale_in"], "output": w["scale_out"]}
     t_train = time.time() - t0
     if half:
@@ -180,7 +181,8 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
 
 
 
-def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_windows: int = 48) -> dict[str, Any]:
+def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_windows: int = 48,
+                l0: float | None = None) -> dict[str, Any]:
     """Refit a saved transcoder's JumpReLU threshold (topk_threshold on training text) and measure
     it again; rewrites its weights and workbench.json in place."""
     import torch
@@ -193,12 +195,23 @@ def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_wi
     weights_file = path / "sae_weights.safetensors"
     tensors = load_file(str(weights_file))
     w = {"W_enc": tensors["W_enc"].float(), "b_enc": tensors["b_enc"].float(), "k": info["k"]}
-    t = topk_threshold(w, train.load(0, [info["hook"]])[info["hook"]][:5_000])
+    t = topk_threshold(w, threshold_sample(train, info["hook"]), l0)
     tensors["threshold"] = torch.full_like(tensors["threshold"], t)
     save_file(tensors, str(weights_file))
     dic = load_dictionary(path)
     info["metrics"] = evaluate_dictionary(model, dic, held, train, eval_windows, info.get("skip_first", 1))
     info["threshold"] = t
+    info["threshold_l0_target"] = l0 or info["k"]
     write_info(path, info)
     return info
 
+
+
+def threshold_sample(train: ShardSet, hook: str, n: int = 8_000) -> Any:
+    """Training activations from every shard (the shards follow the corpus order, one source
+    after another, so one shard alone would fit the threshold to one kind of text)."""
+    import torch
+
+    n_shards = len(train.manifest["shards"])
+    per = max(1, n // n_shards)
+    return torch.cat([train.load(i, [hook])[hook][:per] for i in range(n_shards)])

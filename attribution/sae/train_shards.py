@@ -226,14 +226,15 @@ def save_transcoder(weights: dict[str, Any], threshold: float, path: Path, model
     tc.save_model(str(path))
 
 
-def topk_threshold(weights: dict[str, Any], x) -> float:
+def topk_threshold(weights: dict[str, Any], x, l0: float | None = None) -> float:
     """The JumpReLU threshold that keeps k features per token on average over ``x``: the (k n)-th
     largest post-ReLU pre-activation over all n tokens (BatchTopK's global threshold). The mean of
-    per-token k-th values, which we used first, let L0 drift to 70 for k = 64."""
+    per-token k-th values, which we used first, let L0 drift to 70 for k = 64. ``l0`` aims lower
+    than k, since held-out text fires a few more features than the training text it is fitted on."""
     import torch
 
     pre = torch.relu(x.float() @ weights["W_enc"] + weights["b_enc"]).flatten()
-    n_keep = int(weights["k"]) * x.shape[0]
+    n_keep = int((l0 or weights["k"]) * x.shape[0])
     return float(pre.topk(min(n_keep, pre.numel())).values[-1])
 
 
