@@ -28,3 +28,21 @@ def test_jobs_page_lists_cancels_and_opens():
     assert board.cancel_requested(running.id)
     at.button(key=f"jobs_open_{done.id}").click().run()
     assert at.session_state["runs_id"] == done.run_id and RunStore().get(done.run_id)
+
+
+def test_attribution_page_asks_before_long_patching(tiny_llama_dir, monkeypatch):
+    """A component level over the threshold shows its measured estimate and a job button instead of running
+    in the app (the threshold is lowered so the tiny model's patching counts as long)."""
+    from app import jobs_view
+
+    monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
+    state = {"attr_model": str(tiny_llama_dir), "attr_prompt": "When Mary and John went to the store, John gave",
+             "attr_methods": ["dpa", "activation_patching"], "attr_detail": "activation_patching"}
+    at = open_page("attribution", state)
+    assert not problems(at), problems(at)
+    warnings = " ".join(str(w.value) for w in at.warning)
+    assert "Estimate: activation_patching at the head level" in warnings and "ms each (measured)" in warnings
+    assert "neuron level" in warnings
+    labels = [b.label for b in at.button]
+    assert any(label.startswith("Run activation_patching · head as a job") for label in labels)
+    assert any("gives no head scores" in str(i.value) for i in at.info)  # nothing computed in the app

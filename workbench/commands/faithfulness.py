@@ -14,21 +14,6 @@ def register(app: typer.Typer) -> None:
     app.command("faithfulness")(faithfulness)
 
 
-def load_for_prompts(model: str, device: str, threads: int | None, rows: list[dict], path: str, foil: bool):
-    """The model, once every row's target (and foil) is one of its tokens: a bad row fails fast, as
-    "FILE:N: why" (the Nth prompt), before any method runs."""
-    import torch
-
-    from workbench.prompt_files import encode_rows
-    from workbench.zoo import load
-
-    if threads:
-        torch.set_num_threads(threads)
-    hooked = load(model, device=device)
-    encode_rows(hooked, rows, foil, source=path)
-    return hooked
-
-
 def parse_params(items: list[str]) -> dict[str, dict]:
     """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can)."""
     import json

@@ -26,6 +26,7 @@ from workbench.jobs.kinds import get_kind
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record
+START_ATTEMPTS = 3  # tries at starting a local Ray instance
 _RAY_LOCK = threading.Lock()
 _RAY_ADDRESS: list[str] = []  # the address this process's Ray connection was made with
 
@@ -75,13 +76,23 @@ def connect(address: str | None) -> str:
             return want
         _check_reachable(want)
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-        try:
-            if want == "local":
-                ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
-            else:
-                ray.init(address=want, **kwargs)
-        except Exception as exc:  # ConnectionError, RuntimeError, version mismatch, ...
-            raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
+        for attempt in range(START_ATTEMPTS):
+            try:
+                if want == "local":
+                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+                else:
+                    ray.init(address=want, **kwargs)
+                break
+            except Exception as exc:  # ConnectionError, RuntimeError, version mismatch, ...
+                # A local instance gives its agents about 30 s to start: on a machine busy enough that
+                # Python starts slowly, a second try (its files now cached) usually makes it.
+                retry = want == "local" and "timed out during startup" in str(exc) and attempt + 1 < START_ATTEMPTS
+                try:
+                    ray.shutdown()
+                except Exception:
+                    pass
+                if not retry:
+                    raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
         _RAY_ADDRESS[:] = [want]
         return want
 
