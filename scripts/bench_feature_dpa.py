@@ -44,8 +44,11 @@ def main() -> None:
     from workbench.prompt_files import read_prompts
 
     model = wb.load("smollm2-135m")
-    dicts = load_dictionaries(args.saes) if args.saes else list_dictionaries(model="smollm2-135m")
-    dicts.sort(key=lambda d: (d.is_transcoder, d.layer or 0))  # residual SAEs first, then transcoders
+    if args.saes:  # in the order given
+        dicts = load_dictionaries(args.saes)
+    else:  # the middle layer's SAE and transcoder first: the table fills in as the run goes
+        dicts = sorted(list_dictionaries(model="smollm2-135m"), key=lambda d: (abs((d.layer or 0) - 12), d.layer,
+                                                                               d.is_transcoder))
     grid = tuple(int(k) for k in args.grid.split(","))
     sets = {name: read_prompts(str(ROOT / f"data/prompts/{name}.jsonl"), args.n) for name in args.sets.split(",")}
     started = time.perf_counter()

@@ -183,3 +183,22 @@ def test_cli_bad_inputs_exit_2(setup, tmp_path, monkeypatch, capsys, which, word
     code, _, err = cli(monkeypatch, capsys, "feature-graph", "--model", str(model_dir), "--prompt", PROMPT,
                        "--saes", saes, "--json")
     assert_bad(code, err, *words)
+
+
+def test_faithfulness_curve_and_notebook(setup):
+    """Ablating every active feature is the same whatever the ranking; ablating fewer is not."""
+    import workbench as wb
+    from attribution.features.faithfulness import feature_curve
+
+    model, _, paths, dicts = setup
+    rows = [{"prompt": PROMPT, "target": " Paris", "foil": " London"},
+            {"prompt": "The capital of Rome is", "target": " Paris", "foil": " London"}]
+    c = feature_curve(model, rows, dicts["sae1"], grid=(1, 2, 1000))
+    full = [c.drop[m][-1] for m in ("dpa", "gradient", "random")]
+    assert max(full) - min(full) < 1e-4 and abs(full[0]) > 1e-3
+    assert c.drop["dpa"][0] != c.drop["random"][0]
+    assert c.seconds["dpa"] > 0 and c.seconds["gradient"] > 0
+    res = wb.feature_attribution(model, PROMPT, str(paths["sae1"]), target=" Paris", foil=" London")
+    assert res.layers[0].name == "sae-L1" and len(res.table())
+    g = wb.feature_graph(model, PROMPT, [str(paths["sae1"])], target=" Paris", max_nodes=5)
+    assert g.nodes[-1]["id"] == "logits" or any(n["id"] == "logits" for n in g.nodes)
