@@ -18,7 +18,8 @@ from workbench.errors import WorkbenchError
 from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model", "circuit", "patch", "feature_attribution", "feature_graph"]
+           "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
+           "submit_job"]
 __version__ = "0.1.0"
 
 
@@ -141,3 +142,27 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
     res = _patch(model, clean, corrupted, target, foil, site=site, **kwargs)
     check_finite(f"{site} patching effects", res.effect)
     return res
+
+
+def jobs(root: str | None = None):
+    """The job board (``wb.jobs().list()``, ``.get(id)``, ``.request_cancel(id)``): long work started from
+    the app, the CLI or a notebook."""
+    from workbench.jobs import JobBoard
+
+    return JobBoard(root)
+
+
+def run_job(spec: dict, workers: int = 1, ray_address: str | None = None, save: bool = True):
+    """Run long work as a job to its end: (job, result). ``spec`` is a dict with a ``kind`` (faithfulness,
+    attribute_set, attribute; see workbench/jobs/kinds.py). More than one worker, or a Ray address ("local",
+    HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
+    from workbench.jobs import run
+
+    return run(spec, workers=workers, address=ray_address, save=save)
+
+
+def submit_job(spec: dict, workers: int = 1, ray_address: str | None = None):
+    """Start a job on Ray and return at once; follow it with ``wb.jobs().get(job.id)``."""
+    from workbench.jobs import submit
+
+    return submit(spec, workers=workers, address=ray_address)
