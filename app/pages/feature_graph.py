@@ -17,14 +17,14 @@ DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 SAE_PAGE = "pages/sae.py"
 
 
-def available(model_name: str) -> list[str]:
-    """Paths of the dictionaries under data/saes trained on this model."""
+def available(model_name: str) -> dict[str, bool]:
+    """Paths of the dictionaries under data/saes trained on this model -> whether each is a transcoder."""
     try:
         from attribution.sae.dictionary import list_dictionaries
 
-        return [str(d.path) for d in list_dictionaries(model=model_name)]
+        return {str(d.path): d.is_transcoder for d in list_dictionaries(model=model_name)}
     except Exception:  # a damaged data folder must not end the page
-        return []
+        return {}
 
 
 def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], nodes: int,
@@ -96,8 +96,9 @@ C.keep("fg_target", " Mary")
 C.keep("fg_foil", " John")
 target = c1.text_input("Target", key="fg_target", on_change=C.remember("fg_target")) or None
 foil = c2.text_input("Foil (optional)", key="fg_foil", on_change=C.remember("fg_foil")) or None
-options = available(loaded.name)
-C.keep("fg_saes", [p for p in options if "hook_resid_post" in p][:4] or options[:4])
+found = available(loaded.name)
+options = list(found)
+C.keep("fg_saes", [p for p, tc in found.items() if not tc][:4])  # the residual SAEs by default
 st.session_state["fg_saes"] = [p for p in st.session_state["fg_saes"] if p in options]
 chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"))
 extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra")
