@@ -17,6 +17,7 @@ DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 SAE_PAGE = "pages/sae.py"
 
 
+@st.cache_data(ttl=60, show_spinner=False)  # loading every dictionary on each rerun would cost seconds
 def available(model_name: str) -> dict[str, bool]:
     """Paths of the dictionaries under data/saes trained on this model -> whether each is a transcoder."""
     try:
