@@ -56,11 +56,12 @@ if C.engine("attribution.faithfulness", "faithfulness") is not None:
     start_faithfulness()
 
 
-@st.fragment(run_every=J.POLL_S)
-def job_list() -> None:
+def job_list(polling: bool) -> None:
     jobs = C.attempt("Cannot read the jobs", J.board().list)
     if jobs is None:
         return
+    if polling and not any(j.state in ("queued", "running") for j in jobs):
+        st.rerun()  # the last active job ended: redraw once, and stop polling
     if not jobs:
         st.info("No jobs yet. Start one above, from a page's long work (activation patching on the Attribution "
                 "page), or with `workbench faithfulness --workers 2 ...`.")
@@ -73,4 +74,6 @@ def job_list() -> None:
         J.panel(job.id, "jobs")
 
 
-job_list()
+# Only while a job is active does the list refresh itself (a fragment: the form above is not redrawn).
+active = any(j.state in ("queued", "running") for j in (C.attempt("Cannot read the jobs", J.board().list) or []))
+st.fragment(job_list, run_every=J.POLL_S if active else None)(active)
