@@ -73,17 +73,19 @@ def panel(job_id: str, key: str) -> Any | None:
 
 
 def live_panel(job_id: str, key: str) -> None:
-    """``panel`` that refreshes itself every POLL_S while the job is active (the rest of the page does not)."""
+    """``panel`` that refreshes itself every POLL_S while the job is active (the rest of the page does not);
+    when the job ends, the whole page reruns once to show its result, and the polling stops."""
+    try:
+        active = board().get(job_id).state in ("queued", "running")
+    except Exception:
+        active = False
 
-    @st.fragment(run_every=POLL_S)
     def _live() -> None:
         job = panel(job_id, key)
-        seen = st.session_state.setdefault("_jobs_finished", set())
-        if job is not None and job.state not in ("queued", "running") and job.id not in seen:
-            seen.add(job.id)
-            st.rerun()  # the whole page: it can now show the result
+        if active and job is not None and job.state not in ("queued", "running"):
+            st.rerun()
 
-    _live()
+    st.fragment(_live, run_every=POLL_S if active else None)()
 
 
 # -- long attribution levels on the Attribution page -------------------------------------------------
@@ -142,3 +144,21 @@ def _attribution_from_run(run_id: str) -> Any:
 
     run = C.store().get(run_id)
     return AttributionResult.from_json(run.result(), scores=run.tensors()["scores"])
+
+
+# -- results every session shares ---------------------------------------------------------------------
+SHARED_MAX = 16  # results kept (probe results hold every layer's activations: a few MB each)
+
+
+@st.cache_resource(show_spinner=False)
+def shared_results() -> dict:
+    """Results kept for the whole server, keyed by (model, dataset, parameters): a new session opens what any
+    session computed at once (probes, concepts). Insertion-ordered; ``remember`` keeps the newest SHARED_MAX."""
+    return {}
+
+
+def remember(key: tuple, value: Any) -> None:
+    held = shared_results()
+    held[key] = value
+    while len(held) > SHARED_MAX:
+        held.pop(next(iter(held)))

@@ -41,6 +41,8 @@ def page(tiny_dir):
     at = open_page("probes", {"probe_model": str(tiny_dir), "probe_source": "upload"})
     assert any("Upload a JSONL" in i.value for i in at.info)
     at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
+    assert not at.get("plotly_chart")  # nothing is probed until asked
+    at.button(key="probe_go").click().run()
     return at
 
 

@@ -8,6 +8,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import jobs_view as J
 
 DATA = Path(__file__).resolve().parents[2] / "data" / "concepts"
 
@@ -144,12 +145,22 @@ concept = c2.selectbox("Concept (positive class)", data.classes, key="probe_conc
 
 sig = (loaded.name, source, getattr(upload, "file_id", None), n, pooling, concept)
 held = st.session_state.get("_probe_result")
+if (not held or held[0] != sig) and sig in J.shared_results():  # computed by any session: open it at once
+    held = (sig, J.shared_results()[sig])
+    st.session_state["_probe_result"] = held
 if not held or held[0] != sig:
+    # Probing every layer takes tens of seconds on smollm2: it runs when asked, never on each change.
+    st.info(f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}: "
+            "tens of seconds on smollm2-135m; the result is kept for every session of this server.")
+    if not st.button("Run probes", key="probe_go", type="primary"):
+        st.stop()
     out = C.attempt("Probing failed", analyse, loaded, data, pooling, concept)
     if out is None:
         st.stop()
     held = (sig, out)
     st.session_state["_probe_result"] = held
+    if source != "upload":  # an upload is this session's own file
+        J.remember(sig, out)
 out = held[1]
 probe, concepts, acts = out["probe"], out["concepts"], out["acts"]
 best = probe.best
