@@ -144,6 +144,44 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
     return res
 
 
+def saes(root: str | None = None, model: str | None = None) -> list[dict]:
+    """Every shipped or trained dictionary (data/saes) with its held-out metrics, as ``workbench sae list``."""
+    from attribution.sae.explore import summaries
+
+    return summaries(root, model)
+
+
+def sae_dashboards(sae: str, model: Any | None = None):
+    """The stored dashboards of a dictionary (a path, a name under data/saes, or ``neurons:LAYER`` with a
+    loaded ``model``): ``.card(f)``, ``.search_token(" John")``, ``.search_label(text)``. Build them with
+    ``workbench sae dashboards --sae PATH`` (or attribution.sae.explore.build)."""
+    from attribution.sae.explore import open_dashboards
+    from attribution.sae.units import resolve
+
+    return open_dashboards(resolve(sae, model))
+
+
+def sae_features(sae: str, token: str | None = None, label: str | None = None, feature: int | None = None,
+                 model: Any | None = None, limit: int = 50) -> list[dict]:
+    """Features of a dictionary that fire on an exact token (``feature``, ``label``, ``max_activation``),
+    or whose label contains ``label``, or one ``feature``; as ``workbench sae features``."""
+    from attribution.sae.explore import find_features
+
+    return find_features(sae_dashboards(sae, model), token=token, label=label, feature=feature, limit=limit)
+
+
+def sae_steer(model: Any, sae: str, feature: int, prompt: str, alpha: float | None = None,
+              clamp: float | None = None, target: str | None = None, n_new: int = 20):
+    """Steer with one feature (add ``alpha`` x its decoder direction, or ``clamp`` it; clamp=0 ablates):
+    a SteerResult with the greedy continuations with and without, and the target's probability change."""
+    from attribution.sae.steer import steer
+    from attribution.sae.units import check_model_fits, resolve
+
+    d = resolve(sae, model)
+    check_model_fits(d, model)
+    return steer(model, d, feature, prompt, alpha=alpha, value=clamp, target=target, n_new=n_new)
+
+
 def jobs(root: str | None = None):
     """The job board (``wb.jobs().list()``, ``.get(id)``, ``.request_cancel(id)``): long work started from
     the app, the CLI or a notebook."""

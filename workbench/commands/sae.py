@@ -18,7 +18,6 @@ sae_app = typer.Typer(
 def register(app: typer.Typer) -> None:
     sae_app.command("train")(train)
     sae_app.command("eval")(evaluate)
-    sae_app.command("features")(features)
     sae_app.command("corpus")(corpus)
     app.add_typer(sae_app, name="sae")
 
@@ -259,57 +258,6 @@ def evaluate(
     metrics = run_eval(m, s, hook, cache.acts, cache.windows[-windows:], cache.skip_first)
     out = {**metrics.to_json(), "sae": sae, "model": m.name, "hook": hook}
     emit(out, as_json)
-
-
-def features(
-    sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
-    top: int = typer.Option(10, "--top", help="Show the N most frequently firing features.", callback=positive_int),
-    feature: list[int] = typer.Option(None, "--feature", help="Show these features instead.", callback=nonneg_int),
-    model: str = typer.Option(None, "--model"),
-    hook: str = typer.Option(None, "--hook"),
-    tokens: int = typer.Option(4096, "--tokens", help="Tokens to collect activations on.", callback=positive_int),
-    contexts: int = typer.Option(3, "--contexts", help="Contexts per activation-quantile bin.", callback=positive_int),
-    corpus: str = typer.Option(None, "--corpus"),
-    device: str = DEVICE_OPTION,
-    as_json: bool = JSON_OPTION,
-) -> None:
-    """Dashboard data per feature: contexts by activation quantile with per-token activations,
-    activation histogram and density, top and bottom logit effects through W_U."""
-    from attribution.sae.dashboard import build_dashboard
-    from attribution.sae.train import check_fits
-    from workbench.errors import RangeError
-
-    if top < 1:
-        raise RangeError("--top must be at least 1")
-    _threads()
-    s, m, hook = _load_for(sae, model, hook, device)
-    probe = _cache(m, hook, 256, 32, corpus, held_out=True)
-    check_fits(s, probe.d_in, hook)
-    cache = _cache(m, hook, tokens, 128, corpus, held_out=True)
-    dash = build_dashboard(m, s, cache, features=feature or None, top=top, n_contexts=contexts, sae_name=sae)
-    out = dash.to_json()
-
-    def human(o):
-        c = console()
-        for f in o["features"]:
-            c.print(
-                f"[bold]feature {f['feature']}[/bold]  density {f['density']:.4f}  "
-                f"max {f['max_activation']:.2f}"
-            )
-            c.print("  top logits:    " + " ".join(repr(t) for t, _ in f["top_logits"][:8]))
-            c.print("  bottom logits: " + " ".join(repr(t) for t, _ in f["bottom_logits"][:8]))
-            for ctx in f["contexts"][:contexts]:
-                toks = "".join(
-                    f"[reverse]{t}[/reverse]" if a > 0 else t
-                    for t, a in zip(ctx["tokens"], ctx["acts"], strict=False)
-                )
-                c.print(
-                    f"  {ctx['quantile']:>10} {ctx['activation']:6.2f}  {toks!s}",
-                    markup=True,
-                    highlight=False,
-                )
-
-    emit(out, as_json, human)
 
 
 def corpus(

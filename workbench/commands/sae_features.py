@@ -1,0 +1,247 @@
+"""`workbench sae list|dashboards|features|steer`: dictionaries, their feature dashboards, search and
+steering. (`sae train|eval|corpus` live in sae.py; these commands join the same `sae` group.)
+
+A unit source (``--sae``) is a dictionary directory, a dictionary's name under data/saes, or
+``neurons:LAYER`` with ``--model`` (the MLP neurons of that layer)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.options import finite_float, nonneg_int, positive_int
+
+SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
+MODEL_OPTION = typer.Option(None, "--model", help="Model (default: the dictionary's own; needed for neurons:LAYER).")
+
+
+def register(app: typer.Typer) -> None:  # noqa: ARG001 - the commands join sae.py's group
+    from workbench.commands.sae import sae_app
+
+    sae_app.command("list")(list_dictionaries)
+    sae_app.command("dashboards")(dashboards)
+    sae_app.command("features")(features)
+    sae_app.command("steer")(steer)
+
+
+def _threads() -> None:
+    """Two torch threads at most; one on a machine already busier than its cores (spinning threads
+    then cost far more than they give)."""
+    import os
+
+    import torch
+
+    busy = os.getloadavg()[0] > (os.cpu_count() or 1)
+    torch.set_num_threads(1 if busy else min(2, torch.get_num_threads()))
+
+
+def _model_of(spec: str, model: str | None) -> str:
+    """The model a unit source belongs to, without loading it (a dictionary's workbench.json/cfg)."""
+    from workbench.errors import RangeError
+
+    if model:
+        return model
+    if spec.startswith("neurons:"):
+        raise RangeError("neurons:LAYER needs --model")
+    from attribution.sae.units import resolve
+
+    name = resolve(spec).model
+    if not name:
+        raise RangeError(f"{spec} does not say its model: give --model")
+    return name
+
+
+def _load(spec: str, model: str | None, device: str):
+    """(HookedModel, unit source), checked against each other."""
+    import workbench
+    from attribution.sae.units import check_model_fits, resolve
+    from workbench.cli import check_device
+
+    _threads()
+    m = workbench.load(_model_of(spec, model), device=check_device(device))
+    d = resolve(spec, m)
+    check_model_fits(d, m)
+    return m, d
+
+
+def _dashboards_of(spec: str, model: str | None):
+    """The stored dashboards of a unit source, opened without loading the model."""
+    from attribution.sae.dashboard import Dashboards
+    from attribution.sae.units import neurons_root, resolve
+
+    if spec.startswith("neurons:"):
+        layer = spec.split(":", 1)[1]
+        return Dashboards.load(neurons_root() / f"{Path(_model_of(spec, model)).name}-L{layer}-neurons")
+    from attribution.sae.explore import open_dashboards
+
+    return open_dashboards(resolve(spec))
+
+
+def list_dictionaries(
+    root: str = typer.Option(None, "--root", help="Directory of dictionaries (default data/saes)."),
+    model: str = typer.Option(None, "--model", help="Only dictionaries of this model."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Every shipped or trained dictionary with its held-out metrics (damaged entries are skipped
+    with a warning on stderr)."""
+    import warnings
+
+    from attribution.sae.explore import summaries
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rows = summaries(root, model)
+    for w in caught:
+        if "dictionary" in str(w.message):  # the damaged entries list_dictionaries skipped
+            print(f"warning: {w.message}", file=sys.stderr)
+
+    def human(rows):
+        from rich.table import Table
+
+        t = Table("name", "hook", "kind", "EV", "EV-top2", "L0", "dead", "ΔCE", "dash")
+        def f(r, k, spec=".3f"):
+            return "-" if r.get(k) is None else format(r[k], spec)
+
+        for r in rows:
+            t.add_row(r["name"], r["hook"], r["kind"], f(r, "explained_variance"), f(r, "explained_variance_no_top2"),
+                      f(r, "l0", ".1f"), f(r, "dead_fraction", ".1%"), f(r, "ce_loss_delta"),
+                      "yes" if r["dashboards"] else "-")
+        console().print(t)
+
+    emit(rows, as_json, human)
+
+
+def dashboards(
+    sae: list[str] = typer.Option(..., "--sae", help="Dictionary directory or name, or neurons:LAYER; repeat "
+                                  "for several (one shared forward pass)."),
+    model: str = MODEL_OPTION,
+    tokens: int = typer.Option(65_536, "--tokens", help="Held-out tokens (position 0 of each window left out).",
+                               callback=positive_int),
+    ctx: int = typer.Option(128, "--ctx", help="Window length.", callback=positive_int),
+    batch_size: int = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int),
+    bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
+                              "(default: on for models over 10M parameters on CPU)."),
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Precompute and store the dashboards of every feature of each dictionary (or neuron of a layer):
+    histogram, density, top and quantile contexts, logit effects, labels, token index. Stored as
+    dashboards.safetensors in the dictionary's directory (neurons: data/neurons/<model>-L<layer>-neurons)."""
+    import time
+
+    import workbench
+    from attribution.sae.explore import build
+    from attribution.sae.units import resolve
+    from workbench.cli import check_device
+    from workbench.errors import RangeError
+
+    if ctx < 2:
+        raise RangeError("--ctx must be at least 2 (position 0 is never scored)")
+    names = {_model_of(s, model) for s in sae}
+    if len({Path(n).name for n in names}) > 1:
+        raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
+    _threads()
+    m = workbench.load(model or names.pop(), device=check_device(device))
+    units = [resolve(s, m) for s in sae]
+    started = time.time()
+    last = [0.0]
+
+    def progress(done: int, total: int) -> None:
+        if time.time() - last[0] > 5 or done == total:
+            last[0] = time.time()
+            print(f"dashboards: {done}/{total} tokens ({time.time() - started:.0f} s)", file=sys.stderr, flush=True)
+
+    out = build(m, units, n_tokens=tokens, ctx=ctx, batch_size=batch_size, bf16=bf16, on_progress=progress)
+    rows = [{"name": db.meta["name"], "path": db.meta["path"], "units": db.n_units, "n_tokens": db.meta["n_tokens"],
+             "live": int((db.tensors["count"] > 0).sum()), "seconds": round(time.time() - started, 1)} for db in out]
+    emit({"dashboards": rows, "seconds": round(time.time() - started, 1)}, as_json)
+
+
+def features(
+    sae: str = SAE_OPTION,
+    token: str = typer.Option(None, "--token", help='Features that fire on this exact token (e.g. " John").'),
+    label: str = typer.Option(None, "--label", help="Features whose label contains this text."),
+    feature: int = typer.Option(None, "--feature", help="One feature's full dashboard.", callback=nonneg_int),
+    limit: int = typer.Option(50, "--limit", help="At most this many rows.", callback=positive_int),
+    model: str = MODEL_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Search a dictionary's stored dashboards: features that fire on a token (feature, label, max
+    activation over the token's held-out occurrences), by label text, or one feature's dashboard."""
+    from workbench.errors import RangeError
+
+    if sum(x is not None for x in (token, label, feature)) != 1:
+        raise RangeError("give exactly one of --token, --label or --feature")
+    db = _dashboards_of(sae, model)
+    if feature is not None:
+        card = db.card(feature)
+        emit(card, as_json, _print_card)
+        return
+    from attribution.sae.explore import find_features
+
+    rows = find_features(db, token=token, label=label, limit=limit)
+
+    def human(rows):
+        for r in rows:
+            console().print(f"{r['feature']:>6}  {r['max_activation']:8.3f}  {r['label']}", highlight=False,
+                            markup=False)
+        if not rows:
+            console().print("no features")
+
+    emit(rows, as_json, human)
+
+
+def _print_card(card) -> None:
+    from attribution.sae.render import context_text
+
+    c = console()
+    c.print(f"feature {card['feature']}  {card['label']}", markup=False, highlight=False)
+    c.print(f"density {card['density']:.5f}  max {card['max_activation']:.3f}  mean {card['mean_activation']:.3f}")
+    c.print("raises: " + " ".join(repr(t) for t, _ in card["top_logits"][:8]), markup=False, highlight=False)
+    c.print("lowers: " + " ".join(repr(t) for t, _ in card["bottom_logits"][:8]), markup=False, highlight=False)
+    for ctx in card["contexts"]:
+        c.print(f"{ctx['group']:>22} {ctx['activation']:8.3f}  {context_text(ctx)}", markup=False, highlight=False)
+
+
+def steer(
+    sae: str = SAE_OPTION,
+    feature: int = typer.Option(..., "--feature", help="Feature (or neuron) id.", callback=nonneg_int),
+    prompt: str = typer.Option(..., "--prompt", help="Prompt to continue."),
+    alpha: float = typer.Option(None, "--alpha", help="Add alpha times the decoder direction (activation units).",
+                                callback=finite_float),
+    clamp: float = typer.Option(None, "--clamp", help="Clamp the feature's activation to this value.",
+                                callback=finite_float),
+    ablate: bool = typer.Option(False, "--ablate", help="Clamp the feature to 0."),
+    target: str = typer.Option(None, "--target", help="Token whose probability change is reported."),
+    new_tokens: int = typer.Option(20, "--tokens", help="Greedy tokens to generate.", callback=nonneg_int),
+    model: str = MODEL_OPTION,
+    device: str = DEVICE_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Steer with one feature (add alpha x its decoder direction where the dictionary writes, or
+    clamp it; --ablate clamps to 0) from position 1 on: greedy continuations with and without, and the
+    target's logit and probability change at the prompt's last position."""
+    from attribution.sae.steer import steer as run_steer
+    from workbench.errors import RangeError
+
+    if sum([alpha is not None, clamp is not None, ablate]) != 1:
+        raise RangeError("give exactly one of --alpha, --clamp or --ablate")
+    m, d = _load(sae, model, device)
+    res = run_steer(m, d, feature, prompt, alpha=alpha, value=0.0 if ablate else clamp, target=target,
+                    n_new=new_tokens)
+    out = res.to_json()
+
+    def human(o):
+        c = console()
+        c.print(f"{o['dictionary']} feature {o['feature']}: {o['mode']} {o['strength']:+g} "
+                f"(its activation at the last position: {o['clean_activation']:.3f})", markup=False)
+        c.print(f"clean:   {o['prompt']}|{o['clean_text']}", markup=False, highlight=False)
+        c.print(f"steered: {o['prompt']}|{o['steered_text']}", markup=False, highlight=False)
+        if o["target"] is not None:
+            c.print(f"target {o['target']!r}: p {o['target_prob_clean']:.4f} -> {o['target_prob_steered']:.4f}, "
+                    f"logit change {o['logit_change']:+.3f}", markup=False)
+
+    emit(out, as_json, human)
