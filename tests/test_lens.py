@@ -8,7 +8,9 @@ import pytest
 import torch
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as run_main
-from test_baselines_tiny import PROMPT, tiny_gelu, tiny_llama
+from test_baselines_tiny import PROMPT
+from test_baselines_tiny import tiny_gelu as toy_gelu
+from test_baselines_tiny import tiny_llama as toy_llama
 
 from attribution import attribute
 from attribution.dpa.tiny import save_tiny_llama
@@ -19,7 +21,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def llama():
-    return tiny_llama()
+    return toy_llama()
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +30,7 @@ def model_dir(tmp_path_factory) -> str:
 
 
 # -- explain any position --------------------------------------------------------------------------------
-@pytest.mark.parametrize("make", [tiny_llama, tiny_gelu])
+@pytest.mark.parametrize("make", [toy_llama, toy_gelu])
 @pytest.mark.parametrize("level", ["token", "head", "neuron", "edge"])
 def test_dpa_at_a_position_equals_dpa_on_the_prompt_cut_there(make, level):
     m = make()
@@ -78,3 +80,104 @@ def test_cli_position(model_dir, monkeypatch, capsys):
         code, out, err = run_main(monkeypatch, capsys, "attribute", model_dir, prompt, *args, "--json")
         assert out == ""
         assert_bad(code, err, *words)
+
+
+# -- direct logit attribution ------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [toy_llama, toy_gelu])
+def test_dla_components_sum_to_the_logit_difference(make):
+    from attribution.dla import direct_logit_attribution
+
+    m = make()
+    res = direct_logit_attribution(m, PROMPT, target="C", foil="A", position=4)
+    logits = m.logits(m.to_tokens(PROMPT))[0, 4]
+    want = float(logits[m.token_id("C")] - logits[m.token_id("A")])
+    assert res.logit_diff == pytest.approx(want, abs=1e-5) and abs(want) > 0.05
+    # TransformerLens' decomposition at the cached final-norm scale: components + (LN bias, b_U) = logit diff
+    assert float(res.component_scores.sum()) + res.offset == pytest.approx(want, abs=1e-4)
+    assert res.components[0] == "embed" and res.components[-1] == f"L{m.arch.n_layers - 1}.mlp"
+    assert res.accumulated[-1] == "final" and float(res.accumulated_scores[-1]) == pytest.approx(want, abs=1e-4)
+    for layer in range(m.arch.n_layers):  # heads (no b_O in these models) add up to their layer's attention
+        attn = float(res.component_scores[res.components.index(f"L{layer}.attn")])
+        assert float(res.head_scores[layer].sum()) == pytest.approx(attn, abs=1e-4)
+
+
+def test_dla_method_and_cli(llama, model_dir, monkeypatch, capsys):
+    at = attribute(llama, PROMPT, target="C", foil="A", method="dla", level="head", position=4)
+    assert at.scores[..., 5:].abs().sum() == 0 and at.scores[..., 4].abs().sum() > 0
+    code, out, err = run_main(monkeypatch, capsys, "dla", model_dir, "The capital of France is", "--target",
+                              " Paris", "--foil", " London", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert len(res["head_scores"]) == 2 and len(res["head_scores"][0]) == 4 and "run" in res
+    assert sum(res["component_scores"]) + res["offset"] == pytest.approx(res["logit_diff"], abs=1e-4)
+
+
+# -- logit and tuned lens --------------------------------------------------------------------------------
+@pytest.mark.parametrize("make", [toy_llama, toy_gelu])
+def test_logit_lens_last_layer_is_the_models_output_and_identity_tuned_is_logit(make):
+    from attribution.lens import lens_logits, residual_stack
+    from attribution.lens.tuned import TunedLens, readout
+
+    m = make()
+    tokens = m.to_tokens(PROMPT)
+    resid = residual_stack(m, tokens)
+    assert resid.shape == (m.arch.n_layers + 1, 1, tokens.shape[1], m.arch.d_model)
+    logit = lens_logits(m, resid, "logit")
+    assert torch.allclose(logit[-1], m.logits(tokens), atol=1e-4)
+    assert not torch.allclose(logit[0], logit[-1], atol=1e-2)  # earlier layers read differently
+    assert torch.allclose(readout(m, resid, TunedLens.identity(m)), logit, atol=1e-5)
+
+
+def test_lens_result_fields_and_save(llama):
+    from attribution.lens import lens
+    from workbench.store import RunStore
+
+    res = lens(llama, PROMPT, target="C", top_k=3)
+    n = llama.arch.n_layers + 1
+    assert res.layers == ["embed", "L0", "L1"] and len(res.top_tokens) == n and len(res.probs[0]) == 7
+    assert res.target_rank.shape == (n,) and res.target_rank.min() >= 1 and 0 < float(res.target_prob[-1]) < 1
+    final = torch.softmax(llama.logits(llama.to_tokens(PROMPT))[0, -1], -1)
+    assert res.top_tokens[-1][-1] == llama.decode([int(final.argmax())])
+    assert res.probs[-1][-1] == pytest.approx(float(final.max()), abs=1e-5)
+    assert [c["prob"] for c in res.cell(0, 2)] == sorted((c["prob"] for c in res.cell(0, 2)), reverse=True)
+    run = res.save()
+    assert RunStore().get(run.id).meta["kind"] == "lens"
+
+
+def test_tuned_lens_training_reduces_kl(tiny_llama):
+    """On a tiny random Llama: the closed-form fit and then a few KL steps each lower the KL to the final
+    distribution on the training residuals."""
+    from attribution.lens.train import TrainConfig, fine_tune_kl, fit_least_squares, kl_per_layer
+
+    cfg = TrainConfig(train_tokens=1024, window=64, batch_windows=4, kl_tokens=512, kl_batch=64, kl_lr=3e-3,
+                      kl_seconds=1e9, fit_seconds=1e9)
+    lens, cache, fit = fit_least_squares(tiny_llama, cfg, log=lambda _: None)
+    assert fit["fit_tokens"] == 16 * 63 and cache.shape == (3, 512, tiny_llama.arch.d_model)
+    before = kl_per_layer(tiny_llama, cache, None, bf16=False)[:-1]
+    fitted = kl_per_layer(tiny_llama, cache, lens, bf16=False)[:-1]
+    assert float(fitted.sum()) < float(before.sum()), (before, fitted)
+    from attribution.lens.tuned import TunedLens
+
+    start = TunedLens.identity(tiny_llama)  # a few KL steps from the logit lens, on the whole cache per step
+    cfg.kl_max_steps, cfg.kl_batch = 8, 512
+    steps = fine_tune_kl(tiny_llama, start, cache, cfg, log=lambda _: None)
+    tuned = kl_per_layer(tiny_llama, cache, start, bf16=False)[:-1]
+    assert steps["kl_steps"] == 8 and float(tuned.sum()) < 0.9 * float(before.sum()), (before, tuned)
+
+
+def test_lens_cli_and_bad_input(model_dir, monkeypatch, capsys):
+    code, out, err = run_main(monkeypatch, capsys, "lens", model_dir, "The capital of France is",
+                              "--target", " Paris", "--top-k", "3", "--json")
+    assert code == 0, err
+    res = json.loads(out)
+    assert res["tokens"] == ["The", "capital", "of", "France", "is"] and res["layers"] == ["embed", "L0", "L1"]
+    assert len(res["top_tokens"]) == 3 and len(res["probs"][2]) == 5 and len(res["target_rank"]) == 3
+    assert "run" in res
+    for args, words in [(["--kind", "magic"], ["unknown lens kind", "magic"]),
+                        (["--kind", "tuned"], ["no tuned lens"]),
+                        (["--target", "Paris London"], ["2 tokens"])]:
+        code, out, err = run_main(monkeypatch, capsys, "lens", model_dir, "The capital of France is", *args, "--json")
+        assert out == ""
+        assert_bad(code, err, *words)
+    code, out, err = run_main(monkeypatch, capsys, "lens", model_dir, "  ")
+    assert_bad(code, err, "empty prompt")

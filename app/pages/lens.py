@@ -2,59 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import streamlit as st
 
 from app import common as C
 from app import views as V
-
-
-def tuned_available(model: Any) -> str | None:
-    """None when the model has a shipped tuned lens, else why not (one line)."""
-    from attribution.lens.tuned import TunedLens
-
-    try:
-        TunedLens.for_model(model)
-        return None
-    except C.WorkbenchError as exc:
-        return str(exc)
-
-
-def selected_cell(event: Any, res: Any) -> tuple[int, int] | None:
-    """(layer row, position) of the heat-map cell the user clicked, if any."""
-    try:
-        points = event.selection.points if event is not None else []
-    except AttributeError:
-        return None
-    if not points:
-        return None
-    x, y = points[0].get("x"), points[0].get("y")
-    labels = V.token_labels(res.tokens)
-    if x in labels and y in res.layers:
-        return res.layers.index(y), labels.index(x)
-    return None
-
-
-def grid(res: Any, skip_first: bool):
-    """The layers x positions map: colour = the top token's probability, text = the top token."""
-    import plotly.graph_objects as go
-
-    xs = V.token_labels(res.tokens)
-    probs = res.topk_probs[..., 0].numpy()
-    hover = [[f"{res.layers[l]} · {xs[p]}<br>" + "<br>".join(
-        f"{t!r} {q:.3f}" for t, q in zip(res.topk_tokens[l][p], res.topk_probs[l, p].tolist(), strict=True))
-        for p in range(len(xs))] for l in range(len(res.layers))]
-    text = [[repr(t)[1:-1][:8] for t in row] for row in res.top_tokens]
-    fig = go.Figure(go.Heatmap(z=probs.tolist(), x=xs, y=res.layers, text=text, texttemplate="%{text}",
-                               customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale="Blues",
-                               zmin=0, zmax=V.scale_limit(probs, skip_first), colorbar={"title": "p(top)"}))
-    fig.update_xaxes(title="position (the prediction made there)", **V.all_ticks(xs))
-    fig.update_yaxes(title="layer (embed, then after each block)", **V.all_ticks(res.layers))
-    fig.update_layout(height=max(320, 20 * len(res.layers) + 140), margin={"t": 30},
-                      title=f"{res.kind} lens: top token and its probability")
-    return fig
-
+from app.lens_view import grid, selected_cell, tuned_available
 
 st.title("Lens")
 st.caption("Each layer's residual stream read through the final norm and unembedding (logit lens), or through "
@@ -89,12 +41,20 @@ if res is None:
     st.stop()
 
 event = st.plotly_chart(grid(res, skip_first), key="lens_grid", on_select="rerun", selection_mode="points",
-                        use_container_width=True)
-cell = selected_cell(event, res)
-if cell is None:
-    cell = (len(res.layers) - 1, len(res.tokens) - 1)
-    st.caption("Showing the last layer at the last position; click any cell of the map for its own list.")
-layer, pos = cell
+                        width="stretch")
+labels = V.token_labels(res.tokens)
+clicked = selected_cell(event, res)
+if clicked is not None and clicked != st.session_state.get("_lens_last_click"):
+    st.session_state["_lens_last_click"] = clicked  # a click moves the cell pickers below, once
+    st.session_state["lens_layer"], st.session_state["lens_pos"] = res.layers[clicked[0]], labels[clicked[1]]
+if st.session_state.get("lens_layer") not in res.layers:
+    st.session_state["lens_layer"] = res.layers[-1]
+if st.session_state.get("lens_pos") not in labels:
+    st.session_state["lens_pos"] = labels[-1]
+p1, p2 = st.columns(2)
+layer = res.layers.index(p1.selectbox("Cell: layer", res.layers, key="lens_layer",
+                                      help="Click a cell of the map, or pick it here."))
+pos = labels.index(p2.selectbox("Cell: position", labels, key="lens_pos"))
 left, right = st.columns(2)
 with left:
     st.subheader(f"Top {top_k} at {res.layers[layer]}, position {pos} ({res.tokens[pos]!r})")
@@ -103,7 +63,7 @@ with left:
 with right:
     if res.target is not None:
         st.subheader(f"Target {res.target!r} per layer (position {res.position})")
-        st.plotly_chart(res.plot_target(), key="lens_target_chart", use_container_width=True)
+        st.plotly_chart(res.plot_target(), key="lens_target_chart", width="stretch")
         st.dataframe([{"layer": name, "rank": int(r), "probability": float(p)} for name, r, p in zip(
             res.layers, res.target_rank.tolist(), res.target_prob.tolist(), strict=True)], hide_index=True,
             key="lens_target_table")

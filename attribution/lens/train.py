@@ -44,6 +44,7 @@ class TrainConfig:
     kl_seconds: float = 240.0
     kl_batch: int = 64
     kl_lr: float = 1e-4
+    kl_max_steps: int = 1_000_000  # stage 2 stops at this many steps or kl_seconds, whichever comes first
     heldout_tokens: int = 512
     seed: int = 0
     bf16: bool = True
@@ -59,13 +60,12 @@ def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, se
     random.Random(seed).shuffle(order)
     buf: list[int] = []
     given = 0
-    from workbench.errors import PromptError
+    from workbench.errors import DatasetError
 
+    if not callable(model.tokenizer) or window > model.arch.n_ctx:
+        raise DatasetError(f"{model.name} cannot read {window}-token windows of English text")
     for i in order:
-        try:
-            buf += model.to_tokens(texts[i])[0].tolist()
-        except PromptError:  # empty, or longer than the context: skip the document
-            continue
+        buf += list(model.tokenizer(texts[i], add_special_tokens=False)["input_ids"])
         while len(buf) >= window and given < n_tokens:
             yield torch.tensor(buf[:window])
             buf = buf[window:]
@@ -165,7 +165,7 @@ def fine_tune_kl(model: HookedModel, lens: TunedLens, cache: torch.Tensor, cfg: 
     del final_logits
     losses: list[float] = []
     started = time.perf_counter()
-    while time.perf_counter() - started < cfg.kl_seconds and cache.shape[1]:
+    while len(losses) < cfg.kl_max_steps and time.perf_counter() - started < cfg.kl_seconds and cache.shape[1]:
         idx = torch.randint(cache.shape[1], (min(cfg.kl_batch, cache.shape[1]),), generator=gen)
         h = cache[:n, idx]
         moved = h + torch.bmm(h, weight) + bias[:, None]

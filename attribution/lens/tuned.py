@@ -24,8 +24,12 @@ if TYPE_CHECKING:
 
 
 def lens_dir(model_name: str) -> Path:
+    """Where a model's tuned lens lives: data/lenses/<name> for a zoo model, <directory>/lens beside a model
+    loaded from a local directory."""
     from workbench.zoo import DATA_DIR
 
+    if "/" in model_name or "\\" in model_name:
+        return Path(model_name) / "lens"
     return DATA_DIR / "lenses" / model_name
 
 
