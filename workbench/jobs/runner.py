@@ -123,8 +123,8 @@ def _shard_events(spec: dict[str, Any], shard: Any):
     finished = False
     while not finished:
         item = events.get()
-        steps = 0
-        while True:  # drain what is queued: many small steps become one event
+        steps, batch_end = 0, time.monotonic() + POLL_S
+        while True:  # many small steps within POLL_S become one event
             if item is None:
                 finished = True
                 break
@@ -133,7 +133,7 @@ def _shard_events(spec: dict[str, Any], shard: Any):
             else:
                 yield item
             try:
-                item = events.get(timeout=POLL_S if steps else 0)
+                item = events.get(timeout=max(0.0, batch_end - time.monotonic()))
             except queue.Empty:
                 break
         if steps:
