@@ -113,8 +113,10 @@ cfg = model.cfg
 c1, c2, c3 = st.columns([1, 1, 2])
 SOURCES = ["synthetic", "hard", "digits", "upload"]
 if st.session_state.get("_vit_source_for") != loaded.name:  # each model starts on the images it was trained on
+    first = "_vit_source_for" not in st.session_state
     st.session_state["_vit_source_for"] = loaded.name
-    st.session_state["vit_source"] = "hard" if "hard" in loaded.name else "synthetic"
+    if not (first and st.session_state.get("vit_source") in SOURCES):  # a choice made before the first run stays
+        st.session_state["vit_source"] = "hard" if "hard" in loaded.name else "synthetic"
 source = c1.radio("Image", SOURCES, key="vit_source",
                   help="synthetic: the shapes the ViTs were trained on; hard: several objects, one decisive "
                        "(vit-synth-hard); digits: handwritten digits (a model trained on them only); upload.")
