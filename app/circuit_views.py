@@ -120,8 +120,9 @@ def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], n
             hv = C.attempt("Cannot read the head", R.head_view, loaded, row["prompt"], layer, h,
                            row["target"], row.get("foil"))
             if hv is not None:
-                st.plotly_chart(V.pattern_heatmap(hv.pattern, hv.tokens, f"{node} attention pattern (first prompt)"),
-                                key="circ_pattern")
+                skip = V.first_token_toggle("circ_pattern_skip0")
+                st.plotly_chart(V.pattern_heatmap(hv.pattern, hv.tokens, f"{node} attention pattern (first prompt)",
+                                                  skip_first=skip), key="circ_pattern")
         elif mlp:
             st.caption("An MLP has no attention pattern: its direct logit effect and edges are on the right.")
         else:
