@@ -23,8 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROMPT_30 = ("When Mary and John went to the store on a sunny Saturday morning to buy some bread and fresh "
-             "milk, John gave a drink to")
+PROMPT_30 = ("When Mary and John went to the store on a sunny Saturday morning to buy some bread, fresh milk "
+             "and two red apples, John gave a drink to")  # 30 smollm2 tokens
 
 
 def _alive(pid: int) -> bool:
