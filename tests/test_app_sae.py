@@ -1,4 +1,6 @@
-"""SAE page on a tiny random SAE over a tiny word-level model: prompt features, dashboard, search."""
+"""SAE page on a tiny word-level model and a random dictionary with stored dashboards: features per
+position (position 0 hidden by default), a dashboard opened by deep link, escaped contexts, an
+out-of-range id as a message, steering, and search by token."""
 
 from __future__ import annotations
 
@@ -9,62 +11,102 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
-from app.testing import open_page, problems  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from app.testing import chart, open_page, problems  # noqa: E402
 
-pytestmark = pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[1] / "attribution" / "sae" / "dashboard.py").exists(),
-    reason="the SAE engine is not in this checkout",
-)
 HOOK = "blocks.0.hook_resid_post"
+PROMPT = "the movie was very good"
+TEXTS = ["the movie was very good and the meal was great . the book was bad",
+         "it really was quite good . the movie was so bad and not nice"] * 8
 
 
 @pytest.fixture(scope="module")
 def sae_dir(tmp_path_factory) -> Path:
     import torch
 
+    import workbench as wb
     from attribution.probes.tiny import save_tiny
+    from attribution.sae.dashboard import build_dashboards
     from attribution.sae.train import save_sae, training_sae
+    from attribution.sae.units import open_dictionary
 
     root = tmp_path_factory.mktemp("sae")
-    model = save_tiny(root / "tiny-model", name="tiny-sae-model")
+    model_dir = save_tiny(root / "tiny-sae-model", name="tiny-sae-model")
     torch.manual_seed(0)
-    sae = training_sae("topk", 16, 32, k=4, model=str(model), hook=HOOK)
-    return save_sae(sae, root / "tiny-sae", {"model": str(model), "hook": HOOK})
+    sae = training_sae("topk", 16, 32, k=4, model=str(model_dir), hook=HOOK)
+    path = save_sae(sae, root / "tiny-sae", {"model": str(model_dir), "hook": HOOK, "kind": "topk", "k": 4})
+    m = wb.load(str(model_dir))
+    db = build_dashboards(m, [open_dictionary(path)], n_tokens=300, ctx=16,
+                          texts=[m.to_tokens(t)[0].tolist() for t in TEXTS])[0]
+    db.save(path)
+    return path
 
 
-def metrics(at) -> dict[str, str]:
-    return {m.label: m.value for m in at.metric}
+def _page(sae_dir: Path, **state):
+    return open_page("sae", {"sae_source": "other directory…", "sae_path": str(sae_dir), **state})
 
 
-def test_dashboard_follows_the_feature(sae_dir):
-    at = open_page("sae", {"sae_pick": "other directory…", "sae_path": str(sae_dir)})
+def test_prompt_features_hide_position_0_by_default(sae_dir):
+    at = _page(sae_dir, sae_prompt=PROMPT)
     assert not problems(at)
-    first = metrics(at)
-    assert "density" in first
-    at.number_input(key="sae_feature").set_value(5).run()
-    assert not problems(at)
-    assert metrics(at) != first
-    at.button(key="sae_save").click().run()
-    assert [r["kind"] for r in RunStore().list()] == ["sae-dashboard"]
-
-
-def test_prompt_features_and_search(sae_dir):
-    at = open_page("sae", {"sae_pick": "other directory…", "sae_path": str(sae_dir)})
-    at.text_input(key="sae_prompt").set_value("the movie was very good").run()
-    assert not problems(at)
+    spec = chart(at, "sae_prompt_fig")
+    assert len(spec["data"][0]["x"]) == len(PROMPT.split()) - 1  # position 0 left out
+    assert "position 0 left out" in spec["layout"]["title"]["text"]
     table = at.dataframe[0].value
-    assert len(table) == 12 and (table["max activation"] >= 0).all()
-    at.text_input(key="sae_prompt").set_value("the movie was zzz").run()  # zzz is not in the vocabulary
-    assert not at.exception
-    assert any("not in the model's vocabulary" in e.value for e in at.error)
-    at.text_input(key="sae_prompt").set_value("").run()  # the session is still alive
-    at.text_input(key="sae_query").set_value("good").run()
+    assert {"feature", "label", "max activation", "at"} <= set(table.columns)
+    assert not table["at"].str.startswith("0:").any()
+    toggle = at.toggle(key="sae_show_first")
+    assert "attention sink" in toggle.help
+    toggle.set_value(True).run()
     assert not problems(at)
-    assert any(c.value.endswith(" features") for c in at.caption)
+    assert len(chart(at, "sae_prompt_fig")["data"][0]["x"]) == len(PROMPT.split())
 
 
-def test_missing_sae_is_a_message(tmp_path):
-    at = open_page("sae", {"sae_pick": "other directory…", "sae_path": str(tmp_path)})
+def test_deep_link_opens_a_dashboard_and_steers(sae_dir):
+    from streamlit.testing.v1 import AppTest
+
+    from app.testing import MAIN
+
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    at.query_params["sae"] = str(sae_dir)
+    from attribution.sae.dashboard import Dashboards
+
+    live = str(int(Dashboards.load(sae_dir).tensors["density"].argmax()))
+    at.query_params["feature"] = live
+    at.switch_page("pages/sae.py")
+    at.run()
+    assert not problems(at)
+    assert at.radio(key="sae_view").value == "Dashboard"
+    assert at.text_input(key="sae_feature_text").value == live
+    assert {"density", "max activation", "mean when firing"} <= {m.label for m in at.metric}
+    html = "".join(h.proto.body for h in at.html)
+    assert "background:rgba" in html and "white-space:pre" in html
+    at.text_input(key="sae_steer_prompt").set_value("the movie was").run()
+    at.text_input(key="sae_target").set_value("good").run()
+    at.button(key="sae_steer").click().run()
+    assert not problems(at)
+    assert any("p('good')" in m.label for m in at.metric)
+
+
+def test_out_of_range_feature_is_a_message(sae_dir):
+    at = _page(sae_dir, sae_view="Dashboard", sae_feature_text="32")
+    assert not problems(at)
+    assert any("out of range" in w.value and "0..31" in w.value for w in at.warning)
+    assert not at.metric  # no dashboard of another feature is left on the page
+    at.text_input(key="sae_feature_text").set_value("5").run()
+    assert not problems(at) and at.metric
+
+
+def test_search_by_exact_token(sae_dir):
+    at = _page(sae_dir, sae_view="Search")
+    at.text_input(key="sae_query").set_value("meal").run()
+    assert not problems(at)
+    rows = at.dataframe[0].value
+    assert len(rows) and list(rows["max_activation"]) == sorted(rows["max_activation"], reverse=True)
+    at.text_input(key="sae_query").set_value("zebra").run()
+    assert any("does not occur" in e.value for e in at.error) and not at.exception
+
+
+def test_missing_dictionary_is_a_message(tmp_path):
+    at = open_page("sae", {"sae_source": "other directory…", "sae_path": str(tmp_path)})
     assert not at.exception
-    assert any("not an SAE directory" in e.value for e in at.error)
+    assert any("not a dictionary directory" in e.value for e in at.error)

@@ -1,8 +1,10 @@
-"""SAE features: search, a dashboard per feature, and the features active on a prompt."""
+"""SAE features: the features of a dictionary (or the neurons of an MLP layer) on a prompt, per position,
+a dashboard per feature (stored beside the dictionary), search, and steering or ablating a feature.
+
+Deep link: ``?sae=<dictionary name or directory>&feature=<id>`` opens a dashboard directly."""
 
 from __future__ import annotations
 
-import html
 from pathlib import Path
 from typing import Any
 
@@ -11,233 +13,354 @@ import streamlit as st
 from app import common as C
 from app import views as V
 
-SAES = Path(__file__).resolve().parents[2] / "data" / "saes"
-CACHE_TOKENS = 8192
+NEURONS, OTHER = "MLP neurons", "other directory…"
+IOI = "When Mary and John went to the store, John gave a drink to"
+QUICK_TOKENS = 4096  # dashboards computed in the page when none are stored
+VIEWS = ("Features on a prompt", "Dashboard", "Search")
+RELATIVE_HELP = (
+    "Later positions can be sinks too (in smollm2-135m the first ' the' of a prompt has a residual norm as "
+    "large as position 0's), and the features of such massive activations have activations in the tens. "
+    "Dividing by each feature's max over held-out text ranks features by how strongly they fire for them."
+)
+SINK_HELP = (
+    "Position 0 is the attention sink: its residual norm is about 100x the others', and no dictionary "
+    "here is trained on it, so its feature activations are huge and meaningless and would hide every "
+    "other position. Left out by default; show it to see for yourself."
+)
+
+
+@st.cache_data(show_spinner=False, ttl=30)
+def shipped() -> list[dict[str, Any]]:
+    from attribution.sae.explore import summaries
+
+    return summaries()
+
+
+@st.cache_resource(show_spinner=False, max_entries=12)
+def dictionary(path: str, _stamp: float) -> Any:
+    from attribution.sae.units import open_dictionary
+
+    return open_dictionary(path)
+
+
+@st.cache_resource(show_spinner=False, max_entries=12)
+def stored_dashboards(directory: str, _stamp: float) -> Any:
+    from attribution.sae.dashboard import Dashboards
+
+    return Dashboards.load(directory)
 
 
 @st.cache_resource(show_spinner=False, max_entries=4)
-def load_sae(path: str) -> Any:
-    from attribution.sae.train import load_sae as _load
+def quick_dashboards(key: str, _loaded: Any, _source: Any) -> Any:
+    """Dashboards built in the page on a few thousand held-out tokens (nothing stored)."""
+    from attribution.sae.dashboard import build_dashboards
 
-    return _load(path)
-
-
-@st.cache_resource(show_spinner=False, max_entries=4)
-def activation_cache(path: str, hook: str, n_tokens: int, _loaded: Any) -> Any:
-    """The SAE's own cache if it ships one, else one built once per server from the model's texts."""
-    from attribution.sae.cache import ActivationCache, cache_activations, model_texts
-
-    for where in (Path(path) / "cache", Path(path)):
-        if (where / "acts.safetensors").exists():
-            return ActivationCache.load(where)
     with _loaded.lock:
-        texts = model_texts(_loaded.model, None, n_tokens, 64)
-        return cache_activations(_loaded.model, hook, texts, n_tokens, ctx=64)
+        return build_dashboards(_loaded.model, [_source], n_tokens=QUICK_TOKENS)[0]
 
 
-@st.cache_resource(show_spinner=False, max_entries=4)
-def logit_index(path: str, _loaded: Any, _sae: Any, k: int = 10) -> dict[int, list[str]]:
-    """Top logit tokens of every feature (for search), computed once per server in chunks."""
-    from attribution.sae.dashboard import logit_effects
-
-    out = {}
-    n = int(_sae.cfg.d_sae)
-    with _loaded.lock:
-        for start in range(0, n, 256):
-            feats = list(range(start, min(n, start + 256)))
-            for f, (top, _) in logit_effects(_loaded.model, _sae, feats, k).items():
-                out[f] = [t for t, _ in top]
-    return out
+def stamp(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
 
 
-def highlight(ctx: dict[str, Any]) -> str:
-    """A context as HTML: each token shaded by the feature's activation on it."""
-    peak = max(max(ctx["acts"], default=0.0), 1e-9)
-    spans = []
-    for i, (tok, a) in enumerate(zip(ctx["tokens"], ctx["acts"], strict=False)):
-        alpha = max(0.0, min(1.0, a / peak))
-        border = "border-bottom:2px solid #c0392b;" if i == ctx["position"] else ""
-        spans.append(
-            f'<span style="background:rgba(230,126,34,{alpha:.2f});{border}" title="{a:.3f}">'
-            f"{html.escape(tok)}</span>"
-        )
-    return "".join(spans)
+def seed_from_link() -> None:
+    """?sae=...&feature=... select the dictionary and open the feature's dashboard (again whenever the
+    link changes, so a second link in the same session works too)."""
+    q = st.query_params
+    link = (q.get("sae"), q.get("feature"))
+    if link == (None, None) or st.session_state.get("_sae_link") == link:
+        return
+    st.session_state["_sae_link"] = link
+    names = {r["name"]: r["path"] for r in shipped()}
+    if link[0]:
+        if link[0] in names or link[0] in names.values():
+            st.session_state["sae_source"] = next(n for n, p in names.items() if link[0] in (n, p))
+        else:
+            st.session_state["sae_source"], st.session_state["sae_path"] = OTHER, link[0]
+    if link[1] is not None:
+        st.session_state["sae_feature_text"] = str(link[1])
+        st.session_state["sae_view"] = "Dashboard"
 
 
-def show_card(card: Any, dash: Any) -> None:
-    c1, c2, c3 = st.columns(3)
-    c1.metric("density", f"{card.density:.4f}")
-    c2.metric("max activation", f"{card.max_activation:.3f}")
-    c3.metric("mean when firing", f"{card.mean_activation:.3f}")
-    if not card.histogram["counts"]:
-        st.info(f"Feature {card.feature} never fires on the cached tokens.")
-    else:
-        st.plotly_chart(dash.plot(card.feature), key="sae_hist")
-    left, right = st.columns(2)
-    if card.top_logits:
-        left.plotly_chart(
-            V.bar(
-                [t for t, _ in card.top_logits],
-                [v for _, v in card.top_logits],
-                "Logits it raises",
-                horizontal=True,
-            ),
-            key="sae_top_logits",
-        )
-        right.plotly_chart(
-            V.bar(
-                [t for t, _ in card.bottom_logits],
-                [v for _, v in card.bottom_logits],
-                "Logits it lowers",
-                horizontal=True,
-            ),
-            key="sae_bottom_logits",
-        )
-    for quantile in dict.fromkeys(c["quantile"] for c in card.contexts):
-        st.markdown(f"**{quantile}**")
-        for ctx in [c for c in card.contexts if c["quantile"] == quantile]:
-            st.markdown(f"`{ctx['activation']:.2f}` " + highlight(ctx), unsafe_allow_html=True)
+def open_feature(feature: int) -> None:
+    st.session_state["sae_feature_text"] = str(int(feature))
+    st.session_state["sae_view"] = "Dashboard"
 
 
-def _draft(dash: Any):
-    from workbench.store import RunDraft
-
-    return RunDraft(
-        kind="sae-dashboard",
-        model=dash.model,
-        method=dash.sae,
-        args={"hook": dash.hook},
-        result=dash.to_json(),
-        tables={"features": dash.table()},
-        figures={"histogram": dash.plot()},
-    )
+def on_table_pick(key: str, features_key: str) -> None:
+    """A row clicked in a feature table opens that feature's dashboard."""
+    rows = st.session_state[key].selection.rows
+    features = st.session_state.get(features_key) or []
+    if rows and rows[0] < len(features):
+        open_feature(features[rows[0]])
 
 
-def prompt_features(loaded: Any, sae: Any, hook: str, prompt: str):
+def feature_table(rows: list[dict[str, Any]], key: str) -> None:
+    """A table of features; clicking a row opens its dashboard."""
+    st.session_state[f"_{key}_features"] = [r["feature"] for r in rows]
+    st.dataframe(rows, hide_index=True, key=key, on_select=lambda: on_table_pick(key, f"_{key}_features"),
+                 selection_mode="single-row")
+
+
+def prompt_acts(loaded: Any, source: Any, prompt: str):
+    """(tokens, [pos, unit] activations) of a prompt."""
     import torch
-
-    from attribution.sae.dashboard import feature_acts
 
     model = loaded.model
     tokens = model.to_tokens(prompt)
     with loaded.lock, torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=[hook])
-    acts = cache[hook][0]
-    if acts.dim() > 2:
-        acts = acts.flatten(1)
-    return model.to_str_tokens(tokens), feature_acts(sae, acts)  # [pos, feature]
+        _, cache = model.run_with_cache(tokens, names_filter=[source.hook])
+    a = cache[source.hook][0]
+    return model.to_str_tokens(tokens), source.encode((a.flatten(1) if a.dim() > 2 else a).float()).float()
 
 
-st.title("SAE features")
-st.caption("Sparse-autoencoder features: what fires them, what they write to the logits, where they fire.")
-if C.engine("attribution.sae.dashboard", "SAE") is None:
-    st.stop()
-shipped = sorted(str(p) for p in SAES.glob("*") if (p / "cfg.json").exists()) if SAES.is_dir() else []
-C.seed_from_query({"sae": "sae_path"})
-C.keep("sae_path", shipped[0] if shipped else "")
-options = shipped + ["other directory…"]
-with st.sidebar:
-    pick = st.selectbox(
-        "SAE",
-        options,
-        key="sae_pick",
-        format_func=lambda p: Path(p).name if p in shipped else p,
-        index=options.index(st.session_state["sae_path"])
-        if st.session_state["sae_path"] in shipped
-        else len(options) - 1,
-    )
-    if pick == "other directory…":
-        path = st.text_input(
-            "SAE directory (cfg.json + sae_weights.safetensors)",
-            key="sae_path",
-            on_change=C.remember("sae_path"),
-        )
-    else:
-        path = pick
-if not path:
-    st.info("No SAE shipped in data/saes yet: give an SAE directory in the sidebar.")
-    st.stop()
-from attribution.sae.train import sae_info  # noqa: E402
+def reference_max(db: Any):
+    """Each feature's max over the held-out text, floored at the 10th percentile of the live features'
+    maxima (a feature that almost never fires must not rank first for a tiny activation)."""
+    m = db.tensors["max_act"].float()
+    live = m[m > 0]
+    floor = float(live.quantile(0.1)) if len(live) else 1.0
+    return m.clamp_min(max(floor, 1e-6))
 
-sae = C.attempt("Cannot load the SAE", load_sae, path)
-if sae is None:
-    st.stop()
-info = sae_info(path)
-hook = info.get("hook") or getattr(getattr(sae.cfg, "metadata", None), "hook_name", None)
-model_name = info.get("model") or getattr(getattr(sae.cfg, "metadata", None), "model_name", None)
-st.caption(f"`{Path(path).name}` · model `{model_name}` · hook `{hook}` · {int(sae.cfg.d_sae)} features")
-loaded = C.get_model(model_name)
-if loaded is None or not hook:
-    st.stop()
 
-tab_prompt, tab_dash, tab_search = st.tabs(["Features on a prompt", "Feature dashboard", "Search"])
-with tab_prompt:
-    C.keep("sae_prompt", "")
-    prompt = st.text_input(
-        "Prompt",
-        key="sae_prompt",
-        on_change=C.remember("sae_prompt"),
-        placeholder="type a prompt for the model",
-    )
+def prompt_view(loaded: Any, source: Any, db: Any) -> None:
+    import plotly.graph_objects as go
+
+    C.keep("sae_prompt", IOI)
+    prompt = st.text_input("Prompt", key="sae_prompt", on_change=C.remember("sae_prompt"))
+    c1, c2 = st.columns(2)
+    show_first = c1.toggle("Show position 0", key="sae_show_first", help=SINK_HELP)
+    relative = c2.toggle("Rank by activation ÷ the feature's held-out max", value=True, key="sae_relative",
+                         help=RELATIVE_HELP)
     if not prompt.strip():
         st.info("Type a prompt to see which features fire on each token.")
+        return
+    got = C.attempt("Cannot run the prompt", prompt_acts, loaded, source, prompt)
+    if got is None:
+        return
+    tokens, fa = got
+    first = 0 if show_first else 1
+    if fa.shape[0] <= first:
+        st.info("The prompt has one token, position 0, which is left out: type a longer prompt or show it.")
+        return
+    shown = fa[first:]
+    peak = shown.max(0)
+    score = shown
+    if relative:
+        score = shown / reference_max(db)
+    best = score.max(0).values
+    top = best.topk(min(12, shown.shape[1]))
+    feats = [int(i) for i in top.indices if float(peak.values[int(i)]) > 0]
+    if not feats:
+        st.info("No feature fires on the shown positions.")
+        return
+    labels = [db.labels[f] if db is not None else "" for f in feats]
+    fig = go.Figure(go.Heatmap(
+        z=score[:, feats].T.numpy(), x=V.token_labels(tokens)[first:], y=[f"f{f} {lab[:28]}" for f, lab in
+                                                                              zip(feats, labels, strict=True)],
+        colorscale="Oranges", hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>"))
+    title = "Strongest features per position" + (" (activation ÷ held-out max)" if relative else "")
+    fig.update_layout(title=title + ("" if show_first else " (position 0 left out)"),
+                      height=140 + 26 * len(feats), yaxis={"autorange": "reversed"},
+                      margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    event = st.plotly_chart(fig, key="sae_prompt_fig", on_select="rerun", selection_mode="points")
+    points = (getattr(event, "selection", None) or {}).get("points") or []
+    if points and "y" in points[0]:
+        picked = int(str(points[0]["y"]).split()[0][1:])
+        if st.session_state.get("_sae_fig_pick") != picked:  # a new click opens the dashboard once
+            st.session_state["_sae_fig_pick"] = picked
+            open_feature(picked)
+            st.rerun()
+    rows = [{"feature": f, "label": lab, "max activation": float(peak.values[f]), "÷ held-out max": float(best[f]),
+             "at": f"{int(peak.indices[f]) + first}:{tokens[int(peak.indices[f]) + first]!r}"}
+            for f, lab in zip(feats, labels, strict=True)]
+    st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
+    feature_table(rows, "sae_prompt_table")
+
+
+def dashboard_view(loaded: Any | None, source: Any | None, db: Any) -> None:
+    from attribution.sae.render import contexts_html
+
+    C.keep("sae_feature_text", "0")
+    text = st.text_input("Feature id", key="sae_feature_text", on_change=C.remember("sae_feature_text"))
+    try:
+        feature = int(str(text).strip())
+    except ValueError:
+        st.warning(f"{text!r} is not a feature id: give a whole number from 0 to {db.n_units - 1}.")
+        return
+    if not 0 <= feature < db.n_units:
+        what = "Neuron" if db.meta.get("kind") == "neurons" else "Feature"
+        st.warning(f"{what} {feature} is out of range: {db.meta['name']} has {db.n_units} "
+                   f"(valid 0..{db.n_units - 1}).")
+        return
+    card = db.card(feature)
+    st.subheader(f"{feature}: {card['label']}")
+    c1, c2, c3 = st.columns(3)
+    c1.metric("density", f"{card['density']:.5f}", help="Fraction of held-out tokens where it fires (> 0).")
+    c2.metric("max activation", f"{card['max_activation']:.3f}")
+    c3.metric("mean when firing", f"{card['mean_activation']:.3f}")
+    if not card["contexts"]:
+        st.info(f"Feature {feature} never fires on the {db.meta['n_tokens']} held-out tokens.")
     else:
-        got = C.attempt("Cannot run the prompt", prompt_features, loaded, sae, hook, prompt)
-        if got is not None:
-            tokens, fa = got
-            top = fa.max(0).values.topk(min(12, fa.shape[1]))
-            feats = [int(i) for i in top.indices]
-            import plotly.graph_objects as go
+        e = card["histogram"]["edges"]
+        st.plotly_chart(V.bar([f"{(a + b) / 2:.3g}" for a, b in zip(e[:-1], e[1:], strict=True)],
+                              card["histogram"]["counts"], "Activation histogram (tokens where it fires)"),
+                        key="sae_hist")
+    left, right = st.columns(2)
+    if any(v for _, v in card["top_logits"]):
+        left.plotly_chart(V.bar([t for t, _ in card["top_logits"]], [v for _, v in card["top_logits"]],
+                                "Logits it raises (direct effect)", horizontal=True), key="sae_top_logits")
+        right.plotly_chart(V.bar([t for t, _ in card["bottom_logits"]], [v for _, v in card["bottom_logits"]],
+                                 "Logits it lowers", horizontal=True), key="sae_bottom_logits")
+    for group in dict.fromkeys(c["group"] for c in card["contexts"]):
+        st.markdown(f"**{'Top activations' if group == 'top' else group.capitalize()}**")
+        st.html(contexts_html([c for c in card["contexts"] if c["group"] == group], card["max_activation"]))
+    if loaded is not None and source is not None:
+        steer_panel(loaded, source, feature, card)
 
-            fig = go.Figure(
-                go.Heatmap(
-                    z=fa[:, feats].T.numpy(),
-                    x=V.token_labels(tokens),
-                    y=[f"f{f}" for f in feats],
-                    colorscale="Oranges",
-                )
-            )
-            fig.update_layout(
-                title="Strongest features on this prompt",
-                height=120 + 24 * len(feats),
-                yaxis={"autorange": "reversed"},
-                margin={"l": 10, "r": 10, "t": 50, "b": 10},
-            )
-            st.plotly_chart(fig, key="sae_prompt_fig")
-            st.dataframe(
-                [{"feature": f, "max activation": float(v)} for f, v in zip(feats, top.values, strict=True)],
-                hide_index=True,
-            )
-with tab_dash:
-    feature = st.number_input("Feature", 0, int(sae.cfg.d_sae) - 1, 0, key="sae_feature")
-    cache = C.attempt(
-        "Cannot build the activation cache", lambda: activation_cache(path, hook, CACHE_TOKENS, loaded)
-    )
-    if cache is not None:
-        from attribution.sae.dashboard import build_dashboard
 
+def steer_panel(loaded: Any, source: Any, feature: int, card: dict[str, Any]) -> None:
+    import html
+
+    from attribution.sae.steer import steer
+
+    st.markdown("**Steer or ablate**")
+    C.keep("sae_steer_prompt", IOI)
+    prompt = st.text_input("Prompt", key="sae_steer_prompt", on_change=C.remember("sae_steer_prompt"))
+    c1, c2, c3 = st.columns(3)
+    default = round(2 * card["max_activation"], 2) or 1.0
+    alpha = c1.number_input("alpha (added activation)", value=float(default), step=1.0, key="sae_alpha",
+                            help="Adds alpha x the decoder direction where the dictionary writes, from position 1 on.")
+    target = c2.text_input("Target token", value=" Mary", key="sae_target")
+    n_new = c3.number_input("Tokens", 1, 60, 20, key="sae_new")
+    b1, b2 = st.columns(2)
+    action = "steer" if b1.button("Steer", key="sae_steer") else ("ablate" if b2.button("Ablate", key="sae_ablate")
+                                                                     else None)
+    if action and prompt.strip():
+        kw = {"alpha": float(alpha)} if action == "steer" else {"value": 0.0}
         with loaded.lock:
-            dash = C.attempt(
-                "Cannot build the dashboard",
-                build_dashboard,
-                loaded.model,
-                sae,
-                cache,
-                features=[int(feature)],
-                sae_name=Path(path).name,
-            )
-        if dash is not None:
-            show_card(dash.features[0], dash)
-            C.save_button(lambda: _draft(dash), key="sae_save")
-with tab_search:
-    query = st.text_input("Find features whose top logits contain", key="sae_query", placeholder=" Paris")
-    if query:
-        index = C.attempt("Cannot index the features", logit_index, path, loaded, sae)
-        if index is not None:
-            hits = [
-                {"feature": f, "top logits": " ".join(repr(t) for t in toks[:6])}
-                for f, toks in index.items()
-                if any(query.strip().lower() in t.strip().lower() for t in toks)
-            ]
-            st.caption(f"{len(hits)} features")
-            st.dataframe(hits[:200], hide_index=True)
+            st.session_state["_sae_steer"] = C.attempt(
+                "Steering failed", steer, loaded.model, source, feature, prompt, target=target or None,
+                n_new=int(n_new), **kw)
+    res = st.session_state.get("_sae_steer")
+    if res is None or res.feature != feature or res.dictionary != source.name:
+        return
+    left, right = st.columns(2)
+    for col, title, text in ((left, "unsteered", res.clean_text), (right, f"{res.mode} {res.strength:+g}",
+                                                                    res.steered_text)):
+        col.caption(title)
+        col.html(f'<div style="white-space:pre-wrap"><b>{html.escape(res.prompt)}</b>{html.escape(text)}</div>')
+    if res.target is not None:
+        m1, m2 = st.columns(2)
+        m1.metric(f"p({res.target!r})", f"{res.target_prob_steered:.4f}", f"{res.prob_change:+.4f}")
+        m2.metric(f"logit({res.target!r})", f"{res.target_logit_steered:.3f}", f"{res.logit_change:+.3f}")
+
+
+def search_view(db: Any) -> None:
+    from attribution.sae.explore import find_features
+
+    by = st.radio("Search by", ["exact token", "label text", "feature id"], key="sae_search_by", horizontal=True)
+    query = st.text_input("Query", key="sae_query", placeholder=' John  (leading space included)')
+    if not query:
+        st.caption("Exact token: features that fire on it in the held-out text (max activation over its "
+                   "occurrences). Label text: a substring of the automatic labels.")
+        return
+    if by == "feature id":
+        if not query.strip().isdigit():
+            st.warning(f"{query!r} is not a feature id.")
+            return
+        rows = C.attempt("Cannot open the feature", find_features, db, feature=int(query.strip()))
+    elif by == "exact token":
+        rows = C.attempt("No features", find_features, db, token=query)
+    else:
+        rows = find_features(db, label=query)
+    if rows is not None:
+        st.caption(f"{len(rows)} features")
+        feature_table(rows, "sae_search_table")
+
+
+# -- the page ------------------------------------------------------------------------------------------
+st.title("SAE features")
+st.caption("Dictionary features (SAEs, transcoders) and MLP neurons: where they fire on a prompt, their "
+           "dashboards over held-out text, search, steering and ablation.")
+if C.engine("attribution.sae.dashboard", "SAE") is None:
+    st.stop()
+rows = C.attempt("Cannot list the dictionaries", shipped) or []
+by_name = {r["name"]: r for r in rows}
+seed_from_link()
+options = list(by_name) + [NEURONS, OTHER]
+C.keep("sae_source", options[0])
+if st.session_state["sae_source"] not in options:
+    st.session_state["sae_source"] = options[0]
+with st.sidebar:
+    choice = st.selectbox("Dictionary", options, key="sae_source", on_change=C.remember("sae_source"))
+    model_name, spec = None, None
+    if choice == NEURONS:
+        model_name = C.model_picker(("llm", "toy"), key="sae_model", default="smollm2-135m")
+        C.keep("sae_layer", 12)
+        layer = st.number_input("Layer", 0, 200, key="sae_layer", on_change=C.remember("sae_layer"))
+        spec = f"neurons:{int(layer)}"
+    elif choice == OTHER:
+        C.keep("sae_path", "")
+        spec = st.text_input("Dictionary directory (cfg.json + sae_weights.safetensors)", key="sae_path",
+                             on_change=C.remember("sae_path")) or None
+    else:
+        spec = by_name[choice]["path"]
+if not spec:
+    st.info("Give a dictionary directory in the sidebar." if rows else
+            "No dictionary in data/saes yet: give a dictionary directory in the sidebar, or pick MLP neurons.")
+    st.stop()
+
+source = None
+if choice != NEURONS:
+    source = C.attempt("Cannot load the dictionary", dictionary, spec, stamp(Path(spec) / "cfg.json"))
+    if source is None:
+        st.stop()
+    model_name = source.model
+loaded = C.get_model(model_name)
+if loaded is None:
+    st.stop()
+if choice == NEURONS:
+    from attribution.sae.units import neuron_dictionary  # noqa: E402
+
+    source = C.attempt("Cannot use the neurons", neuron_dictionary, loaded.model, int(layer), model_name)
+    if source is None:
+        st.stop()
+from attribution.sae.units import check_model_fits  # noqa: E402
+
+
+def fits(source: Any, model: Any) -> bool:
+    check_model_fits(source, model)
+    return True
+
+
+if not C.attempt("The dictionary does not fit the model", fits, source, loaded.model):
+    st.stop()
+directory = Path(source.path)
+db = None
+if (directory / "dashboards.safetensors").exists():
+    db = C.attempt("Cannot open the stored dashboards", stored_dashboards, str(directory),
+                   stamp(directory / "dashboards.safetensors"))
+if db is None:
+    with st.spinner(f"No stored dashboards: computing them on {QUICK_TOKENS} held-out tokens…"):
+        db = C.attempt("Cannot compute the dashboards", quick_dashboards, f"{source.name}:{stamp(directory)}",
+                       loaded, source)
+    if db is None:
+        st.stop()
+    st.caption(f"Dashboards computed here on {db.meta['n_tokens']} held-out tokens (not stored); "
+               f"`workbench sae dashboards --sae {spec}` stores the full set.")
+st.caption(f"`{source.name}` · {source.kind} · model `{source.model}` · reads `{source.hook}` · writes "
+           f"`{source.hook_out}` · {db.n_units} units · dashboards on {db.meta['n_tokens']} held-out tokens")
+
+C.keep("sae_view", VIEWS[0])
+view = st.radio("View", VIEWS, key="sae_view", horizontal=True, label_visibility="collapsed",
+                on_change=C.remember("sae_view"))
+if view == VIEWS[0]:
+    prompt_view(loaded, source, db)
+elif view == VIEWS[1]:
+    dashboard_view(loaded, source, db)
+else:
+    search_view(db)
