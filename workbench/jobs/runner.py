@@ -5,8 +5,8 @@ engine call with a progress callback. On Ray each shard is a task (a streaming g
 progress events, then its part), run in a worker process that loads the model once and keeps it for later
 shards; the driver (this process) merges the parts, saves the run atomically, and keeps the job's record.
 
-Cancelling force-kills the shard tasks' worker processes (Ray's ``cancel(force=True)``), which frees the
-model and every lock they held at once; a worker that dies mid-job fails the job with a clear message.
+Cancelling kills the shard tasks' worker processes (see _stop), which frees the model and every lock they
+held at once; a worker that dies mid-job fails the job with a clear message.
 Nothing is saved unless every shard finished.
 """
 
@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 import queue
+import signal
 import socket
 import threading
 import time
@@ -120,9 +121,24 @@ def _shard_events(spec: dict[str, Any], shard: Any):
 
     yield ("start", os.getpid())
     threading.Thread(target=work, daemon=True).start()
+    try:
+        yield from _relay(events)
+    except KeyboardInterrupt:  # ray.cancel: leave now; the process exit frees all the work thread holds
+        os._exit(1)
+    if "error" in box:
+        raise box["error"]
+    yield ("part", box["part"])
+
+
+def _relay(events: queue.Queue):
+    """The work thread's events until it ends (None); steps within POLL_S become one event. The wait is in
+    short slices, so an interrupt (ray.cancel) reaches this thread at once."""
     finished = False
     while not finished:
-        item = events.get()
+        try:
+            item = events.get(timeout=POLL_S)
+        except queue.Empty:
+            continue
         steps, batch_end = 0, time.monotonic() + POLL_S
         while True:  # many small steps within POLL_S become one event
             if item is None:
@@ -138,9 +154,6 @@ def _shard_events(spec: dict[str, Any], shard: Any):
                 break
         if steps:
             yield ("step", steps)
-    if "error" in box:
-        raise box["error"]
-    yield ("part", box["part"])
 
 
 _REMOTE: list[Any] = []
@@ -274,6 +287,7 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
     live = {gen: i for i, gen in enumerate(gens)}
     parts: list[Any] = [None] * len(shards)
     tracker = _Tracker(board, job, len(shards), on_progress)
+    pids: dict[int, int] = {}  # shard -> its worker's pid
     try:
         while live:
             if board.cancel_requested(job.id):
@@ -291,17 +305,30 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
                 if tag == "part":
                     parts[i] = value
                 else:
+                    pids.update({i: value} if tag == "start" else {})
                     tracker.event(i, tag, value)
             tracker.flush()
     except BaseException:
-        for gen in live:  # kill what still runs: frees the workers' models at once
-            try:
-                ray.cancel(gen, force=True)
-            except Exception:
-                pass
+        _stop(live, pids, job.ray_address == "local")
         raise
     tracker.flush(force=True)
     return parts
+
+
+def _stop(live: dict[Any, int], pids: dict[int, int], local: bool) -> None:
+    """End the shards still running, freeing their workers' models at once. On the local instance each
+    worker is killed by its pid; elsewhere Ray interrupts the task and the worker exits (_shard_events).
+    (Ray 2.60's ``cancel(force=True)`` of a streaming task took the local raylet down with it here.)"""
+    import ray
+
+    for gen, i in live.items():
+        try:
+            if local and i in pids:
+                os.kill(pids[i], signal.SIGKILL)
+            else:
+                ray.cancel(gen)
+        except Exception:  # already gone
+            pass
 
 
 def _explain(exc: Exception, i: int, n: int) -> BaseException:
