@@ -104,7 +104,9 @@ def test_bad_input_is_a_message(page):
     assert not at.exception
     assert any("prompt is empty" in w.value for w in at.warning)
     at.text_area(key="attr_prompt").set_value("The cat sat on the").run()
-    assert not problems(at)
+    assert not at.exception and any("same token" in e.value for e in at.error)  # typed values are kept
+    at.text_input(key="attr_foil").set_value("").run()
+    assert not problems(at) and at.text_input(key="attr_target").value == " Mary"
 
 
 def test_save_then_open_from_the_store(page):

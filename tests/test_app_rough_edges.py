@@ -4,6 +4,7 @@ and error placement. AppTest on a tiny random Llama and the shipped toy and ViT 
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -168,7 +169,8 @@ def test_vision_digits_warning_and_maps(monkeypatch):
     contours = [t for t in fig["data"] if t["type"] == "contour"]
     assert contours and contours[0]["line"]["width"] >= 2
     table = next(d for d in at.dataframe if "method" in d.value.columns)
-    assert "↓" in str(table.proto.columns) and "↑" in str(table.proto.columns)
+    labels = {k: v.get("label", "") for k, v in json.loads(table.proto.columns).items()}
+    assert labels["deletion_auc"].endswith("↓") and labels["insertion_auc"].endswith("↑")
     at.radio(key="vit_source").set_value("digits").run()
     assert any("not among them" in w.value for w in at.warning)
 
