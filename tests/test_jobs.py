@@ -115,10 +115,8 @@ def test_jobs_cli_and_bad_input(monkeypatch, capsys, tmp_path):
     assert_bad(*cli(monkeypatch, capsys, "faithfulness", *common, "--methods", "random", "--workers", "0")[::2],
                "--workers")
     assert_bad(*cli(monkeypatch, capsys, "attribute-set", *common, "--workers", "-1")[::2], "--workers")
-    started = time.monotonic()
     assert_bad(*cli(monkeypatch, capsys, "faithfulness", *common, "--methods", "random",
                     "--ray-address", "127.0.0.1:9")[::2], "cannot reach the Ray cluster at 127.0.0.1:9")
-    assert time.monotonic() - started < 10
     assert_bad(*cli(monkeypatch, capsys, "attribute-set", *common, "--ray-address", "nonsense")[::2],
                "bad Ray address")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.store import _pid_alive, default_root
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
@@ -36,8 +37,6 @@ def jobs_root() -> Path:
     """``WORKBENCH_JOBS``, else ``.jobs`` inside the run store (the store skips dot-entries)."""
     if os.environ.get("WORKBENCH_JOBS"):
         return Path(os.environ["WORKBENCH_JOBS"])
-    from workbench.store import default_root
-
     return default_root() / ".jobs"
 
 
@@ -85,16 +84,6 @@ class Job:
 
 def _host() -> str:
     return socket.gethostname()
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except OSError:
-        return True
-    return True
 
 
 class JobBoard:
@@ -161,7 +150,7 @@ class JobBoard:
     def _check_driver(self, job: Job) -> Job:
         """A queued/running job whose driver on this host has exited is failed (and recorded so)."""
         pid, host = job.driver.get("pid"), job.driver.get("host")
-        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not _alive(pid):
+        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not _pid_alive(pid):
             job.state, job.finished = "failed", _now()
             job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
                          "nothing was saved")

@@ -24,6 +24,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.jobs.board import Job, JobBoard, JobError, _now
 from workbench.jobs.kinds import get_kind
+from workbench.store import _one_line
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record
@@ -96,11 +97,6 @@ def connect(address: str | None) -> str:
                     raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
         _RAY_ADDRESS[:] = [want]
         return want
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
 
 
 def _shard_events(spec: dict[str, Any], shard: Any):
