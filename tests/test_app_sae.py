@@ -52,7 +52,7 @@ def test_prompt_features_hide_position_0_by_default(sae_dir):
     assert len(spec["data"][0]["x"]) == len(PROMPT.split()) - 1  # position 0 left out
     assert "position 0 left out" in spec["layout"]["title"]["text"]
     table = at.dataframe[0].value
-    assert {"feature", "label", "max activation", "at"} <= set(table.columns)
+    assert {"feature", "label", "activation", "÷ held-out max", "at"} <= set(table.columns)
     assert not table["at"].str.startswith("0:").any()
     toggle = at.toggle(key="sae_show_first")
     assert "attention sink" in toggle.help

@@ -105,25 +105,11 @@ def feature_table(rows: list[dict[str, Any]], key: str) -> None:
                  selection_mode="single-row")
 
 
-def prompt_acts(loaded: Any, source: Any, prompt: str):
-    """(tokens, [pos, unit] activations) of a prompt."""
-    import torch
+def prompt_units(loaded: Any, source: Any, prompt: str, db: Any, show_first: bool, relative: bool):
+    from attribution.sae.explore import prompt_features
 
-    model = loaded.model
-    tokens = model.to_tokens(prompt)
-    with loaded.lock, torch.no_grad():
-        _, cache = model.run_with_cache(tokens, names_filter=[source.hook])
-    a = cache[source.hook][0]
-    return model.to_str_tokens(tokens), source.encode((a.flatten(1) if a.dim() > 2 else a).float()).float()
-
-
-def reference_max(db: Any):
-    """Each feature's max over the held-out text, floored at the 10th percentile of the live features'
-    maxima (a feature that almost never fires must not rank first for a tiny activation)."""
-    m = db.tensors["max_act"].float()
-    live = m[m > 0]
-    floor = float(live.quantile(0.1)) if len(live) else 1.0
-    return m.clamp_min(max(floor, 1e-6))
+    with loaded.lock:
+        return prompt_features(loaded.model, source, prompt, db, show_first=show_first, relative=relative)
 
 
 def prompt_view(loaded: Any, source: Any, db: Any) -> None:
@@ -138,22 +124,14 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     if not prompt.strip():
         st.info("Type a prompt to see which features fire on each token.")
         return
-    got = C.attempt("Cannot run the prompt", prompt_acts, loaded, source, prompt)
+    got = C.attempt("Cannot run the prompt", prompt_units, loaded, source, prompt, db, show_first, relative)
     if got is None:
         return
-    tokens, fa = got
-    first = 0 if show_first else 1
-    if fa.shape[0] <= first:
+    tokens, first, score, found = got["tokens"], got["first"], got["score"], got["rows"]
+    if len(tokens) <= first:
         st.info("The prompt has one token, position 0, which is left out: type a longer prompt or show it.")
         return
-    shown = fa[first:]
-    peak = shown.max(0)
-    score = shown
-    if relative:
-        score = shown / reference_max(db)
-    best = score.max(0).values
-    top = best.topk(min(12, shown.shape[1]))
-    feats = [int(i) for i in top.indices if float(peak.values[int(i)]) > 0]
+    feats = [r["feature"] for r in found]
     if not feats:
         st.info("No feature fires on the shown positions.")
         return
@@ -174,9 +152,8 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
             st.session_state["_sae_fig_pick"] = picked
             open_feature(picked)
             st.rerun()
-    rows = [{"feature": f, "label": lab, "max activation": float(peak.values[f]), "÷ held-out max": float(best[f]),
-             "at": f"{int(peak.indices[f]) + first}:{tokens[int(peak.indices[f]) + first]!r}"}
-            for f, lab in zip(feats, labels, strict=True)]
+    rows = [{"feature": r["feature"], "label": r["label"], "activation": r["activation"],
+             "÷ held-out max": r["relative"], "at": f"{r['position']}:{r['token']!r}"} for r in found]
     st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
     feature_table(rows, "sae_prompt_table")
 

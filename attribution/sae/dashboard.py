@@ -47,9 +47,9 @@ RESERVOIR = 64  # firing tokens sampled uniformly per unit, the pool of the quan
 BEFORE, AFTER = 15, 4  # context tokens around the activating one
 HIST_BINS = 30
 PER_TOKEN = 32  # units kept per token occurrence for the token index (every active one for TopK k <= 32)
-TOKEN_KEEP = 64  # units kept per vocabulary token in the index
+TOKEN_KEEP = 32  # units kept per vocabulary token in the index
 N_LOGITS = 10
-DENSE_LIMIT = 400_000_000  # bytes of float16 activations kept dense; above, a sparse top-K per token
+DENSE_LIMIT = 256_000_000  # bytes of float16 activations kept dense (neurons); above, a sparse top-K per token
 
 
 @dataclass
@@ -226,7 +226,7 @@ def held_out_windows(model: HookedModel, n_tokens: int, ctx: int = 128, texts: l
     got = 0
     for text in texts:
         if isinstance(text, str):
-            ids = model.to_tokens(text[: ctx * 12])[0].tolist() if text.strip() else []
+            ids = _tokens(model, text, ctx) if text.strip() else []
         else:
             ids = [int(i) for i in text]
             ctx = min(ctx, len(ids)) if not rows else ctx  # toy sequences: their own length
@@ -260,6 +260,22 @@ def _batch_table(feats: torch.Tensor, order_key: torch.Tensor, payload: list[Any
     return out
 
 
+def _tokens(model: HookedModel, text: str, ctx: int) -> list[int]:
+    """A document's token ids (its first ~3 characters per context position of the model; a piece the
+    tokenizer makes longer than the context is tokenized in window-sized pieces instead)."""
+    from workbench.errors import PromptError
+
+    text = text[: int(model.arch.n_ctx) * 3]
+    try:
+        return model.to_tokens(text)[0].tolist()
+    except PromptError:
+        ids: list[int] = []
+        for s in range(0, len(text), ctx * 2):
+            if text[s : s + ctx * 2].strip():
+                ids += model.to_tokens(text[s : s + ctx * 2])[0].tolist()
+        return ids
+
+
 class _Acc:
     """Streaming statistics of one dictionary's units over the scored tokens. Each chunk becomes a
     list of firing entries (token row, unit, activation); per-unit tables [F, slots] keep the top
@@ -280,7 +296,8 @@ class _Acc:
         self.res_i = torch.full((F, RESERVOIR), -1, dtype=torch.long)
         self.res_v = torch.zeros((F, RESERVOIR))
         self.dense = n_expected * F * 2 <= DENSE_LIMIT
-        self.keep_k = min(F, max(64, int((getattr(d, "info", None) or {}).get("k") or 0)))
+        # every active unit of a TopK token (k <= 128), nearly all of a JumpReLU one (L0 about 64)
+        self.keep_k = min(F, max(128, int((getattr(d, "info", None) or {}).get("k") or 0)))
         self.store: list[Any] = []  # dense [b, F] float16 chunks, or (values, indices) [b, keep_k]
         self.tok_entries: list[Any] = []  # (token id, unit) int32 pairs and their float16 activations
         self.gen = torch.Generator().manual_seed(0)
@@ -437,7 +454,8 @@ def _token_index(acc: _Acc) -> dict[str, Any]:
     keep = rank < TOKEN_KEEP
     counts = counts.clamp(max=TOKEN_KEEP)
     ptr = torch.cat([torch.zeros(1, dtype=torch.long), counts.cumsum(0)])
-    return {"tok_ids": ids.int(), "tok_ptr": ptr, "tok_feat": feat[keep].int(), "tok_val": best[keep].half()}
+    small = torch.int16 if acc.F <= 32767 else torch.int32  # half the index's size for usual widths
+    return {"tok_ids": ids.int(), "tok_ptr": ptr.int(), "tok_feat": feat[keep].to(small), "tok_val": best[keep].half()}
 
 
 def _label(centers: list[str], top_logit: str | None, fires: bool) -> str:

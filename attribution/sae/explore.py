@@ -77,3 +77,44 @@ def find_features(db: Dashboards, token: str | None = None, label: str | None = 
     if label is not None:
         return db.search_label(label, limit)
     return [db.row(db.check(feature))]
+
+
+def reference_max(db: Dashboards) -> Any:
+    """Each unit's max activation over the held-out text, floored at the 10th percentile of the live
+    units' maxima (a unit that almost never fires must not rank first for a tiny activation)."""
+    m = db.tensors["max_act"].float()
+    live = m[m > 0]
+    floor = float(live.quantile(0.1)) if len(live) else 1.0
+    return m.clamp_min(max(floor, 1e-6))
+
+
+def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | None = None,
+                    show_first: bool = False, relative: bool = True, top: int = 12) -> dict[str, Any]:
+    """The units that fire most on a prompt: ``tokens``, ``first`` (1 unless position 0 is shown),
+    ``acts`` [pos, unit] and ``score`` (acts, or acts / the unit's held-out max when ``relative`` and
+    dashboards are given) for the shown positions, and ``rows`` (feature, label, activation, relative,
+    position, token), strongest first."""
+    import torch
+
+    tokens = model.to_tokens(prompt)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=[d.hook])
+    a = cache[d.hook][0]
+    acts = d.encode((a.flatten(1) if a.dim() > 2 else a).float()).float()
+    strs = model.to_str_tokens(tokens)
+    first = 0 if show_first else 1
+    shown = acts[first:]
+    ref = reference_max(db) if db is not None else None
+    score = shown / ref if relative and ref is not None else shown
+    rows = []
+    if shown.shape[0]:
+        best = score.max(0)
+        for f in best.values.topk(min(top, shown.shape[1])).indices.tolist():
+            pos = int(best.indices[f])
+            if float(shown[pos, f]) <= 0:
+                continue
+            rows.append({"feature": f, "label": db.labels[f] if db is not None else "",
+                         "activation": float(shown[pos, f]),
+                         "relative": float(shown[pos, f] / ref[f]) if ref is not None else None,
+                         "position": pos + first, "token": strs[pos + first]})
+    return {"tokens": strs, "first": first, "acts": shown, "score": score, "rows": rows}
