@@ -124,6 +124,8 @@ def write_results(infos: list[dict], args) -> None:
         "Dense = active on more than 10% of tokens. Weights are stored in float16 and every figure "
         "is measured on the stored weights.\n\n" + table(infos) + "\n"
     )
+    if out.exists() and "\n## Reading" in out.read_text():  # the written reading is kept
+        text += "\n## Reading" + out.read_text().split("\n## Reading", 1)[1]
     out.write_text(text)
 
 
