@@ -151,7 +151,7 @@ def test_attention_keys_and_first_token_toggle_in_chromium(tmp_path, tiny_llama_
                 settle(page)
                 chart = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text="attention pattern"))
                 chart.first.wait_for(timeout=60_000)
-                keys = chart.first.locator(".xaxislayer-above .xtick text").all_inner_texts()
+                keys = chart.first.locator(".xaxislayer-above .xtick text").all_text_contents()
                 assert len(keys) == 14, keys  # one label per token
                 assert any("Mary" in k for k in keys) and sum("John" in k for k in keys) == 2, keys
                 toggles = page.get_by_text("Exclude the first token from the colour scale")
