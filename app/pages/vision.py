@@ -188,7 +188,7 @@ if not maps:
 fig = overlay_figure(images.cpu(), maps, [0], masks=masks, panel_px=240, colorbar=True)
 st.plotly_chart(fig, key="vit_overlay", width="content")
 if masks is not None:
-    st.caption("Cyan outline: the decisive object's mask. Colour: each map normalised to 0-1.")
+    st.caption("White outline (black edge): the decisive object's mask. Colour: each map normalised to 0-1.")
 if table is not None:
     st.dataframe(table, hide_index=True, column_config=metric_columns(table))
     st.caption("↑ higher is better · ↓ lower is better (hover a header for what it measures).")

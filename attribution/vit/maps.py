@@ -70,7 +70,7 @@ def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indic
                    colorbar: bool = False):
     """A grid of images (rows) x methods (columns): each map, normalised, over its image. ``panel_px``
     sizes each panel; ``colorbar`` adds the shared 0-1 scale; the object mask's outline (when given) is
-    drawn on every panel in a colour that stands out on both the image and the Inferno map."""
+    drawn on every panel as a white line on a black halo, visible on the image and on the Inferno map."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
@@ -86,8 +86,9 @@ def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indic
         if masks is None:
             return
         m = masks[i].float().cpu().numpy()
-        fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5, "coloring": "lines"},
-                                 line={"color": "#00e5ff", "width": 2.5}, hoverinfo="skip"), row=r, col=c)
+        for colour, width in (("black", 4.5), ("white", 2.0)):  # a white line on a black halo: visible anywhere
+            fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5, "coloring": "lines"},
+                                     line={"color": colour, "width": width}, hoverinfo="skip"), row=r, col=c)
 
     for r, i in enumerate(indices, start=1):
         c0 = 1
