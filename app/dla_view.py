@@ -102,7 +102,5 @@ def show_dla(loaded: Any, prompt: str, target: str, foil: str | None, position: 
     c2.plotly_chart(accumulated_figure(res), key="attr_dla_acc")
     C.save_button(lambda: res, key="attr_dla_save")
     S.share("attr_dla", loaded.name,
-            ["r = " + S.call("direct_logit_attribution", S.M, prompt, target=target, foil=foil, position=position),
-             "r.plot()"],
-            {"prompt": prompt, "target": target, "foil": foil, "position": position},
-            imports=("from attribution.dla import direct_logit_attribution",))
+            ["r = " + S.call("wb.dla", S.M, prompt, target=target, foil=foil, position=position), "r.plot()"],
+            {"prompt": prompt, "target": target, "foil": foil, "position": position})

@@ -48,7 +48,7 @@ def test_position_dla_code_and_link(attr, tiny_llama_dir):
         assert heads.shape == (2, 4)
         acc = chart(at, "attr_dla_acc")["data"][0]
         assert list(acc["x"])[-1] == "final"
-        assert "direct_logit_attribution(m, " in share(at, "attr_dla") and "position=2" in share(at, "attr_dla")
+        assert "r = wb.dla(m, " in share(at, "attr_dla") and "position=2" in share(at, "attr_dla")
 
 
 def test_a_link_reproduces_the_view(tiny_llama_dir):
