@@ -87,6 +87,7 @@ class TunedLens:
             fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{name}.")
             os.close(fd)
             write(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp makes it private; these are shipped data files
             os.replace(tmp, directory / name)
         return directory / "tuned.safetensors"
 

@@ -76,6 +76,9 @@ def lens_train(
                                   callback=positive_int),
     heldout: int = typer.Option(512, "--heldout-tokens", help="Held-out tokens for the KL table.",
                                 callback=positive_int),
+    kl_batch: int = typer.Option(64, "--kl-batch", help="Tokens per KL step.", callback=positive_int),
+    batch_windows: int = typer.Option(8, "--batch-windows", help="128-token windows per forward.",
+                                      callback=positive_int),
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     out: str = typer.Option(None, "--out", help="Output directory (default data/lenses/MODEL)."),
     table: str = typer.Option(None, "--table", help="Also write the markdown KL table here."),
@@ -93,7 +96,7 @@ def lens_train(
 
         raise MethodError(f"{m.name} is a {m.kind} model: tuned lenses are trained on the English corpus for LLMs")
     cfg = TrainConfig(train_tokens=tokens, fit_seconds=fit_seconds, kl_seconds=kl_seconds, kl_tokens=kl_tokens,
-                      heldout_tokens=heldout, seed=seed)
+                      heldout_tokens=heldout, seed=seed, kl_batch=kl_batch, batch_windows=batch_windows)
     c = console()
     summary = build(m, cfg, out_dir=out, log=lambda line: c.print(line))
     if table:
