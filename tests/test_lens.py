@@ -181,3 +181,21 @@ def test_lens_cli_and_bad_input(model_dir, monkeypatch, capsys):
         assert_bad(code, err, *words)
     code, out, err = run_main(monkeypatch, capsys, "lens", model_dir, "  ")
     assert_bad(code, err, "empty prompt")
+
+
+@pytest.mark.real
+def test_shipped_tuned_lens_on_smollm2(smollm2):
+    """The shipped lens fits smollm2, reads 'The capital of France is' with ' Paris' on top at the output, and
+    its table says tuned < logit at every layer but the last."""
+    from attribution.lens import lens
+    from attribution.lens.tuned import TunedLens, lens_dir
+
+    tl = TunedLens.for_model(smollm2)
+    assert tl.weight.shape == (30, 576, 576) and tl.weight.abs().max() > 0
+    kl = json.loads((lens_dir("smollm2-135m") / "tuned.json").read_text())["heldout_kl"]
+    assert all(t < lo for t, lo in zip(kl["tuned"][:-1], kl["logit"][:-1], strict=True))
+    res = {k: lens(smollm2, "The capital of France is", kind=k, target=" Paris") for k in ("logit", "tuned")}
+    for r in res.values():
+        assert r.top_tokens[-1][-1] == " Paris" and int(r.target_rank[-1]) == 1
+    # the tuned lens finds ' Paris' earlier (a better rank summed over the middle layers)
+    assert res["tuned"].target_rank[10:25].sum() < res["logit"].target_rank[10:25].sum()
