@@ -265,3 +265,20 @@ def test_neuron_and_feature_range_errors_from_the_api(model):
         neuron_dictionary(model, 9)
     with pytest.raises(ModelFileError):
         open_dictionary("/nonexistent/dictionary")
+
+
+def test_dashboards_older_than_the_weights_are_flagged(dash_cli, sae_dir, tmp_path):
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from attribution.sae.explore import open_dashboards
+
+    copy = tmp_path / "copy"
+    shutil.copytree(sae_dir, copy)
+    assert open_dashboards(open_dictionary(copy)).meta["stale"] is False
+    weights = copy / "sae_weights.safetensors"
+    tensors = load_file(weights)
+    tensors["W_dec"] = tensors["W_dec"] * 2
+    save_file(tensors, weights)
+    assert open_dashboards(open_dictionary(copy)).meta["stale"] is True

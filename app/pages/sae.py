@@ -59,6 +59,19 @@ def quick_dashboards(key: str, _loaded: Any, _source: Any) -> Any:
         return build_dashboards(_loaded.model, [_source], n_tokens=QUICK_TOKENS)[0]
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def _digest(path: str, _stamp: float) -> str | None:
+    from attribution.sae.explore import weights_digest
+
+    return weights_digest(path)
+
+
+def stale(source: Any, db: Any) -> bool:
+    """Whether the dictionary's weights changed since its dashboards were built."""
+    path = Path(source.path)
+    return _digest(str(path), stamp(path / "sae_weights.safetensors")) != db.meta["weights_sha256"]
+
+
 def stamp(path: Path) -> float:
     try:
         return path.stat().st_mtime
@@ -329,6 +342,9 @@ if db is None:
         st.stop()
     st.caption(f"Dashboards computed here on {db.meta['n_tokens']} held-out tokens (not stored); "
                f"`workbench sae dashboards --sae {spec}` stores the full set.")
+if db.meta.get("weights_sha256") and C.attempt("Cannot check the dashboards", stale, source, db):
+    st.warning(f"These dashboards were built before {source.name}'s current weights: rebuild them with "
+               f"`workbench sae dashboards --sae {spec}`.")
 st.caption(f"`{source.name}` · {source.kind} · model `{source.model}` · reads `{source.hook}` · writes "
            f"`{source.hook_out}` · {db.n_units} units · dashboards on {db.meta['n_tokens']} held-out tokens")
 

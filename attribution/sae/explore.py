@@ -38,11 +38,26 @@ def summaries(root: str | Path | None = None, model: str | None = None) -> list[
     return rows
 
 
+def weights_digest(d: Any) -> str | None:
+    """sha256 of a dictionary's weights file (``d``: a dictionary or its directory; None for neurons):
+    dashboards record it when built, so dashboards older than retrained weights are flagged ``stale``."""
+    import hashlib
+
+    where = getattr(d, "path", d)
+    path = Path(where) / "sae_weights.safetensors" if where else None
+    if path is None or not path.exists():
+        return None
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
 def open_dashboards(d: Any) -> Dashboards:
-    """The stored dashboards of a unit source (ModelFileError with the build command if absent)."""
+    """The stored dashboards of a unit source (ModelFileError with the build command if absent);
+    ``meta["stale"]`` is True when the dictionary's weights changed since they were built."""
     from attribution.sae.dashboard import Dashboards, dashboard_dir
 
     db = Dashboards.load(dashboard_dir(d))
+    built_on = db.meta.get("weights_sha256")
+    db.meta["stale"] = bool(built_on) and built_on != weights_digest(d)
     n = int(d.W_dec.shape[0])
     if db.n_units != n:
         from workbench.errors import ModelFileError
@@ -59,6 +74,8 @@ def build(model: HookedModel, dictionaries: list[Any], n_tokens: int = 65_536, s
     from attribution.sae.dashboard import build_dashboards, dashboard_dir
 
     out = build_dashboards(model, dictionaries, n_tokens=n_tokens, **kwargs)
+    for d, db in zip(dictionaries, out, strict=True):
+        db.meta["weights_sha256"] = weights_digest(d)
     if save:
         for d, db in zip(dictionaries, out, strict=True):
             db.meta["path"] = str(db.save(dashboard_dir(d)))

@@ -77,7 +77,11 @@ def _dashboards_of(spec: str, model: str | None):
         return Dashboards.load(neurons_root() / f"{Path(_model_of(spec, model)).name}-L{layer}-neurons")
     from attribution.sae.explore import open_dashboards
 
-    return open_dashboards(resolve(spec))
+    db = open_dashboards(resolve(spec))
+    if db.meta.get("stale"):
+        print(f"warning: the dashboards of {spec} predate its current weights; rebuild them with "
+              f"`workbench sae dashboards --sae {spec}`", file=sys.stderr)
+    return db
 
 
 def list_dictionaries(
