@@ -368,16 +368,28 @@ def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBo
 
 def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
            board: JobBoard | None = None) -> Job:
-    """Start a job on Ray from a thread of this process and return at once (the app). Its record shows
-    its progress; ``JobBoard().request_cancel(id)`` stops it."""
+    """Start a job on Ray and return at once (the app, a notebook). Its driver is a process of its own
+    (``python -m workbench.jobs``): the caller never connects to Ray, so nothing that happens to Ray (Ray
+    ends a driver whose local instance dies) can take the caller down. The record shows the job's progress;
+    ``JobBoard().request_cancel(id)`` stops it. The driver's own output goes to ``<jobs>/ID.log``."""
+    import subprocess
+    import sys
+
     board = board or JobBoard()
     job = create(spec, workers, resolve_address(address) or "local", board)
-
-    def background() -> None:
-        try:
-            drive(job, board)
-        except BaseException:
-            pass  # recorded by drive
-
-    threading.Thread(target=background, name=f"job-{job.id}", daemon=True).start()
+    with open(board.root / f"{job.id}.log", "ab") as log:
+        subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id], stdin=subprocess.DEVNULL,
+                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     return job
+
+
+def drive_recorded(root: str, job_id: str) -> None:
+    """``python -m workbench.jobs ROOT ID``: become the driver of a recorded job and run it to its end."""
+    board = JobBoard(root)
+    job = board.get(job_id)
+    job.driver = {"host": socket.gethostname(), "pid": os.getpid()}
+    board.write(job)
+    try:
+        drive(job, board)
+    except BaseException:
+        pass  # drive recorded how it ended
