@@ -177,7 +177,7 @@ def fine_tune_kl(model: HookedModel, lens: TunedLens, cache: torch.Tensor, cfg: 
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss) / n)
+        losses.append(float(loss.detach()) / n)
         log(f"stage 2: step {len(losses)} mean KL per layer {losses[-1]:.4f} ({time.perf_counter() - started:.0f} s)")
     lens.weight, lens.bias = weight.detach(), bias.detach()
     return {"kl_steps": len(losses), "kl_first": losses[0] if losses else None,
