@@ -239,11 +239,14 @@ def steer(
     out = res.to_json()
 
     def human(o):
+        from attribution.sae.render import visible
+
         c = console()
-        c.print(f"{o['dictionary']} feature {o['feature']}: {o['mode']} {o['strength']:+g} "
+        how = "ablated (clamped to 0)" if o["mode"] == "ablate" else f"{o['mode']} {o['strength']:+g}"
+        c.print(f"{o['dictionary']} feature {o['feature']}: {how} "
                 f"(its activation at the last position: {o['clean_activation']:.3f})", markup=False)
-        c.print(f"clean:   {o['prompt']}|{o['clean_text']}", markup=False, highlight=False)
-        c.print(f"steered: {o['prompt']}|{o['steered_text']}", markup=False, highlight=False)
+        for name, key in (("clean:  ", "clean_text"), ("steered:", "steered_text")):  # one line each
+            c.print(f"{name} {visible(o['prompt'])}|{visible(o[key])}", markup=False, highlight=False, soft_wrap=True)
         if o["target"] is not None:
             c.print(f"target {o['target']!r}: p {o['target_prob_clean']:.4f} -> {o['target_prob_steered']:.4f}, "
                     f"logit change {o['logit_change']:+.3f}", markup=False)
