@@ -57,6 +57,7 @@ def main() -> None:
             out["names_in_top" + ("" if relative else "_raw")] = len(on_names)
             if relative:
                 out["top"] = got["rows"]
+                out["at_names"] = [r for r in got["per_position"] if r["token"] in NAMES]
         try:
             hits = db.search_token(" John", limit=db.n_units)
         except Exception as exc:  # the token absent from the dashboards' held-out text
@@ -102,6 +103,8 @@ def write(path: Path, rows: list[dict]) -> None:
                                                        for h in r["john_top"])]
         elif r.get("search_error"):
             lines += ["", f"Search ' John': {r['search_error']}"]
+        lines += ["", "Top 3 features at each name token (the page's per-position table): " + "; ".join(
+            f"{a['position']}:`{a['token']!r}` {a['feature']} `{a['label']}`" for a in r.get("at_names", []))]
         for nf in r.get("name_features", []):
             lines += ["", f"Top contexts of feature {nf['feature']} (`{nf['label']}`), activating token in [[ ]]:",
                       ""]

@@ -54,6 +54,8 @@ def test_prompt_features_hide_position_0_by_default(sae_dir):
     table = at.dataframe[0].value
     assert {"feature", "label", "activation", "÷ held-out max", "at"} <= set(table.columns)
     assert not table["at"].str.startswith("0:").any()
+    per_position = at.dataframe[1].value  # every shown position has its own strongest features
+    assert set(per_position["at"].str.split(":").str[0].astype(int)) <= set(range(1, len(PROMPT.split())))
     toggle = at.toggle(key="sae_show_first")
     assert "attention sink" in toggle.help
     toggle.set_value(True).run()

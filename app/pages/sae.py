@@ -169,6 +169,10 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
              "÷ held-out max": r["relative"], "at": f"{r['position']}:{r['token']!r}"} for r in found]
     st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
     feature_table(rows, "sae_prompt_table")
+    st.markdown("**Top features at each position**")
+    feature_table([{"at": f"{r['position']}:{r['token']!r}", "feature": r["feature"], "label": r["label"],
+                    "activation": r["activation"], "÷ held-out max": r["relative"]} for r in got["per_position"]],
+                  "sae_position_table")
 
 
 def dashboard_view(loaded: Any | None, source: Any | None, db: Any) -> None:

@@ -106,11 +106,13 @@ def reference_max(db: Dashboards) -> Any:
 
 
 def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | None = None,
-                    show_first: bool = False, relative: bool = True, top: int = 12) -> dict[str, Any]:
+                    show_first: bool = False, relative: bool = True, top: int = 12,
+                    per_pos: int = 3) -> dict[str, Any]:
     """The units that fire most on a prompt: ``tokens``, ``first`` (1 unless position 0 is shown),
     ``acts`` [pos, unit] and ``score`` (acts, or acts / the unit's held-out max when ``relative`` and
     dashboards are given) for the shown positions, and ``rows`` (feature, label, activation, relative,
-    position, token), strongest first."""
+    position, token), strongest first; ``per_position``: the ``per_pos`` strongest units at each shown
+    position."""
     import torch
 
     tokens = model.to_tokens(prompt)
@@ -134,4 +136,13 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
                          "activation": float(shown[pos, f]),
                          "relative": float(shown[pos, f] / ref[f]) if ref is not None else None,
                          "position": pos + first, "token": strs[pos + first]})
-    return {"tokens": strs, "first": first, "acts": shown, "score": score, "rows": rows}
+    per_position = []  # each shown position's strongest units, so every token gets its own
+    for pos in range(shown.shape[0]):
+        for f in score[pos].topk(min(per_pos, shown.shape[1])).indices.tolist():
+            if float(shown[pos, f]) > 0:
+                per_position.append({"position": pos + first, "token": strs[pos + first], "feature": f,
+                                     "label": db.labels[f] if db is not None else "",
+                                     "activation": float(shown[pos, f]),
+                                     "relative": float(shown[pos, f] / ref[f]) if ref is not None else None})
+    return {"tokens": strs, "first": first, "acts": shown, "score": score, "rows": rows,
+            "per_position": per_position}
