@@ -378,8 +378,11 @@ def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
     board = board or JobBoard()
     job = create(spec, workers, resolve_address(address) or "local", board)
     with open(board.root / f"{job.id}.log", "ab") as log:
-        subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id], stdin=subprocess.DEVNULL,
-                         stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id],
+                                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    job.driver = {"host": socket.gethostname(), "pid": child.pid}  # a driver that dies at once fails the job
+    board.write(job)
+    threading.Thread(target=child.wait, daemon=True).start()  # reaped when it ends: no zombie looks alive
     return job
 
 
