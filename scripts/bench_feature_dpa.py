@@ -32,6 +32,7 @@ def main() -> None:
     ap.add_argument("--sets", default="ioi,facts")
     ap.add_argument("--out", default=str(ROOT / "attribution/results/feature_dpa_smollm2.md"))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--dpa", default="", help="DPA path weights, e.g. w_q=0,w_k=0,w_v=1 (default: the spec's)")
     args = ap.parse_args()
 
     import torch
@@ -50,6 +51,7 @@ def main() -> None:
         dicts = sorted(list_dictionaries(model="smollm2-135m"), key=lambda d: (abs((d.layer or 0) - 12), d.layer,
                                                                                d.is_transcoder))
     grid = tuple(int(k) for k in args.grid.split(","))
+    dpa = {k: float(v) for k, v in (kv.split("=") for kv in args.dpa.split(",") if kv)}
     sets = {name: read_prompts(str(ROOT / f"data/prompts/{name}.jsonl"), args.n) for name in args.sets.split(",")}
     started = time.perf_counter()
     results = []
@@ -57,7 +59,7 @@ def main() -> None:
         for name, rows in sets.items():
             t0 = time.perf_counter()
             try:
-                curve = feature_curve(model, rows, d, grid=grid)
+                curve = feature_curve(model, rows, d, grid=grid, **dpa)
             except Exception as exc:  # one broken dictionary must not lose the others' rows
                 print(f"{d.name} {name}: FAILED {type(exc).__name__}: {exc}", flush=True)
                 continue
@@ -82,7 +84,8 @@ def _write(args, results: list[dict], grid: tuple[int, ...], seconds: float, dic
     lines = [
         "# Feature-level DPA: faithfulness and cost on smollm2-135m",
         "",
-        f"`nice -n 19 python scripts/bench_feature_dpa.py --n {args.n}` ({platform.machine()}, "
+        f"`nice -n 19 python scripts/bench_feature_dpa.py --n {args.n} --grid {args.grid}"
+        + (f" --dpa {args.dpa}" if args.dpa else "") + f"` ({platform.machine()}, "
         f"{args.threads} torch thread(s), shared machine; {seconds:.0f} s in all).",
         "",
         "Per dictionary and prompt set: the active (position, feature) pairs of each prompt (position 0 "

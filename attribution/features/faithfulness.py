@@ -166,14 +166,16 @@ def curve_figure(curves: list[FeatureCurve], title: str = "Feature-level faithfu
     """Normalized logit drop vs k, one panel per dictionary, one line per method."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=1, cols=len(curves), subplot_titles=[c.dictionary[-40:] for c in curves],
-                        shared_yaxes=True)
+    cols = min(4, len(curves))
+    rows = -(-len(curves) // cols)
+    fig = make_subplots(rows=rows, cols=cols, subplot_titles=[c.dictionary[-40:] for c in curves])
     colours = {"dpa": "#2166ac", "gradient": "#d6604d", "random": "#999999"}
-    for i, c in enumerate(curves, start=1):
+    for i, c in enumerate(curves):
+        r, col = i // cols + 1, i % cols + 1
         for m in METHODS:
-            fig.add_scatter(x=c.grid, y=c.normalized(m), name=m, legendgroup=m, showlegend=i == 1,
-                            line={"color": colours[m]}, row=1, col=i)
-        fig.update_xaxes(type="log", title_text="features ablated (k)", row=1, col=i)
-    fig.update_yaxes(title_text="logit drop / clean logit difference", row=1, col=1)
-    fig.update_layout(title=title, height=380)
+            fig.add_scatter(x=c.grid, y=c.normalized(m), name=m, legendgroup=m, showlegend=i == 0,
+                            line={"color": colours[m]}, row=r, col=col)
+        fig.update_xaxes(type="log", title_text="features ablated (k)" if r == rows else None, row=r, col=col)
+    fig.update_yaxes(title_text="logit drop / clean diff", col=1)
+    fig.update_layout(title=title, height=300 * rows + 80)
     return fig
