@@ -5,7 +5,21 @@ import sys
 
 from workbench.jobs.runner import drive_recorded
 
+
+def _shutdown_ray(seconds: float = 10.0) -> None:
+    """Stop this driver's local Ray instance (its raylet, GCS and agents), waiting at most ``seconds``."""
+    import threading
+
+    import ray
+
+    if ray.is_initialized():
+        done = threading.Thread(target=ray.shutdown, daemon=True)
+        done.start()
+        done.join(seconds)
+
+
 if __name__ == "__main__":
     drive_recorded(sys.argv[1], sys.argv[2])
+    _shutdown_ray()
     sys.stdout.flush()
-    os._exit(0)  # do not wait on Ray's shutdown hooks: the job's record is final
+    os._exit(0)  # the job's record is final: nothing else to wait for
