@@ -32,7 +32,8 @@ def main() -> None:
     ap.add_argument("--sets", default="ioi,facts")
     ap.add_argument("--out", default=str(ROOT / "attribution/results/feature_dpa_smollm2.md"))
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--dpa", default="", help="DPA path weights, e.g. w_q=0,w_k=0,w_v=1 (default: the spec's)")
+    ap.add_argument("--dpa", default="", help="DPA parameters, e.g. w_q=0,w_k=0,w_v=1 or act_mode=derivative "
+                    "(default: the spec's)")
     args = ap.parse_args()
 
     import torch
@@ -51,7 +52,7 @@ def main() -> None:
         dicts = sorted(list_dictionaries(model="smollm2-135m"), key=lambda d: (abs((d.layer or 0) - 12), d.layer,
                                                                                d.is_transcoder))
     grid = tuple(int(k) for k in args.grid.split(","))
-    dpa = {k: float(v) for k, v in (kv.split("=") for kv in args.dpa.split(",") if kv)}
+    dpa = {k: (v if k == "act_mode" else float(v)) for k, v in (kv.split("=") for kv in args.dpa.split(",") if kv)}
     sets = {name: read_prompts(str(ROOT / f"data/prompts/{name}.jsonl"), args.n) for name in args.sets.split(",")}
     started = time.perf_counter()
     results = []
