@@ -45,7 +45,8 @@ def test_build_click_through_and_save(tiny, one_thread):
     at.selectbox(key="fg_graph_node").set_value(feature).run()
     assert not problems(at)
     links = [e.proto for e in at.get("page_link")]
-    assert any(link.page == "sae" and "feature=" in link.query_string and "sae=sae-L2" in link.query_string
+    assert any(link.page == "sae" and f"feature={feature.split('.f')[1].split('@')[0]}" in link.query_string
+               and "sae=" in link.query_string and "sae-L2" in link.query_string  # its path: not under data/saes
                for link in links), links
     at.button(key="fg_save").click().run()
     assert not problems(at)

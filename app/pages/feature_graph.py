@@ -55,6 +55,17 @@ def show(graph: Any, key: str) -> None:
                  hide_index=True)
 
 
+def sae_ref(graph: Any, name: str) -> str:
+    """How the SAE page's ?sae= finds a dictionary: its name under data/saes, otherwise its path."""
+    from pathlib import Path
+
+    from attribution.sae.dictionary import dictionaries_root
+
+    path = next((d["path"] for d in graph.dictionaries if d["name"] == name), name)
+    shipped = Path(path).resolve().parent == dictionaries_root().resolve()
+    return name if shipped else str(path)
+
+
 def inspect(graph: Any, node: dict[str, Any]) -> None:
     """A node's numbers, its strongest edges, and a link to its dashboard."""
     cols = st.columns(3)
@@ -69,7 +80,7 @@ def inspect(graph: Any, node: dict[str, Any]) -> None:
     if node["kind"] == "feature":
         st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
                      icon=":material/open_in_new:",
-                     query_params={"sae": node["dictionary"], "feature": str(node["feature"])})
+                     query_params={"sae": sae_ref(graph, node["dictionary"]), "feature": str(node["feature"])})
     elif node["kind"] == "error":
         st.caption("An error node: what the dictionary misses at this position (true activation minus its "
                    "reconstruction), scored like a feature.")
