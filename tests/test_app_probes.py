@@ -52,11 +52,12 @@ def test_probe_curves_and_steering(page):
     spec = chart(at, "probe_curves")
     assert {t.get("name") for t in spec["data"]} >= {"probe accuracy", "control task", "selectivity"}
     assert chart(at, "probe_gdv") and chart(at, "probe_sim") and chart(at, "probe_pca")
-    plain = [m.value for m in at.markdown if m.value.startswith("**the")]
+    texts = [t.value for t in at.text]
+    assert len(texts) == 2 and texts[0] == texts[1]  # strength 0: steered and unsteered agree
     at.slider(key="probe_scale").set_value(2.0).run()
     assert not problems(at)
-    steered = [m.value for m in at.markdown if m.value.startswith("**the")]
-    assert plain and steered and steered != plain  # the slider changes the output
+    plain, steered = [t.value for t in at.text]
+    assert plain == texts[0] and steered != plain  # the slider changes the steered side only
     layer = at.select_slider(key="probe_layer").value
     pca = array(chart(at, "probe_pca")["data"][0]["x"]).tolist()
     at.select_slider(key="probe_layer").set_value(1 - layer).run()  # the tiny model has two layers

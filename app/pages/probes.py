@@ -114,10 +114,14 @@ def gdv_figure(probe: Any):
 
 
 def steer(loaded: Any, hook: str, vector: Any, prompt: str, n_new: int) -> str:
-    """The model's continuation with ``vector`` added to the residual stream at ``hook``."""
+    """The model's continuation with ``vector`` added to the residual stream at ``hook``, from
+    position 1 on: the first position is the attention sink, and pushing it (as we once did) broke
+    every continuation after one token ("The")."""
 
     def add(act, hook):  # noqa: ARG001 - TransformerLens passes the hook point
-        return act + vector.to(act.dtype).to(act.device)
+        out = act.clone()
+        out[:, 1:] += vector.to(act.dtype).to(act.device)
+        return out
 
     with loaded.lock, loaded.model.hooks(fwd_hooks=[(hook, add)]):
         return loaded.model.generate(prompt, max_new_tokens=n_new)
@@ -202,10 +206,14 @@ if not prompt.strip():
     st.warning("The prompt is empty: type a prompt to steer.")
 else:
     vec = direction / direction.norm().clamp_min(1e-12) * norm * scale
+    plain = C.attempt("Generation failed", steer, loaded, hooks[layer], vec * 0, prompt, 12)
     steered = C.attempt("Steering failed", steer, loaded, hooks[layer], vec, prompt, 12)
-    if steered is not None:
-        st.markdown(f"**{prompt}** {steered}")
-        st.caption(f"{concept!r} direction at layer {layer}, strength {scale:+.2f}")
+    if steered is not None and plain is not None:
+        left, right = st.columns(2)
+        left.caption("unsteered")
+        left.text(prompt + plain)
+        right.caption(f"{concept!r} direction at layer {layer}, strength {scale:+.2f}")
+        right.text(prompt + steered)
 
 
 def _draft():
