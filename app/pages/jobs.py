@@ -48,12 +48,26 @@ def start_faithfulness() -> None:
             J.submit(spec, "jobs_last", workers=int(workers))
 
 
+def start_sleep() -> None:
+    """A job that only waits, reporting each step: checks that jobs run here or on a cluster (progress,
+    cancel, results) with no model. Shown when WORKBENCH_JOBS_DEMO=1 (the browser test uses it)."""
+    with st.form("jobs_sleep"):
+        st.markdown("**Start a sleep job** (no model: checks progress, cancel and results)")
+        c1, c2 = st.columns(2)
+        seconds = c1.number_input("Seconds", 1, 3600, 60, key="jobs_sleep_seconds")
+        steps = c2.number_input("Steps", 1, 10_000, 120, key="jobs_sleep_steps")
+        if st.form_submit_button("Start sleep job"):
+            J.submit({"kind": "sleep", "seconds": int(seconds), "steps": int(steps)}, "jobs_last")
+
+
 st.title("Jobs")
 address = os.environ.get("WORKBENCH_RAY_ADDRESS") or "a local Ray instance (started on demand)"
 st.caption(f"Long work runs as jobs on {address}, outside this server: pages stay usable, a job survives a page "
            "reload, and Cancel stops its workers within seconds. Results land in the run store.")
 if C.engine("attribution.faithfulness", "faithfulness") is not None:
     start_faithfulness()
+if os.environ.get("WORKBENCH_JOBS_DEMO") == "1":
+    start_sleep()
 
 
 def job_list(polling: bool) -> None:
