@@ -232,7 +232,7 @@ def results_table(summary: dict[str, Any]) -> str:
              f"of the English corpus (`english_texts('heldout')`, {c['window']}-token windows, position 0 left out). "
              f"Tuned lens: closed-form ridge fit on {summary['fit_tokens']} training tokens, then "
              f"{summary['kl_steps']} Adam steps of KL on a {c['kl_tokens']}-token cache "
-             f"(batch {c['kl_batch']}, lr {c['kl_lr']}). Built by `workbench lens train` in "
+             f"(batch {c['kl_batch']}, lr {c['kl_lr']}). Built by `workbench lens-train` in "
              f"{summary['total_seconds'] / 60:.1f} min on CPU.", "",
              "| layer | logit lens KL | tuned lens KL | tuned lower |", "|---|---|---|---|"]
     for name, lo, tu in zip(summary["layers"], kl["logit"], kl["tuned"], strict=True):
