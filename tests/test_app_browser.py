@@ -6,6 +6,7 @@ is written under the test's temporary folder.
 
 from __future__ import annotations
 
+import contextlib
 import time
 import urllib.parse
 import urllib.request
@@ -23,6 +24,29 @@ pytestmark = [
     pytest.mark.skipif(not Path(CHROMIUM).exists(), reason=f"{CHROMIUM} is not installed"),
 ]
 
+
+
+@contextlib.contextmanager
+def app_in_chromium(tmp_path: Path, height: int, env: dict[str, str] | None = None):
+    """`workbench app` on a free port and one headless Chromium page 1400 x ``height``: yields
+    (page, port); the browser and the server are stopped however the test ends."""
+    playwright = pytest.importorskip("playwright.sync_api")
+    port = free_port()
+    proc = start_app(port, tmp_path / "app.log", env=env)
+    try:
+        with playwright.sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                yield browser.new_page(viewport={"width": 1400, "height": height}), port
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)
+
+
+def assert_no_errors(page) -> None:
+    errors = page.locator(ERRORS)
+    assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
 
 
 def settle(page, timeout: float = 180) -> None:
@@ -97,70 +121,45 @@ def test_every_page_in_chromium(tmp_path, tiny_llama_dir):
 
 def test_circuits_click_a_node_in_chromium(tmp_path, tiny_llama_dir):
     """Run a toy circuit in the browser, click a node of the graph: its drill-down appears below."""
-    playwright = pytest.importorskip("playwright.sync_api")
-    port = free_port()
-    proc = start_app(port, tmp_path / "app.log")
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 2400})
-                # the root first: a fresh server's first deep link runs the page without app/main.py's navigation
-                page.goto(f"http://127.0.0.1:{port}/?model={urllib.parse.quote(str(tiny_llama_dir))}", timeout=60_000)
-                settle(page)
-                page.goto(f"http://127.0.0.1:{port}/circuits?model=ioi-attn-2l1h", timeout=60_000)
-                settle(page)
-                page.get_by_role("button", name="Run dpa").click()
-                settle(page)
-                page.wait_for_selector(".js-plotly-plot .scatterlayer", timeout=60_000)
-                page.screenshot(path=str(tmp_path / "circuits-run.png"))
-                nodes = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").last
-                point = nodes.locator("path.point").nth(2)  # embed, L0.H0, L1.H0, logits
-                box = point.bounding_box()
-                assert box, "the graph's node markers are not drawn"
-                page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
-                settle(page)
-                page.get_by_text("L1.H0 direct logit effect").first.wait_for(timeout=30_000)
-                page.get_by_text("L1.H0 attention pattern").first.wait_for(timeout=30_000)
-                shot = tmp_path / "circuits-node.png"
-                page.screenshot(path=str(shot))
-                print(f"screenshots: {tmp_path}")
-                errors = page.locator(ERRORS)
-                assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
-            finally:
-                browser.close()
-    finally:
-        stop_app(proc)
+    with app_in_chromium(tmp_path, 2400) as (page, port):
+        # the root first: a fresh server's first deep link runs the page without app/main.py's navigation
+        page.goto(f"http://127.0.0.1:{port}/?model={urllib.parse.quote(str(tiny_llama_dir))}", timeout=60_000)
+        settle(page)
+        page.goto(f"http://127.0.0.1:{port}/circuits?model=ioi-attn-2l1h", timeout=60_000)
+        settle(page)
+        page.get_by_role("button", name="Run dpa").click()
+        settle(page)
+        page.wait_for_selector(".js-plotly-plot .scatterlayer", timeout=60_000)
+        page.screenshot(path=str(tmp_path / "circuits-run.png"))
+        nodes = page.locator(".js-plotly-plot").first.locator(".scatterlayer .trace").last
+        point = nodes.locator("path.point").nth(2)  # embed, L0.H0, L1.H0, logits
+        box = point.bounding_box()
+        assert box, "the graph's node markers are not drawn"
+        page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+        settle(page)
+        page.get_by_text("L1.H0 direct logit effect").first.wait_for(timeout=30_000)
+        page.get_by_text("L1.H0 attention pattern").first.wait_for(timeout=30_000)
+        page.screenshot(path=str(tmp_path / "circuits-node.png"))
+        print(f"screenshots: {tmp_path}")
+        assert_no_errors(page)
 
 
 def test_attention_keys_and_first_token_toggle_in_chromium(tmp_path, tiny_llama_dir):
     """The head drill-down labels every key token (plotly used to drop every other one) and the per-position
     views carry the first-token toggle, on, with its tooltip; screenshots of both."""
-    playwright = pytest.importorskip("playwright.sync_api")
-    port = free_port()
-    proc = start_app(port, tmp_path / "app.log")
     prompt = "When Mary and John went to the store, John gave a drink to"
     query = urllib.parse.urlencode({"model": str(tiny_llama_dir), "prompt": prompt, "target": " Mary",
                                     "foil": " John"})
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 3000})
-                page.goto(f"http://127.0.0.1:{port}/?{query}", timeout=60_000)
-                settle(page)
-                chart = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text="attention pattern"))
-                chart.first.wait_for(timeout=60_000)
-                keys = chart.first.locator(".xaxislayer-above .xtick text").all_text_contents()
-                assert len(keys) == 14, keys  # one label per token
-                assert any("Mary" in k for k in keys) and sum("John" in k for k in keys) == 2, keys
-                toggles = page.get_by_text("Exclude the first token from the colour scale")
-                assert toggles.count() >= 2  # the token heat map and the attention pattern
-                assert page.get_by_label("Exclude the first token from the colour scale").first.is_checked()
-                page.screenshot(path=str(tmp_path / "attribution-heads.png"), full_page=True)
-                errors = page.locator(ERRORS)
-                assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
-            finally:
-                browser.close()
-    finally:
-        stop_app(proc)
+    with app_in_chromium(tmp_path, 3000) as (page, port):
+        page.goto(f"http://127.0.0.1:{port}/?{query}", timeout=60_000)
+        settle(page)
+        chart = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text="attention pattern"))
+        chart.first.wait_for(timeout=60_000)
+        keys = chart.first.locator(".xaxislayer-above .xtick text").all_text_contents()
+        assert len(keys) == 14, keys  # one label per token
+        assert any("Mary" in k for k in keys) and sum("John" in k for k in keys) == 2, keys
+        toggles = page.get_by_text("Exclude the first token from the colour scale")
+        assert toggles.count() >= 2  # the token heat map and the attention pattern
+        assert page.get_by_label("Exclude the first token from the colour scale").first.is_checked()
+        page.screenshot(path=str(tmp_path / "attribution-heads.png"), full_page=True)
+        assert_no_errors(page)

@@ -15,9 +15,9 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
-from test_app_browser import ERRORS, settle
+from test_app_browser import app_in_chromium, assert_no_errors, settle
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app
+from app.serving import CHROMIUM
 
 pytestmark = [
     pytest.mark.browser,
@@ -66,73 +66,63 @@ def start_sleep_job(page, seconds: int, steps: int) -> None:
 
 
 def test_jobs_start_progress_cancel_restart_open_in_chromium(tmp_path, tiny_llama_dir):
-    playwright = pytest.importorskip("playwright.sync_api")
     from workbench.jobs import JobBoard
 
     board = JobBoard(Path(os.environ["WORKBENCH_RUNS"]) / ".jobs")  # the app's store: it inherits this env
-    port = free_port()
-    proc = start_app(port, tmp_path / "app.log", env={"WORKBENCH_JOBS_DEMO": "1"})
     started = time.time()
     try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                page = browser.new_page(viewport={"width": 1400, "height": 2000})
-                # the root first: a fresh server's first deep link runs the page without app/main.py's navigation
-                page.goto(f"http://127.0.0.1:{port}/?model={urllib.parse.quote(str(tiny_llama_dir))}",
-                          timeout=60_000)
-                # once it has drawn its title (app/main.py ran), on to the Jobs page, not waiting for its own work
-                page.wait_for_selector("h1", timeout=60_000)
-                page.goto(f"http://127.0.0.1:{port}/jobs", timeout=60_000)
-                settle(page)
-                page.get_by_text("No jobs yet").wait_for(timeout=30_000)
-                phases = {"page": time.time() - started}
+        with app_in_chromium(tmp_path, 2000, env={"WORKBENCH_JOBS_DEMO": "1"}) as (page, port):
+            # the root first: a fresh server's first deep link runs the page without app/main.py's navigation
+            page.goto(f"http://127.0.0.1:{port}/?model={urllib.parse.quote(str(tiny_llama_dir))}",
+                      timeout=60_000)
+            # once it has drawn its title (app/main.py ran), on to the Jobs page, not waiting for its own work
+            page.wait_for_selector("h1", timeout=60_000)
+            page.goto(f"http://127.0.0.1:{port}/jobs", timeout=60_000)
+            settle(page)
+            page.get_by_text("No jobs yet").wait_for(timeout=30_000)
+            phases = {"page": time.time() - started}
 
-                # a long job: 60 s in 120 steps
-                start_sleep_job(page, 60, 120)
-                first = wait_until(lambda: items_done(page), 90, "the job's progress never showed items done")
-                later = wait_until(lambda: (n := items_done(page)) is not None and n > first and n, 30,
-                                   f"the progress stayed at {first} / 120 items")
-                assert 0 < first < later < 120
-                phases["progress"] = time.time() - started
-                page.screenshot(path=str(tmp_path / "jobs-running.png"), full_page=True)
-                (job,) = board.list()
-                assert job.state == "running" and job.total == 120
-                pids = [job.driver["pid"]] + [int(m) for m in re.findall(r"started \(pid (\d+)\)", "\n".join(job.log))]
-                assert len(pids) == 2 and all(alive(pid) for pid in pids), (pids, job.log)
+            # a long job: 60 s in 120 steps
+            start_sleep_job(page, 60, 120)
+            first = wait_until(lambda: items_done(page), 90, "the job's progress never showed items done")
+            later = wait_until(lambda: (n := items_done(page)) is not None and n > first and n, 30,
+                               f"the progress stayed at {first} / 120 items")
+            assert 0 < first < later < 120
+            phases["progress"] = time.time() - started
+            page.screenshot(path=str(tmp_path / "jobs-running.png"), full_page=True)
+            (job,) = board.list()
+            assert job.state == "running" and job.total == 120
+            pids = [job.driver["pid"]] + [int(m) for m in re.findall(r"started \(pid (\d+)\)", "\n".join(job.log))]
+            assert len(pids) == 2 and all(alive(pid) for pid in pids), (pids, job.log)
 
-                page.get_by_role("button", name="Cancel").click()
-                page.get_by_test_id("stAlertContentInfo").filter(has_text="cancelled; nothing was saved").wait_for(
-                    timeout=30_000)
-                assert board.get(job.id).state == "cancelled"
-                wait_until(lambda: not any(alive(pid) for pid in pids), 30,
-                           f"the cancelled job's driver and worker {pids} still run")
-                phases["cancelled"] = time.time() - started
-                page.screenshot(path=str(tmp_path / "jobs-cancelled.png"), full_page=True)
+            page.get_by_role("button", name="Cancel").click()
+            page.get_by_test_id("stAlertContentInfo").filter(has_text="cancelled; nothing was saved").wait_for(
+                timeout=30_000)
+            assert board.get(job.id).state == "cancelled"
+            wait_until(lambda: not any(alive(pid) for pid in pids), 30,
+                       f"the cancelled job's driver and worker {pids} still run")
+            phases["cancelled"] = time.time() - started
+            page.screenshot(path=str(tmp_path / "jobs-cancelled.png"), full_page=True)
 
-                # again, short this time: it runs to its end
-                start_sleep_job(page, 2, 4)
-                page.get_by_role("button", name="Open result").wait_for(timeout=90_000)
-                phases["done"] = time.time() - started
-                again = next(j for j in board.list() if j.id != job.id)
-                assert again.state == "done" and again.run_id and board.get(job.id).state == "cancelled"
-                page.get_by_role("button", name="Open result").click()
-                page.wait_for_url(re.compile(r"/runs"), timeout=30_000)
-                page.get_by_role("button", name="Delete this run").wait_for(timeout=30_000)
-                assert page.get_by_label("Run id (or pick below)").input_value() == again.run_id
-                header = page.get_by_test_id("stMarkdownContainer").filter(has_text=f"{again.run_id} · kind sleep")
-                header.first.wait_for(timeout=10_000)
-                result = page.locator('[data-testid="stJson"]:visible').filter(has_text="workers").first
-                result.wait_for(timeout=10_000)
-                shown = "".join(result.inner_text().split())
-                assert '"steps":4' in shown and '"workers":1' in shown, shown  # the run's result
-                page.screenshot(path=str(tmp_path / "jobs-result.png"), full_page=True)
-                errors = page.locator(ERRORS)
-                assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
-            finally:
-                browser.close()
+            # again, short this time: it runs to its end
+            start_sleep_job(page, 2, 4)
+            page.get_by_role("button", name="Open result").wait_for(timeout=90_000)
+            phases["done"] = time.time() - started
+            again = next(j for j in board.list() if j.id != job.id)
+            assert again.state == "done" and again.run_id and board.get(job.id).state == "cancelled"
+            page.get_by_role("button", name="Open result").click()
+            page.wait_for_url(re.compile(r"/runs"), timeout=30_000)
+            page.get_by_role("button", name="Delete this run").wait_for(timeout=30_000)
+            assert page.get_by_label("Run id (or pick below)").input_value() == again.run_id
+            header = page.get_by_test_id("stMarkdownContainer").filter(has_text=f"{again.run_id} · kind sleep")
+            header.first.wait_for(timeout=10_000)
+            result = page.locator('[data-testid="stJson"]:visible').filter(has_text="workers").first
+            result.wait_for(timeout=10_000)
+            shown = "".join(result.inner_text().split())
+            assert '"steps":4' in shown and '"workers":1' in shown, shown  # the run's result
+            page.screenshot(path=str(tmp_path / "jobs-result.png"), full_page=True)
+            assert_no_errors(page)
     finally:
-        stop_app(proc)
         for left in board.list():  # a failed run of this test leaves no job running
             if left.state in ("queued", "running"):
                 board.request_cancel(left.id)
