@@ -23,16 +23,12 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from workbench.store import pid_alive  # noqa: E402
+
 PROMPT_30 = ("When Mary and John went to the store on a sunny Saturday morning to buy some bread, fresh milk "
              "and two red apples, John gave a drink to")  # 30 smollm2 tokens
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def _wait(pred, timeout: float) -> float:
@@ -93,7 +89,7 @@ def responsiveness() -> dict:
     started = time.monotonic()
     board.request_cancel(job.id)
     cancelled = _wait(lambda: board.get(job.id).state == "cancelled", 30)
-    gone = _wait(lambda: not _alive(pid), 30) + cancelled
+    gone = _wait(lambda: not pid_alive(pid), 30) + cancelled
     after = dpa_seconds()
     return {"tokens": enc.seq_len, "dpa_idle_s": round(idle, 3), "dpa_during_job_s": [round(x, 3) for x in busy],
             "job_progress_when_measured": f"{progress.done}/{progress.total}, eta {progress.eta_s} s",

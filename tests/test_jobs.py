@@ -13,7 +13,7 @@ from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
 from workbench.jobs import JobBoard, JobCancelled, JobError, run
-from workbench.store import RunStore
+from workbench.store import RunStore, pid_alive
 
 
 def _wait(pred, timeout: float = 60.0) -> None:
@@ -153,7 +153,7 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     board.request_cancel(job.id)
     _wait(lambda: board.get(job.id).state != "running", timeout=30)
     assert board.get(job.id).state == "cancelled"
-    _wait(lambda: not _alive(pid), timeout=5)  # the worker (and all it held) is gone
+    _wait(lambda: not pid_alive(pid), timeout=5)  # the worker (and all it held) is gone
 
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
     _wait(lambda: board.get(job.id).done >= 2, timeout=120)
@@ -165,9 +165,3 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     assert [r for r in RunStore().list() if r["kind"] == "sleep"] == []
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True

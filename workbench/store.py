@@ -159,7 +159,8 @@ def _host() -> str:
     return re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname()) or "host"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists on this host."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -182,7 +183,7 @@ def _abandoned(path: Path, now: float) -> bool:
         return False
     parts = path.name[len(".tmp-"):].rsplit("-", 2)
     if len(parts) == 3 and parts[0] == _host() and parts[1].isdigit() and int(parts[1]) > 0:
-        return not _pid_alive(int(parts[1])) or age > 24 * 3600
+        return not pid_alive(int(parts[1])) or age > 24 * 3600
     return age > STALE_TMP_SECONDS
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import WorkbenchError
-from workbench.store import _pid_alive, default_root
+from workbench.store import default_root, pid_alive
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
@@ -150,7 +150,7 @@ class JobBoard:
     def _check_driver(self, job: Job) -> Job:
         """A queued/running job whose driver on this host has exited is failed (and recorded so)."""
         pid, host = job.driver.get("pid"), job.driver.get("host")
-        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not _pid_alive(pid):
+        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not pid_alive(pid):
             job.state, job.finished = "failed", _now()
             job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
                          "nothing was saved")
