@@ -199,3 +199,20 @@ def test_shipped_tuned_lens_on_smollm2(smollm2):
         assert r.top_tokens[-1][-1] == " Paris" and int(r.target_rank[-1]) == 1
     # the tuned lens finds ' Paris' earlier (a better rank summed over the middle layers)
     assert res["tuned"].target_rank[10:25].sum() < res["logit"].target_rank[10:25].sum()
+
+
+def test_int8_storage_round_trip(tmp_path):
+    """Shipped lenses store the weight as int8 with a scale per row; it loads back within half a step."""
+    import torch
+
+    from attribution.lens.tuned import TunedLens
+
+    gen = torch.Generator().manual_seed(0)
+    lens = TunedLens("m", torch.randn(3, 8, 8, generator=gen) * 0.1, torch.randn(3, 8, generator=gen))
+    lens.save(tmp_path)
+    back = TunedLens.load(tmp_path)
+    step = lens.weight.abs().amax(-1, keepdim=True) / 127
+    assert ((back.weight - lens.weight).abs() <= step / 2 + 1e-6).all()
+    assert torch.allclose(back.bias, lens.bias, atol=1e-2)
+    fp = TunedLens.load(lens.save(tmp_path / "f", int8=False).parent)
+    assert torch.allclose(fp.weight, lens.weight, atol=1e-3)
