@@ -88,8 +88,54 @@ def live_panel(job_id: str, key: str) -> None:
     st.fragment(_live, run_every=POLL_S if active else None)()
 
 
-# -- long attribution levels on the Attribution page -------------------------------------------------
+# -- starting long work from a page ---------------------------------------------------------------------
 THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user confirms
+
+
+def held_job(spec: dict[str, Any], key: str) -> Any | None:
+    """The job to show for ``spec``: the one this session started under ``key`` for this very spec, else the
+    newest finished job that any session (or a command) ran for exactly this spec and whose run is still
+    stored, so a new session, or the app after a restart, opens the result at once."""
+    from workbench.jobs.board import spec_key
+
+    held = st.session_state.get(key)
+    if held:
+        try:
+            job = board().get(held)
+            if job.key == spec_key(spec):
+                return job
+        except Exception:
+            pass
+    try:
+        return board().latest_done(spec, store=C.store())
+    except Exception:
+        return None
+
+
+def start_button(spec: dict[str, Any], key: str, label: str, workers: int = 1) -> Any | None:
+    """The Run button of a page's long work. It shows the job's estimate (items x the per-item seconds an
+    earlier job of the same shape measured on this machine); above THRESHOLD_S the estimate is a warning and
+    the button names it, so pressing it is the confirmation. Starts ``spec`` as a job (remembered under
+    ``key``) and returns it; None when not pressed or it could not start."""
+    from workbench.jobs.kinds import estimate
+
+    cost = None
+    try:
+        cost = estimate(spec, workers, root=board().root, measure=False)
+    except Exception:  # no estimate is no reason not to run
+        cost = None
+    if cost is not None and cost.seconds > THRESHOLD_S:
+        st.warning(f"Estimate: {cost.text()}. It runs as a job outside this app, so every page stays usable; "
+                   "follow it here or on the Jobs page.")
+        label = f"{label} (about {cost.text().rsplit('about ', 1)[-1]})"
+    elif cost is not None:
+        st.caption(f"Estimate: {cost.text()}.")
+    if not st.button(label, key=f"{key}_start", type="primary"):
+        return None
+    return submit(spec, key, workers=workers)
+
+
+# -- long attribution levels on the Attribution page -------------------------------------------------
 
 
 def slow_levels(loaded: Any, enc: Any, method: str, levels: tuple[str, ...]) -> dict[str, Any]:

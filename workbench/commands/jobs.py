@@ -78,10 +78,18 @@ def jobs_cancel(job_id: str, as_json: bool = JSON_OPTION) -> None:
 
 
 def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
-    """Run a job from a command with a progress bar on stderr: (job, result). Ctrl-C cancels it."""
+    """Run a job from a command with a progress bar on stderr: (job, result). Ctrl-C cancels it. Its
+    estimate (when one can be made: see workbench/jobs/kinds.py) is printed first."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from workbench.jobs import run
+    from workbench.jobs import resolve_address, run
+    from workbench.jobs.kinds import estimate
+
+    here = workers == 1 and resolve_address(ray_address) is None
+    # Measuring now loads the model, which only pays when the job then runs in this process.
+    cost = estimate(spec, workers, measure=here)
+    if cost is not None:
+        console().print(f"estimate: {cost.text()}")
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
                   console=console(), transient=True) as bar:

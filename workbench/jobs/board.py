@@ -65,6 +65,7 @@ class Job:
     error: str | None = None
     log: list[str] = field(default_factory=list)
     driver: dict[str, Any] = field(default_factory=dict)  # {"host", "pid"} of the process that runs it
+    key: str = ""  # spec_key(spec): the same work asked for again finds this job's run (latest_done)
 
     @property
     def fraction(self) -> float:
@@ -80,6 +81,14 @@ class Job:
     def summary(self) -> dict[str, Any]:
         """The row ``jobs list`` shows."""
         return {k: v for k, v in self.public().items() if k not in ("spec", "log", "driver")}
+
+
+def spec_key(spec: dict[str, Any]) -> str:
+    """A short digest of what the job computes (its spec, keys sorted): equal specs, equal keys."""
+    import hashlib
+
+    text = json.dumps(spec, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
 def _host() -> str:
@@ -103,7 +112,8 @@ class JobBoard:
             raise JobError(f"a job spec needs a kind (letters, digits, _): got {kind!r}")
         now = _dt.datetime.now(_dt.UTC)
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
-                  workers=workers, ray_address=ray_address, driver={"host": _host(), "pid": os.getpid()})
+                  workers=workers, ray_address=ray_address, driver={"host": _host(), "pid": os.getpid()},
+                  key=spec_key(spec))
         self.write(job)
         return job
 
@@ -146,6 +156,22 @@ class JobBoard:
             except JobError:
                 continue
         return sorted(jobs, key=lambda j: j.id, reverse=True)
+
+    def latest_done(self, spec: dict[str, Any], store: Any = None) -> Job | None:
+        """The newest finished job that computed exactly ``spec`` and whose run is still in the store (the
+        app opens it at once instead of computing again: results shared across sessions and restarts)."""
+        from workbench.store import RunStore
+
+        store = store or RunStore()
+        key = spec_key(spec)
+        for job in self.list():
+            if job.key == key and job.state == "done" and job.run_id:
+                try:
+                    store.get(job.run_id)
+                except Exception:  # deleted or damaged: look further back
+                    continue
+                return job
+        return None
 
     def _check_driver(self, job: Job) -> Job:
         """A queued/running job whose driver on this host has exited is failed (and recorded so)."""

@@ -7,13 +7,22 @@ A kind is an object with:
 - ``shards(spec, workers) -> list``: small picklable descriptions of the pieces (at most ``workers``);
 - ``run_shard(spec, shard, report) -> part``: the engine call on one piece, in a worker (or here), with
   ``report.total(n)`` and ``report.step(n)`` as its progress callback; the engine does not know it is a job;
-- ``finish(spec, parts) -> result``: in the driver; the result has ``save(store) -> Run``.
+- ``finish(spec, parts) -> result``: in the driver; the result has ``save(store) -> Run``;
+- for its cost estimate: ``items(spec) -> int`` (the items its progress counts) and ``cost_key(spec) -> str``
+  (what one item's cost depends on: model, method, level, prompt length...); every finished job records its
+  measured seconds per item under that key (workbench/jobs/costs.py), and the next job of the same key is
+  estimated from it. Optionally ``measure(spec) -> float | None``: seconds per item measured now (a kind
+  whose first run must not go unannounced, e.g. activation patching). The CLI prints the estimate before it
+  starts; the app asks for confirmation above 3 s (app/jobs_view.py).
+
+Kinds live in their own modules, named in KIND_PATHS ("module:Class") and imported on first use.
 
 Engines are imported inside these functions, so ``workbench`` stays light at import time.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.jobs.board import JobError
@@ -55,6 +64,13 @@ class FaithfulnessJob:
     def shards(self, spec: dict[str, Any], workers: int) -> list[list[int]]:
         return [list(range(a, b)) for a, b in split(len(spec["rows"]), workers)]
 
+    def items(self, spec: dict[str, Any]) -> int:
+        return len(spec["rows"])
+
+    def cost_key(self, spec: dict[str, Any]) -> str:
+        return "|".join(map(str, (spec["model"], ",".join(sorted(spec["methods"])), spec.get("level", "token"),
+                                  spec.get("ablation", "zero"), prompt_length_bucket(spec["rows"]))))
+
     def run_shard(self, spec: dict[str, Any], shard: list[int], report: Any) -> Any:
         from attribution.faithfulness import evaluate_part
         from workbench.prompt_files import encode_rows
@@ -75,6 +91,15 @@ class FaithfulnessJob:
         return result
 
 
+def prompt_length_bucket(rows: list[dict[str, Any]]) -> int:
+    """The prompts' mean length in characters, to the nearest 25: per-item cost grows with prompt length, and
+    the driver (which may have no model loaded) cannot count tokens."""
+    if not rows:
+        return 0
+    mean = sum(len(str(r.get("prompt", ""))) for r in rows) / len(rows)
+    return int(25 * round(mean / 25))
+
+
 def _faith_args(spec: dict[str, Any]) -> dict[str, Any]:
     return {"level": spec.get("level", "token"), "ablation": spec.get("ablation", "zero"),
             "use_foil": spec.get("use_foil", True), "params": spec.get("params") or {},
@@ -92,6 +117,12 @@ class AttributeSetJob:
 
         unit = int(spec.get("batch_size", 16)) if canonical(spec["method"]) == "dpa" else 1
         return split(len(spec["rows"]), workers, unit)
+
+    def items(self, spec: dict[str, Any]) -> int:
+        return len(spec["rows"])
+
+    def cost_key(self, spec: dict[str, Any]) -> str:
+        return "|".join(map(str, (spec["model"], spec["method"], spec["level"], prompt_length_bucket(spec["rows"]))))
 
     def run_shard(self, spec: dict[str, Any], shard: tuple[int, int], report: Any) -> Any:
         from attribution.prompt_set import attribute_set
@@ -190,9 +221,78 @@ class _Note:
 
 KINDS: dict[str, Any] = {"faithfulness": FaithfulnessJob(), "attribute_set": AttributeSetJob(),
                          "attribute": AttributeJob(), "sleep": SleepJob()}
+# Kinds defined elsewhere, imported when first asked for (so each stays beside its engine's job code).
+KIND_PATHS: dict[str, str] = {
+    "probe": "workbench.jobs.kind_probes:ProbeJob",
+    "concepts": "workbench.jobs.kind_probes:ConceptsJob",
+    "vit_eval": "workbench.jobs.kind_vit:VitEvalJob",
+    "circuit_discover": "workbench.jobs.kind_circuits:CircuitDiscoverJob",
+    "circuit_evaluate": "workbench.jobs.kind_circuits:CircuitEvaluateJob",
+    "sae_cache": "workbench.jobs.kind_sae:SaeCacheJob",
+    "sae_train": "workbench.jobs.kind_sae:SaeTrainJob",
+}
+
+
+def kind_names() -> list[str]:
+    return sorted(set(KINDS) | set(KIND_PATHS))
 
 
 def get_kind(name: str) -> Any:
+    if name not in KINDS and name in KIND_PATHS:
+        import importlib
+
+        module, _, cls = KIND_PATHS[name].partition(":")
+        try:
+            KINDS[name] = getattr(importlib.import_module(module), cls)()
+        except (ImportError, AttributeError) as exc:
+            raise JobError(f"job kind {name!r} is not available here: {exc}") from None
     if name not in KINDS:
-        raise JobError(f"unknown job kind {name!r}; kinds: {', '.join(KINDS)}")
+        raise JobError(f"unknown job kind {name!r}; kinds: {', '.join(kind_names())}")
     return KINDS[name]
+
+
+@dataclass(frozen=True)
+class JobEstimate:
+    items: int
+    seconds_per_item: float
+    parallel: int  # shards that run at once
+    source: str  # "measured on an earlier job" / "measured now"
+
+    @property
+    def seconds(self) -> float:
+        return self.items * self.seconds_per_item / max(1, self.parallel)
+
+    def text(self) -> str:
+        from workbench.jobs.costs import duration
+
+        across = f" over {self.parallel} workers" if self.parallel > 1 else ""
+        return (f"{self.items:,} items x {_ms(self.seconds_per_item)} each ({self.source}){across} = about "
+                f"{duration(self.seconds)}")
+
+
+def _ms(seconds: float) -> str:
+    return f"{1000 * seconds:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: bool = True) -> JobEstimate | None:
+    """What the job will cost on this machine: its items x the per-item seconds recorded by an earlier job of
+    the same shape (or, with ``measure``, measured now by the kind: the app passes False, as measuring may
+    load a model), spread over the shards that run at once. None: no measurement to go on (the first job of
+    its shape), or the kind has no items."""
+    from pathlib import Path
+
+    from workbench.jobs import costs
+    from workbench.jobs.board import jobs_root
+
+    kind = get_kind(spec.get("kind", ""))
+    if not hasattr(kind, "items"):
+        return None
+    items = int(kind.items(spec))
+    parallel = len(kind.shards(spec, workers))
+    cost = costs.per_item(Path(root) if root is not None else jobs_root(), kind, spec)
+    source = "measured on an earlier job"
+    if cost is None and measure and hasattr(kind, "measure"):
+        cost, source = kind.measure(spec), "measured now"
+    if cost is None or items <= 0:
+        return None
+    return JobEstimate(items=items, seconds_per_item=float(cost), parallel=parallel, source=source)

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.jobs import costs
 from workbench.jobs.board import Job, JobBoard, JobError, _now
 from workbench.jobs.kinds import get_kind
 from workbench.store import _one_line
@@ -181,7 +182,11 @@ class _Tracker:
         self.totals = [0] * n_shards
         self.dones = [0] * n_shards
         self.t0 = time.monotonic()
+        self.t_work: float | None = None  # when the first shard knew its items (its model loaded)
         self.last_write = 0.0
+
+    def work_seconds(self) -> float:
+        return time.monotonic() - (self.t_work if self.t_work is not None else self.t0)
 
     def event(self, i: int, tag: str, value: Any) -> None:
         if tag == "start":
@@ -192,6 +197,8 @@ class _Tracker:
             self.flush(force=True)
         elif tag == "total":
             self.totals[i] = int(value)
+            if self.t_work is None:
+                self.t_work = time.monotonic()
         elif tag == "step":
             self.dones[i] += int(value)
         elif tag == "log":
@@ -229,9 +236,11 @@ def drive(job: Job, board: JobBoard, save: bool = True,
     try:
         shards = kind.shards(job.spec, job.workers)
         if job.ray_address is None and job.workers == 1:
-            parts = _run_here(job, board, kind, shards, on_progress)
+            parts, tracker = _run_here(job, board, kind, shards, on_progress)
         else:
-            parts = _run_on_ray(job, board, kind, shards, on_progress)
+            parts, tracker = _run_on_ray(job, board, kind, shards, on_progress)
+        costs.record(board.root, kind, job.spec, tracker.work_seconds(), sum(tracker.totals),
+                     len(shards) if job.ray_address is not None or job.workers > 1 else 1)
         result = kind.finish(job.spec, parts)
         if save:
             from workbench.store import RunStore
@@ -268,7 +277,7 @@ def _run_here(job: Job, board: JobBoard, kind: Any, shards: list[Any],
 
         parts.append(kind.run_shard(job.spec, shard, Report(lambda n, i=i: tracker.event(i, "total", n), step)))
     tracker.flush(force=True)
-    return parts
+    return parts, tracker
 
 
 def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
@@ -308,7 +317,7 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
         _stop(live, pids, job.ray_address == "local")
         raise
     tracker.flush(force=True)
-    return parts
+    return parts, tracker
 
 
 def _stop(live: dict[Any, int], pids: dict[int, int], local: bool) -> None:
