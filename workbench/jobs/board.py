@@ -41,7 +41,7 @@ def jobs_root() -> Path:
 
 
 def _now() -> str:
-    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
 @dataclass
@@ -155,7 +155,7 @@ class JobBoard:
                 jobs.append(self.get(file.stem))
             except JobError:
                 continue
-        return sorted(jobs, key=lambda j: j.id, reverse=True)
+        return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True)  # created: to the millisecond
 
     def latest_done(self, spec: dict[str, Any], store: Any = None) -> Job | None:
         """The newest finished job that computed exactly ``spec`` and whose run is still in the store (the
