@@ -116,24 +116,31 @@ def mean_fill(model: HookedModel, token_batches: list[torch.Tensor], level: str)
 
 def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str = "zero", per_position: bool = False,
                     batch_size: int = 32, fill: torch.Tensor | None = None,
-                    truncate: bool = True, on_step: Callable[[int], None] | None = None) -> Scored:
+                    truncate: bool = True, on_step: Callable[[int], None] | None = None,
+                    items: tuple[int, int] | None = None) -> Scored:
     """metric(clean) - metric(item ablated) for every item, on the level's axes; on_step(n) after each n items.
 
     truncate=False runs every ablated forward from the embedding (the plain one-forward-per-item cost)
-    instead of starting at the ablated layer from the cached clean residual; the scores are the same."""
+    instead of starting at the ablated layer from the cached clean residual; the scores are the same.
+
+    items=(start, stop): only the items start..stop-1 (in the flattened item_shape order) are computed; the
+    others score 0. Ranges that start at a multiple of batch_size run the very batches the whole call runs,
+    so ranges computed in different processes and summed give exactly the whole call's scores (how the
+    "attribute" job shards patching over Ray workers)."""
     check_target(enc)
     if ablation not in ("zero", "mean"):
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
-    if ablation == "mean" and fill is None:
-        fill = mean_fill(model, [enc.tokens], level)  # this prompt's own means
     shape = item_shape(model, enc.seq_len, level, per_position)
     n_items = int(torch.tensor(shape).prod())
+    first, stop = _item_range(items, n_items)
+    if ablation == "mean" and fill is None:
+        fill = mean_fill(model, [enc.tokens], level)  # this prompt's own means
     resid = clean_residuals(model, enc.tokens) if level != "token" and truncate else None
     with torch.no_grad():
         clean = metric(last_logits(model, enc.tokens), enc)[0]
-    effects = torch.empty(n_items)
-    for start in range(0, n_items, batch_size):
-        idx = torch.arange(start, min(n_items, start + batch_size))
+    effects = torch.zeros(n_items)
+    for start in range(first, stop, batch_size):
+        idx = torch.arange(start, min(stop, start + batch_size))
         masks = torch.zeros(len(idx), n_items, dtype=torch.bool)
         masks[torch.arange(len(idx)), idx] = True
         logits = ablated_logits(model, enc.tokens, level, masks.view(len(idx), *shape), fill, resid,
@@ -149,3 +156,15 @@ def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str
     else:
         out[:, -1, :] = effects.view(shape)
     return Scored(out, target_logit=float(clean))
+
+
+def _item_range(items: tuple[int, int] | None, n_items: int) -> tuple[int, int]:
+    if items is None:
+        return 0, n_items
+    try:
+        start, stop = (int(i) for i in items)
+    except (TypeError, ValueError):
+        raise MethodError(f"items must be (start, stop), got {items!r}") from None
+    if not 0 <= start <= stop <= n_items:
+        raise MethodError(f"items ({start}, {stop}) out of range: there are {n_items} items")
+    return start, stop

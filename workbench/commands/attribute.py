@@ -78,6 +78,9 @@ def attribute(
     top: int = typer.Option(10, "--top", help="Items shown in the human-readable table.", callback=positive_int),
     ray_address: str = typer.Option(None, "--ray-address", help="Run as a job on the Ray cluster at HOST:PORT "
                                     "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
+    workers: int = typer.Option(1, "--workers", callback=positive_int,
+                                help="Ray workers to shard activation patching's items over, each holding the "
+                                "model once (1: run here unless --ray-address is given)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
@@ -93,13 +96,13 @@ def attribute(
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
     from workbench.jobs import resolve_address
 
-    if resolve_address(ray_address) is not None:
+    if workers > 1 or resolve_address(ray_address) is not None:
         from workbench.commands.jobs import run_job
 
         spec = {"kind": "attribute", "model": model, "device": check_device(device), "prompt": prompt,
                 "target": target, "foil": foil, "method": name, "level": level, "position": position,
                 "params": params}
-        job, res = run_job(spec, 1, ray_address, save=save)
+        job, res = run_job(spec, workers, ray_address, save=save)
         out = res.to_json()
         if save:
             out["run"] = job.run_id

@@ -145,31 +145,61 @@ class AttributeSetJob:
 
 
 class AttributeJob:
-    """One method at one level on one prompt (the app's slow methods, activation patching above all)."""
+    """One method at one level on one prompt (the app's slow methods, activation patching above all).
+
+    Activation patching is sharded over its items (tokens, heads, neurons): shard k of K computes the k-th of
+    split(items, K, batch_size) in its worker (so every batch is the one a single process runs) and scores 0
+    elsewhere; finish adds the parts, which gives exactly the single-process scores. Other methods are one
+    shard. Shards are (k, K): the item count needs the model, which only the workers load."""
 
     def label(self, spec: dict[str, Any]) -> str:
         return f"{spec['method']} · {spec['level']} · {spec['model']} · {spec['prompt'][:40]!r}"
 
-    def shards(self, spec: dict[str, Any], workers: int) -> list[int]:
-        return [0]
+    def shards(self, spec: dict[str, Any], workers: int) -> list[tuple[int, int]]:
+        n = workers if _sharded(spec) else 1
+        return [(k, n) for k in range(n)]
 
-    def run_shard(self, spec: dict[str, Any], shard: int, report: Any) -> Any:
+    def items(self, spec: dict[str, Any]) -> int:
+        """Patched items (loads the model in this process to count them); 1 for the other methods."""
+        if not _sharded(spec):
+            return 1
+        if spec.get("n_items"):
+            return int(spec["n_items"])
+        model = worker_model(spec)
+        return _n_items(model, _encode(model, spec), spec)
+
+    def cost_key(self, spec: dict[str, Any]) -> str:
+        per_position = bool((spec.get("params") or {}).get("per_position", False))
+        return "|".join(map(str, (spec["model"], spec["method"], spec["level"], int(per_position),
+                                  prompt_length_bucket([{"prompt": spec["prompt"]}]))))
+
+    def measure(self, spec: dict[str, Any]) -> float | None:
+        """Seconds per item of one real batch on this model and prompt (attribution/cost.py)."""
+        from attribution.cost import estimate as method_estimate
+
+        model = worker_model(spec)
+        cost = method_estimate(model, _encode(model, spec), spec["method"], spec["level"])
+        return None if cost is None else cost.seconds_per_item
+
+    def run_shard(self, spec: dict[str, Any], shard: tuple[int, int], report: Any) -> Any:
         import functools
-        import inspect
-        import math
 
-        from attribution import encode_at, get_method, run_encoded
+        from attribution import get_method, run_encoded
 
         model = worker_model(spec)
         method, fn = get_method(spec["method"], spec["level"])
-        enc = encode_at(model, spec["prompt"], spec.get("target"), spec.get("foil"), spec.get("position"))
+        enc = _encode(model, spec)
         params = dict(spec.get("params") or {})
-        if "on_step" in inspect.signature(fn).parameters:  # the method reports per item (activation patching)
-            from attribution.baselines.patching import item_shape
-
-            shape = item_shape(model, enc.seq_len, spec["level"], params.get("per_position", False))
-            report.total(math.prod(shape))
-            fn = functools.partial(fn, on_step=report.step)
+        if _sharded(spec):
+            k, pieces = shard
+            n = _n_items(model, enc, spec)
+            ranges = split(n, pieces, int(params.get("batch_size", 32)))
+            if k >= len(ranges):  # fewer batches than workers: nothing left for this one
+                report.total(0)
+                return None
+            a, b = ranges[k]
+            report.total(b - a)
+            fn = functools.partial(fn, on_step=report.step, items=(a, b))
             return run_encoded(model, method.name, fn, enc, spec["level"], params, spec["prompt"])
         report.total(1)
         result = run_encoded(model, method.name, fn, enc, spec["level"], params, spec["prompt"])
@@ -177,7 +207,39 @@ class AttributeJob:
         return result
 
     def finish(self, spec: dict[str, Any], parts: list[Any]) -> Any:
-        return parts[0]
+        from dataclasses import replace
+
+        parts = [p for p in parts if p is not None]
+        if len(parts) == 1:
+            return parts[0]
+        # each item was computed by one part and is 0 in the others: x + 0 is x exactly
+        scores = parts[0].scores.clone()
+        for p in parts[1:]:
+            scores += p.scores
+        return replace(parts[0], scores=scores, seconds=sum(p.seconds for p in parts))
+
+
+def _sharded(spec: dict[str, Any]) -> bool:
+    from attribution.methods import canonical
+
+    return canonical(spec["method"]) == "activation_patching"
+
+
+def _encode(model: Any, spec: dict[str, Any]) -> Any:
+    from attribution import encode_at
+
+    return encode_at(model, spec["prompt"], spec.get("target"), spec.get("foil"), spec.get("position"))
+
+
+def _n_items(model: Any, enc: Any, spec: dict[str, Any]) -> int:
+    """The items activation patching scores: on the prompt cut after ``position`` (it is not position-aware)."""
+    import math
+
+    from attribution.baselines.patching import item_shape
+
+    seq_len = enc.seq_len if enc.position is None else enc.position + 1
+    per_position = bool((spec.get("params") or {}).get("per_position", False))
+    return math.prod(item_shape(model, seq_len, spec["level"], per_position))
 
 
 class SleepJob:
