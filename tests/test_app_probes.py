@@ -1,9 +1,11 @@
-"""Probes page on a tiny random word-level model: curves, similarity, PCA, steering, bad uploads."""
+"""Probes page on a tiny random word-level model: the Run button starts a job, a later session opens the
+job's stored result without running anything; curves, similarity, PCA, steering, bad uploads."""
 
 from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,13 +38,49 @@ def dataset() -> bytes:
     return "\n".join(json.dumps(r) for r in rows).encode()
 
 
-@pytest.fixture
-def page(tiny_dir):
+def fake_submit(monkeypatch) -> list:
+    """workbench.jobs.submit that records the job without starting its driver (which would start Ray)."""
+    import workbench.jobs
+    from workbench.jobs import runner
+
+    made = []
+
+    def submit(spec, workers=1, address=None, board=None):
+        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
+        return made[-1]
+
+    monkeypatch.setattr(workbench.jobs, "submit", submit)
+    return made
+
+
+def upload_session(tiny_dir):
     at = open_page("probes", {"probe_model": str(tiny_dir), "probe_source": "upload"})
     assert any("Upload a JSONL" in i.value for i in at.info)
-    at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
+    return at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
+
+
+@pytest.fixture
+def page(tiny_dir, monkeypatch):
+    from workbench.jobs import JobBoard, run
+
+    made = fake_submit(monkeypatch)
+    at = upload_session(tiny_dir)
+    assert not problems(at)
     assert not at.get("plotly_chart")  # nothing is probed until asked
-    at.button(key="probe_go").click().run()
+    at.button(key="_probe_job_start").click().run()
+    assert not problems(at)
+    assert len(made) == 1 and JobBoard().get(made[0].id).state == "queued"  # a recorded job, shown inline
+    spec = made[0].spec
+    assert spec["kind"] == "probe" and spec["n"] == 40 and spec["concept"] == "negative" and len(spec["rows"]) == 40
+    assert any(made[0].id in str(m.value) for m in at.markdown) and not at.get("plotly_chart")
+    # Its driver would run it on Ray; here it runs in this process, into the same store.
+    done, _ = run(spec, save=True)
+    # A new session opens the stored result at once: no Run button, nothing computed.
+    started = time.perf_counter()
+    at = upload_session(tiny_dir)
+    print(f"second session opened the stored probe result in {time.perf_counter() - started:.2f} s")
+    assert not any(b.key == "_probe_job_start" for b in at.button)
+    assert any(done.run_id in str(c.value) for c in at.caption)
     return at
 
 

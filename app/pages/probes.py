@@ -39,32 +39,25 @@ def subset(data: Any, n: int):
     return LabeledSet(pick(data.texts), pick(data.labels), pick(data.words), pick(data.marked))
 
 
-def analyse(loaded: Any, data: Any, pooling: str, concept: str) -> dict[str, Any]:
-    from attribution.probes.activations import pooled_activations, resid_hooks
-    from attribution.probes.concepts import concept_vectors
-    from attribution.probes.probe import probe_layers
+JOB_KEY = "_probe_job"  # this session's probe job (app/jobs_view.py held_job)
 
-    model = loaded.model
-    hooks = resid_hooks(model)
-    names = {h: i for i, h in enumerate(hooks)}
-    with C.Progress(f"Probing {len(hooks)} layers on {len(data)} examples", 3) as prog, loaded.lock:
-        acts = pooled_activations(model, data, hooks, pooling)
-        prog.step("activations")
-        probe = probe_layers(
-            acts,
-            data.labels,
-            data.words or data.labels,
-            model.name,
-            pooling=pooling,
-            n_boot=200,
-            layer_names=names,
-        )
-        prog.step("probes")
-        concepts = concept_vectors(
-            model, acts, data.labels, concept, data.texts, pooling=pooling, layer_names=names
-        )
-        prog.step("concept vectors")
-    return {"acts": acts, "probe": probe, "concepts": concepts, "names": names}
+
+def probe_spec(model: str, data: Any, name: str, pooling: str, concept: str) -> dict[str, Any]:
+    """The job that probes every layer and builds concept vectors (no steering) from the same activations,
+    keeping them for the PCA and steering views. Equal specs are one result: any session opens it."""
+    from workbench.jobs.kind_probes import dataset_spec, model_ref
+
+    return {"kind": "probe", "model": model_ref(model), "device": "cpu", **dataset_spec(None, data, name=name),
+            "hook": None, "layers": "all", "pooling": pooling, "test_frac": 0.3, "seed": 0, "n_boot": 200,
+            "concept": concept, "keep_activations": True}
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def read_run(root: str, run_id: str):
+    """A probe job's stored run, read once per server (runs never change)."""
+    from attribution.probes.run import ProbeRun
+
+    return ProbeRun.from_run(C.store().get(run_id))
 
 
 def similarity_heatmap(concepts: Any):
@@ -147,26 +140,29 @@ pooling = c3.radio("Pooling", ["last", "mean"], horizontal=True, key="probe_pool
 data = subset(data, n)
 concept = c2.selectbox("Concept (positive class)", data.classes, key="probe_concept")
 
-sig = (loaded.name, source, getattr(upload, "file_id", None), n, pooling, concept)
-held = st.session_state.get("_probe_result")
-if (not held or held[0] != sig) and sig in J.shared_results():  # computed by any session: open it at once
-    held = (sig, J.shared_results()[sig])
-    st.session_state["_probe_result"] = held
-if not held or held[0] != sig:
-    # Probing every layer takes tens of seconds on smollm2: it runs when asked, never on each change.
-    st.info(f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}: "
-            "tens of seconds on smollm2-135m; the result is kept for every session of this server.")
-    if not st.button("Run probes", key="probe_go", type="primary"):
-        st.stop()
-    out = C.attempt("Probing failed", analyse, loaded, data, pooling, concept)
-    if out is None:
-        st.stop()
-    held = (sig, out)
-    st.session_state["_probe_result"] = held
-    if source != "upload":  # an upload is this session's own file
-        J.remember(sig, out)
-out = held[1]
-probe, concepts, acts = out["probe"], out["concepts"], out["acts"]
+name = source if source != "upload" else getattr(upload, "name", "upload")
+spec = probe_spec(loaded.name, data, name, pooling, concept)
+job = J.held_job(spec, JOB_KEY)
+if job is not None and job.state in ("queued", "running"):
+    J.live_panel(job.id, "probe_job")  # refreshes itself; the page reruns once when the job ends
+    st.stop()
+if job is None or job.state != "done":
+    if job is not None:  # failed or cancelled: say why, then offer to run it again
+        J.panel(job.id, "probe_job")
+    # Probing every layer takes tens of seconds on smollm2: it runs when asked, as a job outside this server.
+    st.info(f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}. "
+            "It runs as a job outside the app, so every page stays usable; its result is stored as a run, "
+            "which any later session (also after a restart) opens at once.")
+    if J.start_button(spec, JOB_KEY, "Run probes") is not None:
+        st.rerun()
+    st.stop()
+out = C.attempt("Cannot read the probe run", read_run, str(C.store().root), job.run_id)
+if out is None or out.concepts is None or not out.acts:
+    if out is not None:
+        st.error(f"Run {job.run_id} lacks the concept vectors or activations this page shows.")
+    st.stop()
+probe, concepts, acts = out.probe, out.concepts, out.acts
+labels = out.labels or data.labels
 best = probe.best
 st.metric("best layer", str(best.layer), f"accuracy {best.accuracy:.2f}, selectivity {best.selectivity:+.2f}")
 st.plotly_chart(probe.plot(), key="probe_curves")
@@ -184,7 +180,7 @@ fig = C.attempt(
     "PCA failed",
     projection_figure,
     acts[hooks[layer]],
-    data.labels,
+    labels,
     "pca",
     f"PCA of layer {layer} ({pooling} pooling)",
 )
@@ -197,7 +193,7 @@ import numpy as np  # noqa: E402
 from attribution.probes.concepts import class_mean_vector  # noqa: E402
 
 X = acts[hooks[layer]].float()
-direction = class_mean_vector(X, np.asarray(data.labels), concept)
+direction = class_mean_vector(X, np.asarray(labels), concept)
 norm = float(X.norm(dim=1).median())
 scale = st.slider("Steering strength (× median activation norm)", -2.0, 2.0, 0.0, 0.25, key="probe_scale")
 C.keep("probe_prompt", data.texts[0])
@@ -215,19 +211,4 @@ else:
         right.caption(f"{concept!r} direction at layer {layer}, strength {scale:+.2f}")
         right.text(prompt + steered)
 
-
-def _draft():
-    from workbench.store import RunDraft
-
-    return RunDraft(
-        kind="probe",
-        model=loaded.name,
-        method=f"{probe.kind}+concepts",
-        args={"dataset": source, "n": n, "pooling": pooling, "concept": concept},
-        result={"probe": probe.to_json(), "concepts": concepts.to_json()},
-        tables={"probes": probe.table(), "concepts": concepts.table()},
-        figures={"probes": probe.plot(), "concepts": concepts.plot()},
-    )
-
-
-C.save_button(_draft, key="probe_save")
+st.caption(f"Stored as run `{job.run_id}` (job `{job.id}`, finished {job.finished}); see the Runs and Jobs pages.")

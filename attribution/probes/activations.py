@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,6 +83,25 @@ def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
     return LabeledSet(texts, labels, [word_type(t, w) for t, w in zip(texts, marked, strict=False)], marked)
 
 
+def dataset_rows(data: LabeledSet) -> list[dict[str, str]]:
+    """The set as JSON rows ({"text", "label"} and "word" where marked): what load_dataset reads back."""
+    rows = []
+    for i, (text, label) in enumerate(zip(data.texts, data.labels, strict=True)):
+        row = {"text": text, "label": label}
+        if data.marked and data.marked[i]:
+            row["word"] = data.marked[i]
+        rows.append(row)
+    return rows
+
+
+def from_rows(rows: list[dict[str, Any]]) -> LabeledSet:
+    """A LabeledSet from rows written by ``dataset_rows`` (already checked when first read)."""
+    texts = [str(r["text"]) for r in rows]
+    marked = [r.get("word") for r in rows]
+    return LabeledSet(texts, [str(r["label"]) for r in rows],
+                      [word_type(t, w) for t, w in zip(texts, marked, strict=True)], marked)
+
+
 def resid_hooks(model: Any, layers: str | list[int] = "all") -> list[str]:
     n = model.arch.n_layers
     idx = list(range(n)) if layers == "all" else [model.check_layer(int(x)) for x in layers]
@@ -116,9 +136,15 @@ def marked_index(model: Any, text: str, word: str | None) -> int:
 
 
 def pooled_activations(
-    model: Any, data: LabeledSet, hooks: list[str], pooling: str = "last", batch_size: int = 16
+    model: Any,
+    data: LabeledSet,
+    hooks: list[str],
+    pooling: str = "last",
+    batch_size: int = 16,
+    on_step: Callable[[int], None] | None = None,
 ) -> dict[str, Any]:
-    """{hook: FloatTensor [example, d]} of pooled activations (per-head hooks flattened)."""
+    """{hook: FloatTensor [example, d]} of pooled activations (per-head hooks flattened).
+    ``on_step(k)`` after each batch of k examples (a job's progress)."""
     import torch
 
     if pooling not in POOLINGS:
@@ -148,4 +174,6 @@ def pooled_activations(
                     out[h][i] = a[row, : len(toks[i])].mean(0).cpu()
                 else:
                     out[h][i] = a[row, where[i]].cpu()
+        if on_step is not None:
+            on_step(len(idx))
     return {h: torch.stack(v) for h, v in out.items()}

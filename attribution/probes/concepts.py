@@ -13,6 +13,7 @@ A random vector of the same norm is the baseline.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -98,6 +99,13 @@ class ConceptResult:
             "scale": self.scale,
             "layers": [asdict(r) for r in self.layers],
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ConceptResult:
+        """Rebuild from ``to_json`` (a stored run's result)."""
+        known = set(LayerConcepts.__dataclass_fields__)
+        return cls(data["model"], data["concept"], data["other"], data["pooling"], float(data["scale"]),
+                   [LayerConcepts(**{k: v for k, v in r.items() if k in known}) for r in data["layers"]])
 
     def table(self):
         import pandas as pd
@@ -200,9 +208,11 @@ def concept_vectors(
     n_steer: int = 32,
     seed: int = 0,
     layer_names: dict[str, Any] | None = None,
+    on_hook: Callable[[], None] | None = None,
 ) -> ConceptResult:
     """Vectors at every hook in ``acts``; steering at ``steer_hooks`` on up to ``n_steer`` texts
-    from outside the concept class, against a random vector of the same norm."""
+    from outside the concept class, against a random vector of the same norm. ``on_hook()`` after each
+    hook (a job's progress)."""
     import numpy as np
     import torch
 
@@ -239,4 +249,6 @@ def concept_vectors(
                 model, hook, rand, steer_texts, direction, clean, norm, scale
             )
         result.layers.append(row)
+        if on_hook is not None:
+            on_hook()
     return result

@@ -9,6 +9,7 @@ the held-out examples.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -53,6 +54,14 @@ class ProbeResult:
             "layers": [asdict(r) for r in self.layers],
             "best_layer": self.best.layer,
         }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ProbeResult:
+        """Rebuild from ``to_json`` (a stored run's result)."""
+        known = set(LayerProbe.__dataclass_fields__)
+        return cls(data["model"], data["kind"], data["pooling"], int(data["n_train"]), int(data["n_test"]),
+                   list(data["classes"]), [LayerProbe(**{k: v for k, v in r.items() if k in known})
+                                           for r in data["layers"]])
 
     def table(self):
         import pandas as pd
@@ -183,8 +192,10 @@ def probe_layers(
     layer_names: dict[str, int | str] | None = None,
     c: float = 1.0,
     with_gdv: bool = True,
+    on_hook: Callable[[], None] | None = None,
 ) -> ProbeResult:
-    """Probe every hook's pooled activations {hook: [example, d]} for ``labels``."""
+    """Probe every hook's pooled activations {hook: [example, d]} for ``labels``; ``on_hook()`` after each
+    hook (a job's progress)."""
     import numpy as np
 
     from attribution.probes.geometry import gdv
@@ -215,4 +226,6 @@ def probe_layers(
                 train_accuracy=train_acc,
             )
         )
+        if on_hook is not None:
+            on_hook()
     return result

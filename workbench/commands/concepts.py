@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import time
-
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import finite_float, layers_option, positive_int
 
 
@@ -16,31 +15,9 @@ def register(app: typer.Typer) -> None:
 
 def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]:
     """{hook: SAE directory} for SAEs in data/saes trained on ``model_name``, plus ``extra`` paths."""
-    import json
-    from pathlib import Path
+    from attribution.probes.run import find_saes as find
 
-    from workbench.zoo import DATA_DIR
-
-    found: dict[str, str] = {}
-    for cfg in sorted((DATA_DIR / "saes").glob("*/cfg.json")):
-        try:
-            meta = json.loads(cfg.read_text()).get("metadata", {})
-        except (OSError, ValueError):
-            continue
-        # transcoders read one hook and write another; concept vectors compare with SAEs only
-        is_transcoder = bool(meta.get("hook_name_out")) and meta.get("hook_name_out") != meta.get("hook_name")
-        if meta.get("model_name") == model_name and meta.get("hook_name") and not is_transcoder:
-            found.setdefault(meta["hook_name"], str(cfg.parent))
-    for path in extra or []:
-        cfg = Path(path) / "cfg.json"
-        if not cfg.exists():
-            from workbench.errors import ModelFileError
-
-            raise ModelFileError(f"{path!r} is not an SAE directory (no cfg.json)")
-        hook = json.loads(cfg.read_text()).get("metadata", {}).get("hook_name")
-        if hook:
-            found[hook] = path
-    return found
+    return find(model_name, extra)
 
 
 def concepts(
@@ -63,10 +40,12 @@ def concepts(
     ),
     save: bool = typer.Option(True, "--save/--no-save"),
     device: str = DEVICE_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Per layer: cosine similarities of the three concept vectors, and the steering effect of each
-    (logit movement toward the concept) against a random vector of the same norm."""
+    (logit movement toward the concept) against a random vector of the same norm. Runs as a job
+    (`workbench jobs list`): here, or on Ray with --ray-address."""
     from attribution.probes.activations import POOLINGS, load_dataset
     from workbench.errors import DatasetError
 
@@ -79,69 +58,23 @@ def concepts(
             f"concept {concept!r} is not a label of {dataset}; labels: {', '.join(data.classes)}"
         )
 
-    import torch
+    from pathlib import Path
 
-    import workbench
-    from attribution.probes.activations import parse_layers, pooled_activations
-    from attribution.probes.concepts import concept_vectors
-    from attribution.sae.train import check_fits, load_sae
     from workbench.cli import check_device
+    from workbench.commands.jobs import run_job
+    from workbench.commands.probe import threads_here
+    from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    started = time.time()
-    m = workbench.load(model, device=check_device(device))
-    idx = parse_layers(layers, m.arch.n_layers)
-    hooks = [f"blocks.{i}.hook_resid_post" for i in idx]
-    if steer_layers:
-        steer = [f"blocks.{i}.hook_resid_post" for i in parse_layers(steer_layers, m.arch.n_layers)]
-    else:
-        pick = sorted({idx[round(j * (len(idx) - 1) / 4)] for j in range(5)}) if len(idx) > 1 else idx
-        steer = [f"blocks.{i}.hook_resid_post" for i in pick]
-    hooks = sorted(set(hooks) | set(steer), key=lambda h: int(h.split(".")[1]))
-    saes = {}
-    for hook, path in find_saes(m.name, sae).items():
-        if hook in hooks:
-            s = load_sae(path)
-            check_fits(s, m.arch.d_model, hook)
-            saes[hook] = s
-    acts = pooled_activations(m, data, hooks, pooling)
-    res = concept_vectors(
-        m,
-        acts,
-        data.labels,
-        concept,
-        data.texts,
-        saes,
-        pooling,
-        steer,
-        scale,
-        n_steer,
-        layer_names={h: int(h.split(".")[1]) for h in hooks},
-    )
+    spec = {"kind": "concepts", "model": model_ref(model), "device": check_device(device),
+            **dataset_spec(dataset, data), "concept": concept, "layers": layers, "steer_layers": steer_layers,
+            "pooling": pooling, "scale": scale, "n_steer": n_steer,
+            "saes": [str(Path(p).expanduser().resolve()) for p in sae or []]}
+    if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
+        check_here(spec)
+    job, res = run_job(spec, 1, ray_address, save=save)
     out = res.to_json()
-    out["saes"] = {h: find_saes(m.name, sae).get(h) for h in saes}
-    if save:
-        from workbench.store import RunDraft, RunStore
-
-        run = RunStore().save(
-            RunDraft(
-                kind="concepts",
-                model=m.name,
-                method="concept-vectors",
-                args={
-                    "dataset": dataset,
-                    "concept": concept,
-                    "pooling": pooling,
-                    "scale": scale,
-                    "steer": steer,
-                },
-                timings={"total_s": time.time() - started},
-                result=out,
-                tables={"layers": res.table()},
-                figures={"concepts": res.plot()},
-            )
-        )
-        out["run"] = run.id
+    if job.run_id:
+        out["run"] = job.run_id
 
     def human(o):
         from rich.table import Table

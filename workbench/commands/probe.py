@@ -7,6 +7,7 @@ import time
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import float_range, int_range, layers_option, nonneg_float, nonneg_int, positive_int
 
 
@@ -15,19 +16,16 @@ def register(app: typer.Typer) -> None:
     app.command("icl-readout")(icl_readout)
 
 
-def _hooks_for(model, hook: str | None, layers: str) -> tuple[list[str], dict[str, int | str]]:
-    """The hooks to probe and the layer label of each (an int for blocks.{l}.*)."""
-    from attribution.probes.activations import parse_layers
+def threads_here(ray_address: str | None) -> bool:
+    """Whether the job runs in this process; if so it gets at most two torch threads (as always here)."""
+    from workbench.jobs import resolve_address
 
-    if hook:
-        names = [model.check_hook(h.strip()) for h in hook.split(",")]
-    else:
-        names = [f"blocks.{i}.hook_resid_post" for i in parse_layers(layers, model.arch.n_layers)]
-    labels: dict[str, int | str] = {}
-    for h in names:
-        parts = h.split(".")
-        labels[h] = int(parts[1]) if parts[0] == "blocks" and parts[1].isdigit() else h
-    return names, labels
+    if resolve_address(ray_address) is not None:
+        return False
+    import torch
+
+    torch.set_num_threads(min(2, torch.get_num_threads()))
+    return True
 
 
 def probe(
@@ -43,9 +41,11 @@ def probe(
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (curve, tables)."),
     device: str = DEVICE_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Layer-wise logistic probes: held-out accuracy, control-task accuracy, selectivity, GDV, 95% CI."""
+    """Layer-wise logistic probes: held-out accuracy, control-task accuracy, selectivity, GDV, 95% CI.
+    Runs as a job (`workbench jobs list`): here, or on Ray with --ray-address."""
     from attribution.probes.activations import POOLINGS, load_dataset
     from workbench.errors import DatasetError
 
@@ -55,74 +55,18 @@ def probe(
         raise DatasetError(f"--test-frac {test_frac} must be between 0.05 and 0.8")
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
 
-    import torch
-
-    import workbench
-    from attribution.probes.activations import pooled_activations
-    from attribution.probes.geometry import projection_figure, rsa_matrix
-    from attribution.probes.probe import probe_layers
     from workbench.cli import check_device
+    from workbench.commands.jobs import run_job
+    from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    started = time.time()
-    m = workbench.load(model, device=check_device(device))
-    hooks, labels = _hooks_for(m, hook, layers)
-    t_load = time.time() - started
-    acts = pooled_activations(m, data, hooks, pooling)
-    t_acts = time.time() - started - t_load
-    res = probe_layers(
-        acts, data.labels, data.words, m.name, "logistic", pooling, test_frac, seed, layer_names=labels
-    )
+    spec = {"kind": "probe", "model": model_ref(model), "device": check_device(device), **dataset_spec(dataset, data),
+            "hook": hook, "layers": layers, "pooling": pooling, "test_frac": test_frac, "seed": seed}
+    if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
+        check_here(spec)
+    job, res = run_job(spec, 1, ray_address, save=save)
     out = res.to_json()
-    out["dataset"] = dataset
-    if save:
-        from workbench.store import RunDraft, RunStore
-
-        best = res.best
-        figures = {
-            "curve": res.plot(),
-            "pca_best": projection_figure(
-                acts[best.hook], data.labels, "pca", f"PCA of {best.hook} ({pooling} pooling)"
-            ),
-        }
-        tables = {"layers": res.table()}
-        if len(hooks) > 1:
-            rsa = rsa_matrix({str(labels[h]): acts[h] for h in hooks})
-            tables["rsa"] = rsa.reset_index(names="layer")
-            import plotly.express as px
-
-            figures["rsa"] = px.imshow(
-                rsa.values,
-                x=list(rsa.columns),
-                y=list(rsa.index),
-                zmin=-1,
-                zmax=1,
-                color_continuous_scale="RdBu",
-                title="RSA between layers",
-            )
-        run = RunStore().save(
-            RunDraft(
-                kind="probe",
-                model=m.name,
-                method="logistic-probe",
-                args={
-                    "dataset": dataset,
-                    "hooks": hooks,
-                    "pooling": pooling,
-                    "test_frac": test_frac,
-                    "seed": seed,
-                },
-                timings={"load_s": t_load, "activations_s": t_acts, "total_s": time.time() - started},
-                result=out | {"best_accuracy": best.accuracy, "best_selectivity": best.selectivity},
-                tensors={
-                    "accuracy": torch.tensor([r.accuracy for r in res.layers]),
-                    "control_accuracy": torch.tensor([r.control_accuracy for r in res.layers]),
-                },
-                tables=tables,
-                figures=figures,
-            )
-        )
-        out["run"] = run.id
+    if job.run_id:
+        out["run"] = job.run_id
 
     def human(o):
         from rich.table import Table
