@@ -19,7 +19,7 @@ from jaxtyping import Float
 
 from circuits.counterfactual import PromptSet, prepare
 from circuits.edges import EDGE_METHODS, get_method
-from circuits.evaluate import DEFAULT_GRID, Faithfulness, faithfulness, select
+from circuits.evaluate import DEFAULT_GRID, Faithfulness, check_grid, faithfulness, select
 from circuits.graph import CircuitGraph, check_k
 from circuits.intervene import References, run_masked
 from workbench.errors import MethodError, RangeError, WorkbenchError
@@ -187,8 +187,10 @@ def _rows(prompts: Any, limit: int | None) -> list[dict]:
     return rows[:limit] if limit is not None else rows
 
 
-def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, params: dict[str, Any]) -> float:
-    """Seconds the scoring will take, from one measured forward on the first batch of this prompt set."""
+def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, params: dict[str, Any],
+             grid: Any = None) -> float:
+    """Seconds the scoring will take, from one measured forward on the first batch of this prompt set; with
+    ``grid``, the faithfulness curve over those circuit sizes too (two masked forwards per size, and two)."""
     batch = prompts.batches[0]
     ref = torch.zeros(len(graph.senders), 1, 1, model.arch.d_model, device=model.device)  # zero reference
     copies = int(params.get("copies", 8)) if method == "activation_patching" else 1
@@ -196,26 +198,44 @@ def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, p
     started = time.perf_counter()
     run_masked(model, graph, batch, ref, keep, prompts.metric)
     per_forward = (time.perf_counter() - started) * sum(b.size for b in prompts.batches) / batch.size
+    curve = 0.0 if grid is None else per_forward / copies * (2 + 2 * len(check_grid(grid, graph.n_edges)))
     if method == "activation_patching":
         from circuits.edges.patching import chosen_edges
 
         n = len(chosen_edges(graph, params.get("sample", 0), params.get("seed", 0)))
-        return per_forward * (math.ceil(n / copies) + 1)
+        return per_forward * (math.ceil(n / copies) + 1) + curve
     passes = {"eap": 4.0, "eap_ig": 1.0 + 3.0 * int(params.get("steps", 5)), "dpa": 3.0}[method]
-    return per_forward / copies * passes
+    return per_forward / copies * passes + curve
+
+
+def check_patching(model: Any, graph: CircuitGraph, prompts: PromptSet, params: dict[str, Any]) -> int:
+    """The number of edges path patching will patch; more than PATCHING_LIMIT_EDGES is refused (with what
+    it would cost), so nobody starts an hours-long run by accident."""
+    from circuits.edges.patching import chosen_edges
+
+    n = len(chosen_edges(graph, params["sample"], params["seed"]))
+    if n > PATCHING_LIMIT_EDGES:
+        seconds = estimate(model, graph, prompts, "activation_patching", params)
+        raise MethodError(
+            f"path patching every one of {graph.n_edges:,} edges would take about {seconds / 3600:.1f} h here; "
+            f"score a sample (--param sample=N, N <= {PATCHING_LIMIT_EDGES}) or use eap, eap_ig or dpa")
+    return n
 
 
 def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, ablation: str | None = None,
             metric: str | None = None, limit: int | None = None, grid: Any = DEFAULT_GRID,
             selection: str = "topk", evaluate: bool = True, batch_size: int = 16,
             on_step: Callable[[int], None] | None = None,
-            on_estimate: Callable[[float], None] | None = None, **params: Any) -> CircuitResult:
+            on_estimate: Callable[[float], None] | None = None,
+            on_total: Callable[[int], None] | None = None, **params: Any) -> CircuitResult:
     """Score every edge of the model's graph with ``method`` on a prompt set and keep the top ``edges``.
 
     prompts: a JSONL path or rows {"prompt", "target", "foil"?, "corrupt"?}. ablation: corrupt (default
     when rows carry "corrupt"), mean or zero. metric: logit_diff (default when rows carry a foil) or
     target_logit. evaluate: also compute the faithfulness curve over ``grid``. Extra keyword arguments are
     the method's parameters (eap_ig: steps; dpa: path weights; activation_patching: sample, seed, copies).
+    Progress: ``on_total(n)`` once, then ``on_step(k)`` in prompts: each prompt counts once for the scoring
+    and once more for the curve (``evaluate``), so n = prompts x (1 + evaluate).
     """
     spec = get_method(method)
     if selection not in ("topk", "greedy"):
@@ -226,20 +246,18 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
     edges = check_k(edges, graph.n_edges)
     rows = _rows(prompts, limit)
     prepared = prepare(model, rows, ablation, metric, batch_size)
+    scoring_step = on_step
     if spec.exact:
-        from circuits.edges.patching import chosen_edges
-
-        n = len(chosen_edges(graph, p["sample"], p["seed"]))
-        if n > PATCHING_LIMIT_EDGES:
-            seconds = estimate(model, graph, prepared, method, p)
-            raise MethodError(
-                f"path patching every one of {graph.n_edges:,} edges would take about {seconds / 3600:.1f} h here; "
-                f"score a sample (--param sample=N, N <= {PATCHING_LIMIT_EDGES}) or use eap, eap_ig or dpa")
+        n = check_patching(model, graph, prepared, p)
         if on_estimate:
             on_estimate(estimate(model, graph, prepared, method, p))
+        if on_step:  # path patching steps count (edge, prompt) pairs: report whole prompts
+            scoring_step = _PerPrompt(on_step, n)
+    if on_total:
+        on_total(prepared.n_prompts * (2 if evaluate else 1))
     refs = References(model, graph, prepared)
     started = time.perf_counter()
-    scores = spec.scorer()(model, graph, prepared, refs, on_step=on_step, **p)
+    scores = spec.scorer()(model, graph, prepared, refs, on_step=scoring_step, **p)
     seconds = time.perf_counter() - started
     if not bool(torch.isfinite(scores).all()):
         raise MethodError(f"{method} gave non-finite edge scores on these prompts (NaN or inf in the model's run)")
@@ -247,8 +265,22 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
                            ablation=prepared.ablation, metric=prepared.metric, params=p, seconds=seconds,
                            edges=edges, selection=selection)
     if evaluate:
-        result.faithfulness = faithfulness(model, graph, prepared, refs, scores, grid, selection)
+        result.faithfulness = faithfulness(model, graph, prepared, refs, scores, grid, selection, on_step=on_step)
     return result
+
+
+class _PerPrompt:
+    """Turns steps of (edge, prompt) pairs into steps of whole prompts (``per`` pairs each)."""
+
+    def __init__(self, on_step: Callable[[int], None], per: int) -> None:
+        self.on_step, self.per, self.pairs, self.sent = on_step, max(1, per), 0, 0
+
+    def __call__(self, pairs: int) -> None:
+        self.pairs += pairs
+        whole = self.pairs // self.per
+        if whole > self.sent:
+            self.on_step(whole - self.sent)
+            self.sent = whole
 
 
 def methods() -> dict[str, str]:

@@ -41,6 +41,7 @@ class ViTEvalResult:
     maps: dict[str, PatchMap] = field(default_factory=dict)
     batch: ImageBatch | None = None
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
+    args: dict[str, Any] = field(default_factory=dict)  # what the run records as its args (save's default)
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "dataset": self.dataset, "seed": self.seed,
@@ -80,7 +81,8 @@ class ViTEvalResult:
         if self.batch is not None:
             tensors.update({"images": self.batch.images, "labels": self.batch.labels,
                             "masks": self.batch.masks.to(torch.uint8)})
-        draft = RunDraft(kind="vit-eval", model=self.model, method=",".join(self.methods), args=args or {},
+        draft = RunDraft(kind="vit-eval", model=self.model, method=",".join(self.methods),
+                         args=args if args is not None else self.args,
                          timings={k: v["seconds_per_image"] for k, v in self.methods.items()},
                          result=self.to_json(), tensors=tensors,
                          tables={"methods": self.table(), "per_image": self.per_image},
@@ -118,52 +120,97 @@ def cost_ratio(model, images: torch.Tensor, targets: torch.Tensor, method: str =
             f"{method}_over_forward_backward": min(me) / min(fb)}
 
 
-def evaluate(model, batch: ImageBatch, methods: list[str] | str, model_name: str = "model",
-             params: dict[str, dict[str, Any]] | None = None, batch_size: int = 50, seed: int | None = None,
-             steps: int = M.FRACTIONS_STEPS, baseline: str = "zeros", keep_maps: bool = True,
-             on_progress: Callable[[str, int], None] | None = None) -> ViTEvalResult:
-    """Every metric for every method on ``batch`` (targets: the true labels)."""
-    import pandas as pd
+@dataclass
+class Prepared:
+    """What every method's scoring shares: the checked images, the classes explained (the true labels), the
+    runner-up classes (class sensitivity) and the model's accuracy, all over the whole image set."""
 
-    names = parse_methods(methods)
-    params = params or {}
+    images: torch.Tensor
+    targets: torch.Tensor
+    other: torch.Tensor
+    accuracy: float
+
+
+@dataclass
+class Chunk:
+    """One method on one batch of images: per-image metric columns and its maps."""
+
+    cols: dict[str, torch.Tensor]
+    map: PatchMap
+
+
+def prepare(model, batch: ImageBatch) -> Prepared:
     images = model.check_images(batch.images)
     targets = resolve_targets(model, images, batch.labels)
     other = runner_up(model, images, targets)
     with torch.no_grad():
         acc = float((model(images).argmax(-1) == targets).float().mean())
+    return Prepared(images, targets, other, acc)
+
+
+def score_chunk(model, prep: Prepared, masks: torch.Tensor, name: str, lo: int, hi: int,
+                params: dict[str, Any] | None = None, steps: int = M.FRACTIONS_STEPS,
+                baseline: str = "zeros") -> Chunk:
+    """Every metric of method ``name`` on images [lo, hi): a batch is the unit that evaluates the same
+    wherever it runs (a job shards the (method, batch) pairs over workers)."""
+    params = params or {}
+    images, targets = prep.images[lo:hi], prep.targets[lo:hi]
+    pm = explain(model, images, name, targets, **params)
+    pm2 = explain(model, images, name, prep.other[lo:hi], **params)
+    scores = {**M.localization_scores(pm.flat, masks[lo:hi], model.cfg.patch_size),
+              **M.perturbation_scores(model, images, targets, pm.flat.to(images.device), baseline, steps),
+              "class_sensitivity": M.class_sensitivity(pm.flat, pm2.flat)}
+    return Chunk({k: v.float().cpu() for k, v in scores.items()}, pm)
+
+
+def batches(n: int, batch_size: int) -> list[tuple[int, int]]:
+    return [(lo, min(lo + batch_size, n)) for lo in range(0, n, batch_size)]
+
+
+def assemble(model_name: str, batch: ImageBatch, seed: int | None, chunks: dict[str, list[Chunk]],
+             accuracy: float, keep_maps: bool = True) -> ViTEvalResult:
+    """The result from every method's chunks (each list in image order); the means are taken here, over
+    all images at once, so sharded and single-process runs give the same numbers."""
+    import pandas as pd
+
     frames, summary, maps = [], {}, {}
-    for name in names:
-        cols: dict[str, list[torch.Tensor]] = {}
-        seconds, chunks = 0.0, []
-        for lo in range(0, len(images), batch_size):
-            sl = slice(lo, lo + batch_size)
-            pm = explain(model, images[sl], name, targets[sl], **params.get(name, {}))
-            pm2 = explain(model, images[sl], name, other[sl], **params.get(name, {}))
-            seconds += pm.seconds
-            chunks.append(pm)
-            scores = {**M.localization_scores(pm.flat, batch.masks[sl], model.cfg.patch_size),
-                      **M.perturbation_scores(model, images[sl], targets[sl], pm.flat.to(images.device),
-                                              baseline, steps),
-                      "class_sensitivity": M.class_sensitivity(pm.flat, pm2.flat)}
-            for k, v in scores.items():
-                cols.setdefault(k, []).append(v.float().cpu())
-            if on_progress:
-                on_progress(name, min(lo + batch_size, len(images)))
-        frame = pd.DataFrame({k: torch.cat(v).numpy() for k, v in cols.items()})
+    n = len(batch)
+    for name, parts in chunks.items():
+        cols = {k: torch.cat([c.cols[k] for c in parts]) for k in parts[0].cols}
+        frame = pd.DataFrame({k: v.numpy() for k, v in cols.items()})
         frame.insert(0, "image", range(len(frame)))
         frame.insert(0, "method", name)
         frames.append(frame)
         row = {k: float(frame[k].mean(skipna=True)) for k in cols}
-        row["seconds_per_image"] = seconds / len(images)
+        seconds = sum(c.map.seconds for c in parts)
+        row["seconds_per_image"] = seconds / n
         summary[name] = {k: row[k] for k in METRICS}
         if keep_maps:
-            maps[name] = PatchMap(torch.cat([c.scores for c in chunks]), name, targets.cpu(),
-                                  chunks[0].params,
-                                  seconds, model.cfg.patch_size)
+            first = parts[0].map
+            maps[name] = PatchMap(torch.cat([c.map.scores for c in parts]), name,
+                                  torch.cat([c.map.targets.cpu() for c in parts]), first.params, seconds,
+                                  first.patch_size)
     per_image = pd.concat(frames, ignore_index=True)
-    return ViTEvalResult(model_name, batch.dataset, seed, summary, per_image, acc,
+    return ViTEvalResult(model_name, batch.dataset, seed, summary, per_image, accuracy,
                          maps=maps, batch=batch, params={n: maps[n].params for n in maps} if maps else {})
+
+
+def evaluate(model, batch: ImageBatch, methods: list[str] | str, model_name: str = "model",
+             params: dict[str, dict[str, Any]] | None = None, batch_size: int = 50, seed: int | None = None,
+             steps: int = M.FRACTIONS_STEPS, baseline: str = "zeros", keep_maps: bool = True,
+             on_progress: Callable[[str, int], None] | None = None) -> ViTEvalResult:
+    """Every metric for every method on ``batch`` (targets: the true labels)."""
+    names = parse_methods(methods)
+    params = params or {}
+    prep = prepare(model, batch)
+    chunks: dict[str, list[Chunk]] = {}
+    for name in names:
+        for lo, hi in batches(len(prep.images), batch_size):
+            chunks.setdefault(name, []).append(score_chunk(model, prep, batch.masks, name, lo, hi,
+                                                           params.get(name), steps, baseline))
+            if on_progress:
+                on_progress(name, hi)
+    return assemble(model_name, batch, seed, chunks, prep.accuracy, keep_maps)
 
 
 def image_metrics(model, batch: ImageBatch, maps: dict[str, PatchMap]) -> Any:

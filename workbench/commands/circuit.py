@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import positive_int
 
 
@@ -81,10 +82,12 @@ def discover(
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass.", callback=positive_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the circuit to the run store."),
     device: str = DEVICE_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score every edge of the model's graph on a prompt set and keep the top K (prints the contract
-    object: model, method, n_prompts, n_nodes, n_edges_total, edges, seconds, faithfulness)."""
+    object: model, method, n_prompts, n_nodes, n_edges_total, edges, seconds, faithfulness). Runs as a job
+    (``workbench jobs list``), on a Ray cluster with --ray-address."""
     from circuits.edges import get_method
     from workbench.cli import check_device
     from workbench.commands.attribute import parse_params
@@ -102,25 +105,29 @@ def discover(
         from workbench.prompt_files import read_prompts
 
         rows = read_prompts(prompts, limit)
-    import workbench as wb
-    from circuits.discover import circuit
-
-    m = wb.load(model, device=check_device(device))
-    if rows is None:
+    device = check_device(device)
+    if rows is None:  # a toy model's own task: its rows come from the model (small, quick to load)
+        import workbench as wb
         from circuits.toy_prompts import task_rows
 
-        rows = task_rows(m, limit)
+        rows = task_rows(wb.load(model, device=device), limit)
+    from workbench.commands.jobs import run_job
+    from workbench.jobs import resolve_address
+    from workbench.jobs.kinds import estimate
 
-    def on_estimate(seconds: float) -> None:
-        console().print(f"path patching: about {seconds:.0f} s on this machine")
-
-    with _progress(not as_json) as step:
-        res = circuit(m, rows, method=method, edges=edges, ablation=ablation, metric=metric, grid=ks,
-                      selection=selection, evaluate=evaluate_, batch_size=batch_size, on_step=step,
-                      on_estimate=on_estimate, **params)
+    job_spec = {"kind": "circuit_discover", "model": model, "device": device, "rows": rows,
+                "prompts_file": None if prompts == "task" else prompts, "method": method, "params": params,
+                "edges": edges, "ablation": ablation, "metric": metric, "selection": selection,
+                "evaluate": evaluate_, "grid": ks, "batch_size": batch_size}
+    if spec.exact and resolve_address(ray_address) is None:  # path patching: say what it costs first
+        cost = estimate(job_spec, 1)
+        if cost is not None:
+            console().print(f"path patching: about {cost.seconds:.0f} s on this machine")
+    job, res = run_job(job_spec, 1, ray_address, save=save)
     out = res.to_json()
+    out["job_id"] = job.id
     if save:
-        out["run"] = res.save().id
+        out["run"] = job.run_id
     emit(out, as_json, _human)
 
 
@@ -133,9 +140,11 @@ def evaluate(
     keep: list[str] = typer.Option(None, "--keep", help="Evaluate exactly these edges instead, 'SRC->DST' "
                                    "(repeatable), e.g. --keep 'L0.H0->L1.H0.q'."),
     device: str = DEVICE_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Re-evaluate a saved circuit: its faithfulness curve (or one hand-picked circuit) on its prompts."""
+    """Re-evaluate a saved circuit: its faithfulness curve (or one hand-picked circuit) on its prompts. Runs
+    as a job (nothing new is stored), on a Ray cluster with --ray-address."""
     from workbench.cli import check_device
     from workbench.errors import RangeError
     from workbench.store import RunStore
@@ -151,55 +160,14 @@ def evaluate(
     from circuits.discover import CircuitResult
 
     res = CircuitResult.from_run(RunStore().get(run))
-    ids = [res.graph.edge_id(s, d) for s, d in pairs]  # unknown edge names fail before the model loads
-    import torch
+    for s, d in pairs:
+        res.graph.edge_id(s, d)  # unknown edge names fail before the model loads
+    from workbench.commands.jobs import run_job
 
-    import workbench as wb
-
-    m = wb.load(res.model, device=check_device(device))
-    if edges is not None:
-        res.edges = min(edges, res.graph.n_edges)
-    if ids:
-        from circuits.counterfactual import prepare
-        from circuits.evaluate import metrics
-        from circuits.intervene import References
-
-        mask = torch.zeros(res.graph.n_edges, dtype=torch.bool)
-        mask[ids] = True
-        prompts = prepare(m, res.rows, ablation or res.ablation, res.metric)
-        refs = References(m, res.graph, prompts)
-        everything = torch.ones_like(mask)
-        full, empty, kept, rest = metrics(m, res.graph, prompts, refs,
-                                          torch.stack([everything, ~everything, mask, ~mask])).tolist()
-        out = {"run": run, "model": res.model, "edges": [{"src": s, "dst": d, "score": res.score_of(s, d)}
-                                                         for s, d in pairs],
-               "normalized": (kept - empty) / (full - empty), "complement": (rest - empty) / (full - empty),
-               "metric_full": full, "metric_empty": empty, "ablation": prompts.ablation}
-        emit(out, as_json)
+    spec = {"kind": "circuit_evaluate", "run": run, "device": check_device(device), "edges": edges,
+            "ablation": ablation, "selection": selection, "grid": ks, "keep": [list(p) for p in pairs]}
+    job, result = run_job(spec, 1, ray_address, save=False)
+    if pairs:
+        emit({**result.out, "job_id": job.id}, as_json)
         return
-    with _progress(not as_json) as step:
-        res.evaluate(m, grid=ks, ablation=ablation, selection=selection, on_step=step)
-    res.selection = selection
-    emit({**res.to_json(), "run": run}, as_json, _human)
-
-
-class _progress:
-    """A rich progress bar on stderr (prompts scored), or nothing with --json."""
-
-    def __init__(self, show: bool) -> None:
-        self.show = show
-        self.bar = None
-
-    def __enter__(self):
-        if not self.show:
-            return None
-        from workbench.cli import progress
-
-        self.bar = progress()
-        self.bar.__enter__()
-        task = self.bar.add_task("prompts", total=None)
-        return lambda n: self.bar.advance(task, n)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.bar is not None:
-            self.bar.__exit__(*exc)
+    emit({**result.to_json(), "run": run, "job_id": job.id}, as_json, _human)

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import JSON_OPTION, emit, progress
+from workbench.cli import JSON_OPTION, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
+WORKERS_OPTION = typer.Option(1, "--workers", callback=positive_int,
+                              help="Ray workers to deal the (method, image batch) pairs over, each holding the "
+                              "model once (1: run in this process unless --ray-address is given).")
 
 
 def register(app: typer.Typer) -> None:
@@ -16,15 +20,23 @@ def register(app: typer.Typer) -> None:
     app.command("train-vit")(train_vit)
 
 
-def _load_vit(model: str, device: str = "cpu"):
-    """Resolve first, so a non-ViT model is refused before anything heavy is loaded."""
+def _vit_entry(model: str):
+    """The zoo entry, refused unless a ViT (nothing heavy is loaded)."""
     from workbench.errors import WorkbenchError
-    from workbench.zoo import load, resolve
+    from workbench.zoo import resolve
 
     entry = resolve(model)
     if entry.kind != "vit":
         raise WorkbenchError(f"model {model!r} has kind {entry.kind!r}, not a vision transformer: "
                              "vit commands need a kind 'vit' model (see `workbench models`)")
+    return entry
+
+
+def _load_vit(model: str, device: str = "cpu"):
+    """Resolve first, so a non-ViT model is refused before anything heavy is loaded."""
+    from workbench.zoo import load
+
+    _vit_entry(model)
     return load(model, device=device)
 
 
@@ -33,6 +45,29 @@ def _threads(n: int) -> None:
 
     if n > 0:
         torch.set_num_threads(n)
+
+
+def _check_shape(model: str, batch) -> None:
+    """A workbench ViT's config says its classes and image size: a set it does not fit is refused before
+    any job starts (other ViTs are checked by the job, once loaded)."""
+    import json
+    from pathlib import Path
+
+    from workbench.jobs.kind_vit import check_fits
+    from workbench.zoo import resolve
+
+    entry = resolve(model)
+    try:
+        cfg = json.loads((Path(entry.path) / "config.json").read_text())
+    except (TypeError, OSError, ValueError):
+        return
+    if cfg.get("model_type") != "workbench-vit" or not isinstance(cfg.get("model"), dict):
+        return
+    from types import SimpleNamespace
+
+    from attribution.vit.model import ViTConfig
+
+    check_fits(SimpleNamespace(cfg=ViTConfig.from_dict(cfg["model"])), batch, model, batch.dataset)
 
 
 def vit_eval(
@@ -47,10 +82,15 @@ def vit_eval(
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
+    workers: int = WORKERS_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Localization benchmark: pointing game, energy pointing, mask IoU, deletion/insertion,
-    perturbation AUCs, class sensitivity and seconds per image for each method."""
+    perturbation AUCs, class sensitivity and seconds per image for each method.
+
+    Runs as a job (``workbench jobs list``): with --workers N the (method, image batch) pairs are dealt over
+    N Ray workers; every number but the times is that of one process."""
     from workbench.errors import WorkbenchError
 
     if n < 1:
@@ -58,36 +98,25 @@ def vit_eval(
     from attribution.vit.methods import parse_methods
 
     names = parse_methods(methods)
-    _threads(threads)
+    _vit_entry(model)
     from attribution.vit import data
-    from attribution.vit.evaluate import cost_ratio, evaluate
 
-    vit = _load_vit(model)
     if dataset not in data.DATASETS:
         raise WorkbenchError(f"unknown dataset {dataset!r}: use {', '.join(data.DATASETS)}")
-    batch = data.sample_images(dataset, n, seed)
-    if vit.cfg.n_classes != len(batch.class_names) or vit.cfg.image_size != batch.images.shape[-1]:
-        raise WorkbenchError(f"model {model!r} ({vit.cfg.n_classes} classes, {vit.cfg.image_size}px) "
-                             "does not "
-                             f"fit the {dataset} set ({len(batch.class_names)} classes, "
-                             f"{batch.images.shape[-1]}px)")
-    with progress() as bar:
-        task = bar.add_task("vit-eval", total=n * len(names))
-        done: dict[str, int] = {}
+    _check_shape(model, data.sample_images(dataset, n, seed))
+    _threads(threads)
+    from workbench.commands.jobs import run_job
 
-        def tick(name: str, k: int) -> None:
-            done[name] = k
-            bar.update(task, completed=sum(done.values()), description=f"vit-eval {name}")
-
-        res = evaluate(vit, batch, names, model_name=model, batch_size=batch_size, seed=seed,
-                       on_progress=tick)
-    if "dap" in names:
-        k = min(batch_size, n)
-        res.cost = cost_ratio(vit, batch.images[:k], batch.labels[:k], "dap")
+    spec = {"kind": "vit_eval", "model": model, "methods": names, "n": n, "seed": seed, "dataset": dataset,
+            "batch_size": batch_size}
+    if threads:
+        spec["threads"] = threads
+    job, res = run_job(spec, workers, ray_address, save=save)
+    k = min(batch_size, n)
     out = res.to_json()
+    out["job_id"] = job.id
     if save:
-        run = res.save(args={"model": model, "methods": names, "n": n, "seed": seed, "dataset": dataset})
-        out["run"] = run.id
+        out["run"] = job.run_id
     out["markdown"] = res.markdown()
 
     def human(o):
