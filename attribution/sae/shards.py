@@ -105,78 +105,131 @@ def cache_shards(
 ) -> ShardSet:
     """Cache ``hooks`` over ``texts`` into shards under ``out`` until ``n_tokens`` activations per
     hook are stored; resumes where a previous call with the same arguments stopped."""
-    import contextlib
-
-    import torch
-    from safetensors.torch import save_file
-
-    from attribution.sae.cache import stop_layer, token_windows
-
     out = Path(out)
+    manifest = open_manifest(model, hooks, out, ctx, skip_first, bf16)
+    got = sum(s["n_tokens"] for s in manifest["shards"])
+    windows, plan = plan_shards(model, texts, manifest, n_tokens, ctx, batch_size, shard_tokens)
+    for a, b, _ in plan:
+        def report(n: int, before: int = got) -> None:
+            if on_progress:
+                on_progress(min(before + n, n_tokens), n_tokens)
+
+        entry = write_shard(model, manifest, out, len(manifest["shards"]), windows[a:b],
+                            manifest["windows_done"], batch_size, report)
+        got += entry["n_tokens"]
+        manifest["shards"].append(entry)
+        manifest["windows_done"] += entry["n_windows"]
+        _write_atomic(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+    if not manifest["shards"]:
+        raise DatasetError("the corpus gave no token windows to cache")
+    return ShardSet(out, manifest)
+
+
+def open_manifest(model: Any, hooks: list[str], out: Path, ctx: int, skip_first: int, bf16: bool) -> dict[str, Any]:
+    """The manifest of ``out`` (a fresh one if there is none), checked against these settings."""
     for h in hooks:
         model.check_hook(h)
     if skip_first < 0 or skip_first >= ctx:
         raise DatasetError(f"skip_first={skip_first} must be between 0 and ctx-1")
     out.mkdir(parents=True, exist_ok=True)
-    spec = {"model": model.name, "hooks": list(hooks), "ctx": ctx, "skip_first": skip_first,
-            "bf16": bf16}
+    spec = {"model": model.name, "hooks": list(hooks), "ctx": ctx, "skip_first": skip_first, "bf16": bf16}
     path = out / MANIFEST
     manifest = json.loads(path.read_text()) if path.exists() else {**spec, "shards": [], "windows_done": 0}
     if any(manifest.get(k) != v for k, v in spec.items()):
         raise DatasetError(f"{out} holds shards cached with other settings; use another directory")
+    return manifest
+
+
+def plan_shards(model: Any, texts: Iterable[str], manifest: dict[str, Any], n_tokens: int, ctx: int,
+                batch_size: int, shard_tokens: int) -> tuple[list[list[int]], list[tuple[int, int, int]]]:
+    """The windows still to cache (after the manifest's ``windows_done``) and the shards they make:
+    (first window, stop window, tokens) each. Batches of ``batch_size`` windows run in order; a shard
+    closes after the batch that brings it to ``shard_tokens``, the last when ``n_tokens`` are stored.
+    Only window lengths decide this, so every process that plans it gets the same shards, and any one
+    shard can be written alone (write_shard) with the bytes a single pass writes."""
+    from attribution.sae.cache import token_windows
+
+    skip = manifest["skip_first"]
     got = sum(s["n_tokens"] for s in manifest["shards"])
+    stream: Iterator[list[int]] = islice(token_windows(model, texts, ctx), manifest["windows_done"], None)
+    windows: list[list[int]] = []
+    plan: list[tuple[int, int, int]] = []
+    start = n_buf = 0
+    while got < n_tokens:
+        batch = list(islice(stream, batch_size))
+        if not batch:
+            break
+        windows += batch
+        n = sum(len(b) - skip for b in batch)
+        n_buf, got = n_buf + n, got + n
+        if n_buf >= shard_tokens:
+            plan.append((start, len(windows), n_buf))
+            start, n_buf = len(windows), 0
+    if n_buf:
+        plan.append((start, len(windows), n_buf))
+    return windows, plan
+
+
+def write_shard(model: Any, manifest: dict[str, Any], out: Path, index: int, windows: list[list[int]],
+                first_window: int, batch_size: int, on_batch: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Cache one planned shard (``windows``, the corpus's windows from ``first_window`` on) as the
+    ``index``-th shard of ``out``; its manifest entry. ``on_batch(tokens so far)`` after each batch. A
+    complete file already there for these very windows is kept (a resumed job)."""
+    import contextlib
+
+    import torch
+    from safetensors.torch import save_file
+
+    from attribution.sae.cache import stop_layer
+
+    hooks, ctx, skip_first = manifest["hooks"], manifest["ctx"], manifest["skip_first"]
+    name = f"shard_{index:05d}.safetensors"
+    n_tokens = sum(len(b) - skip_first for b in windows)
+    entry = {"file": name, "n_tokens": n_tokens, "n_windows": len(windows)}
+    pad = torch.full((len(windows), ctx), -1, dtype=torch.long)
+    for i, b in enumerate(windows):
+        pad[i, : len(b)] = torch.tensor(b)
+    if _same_windows(out / name, pad):
+        if on_batch:
+            on_batch(n_tokens)
+        return entry
     stops = [stop_layer(h) for h in hooks]
     kwargs = {} if None in stops or not getattr(model, "can_stop_at_layer", False) else {
         "stop_at_layer": max(stops)}
-    windows: Iterator[list[int]] = islice(token_windows(model, texts, ctx), manifest["windows_done"], None)
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if manifest["bf16"] else contextlib.nullcontext()
     buf: dict[str, list] = {h: [] for h in hooks}
-    buf_where, buf_windows, n_buf = [], [], 0
-
-    def flush_shard() -> None:
-        nonlocal n_buf, buf_where, buf_windows
-        index = len(manifest["shards"])
-        tensors = {h: torch.cat(buf[h]).contiguous() for h in hooks}
-        tensors["where"] = torch.cat(buf_where).int().contiguous()
-        tensors["windows"] = torch.stack(buf_windows).int().contiguous()
-        name = f"shard_{index:05d}.safetensors"
-        _write_atomic(out / name, lambda p: save_file(tensors, str(p)))
-        manifest["shards"].append({"file": name, "n_tokens": n_buf, "n_windows": len(buf_windows)})
-        manifest["windows_done"] += len(buf_windows)
-        _write_atomic(path, lambda p: p.write_text(json.dumps(manifest, indent=1)))
-        for h in hooks:
-            buf[h] = []
-        buf_where, buf_windows, n_buf = [], [], 0
-
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
-    while got < n_tokens:
-        batch = list(islice(windows, batch_size))
-        if not batch:
-            break
-        pad = torch.full((len(batch), ctx), -1, dtype=torch.long)
-        for i, b in enumerate(batch):
-            pad[i, : len(b)] = torch.tensor(b)
+    where, done = [], 0
+    for s in range(0, len(windows), batch_size):
+        batch, rows = windows[s : s + batch_size], pad[s : s + batch_size]
         # pad with each window's last token; a causal model never lets padding reach real positions
-        tokens = torch.where(pad < 0, pad.new_tensor([b[-1] for b in batch]).unsqueeze(1), pad)
+        tokens = torch.where(rows < 0, rows.new_tensor([b[-1] for b in batch]).unsqueeze(1), rows)
         with torch.no_grad(), autocast:
             _, cache = model.run_with_cache(tokens.to(model.device), names_filter=hooks, **kwargs)
-        first_window = manifest["windows_done"] + len(buf_windows)
         for i, b in enumerate(batch):
             for h in hooks:
                 buf[h].append(cache[h][i, skip_first : len(b)].float().cpu().half())
             pos = torch.arange(skip_first, len(b))
-            buf_where.append(torch.stack([torch.full_like(pos, first_window + i), pos], 1))
-            buf_windows.append(pad[i])
-            n_buf += len(b) - skip_first
-            got += len(b) - skip_first
-        if n_buf >= shard_tokens:
-            flush_shard()
-        if on_progress:
-            on_progress(min(got, n_tokens), n_tokens)
-    if n_buf:
-        flush_shard()
-    if not manifest["shards"]:
-        raise DatasetError("the corpus gave no token windows to cache")
-    return ShardSet(out, manifest)
+            where.append(torch.stack([torch.full_like(pos, first_window + s + i), pos], 1))
+            done += len(b) - skip_first
+        if on_batch:
+            on_batch(done)
+    tensors = {h: torch.cat(buf[h]).contiguous() for h in hooks}
+    tensors["where"] = torch.cat(where).int().contiguous()
+    tensors["windows"] = pad.int().contiguous()
+    _write_atomic(out / name, lambda p: save_file(tensors, str(p)))
+    return entry
+
+
+def _same_windows(path: Path, pad: Any) -> bool:
+    if not path.exists():
+        return False
+    from safetensors import safe_open
+
+    try:
+        with safe_open(str(path), "pt") as fh:
+            return bool((fh.get_tensor("windows") == pad.int()).all()) and fh.get_tensor("windows").shape == pad.shape
+    except Exception:  # unreadable: write it again
+        return False
 
 
 def shard_batches(shards: ShardSet, hook: str, batch_size: int, seed: int = 0, skip: int = 0,

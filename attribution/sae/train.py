@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -76,8 +76,10 @@ def fit(
     lr: float = 4e-4,
     seed: int = 0,
     quiet: bool = True,
+    on_progress: Callable[[int, int], None] | None = None,
 ) -> Any:
-    """Train ``sae`` on ``n_samples`` activations drawn from ``acts`` with SAELens' trainer."""
+    """Train ``sae`` on ``n_samples`` activations drawn from ``acts`` with SAELens' trainer;
+    ``on_progress(samples done, samples in all)`` every 20 steps and at the end."""
     import contextlib
     import io
 
@@ -105,10 +107,24 @@ def fit(
     with torch.no_grad():  # b_dec starts at the (normalised) data mean, so features learn deviations
         x = acts[:200_000].float()
         sae.b_dec.copy_(x.mean(0) * (acts.shape[1] ** 0.5) / x.norm(dim=1).mean())
-    trainer = sl.SAETrainer(cfg=cfg, sae=sae, data_provider=batches(acts, batch_size, seed))
+    data = batches(acts, batch_size, seed)
+    if on_progress:
+        data = _reporting(data, steps, batch_size, on_progress)
+    trainer = sl.SAETrainer(cfg=cfg, sae=sae, data_provider=data)
     sink = io.StringIO()
     with contextlib.redirect_stderr(sink) if quiet else contextlib.nullcontext():
-        return trainer.fit()
+        sae = trainer.fit()
+    if on_progress:
+        on_progress(steps * batch_size, steps * batch_size)
+    return sae
+
+
+def _reporting(data: Iterator[Any], steps: int, batch_size: int,
+               on_progress: Callable[[int, int], None]) -> Iterator[Any]:
+    for i, batch in enumerate(data):
+        if i % 20 == 0 and i < steps:
+            on_progress(i * batch_size, steps * batch_size)
+        yield batch
 
 
 def save_sae(sae: Any, path: Path, extra: dict[str, Any] | None = None) -> Path:
@@ -255,13 +271,14 @@ def train_sae(
     out: Path | None = None,
     eval_windows: int = 8,
     seed: int = 0,
+    on_progress: Callable[[int, int], None] | None = None,
     **kw: Any,
 ) -> tuple[Any, SAEMetrics, dict[str, Any]]:
     """Train on the cache's training part, evaluate on its held-out windows, optionally save."""
     train, held, held_windows = split_cache(cache)
     sae = training_sae(kind, cache.d_in, width, k=k, model=cache.model, hook=cache.hook, **kw)
     started = time.time()
-    sae = fit(sae, train, int(epochs * train.shape[0]), batch_size, lr, seed)
+    sae = fit(sae, train, int(epochs * train.shape[0]), batch_size, lr, seed, on_progress=on_progress)
     seconds = time.time() - started
     # evaluate the inference SAE exactly as it is saved and loaded (BatchTopK becomes JumpReLU)
     import tempfile

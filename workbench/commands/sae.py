@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
 
 sae_app = typer.Typer(
@@ -17,6 +17,7 @@ sae_app = typer.Typer(
 
 def register(app: typer.Typer) -> None:
     sae_app.command("train")(train)
+    sae_app.command("cache")(cache)
     sae_app.command("eval")(evaluate)
     sae_app.command("corpus")(corpus)
     app.add_typer(sae_app, name="sae")
@@ -58,6 +59,7 @@ def train(
     keep_first: bool = typer.Option(False, "--keep-first", help="Also train on position 0 (the "
                                     "attention sink, whose norm dwarfs the rest; left out by default)."),
     device: str = DEVICE_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Cache activations at HOOK, train an SAE (SAELens) or a skip transcoder (--kind transcoder:
@@ -65,83 +67,60 @@ def train(
     residual dimensions), L0, dead fraction and the next-token loss change with it spliced in.
 
     LLMs train on the English corpus from activation shards on disk (resumable: run the same
-    command again after an interruption); toy models and --corpus train in memory."""
+    command again after an interruption); toy models and --corpus train in memory. With
+    --ray-address it runs as a job on Ray (progress: training steps)."""
     from attribution.sae.train import KINDS
-    from workbench.errors import RangeError
-
-    if kind == "transcoder" or (kind == "topk" and corpus is None and not _is_toy(model)):
-        _train_from_shards(model, hook, tokens, kind, width, k, lr, batch_size, out, seed,
-                           keep_first, device, as_json)
-        return
-    if kind not in KINDS:
-        raise RangeError(f"unknown SAE kind {kind!r}: {', '.join(KINDS)}")
-    if tokens < 256:
-        raise RangeError(f"--tokens {tokens} is too few: cache at least 256")
-    if batch_size < 1 or epochs <= 0:
-        raise RangeError("--batch-size must be at least 1 and --epochs positive")
-    if width is not None and width < 1:
-        raise RangeError(f"--width must be positive, got {width}")
-    if width is not None and kind in ("topk", "batchtopk") and not 0 < k <= width:
-        raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
-
-    import workbench
-    from attribution.sae.train import train_sae
     from workbench.cli import check_device
-    from workbench.store import RunDraft, RunStore
+    from workbench.errors import RangeError
+    from workbench.jobs import resolve_address
+    from workbench.jobs.kind_sae import from_shards, is_toy, train_dictionary
 
-    _threads()
-    started = time.time()
-    m = workbench.load(model, device=check_device(device))
-    m.check_hook(hook)
-    cache = _cache(m, hook, tokens, ctx, corpus, seed, skip_first=0 if keep_first else 1)
-    # the SAE's metadata names the model as the user gave it, so `sae features/eval` can reload it
-    # (a zoo name, or a local path for models outside the zoo)
-    cache.model = model
-    width = width or 8 * cache.d_in
-    if kind in ("topk", "batchtopk") and not 0 < k <= width:
+    spec = {"kind": "sae_train", "model": model, "device": check_device(device), "hook": hook, "tokens": tokens,
+            "sae_kind": kind, "width": width, "k": k, "epochs": epochs, "lr": lr, "batch_size": batch_size,
+            "l1": l1, "l0": l0, "ctx": ctx, "corpus": corpus, "out": str(Path(out).resolve()) if out else None,
+            "seed": seed, "keep_first": keep_first}
+    shards = from_shards(spec)
+    if shards and is_toy(model):
+        raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "
+                         "LLM of the zoo (toy models train in memory with --kind topk)")
+    if not shards:
+        if kind not in KINDS:
+            raise RangeError(f"unknown SAE kind {kind!r}: {', '.join(KINDS)}")
+        if tokens < 256:
+            raise RangeError(f"--tokens {tokens} is too few: cache at least 256")
+    if width is not None and kind in ("topk", "batchtopk", "transcoder") and not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
-    t_cache = time.time() - started
-    store = RunStore()
-    safe_hook = hook.replace(".", "-")
-    path = (
-        Path(out)
-        if out
-        else store.root / "saes" / f"{Path(m.name).name}_{safe_hook}_{kind}{width}_{int(time.time())}"
-    )
-    sae, metrics, info = train_sae(
-        m, cache, kind, width, k, epochs, batch_size=batch_size, lr=lr, out=path, seed=seed, l1=l1, l0=l0
-    )
-    result = {
-        **metrics.to_json(),
-        "path": str(path),
-        "kind": kind,
-        "width": width,
-        "k": k,
-        "hook": hook,
-        "model": m.name,
-        "train_tokens": info["train_tokens"],
-    }
-    run = store.save(
-        RunDraft(
-            kind="sae",
-            model=m.name,
-            method=f"sae-{kind}",
-            args={
-                "hook": hook,
-                "tokens": tokens,
-                "width": width,
-                "k": k,
-                "epochs": epochs,
-                "lr": lr,
-                "ctx": ctx,
-            },
-            timings={"cache_s": t_cache, "train_s": info["seconds"], "total_s": time.time() - started},
-            result=result,
-        )
-    )
-    result["run"] = run.id
+    if resolve_address(ray_address) is not None:
+        from workbench import zoo
+        from workbench.commands.jobs import run_job
+
+        zoo.resolve(model)  # an unknown model fails here, not in a worker
+        job, res = run_job(spec, 1, ray_address)
+        result = {**res.result, "run": job.run_id, "job_id": job.id}
+    else:
+        from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+        from workbench.store import RunStore
+
+        with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
+                      TimeRemainingColumn(), console=console(), transient=True,
+                      disable=as_json or not shards) as bar:
+            task = bar.add_task("starting", total=1)
+
+            def progress(stage: str, done: int, total: int) -> None:
+                bar.update(task, description=stage, completed=done, total=max(total, 1))
+
+            res = train_dictionary(spec, progress)
+        result = {**res.result, "run": res.save(RunStore()).id}
 
     def human(o):
+        if "explained_variance_no_top2" in o:
+            console().print(
+                f"{o['kind']} saved to {o['path']} (run {o['run']})\n"
+                f"explained variance {o['explained_variance']:.3f} ({o['explained_variance_no_top2']:.3f} "
+                f"without the top two dimensions)  L0 {o['l0']:.1f}  dead {o['dead_fraction']:.1%}  "
+                f"next-token loss change {o['ce_loss_delta']:+.4f} nats")
+            return
         console().print(
             f"SAE saved to {o['path']} (run {o['run']})\n"
             f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
@@ -152,67 +131,62 @@ def train(
     emit(result, as_json, human)
 
 
-def _is_toy(model: str) -> bool:
+def cache(
+    model: str = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus)."),
+    hooks: str = typer.Option(..., "--hooks", help="Comma-separated hooks, cached in one pass, e.g. "
+                              "blocks.6.hook_resid_post,blocks.6.ln2.hook_normalized."),
+    tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache per hook.", callback=positive_int),
+    split: str = typer.Option("train", "--split", help="Corpus split: train or heldout."),
+    corpus: str = typer.Option(None, "--corpus", help="English corpus file (default data/corpus/english.jsonl.gz)."),
+    out: str = typer.Option(None, "--out", help="Shard directory (default: the one `sae train` reads, under "
+                            "~/.cache/workbench/acts/)."),
+    ctx: int = typer.Option(128, "--ctx", help="Context window.", callback=positive_int),
+    batch_size: int = typer.Option(16, "--batch-size", help="Windows per forward.", callback=positive_int),
+    shard_tokens: int = typer.Option(65_536, "--shard-tokens", help="Tokens per shard file (the unit the "
+                                     "workers share).", callback=positive_int),
+    keep_first: bool = typer.Option(False, "--keep-first", help="Also cache position 0 (the attention sink)."),
+    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).",
+                                callback=positive_int),
+    device: str = DEVICE_OPTION,
+    workers: int = WORKERS_OPTION,
+    ray_address: str = RAY_ADDRESS_OPTION,
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Cache activations at HOOKS over the English corpus into resumable float16 shards on disk (what
+    `sae train` and scripts/build_dictionaries.py train from). --workers N splits the shards over N Ray
+    workers, each holding the model once; the files are the ones a single process writes."""
+    from attribution.sae.build import shards_root
     from workbench import zoo
-    from workbench.errors import WorkbenchError
-
-    try:
-        return zoo.resolve(model).kind != "llm"
-    except WorkbenchError:
-        return True  # let the in-memory path report the bad model name as it always has
-
-
-def _train_from_shards(model: str, hook: str, tokens: int, kind: str, width: int | None, k: int,
-                       lr: float, batch_size: int, out: str | None, seed: int, keep_first: bool,
-                       device: str, as_json: bool) -> None:
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    import workbench
-    from attribution.sae.build import BuildSpec, build_dictionary, transcoder_input
     from workbench.cli import check_device
-    from workbench.errors import RangeError
-    from workbench.store import RunDraft, RunStore
+    from workbench.commands.jobs import run_job
+    from workbench.corpus import SPLITS, english_path
+    from workbench.errors import DatasetError, RangeError
 
-    if _is_toy(model):
-        raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "
-                         "LLM of the zoo (toy models train in memory with --kind topk)")
-    _threads()
-    started = time.time()
-    m = workbench.load(model, device=check_device(device))
-    m.check_hook(hook)
-    hook_in = transcoder_input(hook) if kind == "transcoder" else hook
-    width = width or 4 * int(m.arch.d_model)
-    if not 0 < k <= width:
-        raise RangeError(f"--k {k} must be between 1 and the dictionary width {width}")
-    spec = BuildSpec(hook=hook_in, kind=kind, width=width, k=k, tokens=tokens, batch_size=batch_size,
-                     lr=lr, skip_first=0 if keep_first else 1, seed=seed)
-    store = RunStore()
-    name = f"{Path(m.name).name}_L{spec.layer}_{'transcoder' if kind == 'transcoder' else 'resid-topk'}{width}"
-    path = Path(out) if out else store.root / "saes" / name
-    with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                  TimeRemainingColumn(), console=console(), transient=True,
-                  disable=as_json) as bar:
-        task = bar.add_task("starting", total=1)
-
-        def progress(stage: str, done: int, total: int) -> None:
-            bar.update(task, description=stage, completed=done, total=max(total, 1))
-
-        info = build_dictionary(m, spec, path, progress)
-    result = {**info["metrics"], "path": str(path), "kind": kind, "width": width, "k": k,
-              "hook": spec.hook, "hook_out": spec.hook_out, "model": m.name,
-              "train_tokens": info["train_tokens"]}
-    run = store.save(RunDraft(kind="sae", model=m.name, method=f"sae-{kind}",
-                              args={"hook": spec.hook, "tokens": tokens, "width": width, "k": k, "lr": lr},
-                              timings={**info["seconds"], "total_s": time.time() - started}, result=result))
-    result["run"] = run.id
+    names = [h.strip() for h in hooks.split(",") if h.strip()]
+    if not names:
+        raise RangeError("--hooks names no hook")
+    if split not in SPLITS:
+        raise DatasetError(f"unknown corpus split {split!r}: {', '.join(SPLITS)}")
+    skip_first = 0 if keep_first else 1
+    if skip_first >= ctx:
+        raise RangeError(f"--ctx {ctx} is too short: it must exceed the skipped first position")
+    source = Path(corpus) if corpus else english_path()
+    if not source.is_file():
+        raise DatasetError(f"no English corpus at {source}")
+    entry = zoo.resolve(model)
+    if entry.kind != "llm":
+        raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
+    target = Path(out) if out else shards_root(entry.name) / split
+    spec = {"kind": "sae_cache", "model": model, "device": check_device(device), "threads": threads,
+            "hooks": names, "split": split, "corpus": str(source.resolve()), "out": str(target.resolve()),
+            "tokens": tokens, "ctx": ctx, "batch_size": batch_size, "shard_tokens": shard_tokens,
+            "skip_first": skip_first, "bf16": True}
+    job, res = run_job(spec, workers, ray_address)
+    result = {**res.to_json(), "run": job.run_id, "job_id": job.id}
 
     def human(o):
-        console().print(
-            f"{kind} saved to {o['path']} (run {o['run']})\n"
-            f"explained variance {o['explained_variance']:.3f} ({o['explained_variance_no_top2']:.3f} "
-            f"without the top two dimensions)  L0 {o['l0']:.1f}  dead {o['dead_fraction']:.1%}  "
-            f"next-token loss change {o['ce_loss_delta']:+.4f} nats"
-        )
+        console().print(f"{o['shards']} shard(s), {o['tokens']:,} tokens x {len(o['hooks'])} hook(s) in {o['out']} "
+                        f"(run {o['run']})")
 
     emit(result, as_json, human)
 
