@@ -70,3 +70,50 @@ def test_uploads_good_and_unreadable(vit_dir):
     assert not problems(at)
     assert len(heat(at)) == len(METHODS)
     assert "pointing_game" not in frame_with(at, "deletion_auc").columns  # no mask for an upload
+
+
+def fake_submit(monkeypatch) -> list:
+    """workbench.jobs.submit that records the job without starting its driver (which would start Ray)."""
+    import workbench.jobs
+    from workbench.jobs import runner
+
+    made = []
+
+    def submit(spec, workers=1, address=None, board=None):
+        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
+        return made[-1]
+
+    monkeypatch.setattr(workbench.jobs, "submit", submit)
+    return made
+
+
+def test_benchmark_runs_as_a_job_and_a_new_session_opens_its_run(vit_dir, monkeypatch):
+    import time
+
+    from app.vit_bench import bench_spec
+    from workbench.jobs import JobBoard, run
+
+    made = fake_submit(monkeypatch)
+    state = {"vit_model": str(vit_dir), "vit_methods": METHODS, "vit_bench_methods": ["rollout", "random"],
+             "vit_bench_n": 6}
+    at = open_page("vision", state)
+    assert not problems(at)
+    with pytest.raises(AssertionError, match="no dataframe"):  # nothing is benchmarked until asked
+        frame_with(at, "seconds_per_image")
+    at.button(key="_vit_bench_job_start").click().run()
+    assert not problems(at)
+    spec = bench_spec(str(vit_dir), ["rollout", "random"], "synthetic", 6)
+    assert len(made) == 1 and made[0].spec == spec and JobBoard().get(made[0].id).state == "queued"
+    assert any(made[0].id in str(m.value) for m in at.markdown)  # the job, shown inline
+    # Its driver would run it on Ray; here it runs in this process, into the same store.
+    done, _ = run(spec, save=True)
+    started = time.perf_counter()
+    at = open_page("vision", state)  # a new session: the stored run at once, no Run button
+    print(f"a new session opened the stored benchmark in {time.perf_counter() - started:.2f} s")
+    assert not problems(at)
+    assert not any(b.key == "_vit_bench_job_start" for b in at.button)
+    table = frame_with(at, "seconds_per_image")
+    assert list(table["method"]) == ["rollout", "random"] and "pointing_game" in table.columns
+    assert any(done.run_id in str(c.value) for c in at.caption)
+    assert chart(at, "vit_bench_chart")["data"]
+    assert len(JobBoard().list()) == 2  # nothing more was started

@@ -1,4 +1,5 @@
-"""Vision: every map method on one image, beside the object mask, with metrics."""
+"""Vision: every map method on one image, beside the object mask, with metrics; and the benchmark over
+held-out images, run as a job (app/vit_bench.py)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import streamlit as st
 
 from app import common as C
 from app import share as S
+from app import vit_bench as B
+from app.vit_bench import metric_columns
 
 
 def read_upload(upload: Any, size: int, channels: int):
@@ -30,30 +33,6 @@ def read_upload(upload: Any, size: int, channels: int):
     arr = np.asarray(img, dtype=np.float32) / 255.0
     arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     return torch.from_numpy(arr.copy())[None]
-
-
-# which way each metric column is better (the table's headers carry an arrow, the tooltips say why)
-BETTER = {
-    "seconds": ("lower", "time the method took"),
-    "pointing_game": ("higher", "1 if the map's top patch lies on the decisive object"),
-    "energy_pointing_game": ("higher", "share of the map's mass on the decisive object"),
-    "mask_iou": ("higher", "overlap of the map's top patches with the object mask"),
-    "deletion_auc": ("lower", "p(class) as the top patches are removed first: a faithful map drops it fast"),
-    "insertion_auc": ("higher", "p(class) as the top patches are put back first: a faithful map restores it fast"),
-    "positive_perturbation_auc": ("lower", "accuracy while removing the most relevant patches first"),
-    "negative_perturbation_auc": ("higher", "accuracy while removing the least relevant patches first"),
-}
-
-
-def metric_columns(table: Any) -> dict[str, Any]:
-    """Column headers with ↑ (higher is better) or ↓ (lower is better), and a tooltip for each."""
-    config = {}
-    for col in table.columns:
-        if col in BETTER:
-            way, what = BETTER[col]
-            config[col] = st.column_config.NumberColumn(f"{col} {'↑' if way == 'higher' else '↓'}",
-                                                        help=f"{what}; {way} is better", format="%.3f")
-    return config
 
 
 def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
@@ -109,6 +88,11 @@ if not hasattr(model, "check_images"):
     st.error(f"{loaded.name} is not an image classifier: pick a ViT model.")
     st.stop()
 cfg = model.cfg
+
+# The benchmark first: the image view below may stop the page (no upload yet, no method picked).
+with st.expander("Benchmark: every method on held-out images (vit-eval)",
+                 expanded=bool(st.session_state.get(B.JOB_KEY))):
+    B.benchmark(loaded.name, "hard" if "hard" in loaded.name else "digits" if "digit" in loaded.name else "synthetic")
 
 c1, c2, c3 = st.columns([1, 1, 2])
 SOURCES = ["synthetic", "hard", "digits", "upload"]
