@@ -13,11 +13,14 @@ from app.testing import chart, frame_with, open_page, problems  # noqa: E402
 from workbench.store import RunStore  # noqa: E402
 
 
+def state(model_dir) -> dict:
+    return {"sets_model": str(model_dir), "sets_file": "ioi.jsonl", "sets_limit": 3, "sets_method": "dpa",
+            "sets_level": "head", "sets_batch": 2}
+
+
 @pytest.fixture
 def page(tiny_llama_dir):
-    return open_page("prompt_sets", {"sets_model": str(tiny_llama_dir), "sets_file": "ioi.jsonl",
-                                     "sets_limit": 3, "sets_method": "dpa", "sets_level": "head",
-                                     "sets_batch": 2})
+    return open_page("prompt_sets", state(tiny_llama_dir))
 
 
 def test_attribute_a_prompt_file(page):
@@ -40,3 +43,39 @@ def test_methods_and_levels_follow_each_other(page):
     at.selectbox(key="sets_method").set_value("rollout").run()
     assert not problems(at)
     assert at.selectbox(key="sets_level").options == ["token"]
+
+
+def test_a_slow_set_runs_as_a_job_and_any_session_opens_its_result(page, monkeypatch, tiny_llama_dir):
+    """Over the threshold the page shows the measured estimate and a job button instead of running here; the
+    finished job's run is read back in this session and opened at once by a new one."""
+    import app.jobs_view as J
+    import workbench.jobs as jobs
+    from workbench.jobs import JobBoard
+    from workbench.jobs.runner import drive
+
+    board = JobBoard()
+    started = []
+
+    def record_only(spec, workers=1, address=None, board=None):  # the job's record, not its Ray driver
+        job = board.create(spec, "test", workers=workers, ray_address="local")
+        started.append(job)
+        return job
+
+    monkeypatch.setattr(J, "THRESHOLD_S", 0.0)
+    monkeypatch.setattr(jobs, "submit", record_only)
+    at = page.run()
+    assert not problems(at)
+    assert any("Estimate: 3 prompts x" in w.value for w in at.warning)
+    assert not [b for b in at.button if b.key == "sets_go"]  # nothing starts here without the confirmation
+    at.button(key="sets_job_go").click().run()
+    assert not problems(at) and len(started) == 1
+    assert any("queued" in m.value for m in at.markdown)  # the job's panel, inline
+    job, _ = drive(board.get(started[0].id), board)  # the job runs (here, in this test) and saves its run
+    assert job.state == "done" and job.run_id
+    at.run()
+    assert not problems(at)
+    table = frame_with(at, "top_item")
+    assert len(table) == 3 and table["prompt"].iloc[0].startswith("When Alice and Robert")
+    fresh = open_page("prompt_sets", state(tiny_llama_dir))
+    assert not problems(fresh) and len(frame_with(fresh, "top_item")) == 3  # opened from the run, no button
+    assert len(started) == 1

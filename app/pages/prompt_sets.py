@@ -7,6 +7,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import jobs_view as J
 from app import share as S
 from app.prompt_source import pick_rows
 
@@ -24,6 +25,42 @@ def show(res: Any) -> None:
     pick = st.selectbox("Look at one prompt", range(len(labels)), format_func=lambda i: labels[i], key="sets_pick")
     st.plotly_chart(res.results[pick].plot(), key="sets_one")
     C.save_button(lambda: res, key="sets_save")
+
+
+def per_prompt_seconds(loaded: Any, row: dict[str, Any], method: str, level: str, use_foil: bool) -> float | None:
+    """Seconds one prompt of the set costs with this method here, measured once per (model, method, level,
+    prompt): activation patching from attribution/cost.py (one timed batch of items), any other method by
+    running it on the prompt (a pass or a few). None when the prompt does not encode (the run says why)."""
+    key = (loaded.name, method, level, row["prompt"], row.get("target"), row.get("foil") if use_foil else None)
+    held = st.session_state.setdefault("_sets_cost", {})
+    if key not in held:
+        import time
+
+        from attribution import attribute
+        from attribution.cost import estimate
+
+        foil = row.get("foil") if use_foil else None
+        try:
+            with loaded.lock:
+                enc = loaded.model.encode(row["prompt"], row.get("target"), foil)
+                cost = estimate(loaded.model, enc, method, level)
+                if cost is None:
+                    started = time.perf_counter()
+                    attribute(loaded.model, row["prompt"], target=row.get("target"), foil=foil, method=method,
+                              level=level)
+                    held[key] = time.perf_counter() - started
+                else:
+                    held[key] = cost.seconds
+        except Exception:  # a bad row: the set's own run reports it
+            held[key] = None
+    return held[key]
+
+
+def set_from_run(run_id: str) -> Any:
+    """An AttributionSet read back from its run (a job's result)."""
+    from attribution.prompt_set import AttributionSet
+
+    return AttributionSet.from_run(C.store().get(run_id))
 
 
 st.title("Prompt sets")
@@ -49,7 +86,30 @@ if picked is None:
     st.stop()
 name, rows = picked
 sig = (loaded.name, name, method, level, limit, use_foil, batch)
-if st.button(f"Attribute {len(rows)} prompts with {method} at {level} level", key="sets_go"):
+# The whole set's cost, from the first prompt measured here: a set estimated over a few seconds runs as a job
+# outside this server (every session stays usable), after the user confirms; a cheap one runs here at once.
+cost = per_prompt_seconds(loaded, rows[0], method, level, use_foil)
+estimate = None if cost is None else cost * len(rows)
+spec = {"kind": "attribute_set", "model": loaded.name, "rows": rows, "method": method, "level": level,
+        "use_foil": use_foil, "batch_size": batch, "prompts_file": name}
+held = st.session_state.get("_sets_result")
+job = J.held_job(spec, "_sets_job") if not (held and held[0] == sig) else None
+if job is not None and job.state == "done" and job.run_id:
+    res = C.attempt("Cannot read the job's result", set_from_run, job.run_id)
+    if res is not None:
+        held = (sig, res)
+        st.session_state["_sets_result"] = held
+elif job is not None and job.state in ("queued", "running"):
+    J.live_panel(job.id, "sets_job")
+elif estimate is not None and estimate > J.THRESHOLD_S and not (held and held[0] == sig):
+    if job is not None:  # failed or cancelled: say so above the button that starts it again
+        J.panel(job.id, "sets_job")
+    st.warning(f"Estimate: {len(rows)} prompts x {cost:.2f} s each (measured on the first prompt) = about "
+               f"{estimate:.0f} s. It runs as a job outside this app, so every page stays usable.")
+    if st.button(f"Attribute {len(rows)} prompts with {method} at {level} level as a job (about {estimate:.0f} s)",
+                 key="sets_job_go", type="primary") and J.submit(spec, "_sets_job") is not None:
+        st.rerun()
+elif st.button(f"Attribute {len(rows)} prompts with {method} at {level} level", key="sets_go"):
     with C.Progress(f"{method} · {level} · {len(rows)} prompts", len(rows)) as prog, loaded.lock:
 
         def advance(n: int) -> None:
@@ -57,15 +117,16 @@ if st.button(f"Attribute {len(rows)} prompts with {method} at {level} level", ke
                 prog.step(f"{prog.done + 1} of {len(rows)} prompts")
 
         res = prog.attempt("Attribution failed", engine.attribute_set, loaded.model, rows, method=method, level=level,
-                        use_foil=use_foil, batch_size=batch, on_step=advance)
+                           use_foil=use_foil, batch_size=batch, on_step=advance)
     if res is not None:
-        st.session_state["_sets_result"] = (sig, res)
-held = st.session_state.get("_sets_result")
+        held = (sig, res)
+        st.session_state["_sets_result"] = held
 if held and held[0] == sig:
     show(held[1])
     S.share("sets", loaded.name,
             ["r = " + S.call("wb.attribute_set", S.M, f"data/prompts/{name}" if not name.endswith("upload") else name,
                              method=method, level=level, use_foil=use_foil, batch_size=batch, limit=limit),
              "r.table()"], {"method": method, "level": level})
-else:
-    st.caption(f"{len(rows)} prompts from {name}; press the button to attribute them.")
+elif job is None:
+    here = "" if estimate is None else f" (about {estimate:.1f} s here)"
+    st.caption(f"{len(rows)} prompts from {name}{here}; press the button to attribute them.")
