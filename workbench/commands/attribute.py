@@ -103,7 +103,7 @@ def attribute(
                 "target": target, "foil": foil, "method": name, "level": level, "position": position,
                 "params": params}
         job, res = run_job(spec, workers, ray_address, save=save)
-        out = res.to_json()
+        out = {**res.to_json(), "job_id": job.id}
         if save:
             out["run"] = job.run_id
     else:
