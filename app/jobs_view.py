@@ -157,31 +157,30 @@ def slow_levels(loaded: Any, enc: Any, method: str, levels: tuple[str, ...]) -> 
 def level_jobs(loaded: Any, prompt: str, target: str, foil: str | None, method: str, slow: dict[str, Any],
                position: int | None) -> dict[tuple[str, str], Any]:
     """For each slow level: its estimate and a button that starts it as a job (the confirmation), then the
-    job's live panel; a finished job's result, read back from its run, joins the page's results."""
+    job's live panel; a finished job's result, read back from its run, joins the page's results. A job that
+    any session finished for the same prompt and level opens at once; a failed or cancelled one can be
+    started again. One worker: the server keeps the other core for the sessions' own work."""
     results: dict[tuple[str, str], Any] = {}
     for level, cost in slow.items():
-        sig = (loaded.name, prompt, target, foil, method, level, position)
+        spec = {"kind": "attribute", "model": loaded.name, "prompt": prompt, "target": target, "foil": foil,
+                "method": method, "level": level, "position": position}
         key = f"_attr_job_{level}"
-        held = st.session_state.get(key)
-        if not held or held[0] != sig:
-            st.warning(f"Estimate: {cost.text()}. It runs as a job on Ray, outside this app, so every page stays "
-                       "usable; follow it here or on the Jobs page.")
-            if st.button(f"Run {method} · {level} as a job (about {cost.text().rsplit('about ', 1)[-1]})",
-                         key=f"attr_job_go_{level}"):
-                spec = {"kind": "attribute", "model": loaded.name, "prompt": prompt, "target": target,
-                        "foil": foil, "method": method, "level": level, "position": position}
-                job = submit(spec, f"_attr_job_id_{level}")
-                if job is not None:
-                    st.session_state[key] = (sig, job.id)
-                    st.rerun()
-            continue
-        job = board().get(held[1])
-        if job.state == "done" and job.run_id:
+        job = held_job(spec, key)
+        if job is not None and job.state == "done" and job.run_id:
             got = C.attempt("Cannot read the job's result", _attribution_from_run, job.run_id)
             if got is not None:
                 results[(method, level)] = got
                 continue
-        live_panel(job.id, f"attr_job_{level}")
+        if job is not None and job.state in ("queued", "running"):
+            live_panel(job.id, f"attr_job_{level}")
+            continue
+        if job is not None:  # failed or cancelled: what happened, above the button that starts it again
+            panel(job.id, f"attr_job_{level}")
+        st.warning(f"Estimate: {cost.text()}. It runs as a job on Ray, outside this app, so every page stays "
+                   "usable; follow it here or on the Jobs page.")
+        if st.button(f"Run {method} · {level} as a job (about {cost.text().rsplit('about ', 1)[-1]})",
+                     key=f"attr_job_go_{level}") and submit(spec, key) is not None:
+            st.rerun()
     return results
 
 

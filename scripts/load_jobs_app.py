@@ -68,8 +68,13 @@ def time_dpa(page, text: str, timeout: float = 300) -> float:
     box.fill(text)
     started = time.time()
     box.press("Control+Enter")
-    wait_until(lambda: not idle(page), 10, "the page never started its run")
-    wait_until(lambda: dpa_done(page, text), timeout, "DPA never finished")
+    try:
+        wait_until(lambda: not idle(page), 10, "the page never started its run")
+        wait_until(lambda: dpa_done(page, text), timeout, "DPA never finished")
+    except TimeoutError:
+        shot = Path(tempfile.gettempdir()) / "load_jobs_app-timeout.png"
+        page.screenshot(path=str(shot), full_page=True)
+        raise TimeoutError(f"no DPA result for a fresh prompt within {timeout} s (screenshot {shot})") from None
     errors = page.locator(ERRORS)
     if errors.count():
         raise RuntimeError(errors.first.inner_text()[:300])
