@@ -5,7 +5,10 @@ then starts activation patching at the neuron level on the same page (the page s
 estimate; pressing the button is the confirmation) and waits until its job reports items done. Session B
 times DPA again on fresh prompts while the job runs. Session A then opens the Jobs page and presses Cancel:
 the script measures the seconds until the job's record says cancelled and until its worker and driver
-processes are gone, and session B times DPA once more right after (the model usable at once).
+processes are gone, and session B times DPA once more right after (the model usable at once). Last,
+session A starts the job again and the script kills its Ray worker (SIGKILL): the seconds until the job is
+marked failed, its message, whether session A shows it, and session B's DPA after (the app keeps serving).
+No run may be written by any of it.
 
     .venv/bin/python scripts/load_jobs_app.py [--rounds 2] [--json out.json]
 """
@@ -145,6 +148,22 @@ def main() -> None:
             wait_until(lambda: not any(pid_alive(pid) for pid in pids), 30, f"processes {pids} still run")
             figures["cancel_processes_gone_s"] = round(time.time() - pressed, 2)
             figures["dpa_after_cancel_s"] = time_dpa(b, prompt(7))
+
+            # session A starts it again from the Attribution page; its Ray worker is killed mid-job
+            a.goto(f"{url}/?{q}", timeout=240_000)
+            button.wait_for(timeout=600_000)
+            button.click()
+            wait_until(lambda: (got := job_items(board)) and got[0] > 0, 300, "the second job never progressed")
+            (again,) = [j for j in board.list() if j.kind == "attribute" and j.state == "running"]
+            (worker,) = [int(m) for m in re.findall(r"started \(pid (\d+)\)", "\n".join(again.log))]
+            os.kill(worker, 9)
+            killed = time.time()
+            wait_until(lambda: board.get(again.id).state == "failed", 60, "the job was never marked failed")
+            figures["killed_worker_failed_s"] = round(time.time() - killed, 2)
+            figures["killed_worker_message"] = board.get(again.id).error
+            a.get_by_test_id("stAlertContentError").filter(has_text="died").first.wait_for(timeout=60_000)
+            figures["killed_worker_shown_in_session_a"] = True
+            figures["dpa_after_kill_s"] = time_dpa(b, prompt(8))
             figures["runs_written"] = len([d for d in runs.iterdir() if not d.name.startswith(".")])
             for name, page in (("a", a), ("b", b)):
                 page.screenshot(path=str(tmp / f"session-{name}.png"), full_page=True)
