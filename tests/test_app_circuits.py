@@ -9,6 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
+from job_helpers import fake_submit  # noqa: E402
+
 from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
 from workbench.store import RunStore  # noqa: E402
 
@@ -159,3 +161,31 @@ def test_prompt_file_with_swapped_names(tiny_llama_dir, one_thread):
     assert not problems(at)
     kept = frame_with(at, "src")
     assert 0 < len(kept) < n_all and (kept["score"].abs() >= 0.5 * kept["score"].abs().max()).all()
+
+
+def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, monkeypatch):
+    """Above the threshold (lowered here, so the toy model's discovery counts as long) a method gets a job
+    button with its measured estimate; the finished job's stored circuit opens in a new session at once."""
+    from app import jobs_view
+    from circuits.discover import CircuitResult
+    from workbench.jobs import JobBoard, run
+
+    monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
+    made = fake_submit(monkeypatch)
+    at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
+    assert not problems(at)
+    assert any("dpa on 32 prompts: about" in str(w.value) and "measured now" in str(w.value) for w in at.warning)
+    assert at.button(key="circ_run").disabled  # nothing left to run in the app
+    at.button(key="_circ_job_dpa_start").click().run()
+    assert not problems(at)
+    (job,) = made
+    assert job.spec["kind"] == "circuit_discover" and job.spec["method"] == "dpa"
+    assert JobBoard().get(job.id).state == "queued" and not results(at)  # nothing computed in the app
+    done, _ = run(job.spec, save=True)  # its driver would run it on Ray; here, in this process
+    at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
+    assert not problems(at)
+    assert set(nodes_drawn(at)) == {"embed", "L0.H0", "L1.H0", "logits"}
+    (res,) = results(at).values()
+    saved = CircuitResult.from_run(RunStore().get(done.run_id))
+    assert res.method == "dpa" and bool((res.scores == saved.scores).all()) and res.faithfulness is not None
+    assert len(made) == 1 and len(JobBoard().list()) == 2  # nothing more was started

@@ -10,6 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
+from job_helpers import fake_submit  # noqa: E402
+
 from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
 
 METHODS = ["attention", "rollout"]
@@ -70,21 +72,6 @@ def test_uploads_good_and_unreadable(vit_dir):
     assert not problems(at)
     assert len(heat(at)) == len(METHODS)
     assert "pointing_game" not in frame_with(at, "deletion_auc").columns  # no mask for an upload
-
-
-def fake_submit(monkeypatch) -> list:
-    """workbench.jobs.submit that records the job without starting its driver (which would start Ray)."""
-    import workbench.jobs
-    from workbench.jobs import runner
-
-    made = []
-
-    def submit(spec, workers=1, address=None, board=None):
-        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
-        return made[-1]
-
-    monkeypatch.setattr(workbench.jobs, "submit", submit)
-    return made
 
 
 def test_benchmark_runs_as_a_job_and_a_new_session_opens_its_run(vit_dir, monkeypatch):

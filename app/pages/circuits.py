@@ -9,6 +9,7 @@ from typing import Any
 import streamlit as st
 
 from app import circuit_inputs as CI
+from app import circuit_jobs as CJ
 from app import circuit_views as CV
 from app import common as C
 from app import share as S
@@ -152,7 +153,10 @@ threshold = c5.slider("Hide edges under this fraction of the strongest", 0.0, 1.
 keys = {m: cache_key(loaded, rows, ablation, m, p) for m, p in jobs.items()}
 cache = st.session_state.setdefault("_circ_cache", {})
 todo = {m: p for m, p in jobs.items() if keys[m] not in cache}
-label = f"Run {', '.join(todo)}" if todo else "Run (all chosen methods are computed)"
+todo = CJ.run_as_jobs(loaded, rows, todo, keys, ablation, selection, graph, prepared)  # long ones: jobs
+pending = [m for m in jobs if keys[m] not in cache and m not in todo]
+label = f"Run {', '.join(todo)}" if todo else \
+    f"Run (all chosen methods are {'computed' if not pending else 'computed or run as jobs'})"
 if st.button(label, key="circ_run", type="primary", disabled=not todo):
     run_methods(loaded, rows, todo, ablation, k, selection)
 results = {m: cache[keys[m]] for m in jobs if keys[m] in cache}

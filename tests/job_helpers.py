@@ -1,0 +1,18 @@
+"""Jobs in app tests: a submit that records the job without starting its driver (which would start Ray)."""
+
+from __future__ import annotations
+
+
+def fake_submit(monkeypatch) -> list:
+    """Replace workbench.jobs.submit (what app/jobs_view.py calls) for this test; returns the jobs made."""
+    import workbench.jobs
+    from workbench.jobs import runner
+
+    made = []
+
+    def submit(spec, workers=1, address=None, board=None):
+        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
+        return made[-1]
+
+    monkeypatch.setattr(workbench.jobs, "submit", submit)
+    return made
