@@ -92,3 +92,14 @@ def test_faithfulness_prints_its_estimate_the_second_time(monkeypatch, capsys, t
     code, _, err = cli(monkeypatch, capsys, *args)
     assert code == 0, err
     assert "estimate: 3 items x" in err and "measured on an earlier job" in err
+
+
+def test_notebook_estimate_job(monkeypatch):
+    import workbench as wb
+    from workbench.jobs import kinds
+
+    monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
+    spec = {"kind": "counted", "seconds": 0.1, "steps": 2}
+    assert wb.estimate_job(spec) is None
+    wb.run_job(spec, save=False)
+    assert wb.estimate_job({**spec, "seconds": 0.5, "steps": 10}).items == 10

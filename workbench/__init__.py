@@ -19,7 +19,7 @@ from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
            "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
-           "submit_job"]
+           "submit_job", "estimate_job"]
 __version__ = "0.1.0"
 
 
@@ -192,11 +192,20 @@ def jobs(root: str | None = None):
 
 def run_job(spec: dict, workers: int = 1, ray_address: str | None = None, save: bool = True):
     """Run long work as a job to its end: (job, result). ``spec`` is a dict with a ``kind`` (faithfulness,
-    attribute_set, attribute; see workbench/jobs/kinds.py). More than one worker, or a Ray address ("local",
+    attribute_set, attribute, probe, concepts, vit_eval, circuit_discover, circuit_evaluate, sae_cache,
+    sae_train; see workbench/jobs/kinds.py). More than one worker, or a Ray address ("local",
     HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
     from workbench.jobs import run
 
     return run(spec, workers=workers, address=ray_address, save=save)
+
+
+def estimate_job(spec: dict, workers: int = 1):
+    """What a job will cost here before it starts (``.seconds``, ``.text()``): its items x the seconds per
+    item an earlier job of the same shape measured (or the kind measures now); None when nothing is known."""
+    from workbench.jobs.kinds import estimate
+
+    return estimate(spec, workers)
 
 
 def submit_job(spec: dict, workers: int = 1, ray_address: str | None = None):
