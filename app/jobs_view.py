@@ -57,6 +57,8 @@ def panel(job_id: str, key: str) -> Any | None:
         if job.state in ("queued", "running"):
             left = f" · about {job.eta_s:.0f} s left" if job.eta_s is not None else ""
             items = f"{job.done:,} / {job.total:,} items" if job.total else "starting workers"
+            if not job.total and job.estimate_s is not None:
+                items += f" · estimated {job.estimate_s:.0f} s in all"
             st.progress(job.fraction, text=f"{100 * job.fraction:.0f}% · {items}{left}")
             st.button("Cancel", key=f"{key}_cancel_{job.id}", on_click=_cancel, args=(job.id,))
         elif job.state == "done":

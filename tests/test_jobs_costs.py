@@ -103,3 +103,16 @@ def test_notebook_estimate_job(monkeypatch):
     assert wb.estimate_job(spec) is None
     wb.run_job(spec, save=False)
     assert wb.estimate_job({**spec, "seconds": 0.5, "steps": 10}).items == 10
+
+
+def test_a_new_job_carries_its_estimate(monkeypatch):
+    from workbench.jobs import kinds
+    from workbench.jobs.runner import create
+
+    monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
+    board = JobBoard()
+    spec = {"kind": "counted", "seconds": 0.2, "steps": 4}
+    assert create(spec, 1, None, board).estimate_s is None
+    run(spec)
+    job = board.get(create({**spec, "seconds": 0.4, "steps": 8}, 1, None, board).id)
+    assert job.estimate_s > 0 and any("estimate: 8 items" in line for line in job.log)

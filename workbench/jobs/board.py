@@ -59,6 +59,7 @@ class Job:
     done: int = 0  # items done (prompts, examples, patched items)
     total: int = 0  # items in all (0 while unknown)
     eta_s: float | None = None  # estimated seconds left
+    estimate_s: float | None = None  # the whole job's estimate when it was created (workbench/jobs/costs.py)
     workers: int = 1
     ray_address: str | None = None  # None: this process; "local": a local Ray instance; else the cluster
     run_id: str | None = None

@@ -372,7 +372,18 @@ def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBo
     address = resolve_address(address)
     if address is not None:
         _check_reachable(address)
-    return board.create(spec, kind.label(spec), workers=workers, ray_address=address)
+    job = board.create(spec, kind.label(spec), workers=workers, ray_address=address)
+    try:  # what an earlier job of this shape measured: shown on the job before it has progress of its own
+        from workbench.jobs.kinds import estimate
+
+        cost = estimate(spec, workers, root=board.root, measure=False)
+    except Exception:
+        cost = None
+    if cost is not None:
+        job.estimate_s = round(cost.seconds, 1)
+        board.note(job, f"estimate: {cost.text()}")
+        board.write(job)
+    return job
 
 
 def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
