@@ -7,7 +7,8 @@ SAELens' format under data/saes/, with a results table (attribution/results/saes
 One forward pass caches all twelve hooks (residual stream, MLP input, MLP output per layer) into
 resumable shards under ~/.cache/workbench/acts/smollm2-135m-english/; each dictionary then trains
 from disk and resumes from its checkpoint if the script is stopped and started again. A finished
-dictionary is skipped unless --force.
+dictionary is skipped unless --force. ``--workers N`` (or ``--ray-address``) caches the shards as
+``sae_cache`` jobs on Ray first (the same files; see workbench/jobs/kind_sae.py).
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def main() -> None:
                     help="transcoders: L0 their JumpReLU threshold aims at on training text (default k)")
     ap.add_argument("--rethreshold", action="store_true",
                     help="refit the JumpReLU threshold of transcoders already built, and measure them again")
+    ap.add_argument("--workers", type=int, default=1,
+                    help="cache the activation shards over N Ray workers (each holding the model once)")
+    ap.add_argument("--ray-address", default=None, help="cache on the Ray cluster at this address (a job)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     model = zoo.load(args.model)
@@ -85,6 +89,8 @@ def main() -> None:
         if done % 50_000 < 2048 or done >= total:
             print(f"[{time.time() - t0:7.0f}s] {stage}: {done:,}/{total:,}", flush=True)
 
+    if args.workers > 1 or args.ray_address:
+        cache_as_jobs(args, hooks, root)  # the passes below then find every shard in place
     held = cache_shards(model, hooks, english_texts("heldout"), root / "heldout", HELDOUT_TOKENS,
                         on_progress=lambda d, t: progress("cache heldout", d, t))
     train = cache_shards(model, hooks, english_texts("train"), root / "train", args.cache_tokens,
@@ -107,6 +113,22 @@ def main() -> None:
                 print(name, json.dumps(info["metrics"]), flush=True)
             infos.append({**info, "name": name})
             write_results(infos, args)
+
+
+def cache_as_jobs(args, hooks: list[str], root: Path) -> None:
+    """Both splits cached by the sae_cache job (workbench/jobs/kind_sae.py) with cache_shards' defaults, so
+    the files are the ones the single pass writes."""
+    from attribution.sae.build import HELDOUT_TOKENS
+    from workbench.corpus import english_path
+    from workbench.jobs import run
+
+    for split, tokens in (("heldout", HELDOUT_TOKENS), ("train", args.cache_tokens)):
+        spec = {"kind": "sae_cache", "model": args.model, "hooks": hooks, "split": split,
+                "corpus": str(english_path()), "out": str(root / split), "tokens": tokens, "ctx": 128,
+                "batch_size": 16, "shard_tokens": 65_536, "skip_first": 1, "bf16": True}
+        job, res = run(spec, workers=args.workers, address=args.ray_address)
+        print(f"cached {split}: {res.to_json()['tokens']:,} tokens in {res.to_json()['shards']} shards "
+              f"(job {job.id})", flush=True)
 
 
 def write_results(infos: list[dict], args) -> None:
