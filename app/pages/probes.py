@@ -120,6 +120,14 @@ def steer(loaded: Any, hook: str, vector: Any, prompt: str, n_new: int) -> str:
         return loaded.model.generate(prompt, max_new_tokens=n_new)
 
 
+@st.cache_data(show_spinner=False, max_entries=256)
+def continuation(model: str, run_id: str, layer: int, scale: float, prompt: str, _loaded: Any, _hook: str,
+                 _vector: Any) -> str:
+    """``steer``, kept for every session: greedy decoding, so the same model, run, layer, strength and prompt
+    give the same text (a new session opening a stored result does not generate again)."""
+    return steer(_loaded, _hook, _vector, prompt, 12)
+
+
 st.title("Probes and concepts")
 st.caption(
     "Per-layer probe accuracy, selectivity and GDV; concept vectors, their similarity, PCA and steering."
@@ -202,8 +210,11 @@ if not prompt.strip():
     st.warning("The prompt is empty: type a prompt to steer.")
 else:
     vec = direction / direction.norm().clamp_min(1e-12) * norm * scale
-    plain = C.attempt("Generation failed", steer, loaded, hooks[layer], vec * 0, prompt, 12)
-    steered = C.attempt("Steering failed", steer, loaded, hooks[layer], vec, prompt, 12)
+    # Strength 0 adds nothing: the unsteered text (one per prompt, any layer) is the steered one there.
+    plain = C.attempt("Generation failed", continuation, loaded.name, job.run_id, -1, 0.0, prompt, loaded,
+                      hooks[layer], vec * 0)
+    steered = plain if scale == 0 else C.attempt("Steering failed", continuation, loaded.name, job.run_id, layer,
+                                                 float(scale), prompt, loaded, hooks[layer], vec)
     if steered is not None and plain is not None:
         left, right = st.columns(2)
         left.caption("unsteered")
