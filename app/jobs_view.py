@@ -165,7 +165,7 @@ def level_jobs(loaded: Any, prompt: str, target: str, foil: str | None, method: 
     results: dict[tuple[str, str], Any] = {}
     for level, cost in slow.items():
         spec = {"kind": "attribute", "model": loaded.name, "prompt": prompt, "target": target, "foil": foil,
-                "method": method, "level": level, "position": position}
+                "method": method, "level": level, "position": position, "n_items": cost.items}
         key = f"_attr_job_{level}"
         job = held_job(spec, key)
         if job is not None and job.state == "done" and job.run_id:

@@ -159,6 +159,8 @@ class AttributeJob:
         n = workers if _sharded(spec) else 1
         return [(k, n) for k in range(n)]
 
+    items_need_model = True  # estimate(measure=False) does not count items it would need a model for
+
     def items(self, spec: dict[str, Any]) -> int:
         """Patched items (loads the model in this process to count them); 1 for the other methods."""
         if not _sharded(spec):
@@ -349,6 +351,8 @@ def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: 
     kind = get_kind(spec.get("kind", ""))
     if not hasattr(kind, "items"):
         return None
+    if not measure and getattr(kind, "items_need_model", False) and not spec.get("n_items"):
+        return None  # counting would load the model here (the app's server, a driver)
     items = int(kind.items(spec))
     parallel = len(kind.shards(spec, workers))
     cost = costs.per_item(Path(root) if root is not None else jobs_root(), kind, spec)
