@@ -191,21 +191,3 @@ def _attribution_from_run(run_id: str) -> Any:
 
     run = C.store().get(run_id)
     return AttributionResult.from_json(run.result(), scores=run.tensors()["scores"])
-
-
-# -- results every session shares ---------------------------------------------------------------------
-SHARED_MAX = 16  # results kept (probe results hold every layer's activations: a few MB each)
-
-
-@st.cache_resource(show_spinner=False)
-def shared_results() -> dict:
-    """Results kept for the whole server, keyed by (model, dataset, parameters): a new session opens what any
-    session computed at once (probes, concepts). Insertion-ordered; ``remember`` keeps the newest SHARED_MAX."""
-    return {}
-
-
-def remember(key: tuple, value: Any) -> None:
-    held = shared_results()
-    held[key] = value
-    while len(held) > SHARED_MAX:
-        held.pop(next(iter(held)))
