@@ -84,10 +84,19 @@ def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: b
 
     from workbench.jobs import resolve_address, run
     from workbench.jobs.kinds import estimate
+    from workbench.jobs.runner import check_reachable
 
-    here = workers == 1 and resolve_address(ray_address) is None
-    # Measuring now loads the model, which only pays when the job then runs in this process.
-    cost = estimate(spec, workers, measure=here)
+    address = resolve_address(ray_address)
+    if address is not None:
+        check_reachable(address)  # an address that does not answer fails before anything is loaded
+    here = workers == 1 and address is None
+    # A first job of its shape may be measured now (activation patching times one batch): that loads the model
+    # here, kept when the job then runs here and let go when workers will hold their own copies.
+    cost = estimate(spec, workers, measure=True)
+    if not here:
+        from workbench.jobs import kinds
+
+        kinds._MODELS.clear()
     if cost is not None:
         console().print(f"estimate: {cost.text()}")
 

@@ -50,7 +50,7 @@ def resolve_address(address: str | None) -> str | None:
     return address.strip() or None
 
 
-def _check_reachable(address: str) -> None:
+def check_reachable(address: str) -> None:
     """Fail in 3 s with one line when host:port does not answer (ray.init would retry for a minute)."""
     if address in ("auto", "local"):
         return
@@ -77,7 +77,7 @@ def connect(address: str | None) -> str:
                 raise JobError(f"this process is already connected to Ray at {_RAY_ADDRESS[0]}; "
                                f"start another process for {want}")
             return want
-        _check_reachable(want)
+        check_reachable(want)
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         for attempt in range(START_ATTEMPTS):
             try:
@@ -371,7 +371,7 @@ def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBo
     kind = get_kind(spec.get("kind", ""))
     address = resolve_address(address)
     if address is not None:
-        _check_reachable(address)
+        check_reachable(address)
     job = board.create(spec, kind.label(spec), workers=workers, ray_address=address)
     try:  # what an earlier job of this shape measured: shown on the job before it has progress of its own
         from workbench.jobs.kinds import estimate
