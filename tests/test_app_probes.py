@@ -110,3 +110,18 @@ def test_unreadable_dataset_is_a_message(tiny_dir):
     assert any("Cannot read 'junk.jsonl'" in e.value for e in at.error)
     at.file_uploader(key="probe_upload").upload("sentiment.jsonl", dataset(), "application/json").run()
     assert not problems(at)
+
+
+def test_failed_job_says_why_and_offers_a_rerun(tiny_dir, monkeypatch):
+    from workbench.jobs import JobBoard
+
+    made = fake_submit(monkeypatch)
+    at = upload_session(tiny_dir)
+    at.button(key="_probe_job_start").click().run()
+    board = JobBoard()
+    job = board.get(made[0].id)
+    job.state, job.error = "failed", "the Ray worker died; nothing was saved"
+    board.write(job)
+    at.run()
+    assert any("the Ray worker died" in e.value for e in at.error)
+    assert any(b.key == "_probe_job_start" for b in at.button) and not at.get("plotly_chart")

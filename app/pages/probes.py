@@ -154,20 +154,21 @@ job = J.held_job(spec, JOB_KEY)
 if job is not None and job.state in ("queued", "running"):
     J.live_panel(job.id, "probe_job")  # refreshes itself; the page reruns once when the job ends
     st.stop()
-if job is None or job.state != "done":
-    if job is not None:  # failed or cancelled: say why, then offer to run it again
-        J.panel(job.id, "probe_job")
+out = None
+if job is not None and job.state == "done":
+    out = C.attempt("Cannot read the probe run", read_run, str(C.store().root), job.run_id)
+    if out is not None and (out.concepts is None or not out.acts):
+        st.error(f"Run {job.run_id} lacks the concept vectors or activations this page shows.")
+        out = None
+if out is None:  # not run yet, failed, cancelled, or its run is gone: offer to run it
+    if job is not None and job.state != "done":
+        J.panel(job.id, "probe_job")  # why it failed or stopped
     # Probing every layer takes tens of seconds on smollm2: it runs when asked, as a job outside this server.
     st.info(f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}. "
             "It runs as a job outside the app, so every page stays usable; its result is stored as a run, "
             "which any later session (also after a restart) opens at once.")
     if J.start_button(spec, JOB_KEY, "Run probes") is not None:
         st.rerun()
-    st.stop()
-out = C.attempt("Cannot read the probe run", read_run, str(C.store().root), job.run_id)
-if out is None or out.concepts is None or not out.acts:
-    if out is not None:
-        st.error(f"Run {job.run_id} lacks the concept vectors or activations this page shows.")
     st.stop()
 probe, concepts, acts = out.probe, out.concepts, out.acts
 labels = out.labels or data.labels
