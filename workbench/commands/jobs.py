@@ -100,8 +100,10 @@ def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: b
     if cost is not None:
         console().print(f"estimate: {cost.text()}")
 
+    err = console()
+    # not on a terminal (a pipe, a log): no bar, so nothing (not even its closing newline) lands before an error
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                  console=console(), transient=True) as bar:
+                  console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(spec["kind"].replace("_", "-"), total=None)
 
         def show(job: Any) -> None:
