@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from workbench.jobs.costs import duration
+
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel
     from workbench.tokens import Encoding
@@ -37,15 +39,7 @@ class Estimate:
 
     def text(self) -> str:
         return (f"{self.method} at the {self.level} level: {self.items:,} items x {1000 * self.seconds_per_item:.1f} "
-                f"ms each (measured) = about {_duration(self.seconds)}")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+                f"ms each (measured) = about {duration(self.seconds)}")
 
 
 def estimate(model: HookedModel, enc: Encoding, method: str, level: str, batch_size: int = 32) -> Estimate | None:

@@ -11,6 +11,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
+from job_helpers import fake_submit  # noqa: E402
+
 from app.testing import chart, open_page, problems  # noqa: E402
 
 
@@ -24,18 +26,9 @@ def recorded(monkeypatch):
     """Jobs the page starts are recorded only (no Ray driver); the threshold is 0 so every component level of
     activation patching counts as slow."""
     import app.jobs_view as J
-    import workbench.jobs as jobs
-
-    started = []
-
-    def record_only(spec, workers=1, address=None, board=None):
-        job = board.create(spec, "test", workers=workers, ray_address="local")
-        started.append(job)
-        return job
 
     monkeypatch.setattr(J, "THRESHOLD_S", 0.0)
-    monkeypatch.setattr(jobs, "submit", record_only)
-    return started
+    return fake_submit(monkeypatch)
 
 
 def test_slow_levels_ask_first_run_as_jobs_and_are_shared(recorded, tiny_llama_dir):
@@ -51,7 +44,7 @@ def test_slow_levels_ask_first_run_as_jobs_and_are_shared(recorded, tiny_llama_d
     assert not recorded  # nothing started without the confirmation
     at.button(key="attr_job_go_head").click().run()
     assert not problems(at) and len(recorded) == 1 and recorded[0].spec["level"] == "head"
-    assert any("queued" in m.value and "test" in m.value for m in at.markdown)  # its panel, inline
+    assert any("queued" in m.value and "activation_patching" in m.value for m in at.markdown)  # its panel
 
     job, _ = drive(board.get(recorded[0].id), board)  # the job runs (here) and saves its run
     assert job.state == "done"

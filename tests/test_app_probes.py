@@ -12,6 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
+from job_helpers import fake_submit  # noqa: E402
+
 from app.testing import array, chart, open_page, problems  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
@@ -36,21 +38,6 @@ def dataset() -> bytes:
         word, label = (GOOD[(i // 2) % 4], "positive") if i % 2 else (BAD[(i // 2) % 4], "negative")
         rows.append({"text": f"the {['movie', 'meal', 'book', 'show'][i % 4]} was {word}", "label": label})
     return "\n".join(json.dumps(r) for r in rows).encode()
-
-
-def fake_submit(monkeypatch) -> list:
-    """workbench.jobs.submit that records the job without starting its driver (which would start Ray)."""
-    import workbench.jobs
-    from workbench.jobs import runner
-
-    made = []
-
-    def submit(spec, workers=1, address=None, board=None):
-        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
-        return made[-1]
-
-    monkeypatch.setattr(workbench.jobs, "submit", submit)
-    return made
 
 
 def upload_session(tiny_dir):

@@ -9,6 +9,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
+from job_helpers import fake_submit  # noqa: E402
+
 from app.testing import chart, frame_with, open_page, problems  # noqa: E402
 from workbench.store import RunStore  # noqa: E402
 
@@ -49,20 +51,12 @@ def test_a_slow_set_runs_as_a_job_and_any_session_opens_its_result(page, monkeyp
     """Over the threshold the page shows the measured estimate and a job button instead of running here; the
     finished job's run is read back in this session and opened at once by a new one."""
     import app.jobs_view as J
-    import workbench.jobs as jobs
     from workbench.jobs import JobBoard
     from workbench.jobs.runner import drive
 
     board = JobBoard()
-    started = []
-
-    def record_only(spec, workers=1, address=None, board=None):  # the job's record, not its Ray driver
-        job = board.create(spec, "test", workers=workers, ray_address="local")
-        started.append(job)
-        return job
-
+    started = fake_submit(monkeypatch)  # the job's record, not its Ray driver
     monkeypatch.setattr(J, "THRESHOLD_S", 0.0)
-    monkeypatch.setattr(jobs, "submit", record_only)
     at = page.run()
     assert not problems(at)
     assert any("Estimate: 3 prompts x" in w.value for w in at.warning)
