@@ -406,8 +406,28 @@ def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
     return job
 
 
+BACKGROUND_NICE = 10  # a submitted job yields the CPU to interactive work (the app's own requests)
+
+
+def _lower_priority() -> None:
+    """Run this driver, and the local Ray instance and workers it starts (they inherit it), at a lower CPU
+    priority than the app that submitted it: on a machine with few cores, a session's DPA then waits less
+    for a long job. With autogroup scheduling (Linux desktops and servers) priority is per session group,
+    and the driver has a session of its own, so the group's nice value is set as well."""
+    try:
+        os.nice(BACKGROUND_NICE)
+    except OSError:
+        pass
+    try:
+        with open("/proc/self/autogroup", "w") as fh:
+            fh.write(str(BACKGROUND_NICE))
+    except OSError:  # no autogroup here, or not allowed: the process nice value is what counts then
+        pass
+
+
 def drive_recorded(root: str, job_id: str) -> None:
     """``python -m workbench.jobs ROOT ID``: become the driver of a recorded job and run it to its end."""
+    _lower_priority()
     board = JobBoard(root)
     job = board.get(job_id)
     job.driver = {"host": socket.gethostname(), "pid": os.getpid()}
