@@ -12,10 +12,12 @@ Nothing is saved unless every shard finished.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +67,25 @@ def check_reachable(address: str) -> None:
         raise JobError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
 
 
+@contextlib.contextmanager
+def _quiet_stderr():
+    """File descriptor 2 goes to a scratch file for the block (native code writes there, not to sys.stderr):
+    a failed connection then ends in our one-line error, not in twenty lines of retries."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile() as scratch:
+            os.dup2(scratch.fileno(), 2)
+            try:
+                yield
+            finally:
+                os.dup2(saved, 2)
+    finally:
+        os.close(saved)
+
+
 def connect(address: str | None) -> str:
     """Connect this process to Ray once: a local instance (address None or "local", started on demand with
     this machine's cores) or the cluster at ``address``. Returns what it is connected to."""
@@ -84,7 +105,8 @@ def connect(address: str | None) -> str:
                 if want == "local":
                     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
                 else:
-                    ray.init(address=want, **kwargs)
+                    with _quiet_stderr():  # Ray's C++ client logs each failed try there
+                        ray.init(address=want, **kwargs)
                 break
             except Exception as exc:  # ConnectionError, RuntimeError, version mismatch, ...
                 # A local instance gives its agents about 30 s to start: on a machine busy enough that
