@@ -95,3 +95,20 @@ def smollm2():
     import workbench as wb
 
     return wb.load("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def vit_dir(tmp_path_factory) -> str:
+    """A random 2-layer ViT checkpoint in the zoo's format for the synthetic set (32 px, 4 classes): the
+    Vision page, vit-eval and its jobs care about plumbing, not accuracy."""
+    import torch
+
+    from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
+
+    torch.manual_seed(0)
+    model = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4,
+                                class_names=["plus", "ring", "triangle", "x"]))
+    path = tmp_path_factory.mktemp("vit") / "tiny-vit"
+    save_checkpoint(model, path, {"name": "tiny-vit", "kind": "vit", "params": 1,
+                                  "loader": "attribution.vit.model:load_checkpoint"})
+    return str(path)

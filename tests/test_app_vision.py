@@ -16,26 +16,6 @@ from app.testing import array, chart, frame_with, open_page, problems  # noqa: E
 
 METHODS = ["attention", "rollout"]
 
-
-@pytest.fixture(scope="module")
-def vit_dir(tmp_path_factory) -> Path:
-    """A random 2-layer ViT checkpoint in the zoo's format (the page cares about plumbing, not accuracy)."""
-    import torch
-
-    from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
-
-    torch.manual_seed(0)
-    model = HookedViT(
-        ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, class_names=["plus", "ring", "triangle", "x"])
-    )
-    out = tmp_path_factory.mktemp("vit") / "tiny-vit"
-    return save_checkpoint(
-        model,
-        out,
-        {"name": "tiny-vit", "kind": "vit", "params": 1, "loader": "attribution.vit.model:load_checkpoint"},
-    )
-
-
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 

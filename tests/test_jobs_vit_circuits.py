@@ -18,20 +18,6 @@ VIT_METHODS = ["dap", "rollout", "random"]
 TIME = "seconds_per_image"
 
 
-@pytest.fixture(scope="module")
-def vit_dir(tmp_path_factory) -> str:
-    """A random 2-layer ViT checkpoint for the synthetic set (32 px, 4 classes)."""
-    from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
-
-    torch.manual_seed(0)
-    m = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4,
-                            class_names=["plus", "ring", "triangle", "x"]))
-    path = tmp_path_factory.mktemp("vit") / "tiny-vit"
-    save_checkpoint(m, path, {"name": "tiny-vit", "kind": "vit", "params": 1,
-                              "loader": "attribution.vit.model:load_checkpoint"})
-    return str(path)
-
-
 def _same_vit(a, b) -> None:
     assert a.methods.keys() == b.methods.keys() and a.accuracy == b.accuracy
     for name, row in a.methods.items():

@@ -8,28 +8,13 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 import torch
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
-from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
-
 torch.set_num_threads(1)
 KEYS = {"pointing_game", "energy_pointing_game", "mask_iou", "deletion_auc", "insertion_auc",
         "positive_perturbation_auc", "negative_perturbation_auc", "class_sensitivity", "seconds_per_image"}
-
-
-@pytest.fixture(scope="module")
-def vit_dir(tmp_path_factory):
-    """A small random ViT checkpoint for the synthetic set's format (32 px, 4 classes)."""
-    torch.manual_seed(0)
-    m = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4,
-                            class_names=["plus", "ring", "triangle", "x"]))
-    path = tmp_path_factory.mktemp("vit") / "tiny-vit"
-    save_checkpoint(m, path, {"name": "tiny-vit", "kind": "vit", "params": 1,
-                              "loader": "attribution.vit.model:load_checkpoint"})
-    return str(path)
 
 
 def test_vit_eval_json_and_run(monkeypatch, capsys, vit_dir):
