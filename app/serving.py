@@ -1,6 +1,6 @@
 """Running `workbench app` as a server and driving Debian's Chromium against it.
 
-Shared by the browser test and the load-test script.
+Shared by the browser tests and the load scripts.
 """
 
 from __future__ import annotations
@@ -68,3 +68,23 @@ def stop_app(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             pass
         time.sleep(1.0 if sig == signal.SIGTERM else 0)
+
+
+def process_running(pid: int) -> bool:
+    """True while ``pid`` runs; a zombie (ended, its memory freed, not yet reaped by its parent) is gone."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def wait_until(check, timeout: float, what: str, every: float = 0.2):
+    """``check()``'s first truthy value, polled every ``every`` s; TimeoutError naming ``what`` after ``timeout``."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(every)
+    raise TimeoutError(f"{what}: not within {timeout} s")

@@ -28,7 +28,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+from app.serving import (  # noqa: E402
+    CHROMIUM,
+    CHROMIUM_ARGS,
+    free_port,
+    start_app,
+    stop_app,
+)
+from app.serving import process_running as running  # noqa: E402
+from app.serving import wait_until as _wait  # noqa: E402
 
 MODEL = "smollm2-135m"
 BASE = ("When Mary and John went to the store on a sunny Saturday morning to buy some bread, fresh milk and two "
@@ -39,27 +47,12 @@ ITEMS = re.compile(r"([\d,]+) / ([\d,]+) items")
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
 
-def running(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie (killed, its memory freed, not yet reaped by its parent) is gone."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def prompt(i: int) -> str:
     return BASE.replace("bread", SWAPS[i % len(SWAPS)])
 
 
 def wait_until(check, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise TimeoutError(f"{what}: not within {timeout} s")
+    return _wait(check, timeout, what, every=0.05)  # timings: poll finely
 
 
 def idle(page) -> bool:

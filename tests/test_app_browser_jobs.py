@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from test_app_browser import app_in_chromium, assert_no_errors, settle
 
-from app.serving import CHROMIUM
+from app.serving import CHROMIUM, wait_until
+from app.serving import process_running as alive
 
 pytestmark = [
     pytest.mark.browser,
@@ -26,25 +27,6 @@ pytestmark = [
 ]
 
 ITEMS = re.compile(r"(\d+) / (\d+) items")
-
-
-def alive(pid: int) -> bool:
-    """True while ``pid`` runs (a zombie, ended but not yet reaped, counts as gone)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
-def wait_until(check, timeout: float, what: str):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        got = check()
-        if got:
-            return got
-        time.sleep(0.2)
-    raise AssertionError(f"{what}: not within {timeout} s")
 
 
 def items_done(page) -> int | None:

@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from cli_helpers import assert_bad
+from cli_helpers import assert_bad, here_and_on_two_workers
 from cli_helpers import run_cli as cli
 
 from workbench.jobs import JobBoard, JobCancelled, JobError, run
@@ -131,18 +131,11 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     prompts.write_text("".join(json.dumps(r) + "\n" for r in _rows(model, 4)))
     base = ("faithfulness", "--model", str(tiny_llama_dir), "--prompts", str(prompts), "--methods",
             "random,atp,activation_patching", "--level", "head", "--ablation", "mean", "--no-save", "--json")
-    code, out, err = cli(monkeypatch, capsys, *base, "--threads", "1")
-    assert code == 0, err
-    here = json.loads(out)
-    code, out, err = cli(monkeypatch, capsys, *base, "--workers", "2")
-    assert code == 0, err
-    on_ray = json.loads(out)
+    here, on_ray = here_and_on_two_workers(monkeypatch, capsys, *base)
     for name, m in here["methods"].items():
         assert set(on_ray["methods"][name]) == set(m)
         for key in set(m) - {"attribution_seconds"}:  # every number but the time
             assert on_ray["methods"][name][key] == pytest.approx(m[key], rel=1e-9, abs=1e-9), (name, key)
-    job = JobBoard().get(on_ray["job_id"])
-    assert job.state == "done" and job.workers == 2 and sum("started (pid" in line for line in job.log) == 2
 
     from workbench.jobs import submit
 

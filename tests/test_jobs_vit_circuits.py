@@ -8,7 +8,7 @@ import time
 
 import pytest
 import torch
-from cli_helpers import assert_bad
+from cli_helpers import assert_bad, here_and_on_two_workers
 from cli_helpers import run_cli as cli
 
 from workbench.jobs import JobBoard, run
@@ -110,16 +110,9 @@ def test_bad_options_fail_fast(monkeypatch, capsys, vit_dir, tmp_path):
 def test_vit_eval_on_two_ray_workers_matches_one_process(monkeypatch, capsys, vit_dir):
     base = ("vit-eval", "--model", vit_dir, "--methods", ",".join(VIT_METHODS), "--n", "12", "--batch-size", "4",
             "--no-save", "--json")
-    code, out, err = cli(monkeypatch, capsys, *base, "--threads", "1")
-    assert code == 0, err
-    here = json.loads(out)
-    code, out, err = cli(monkeypatch, capsys, *base, "--workers", "2")
-    assert code == 0, err
-    on_ray = json.loads(out)
+    here, on_ray = here_and_on_two_workers(monkeypatch, capsys, *base)
     assert on_ray["accuracy"] == here["accuracy"] and on_ray["cost"]
     for name, row in here["methods"].items():
         for key in set(row) - {TIME}:
             assert on_ray["methods"][name][key] == pytest.approx(row[key], rel=1e-9, abs=1e-9, nan_ok=True), \
                 (name, key)
-    job = JobBoard().get(on_ray["job_id"])
-    assert job.state == "done" and job.workers == 2 and sum("started (pid" in line for line in job.log) == 2
