@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.jobs import workers_option
 from workbench.options import positive_int
 
 
@@ -78,9 +79,7 @@ def attribute(
     top: int = typer.Option(10, "--top", help="Items shown in the human-readable table.", callback=positive_int),
     ray_address: str = typer.Option(None, "--ray-address", help="Run as a job on the Ray cluster at HOST:PORT "
                                     "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
-    workers: int = typer.Option(1, "--workers", callback=positive_int,
-                                help="Ray workers to shard activation patching's items over, each holding the "
-                                "model once (1: run here unless --ray-address is given)."),
+    workers: int = workers_option("activation patching's items"),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation

@@ -14,9 +14,14 @@ RAY_ADDRESS_OPTION = typer.Option(
     None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (or ray://HOST:10001, auto); 'local' starts "
     "a local Ray instance. Default: WORKBENCH_RAY_ADDRESS, else this process (or a local Ray instance when "
     "--workers > 1).")
-WORKERS_OPTION = typer.Option(1, "--workers", callback=positive_int,
-                              help="Ray workers to shard the prompts over, each holding the model once "
-                              "(1: run in this process unless --ray-address is given).")
+def workers_option(what: str = "the prompts") -> Any:
+    """``--workers N`` of a command whose work splits into ``what``."""
+    return typer.Option(1, "--workers", callback=positive_int,
+                        help=f"Ray workers to split {what} among, each holding the model once "
+                        "(1: run in this process unless --ray-address is given).")
+
+
+WORKERS_OPTION = workers_option()
 
 
 def register(app: typer.Typer) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
-from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
 
 sae_app = typer.Typer(
@@ -148,7 +148,7 @@ def cache(
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).",
                                 callback=positive_int),
     device: str = DEVICE_OPTION,
-    workers: int = WORKERS_OPTION,
+    workers: int = workers_option("the shard files"),
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:

@@ -5,13 +5,10 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, emit
-from workbench.commands.jobs import RAY_ADDRESS_OPTION
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from workbench.options import nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
-WORKERS_OPTION = typer.Option(1, "--workers", callback=positive_int,
-                              help="Ray workers to deal the (method, image batch) pairs over, each holding the "
-                              "model once (1: run in this process unless --ray-address is given).")
 
 
 def register(app: typer.Typer) -> None:
@@ -82,7 +79,7 @@ def vit_eval(
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
-    workers: int = WORKERS_OPTION,
+    workers: int = workers_option("the (method, image batch) pairs"),
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
