@@ -55,16 +55,20 @@ def _gguf_special_ids(path: Path) -> dict[str, int]:
     return found
 
 
+def smollm2_ready() -> bool:
+    """Whether the converted cache exists at the current cache version (nothing is converted)."""
+    stamp = smollm2_cache_dir() / "workbench.json"
+    try:
+        return json.loads(stamp.read_text()).get("cache_version") == CACHE_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
 def prepare_smollm2(force: bool = False) -> Path:
     """Dequantize the GGUF to float32 and write an HF-layout safetensors cache, once."""
     target = smollm2_cache_dir()
-    stamp = target / "workbench.json"
-    if not force and stamp.exists():
-        try:
-            if json.loads(stamp.read_text()).get("cache_version") == CACHE_VERSION:
-                return target
-        except ValueError:
-            pass
+    if not force and smollm2_ready():
+        return target
     import torch
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer

@@ -148,18 +148,27 @@ def run_app(
 
 
 def prepare(force: bool = typer.Option(False, help="Convert again even if the cache exists."),
+            model: str = typer.Option("", "--model", help="Prepare one built-in model (default: all)."),
             as_json: bool = JSON_OPTION) -> None:
-    """Convert smollm2-135m's GGUF once into the local safetensors cache."""
+    """Convert the built-in models' registry packages once into the local cache."""
     import time
 
-    from workbench.llm import prepare_smollm2, smollm2_cache_dir
+    from workbench import prepare as preparers
 
-    started = time.time()
-    existed = (smollm2_cache_dir() / "workbench.json").exists() and not force
-    path = prepare_smollm2(force=force)
-    emit({"path": str(path), "converted": not existed, "seconds": round(time.time() - started, 2)},
-         as_json, lambda r: print(f"smollm2-135m cache: {r['path']}"
-                                   + ("" if not r["converted"] else f" (converted in {r['seconds']} s)")))
+    rows = []
+    for name in [model] if model else preparers.names():
+        started = time.time()
+        existed = preparers.is_ready(name) and not force
+        if not existed and not as_json:
+            print(f"{name}: converting into the cache (once) ...", file=sys.stderr, flush=True)
+        path = preparers.prepare(name, force=force)
+        rows.append({"model": name, "path": str(path), "converted": not existed,
+                     "seconds": round(time.time() - started, 2)})
+    emit({"models": rows, "path": rows[0]["path"], "converted": rows[0]["converted"],
+          "seconds": rows[0]["seconds"]}, as_json,
+         lambda r: print("\n".join(f"{x['model']} cache: {x['path']}"
+                                   + ("" if not x["converted"] else f" (converted in {x['seconds']} s)")
+                                   for x in r["models"])))
 
 
 def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
