@@ -22,9 +22,12 @@ from circuits.edges import EDGE_METHODS, get_method
 from circuits.evaluate import DEFAULT_GRID, Faithfulness, check_grid, faithfulness, select
 from circuits.graph import CircuitGraph, check_k
 from circuits.intervene import References, run_masked
+from workbench.checks import Fields
 from workbench.errors import MethodError, RangeError, WorkbenchError
 
 PATCHING_LIMIT_EDGES = 5000  # above this, path patching needs an explicit sample
+# A saved circuit's graph is rebuilt from its meta.json: sizes beyond these are damage, refused before allocating.
+MAX_LAYERS, MAX_HEADS = 1024, 1024
 
 
 @dataclass
@@ -132,27 +135,49 @@ class CircuitResult:
 
     @classmethod
     def from_run(cls, run: Any) -> CircuitResult:
-        """Rebuild a saved circuit (``workbench circuit evaluate``, the app)."""
+        """Rebuild a saved circuit (``workbench circuit evaluate``, the app). Everything read is checked
+        (workbench/checks.py): a damaged run is a RunStoreError naming what is wrong, and the graph's size is
+        bounded before anything is allocated from it."""
+        from circuits.counterfactual import ABLATIONS, METRICS
+        from circuits.edges import EDGE_METHODS
+        from circuits.evaluate import SELECTIONS
+        from workbench.errors import RunStoreError
+
         if run.kind != "circuit":
             raise WorkbenchError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit")
-        args = run.meta.get("args", {})
-        try:
-            graph = CircuitGraph(int(args["n_layers"]), int(args["n_heads"]), bool(args["has_mlp"]))
-            scores = run.tensors()["scores"].float()
-            rows = [json.loads(line) for line in (run.path / "prompts.jsonl").read_text().split("\n") if line]
-            if not rows or not all(isinstance(r, dict) for r in rows):
-                raise ValueError("no prompts")
-        except (KeyError, OSError, ValueError, TypeError) as exc:
-            raise WorkbenchError(f"run {run.id} is not a readable circuit run ({exc})") from None
-        if scores.shape != (graph.n_edges,) or not bool(torch.isfinite(scores).all()):
-            raise WorkbenchError(f"run {run.id}: its scores do not match its graph ({graph.n_edges} edges)")
-        result = run.result()
-        faith = result.get("faithfulness")
-        return cls(model=run.meta.get("model") or "", method=run.meta.get("method") or "", graph=graph,
-                   scores=scores, rows=rows, ablation=args.get("ablation", "corrupt"),
-                   metric=args.get("metric", "logit_diff"), params=args.get("params", {}),
-                   seconds=float(run.meta.get("timings", {}).get("scoring", 0.0)), edges=int(args.get("edges", 100)),
-                   faithfulness=Faithfulness(**faith) if faith else None, selection=args.get("selection", "topk"))
+        args = run.fields("args")
+        n_layers = args.integer("n_layers", lo=1, hi=MAX_LAYERS)
+        n_heads = args.integer("n_heads", lo=1, hi=MAX_HEADS)
+        graph = CircuitGraph(n_layers, n_heads, args.flag("has_mlp"))
+        scores = run.tensors().get("scores")
+        if scores is None:
+            raise RunStoreError(f"run {run.id} is damaged: its tensors file has no 'scores'")
+        if tuple(scores.shape) != (graph.n_edges,):
+            raise RunStoreError(f"run {run.id} is damaged: its scores have shape {list(scores.shape)}, not "
+                                f"[{graph.n_edges}] as its graph ({n_layers} layers x {n_heads} heads) needs")
+        rows = run.rows("prompts.jsonl")
+        if not rows:
+            raise RunStoreError(f"run {run.id} is damaged: prompts.jsonl holds no prompt")
+        for i, row in enumerate(rows, 1):
+            for key in ("prompt", "target", "foil", "corrupt"):
+                value = row.get(key)
+                ids = isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value)
+                if not (isinstance(value, str) or ids or (isinstance(value, int) and not isinstance(value, bool))
+                        or (value is None and key in ("foil", "corrupt"))):
+                    raise RunStoreError(f"run {run.id}'s prompts.jsonl line {i} is damaged: its {key!r} is "
+                                        f"{str(value)[:40]!r}, not text or token ids")
+        method = run.fields().text("method", "")
+        if method and method not in EDGE_METHODS:
+            raise RunStoreError(f"run {run.id} is damaged: unknown circuit method {method!r}")
+        faith = Fields(run.result(), f"run {run.id}'s result.json", RunStoreError).mapping("faithfulness", None)
+        return cls(model=run.fields().text("model", ""), method=method, graph=graph, scores=scores.float(),
+                   rows=rows, ablation=args.text("ablation", "corrupt", ABLATIONS),
+                   metric=args.text("metric", "logit_diff", METRICS), params=args.mapping("params", {}),
+                   seconds=run.fields("timings").number("scoring", 0.0, lo=0),
+                   edges=args.integer("edges", 100, lo=1, hi=10**9),
+                   faithfulness=Faithfulness.from_json(faith, f"run {run.id}'s faithfulness",
+                                                       RunStoreError) if faith else None,
+                   selection=args.text("selection", "topk", SELECTIONS))
 
 
 def _finite(value: float, what: str) -> float:

@@ -41,6 +41,25 @@ class Faithfulness:
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_json(cls, data: Any, what: str = "faithfulness", error: type[Exception] | None = None) -> Faithfulness:
+        """A curve read back from a file: every field checked (lists of equal length, finite numbers, sizes
+        >= 1, no unknown key); ``error`` (default RangeError) names what is wrong."""
+        from workbench.checks import Fields
+        from workbench.errors import RangeError
+
+        f = Fields(data, what, error or RangeError).only(cls.__dataclass_fields__)
+        ks = f.items("k", int)
+        if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
+            raise f.error(f"{what} field 'k' must list circuit sizes >= 1")
+        out = cls(k=ks, normalized=f.items("normalized", float), complement=f.items("complement", float),
+                  metric_full=f.number("metric_full"), metric_empty=f.number("metric_empty"), auc=f.number("auc"),
+                  selection=f.text("selection", "topk", SELECTIONS), n_edges_kept=f.items("n_edges_kept", int, None))
+        lengths = {len(out.normalized), len(out.complement)} | ({len(out.n_edges_kept)} if out.n_edges_kept else set())
+        if lengths != {len(ks)}:
+            raise f.error(f"{what}: its lists do not have one value per circuit size ({len(ks)})")
+        return out
+
 
 def check_grid(grid: Any, n_edges: int) -> list[int]:
     """Sizes capped by the graph, de-duplicated, in increasing order; k <= 0 is an error."""
@@ -82,6 +101,16 @@ def metrics(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: Reference
     return total / prompts.n_prompts
 
 
+def check_span(full: float, empty: float) -> float:
+    """full - empty, the span faithfulness is normalised by; MethodError when it is (nearly) zero or not
+    finite: then no circuit has a faithfulness (e.g. prompts equal to their counterfactuals)."""
+    span = full - empty
+    if not math.isfinite(span) or abs(span) < 1e-6 * max(1.0, abs(full)):
+        raise MethodError(f"faithfulness is undefined: the metric is {full:.4g} intact and {empty:.4g} with "
+                          "every edge ablated (no difference to explain); use another counterfactual or ablation")
+    return span
+
+
 def faithfulness(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
                  scores: torch.Tensor, grid: Any = DEFAULT_GRID, selection: str = "topk",
                  on_step: Callable[[int], None] | None = None) -> Faithfulness:
@@ -92,10 +121,7 @@ def faithfulness(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: Refe
     masks = torch.stack([everything, ~everything] + circuits + [~c for c in circuits])
     values = metrics(model, graph, prompts, refs, masks, on_step=on_step).tolist()
     full, empty = values[0], values[1]
-    span = full - empty
-    if not math.isfinite(span) or abs(span) < 1e-6 * max(1.0, abs(full)):
-        raise MethodError(f"faithfulness is undefined: the metric is {full:.4g} intact and {empty:.4g} with "
-                          "every edge ablated (no difference to explain); use another counterfactual or ablation")
+    span = check_span(full, empty)
     n = len(ks)
     normalized = [(v - empty) / span for v in values[2:2 + n]]
     complement = [(v - empty) / span for v in values[2 + n:]]

@@ -89,12 +89,14 @@ class Run:
         return file if file.exists() else None
 
     def tensors(self) -> dict[str, Any]:
+        """The run's tensors ({} when it has none); RunStoreError when the file is damaged (truncated,
+        zeroed, garbage, a symlink) or holds NaN/Infinity (save() never writes one)."""
         file = self._file(TENSORS)
         if file is None:
             return {}
-        from safetensors.torch import load_file
+        from workbench.checks import read_tensors
 
-        return load_file(str(file))
+        return read_tensors(file, f"run {self.id}'s {TENSORS}", RunStoreError, finite=True)
 
     def table(self, name: str):
         import pandas as pd
@@ -108,13 +110,34 @@ class Run:
         return sorted(p.stem for p in self.path.glob("*.csv"))
 
     def result(self) -> dict[str, Any]:
+        """The run's result.json ({} when absent); RunStoreError unless it is a strict JSON object."""
         file = self._file("result.json")
         if file is None:
             return {}
-        try:
-            return json.loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:
-            raise RunStoreError(f"run {self.id}: cannot read result.json: {_one_line(exc)}") from None
+        from workbench.checks import read_json
+
+        data = read_json(file, f"run {self.id}'s result.json", RunStoreError)
+        if not isinstance(data, dict):
+            raise RunStoreError(f"run {self.id}'s result.json is damaged: it holds a {type(data).__name__}, "
+                                "not a JSON object")
+        return data
+
+    def rows(self, name: str) -> list[dict[str, Any]]:
+        """The JSON objects of the run's JSON-lines file ``name`` (e.g. prompts.jsonl)."""
+        file = self._file(name)
+        if file is None:
+            raise RunStoreError(f"run {self.id} has no {name}")
+        from workbench.checks import read_jsonl
+
+        return read_jsonl(file, f"run {self.id}'s {name}", RunStoreError)
+
+    def fields(self, key: str | None = None) -> Any:
+        """meta.json (or its object field ``key``, {} when absent) as checks.Fields: typed, bounded reads."""
+        from workbench.checks import Fields
+
+        if key is None:
+            return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError)
+        return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError).fields(key, {})
 
 
 @dataclass

@@ -33,23 +33,42 @@ def register(app: typer.Typer) -> None:
     app.add_typer(jobs, name="jobs")
 
 
-def jobs_list(as_json: bool = JSON_OPTION) -> None:
-    """Every job, newest first: id, state, progress, time left, run."""
+def jobs_list(
+    damaged: bool = typer.Option(False, "--damaged", help="List the damaged job records instead (unreadable, "
+                                 "or fields of the wrong type): id, reason, path."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Every job, newest first: id, state, progress, time left, run (damaged records: --damaged)."""
+    import sys
+
     from workbench.jobs import JobBoard
 
-    rows = [j.summary() for j in JobBoard().list()]
+    board = JobBoard()
+    jobs, bad = board.scan()
+    if damaged:
+        emit(bad, as_json, lambda rows: print("\n".join(f"{r['id']}: {r['reason']}" for r in rows)
+                                              if rows else "no damaged job records"))
+        return
+    rows = [j.summary() for j in jobs]
 
     def human(rows: list[dict[str, Any]]) -> None:
         if not rows:
             print("no jobs")
-            return
         for r in rows:
             left = f" · {r['eta_s']:.0f} s left" if r["eta_s"] is not None and r["state"] == "running" else ""
             done = f" · {r['done']}/{r['total']}" if r["total"] else ""
             run = f" · run {r['run_id']}" if r["run_id"] else ""
             print(f"{r['id']}  {r['state']:<9} {100 * r['fraction']:5.1f}%{done}{left}{run}  {r['label']}")
+        if bad:
+            print(f"damaged ({len(bad)}; skipped):")
+            for r in bad:
+                print(f"  {r['id']}: {r['reason']}")
 
+    # --json keeps its shape (a list of sound jobs); damaged records are named on stderr / below the list
     emit(rows, as_json, human)
+    if bad and as_json:
+        print(f"note: {len(bad)} damaged job record(s) skipped; see `workbench jobs list --damaged`",
+              file=sys.stderr)
 
 
 def jobs_show(job_id: str, as_json: bool = JSON_OPTION) -> None:

@@ -84,6 +84,35 @@ class Job:
         return {k: v for k, v in self.public().items() if k not in ("spec", "log", "driver")}
 
 
+MAX_RECORD_BYTES = 64 * 2**20  # a record holds its spec (a prompt set inline) and 200 log lines
+
+
+def check_record(file: Path, job_id: str) -> Job:
+    """A job record read back and checked field by field (workbench/checks.py): JobError ("job ID's record
+    is damaged: ...") for a symlink, non-JSON, a list, a missing or unknown field, or a field of the wrong
+    type (a string ETA, a list for the driver, a string spec)."""
+    from workbench.checks import Fields, read_json
+
+    what = f"job {job_id}'s record"
+    f = Fields(read_json(file, what, JobError, max_bytes=MAX_RECORD_BYTES), what, JobError)
+    f.only(Job.__dataclass_fields__)
+    if f.text("id") != job_id:
+        raise JobError(f"{what} is damaged: it holds job {f.data['id']!r}")
+    kw: dict[str, Any] = {"id": job_id, "kind": f.text("kind"), "label": f.text("label"), "spec": f.mapping("spec"),
+                          "state": f.text("state", "queued", STATES), "created": f.text("created"),
+                          "done": f.integer("done", 0, lo=0), "total": f.integer("total", 0, lo=0),
+                          "workers": f.integer("workers", 1, lo=1), "log": f.items("log", str, []),
+                          "driver": f.mapping("driver", {}), "key": f.text("key", "")}
+    for name in ("started", "finished", "ray_address", "run_id", "error"):
+        kw[name] = f.text(name, None)
+    for name in ("eta_s", "estimate_s"):
+        kw[name] = f.number(name, None, lo=0)
+    driver = Fields(kw["driver"], f"{what} 'driver'", JobError)
+    driver.text("host", None)
+    driver.integer("pid", None, lo=0)
+    return Job(**kw)
+
+
 def spec_key(spec: dict[str, Any]) -> str:
     """A short digest of what the job computes (its spec, keys sorted): equal specs, equal keys."""
     import hashlib
@@ -135,28 +164,37 @@ class JobBoard:
 
     # -- read (anyone) -------------------------------------------------------------------------------
     def get(self, job_id: str) -> Job:
+        """The job's record; JobError for an unknown id or a damaged record (check_record)."""
         file = self._file(job_id)
-        try:
-            data = json.loads(file.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise JobError(f"unknown job {job_id!r} (see `workbench jobs list`)") from None
-        except (OSError, ValueError) as exc:
-            raise JobError(f"job {job_id}: cannot read its record: {exc}") from None
-        known = {f for f in Job.__dataclass_fields__}
-        job = Job(**{k: v for k, v in data.items() if k in known})
-        return self._check_driver(job)
+        if not file.exists() and not file.is_symlink():
+            raise JobError(f"unknown job {job_id!r} (see `workbench jobs list`)")
+        return self._check_driver(check_record(file, job_id))
 
-    def list(self) -> list[Job]:
-        """Every job, newest first; unreadable records are skipped."""
+    def scan(self) -> tuple[list[Job], list[dict[str, str]]]:
+        """(sound jobs newest first, damaged records by id), in one pass over the board."""
+        jobs, damaged = [], []
         if not self.root.is_dir():
-            return []
-        jobs = []
-        for file in self.root.glob("*.json"):
+            return jobs, damaged
+        try:
+            files = sorted(self.root.glob("*.json"))
+        except OSError as exc:
+            raise JobError(f"cannot read the job board {self.root}: {exc}") from None
+        for file in files:
+            if not JOB_ID.match(file.stem):
+                continue  # not a record of ours
             try:
                 jobs.append(self.get(file.stem))
-            except JobError:
-                continue
-        return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True)  # created: to the millisecond
+            except JobError as exc:
+                damaged.append({"id": file.stem, "reason": str(exc), "path": str(file)})
+        return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True), damaged  # created: to the ms
+
+    def list(self) -> list[Job]:
+        """Every sound job, newest first; damaged records are skipped (they are in ``damaged()``)."""
+        return self.scan()[0]
+
+    def damaged(self) -> list[dict[str, str]]:
+        """Records that cannot be read as jobs: [{"id", "reason", "path"}], by id."""
+        return self.scan()[1]
 
     def latest_done(self, spec: dict[str, Any], store: Any = None) -> Job | None:
         """The newest finished job that computed exactly ``spec`` and whose run is still in the store (the

@@ -9,6 +9,7 @@ run at once. The file is rewritten whole (temporary file, then rename); a damage
 from __future__ import annotations
 
 import json
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -23,8 +24,9 @@ def _read(root: Path) -> dict[str, float]:
         data = json.loads((root / FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
-    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and v > 0} \
-        if isinstance(data, dict) else {}
+    # a damaged entry (a string, a bool, NaN, Infinity, <= 0) is dropped, never used for an estimate
+    return {k: float(v) for k, v in data.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+            and math.isfinite(v) and v > 0} if isinstance(data, dict) else {}
 
 
 def key_of(kind: Any, spec: dict[str, Any]) -> str | None:

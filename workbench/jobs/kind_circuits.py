@@ -133,7 +133,7 @@ class CircuitEvaluateJob:
             res.selection = spec.get("selection", "topk")
             return res
         from circuits.counterfactual import prepare
-        from circuits.evaluate import metrics
+        from circuits.evaluate import check_span, metrics
         from circuits.intervene import References
 
         pairs = [tuple(p) for p in spec["keep"]]
@@ -145,7 +145,7 @@ class CircuitEvaluateJob:
         full, empty, kept, rest = metrics(model, res.graph, prompts, refs,
                                           torch.stack([everything, ~everything, mask, ~mask]),
                                           on_step=report.step).tolist()
-        span = full - empty
+        span = check_span(full, empty)
         return CircuitCheck({"run": spec["run"], "model": res.model,
                              "edges": [{"src": s, "dst": d, "score": res.score_of(s, d)} for s, d in pairs],
                              "normalized": (kept - empty) / span, "complement": (rest - empty) / span,
