@@ -18,14 +18,13 @@ deprecation warning where the model is built.
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from pathlib import Path
 
 from workbench.errors import ModelFileError
 from workbench.hooked import HookedModel, hooked_transformer
-
-SUPPORTED = ("LlamaForCausalLM", "Qwen2ForCausalLM", "MistralForCausalLM", "GPT2LMHeadModel")
 
 
 def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "transformer_lens",
@@ -41,6 +40,10 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
 
         hf, tokenizer = load_hf_model(path, device)
         return NNsightModel(hf, tokenizer, name=name, remote=remote)
+    if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
+        from workbench.families import family_of
+
+        family_of(json.loads((path / "config.json").read_text()), str(path))
     hf, tokenizer = load_hf_model(path, device)
     if prepend_bos is None:  # GPT-2 style tokenizers do not add BOS; Llama-style ones say so
         prepend_bos = bool(getattr(tokenizer, "add_bos_token", False))
@@ -53,18 +56,14 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
 
 def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -> HookedModel:
     from transformer_lens.config import HookedTransformerConfig
-    from transformer_lens.loading_from_pretrained import (
-        convert_hf_model_config,
-        fill_missing_keys,
-        get_pretrained_state_dict,
-    )
+    from transformer_lens.loading_from_pretrained import fill_missing_keys, get_pretrained_state_dict
+
+    from workbench.families import tl_config
 
     arch = (hf.config.architectures or [type(hf).__name__])[0]
-    if arch not in SUPPORTED:
-        raise ModelFileError(f"architecture {arch} is not supported; supported: {', '.join(SUPPORTED)}")
     with warnings.catch_warnings(), _quiet():
         warnings.simplefilter("ignore")
-        cfg_dict = _tl_config(path, convert_hf_model_config)
+        cfg_dict = tl_config(path)
         cfg_dict.update(init_weights=False, device=device, default_prepend_bos=prepend_bos,
                         n_ctx=min(n_ctx or cfg_dict["n_ctx"], cfg_dict["n_ctx"], 4096))
         cfg_dict.pop("quantization_method", None)
@@ -74,28 +73,17 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -
                                    default_padding_side="right")
         # One load_state_dict call: TransformerLens' own loader calls it once per key (8 s here).
         state = fill_missing_keys(model, state)
+        # TransformerLens' Phi-3 conversion also emits zero LayerNorm biases its RMSNorm blocks do not have
+        expected = set(model.state_dict())
+        for key in [k for k in state if k not in expected]:
+            if bool((state[key] == 0).all()):
+                state.pop(key)
         model.load_state_dict(state, strict=True, assign=True)
     model.to(device, print_details=False).eval()
     for p in model.parameters():
         p.requires_grad_(False)  # engines ask for gradients on activations, not weights
     return HookedModel(model, tokenizer, name=name, kind="llm", backend="transformer_lens",
                        prepend_bos=prepend_bos, info={"path": str(path), "architecture": arch})
-
-
-def _tl_config(path: Path, convert) -> dict:
-    """TransformerLens' config conversion, from a neutral folder name: it picks some families by
-    substrings of the path (a folder called 'llama-...' would skip reading config.json)."""
-    import json
-    import tempfile
-
-    config = json.loads((path / "config.json").read_text())
-    if config.get("model_type") == "gpt2":  # TransformerLens reads n_ctx, newer configs omit it
-        config.setdefault("n_ctx", config.get("n_positions", 1024))
-    with tempfile.TemporaryDirectory(prefix="wbcfg-") as tmp:
-        (Path(tmp) / "config.json").write_text(json.dumps(config))
-        cfg = convert(tmp)
-    cfg.pop("tokenizer_name", None)
-    return cfg
 
 
 def _bridge(path, hf, tokenizer, name, device, prepend_bos) -> HookedModel:

@@ -46,6 +46,11 @@ class ArchInfo:
     mlp: str  # swiglu | gelu | relu | silu | none | moe | moe-glu
     positional: str  # rope | learned | none
     act_fn: str | None
+    norm_placement: str = "pre"  # pre (Llama, GPT-2) | pre+post (Gemma 2/3) | post (OLMo-2)
+    parallel: bool = False  # attention and MLP both read resid_pre (GPT-NeoX, GPT-J)
+    qk_norm: str = "none"  # none | head (Gemma 3, Qwen3: per head) | full (OLMo-2: whole projection)
+    attn_softcap: float | None = None  # scores -> cap * tanh(scores / cap) (Gemma 2)
+    logit_softcap: float | None = None  # logits -> cap * tanh(logits / cap) (Gemma 2)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,12 +85,38 @@ def arch_from_cfg(cfg: Any, mlp: str | None = None) -> ArchInfo:
             mlp = (cfg.act_fn or "relu").replace("gelu_new", "gelu").replace("gelu_fast", "gelu")
     pos = {"rotary": "rope", "standard": "learned", "shortformer": "learned"}.get(
         cfg.positional_embedding_type, cfg.positional_embedding_type)
+    original = getattr(cfg, "original_architecture", None) or ""
+    post_only = original in POST_NORM_FAMILIES
+    placement = "post" if post_only else ("pre+post" if getattr(cfg, "use_normalization_before_and_after", False)
+                                          else "pre")
+    qk = "head" if getattr(cfg, "use_qk_norm", False) else ("full" if post_only else "none")
+
+    def cap(value: Any) -> float | None:
+        return float(value) if value is not None and float(value) > 0 else None
+
     return ArchInfo(
         n_layers=cfg.n_layers, n_heads=cfg.n_heads,
         n_kv_heads=cfg.n_key_value_heads or cfg.n_heads, d_model=cfg.d_model, d_head=cfg.d_head,
         d_mlp=None if cfg.attn_only else cfg.d_mlp, d_vocab=cfg.d_vocab, n_ctx=cfg.n_ctx, norm=norm,
-        mlp=mlp, positional=pos, act_fn=cfg.act_fn,
+        mlp=mlp, positional=pos, act_fn=cfg.act_fn, norm_placement=placement,
+        parallel=bool(getattr(cfg, "parallel_attn_mlp", False)), qk_norm=qk,
+        attn_softcap=cap(getattr(cfg, "attn_scores_soft_cap", None)),
+        logit_softcap=cap(getattr(cfg, "output_logits_soft_cap", None)),
     )
+
+
+# Families whose norms sit after each sublayer and none before (TransformerLens' POST_NORM_ARCHITECTURES);
+# their q/k norms act on the whole projection rather than per head.
+POST_NORM_FAMILIES = frozenset({"Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoeForCausalLM"})
+
+
+@dataclass(frozen=True)
+class NormSite:
+    """One frozen norm of a block: the hook of its scale (1/rms or 1/std divides by it), weight, bias."""
+
+    scale_hook: str
+    w: torch.Tensor | None
+    b: torch.Tensor | None
 
 
 class HookedModel:
@@ -316,6 +347,39 @@ class HookedModel:
         for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
             w[key] = getattr(mlp, key, None)
         return w
+
+    def norm_sites(self, layer: int) -> dict[str, NormSite | None]:
+        """The norms around a layer's sublayers: "attn_pre", "attn_post", "mlp_pre", "mlp_post" (None where
+        the architecture has none). Pre-norms act on the sublayer's input, post-norms on its output before
+        the residual add (Gemma 2/3's post-norms; OLMo-2's only norms)."""
+        block = self.tl.blocks[self.check_layer(layer)]
+        placement = self.arch.norm_placement
+
+        def site(name: str) -> NormSite | None:
+            norm = getattr(block, name, None)
+            if norm is None or not hasattr(norm, "hook_scale"):
+                return None
+            return NormSite(f"blocks.{layer}.{name}.hook_scale", getattr(norm, "w", None), getattr(norm, "b", None))
+
+        sites: dict[str, NormSite | None] = {"attn_pre": None, "attn_post": None, "mlp_pre": None, "mlp_post": None}
+        if placement in ("pre", "pre+post"):
+            sites["attn_pre"], sites["mlp_pre"] = site("ln1"), site("ln2")
+        if placement == "pre+post":
+            sites["attn_post"], sites["mlp_post"] = site("ln1_post"), site("ln2_post")
+        if placement == "post":
+            sites["attn_post"], sites["mlp_post"] = site("ln1"), site("ln2")
+        return sites
+
+    def qk_norm_sites(self, layer: int) -> tuple[NormSite, NormSite] | None:
+        """The q and k norms of a layer's attention (applied after hook_q / hook_k, before RoPE), or None.
+        Their scales are [batch * pos * heads, 1] per head (arch.qk_norm "head") or [batch, pos, 1] over the
+        whole projection ("full")."""
+        if self.arch.qk_norm == "none":
+            return None
+        attn = self.tl.blocks[self.check_layer(layer)].attn
+        b = f"blocks.{layer}.attn."
+        return (NormSite(b + "q_norm.hook_scale", attn.q_norm.w, None),
+                NormSite(b + "k_norm.hook_scale", attn.k_norm.w, None))
 
     def act_fn(self, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
         """The MLP activation of a layer, as a function on tensors."""

@@ -19,11 +19,7 @@ def check_supported(model: Any) -> None:
     if cfg is None:
         raise MethodError(f"dpa needs a TransformerLens-style hooked model; {model!r} has no config")
     problems = {
-        "parallel attention/MLP blocks": getattr(cfg, "parallel_attn_mlp", False),
-        "norms before and after sublayers": getattr(cfg, "use_normalization_before_and_after", False),
-        "attention logit soft-capping": (getattr(cfg, "attn_scores_soft_cap", -1.0) or -1.0) > 0,
-        "output logit soft-capping": (getattr(cfg, "output_logits_soft_cap", -1.0) or -1.0) > 0,
-        "QK norm": getattr(cfg, "use_qk_norm", False),
+        "QK norm without RoPE": model.arch.qk_norm != "none" and model.arch.positional != "rope",
         "clipped QKV": getattr(cfg, "clip_qkv", None) is not None,
         "log-n attention scaling": getattr(cfg, "use_logn_attn", False),
         "attention sinks": getattr(cfg, "use_attention_sinks", False),

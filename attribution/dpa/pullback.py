@@ -4,7 +4,7 @@
 A feature graph needs more: the pull-back of a feature's encoder direction from the feature's input hook
 down to the dictionaries below it, with the MLPs that transcoders replace held fixed and a residual SAE
 cutting the stream (everything below it reaches the target through its features). ``pull_back`` is the
-same top-down step as the engine's (its ``_undo_mlp`` / ``_undo_attention``), started at a chosen point,
+same top-down step as the engine's (``steps.undo_mlp`` / ``steps.undo_attention``), started at a chosen point,
 for a batch of target vectors that share one prompt's frozen forward pass.
 
 Residual points, top to bottom: ``(l, "post")`` = ``blocks.l.hook_resid_post`` (above layer l's MLP; its
@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING
 import torch
 from jaxtyping import Float
 
-from attribution.dpa.engine import _hook_names, _init_target, _layer_weights, _undo_attention, _undo_mlp
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
+from attribution.dpa.steps import hook_names, init_target, layer_weights, undo_attention, undo_mlp
 
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel
@@ -42,7 +42,7 @@ def dpa_cache(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
               extra: Iterable[str] = ()) -> dict[str, torch.Tensor]:
     """One forward pass caching what the top-down pass reads plus the hooks ``extra`` (float32)."""
     check_supported(model)
-    names = list(dict.fromkeys(_hook_names(model, p, ()) + [model.check_hook(n) for n in extra]))
+    names = list(dict.fromkeys(hook_names(model, p, ()) + [model.check_hook(n) for n in extra]))
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=names)
     return {k: v.float() for k, v in cache.items()}
@@ -52,7 +52,7 @@ def logit_target(model: HookedModel, enc: Encoding,
                  cache: dict[str, torch.Tensor]) -> tuple[Float[torch.Tensor, "1 pos d_model"], float]:
     """The target (minus foil) vector at the top residual point, and the target logit (difference)."""
     offsets = {k: torch.zeros(1, dtype=torch.float64) for k in ("unembed_bias", "final_norm_bias")}
-    t, logit = _init_target(model, [enc], cache, offsets)
+    t, logit = init_target(model, [enc], cache, offsets)
     return t, float(logit[0])
 
 
@@ -75,13 +75,18 @@ def pull_back(model: HookedModel, cache: dict[str, torch.Tensor], t: Float[torch
             yield (layer, where), t
             if layer < 0:
                 return
-            w = _layer_weights(model, layer)
-            if where == "post":
+            w = layer_weights(model, layer)
+            if where == "post" and model.arch.parallel:  # attention and MLP read the same input: no mid point
+                update = undo_attention(model, layer, w, t, wide, p, {}, offsets)
                 if layer not in frozen_mlps and f"blocks.{layer}.mlp.hook_pre" in wide:
-                    t = t + _undo_mlp(model, layer, w, t, wide, p, {}, offsets)
+                    update = update + undo_mlp(model, layer, w, t, wide, p, {}, offsets)
+                t, layer = t + update, layer - 1
+            elif where == "post":
+                if layer not in frozen_mlps and f"blocks.{layer}.mlp.hook_pre" in wide:
+                    t = t + undo_mlp(model, layer, w, t, wide, p, {}, offsets)
                 where = "mid"
             else:
-                t = t + _undo_attention(model, layer, w, t, wide, p, {}, offsets)
+                t = t + undo_attention(model, layer, w, t, wide, p, {}, offsets)
                 layer, where = layer - 1, "post"
 
 

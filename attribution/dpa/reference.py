@@ -16,6 +16,8 @@ neuron = post . grad_post.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -29,7 +31,7 @@ def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor
     store: dict[str, torch.Tensor] = {}
     hooks = reference_hooks(model, p, store)
 
-    with torch.enable_grad():
+    with torch.enable_grad(), logits_uncapped(model):  # DPA explains the logit before a final soft-cap
         logits = model.run_with_hooks(enc.tokens, fwd_hooks=hooks)
         value = logits[0, -1, enc.target_id]
         if enc.foil_id is not None:
@@ -54,6 +56,21 @@ def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor
         out["neuron"] = torch.stack(neurons).detach()
     out["target_logit"] = value.detach()
     return out
+
+
+@contextmanager
+def logits_uncapped(model: Any) -> Iterator[None]:
+    """Within the block, the model's logits skip their final soft-cap (Gemma 2's cap * tanh(x / cap))."""
+    cfg = getattr(getattr(model, "tl", None), "cfg", None)
+    saved = getattr(cfg, "output_logits_soft_cap", None)
+    if cfg is None or saved is None:
+        yield
+        return
+    cfg.output_logits_soft_cap = -1.0
+    try:
+        yield
+    finally:
+        cfg.output_logits_soft_cap = saved
 
 
 def reference_hooks(model: Any, p: DPAParams, store: dict[str, torch.Tensor]) -> list[tuple[str, Any]]:

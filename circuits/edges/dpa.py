@@ -31,9 +31,19 @@ from typing import Any
 
 import torch
 
-from attribution.dpa.engine import OFFSET_KEYS, _hook_names, _init_target, _layer_weights, _undo_mlp
-from attribution.dpa.linear import check_supported, norm_back, rope_tables, rope_transpose
+from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
+from attribution.dpa.steps import (
+    OFFSET_KEYS,
+    attn_in_back,
+    attn_out_target,
+    hook_names,
+    init_target,
+    layer_weights,
+    qk_back,
+    qk_delta,
+    undo_mlp,
+)
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
@@ -73,7 +83,7 @@ def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams
     def keep(x, hook):
         cache[hook.name] = x[:rows].float()
 
-    hooks = [(name, keep) for name in _hook_names(model, p, ("head",))]
+    hooks = [(name, keep) for name in hook_names(model, p, ("head",))]
     hooks += sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x))
     with torch.no_grad():
         model.run_with_hooks(tokens, fwd_hooks=hooks, return_type=None)
@@ -91,28 +101,32 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
     offsets = {k: torch.zeros(batch.size, dtype=torch.float64) for k in OFFSET_KEYS}  # bias terms: not edges
     n_recv = len(graph.receivers)
     with torch.no_grad():
-        t, _ = _init_target(model, encs, cache, offsets)
+        t, _ = init_target(model, encs, cache, offsets)
         yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
         for layer in reversed(range(graph.n_layers)):
-            w = _layer_weights(model, layer)
+            w = layer_weights(model, layer)
             cols = receiver_cols(graph, layer)
             first = head_slot(graph, layer)
+            above = t  # parallel blocks (GPT-NeoX): attention and MLP both see the target from above
             if cols["mlp"] is not None:
-                update = _undo_mlp(model, layer, w, t, cache, p, {}, offsets)
+                update = undo_mlp(model, layer, w, t, cache, p, {}, offsets)
                 yield first + graph.n_heads, slice(cols["mlp"], cols["mlp"] + 1), update[None]
                 t = t + update
-            T = _attention_receivers(model, layer, w, t, cache, p)  # [head x (q, k, v), batch, pos, d]
+            T = _attention_receivers(model, layer, w, above if model.arch.parallel else t, cache, p, offsets)
             base = int(cols["q"][0])
             yield first, slice(base, base + T.shape[0]), T
             t = t + T.sum(0)
 
 
 def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
-                         cache: dict[str, torch.Tensor], p: DPAParams) -> torch.Tensor:
-    """Per head, the q, k and v terms of DPA's attention update, each through the frozen ln1:
-    [head x 3 (q, k, v), batch, pos, d_model] (receiver order); their sum is the engine's update."""
+                         cache: dict[str, torch.Tensor], p: DPAParams,
+                         offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per head, the q, k and v terms of DPA's attention update, each through the frozen norms
+    (``steps``: post-norm, q/k norm, soft-cap slope, pre-norm): [head x 3 (q, k, v), batch, pos, d_model]
+    (receiver order); their sum is the engine's update."""
     b = f"blocks.{layer}.attn."
     n, seq, d_model = t.shape
+    t = attn_out_target(model, layer, t, cache, offsets)
     W_O = w["W_O"]  # [head, d_head, d_model]
     H, d_head = W_O.shape[0], W_O.shape[1]
     rep = H // w["W_V"].shape[0]  # query heads per kv head (TL repeats kv heads with repeat_interleave)
@@ -124,20 +138,16 @@ def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Ten
     if p.uses_qk:
         rotary = model.arch.positional == "rope"
         edge = A * (m @ v.transpose(-1, -2))
-        delta = (edge - A * edge.sum(-1, keepdim=True)) / model.attn_scale(layer)
-        tables = rope_tables(model, layer, seq)
+        delta = qk_delta(model, layer, A, edge, edge.sum(-1), cache)
         if p.w_q:
             k = cache[b + ("hook_rot_k" if rotary else "hook_k")].transpose(1, 2).repeat_interleave(rep, 1)
-            gq = p.w_q * (delta @ k)
-            g[0] = rope_transpose(gq, tables) if tables is not None else gq
+            g[0] = qk_back(model, layer, p.w_q * (delta @ k), "q", cache)
         if p.w_k:
             q = cache[b + ("hook_rot_q" if rotary else "hook_q")].transpose(1, 2)
-            gk = p.w_k * (delta.transpose(-1, -2) @ q)
-            g[1] = rope_transpose(gk, tables) if tables is not None else gk
+            g[1] = qk_back(model, layer, p.w_k * (delta.transpose(-1, -2) @ q), "k", cache, repeat=rep)
     # one batched product over (head, role): [H*3, batch*pos, d_head] @ [H*3, d_head, d_model]
     W = torch.stack([w["W_Q"], w["W_K"].repeat_interleave(rep, 0), w["W_V"].repeat_interleave(rep, 0)], 1)
     g = g.permute(2, 0, 1, 3, 4).reshape(H * 3, n * seq, d_head)
     T = torch.bmm(g, W.reshape(H * 3, d_model, d_head).transpose(1, 2)).view(H * 3, n, seq, d_model)
-    scale = cache.get(f"blocks.{layer}.ln1.hook_scale")
-    T, _ = norm_back(T, scale, w["ln1.w"], w["ln1.b"], model.arch.norm == "layernorm")
-    return T
+    return attn_in_back(model, layer, T, cache, offsets)
+

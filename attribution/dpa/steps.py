@@ -1,0 +1,316 @@
+"""DPA's steps, in one place: the hooks its forward caches, the target's initialisation, and the two
+sublayer pull-backs (MLP, attention) with the norms around them. The engine (``engine.py``), the
+pull-back from any residual point (``pullback.py``) and the edge scorer (``circuits/edges/dpa.py``)
+are all built from these.
+
+Every step is the transpose of one frozen piece of the forward pass (shared/specs/dpa.md). Beyond the
+paper's Llama block, the steps handle what the supported families add (workbench/families.py):
+norms after a sublayer's output (Gemma 2/3's post-norms, OLMo-2's only norms), per-head or
+whole-projection q/k norms (Gemma 3, Qwen3, OLMo-2), attention soft-capping (Gemma 2; its exact local
+derivative on the q/k paths), parallel attention and MLP (GPT-NeoX: the engine feeds both the same
+target), partial rotary (Pythia) and GeGLU. Tensors are [batch, pos, d_model] unless said otherwise.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from attribution.dpa.linear import act_slope, norm_back, rope_tables, rope_transpose
+from attribution.dpa.params import DPAParams
+
+if TYPE_CHECKING:
+    from workbench.hooked import HookedModel, NormSite
+
+OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
+               "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")
+
+
+def hook_names(model: HookedModel, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
+    """The hooks DPA's forward caches (those the model has)."""
+    a = model.arch
+    rotary = a.positional == "rope"
+    names = ["hook_embed", "hook_pos_embed", "ln_final.hook_scale", "ln_final.hook_normalized",
+             f"blocks.{a.n_layers - 1}.hook_resid_post"]
+    for layer in range(a.n_layers):
+        b = f"blocks.{layer}."
+        names += [b + "ln1.hook_scale", b + "ln2.hook_scale", b + "ln1_post.hook_scale", b + "ln2_post.hook_scale",
+                  b + "attn.hook_pattern", b + "attn.hook_v", b + "mlp.hook_pre", b + "mlp.hook_pre_linear"]
+        if p.uses_qk:
+            names += [b + ("attn.hook_rot_q" if rotary else "attn.hook_q"),
+                      b + ("attn.hook_rot_k" if rotary else "attn.hook_k"),
+                      b + "attn.q_norm.hook_scale", b + "attn.k_norm.hook_scale"]
+            if a.attn_softcap:
+                names.append(b + "attn.hook_attn_scores")
+        if "neuron" in levels:
+            names.append(b + "mlp.hook_post")
+    available = set(model.hook_names())
+    return [n for n in names if n in available]
+
+
+def bsum(x: torch.Tensor) -> torch.Tensor:
+    """Sum over every axis but the leading batch axis, in float64: [batch]."""
+    return x.flatten(1).sum(-1).double()
+
+
+def layer_weights(model: HookedModel, layer: int) -> dict[str, Any]:
+    """Layer weights in float32 with grouped kv heads NOT repeated: repeating copies W_K and W_V, which costs
+    more than this layer's whole top-down pass; DPA sums the query heads of a group instead."""
+    return {k: (v.float() if isinstance(v, torch.Tensor) else v)
+            for k, v in model.weights(layer, repeat_kv=False).items()}
+
+
+def site_back(model: HookedModel, site: NormSite | None, g: torch.Tensor,
+              cache: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transpose of one frozen norm (``norm_back``) given by its NormSite; identity where there is none."""
+    if site is None:
+        return g, g.new_zeros(g.shape[:-2]).double()
+    w = None if site.w is None else site.w.float()
+    b = None if site.b is None else site.b.float()
+    return norm_back(g, cache.get(site.scale_hook), w, b, model.arch.norm == "layernorm")
+
+
+def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tensor],
+                offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """t at each prompt's explained position (Encoding.query: the last one unless a position is given): the
+    unembedding row(s) pulled back through the frozen final norm. The logit explained is the one before any
+    final soft-capping (Gemma 2's tanh is not linearised: DPA explains what it squashes)."""
+    a = model.arch
+    W_U = model.W_U.float()  # [d_model, vocab]
+    b_U = getattr(model, "b_U", None)
+    gamma = model.final_norm_weight()
+    beta = model.final_norm_bias()
+    rows = torch.arange(len(encs))
+    last = torch.tensor([e.query for e in encs])
+    if "ln_final.hook_normalized" in cache:
+        final = cache["ln_final.hook_normalized"][rows, last]  # [batch, d_model]
+        final = final * gamma.float() if gamma is not None else final
+        final = final + beta.float() if beta is not None else final
+        scale = cache["ln_final.hook_scale"][rows, last][:, None] if "ln_final.hook_scale" in cache else None
+    else:  # no final norm
+        final = cache[f"blocks.{a.n_layers - 1}.hook_resid_post"][rows, last]
+        scale = None
+    u = final.new_zeros(final.shape)
+    for b, enc in enumerate(encs):
+        target_id = enc.target_id
+        if target_id is None:  # no target given: explain the model's own top prediction
+            target_id = int((final[b] @ W_U).argmax())
+        u[b] = W_U[:, target_id]
+        if enc.foil_id is not None:
+            u[b] -= W_U[:, enc.foil_id]
+        if b_U is not None:
+            offsets["unembed_bias"][b] += float(b_U[target_id] - (b_U[enc.foil_id] if enc.foil_id is not None
+                                                                   else 0.0))
+    logit = (final * u).sum(-1).double() + offsets["unembed_bias"]
+    g, off = norm_back(u[:, None, :], scale, None if gamma is None else gamma.float(),
+                       None if beta is None else beta.float(), a.norm == "layernorm")
+    offsets["final_norm_bias"] += off.double()
+    t = torch.zeros(len(encs), cache["hook_embed"].shape[1], a.d_model, dtype=torch.float32, device=W_U.device)
+    t[rows, last] = g[:, 0]
+    return t, logit
+
+
+def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
+             p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Update to t from layer l's MLP: up and gate paths (GLU) or one content path (GELU/ReLU), through the
+    frozen norms after (post-norm) and before (pre-norm) the MLP."""
+    b = f"blocks.{layer}."
+    sites = model.norm_sites(layer)
+    t, off = site_back(model, sites["mlp_post"], t, cache)  # the target on the MLP's own output
+    offsets["mlp_norm_bias"] += off.double()
+    m = t @ w["W_out"].T  # [batch, pos, d_mlp]: the target seen by each neuron's output
+    if "neuron" in out:
+        out["neuron"][:, layer] = cache[b + "mlp.hook_post"] * m
+    if w["b_out"] is not None:
+        offsets["mlp_bias"] += bsum(t * w["b_out"])
+    g = cache[b + "mlp.hook_pre"]
+    act_fn = model.act_fn(layer)
+    silu = model.arch.act_fn == "silu"
+    slope = act_slope(act_fn, g, p.act_mode, silu=silu)
+    if w["W_gate"] is not None:
+        if w["b_in"] is not None:  # TL's gated MLP adds b_in after the product
+            offsets["mlp_bias"] += bsum(m * w["b_in"])
+        u = cache[b + "mlp.hook_pre_linear"]
+        act = g * slope if (silu and p.act_mode == "ratio") else act_fn(g)
+        parts = []
+        if p.w_up:  # up path, act(g) frozen: linear in u
+            parts.append(((p.w_up * m) * act) @ w["W_in"].T)
+        if p.w_gate:  # gate path, slope(g) and u frozen: linear in g
+            parts.append(((p.w_gate * m) * slope * u) @ w["W_gate"].T)
+        g_n = sum(parts[1:], parts[0]) if parts else torch.zeros_like(t)
+    else:
+        grad_pre = (p.w_mlp * m) * slope
+        g_n = grad_pre @ w["W_in"].T
+        if w["b_in"] is not None:
+            offsets["mlp_bias"] += bsum(grad_pre * w["b_in"])
+    g_x, off = site_back(model, sites["mlp_pre"], g_n, cache)
+    offsets["mlp_norm_bias"] += off.double()
+    return g_x
+
+
+def from_heads(g: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+    """sum_h g[:, h] @ W[h]^T: [batch, head, pos, d_head] x [head, d_model, d_head] -> [batch, pos, d_model],
+    as one matmul. W.transpose(1, 2).reshape is a free view for HF-converted weights (TL's W_Q views q_proj).
+    """
+    n_batch, heads, seq, d_head = g.shape
+    flat = g.transpose(1, 2).reshape(n_batch, seq, heads * d_head)
+    return flat @ W.transpose(1, 2).reshape(heads * d_head, -1)
+
+
+def by_head(x: torch.Tensor) -> torch.Tensor:
+    """[batch, pos, head, d_head] -> [batch, head, pos, d_head]."""
+    return x.transpose(1, 2)
+
+
+def attn_out_target(model: HookedModel, layer: int, t: torch.Tensor, cache: dict[str, torch.Tensor],
+                    offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The target on the attention's own output (before a post-norm): t through the frozen post-norm."""
+    t_o, off = site_back(model, model.norm_sites(layer)["attn_post"], t, cache)
+    offsets["attn_norm_bias"] += off.double()
+    return t_o
+
+
+def attn_in_back(model: HookedModel, layer: int, g_n: torch.Tensor, cache: dict[str, torch.Tensor],
+                 offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """From the target on the attention's (normed) input to the residual stream: the frozen pre-norm."""
+    g_x, off = site_back(model, model.norm_sites(layer)["attn_pre"], g_n, cache)
+    offsets["attn_norm_bias"] += off.double()
+    return g_x
+
+
+def qk_delta(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
+             cache: dict[str, torch.Tensor]) -> torch.Tensor:
+    """d(m_i . z_i) / d(q_i . k_j): A_ij (m_i.v_j - m_i.z_i) / attn_scale, times the soft-cap's local slope
+    1 - tanh^2 where scores are capped. edge: A_ij (m_i . v_j) [batch, head, query, key]; mz [batch, head,
+    query]."""
+    delta = (edge - A * mz[..., None]) / model.attn_scale(layer)
+    cap = model.arch.attn_softcap
+    if cap:
+        s = cache[f"blocks.{layer}.attn.hook_attn_scores"]  # capped; masked entries are -inf (A is 0 there)
+        slope = torch.where(torch.isfinite(s), 1.0 - (s / cap) ** 2, torch.zeros_like(s))
+        delta = delta * slope
+    return delta
+
+
+def qk_back(model: HookedModel, layer: int, g: torch.Tensor, role: str, cache: dict[str, torch.Tensor],
+            repeat: int = 1) -> torch.Tensor:
+    """From the target on the rotated (and normed) q or k [batch, head, pos, d_head] to the target on the
+    projection W x + b: the inverse rotation, then the frozen q/k norm (per head or over the projection).
+    ``repeat``: g holds each kv head's keys repeated for its query heads (the norm's kv-head scales are
+    repeated to match)."""
+    seq = g.shape[2]
+    tables = rope_tables(model, layer, seq)
+    if tables is not None:
+        g = rope_transpose(g, tables)
+    sites = model.qk_norm_sites(layer)
+    if sites is None:
+        return g
+    site = sites[0] if role == "q" else sites[1]
+    n_batch, heads, _, d_head = g.shape
+    scale = cache[site.scale_hook]
+    if model.arch.qk_norm == "head":  # [batch * pos * head, 1]
+        scale = scale.view(n_batch, seq, heads // repeat, 1).transpose(1, 2).repeat_interleave(repeat, 1)
+        w = site.w.float()
+    else:  # the whole projection: [batch, pos, 1], gamma over head * d_head
+        scale = scale[:, None]
+        w = site.w.float().view(heads // repeat, 1, d_head).repeat_interleave(repeat, 0)
+    return g * w / scale
+
+
+def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
+                   cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
+                   offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths.
+
+    Grouped-query attention without repeating kv heads: the R query heads of kv group g are stacked
+    along positions ([batch, G, R*pos, d_head]), so one matmul per group covers all of them and sums
+    their gradients into the shared k and v.
+    """
+    b = f"blocks.{layer}.attn."
+    n_batch, seq, d_model = t.shape
+    t = attn_out_target(model, layer, t, cache, offsets)
+    W_O = w["W_O"]  # [head, d_head, d_model]
+    H, d_head = W_O.shape[0], W_O.shape[1]
+    G = w["W_V"].shape[0]
+    A = cache[b + "hook_pattern"]  # [batch, head, query, key]
+    v = by_head(cache[b + "hook_v"])  # [batch, group, key, d_head]
+    m = (t @ W_O.reshape(H * d_head, d_model).T).view(n_batch, seq, H, d_head)  # target seen by each z
+    m_g = by_head(m).reshape(n_batch, G, -1, d_head)  # [batch, group, R*query, d_head]
+    if w["b_O"] is not None:
+        offsets["attn_out_bias"] += bsum(t * w["b_O"])
+    A_g = A.reshape(n_batch, G, -1, seq)  # [batch, group, R*query, key]
+    mz = edge = None  # m_i . z_i per head and query: the head's score, and the q/k paths' baseline
+    if "edge" in out or p.uses_qk:
+        mv = (m_g @ v.transpose(-1, -2)).view(n_batch, H, seq, seq)  # m_i . v_j
+        edge = A * mv
+        if "edge" in out:
+            out["edge"][:, layer] = edge
+        mz = edge.sum(-1)  # z_i = sum_j A_ij v_j, so m_i . z_i = sum_j A_ij (m_i . v_j)
+    elif "head" in out:
+        mz = (m_g * (A_g @ v)).sum(-1).view(n_batch, H, seq)
+    if "head" in out:
+        out["head"][:, layer] = mz
+    # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
+    gv = p.w_v * (A_g.transpose(-1, -2) @ m_g)  # [batch, group, key, d_head]
+    g_n = from_heads(gv, w["W_V"])
+    if w["b_V"] is not None:
+        offsets["attn_value_bias"] += bsum(gv * w["b_V"][:, None, :])
+    if p.uses_qk:
+        g_n = g_n + _qk_paths(model, layer, w, A, edge, mz, cache, p, offsets)
+    return attn_in_back(model, layer, g_n, cache, offsets)
+
+
+def _qk_paths(model: HookedModel, layer: int, w: dict[str, Any], A: torch.Tensor, edge: torch.Tensor,
+              mz: torch.Tensor, cache: dict[str, torch.Tensor], p: DPAParams,
+              offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Control paths: delta_ij = d(m_i.z_i)/d score_ij (``qk_delta``), sent to q_i and k_j."""
+    b = f"blocks.{layer}.attn."
+    n_batch, H, seq = A.shape[0], A.shape[1], A.shape[-1]
+    G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
+    rotary = model.arch.positional == "rope"
+    delta = qk_delta(model, layer, A, edge, mz, cache).reshape(n_batch, G, -1, seq)  # [batch, G, R*query, key]
+    g_n = A.new_zeros(())
+    if p.w_q:
+        k = by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [batch, group, key, d_head]
+        gq = (p.w_q * (delta @ k)).view(n_batch, H, seq, d_head)  # on the rotated q
+        gq = qk_back(model, layer, gq, "q", cache)
+        g_n = g_n + from_heads(gq, w["W_Q"])
+        if w["b_Q"] is not None:
+            offsets["attn_qk_bias"] += bsum(gq * w["b_Q"][:, None, :])
+    if p.w_k:
+        q = by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")]).reshape(n_batch, G, -1, d_head)
+        gk = p.w_k * (delta.transpose(-1, -2) @ q)  # [batch, group, key, d_head] on the rotated k
+        gk = qk_back(model, layer, gk, "k", cache)
+        g_n = g_n + from_heads(gk, w["W_K"])
+        if w["b_K"] is not None:
+            offsets["attn_qk_bias"] += bsum(gk * w["b_K"][:, None, :])
+    return g_n
+
+
+def undo_layer(model: HookedModel, layer: int, t: torch.Tensor, cache: dict[str, torch.Tensor], p: DPAParams,
+               out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor],
+               kept: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
+    """t below layer l from t above it: the MLP, then the attention; for parallel blocks (GPT-NeoX) both
+    read the same input, so both get the target from above. ``kept`` collects resid_post / resid_mid /
+    resid_pre targets (resid_mid of a parallel block is the target above it)."""
+    w = layer_weights(model, layer)
+    if kept is not None:
+        kept["resid_post"].append(t)
+    has_mlp = f"blocks.{layer}.mlp.hook_pre" in cache
+    if model.arch.parallel:
+        if kept is not None:
+            kept["resid_mid"].append(t)
+        update = undo_attention(model, layer, w, t, cache, p, out, offsets)
+        if has_mlp:
+            update = update + undo_mlp(model, layer, w, t, cache, p, out, offsets)
+        t = t + update
+    else:
+        if has_mlp:
+            t = t + undo_mlp(model, layer, w, t, cache, p, out, offsets)
+        if kept is not None:
+            kept["resid_mid"].append(t)
+        t = t + undo_attention(model, layer, w, t, cache, p, out, offsets)
+    if kept is not None:
+        kept["resid_pre"].append(t)
+    return t
