@@ -53,8 +53,12 @@ def residual_stack(model: HookedModel, tokens: Any) -> Float[torch.Tensor, "laye
 
 def check_readable(model: HookedModel) -> None:
     """Lenses need a token vocabulary and an unembedding (not a vision or regression model)."""
-    if model.kind == "vit" or getattr(model, "W_U", None) is None:
-        raise MethodError(f"{model.name} has no unembedding to read a lens through")
+    name = getattr(model, "name", type(model).__name__)
+    if getattr(model, "kind", None) == "vit" or type(model).__name__ == "HookedViT":
+        raise MethodError(f"{name} is a vision model: the logit and tuned lenses are not for vision models "
+                          "(they read residuals through a token unembedding)")
+    if getattr(model, "W_U", None) is None:
+        raise MethodError(f"{name} has no unembedding to read a lens through")
 
 
 def lens_logits(model: HookedModel, resid: Float[torch.Tensor, "layer batch pos d_model"],

@@ -98,30 +98,43 @@ class TunedLens:
 
     @classmethod
     def load(cls, directory: str | Path) -> TunedLens:
-        from safetensors.torch import load_file
+        """A tuned lens read back as possibly damaged (workbench/checks.py): ModelFileError for a symlink, a
+        truncated, zeroed or garbage file, a missing tensor, shapes that do not fit, NaN or Infinity, or a
+        tuned.json that is not an object naming its model."""
+        from workbench.checks import Fields, read_json, read_tensors, t_finite
 
         directory = Path(directory)
-        try:
-            tensors = load_file(str(directory / "tuned.safetensors"))
-            meta = json.loads((directory / "tuned.json").read_text())
-            if "weight_int8" in tensors:
-                weight = tensors["weight_int8"].float() * tensors["weight_scale"].float()
-            else:
-                weight = tensors["weight"].float()
-            bias = tensors["bias"].float()
-        except (OSError, KeyError, ValueError) as exc:
-            raise ModelFileError(f"cannot read the tuned lens in {directory}: {exc}") from None
-        if weight.dim() != 3 or bias.shape != weight.shape[:2]:
-            raise ModelFileError(f"tuned lens in {directory}: weight {list(weight.shape)} and bias "
-                                 f"{list(bias.shape)} do not fit together")
-        config = {k: v for k, v in meta.items() if k not in ("model", "dtype")}
-        return cls(str(meta.get("model", directory.name)), weight, bias, config)
+        what = f"the tuned lens in {directory}"
+        if directory.is_symlink():
+            raise ModelFileError(f"{what} is behind a symlink; refusing to read it")
+        tensors = read_tensors(directory / "tuned.safetensors", f"{what} (tuned.safetensors)", ModelFileError,
+                               finite=True)
+        meta = Fields(read_json(directory / "tuned.json", f"{what} (tuned.json)", ModelFileError),
+                      f"{what} (tuned.json)", ModelFileError)
+        model = meta.text("model", directory.name)
+        meta.text("dtype", None, ("int8", "float16", "float32"))
+        quantized = "weight_int8" in tensors
+        need = ("weight_int8", "weight_scale", "bias") if quantized else ("weight", "bias")
+        missing = [k for k in need if k not in tensors]
+        if missing:
+            raise ModelFileError(f"{what} is damaged: no tensor {missing[0]!r}")
+        w = tensors["weight_int8"] if quantized else tensors["weight"]
+        bias = tensors["bias"]
+        if (w.dim() != 3 or w.shape[1] != w.shape[2] or tuple(bias.shape) != tuple(w.shape[:2])
+                or (quantized and tuple(tensors["weight_scale"].shape) != (*w.shape[:2], 1))):
+            raise ModelFileError(f"{what} is damaged: weight {list(w.shape)} and bias {list(bias.shape)} do "
+                                 "not fit together")
+        weight = w.float() * tensors["weight_scale"].float() if quantized else w.float()
+        if not t_finite(weight):
+            raise ModelFileError(f"{what} is damaged: its translators are not finite")
+        config = {k: v for k, v in meta.data.items() if k not in ("model", "dtype")}
+        return cls(model, weight, bias.float(), config)
 
     @classmethod
     def for_model(cls, model: HookedModel) -> TunedLens:
         """The shipped tuned lens of this model (ModelFileError when there is none or it does not fit)."""
         directory = lens_dir(model.name)
-        if not (directory / "tuned.safetensors").exists():
+        if not (directory / "tuned.safetensors").exists() and not (directory / "tuned.safetensors").is_symlink():
             trained = sorted(p.parent.name for p in lens_dir("_").parent.glob("*/tuned.safetensors"))
             raise ModelFileError(f"no tuned lens for {model.name} (trained: {', '.join(trained) or 'none'}); "
                                  "use --kind logit, or train one with `workbench lens train`")
@@ -142,11 +155,15 @@ def _quantize(weight: Any) -> dict[str, Any]:
     return {"weight_int8": q.contiguous(), "weight_scale": scale.float().contiguous()}
 
 
-_CACHE: dict[tuple[str, float], TunedLens] = {}
+_CACHE: dict[tuple[str, float, int], TunedLens] = {}
 
 
 def _cached(directory: Path) -> TunedLens:
-    key = (str(directory), (directory / "tuned.safetensors").stat().st_mtime)
+    try:
+        stat = (directory / "tuned.safetensors").stat()
+        key = (str(directory), stat.st_mtime, stat.st_size)
+    except OSError as exc:
+        raise ModelFileError(f"cannot read the tuned lens in {directory}: {exc.strerror or exc}") from None
     if key not in _CACHE:
         _CACHE[key] = TunedLens.load(directory)
     return _CACHE[key]

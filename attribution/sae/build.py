@@ -28,7 +28,7 @@ from attribution.sae.train_shards import (
     train_topk_transcoder,
     write_info,
 )
-from workbench.errors import RangeError
+from workbench.errors import ModelFileError, RangeError
 
 HELDOUT_TOKENS = 64_000
 
@@ -146,11 +146,29 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     t_train = time.time() - t0
     if half:
         store_half(tmp)
-    dic = load_dictionary(tmp)
+    import shutil
+
+    from attribution.sae.train import check_trained
+
+    try:  # a diverged dictionary (NaN weights or metrics) leaves nothing behind, not even its .tmp
+        dic = load_dictionary(tmp)
+    except ModelFileError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        from workbench.errors import NonFiniteError
+
+        if "NaN or Infinity" in str(exc):
+            raise NonFiniteError("dictionary not saved: its weights are not finite (training diverged: try a "
+                                 "smaller --lr)") from None
+        raise
     dic.info.update({"hook": spec.hook, "hook_out": spec.hook_out})
     if on_progress:
         on_progress("evaluate", 0, 1)
     metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first)
+    try:
+        check_trained(dic.sae, metrics)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     info = {
         "model": model.name,
         "hook": spec.hook,
@@ -174,8 +192,6 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     }
     write_info(tmp, info)
     finish(tmp, out)
-    import shutil
-
     shutil.rmtree(ckpt, ignore_errors=True)
     return info
 

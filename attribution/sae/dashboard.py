@@ -184,19 +184,78 @@ class Dashboards:
         from safetensors import safe_open
 
         path = Path(directory) / FILE
-        if not path.exists():
+        if not path.exists() and not path.is_symlink():
             raise ModelFileError(
                 f"no dashboards at {path}: build them with `workbench sae dashboards --sae {Path(directory)}`"
             )
+        if path.is_symlink() or not path.is_file():
+            raise ModelFileError(f"dashboards {path} is a symlink or not a file; refusing to read it")
         try:
             with safe_open(str(path), framework="pt") as fh:
-                meta = json.loads(fh.metadata()["dashboards"])
+                text = (fh.metadata() or {}).get("dashboards")
                 tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118 - safe_open has no iterator
         except Exception as exc:  # truncated or foreign file
             raise ModelFileError(f"cannot read dashboards {path}: {str(exc).splitlines()[0]}") from None
-        if meta.get("version") != VERSION:
-            raise ModelFileError(f"dashboards {path} have version {meta.get('version')}; rebuild them")
+        if text is None:
+            raise ModelFileError(f"dashboards {path} are damaged: the file has no dashboards header")
+        from workbench.checks import parse_json
+
+        meta = parse_json(text, f"dashboards {path} header", ModelFileError)
+        if not isinstance(meta, dict) or meta.get("version") != VERSION:
+            version = meta.get("version") if isinstance(meta, dict) else None
+            raise ModelFileError(f"dashboards {path} have version {version}; rebuild them")
+        check_dashboards(tensors, meta, f"dashboards {path}")
         return cls(tensors, meta)
+
+
+TENSOR_RANKS = {"density": 1, "max_act": 1, "mean_act": 1, "count": 1, "hist": 2, "ctx_token": 2, "ctx_act": 2,
+                "ctx_acts": 3, "logit_top_ids": 2, "logit_top_vals": 2, "logit_bot_ids": 2, "logit_bot_vals": 2,
+                "windows": 2, "tok_ids": 1, "tok_ptr": 1, "tok_feat": 1, "tok_val": 1}
+
+
+def check_dashboards(tensors: dict[str, Any], meta: dict[str, Any], what: str) -> None:
+    """Dashboards read back from a file, checked before any is shown (ModelFileError naming the damage): every
+    tensor present with its rank, one row per unit, finite values, indices (contexts, tokens, features) within
+    what they index, and a header whose labels, vocabulary and context groups have the right types."""
+    from workbench.checks import Fields, t_finite
+
+    def bad(why: str) -> ModelFileError:
+        return ModelFileError(f"{what} are damaged: {why}; rebuild them")
+
+    for name, rank in TENSOR_RANKS.items():
+        if name not in tensors:
+            raise bad(f"no tensor {name!r}")
+        if tensors[name].dim() != rank:
+            raise bad(f"tensor {name!r} has shape {list(tensors[name].shape)}")
+        if not t_finite(tensors[name]):
+            raise bad(f"tensor {name!r} holds NaN or Infinity")
+    n = int(tensors["density"].shape[0])
+    for name in ("max_act", "mean_act", "count", "hist", "ctx_token", "ctx_act", "ctx_acts", "logit_top_ids",
+                 "logit_top_vals", "logit_bot_ids", "logit_bot_vals"):
+        if int(tensors[name].shape[0]) != n:
+            raise bad(f"tensor {name!r} has {int(tensors[name].shape[0])} rows, not one per unit ({n})")
+    f = Fields(meta, f"{what} header", ModelFileError)
+    f.text("name")
+    labels = f.items("labels", str)
+    groups = f.items("context_groups", str)
+    f.integer("n_tokens", lo=0)
+    vocab = f.mapping("vocab")
+    if len(labels) != n:
+        raise bad(f"{len(labels)} labels for {n} units")
+    if not all(isinstance(k, str) and k.isdigit() and isinstance(v, str) for k, v in vocab.items()):
+        raise bad("its vocabulary is not a map of token ids to text")
+    windows = tensors["windows"]
+    if int(tensors["ctx_token"].shape[1]) != len(groups) or windows.shape[1] < 2:
+        raise bad("its contexts do not match its context groups")
+    ctx, feat, ptr = tensors["ctx_token"], tensors["tok_feat"], tensors["tok_ptr"]
+    if ctx.numel() and int(ctx.max()) >= int(windows.shape[0]) * (int(windows.shape[1]) - 1):
+        raise bad("a context points outside its windows")
+    if feat.numel() and (int(feat.min()) < 0 or int(feat.max()) >= n):
+        raise bad("its token index names a unit it does not have")
+    if (int(ptr.shape[0]) != int(tensors["tok_ids"].shape[0]) + 1 or (ptr.numel() and int(ptr[0]) != 0)
+            or bool((ptr[1:] < ptr[:-1]).any()) or int(ptr[-1]) > int(feat.shape[0])
+            or int(tensors["tok_val"].shape[0]) != int(feat.shape[0])):
+        raise bad("its token index is inconsistent")
 
 
 def has_dashboards(directory: str | Path | None) -> bool:

@@ -11,7 +11,6 @@ recorded in workbench.json as ``activation_scale``.
 
 from __future__ import annotations
 
-import json
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,17 +129,58 @@ class Dictionary:
         }
 
 
-def load_dictionary(path: str | Path) -> Dictionary:
-    """Load an SAE or transcoder directory (SAELens format + optional workbench.json)."""
-    from sae_lens import SAE
+# A dictionary's sizes come from its cfg.json: beyond these they are damage, refused before SAELens allocates.
+MAX_D_IN, MAX_D_SAE, MAX_LAYER = 1 << 16, 1 << 22, 4096
+FILES = ("cfg.json", "sae_weights.safetensors", "workbench.json")
+
+
+def check_dictionary_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(cfg.json, workbench.json) of a dictionary directory, read as possibly damaged (workbench/checks.py):
+    ModelFileError (one line) for a missing directory, a symlink, a config that is not an object, a width or
+    layer that is not a whole number in bounds, a model/hook that is not a string, non-finite metrics."""
+    from workbench.checks import Fields, read_json
 
     path = Path(path)
+    if path.is_symlink():
+        raise ModelFileError(f"{str(path)!r} is a symlink; refusing to read a dictionary through it")
     if not path.is_dir() or not (path / "cfg.json").exists():
         raise ModelFileError(f"{str(path)!r} is not a dictionary directory (no cfg.json)")
-    try:
-        info = json.loads((path / "workbench.json").read_text()) if (path / "workbench.json").exists() else {}
-    except ValueError as e:
-        raise ModelFileError(f"{path}/workbench.json is not valid JSON: {e}") from None
+    for name in FILES:
+        if (path / name).is_symlink():
+            raise ModelFileError(f"{path}/{name} is a symlink; refusing to read it")
+    cfg = Fields(read_json(path / "cfg.json", f"{path}/cfg.json", ModelFileError), f"{path}/cfg.json",
+                 ModelFileError)
+    cfg.integer("d_in", lo=1, hi=MAX_D_IN)
+    cfg.integer("d_sae", lo=1, hi=MAX_D_SAE)
+    cfg.integer("d_out", None, lo=1, hi=MAX_D_IN)
+    cfg.integer("k", None, lo=1, hi=MAX_D_SAE)
+    meta = cfg.fields("metadata", {})
+    for key in ("model_name", "hook_name", "hook_name_out"):
+        meta.text(key, None)
+    info = {}
+    if (path / "workbench.json").exists():
+        info = read_json(path / "workbench.json", f"{path}/workbench.json", ModelFileError)
+    f = Fields(info, f"{path}/workbench.json", ModelFileError)
+    for key in ("model", "hook", "hook_out", "kind"):
+        f.text(key, None)
+    f.integer("layer", None, lo=0, hi=MAX_LAYER)
+    f.integer("width", None, lo=1, hi=MAX_D_SAE)
+    metrics = f.fields("metrics", {})
+    for key, value in metrics.data.items():
+        if value is not None and not isinstance(value, str):
+            metrics.number(key)
+    return cfg.data, info
+
+
+def load_dictionary(path: str | Path) -> Dictionary:
+    """Load an SAE or transcoder directory (SAELens format + optional workbench.json), checked when opened:
+    its files (check_dictionary_dir), then its weights (shapes against cfg.json, every value finite)."""
+    from sae_lens import SAE
+
+    from workbench.checks import t_finite
+
+    path = Path(path)
+    cfg, info = check_dictionary_dir(path)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -150,8 +190,14 @@ def load_dictionary(path: str | Path) -> Dictionary:
         first = (str(exc).splitlines() or [type(exc).__name__])[0]
         raise ModelFileError(f"cannot load dictionary from {str(path)!r}: {first}") from None
     sae.eval()
-    for p in sae.parameters():
+    for name, p in sae.named_parameters():
         p.requires_grad_(False)
+        if not t_finite(p):
+            raise ModelFileError(f"dictionary {str(path)!r} is damaged: its weight {name} holds NaN or Infinity")
+    d_in, d_sae, d_out = cfg["d_in"], cfg["d_sae"], cfg.get("d_out") or cfg["d_in"]
+    if tuple(sae.W_enc.shape) != (d_in, d_sae) or tuple(sae.W_dec.shape) != (d_sae, d_out):
+        raise ModelFileError(f"dictionary {str(path)!r} is damaged: weights {list(sae.W_enc.shape)} / "
+                             f"{list(sae.W_dec.shape)} do not match cfg.json (d_in {d_in}, d_sae {d_sae})")
     return Dictionary(sae, path, info)
 
 
@@ -164,10 +210,15 @@ def dictionaries_root() -> Path:
 def list_dictionaries(root: str | Path | None = None, model: str | None = None) -> list[Dictionary]:
     """Every loadable dictionary under ``root`` (default data/saes), sorted by layer then kind;
     damaged entries are reported as warnings and skipped."""
+    if root:  # a folder the user named must be one
+        root = Path(root)
+        if not root.is_dir():
+            what = "a file" if root.exists() else "missing"
+            raise ModelFileError(f"dictionary folder {str(root)!r} is {what}: give a directory of dictionaries")
     root = Path(root) if root else dictionaries_root()
     out = []
     for d in sorted(root.iterdir()) if root.is_dir() else []:
-        if not d.is_dir() or d.name.startswith("."):
+        if d.name.startswith(".") or not (d.is_dir() or d.is_symlink()):
             continue
         try:
             dic = load_dictionary(d)

@@ -117,6 +117,16 @@ def _generate(model: HookedModel, tokens: Any, n_new: int) -> list[int]:
     return new
 
 
+MAX_NEW_TOKENS = 512  # greedy steps of one steering call (each recomputes the whole sequence twice)
+
+
+def check_new_tokens(n_new: int) -> int:
+    """RangeError unless 0 <= n_new <= MAX_NEW_TOKENS."""
+    if isinstance(n_new, bool) or not isinstance(n_new, int) or not 0 <= n_new <= MAX_NEW_TOKENS:
+        raise RangeError(f"--tokens {n_new} is out of range: steering generates 0..{MAX_NEW_TOKENS} tokens")
+    return n_new
+
+
 def steer(model: HookedModel, d: Any, unit: int, prompt: str, alpha: float | None = None,
           value: float | None = None, target: str | None = None, n_new: int = 20,
           skip_first: int = 1, k: int = 5) -> SteerResult:
@@ -127,9 +137,8 @@ def steer(model: HookedModel, d: Any, unit: int, prompt: str, alpha: float | Non
     from workbench.options import check_finite
 
     hooks = steering_hooks(d, unit, alpha, value, skip_first)
-    if n_new < 0:
-        raise RangeError(f"n_new must be >= 0, got {n_new}")
-    tokens = model.to_tokens(prompt)
+    check_new_tokens(n_new)
+    tokens = model.to_tokens(prompt)  # generation stops at the model's context (_generate)
     t_id = model.token_id(target) if target is not None else None
     with torch.no_grad():
         _, cache = model.run_with_cache(tokens, names_filter=[d.hook])

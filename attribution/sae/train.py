@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError, ModelFileError, RangeError
+from workbench.errors import DatasetError, RangeError
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1")
 
@@ -138,21 +138,18 @@ def save_sae(sae: Any, path: Path, extra: dict[str, Any] | None = None) -> Path:
 
 
 def load_sae(path: str | Path) -> Any:
-    from sae_lens import SAE
+    """The SAELens object of a dictionary directory, checked as every dictionary is when opened
+    (attribution/sae/dictionary.py: load_dictionary)."""
+    from attribution.sae.dictionary import load_dictionary
 
-    path = Path(path)
-    if not (path / "cfg.json").exists():
-        raise ModelFileError(f"{str(path)!r} is not an SAE directory (no cfg.json)")
-    try:
-        return SAE.load_from_disk(str(path), device="cpu", dtype="float32")  # stored float16 or 32
-    except Exception as exc:  # SAELens raises several types for bad configs or weights
-        raise ModelFileError(f"cannot load SAE from {str(path)!r}: {str(exc).splitlines()[0]}") from None
+    return load_dictionary(path).sae
 
 
 def sae_info(path: str | Path) -> dict[str, Any]:
-    path = Path(path)
-    extra = path / "workbench.json"
-    return json.loads(extra.read_text()) if extra.exists() else {}
+    """A dictionary's workbench.json ({} when absent), checked (ModelFileError when damaged)."""
+    from attribution.sae.dictionary import check_dictionary_dir
+
+    return check_dictionary_dir(path)[1]
 
 
 def check_fits(sae: Any, d: int, hook: str) -> None:
@@ -312,6 +309,23 @@ def train_sae(
         "metrics": metrics.to_json(),
         "sae_lens_format": "cfg.json + sae_weights.safetensors (SAE.load_from_disk)",
     }
+    check_trained(inference, info["metrics"])  # a diverged run (say --lr 1e30) writes nothing
     if out is not None:
         save_sae(inference, out, info)
     return inference, metrics, info
+
+
+def check_trained(sae: Any, metrics: dict[str, Any]) -> None:
+    """NonFiniteError (and nothing saved) when a trained dictionary's weights or metrics hold NaN/Infinity."""
+    from workbench.checks import t_finite
+    from workbench.errors import NonFiniteError
+    from workbench.options import first_non_finite
+
+    for name, p in sae.named_parameters():
+        if not t_finite(p.detach()):
+            raise NonFiniteError(f"sae run not saved: its weight {name} is not finite (training diverged: "
+                                 "try a smaller --lr)")
+    where = first_non_finite(metrics, "metrics")
+    if where:
+        raise NonFiniteError(f"sae run not saved: it holds a non-finite value ({where}; training diverged: "
+                             "try a smaller --lr)")

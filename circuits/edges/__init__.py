@@ -32,7 +32,33 @@ class EdgeMethod:
         if unknown:
             have = ", ".join(self.params) or "none"
             raise MethodError(f"{self.name} has no parameter {', '.join(unknown)}; parameters: {have}")
+        for key, value in params.items():
+            _check_param(self.name, key, value, self.params[key])
         return {**self.params, **params}
+
+
+# Whole-number parameters and their smallest value (steps of an integral, copies per forward: at least 1).
+_LEAST = {"steps": 1, "copies": 1, "sample": 0, "seed": 0}
+_MOST = {"steps": 10_000, "copies": 1024}
+
+
+def _check_param(method: str, key: str, value: Any, default: Any) -> None:
+    """A parameter's value has its default's type (a whole number where the default is one, a number where it
+    is a float, text where it is text) and its bounds; MethodError (one line) otherwise."""
+    import math
+
+    if isinstance(default, bool) or isinstance(default, str):
+        ok = type(value) is type(default)
+        want = "true or false" if isinstance(default, bool) else "text"
+    elif isinstance(default, int):
+        ok = isinstance(value, int) and not isinstance(value, bool)
+        ok = ok and _LEAST.get(key, -math.inf) <= value <= _MOST.get(key, math.inf)
+        want = f"a whole number >= {_LEAST.get(key, 0)}" + (f" and <= {_MOST[key]}" if key in _MOST else "")
+    else:
+        ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+        want = "a finite number"
+    if not ok:
+        raise MethodError(f"{method} parameter {key}={value!r} must be {want}")
 
 
 EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (

@@ -91,10 +91,14 @@ def lens_train(
     from attribution.lens.train import TrainConfig, build, results_table
 
     m = wb.load(model)
-    if m.kind not in ("llm",):
+    kind = getattr(m, "kind", None) or ("vit" if type(m).__name__ == "HookedViT" else "unknown")
+    if kind != "llm":
         from workbench.errors import MethodError
 
-        raise MethodError(f"{m.name} is a {m.kind} model: tuned lenses are trained on the English corpus for LLMs")
+        name = getattr(m, "name", model)
+        why = "lenses are not for vision models" if kind == "vit" else \
+            "tuned lenses are trained on the English corpus for LLMs"
+        raise MethodError(f"{name} is a {kind} model: {why}")
     cfg = TrainConfig(train_tokens=tokens, fit_seconds=fit_seconds, kl_seconds=kl_seconds, kl_tokens=kl_tokens,
                       heldout_tokens=heldout, seed=seed, kl_batch=kl_batch, batch_windows=batch_windows)
     c = console()

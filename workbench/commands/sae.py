@@ -73,12 +73,13 @@ def train(
     from workbench.cli import check_device
     from workbench.errors import RangeError
     from workbench.jobs import resolve_address
-    from workbench.jobs.kind_sae import from_shards, is_toy, train_dictionary
+    from workbench.jobs.kind_sae import check_out, from_shards, is_toy, train_dictionary
 
     spec = {"kind": "sae_train", "model": model, "device": check_device(device), "hook": hook, "tokens": tokens,
             "sae_kind": kind, "width": width, "k": k, "epochs": epochs, "lr": lr, "batch_size": batch_size,
             "l1": l1, "l0": l0, "ctx": ctx, "corpus": corpus, "out": str(Path(out).resolve()) if out else None,
             "seed": seed, "keep_first": keep_first}
+    check_out(out)  # before anything loads
     shards = from_shards(spec)
     if shards and is_toy(model):
         raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "

@@ -233,6 +233,9 @@ def steer(
 
     if sum([alpha is not None, clamp is not None, ablate]) != 1:
         raise RangeError("give exactly one of --alpha, --clamp or --ablate")
+    from attribution.sae.steer import check_new_tokens
+
+    check_new_tokens(new_tokens)  # before the model loads
     m, d = _load(sae, model, device)
     res = run_steer(m, d, feature, prompt, alpha=alpha, value=0.0 if ablate else clamp, target=target,
                     n_new=new_tokens)

@@ -198,11 +198,29 @@ def is_toy(model: str) -> bool:
         return True  # let the in-memory path report the bad model name as it always has
 
 
+def check_out(out: str | None) -> None:
+    """``--out`` names a directory to write the dictionary into: an existing file there (or a symlink) is
+    refused (RangeError), never overwritten or followed."""
+    from workbench.errors import RangeError
+
+    if not out:
+        return
+    path = Path(out)
+    if path.is_symlink():
+        raise RangeError(f"--out {out} is a symlink: give a directory for the dictionary")
+    if path.exists() and not path.is_dir():
+        raise RangeError(f"--out {out} exists and is not a directory: give a directory for the dictionary")
+    for parent in path.parents:
+        if parent.exists() and not parent.is_dir():
+            raise RangeError(f"--out {out}: {parent} is a file, not a directory")
+
+
 def train_dictionary(spec: dict[str, Any], on_progress: Progress | None = None) -> SaeTrainResult:
     """Cache, train, evaluate and save one dictionary as ``spec`` says (the command's options: model, hook,
     tokens, sae_kind, width, k, epochs, lr, batch_size, l1, l0, ctx, corpus, out, seed, keep_first, device)."""
     import torch
 
+    check_out(spec.get("out"))
     torch.set_num_threads(min(2, torch.get_num_threads()))
     if from_shards(spec):
         return _from_shards(spec, on_progress)
