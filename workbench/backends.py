@@ -28,7 +28,8 @@ from workbench.hooked import HookedModel, hooked_transformer
 
 
 def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "transformer_lens",
-                  n_ctx: int | None = None, prepend_bos: bool | None = None, remote: bool = False):
+                  n_ctx: int | None = None, prepend_bos: bool | None = None, remote: bool = False,
+                  dtype: str = "float32"):
     from transformers.utils import logging as hf_logging
 
     from workbench.llm import load_hf_model
@@ -38,23 +39,25 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
     if backend == "nnsight":
         from workbench.remote import NNsightModel
 
-        hf, tokenizer = load_hf_model(path, device)
+        hf, tokenizer = load_hf_model(path, device, dtype)
         return NNsightModel(hf, tokenizer, name=name, remote=remote)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
         from workbench.families import family_of
 
         family_of(json.loads((path / "config.json").read_text()), str(path))
-    hf, tokenizer = load_hf_model(path, device)
+    # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded
+    hf, tokenizer = load_hf_model(path, device, dtype if backend == "bridge" else "float32")
     if prepend_bos is None:  # GPT-2 style tokenizers do not add BOS; Llama-style ones say so
         prepend_bos = bool(getattr(tokenizer, "add_bos_token", False))
     if backend == "bridge":
         return _bridge(path, hf, tokenizer, name, device, prepend_bos)
     if backend != "transformer_lens":
         raise ModelFileError(f"unknown backend {backend!r}: transformer_lens, bridge or nnsight")
-    return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos)
+    return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype)
 
 
-def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -> HookedModel:
+def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype="float32") -> HookedModel:
+    import torch
     from transformer_lens.config import HookedTransformerConfig
     from transformer_lens.loading_from_pretrained import fill_missing_keys, get_pretrained_state_dict
 
@@ -67,6 +70,7 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -
         cfg_dict.update(init_weights=False, device=device, default_prepend_bos=prepend_bos,
                         n_ctx=min(n_ctx or cfg_dict["n_ctx"], cfg_dict["n_ctx"], 4096))
         cfg_dict.pop("quantization_method", None)
+        cfg_dict["dtype"] = getattr(torch, dtype)
         cfg = HookedTransformerConfig(**cfg_dict)
         state = get_pretrained_state_dict(str(path), cfg, hf_model=hf)
         model = hooked_transformer(cfg, tokenizer=tokenizer, move_to_device=False,
@@ -78,6 +82,8 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos) -
         for key in [k for k in state if k not in expected]:
             if bool((state[key] == 0).all()):
                 state.pop(key)
+        # converted from the float32 HF weights, then cast once (norm weights too: TL computes scales in float32)
+        state = {k: v.to(cfg.dtype) if v.is_floating_point() else v for k, v in state.items()}
         model.load_state_dict(state, strict=True, assign=True)
     model.to(device, print_details=False).eval()
     for p in model.parameters():

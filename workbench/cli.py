@@ -28,6 +28,25 @@ JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on st
 DEVICE_OPTION = typer.Option("cpu", "--device", help="cpu (default) or cuda when present.")
 
 
+def _dtype_option(value: str) -> str:
+    from workbench.errors import ModelFileError
+    from workbench.zoo import check_dtype
+
+    try:
+        return check_dtype(value)
+    except ModelFileError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+DTYPE_OPTION = typer.Option("float32", "--dtype", callback=_dtype_option,
+                            help="An LLM's weight precision: float32 (default), bfloat16 or float16.")
+
+
+def dtype_spec(dtype: str) -> dict[str, str]:
+    """What a job spec records of the dtype: nothing for the default float32 (older specs keep their keys)."""
+    return {} if dtype == "float32" else {"dtype": dtype}
+
+
 def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None) -> None:
     """Print a result: JSON only on stdout with --json, a readable rendering otherwise.
 

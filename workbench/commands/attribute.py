@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import workers_option
 from workbench.options import positive_int
 
@@ -73,6 +73,7 @@ def attribute(
     position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
                                  "(0-based; negative counts from the end; default the last)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "
                                     "e.g. --param w_q=0 --param steps=20."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
@@ -98,7 +99,8 @@ def attribute(
     if workers > 1 or resolve_address(ray_address) is not None:
         from workbench.commands.jobs import run_job
 
-        spec = {"kind": "attribute", "model": model, "device": check_device(device), "prompt": prompt,
+        spec = {"kind": "attribute", "model": model, "device": check_device(device), **dtype_spec(dtype),
+                "prompt": prompt,
                 "target": target, "foil": foil, "method": name, "level": level, "position": position,
                 "params": params}
         job, res = run_job(spec, workers, ray_address, save=save)
@@ -111,7 +113,7 @@ def attribute(
         from attribution import encode_at
         from attribution.cost import estimate
 
-        m = wb.load(model, device=check_device(device))
+        m = wb.load(model, device=check_device(device), dtype=dtype)
         enc = encode_at(m, prompt, target, foil, position)
         if target is None and enc.target is None:
             raise TokenError(f"position {position} is the prompt's last token: give --target")

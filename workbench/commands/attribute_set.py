@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 
@@ -28,6 +28,7 @@ def attribute_set(
     top: int = typer.Option(5, "--top", help="Items listed per prompt.", callback=positive_int),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     workers: int = WORKERS_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
@@ -48,7 +49,8 @@ def attribute_set(
 
     from workbench.commands.jobs import run_job
 
-    spec = {"kind": "attribute_set", "model": model, "device": device, "threads": threads, "rows": rows,
+    spec = {"kind": "attribute_set", "model": model, "device": device, **dtype_spec(dtype),
+            "threads": threads, "rows": rows,
             "prompts_file": prompts, "method": name, "level": level, "use_foil": foil, "batch_size": batch_size,
             "params": params}
     job, result = run_job(spec, workers, ray_address, save=save)

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import positive_int
 
@@ -82,6 +82,7 @@ def discover(
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass.", callback=positive_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the circuit to the run store."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -110,12 +111,12 @@ def discover(
         import workbench as wb
         from circuits.toy_prompts import task_rows
 
-        rows = task_rows(wb.load(model, device=device), limit)
+        rows = task_rows(wb.load(model, device=device, dtype=dtype), limit)
     from workbench.commands.jobs import run_job
     from workbench.jobs import resolve_address
     from workbench.jobs.kinds import estimate
 
-    job_spec = {"kind": "circuit_discover", "model": model, "device": device, "rows": rows,
+    job_spec = {"kind": "circuit_discover", "model": model, "device": device, **dtype_spec(dtype), "rows": rows,
                 "prompts_file": None if prompts == "task" else prompts, "method": method, "params": params,
                 "edges": edges, "ablation": ablation, "metric": metric, "selection": selection,
                 "evaluate": evaluate_, "grid": ks, "batch_size": batch_size}
@@ -140,6 +141,7 @@ def evaluate(
     keep: list[str] = typer.Option(None, "--keep", help="Evaluate exactly these edges instead, 'SRC->DST' "
                                    "(repeatable), e.g. --keep 'L0.H0->L1.H0.q'."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -164,7 +166,7 @@ def evaluate(
         res.graph.edge_id(s, d)  # unknown edge names fail before the model loads
     from workbench.commands.jobs import run_job
 
-    spec = {"kind": "circuit_evaluate", "run": run, "device": check_device(device), "edges": edges,
+    spec = {"kind": "circuit_evaluate", "run": run, "device": check_device(device), **dtype_spec(dtype), "edges": edges,
             "ablation": ablation, "selection": selection, "grid": ks, "keep": [list(p) for p in pairs]}
     job, result = run_job(spec, 1, ray_address, save=False)
     if pairs:

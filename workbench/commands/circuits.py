@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 
 
 def register(app: typer.Typer) -> None:
@@ -27,6 +27,7 @@ def ablate(
     target: str = typer.Option(None, "--target", help="LLMs: target token."),
     foil: str = typer.Option(None, "--foil", help="LLMs: foil token."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Ablate components one at a time and report the task metrics (toy) or logit difference."""
@@ -35,7 +36,7 @@ def ablate(
     from workbench.cli import check_device
     from workbench.errors import MethodError
 
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     comps = list(component or heads)
     if m.kind == "toy" and prompt is None:
@@ -77,6 +78,7 @@ def patch(
     swap: bool = typer.Option(False, "--swap-names", help="Corrupted prompt = clean with target and foil "
                               "names exchanged (IOI style)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Activation patching from a corrupted prompt into the clean run (effect 1 = the patch alone flips
@@ -94,7 +96,7 @@ def patch(
         if foil is None:
             raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
         corrupted = patching.swap_names(clean, target, foil)
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     res = wb.patch(m, clean, corrupted, target, foil, site=site)
 
     def human(r):

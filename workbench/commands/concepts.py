@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import finite_float, layers_option, positive_int
 
@@ -40,6 +40,7 @@ def concepts(
     ),
     save: bool = typer.Option(True, "--save/--no-save"),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -65,7 +66,7 @@ def concepts(
     from workbench.commands.probe import threads_here
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
 
-    spec = {"kind": "concepts", "model": model_ref(model), "device": check_device(device),
+    spec = {"kind": "concepts", "model": model_ref(model), "device": check_device(device), **dtype_spec(dtype),
             **dataset_spec(dataset, data), "concept": concept, "layers": layers, "steer_layers": steer_layers,
             "pooling": pooling, "scale": scale, "n_steer": n_steer,
             "saes": [str(Path(p).expanduser().resolve()) for p in sae or []]}

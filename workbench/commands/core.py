@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
 from workbench.options import int_range, positive_int
 from workbench.options import port as port_option
 
@@ -172,25 +172,25 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if the ca
 
 
 def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
-        "transformer_lens", help="transformer_lens, bridge or nnsight."),
+        "transformer_lens", help="transformer_lens, bridge or nnsight."), dtype: str = DTYPE_OPTION,
         as_json: bool = JSON_OPTION) -> None:
     """Load a model and print its architecture facts."""
     import workbench as wb
     from workbench.cli import check_device
 
-    m = wb.load(model, device=check_device(device), backend=backend) if _is_llm(model) else \
-        wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), backend=backend, dtype=dtype) if _is_llm(model) else \
+        wb.load(model, device=check_device(device), dtype=dtype)
     arch = m.arch.to_dict() if hasattr(m.arch, "to_dict") else dict(m.arch)
     emit({"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}, as_json)
 
 
 def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--max-new-tokens", callback=positive_int),
-             device: str = DEVICE_OPTION, as_json: bool = JSON_OPTION) -> None:
+             device: str = DEVICE_OPTION, dtype: str = DTYPE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Greedy continuation of a prompt."""
     import workbench as wb
     from workbench.cli import check_device
 
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     text = m.generate(prompt, max_new_tokens=max_new_tokens)
     emit({"model": m.name, "prompt": prompt, "continuation": text}, as_json,
          lambda r: print(r["prompt"] + r["continuation"]))

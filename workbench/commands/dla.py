@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.options import positive_int
 
 
@@ -24,6 +24,7 @@ def dla(
     position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
                                  "(0-based; negative counts from the end; default the last)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     top: int = typer.Option(10, "--top", help="Heads shown in the human-readable output.", callback=positive_int),
     as_json: bool = JSON_OPTION,
@@ -40,7 +41,7 @@ def dla(
     from attribution import encode_at
     from attribution.dla import direct_logit_attribution
 
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     if target is None and encode_at(m, prompt, None, foil, position).target is None:
         raise TokenError(f"position {position} is the prompt's last token: give --target")
     res = direct_logit_attribution(m, prompt, target=target, foil=foil, position=position)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import JSON_OPTION, console, emit
+from workbench.cli import DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 from workbench.prompt_files import read_prompts
@@ -69,6 +69,7 @@ def faithfulness(
     batch_size: int = typer.Option(32, "--batch-size", help="Ablated forwards per batch.", callback=positive_int),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
     device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
+    dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     workers: int = WORKERS_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
@@ -101,7 +102,8 @@ def faithfulness(
 
     from workbench.commands.jobs import run_job
 
-    spec = {"kind": "faithfulness", "model": model, "device": device, "threads": threads, "rows": rows,
+    spec = {"kind": "faithfulness", "model": model, "device": device, **dtype_spec(dtype),
+            "threads": threads, "rows": rows,
             "prompts_file": prompts, "limit": limit, "methods": names, "level": level, "ablation": ablation,
             "rank": rank, "use_foil": foil, "params": params, "grid": fractions, "batch_size": batch_size}
     job, result = run_job(spec, workers, ray_address, save=save)

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.options import positive_int
 
 
@@ -47,6 +47,7 @@ def feature_graph(
     param: list[str] = typer.Option(None, "--param", help="DPA parameter key=value: w_q, w_k, w_v, w_gate, w_up."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the graph to the run store."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Feature graph: dictionary features at each depth -> higher features -> logits, with error nodes,
@@ -64,7 +65,7 @@ def feature_graph(
     import workbench as wb
     from attribution.features.graph import feature_graph as build
 
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,
                   max_edges=edges, keep_first=keep_first, **params)
     out = graph.to_json()

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.options import float_range, nonneg_int, positive_int
 
 
@@ -27,6 +27,7 @@ def lens(
                                  "negative counts from the end)."),
     top_k: int = typer.Option(5, "--top-k", help="Tokens kept per layer and position.", callback=positive_int),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -41,7 +42,7 @@ def lens(
     import workbench as wb
     from attribution.lens import lens as run_lens
 
-    m = wb.load(model, device=check_device(device))
+    m = wb.load(model, device=check_device(device), dtype=dtype)
     res = run_lens(m, prompt, kind=kind, target=target, top_k=top_k, position=position)
     out = res.to_json()
     if save:
@@ -82,6 +83,7 @@ def lens_train(
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     out: str = typer.Option(None, "--out", help="Output directory (default data/lenses/MODEL)."),
     table: str = typer.Option(None, "--table", help="Also write the markdown KL table here."),
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a tuned lens (closed-form fit, then KL fine-tuning) and report each layer's held-out KL."""
@@ -90,7 +92,7 @@ def lens_train(
     import workbench as wb
     from attribution.lens.train import TrainConfig, build, results_table
 
-    m = wb.load(model)
+    m = wb.load(model, dtype=dtype)
     kind = getattr(m, "kind", None) or ("vit" if type(m).__name__ == "HookedViT" else "unknown")
     if kind != "llm":
         from workbench.errors import MethodError

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import float_range, int_range, layers_option, nonneg_float, nonneg_int, positive_int
 
@@ -41,6 +41,7 @@ def probe(
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (curve, tables)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -59,7 +60,8 @@ def probe(
     from workbench.commands.jobs import run_job
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
 
-    spec = {"kind": "probe", "model": model_ref(model), "device": check_device(device), **dataset_spec(dataset, data),
+    spec = {"kind": "probe", "model": model_ref(model), "device": check_device(device), **dtype_spec(dtype),
+            **dataset_spec(dataset, data),
             "hook": hook, "layers": layers, "pooling": pooling, "test_frac": test_frac, "seed": seed}
     if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
         check_here(spec)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
 
@@ -59,6 +59,7 @@ def train(
     keep_first: bool = typer.Option(False, "--keep-first", help="Also train on position 0 (the "
                                     "attention sink, whose norm dwarfs the rest; left out by default)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -75,7 +76,8 @@ def train(
     from workbench.jobs import resolve_address
     from workbench.jobs.kind_sae import check_out, from_shards, is_toy, train_dictionary
 
-    spec = {"kind": "sae_train", "model": model, "device": check_device(device), "hook": hook, "tokens": tokens,
+    spec = {"kind": "sae_train", "model": model, "device": check_device(device), **dtype_spec(dtype),
+            "hook": hook, "tokens": tokens,
             "sae_kind": kind, "width": width, "k": k, "epochs": epochs, "lr": lr, "batch_size": batch_size,
             "l1": l1, "l0": l0, "ctx": ctx, "corpus": corpus, "out": str(Path(out).resolve()) if out else None,
             "seed": seed, "keep_first": keep_first}
@@ -149,6 +151,7 @@ def cache(
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).",
                                 callback=positive_int),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     workers: int = workers_option("the shard files"),
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
@@ -178,7 +181,8 @@ def cache(
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
     target = Path(out) if out else shards_root(entry.name) / split
-    spec = {"kind": "sae_cache", "model": model, "device": check_device(device), "threads": threads,
+    spec = {"kind": "sae_cache", "model": model, "device": check_device(device), **dtype_spec(dtype),
+            "threads": threads,
             "hooks": names, "split": split, "corpus": str(source.resolve()), "out": str(target.resolve()),
             "tokens": tokens, "ctx": ctx, "batch_size": batch_size, "shard_tokens": shard_tokens,
             "skip_first": skip_first, "bf16": True}
@@ -192,7 +196,7 @@ def cache(
     emit(result, as_json, human)
 
 
-def _load_for(sae_path: str, model: str | None, hook: str | None, device: str):
+def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, dtype: str = "float32"):
     import workbench
     from attribution.sae.train import load_sae
     from workbench.cli import check_device
@@ -204,7 +208,7 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str):
     hook = hook or meta.hook_name
     if not model or not hook:
         raise ModelFileError(f"SAE {sae_path!r} does not say its model and hook: give --model and --hook")
-    m = workbench.load(model, device=check_device(device))
+    m = workbench.load(model, device=check_device(device), dtype=dtype)
     m.check_hook(hook)
     return sae, m, hook
 
@@ -218,6 +222,7 @@ def evaluate(
     corpus: str = typer.Option(None, "--corpus"),
     seed: int = typer.Option(1, "--seed", help="Sampling seed for toy-model inputs.", callback=nonneg_int),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """MSE, explained variance, L0, dead fraction and next-token loss change of an SAE."""
@@ -225,7 +230,7 @@ def evaluate(
     from attribution.sae.train import evaluate as run_eval
 
     _threads()
-    s, m, hook = _load_for(sae, model, hook, device)
+    s, m, hook = _load_for(sae, model, hook, device, dtype)
     probe = _cache(m, hook, 256, 32, corpus, seed, held_out=True)
     check_fits(s, probe.d_in, hook)  # fail fast, before the long cache
     # SAEs trained here read the corpus from its start: evaluate on text from its end

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.options import finite_float, nonneg_int, positive_int
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
@@ -54,14 +54,14 @@ def _model_of(spec: str, model: str | None) -> str:
     return name
 
 
-def _load(spec: str, model: str | None, device: str):
+def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     """(HookedModel, unit source), checked against each other."""
     import workbench
     from attribution.sae.units import check_model_fits, resolve
     from workbench.cli import check_device
 
     _threads()
-    m = workbench.load(_model_of(spec, model), device=check_device(device))
+    m = workbench.load(_model_of(spec, model), device=check_device(device), dtype=dtype)
     d = resolve(spec, m)
     check_model_fits(d, m)
     return m, d
@@ -129,6 +129,7 @@ def dashboards(
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
                               "(default: on for models over 10M parameters on CPU)."),
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Precompute and store the dashboards of every feature of each dictionary (or neuron of a layer):
@@ -148,7 +149,7 @@ def dashboards(
     if len({Path(n).name for n in names}) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     _threads()
-    m = workbench.load(model or names.pop(), device=check_device(device))
+    m = workbench.load(model or names.pop(), device=check_device(device), dtype=dtype)
     units = [resolve(s, m) for s in sae]
     started = time.time()
     last = [0.0]
@@ -223,6 +224,7 @@ def steer(
     new_tokens: int = typer.Option(20, "--tokens", help="Greedy tokens to generate.", callback=nonneg_int),
     model: str = MODEL_OPTION,
     device: str = DEVICE_OPTION,
+    dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Steer with one feature (add alpha x its decoder direction where the dictionary writes, or
@@ -236,7 +238,7 @@ def steer(
     from attribution.sae.steer import check_new_tokens
 
     check_new_tokens(new_tokens)  # before the model loads
-    m, d = _load(sae, model, device)
+    m, d = _load(sae, model, device, dtype)
     res = run_steer(m, d, feature, prompt, alpha=alpha, value=0.0 if ablate else clamp, target=target,
                     n_new=new_tokens)
     out = res.to_json()

@@ -123,7 +123,7 @@ class CircuitEvaluateJob:
 
         from circuits.evaluate import DEFAULT_GRID
 
-        model = worker_model({"model": res.model, "device": spec.get("device", "cpu")})
+        model = worker_model({"model": res.model, "device": spec.get("device", "cpu"), "dtype": spec.get("dtype")})
         report.total(res.n_prompts)
         if spec.get("edges") is not None:
             res.edges = min(int(spec["edges"]), res.graph.n_edges)

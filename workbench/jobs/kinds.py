@@ -27,12 +27,12 @@ from typing import Any
 
 from workbench.jobs.board import JobError
 
-_MODELS: dict[tuple[str, str], Any] = {}
+_MODELS: dict[tuple[str, str, str | None], Any] = {}
 
 
 def worker_model(spec: dict[str, Any]) -> Any:
     """The spec's model, loaded once per process (a Ray worker keeps it for its later shards)."""
-    key = (spec["model"], spec.get("device", "cpu"))
+    key = (spec["model"], spec.get("device", "cpu"), spec.get("dtype"))
     if key not in _MODELS:
         import torch
 
@@ -41,7 +41,7 @@ def worker_model(spec: dict[str, Any]) -> Any:
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))
         _MODELS.clear()  # one model per worker: memory is the limit here
-        _MODELS[key] = load(key[0], device=key[1])
+        _MODELS[key] = load(key[0], device=key[1], dtype=key[2])
     return _MODELS[key]
 
 
