@@ -47,13 +47,26 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         family_of(json.loads((path / "config.json").read_text()), str(path))
     # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded
     hf, tokenizer = load_hf_model(path, device, dtype if backend == "bridge" else "float32")
-    if prepend_bos is None:  # GPT-2 style tokenizers do not add BOS; Llama-style ones say so
-        prepend_bos = bool(getattr(tokenizer, "add_bos_token", False))
+    if prepend_bos is None:
+        prepend_bos = tokenizer_adds_bos(tokenizer)
     if backend == "bridge":
         return _bridge(path, hf, tokenizer, name, device, prepend_bos)
     if backend != "transformer_lens":
         raise ModelFileError(f"unknown backend {backend!r}: transformer_lens, bridge or nnsight")
     return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype)
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer's own encoding starts with BOS (GPT-2's does not; Llama's and Gemma's do, and a
+    tokenizer converted from a GGUF may say so only through its post-processor, not ``add_bos_token``)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    try:
+        ids = tokenizer("a")["input_ids"]
+    except Exception:  # a tokenizer that cannot encode plain text: fall back to what it declares
+        return bool(getattr(tokenizer, "add_bos_token", False))
+    return bool(ids) and ids[0] == bos
 
 
 def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype="float32") -> HookedModel:
