@@ -11,7 +11,7 @@ from workbench.cli import JSON_OPTION, console, emit
 from workbench.options import positive_int
 
 RAY_ADDRESS_OPTION = typer.Option(
-    None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (or ray://HOST:10001, auto); 'local' starts "
+    None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' starts "
     "a local Ray instance. Default: WORKBENCH_RAY_ADDRESS, else this process (or a local Ray instance when "
     "--workers > 1).")
 def workers_option(what: str = "the prompts") -> Any:

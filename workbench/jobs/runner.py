@@ -52,19 +52,67 @@ def resolve_address(address: str | None) -> str | None:
     return address.strip() or None
 
 
+REACH_S = 3.0  # how long an address gets to answer, and to answer as a Ray head does
+# The HTTP/2 client preface and an empty SETTINGS frame: a Ray head's GCS (a gRPC server) answers with a
+# SETTINGS frame of its own (frame type 4 in byte 3); an HTTP/1 server, or anything else, does not.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
 def check_reachable(address: str) -> None:
-    """Fail in 3 s with one line when host:port does not answer (ray.init would retry for a minute)."""
+    """Fail within a few seconds with one line when host:port does not answer, or answers but not as a Ray
+    head (gRPC): ray.init would retry for a minute, or wait for ever on a server that is not Ray's."""
     if address in ("auto", "local"):
         return
+    if address.startswith("ray://"):
+        raise JobError(f"Ray Client addresses ({address}) are not supported: give the head's GCS address "
+                       "HOST:6379 from a machine that can reach the cluster (`ray start --address HEAD:6379`)")
     hostport = address.split("://", 1)[-1].rstrip("/")
     host, sep, port = hostport.rpartition(":")
-    if not sep or not port.isdigit() or not host:
-        raise JobError(f"bad Ray address {address!r}: write HOST:PORT (e.g. 10.0.0.5:6379), "
-                       "ray://HOST:10001 or auto")
+    if not sep or not port.isdigit() or not host or not 0 < int(port) < 65536:
+        raise JobError(f"bad Ray address {address!r}: write HOST:PORT (e.g. 10.0.0.5:6379), 'local' or auto")
     try:
-        socket.create_connection((host.strip("[]"), int(port)), timeout=3).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=REACH_S)
     except OSError as exc:
         raise JobError(f"cannot reach the Ray cluster at {address}: {exc.strerror or exc}") from None
+    with conn:
+        if not _speaks_grpc(conn):
+            raise JobError(f"{address} answers, but not as a Ray head (no gRPC there: is it another server, "
+                           "or the dashboard's port? The GCS port is 6379 by default)")
+
+
+def _speaks_grpc(conn: socket.socket) -> bool:
+    """Whether the server on ``conn`` answers an HTTP/2 preface with a SETTINGS frame within REACH_S."""
+    conn.settimeout(REACH_S)
+    deadline = time.monotonic() + REACH_S
+    got = b""
+    try:
+        conn.sendall(_H2_PREFACE)
+        while len(got) < 9 and time.monotonic() < deadline:
+            chunk = conn.recv(9 - len(got))
+            if not chunk:
+                break
+            got += chunk
+    except OSError:
+        return False
+    return len(got) == 9 and got[3] == 0x04
+
+
+_RAY_MESSAGES: list[str] = []  # what Ray's error listener would have printed on stdout (kept, not shown)
+
+
+def _quiet_ray() -> None:
+    """Keep Ray's own text out of the command's output: its driver prints raylet messages ("A worker died or
+    was killed ...") on stdout, and "Unhandled error" lines for shard results nobody fetched (a cancelled or
+    failed job) at exit. The command reports what happened in its one line; stdout holds only its result."""
+    import ray._private.worker as ray_worker
+
+    os.environ["RAY_IGNORE_UNHANDLED_ERRORS"] = "1"
+
+    def keep(data: dict[str, Any], ignore_prefix: bool = False) -> None:  # noqa: ARG001 - Ray's signature
+        _RAY_MESSAGES.extend(str(line) for line in data.get("lines", []))
+        del _RAY_MESSAGES[:-50]
+
+    ray_worker.print_to_stdstream = keep
 
 
 @contextlib.contextmanager
@@ -99,6 +147,12 @@ def connect(address: str | None) -> str:
                                f"start another process for {want}")
             return want
         check_reachable(want)
+        if want == "local" and os.environ.get("RAY_ADDRESS", "").strip():
+            # ray.init() would connect to RAY_ADDRESS instead of starting an instance (and then refuse num_cpus)
+            raise JobError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set, so Ray would not start a local "
+                           "instance: unset it for local workers, or pass it as --ray-address (or "
+                           "WORKBENCH_RAY_ADDRESS) to run on that cluster")
+        _quiet_ray()
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
         for attempt in range(START_ATTEMPTS):
             try:
@@ -120,6 +174,69 @@ def connect(address: str | None) -> str:
                     raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
         _RAY_ADDRESS[:] = [want]
         return want
+
+
+AGENTS = ".ray-agents-{pid}.json"  # beside the job records: the local instance's agents, per driver
+
+
+def note_agents(root: Any) -> None:
+    """Record the processes of the local Ray instance this driver started (its raylet's children: the
+    dashboard and runtime-env agents) with their start times. When a driver is killed with SIGKILL its raylet
+    and GCS go with it, but the agents poll for their parent and linger for a minute or more; the next job
+    started here ends them (sweep_agents). Best effort: nothing here ever fails a job."""
+    import json
+    from pathlib import Path
+
+    try:
+        import psutil
+        import ray._private.worker as ray_worker
+
+        node = ray_worker._global_node
+        raylet = node.all_processes["raylet"][0].process.pid
+        kids = [[c.pid, c.create_time()] for c in psutil.Process(raylet).children()]
+        file = Path(root) / AGENTS.format(pid=os.getpid())
+        file.parent.mkdir(parents=True, exist_ok=True)
+        file.write_text(json.dumps({"host": socket.gethostname(), "driver": os.getpid(), "agents": kids}))
+    except Exception:  # noqa: BLE001 - another Ray layout, a process already gone: nothing to record
+        pass
+
+
+def sweep_agents(root: Any) -> list[int]:
+    """End the recorded agents of local Ray instances whose driver (on this host) is gone: a process is ended
+    only if its pid and start time are both the recorded ones (never a reused pid). Returns the pids ended."""
+    import json
+    from pathlib import Path
+
+    from workbench.store import pid_alive
+
+    ended: list[int] = []
+    try:
+        import psutil
+
+        files = list(Path(root).glob(AGENTS.format(pid="*")))
+    except Exception:  # noqa: BLE001
+        return ended
+    for file in files:
+        try:
+            data = json.loads(file.read_text(encoding="utf-8"))
+            driver, agents = int(data["driver"]), list(data["agents"])
+            if data.get("host") != socket.gethostname() or pid_alive(driver):
+                continue
+            for pid, started in agents:
+                try:
+                    proc = psutil.Process(int(pid))
+                    if abs(proc.create_time() - float(started)) < 0.01:
+                        proc.kill()
+                        ended.append(int(pid))
+                except (psutil.Error, ValueError, TypeError):
+                    continue
+            file.unlink(missing_ok=True)
+        except (OSError, ValueError, TypeError, KeyError):
+            try:  # a damaged record of ours: dropped
+                file.unlink(missing_ok=True)
+            except OSError:
+                pass
+    return ended
 
 
 def _shard_events(spec: dict[str, Any], shard: Any):
@@ -306,7 +423,12 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
                 on_progress: Callable[[Job], None] | None) -> list[Any]:
     import ray
 
+    local = job.ray_address in (None, "local") and not ray.is_initialized()
+    if local:
+        sweep_agents(board.root)  # what a killed driver's local instance left behind
     job.ray_address = connect(job.ray_address)
+    if local:
+        note_agents(board.root)
     board.note(job, f"{len(shards)} shard(s) on Ray ({job.ray_address})")
     board.write(job)
     task = _remote_shard()
