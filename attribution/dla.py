@@ -162,9 +162,10 @@ def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
         direction, offset, t_id = _direction(model, enc, logits[0, p])
         parts, part_labels = cache.decompose_resid(layer=None, mode="all", apply_ln=True, pos_slice=p,
                                                    incl_embeds=True, return_labels=True)  # [comp, 1, d]
-        heads, _ = cache.stack_head_results(layer=-1, pos_slice=p, apply_ln=True, return_labels=True)
-        points, point_labels = cache.accumulated_resid(layer=None, incl_mid=True, apply_ln=False, pos_slice=p,
-                                                       return_labels=True)
+        heads, _ = cache.stack_head_results(layer=-1, pos_slice=p, apply_ln=False, return_labels=True)
+        heads = cache.apply_ln_to_stack(_through_post_norms(model, cache, heads, p), layer=-1, pos_slice=p)
+        points, point_labels = cache.accumulated_resid(layer=None, incl_mid=not a.parallel, apply_ln=False,
+                                                       pos_slice=p, return_labels=True)
         points = cache.apply_ln_to_stack(points, layer=-1, pos_slice=p)  # every point at the final scale
         comp = (parts[:, 0].float() @ direction.float())
         head = (heads[:, 0].float() @ direction.float()).view(a.n_layers, a.n_heads)
@@ -175,6 +176,19 @@ def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
         target=enc.target if enc.target is not None else model.decode([t_id]), foil=enc.foil,
         components=[_name(x) for x in part_labels], component_scores=comp, head_scores=head,
         accumulated=[_name(x) for x in point_labels], accumulated_scores=acc, logit_diff=diff, offset=offset)
+
+
+def _through_post_norms(model: HookedModel, cache: Any, heads: torch.Tensor, p: int) -> torch.Tensor:
+    """Each head's write [layer * head, 1, d] as the residual sees it: through its layer's attention post-norm
+    (Gemma 2/3, OLMo-2), frozen at position p (TransformerLens' stack_head_results stops at W_O)."""
+    H = model.arch.n_heads
+    out = heads.clone()
+    for layer in range(model.arch.n_layers):
+        site = model.norm_sites(layer)["attn_post"]
+        if site is not None:
+            factor = site.w / cache[site.scale_hook][0, p]  # [d]
+            out[layer * H:(layer + 1) * H] = out[layer * H:(layer + 1) * H] * factor
+    return out
 
 
 def _name(label: str) -> str:

@@ -2,7 +2,8 @@
 
 IFR decomposes each sum in the residual stream into its parts and scores a part c of a sum y by its
 proximity max(0, |y|_1 - |y - c|_1), normalised over the parts. At layer l, position i, the sum is
-resid_mid_i = resid_pre_i + sum_{h, j} A^h_ij v^h_j W_O^h (+ b_O): the residual (which stays at i) and one
+resid_mid_i = resid_pre_i + sum_{h, j} A^h_ij v^h_j W_O^h (+ b_O) (each part times a post-norm's frozen gamma / scale
+where the family has one): the residual (which stays at i) and one
 part per head and key j (which comes from position j). The MLP only mixes within a position, so it
 passes a position's importance down unchanged. Starting from the final position (importance 1) and
 going down layer by layer gives:
@@ -38,14 +39,19 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
     w_o = model.weights(layer)["W_O"].float()  # [H, dh, D]
     vo = torch.einsum("shd,hdm->hsm", v, w_o)  # [H, Sk, D]: what key s would write through head h
     resid = cache[f"blocks.{layer}.hook_resid_pre"][0].float()
-    y = cache[f"blocks.{layer}.hook_resid_mid"][0].float()
+    # the sum after attention (resid_mid; parallel blocks have none, their MLP adds to the same sum later)
+    y = resid + cache[f"blocks.{layer}.hook_attn_out"][0].float()
     s = y.shape[0]
+    site = model.norm_sites(layer)["attn_post"]  # a post-norm (Gemma, OLMo-2) scales each part, frozen
+    post = None if site is None else site.w.float() / cache[site.scale_hook][0].float()  # [S, D]
     res_imp = (y.abs().sum(-1) - (y - resid).abs().sum(-1)).clamp_min(0)  # [S]
     part_imp = torch.empty(s, a.n_heads, s)
     chunk = max(1, CHUNK_BYTES // (4 * a.n_heads * s * y.shape[-1]))
     for start in range(0, s, chunk):
         stop = min(s, start + chunk)
         parts = pat[:, start:stop].permute(1, 0, 2).unsqueeze(-1) * vo.unsqueeze(0)  # [c, H, Sk, D]
+        if post is not None:
+            parts = parts * post[start:stop, None, None, :]
         yc = y[start:stop, None, None]
         part_imp[start:stop] = (yc.abs().sum(-1) - (yc - parts).abs().sum(-1)).clamp_min(0)
     total = (res_imp + part_imp.sum((1, 2))).clamp_min(1e-12)
@@ -56,7 +62,8 @@ def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, torch.Tensor]:
     """All three levels from one cached forward: token [S], head [L, H, S], edge [L, H, S, S]."""
     n = model.arch.n_layers
     names = [f"blocks.{l}.{k}" for l in range(n) for k in
-             ("attn.hook_pattern", "attn.hook_v", "hook_resid_pre", "hook_resid_mid")]
+             ("attn.hook_pattern", "attn.hook_v", "hook_resid_pre", "hook_attn_out")]
+    names += [site.scale_hook for l in range(n) if (site := model.norm_sites(l)["attn_post"]) is not None]
     with torch.no_grad():
         _, cache = model.run_with_cache(enc.tokens, names_filter=names, return_type=None)
         s = enc.seq_len
