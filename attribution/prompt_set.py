@@ -84,16 +84,22 @@ class AttributionSet:
 
     @classmethod
     def from_run(cls, run: Any) -> AttributionSet:
-        """The set back from its run (``save``): each prompt's result from the run's summary and its tensor."""
+        """The set back from its run (``save``): each prompt's result from the run's summary and its tensor
+        (a damaged run is a RunStoreError, workbench/checks.py)."""
+        from workbench.checks import reading
+        from workbench.errors import RunStoreError
+
         data, tensors = run.result(), run.tensors()
-        args = dict(run.meta.get("args") or {})
-        head = {"model": data["model"], "method": data["method"], "level": data["level"], "axes": data["axes"],
-                "params": data.get("params") or {}}
-        results = [AttributionResult.from_json({**head, **p}, scores=tensors[f"scores.{i}"])
-                   for i, p in enumerate(data["prompts"])]
-        return cls(model=data["model"], method=data["method"], level=data["level"], results=results,
-                   seconds=float(data["seconds"]), batch_size=int(args.get("batch_size", data.get("batch_size", 1))),
-                   params=data.get("params") or {})
+        with reading(f"run {run.id}", RunStoreError):
+            args = dict(run.meta.get("args") or {})
+            head = {"model": data["model"], "method": data["method"], "level": data["level"],
+                    "axes": data["axes"], "params": data.get("params") or {}}
+            results = [AttributionResult.from_json({**head, **p}, scores=tensors[f"scores.{i}"])
+                       for i, p in enumerate(data["prompts"])]
+            return cls(model=data["model"], method=data["method"], level=data["level"], results=results,
+                       seconds=float(data["seconds"]),
+                       batch_size=int(args.get("batch_size", data.get("batch_size", 1))),
+                       params=data.get("params") or {})
 
     def save(self, store=None):
         """One run (kind "attribute_set"): scores of prompt i under tensor "scores.i", the per-prompt table."""

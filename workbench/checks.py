@@ -18,9 +18,10 @@ dictionaries, lenses and caches, JobError for job records) with one line naming 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -237,3 +238,17 @@ class Fields:
             if not numeric and not isinstance(item, kind):
                 raise self._bad(key, item, f"a list of {getattr(kind, '__name__', kind)}")
         return value
+
+
+@contextlib.contextmanager
+def reading(what: str, error: type[WorkbenchError]) -> Iterator[None]:
+    """Rebuilding an object from what a file holds: a KeyError, TypeError, ValueError, AttributeError or
+    IndexError inside (a field missing or of another type than the writer wrote) becomes ``error`` ("WHAT is
+    damaged: ..."); typed errors pass through unchanged."""
+    try:
+        yield
+    except WorkbenchError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        detail = f"no field {exc}" if isinstance(exc, KeyError) else _line(exc)
+        raise error(f"{what} is damaged: {detail}") from None

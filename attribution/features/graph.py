@@ -134,13 +134,15 @@ class FeatureGraph:
 
     @classmethod
     def load(cls, run_id: str, root: str | None = None) -> FeatureGraph:
+        from workbench.checks import reading
         from workbench.errors import RunStoreError
         from workbench.store import RunStore
 
         run = RunStore(root).get(run_id)
         if run.kind != KIND:
             raise RunStoreError(f"run {run_id} is a {run.kind} run, not a {KIND}")
-        return cls.from_json(run.result())
+        with reading(f"run {run_id}", RunStoreError):
+            return cls.from_json(run.result())
 
 
 def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement], cache: dict[str, Any],

@@ -117,11 +117,17 @@ class ProbeRun:
     @classmethod
     def from_run(cls, run: Any) -> ProbeRun:
         """A probe run read back from the store (activations only if it kept them)."""
+        from workbench.checks import reading
         from workbench.errors import RunStoreError
 
         data = run.result()
         if run.kind != "probe" or "layers" not in data:
             raise RunStoreError(f"run {run.id} is not a probe run")
+        with reading(f"run {run.id}", RunStoreError):
+            return cls._from_data(run, data)
+
+    @classmethod
+    def _from_data(cls, run: Any, data: dict[str, Any]) -> ProbeRun:
         probe = ProbeResult.from_json(data)
         hooks = list(data.get("hooks") or [r.hook for r in probe.layers])
         tensors = run.tensors()

@@ -94,10 +94,21 @@ def save_tiny(
 
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
-    from safetensors.torch import load_file
+    """Zoo loader of a saved tiny model; its config and weights are read as possibly damaged
+    (workbench/checks.py): sizes bounded before the model is built, a sound safetensors file."""
+    from workbench.checks import Fields, read_json, read_tensors
+    from workbench.errors import ModelFileError
 
-    cfg = json.loads((Path(entry.path) / "config.json").read_text())["tiny"]
-    m = tiny_model(cfg["vocab"], cfg["layers"], cfg["d_model"], seed=cfg["seed"], name=entry.name)
-    state = load_file(str(Path(entry.path) / "model.safetensors"))
-    m.load_state_dict(state, strict=False)
+    path = Path(entry.path)
+    what = f"{path}/config.json"
+    cfg = Fields(read_json(path / "config.json", what, ModelFileError), what, ModelFileError).fields("tiny")
+    vocab = cfg.items("vocab", str, max_len=100_000)
+    m = tiny_model(vocab, cfg.integer("layers", lo=1, hi=64), cfg.integer("d_model", lo=1, hi=4096),
+                   seed=cfg.integer("seed", 0), name=entry.name)
+    state = read_tensors(path / "model.safetensors", f"{path}/model.safetensors", ModelFileError)
+    try:
+        m.load_state_dict(state, strict=False)
+    except RuntimeError as exc:
+        raise ModelFileError(f"{path}/model.safetensors does not fit its config: {str(exc).splitlines()[0]}"
+                             ) from None
     return m

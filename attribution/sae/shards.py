@@ -56,9 +56,11 @@ class ShardSet:
         return [self.root / s["file"] for s in self.manifest["shards"]]
 
     def load(self, index: int, hooks: list[str] | None = None) -> dict[str, Any]:
-        from safetensors.torch import load_file
+        from workbench.checks import read_tensors
+        from workbench.errors import DatasetError
 
-        tensors = load_file(str(self.files()[index]))
+        file = self.files()[index]
+        tensors = read_tensors(file, f"activation shard {file}", DatasetError)
         keep = set(hooks or self.hooks) | {"where", "windows"}
         return {k: v for k, v in tensors.items() if k in keep}
 
