@@ -144,8 +144,39 @@ def _checkpoint_entries() -> list[ModelEntry]:
     return found
 
 
+def _hub_entries() -> list[ModelEntry]:
+    """Supported models found in the local Hugging Face cache (no network; nothing loaded)."""
+    from workbench import hub
+
+    found = []
+    for repo, snapshot in hub.cached_models():
+        found.append(ModelEntry(name=repo, kind="llm", params=_safetensors_params(snapshot),
+                                source=f"Hugging Face cache ({snapshot})", loader="workbench.llm:load_hf_dir",
+                                path=str(snapshot)))
+    return found
+
+
+def _safetensors_params(folder: Path) -> int:
+    """Parameter count from the safetensors headers alone (0 when one is unreadable)."""
+    import math
+
+    total = 0
+    for file in folder.glob("*.safetensors"):
+        try:
+            with open(file, "rb") as fh:
+                size = int.from_bytes(fh.read(8), "little")
+                if not 0 < size <= 100_000_000:
+                    return 0
+                header = json.loads(fh.read(size))
+            total += sum(math.prod(v["shape"]) for k, v in header.items() if k != "__metadata__")
+        except (OSError, ValueError, TypeError, KeyError, AttributeError):
+            return 0
+    return total
+
+
 def list_models() -> list[ModelEntry]:
     entries = {e.name: e for e in BUILTIN}
+    entries.update({e.name: e for e in _hub_entries()})
     entries.update({e.name: e for e in _checkpoint_entries()})
     entries.update(_REGISTERED)
     return list(entries.values())

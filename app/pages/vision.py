@@ -13,9 +13,10 @@ from app import vit_bench as B
 from app.vit_bench import metric_columns
 
 
-def read_upload(upload: Any, size: int, channels: int):
+def read_upload(upload: Any, size: int, channels: int, strict_rgb_patch: int | None = None):
     """An uploaded picture as a (1, C, size, size) tensor in [0, 1], or an error message in the page.
-    The declared pixel count is checked before decoding (attribution.vit.images.MAX_PIXELS)."""
+    The declared pixel count is checked before decoding (attribution.vit.images.MAX_PIXELS).
+    ``strict_rgb_patch`` (DINOv2): refuse an image that is not RGB or is smaller than one such patch."""
     import numpy as np
     import torch
     from PIL import Image
@@ -25,6 +26,13 @@ def read_upload(upload: Any, size: int, channels: int):
 
     try:
         img = open_image(upload.getvalue(), upload.name)
+        if strict_rgb_patch is not None:
+            if img.mode != "RGB":
+                raise ImageError(f"{upload.name!r} is not an RGB image (mode {img.mode}); this model takes RGB "
+                                 "photographs: convert it first")
+            if min(img.size) < strict_rgb_patch:
+                raise ImageError(f"{upload.name!r} is {img.size[0]} x {img.size[1]} pixels, smaller than one "
+                                 f"{strict_rgb_patch} x {strict_rgb_patch} patch")
     except ImageError as exc:
         msg = str(exc)
         st.error(f"{msg[:1].upper()}{msg[1:]}. Upload a PNG or JPEG.")
@@ -35,7 +43,7 @@ def read_upload(upload: Any, size: int, channels: int):
     return torch.from_numpy(arr.copy())[None]
 
 
-def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
+def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any], perturb: bool = True):
     import pandas as pd
 
     from attribution.vit import metrics as M
@@ -47,19 +55,21 @@ def metrics_table(model: Any, images: Any, masks: Any, maps: dict[str, Any]):
             row.update(
                 {k: float(v[0]) for k, v in M.localization_scores(pm.flat, masks, pm.patch_size).items()}
             )
-        row.update(
-            {
-                k: float(v[0])
-                for k, v in M.perturbation_scores(
-                    model, images, pm.targets.to(images.device), pm.flat
-                ).items()
-            }
-        )
+        if perturb:
+            row.update(
+                {
+                    k: float(v[0])
+                    for k, v in M.perturbation_scores(
+                        model, images, pm.targets.to(images.device), pm.flat
+                    ).items()
+                }
+            )
         rows.append(row)
     return pd.DataFrame(rows)
 
 
-def explain_image(model: Any, lock: Any, images: Any, masks: Any, methods: list[str], target: int | None):
+def explain_image(model: Any, lock: Any, images: Any, masks: Any, methods: list[str], target: int | None,
+                  perturb: bool = True):
     from attribution.vit.methods import explain
 
     maps = {}
@@ -69,7 +79,7 @@ def explain_image(model: Any, lock: Any, images: Any, masks: Any, methods: list[
             if pm is not None:
                 maps[name] = pm
             prog.step(name)
-        table = prog.attempt("Metrics failed", metrics_table, model, images, masks, maps) if maps else None
+        table = prog.attempt("Metrics failed", metrics_table, model, images, masks, maps, perturb) if maps else None
         prog.step("metrics")
     return maps, table
 
@@ -87,6 +97,20 @@ model = loaded.model
 if not hasattr(model, "check_images"):
     st.error(f"{loaded.name} is not an image classifier: pick a ViT model.")
     st.stop()
+DINO = getattr(model, "backbone_name", None) == "dinov2-small"  # a backbone whose decision is a head we pick
+head = None
+if DINO:
+    from attribution.vit import dinov2 as DV  # noqa: E402
+
+    heads = DV.head_names()
+    C.keep("vit_head", DV.DEFAULT_HEAD if DV.DEFAULT_HEAD in heads else heads[0])
+    head = st.sidebar.selectbox("Decision (head)", heads, key="vit_head", on_change=C.remember("vit_head"),
+                                help="Linear heads trained here on DINOv2's frozen class token (synthetic, hard), "
+                                     "or saliency: the package decoder's mean saliency inside a region you pick.")
+    if head != "saliency":
+        model = C.attempt("Cannot attach the head", DV.with_head, model, head)
+        if model is None:
+            st.stop()
 cfg = model.cfg
 
 # The benchmark first: the image view below may stop the page (no upload yet, no method picked).
@@ -95,15 +119,19 @@ with st.expander("Benchmark: every method on held-out images (vit-eval)",
     B.benchmark(loaded.name, "hard" if "hard" in loaded.name else "digits" if "digit" in loaded.name else "synthetic")
 
 c1, c2, c3 = st.columns([1, 1, 2])
-SOURCES = ["synthetic", "hard", "digits", "upload"]
+SOURCES = ["photo", "synthetic", "hard", "upload"] if DINO else ["synthetic", "hard", "digits", "upload"]
 if st.session_state.get("_vit_source_for") != loaded.name:  # each model starts on the images it was trained on
     first = "_vit_source_for" not in st.session_state
     st.session_state["_vit_source_for"] = loaded.name
     if not (first and st.session_state.get("vit_source") in SOURCES):  # a choice made before the first run stays
-        st.session_state["vit_source"] = "hard" if "hard" in loaded.name else "synthetic"
+        st.session_state["vit_source"] = "photo" if DINO else "hard" if "hard" in loaded.name else "synthetic"
+if st.session_state.get("vit_source") not in SOURCES:
+    st.session_state["vit_source"] = SOURCES[0]
 source = c1.radio("Image", SOURCES, key="vit_source",
-                  help="synthetic: the shapes the ViTs were trained on; hard: several objects, one decisive "
-                       "(vit-synth-hard); digits: handwritten digits (a model trained on them only); upload.")
+                  help="photo: real photographs bundled with scikit-image (DINOv2); synthetic: the shapes the "
+                       "ViTs were trained on; hard: several objects, one decisive (vit-synth-hard); digits: "
+                       "handwritten digits (a model trained on them only); upload.")
+index = 0
 if source == "upload":
     from attribution.vit.images import SUFFIXES
 
@@ -111,7 +139,7 @@ if source == "upload":
     if upload is None:
         st.info("Upload an image; it is resized to the model's input size.")
         st.stop()
-    images = read_upload(upload, cfg.image_size, cfg.in_channels)
+    images = read_upload(upload, cfg.image_size, cfg.in_channels, cfg.patch_size if DINO else None)
     if images is None:
         st.stop()
     masks, label, class_names = (
@@ -119,11 +147,24 @@ if source == "upload":
         None,
         tuple(cfg.class_names) or tuple(str(i) for i in range(cfg.n_classes)),
     )
+elif source == "photo":
+    from attribution.vit.images import PHOTOS, fit_image, photo
+
+    which = c2.selectbox("Photograph", list(PHOTOS), key="vit_photo",
+                         help="Bundled with scikit-image (skimage.data); resized to the model's input.")
+    raw = C.attempt("Cannot read the photograph", photo, which)
+    if raw is None:
+        st.stop()
+    images = fit_image(raw, cfg.image_size, cfg.patch_size, which)
+    masks, label = None, None
+    class_names = tuple(cfg.class_names) or tuple(str(i) for i in range(cfg.n_classes))
 else:
     index = c2.number_input("Sample", 0, 63, 0, key="vit_index")
     batch = C.attempt("Cannot build the sample", D.sample_images, source, int(index) + 1)
     if batch is None:
         st.stop()
+    if DINO:
+        batch = D.at_size(batch, cfg.image_size)
     images, masks = batch.images[int(index) : int(index) + 1], batch.masks[int(index) : int(index) + 1]
     label, class_names = int(batch.labels[int(index)]), batch.class_names
     known = set(cfg.class_names or ())
@@ -131,16 +172,37 @@ else:
         st.warning(f"{loaded.name} was trained on {', '.join(cfg.class_names)}; the {source} images' classes "
                    f"({', '.join(map(str, class_names))}) are not among them, so its prediction (and every map) "
                    "explains a class the image does not show. Pick images the model knows.")
+region = None
+if head == "saliency":
+    size = cfg.image_size
+    st.caption(f"The decision: the decoder's mean saliency inside this box, in the {size} x {size} input's pixels "
+               "(x1, y1 exclusive).")
+    r1, r2, r3, r4 = st.columns(4)
+    box = (r1.number_input("x0", 0, size, size // 4, key="vit_x0"), r2.number_input("y0", 0, size, size // 4,
+                                                                                     key="vit_y0"),
+           r3.number_input("x1", 0, size, 3 * size // 4, key="vit_x1"),
+           r4.number_input("y1", 0, size, 3 * size // 4, key="vit_y1"))
+    region = tuple(int(v) for v in box)
+    model = C.attempt("This region does not fit the image", DV.with_head, model, head, region)
+    if model is None:
+        st.stop()
+    cfg = model.cfg
+    class_names = tuple(cfg.class_names)
+    label = None
 C.seed_from_query({"methods": "_vit_methods_q"})
 if "_vit_methods_q" in st.session_state:  # ?methods=dap,rollout
     st.session_state["vit_methods"] = [
         m for m in st.session_state.pop("_vit_methods_q").split(",") if m in METHODS
     ]
-C.keep("vit_methods", list(METHODS))
+C.keep("vit_methods", ["dap", "rollout", "gae", "attention", "dpa"] if DINO else list(METHODS))
 methods = c3.multiselect("Methods", list(METHODS), key="vit_methods", on_change=C.remember("vit_methods"))
 if not methods:
     st.info("Pick at least one method.")
     st.stop()
+perturb = True
+if DINO:  # deletion / insertion cost 63 forwards of 224 px per method (several seconds each on CPU)
+    perturb = c3.checkbox("Deletion / insertion metrics (slow: 63 forwards per method)", value=False,
+                          key="vit_perturb")
 
 try:
     images = model.check_images(images)
@@ -160,18 +222,34 @@ if label is not None:
 target = c2.selectbox("Explain class", ["predicted"] + names, key="vit_target")
 target_idx = None if target == "predicted" else names.index(target)
 
-sig = (loaded.name, source, str(images.sum().item()), tuple(methods), target_idx)
+if head == "saliency":
+    with loaded.lock:
+        smap = model.saliency_map(images)[0]
+    c1.caption(f"mean saliency in the region: {float(probs[0]):.3f} (whole image {float(smap.mean()):.3f})")
+sig = (loaded.name, head, region, source, str(images.sum().item()), tuple(methods), target_idx, perturb)
 held = st.session_state.get("_vit_result")
 if not held or held[0] != sig:
-    maps, table = explain_image(model, loaded.lock, images, masks, methods, target_idx)
+    maps, table = explain_image(model, loaded.lock, images, masks, methods, target_idx, perturb)
     held = (sig, maps, table)
     st.session_state["_vit_result"] = held
 _, maps, table = held
 if not maps:
     st.stop()
-fig = overlay_figure(images.cpu(), maps, [0], masks=masks, panel_px=240, colorbar=True)
+shown = masks
+if region is not None:  # the saliency head: outline the region
+    import torch as _t
+
+    from attribution.vit.heads import region_mask
+
+    shown = region_mask(region, cfg.image_size, cfg.image_size)[None] > 0.5
+    if masks is not None:
+        shown = _t.logical_or(shown, masks)
+fig = overlay_figure(images.cpu(), maps, [0], masks=shown, panel_px=240, colorbar=True)
 st.plotly_chart(fig, key="vit_overlay", width="content")
-if masks is not None:
+if region is not None:
+    st.caption("White outline (black edge): the region whose mean saliency is explained. Colour: each map "
+               "normalised to 0-1.")
+elif masks is not None:
     st.caption("White outline (black edge): the decisive object's mask. Colour: each map normalised to 0-1.")
 if table is not None:
     st.dataframe(table, hide_index=True, column_config=metric_columns(table))
@@ -185,7 +263,8 @@ def _draft():
         kind="vit-explain",
         model=loaded.name,
         method=",".join(maps),
-        args={"source": source, "target": target, "methods": list(maps)},
+        args={"source": source, "target": target, "methods": list(maps),
+              **({"head": head} if head else {}), **({"region": list(region)} if region else {})},
         timings={m: pm.seconds for m, pm in maps.items()},
         result={"prediction": names[pred] if pred < len(names) else pred},
         tensors={f"map_{m}": pm.scores for m, pm in maps.items()} | {"image": images.cpu()},
@@ -195,11 +274,21 @@ def _draft():
 
 
 C.save_button(_draft, key="vit_save")
+if source == "upload":
+    image_lines = ["# images: your (1, C, H, W) tensor in [0, 1]"]
+elif source == "photo":
+    image_lines = ["from attribution.vit.images import fit_image, photo",
+                   f"images = fit_image(photo({which!r}), {cfg.image_size}, {cfg.patch_size})"]
+else:
+    image_lines = ["from attribution.vit.data import sample_images" + (", at_size" if DINO else ""),
+                   f"images = sample_images({source!r}, {int(index) + 1}).images[{int(index)}:{int(index) + 1}]"]
+    if DINO:
+        image_lines[-1] = (f"images = at_size(sample_images({source!r}, {int(index) + 1}), {cfg.image_size})"
+                           f".images[{int(index)}:{int(index) + 1}]")
+head_lines = ["from attribution.vit.dinov2 import with_head",
+              "m = " + S.call("with_head", S.M, head, region=region)] if head else []
 S.share("vit", loaded.name,
-        ["from attribution.vit.data import sample_images" if source != "upload"
-         else "# images: your (1, C, H, W) tensor in [0, 1]",
-         *([f"images = sample_images({source!r}, {int(index) + 1}).images[{int(index)}:{int(index) + 1}]"]
-           if source != "upload" else []),
+        [*image_lines, *head_lines,
          *[f"map_{mth} = " + S.call("explain", S.M, S.Name("images"), mth, target_class=target_idx) for mth in maps]],
         {"methods": list(maps)}, imports=("from attribution.vit.methods import explain",))
 

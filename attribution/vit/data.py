@@ -293,3 +293,15 @@ def sample_images(dataset: str = "synthetic", n: int = 8, seed: int = TEST_SEED)
     if dataset == "digits":
         return digits(n, seed)
     raise DatasetError(f"unknown dataset {dataset!r}: use {', '.join(DATASETS)}")
+
+
+def at_size(batch: ImageBatch, size: int) -> ImageBatch:
+    """The batch resized to size x size (nearest: every pixel becomes a block, masks stay exact at integer
+    factors), for a model with a larger input than the 32 px sets (DINOv2: 224 = 7 x 32)."""
+    if batch.images.shape[-1] == size and batch.images.shape[-2] == size:
+        return batch
+    import torch.nn.functional as F
+
+    images = F.interpolate(batch.images.float(), size=(size, size), mode="nearest")
+    masks = F.interpolate(batch.masks[:, None].float(), size=(size, size), mode="nearest")[:, 0] > 0.5
+    return ImageBatch(images, batch.labels, masks, batch.dataset, batch.class_names)

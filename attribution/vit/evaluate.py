@@ -26,6 +26,7 @@ from attribution.vit.methods import explain, parse_methods, resolve_targets
 
 METRICS = ("pointing_game", "energy_pointing_game", "mask_iou", "deletion_auc", "insertion_auc",
            "positive_perturbation_auc", "negative_perturbation_auc", "class_sensitivity", "seconds_per_image")
+KEEP_LARGE_IMAGES = 8
 LOWER_IS_BETTER = {"deletion_auc", "positive_perturbation_auc", "class_sensitivity", "seconds_per_image"}
 
 
@@ -79,8 +80,11 @@ class ViTEvalResult:
 
         tensors = {f"map_{k}": v.scores for k, v in self.maps.items()}
         if self.batch is not None:
-            tensors.update({"images": self.batch.images, "labels": self.batch.labels,
-                            "masks": self.batch.masks.to(torch.uint8)})
+            # Large inputs (DINOv2's 224 px: 0.6 MB an image) keep only the first images; every image is a pure
+            # function of (dataset, seed, index), so the set itself is rebuilt from the run's args.
+            keep = len(self.batch) if self.batch.images[0].numel() <= 3 * 64 * 64 else KEEP_LARGE_IMAGES
+            tensors.update({"images": self.batch.images[:keep], "labels": self.batch.labels,
+                            "masks": self.batch.masks[:keep].to(torch.uint8)})
         draft = RunDraft(kind="vit-eval", model=self.model, method=",".join(self.methods),
                          args=args if args is not None else self.args,
                          timings={k: v["seconds_per_image"] for k, v in self.methods.items()},

@@ -111,3 +111,66 @@ def read_image(path: str | Path, max_pixels: int = MAX_PIXELS):
 def _one_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
+
+
+def fit_image(image: Any, size: int, patch_size: int, label: str = "image") -> Any:
+    """An RGB image (3, H, W) in [0, 1] resized to (1, 3, size, size) for a model with a fixed input (DINOv2:
+    224 px; bilinear with antialiasing, aspect ratio not kept, so a region maps by scaling). ImageError for an
+    image that is not RGB or is smaller than one patch on a side."""
+    import torch
+
+    if not isinstance(image, torch.Tensor) or image.ndim != 3:
+        raise ImageError(f"{label} must be one (channel, height, width) image")
+    c, h, w = image.shape
+    if c != 3:
+        raise ImageError(f"{label} has {c} channel(s); the model takes RGB images (3 channels): convert it first")
+    if h < patch_size or w < patch_size:
+        raise ImageError(f"{label} is {w} x {h} pixels, smaller than one {patch_size} x {patch_size} patch")
+    x = image[None].float()
+    if (h, w) != (size, size):
+        x = torch.nn.functional.interpolate(x, size=(size, size), mode="bilinear", align_corners=False,
+                                            antialias=True).clamp(0, 1)
+    return x
+
+
+def parse_region(text: str) -> tuple[int, int, int, int]:
+    """'x0,y0,x1,y1' (pixels; x1, y1 exclusive) -> a box; ImageError when it is not four integers."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        box = tuple(int(p) for p in parts)
+    except ValueError:
+        box = ()
+    if len(box) != 4:
+        raise ImageError(f"region {text!r}: give four integers x0,y0,x1,y1 (pixels, x1 and y1 exclusive)")
+    return box  # type: ignore[return-value]
+
+
+def scale_region(box: tuple[int, int, int, int], height: int, width: int, size: int) -> tuple[int, int, int, int]:
+    """A box on the original (height, width) image -> the same box on the size x size model input; ImageError
+    when the box is not inside the image or is empty."""
+    x0, y0, x1, y1 = box
+    if not (0 <= x0 < x1 <= width and 0 <= y0 < y1 <= height):
+        raise ImageError(f"region x0={x0}, y0={y0}, x1={x1}, y1={y1} is not inside the {width} x {height} image: "
+                         f"need 0 <= x0 < x1 <= {width} and 0 <= y0 < y1 <= {height}")
+    sx, sy = size / width, size / height
+    nx0, ny0 = int(x0 * sx), int(y0 * sy)
+    nx1, ny1 = max(nx0 + 1, min(size, round(x1 * sx))), max(ny0 + 1, min(size, round(y1 * sy)))
+    return nx0, ny0, nx1, ny1
+
+
+PHOTOS = ("astronaut", "cat", "coffee")  # real photographs bundled with scikit-image (skimage.data)
+
+
+def photo(name: str) -> Any:
+    """One of scikit-image's bundled photographs as a float tensor (3, H, W) in [0, 1] (no download)."""
+    import numpy as np
+    import torch
+
+    if name not in PHOTOS:
+        raise ImageError(f"unknown photograph {name!r}; bundled: {', '.join(PHOTOS)}")
+    try:
+        import skimage.data
+    except ImportError:
+        raise ImageError("scikit-image is not installed: run ./dev setup") from None
+    arr = np.asarray(getattr(skimage.data, name)(), dtype=np.float32) / 255.0
+    return torch.from_numpy(np.ascontiguousarray(arr.transpose(2, 0, 1)))

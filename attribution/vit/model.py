@@ -53,6 +53,15 @@ class ViTConfig:
     class_names: list[str] = field(default_factory=list)
     pixel_mean: list[float] | None = None  # applied inside forward: images are given in [0, 1]
     pixel_std: list[float] | None = None
+    # What the classifier reads after the final LayerNorm: "cls" (ViT, DeiT's class head, the DINOv2 linear
+    # heads trained here), "cls+mean" ([CLS, mean of patches]: Dinov2ForImageClassification), "mean" (patches)
+    head_pool: str = "cls"
+    n_prefix: int = 1  # tokens before the patches: CLS (1), or CLS + DeiT's distillation token (2)
+    ln_pre: bool = False  # a LayerNorm on the embeddings before block 0 (CLIP's pre_layrnorm)
+
+    @property
+    def head_features(self) -> int:
+        return self.d_model * (2 if self.head_pool == "cls+mean" else 1)
 
     @property
     def d_head(self) -> int:
@@ -68,7 +77,7 @@ class ViTConfig:
 
     @property
     def n_tokens(self) -> int:
-        return self.n_patches + 1
+        return self.n_patches + self.n_prefix
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> ViTConfig:
@@ -77,6 +86,9 @@ class ViTConfig:
 
 
 def gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
+    """The MLP activation: "gelu" (exact), "gelu_new" (tanh approximation) or "quick_gelu" (CLIP)."""
+    if kind == "quick_gelu":
+        return x * torch.sigmoid(1.702 * x)
     return F.gelu(x, approximate="tanh" if kind == "gelu_new" else "none")
 
 
@@ -173,12 +185,20 @@ class HookedViT(HookedRootModule):
         self.W_patch = nn.Parameter(torch.randn(d, c * p * p) / math.sqrt(c * p * p))
         self.b_patch = nn.Parameter(torch.zeros(d))
         self.cls_token = nn.Parameter(torch.randn(d) * 0.02)
+        if cfg.n_prefix == 2:
+            self.dist_token = nn.Parameter(torch.randn(d) * 0.02)
+        elif cfg.n_prefix != 1:
+            raise ModelFileError(f"n_prefix {cfg.n_prefix}: one class token (1) or class + distillation (2)")
+        if cfg.ln_pre:
+            self.ln_pre = LayerNorm(d, cfg.ln_eps)
         self.pos_embed = nn.Parameter(torch.randn(cfg.n_tokens, d) * 0.02)
         self.hook_embed = HookPoint()
         self.hook_pos_embed = HookPoint()
         self.blocks = nn.ModuleList([Block(cfg) for _ in range(cfg.n_layers)])
         self.ln_final = LayerNorm(d, cfg.ln_eps)
-        self.W_head = nn.Parameter(torch.randn(d, cfg.n_classes) / math.sqrt(d))
+        if cfg.head_pool not in ("cls", "cls+mean", "mean"):
+            raise ModelFileError(f"unknown head_pool {cfg.head_pool!r}: use cls, cls+mean or mean")
+        self.W_head = nn.Parameter(torch.randn(cfg.head_features, cfg.n_classes) / math.sqrt(d))
         self.b_head = nn.Parameter(torch.zeros(cfg.n_classes))
         mean = torch.tensor(cfg.pixel_mean or [0.0] * c).view(1, c, 1, 1)
         std = torch.tensor(cfg.pixel_std or [1.0] * c).view(1, c, 1, 1)
@@ -218,15 +238,28 @@ class HookedViT(HookedRootModule):
     def embed(self, images: torch.Tensor) -> torch.Tensor:
         x = (images - self.pixel_mean) / self.pixel_std
         patches = self.patchify(x) @ self.W_patch.T + self.b_patch
-        cls = self.cls_token.expand(x.shape[0], 1, -1)
-        tokens = self.hook_embed(torch.cat([cls, patches], 1))
-        return tokens + self.hook_pos_embed(self.pos_embed.expand(x.shape[0], -1, -1))
+        prefix = [self.cls_token.expand(x.shape[0], 1, -1)]
+        if self.cfg.n_prefix == 2:
+            prefix.append(self.dist_token.expand(x.shape[0], 1, -1))
+        tokens = self.hook_embed(torch.cat([*prefix, patches], 1))
+        out = tokens + self.hook_pos_embed(self.pos_embed.expand(x.shape[0], -1, -1))
+        return self.ln_pre(out) if self.cfg.ln_pre else out
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
         x = self.embed(self.check_images(images))
         for block in self.blocks:
             x = block(x)
-        return self.ln_final(x[:, 0]) @ self.W_head + self.b_head
+        return self.readout(x)
+
+    def readout(self, x: torch.Tensor) -> torch.Tensor:
+        """Logits (batch, class) from the last residual stream (batch, token, d_model)."""
+        pool = self.cfg.head_pool
+        if pool == "cls":
+            return self.ln_final(x[:, 0]) @ self.W_head + self.b_head
+        normed = self.ln_final(x)
+        patches = normed[:, self.cfg.n_prefix:].mean(1)
+        feats = patches if pool == "mean" else torch.cat([normed[:, 0], patches], -1)
+        return feats @ self.W_head + self.b_head
 
     def architecture(self) -> dict[str, Any]:
         cfg = self.cfg

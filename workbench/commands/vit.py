@@ -67,15 +67,61 @@ def _check_shape(model: str, batch) -> None:
     check_fits(SimpleNamespace(cfg=ViTConfig.from_dict(cfg["model"])), batch, model, batch.dataset)
 
 
+HEAD_HELP = ("dinov2-small's decision: a linear head on its class token (synthetic, hard) or saliency "
+             "(the decoder's mean inside --region; vit-explain only). Default: synthetic.")
+
+
+def _head(model: str, head: str | None, region: str | None = None) -> str | None:
+    """The head name, checked before anything heavy is loaded: only models without a classifier take one."""
+    from workbench.errors import WorkbenchError
+
+    entry = _vit_entry(model)
+    is_dino = entry.loader == "attribution.vit.dinov2:load_dinov2"
+    if head is None:
+        if region is not None and is_dino:
+            return "saliency"
+        if region is not None:
+            raise WorkbenchError("--region is for dinov2-small's saliency head (--head saliency)")
+        return "synthetic" if is_dino else None
+    if not is_dino:
+        raise WorkbenchError(f"--head is for dinov2-small (a backbone without a classifier); {model!r} has "
+                             "its own classifier")
+    from attribution.vit.dinov2 import head_names
+
+    if head not in head_names():
+        raise WorkbenchError(f"unknown head {head!r} for dinov2-small; known: {', '.join(head_names())}")
+    if region is not None and head != "saliency":
+        raise WorkbenchError(f"--region is for the saliency head; head {head!r} explains a class")
+    return head
+
+
+def _head_dataset(head: str | None) -> str:
+    """The set a linear head was trained on (its json), else synthetic."""
+    if not head or head == "saliency":
+        return "synthetic"
+    import json
+
+    from attribution.vit.dinov2 import heads_dir
+
+    try:
+        return str(json.loads((heads_dir() / f"{head}.json").read_text()).get("dataset", "synthetic"))
+    except (OSError, ValueError, AttributeError):
+        return "synthetic"
+
+
 def vit_eval(
     model: str = typer.Option("vit-synth", "--model", help="A kind 'vit' model (name or local HF ViT dir)."),
     methods: str = typer.Option(ALL, "--methods", help="Comma-separated: " + ALL + " (or all)."),
     n: int = typer.Option(200, "--n", help="Number of held-out images.", callback=positive_int),
     seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation).",
                              callback=nonneg_int),
-    dataset: str = typer.Option("synthetic", "--dataset",
+    dataset: str = typer.Option(None, "--dataset",
                                 help="synthetic, hard (several objects, decoys, clutter, occlusion; "
-                                     "model vit-synth-hard) or digits."),
+                                     "model vit-synth-hard) or digits. Default: synthetic, or the set "
+                                     "dinov2-small's head was trained on."),
+    head: str = typer.Option(None, "--head", help=HEAD_HELP),
+    steps: int = typer.Option(20, "--steps", help="Deletion / insertion steps (20: 0, 5, ..., 100 %).",
+                              callback=positive_int),
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
@@ -95,17 +141,29 @@ def vit_eval(
     from attribution.vit.methods import parse_methods
 
     names = parse_methods(methods)
-    _vit_entry(model)
+    head = _head(model, head)
+    if head == "saliency":
+        raise WorkbenchError("the saliency head explains one image's region: use `workbench vit-explain IMAGE "
+                             "--model dinov2-small --head saliency --region x0,y0,x1,y1`")
+    if steps < 10 or steps % 10:
+        raise WorkbenchError(f"--steps must be a multiple of 10 (the perturbation AUCs read 10 ... 90 %), got {steps}")
+    dataset = dataset or _head_dataset(head)
     from attribution.vit import data
 
     if dataset not in data.DATASETS:
         raise WorkbenchError(f"unknown dataset {dataset!r}: use {', '.join(data.DATASETS)}")
     _check_shape(model, data.sample_images(dataset, n, seed))
+    if head:
+        _check_head_fits(head, dataset)
     _threads(threads)
     from workbench.commands.jobs import run_job
 
     spec = {"kind": "vit_eval", "model": model, "methods": names, "n": n, "seed": seed, "dataset": dataset,
             "batch_size": batch_size}
+    if head:
+        spec["head"] = head
+    if steps != 20:
+        spec["steps"] = steps
     if threads:
         spec["threads"] = threads
     job, res = run_job(spec, workers, ray_address, save=save)
@@ -127,6 +185,23 @@ def vit_eval(
     emit(out, as_json, human)
 
 
+def _check_head_fits(head: str, dataset: str) -> None:
+    import json
+
+    from attribution.vit import data
+    from attribution.vit.dinov2 import heads_dir
+    from workbench.errors import WorkbenchError
+
+    try:
+        classes = json.loads((heads_dir() / f"{head}.json").read_text())["classes"]
+    except (OSError, ValueError, KeyError, TypeError):
+        raise WorkbenchError(f"cannot read head {head!r} in {heads_dir()}") from None
+    want = data.sample_images(dataset, 1).class_names
+    if list(classes) != list(want):
+        raise WorkbenchError(f"head {head!r} has classes {', '.join(classes)}; the {dataset} set has "
+                             f"{', '.join(want)}")
+
+
 def _read_image(path: str):
     """The image as (C, H, W) in [0, 1]; its pixel count is capped before decoding (attribution.vit.images)."""
     from attribution.vit.images import read_image
@@ -140,14 +215,43 @@ def vit_explain(
     method: str = typer.Option("dap", "--method", help=ALL),
     target: int = typer.Option(None, "--target", help="Class index (default: the predicted class).",
                                callback=nonneg_int),
+    head: str = typer.Option(None, "--head", help=HEAD_HELP),
+    region: str = typer.Option(None, "--region",
+                               help="x0,y0,x1,y1 in the image's pixels (x1, y1 exclusive): the saliency head's "
+                                    "region (default: the whole image)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Explain one image with one method: the patch map and the predicted class."""
+    """Explain one image with one method: the patch map and the predicted class. dinov2-small takes any RGB
+    photograph (resized to 224 px) and explains a linear head's class or the saliency inside --region."""
     from attribution.vit.methods import method_module
 
     method_module(method)  # unknown method: refused before loading anything
-    vit = _load_vit(model)
-    img = vit.check_images(_read_image(image))
+    head = _head(model, head, region)
+    box = None
+    if region is not None:
+        from attribution.vit.images import parse_region
+
+        box = parse_region(region)
+    raw = _read_image(image)  # a bad image is refused before the model is loaded
+    extra = {}
+    if head is not None:
+        from attribution.vit.dinov2 import PATCH_SIZE, with_head
+        from attribution.vit.images import fit_image, scale_region
+
+        size = 224
+        img = fit_image(raw, size, PATCH_SIZE, image)
+        if box is not None:
+            box = scale_region(box, int(raw.shape[1]), int(raw.shape[2]), size)
+        from workbench.zoo import load
+
+        _vit_entry(model)
+        vit = with_head(load(model, head=None, image_size=size), head, box)
+        extra = {"head": head, "input_size": size, "original_size": [int(raw.shape[2]), int(raw.shape[1])]}
+        if box is not None:
+            extra["region_at_input"] = list(box)
+    else:
+        vit = _load_vit(model)
+        img = vit.check_images(raw)
     import torch
 
     from attribution.vit.methods import explain
@@ -158,10 +262,14 @@ def vit_explain(
     names = vit.cfg.class_names or [str(i) for i in range(vit.cfg.n_classes)]
     out = {"model": model, "method": method, "predicted": names[int(probs.argmax())],
            "target": names[int(pm.targets[0])], "probs": {names[i]: float(p) for i, p in enumerate(probs)},
-           "map": pm.scores[0].tolist(), "seconds": pm.seconds}
+           "map": pm.scores[0].tolist(), "seconds": pm.seconds, **extra}
+    if head == "saliency":
+        out["saliency_in_region"] = float(probs[0])
 
     def human(o):
-        print(f"{o['method']}: predicted {o['predicted']}, explaining {o['target']}")
+        print(f"{o['method']}: predicted {o['predicted']}, explaining {o['target']}"
+              + (f" (mean saliency in the region {o['saliency_in_region']:.3f})" if "saliency_in_region" in o
+                 else ""))
         for row in o["map"]:
             print(" ".join(f"{v:8.4f}" for v in row))
 

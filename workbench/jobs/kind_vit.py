@@ -7,7 +7,8 @@ single-process one. Each worker builds the images itself (they are generated fro
 the classes over the whole set once, as one process does.
 
 Spec: {"kind": "vit_eval", "model", "methods": [...], "n", "seed", "dataset", "batch_size", "threads"?,
-"device"?}.
+"device"?, "head"? (dinov2-small's linear heads), "steps"? (deletion / insertion steps, default 20)}. The
+32 px sets are shown to a model with a larger input upsampled (nearest; DINOv2: 224 px).
 """
 
 from __future__ import annotations
@@ -23,6 +24,16 @@ def units(spec: dict[str, Any]) -> list[tuple[str, int, int]]:
 
     return [(name, lo, hi) for name in spec["methods"]
             for lo, hi in batches(int(spec["n"]), int(spec.get("batch_size", 50)))]
+
+
+def model_for(spec: dict[str, Any]) -> Any:
+    """The spec's model with its head (``"head"``: DINOv2's linear heads; the backbone is loaded once)."""
+    vit = worker_model(spec)
+    if spec.get("head"):
+        from attribution.vit.dinov2 import with_head
+
+        vit = with_head(vit, spec["head"])
+    return vit
 
 
 def check_fits(vit: Any, batch: Any, model: str, dataset: str) -> None:
@@ -55,21 +66,23 @@ class VitEvalJob:
         from attribution.vit import data
         from attribution.vit.evaluate import cost_ratio, prepare, score_chunk
 
-        vit = worker_model(spec)
+        vit = model_for(spec)
         dataset = spec.get("dataset", "synthetic")
-        batch = data.sample_images(dataset, int(spec["n"]), int(spec.get("seed", 2)))
+        batch = data.at_size(data.sample_images(dataset, int(spec["n"]), int(spec.get("seed", 2))),
+                             vit.cfg.image_size)
         check_fits(vit, batch, spec["model"], dataset)
         report.total(sum(hi - lo for _, lo, hi in shard))
         prep = prepare(vit, batch)
         chunks = {}
+        steps = int(spec.get("steps", 20))
         for name, lo, hi in shard:
-            chunks[(name, lo)] = score_chunk(vit, prep, batch.masks, name, lo, hi)
+            chunks[(name, lo)] = score_chunk(vit, prep, batch.masks, name, lo, hi, steps=steps)
             report.step(hi - lo)
         cost = None
         if ("dap", 0) in chunks:  # DAP's cost against one forward + backward, on its first batch
             k = min(int(spec.get("batch_size", 50)), int(spec["n"]))
             cost = cost_ratio(vit, batch.images[:k], batch.labels[:k], "dap")
-        return {"chunks": chunks, "accuracy": prep.accuracy, "cost": cost}
+        return {"chunks": chunks, "accuracy": prep.accuracy, "cost": cost, "image_size": vit.cfg.image_size}
 
     def finish(self, spec: dict[str, Any], parts: list[dict[str, Any]]) -> Any:
         from attribution.vit import data
@@ -80,8 +93,16 @@ class VitEvalJob:
         for name, lo, _ in units(spec):
             ordered.setdefault(name, []).append(chunks[(name, lo)])
         batch = data.sample_images(spec.get("dataset", "synthetic"), int(spec["n"]), int(spec.get("seed", 2)))
+        size = parts[0].get("image_size")
+        if size:
+            batch = data.at_size(batch, int(size))
         result = assemble(spec["model"], batch, int(spec.get("seed", 2)), ordered, parts[0]["accuracy"])
         result.cost = next((p["cost"] for p in parts if p["cost"]), None) or {}
         result.args = {"model": spec["model"], "methods": list(spec["methods"]), "n": int(spec["n"]),
                        "seed": int(spec.get("seed", 2)), "dataset": spec.get("dataset", "synthetic")}
+        for key in ("head", "steps"):
+            if key in spec:
+                result.args[key] = spec[key]
+        if spec.get("head"):
+            result.model = f"{spec['model']} ({spec['head']} head)"
         return result

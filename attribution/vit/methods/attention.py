@@ -13,4 +13,4 @@ NEEDS_GRAD = False
 def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
     layer = layer % model.cfg.n_layers
     _, acts, _ = capture(model, images, [pattern_name(layer)], grad=False)
-    return acts[pattern_name(layer)].mean(1)[:, 0, 1:]
+    return acts[pattern_name(layer)].mean(1)[:, 0, model.cfg.n_prefix:]

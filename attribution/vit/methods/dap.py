@@ -78,10 +78,12 @@ def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor | None, z: torch
 def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
               feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_kind: str = "attention",
               prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0, identity: float = 1.0,
-              final_prior: str | None = None, dpa_targets: list[torch.Tensor] | None = None) -> torch.Tensor:
+              final_prior: str | None = None, dpa_targets: list[torch.Tensor] | None = None,
+              n_prefix: int = 1) -> torch.Tensor:
     """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first.
 
-    Gradients may be None when neither the prior nor the head fusion reads them (prior "dpa")."""
+    Gradients may be None when neither the prior nor the head fusion reads them (prior "dpa"). ``n_prefix``:
+    the tokens before the patches (CLS; CLS and DeiT's distillation token)."""
     if prior_on not in ("cols", "rows"):
         raise MethodError(f"dap prior_on must be 'cols' or 'rows', got {prior_on!r}")
     if head_fusion not in ("mean", "grad"):
@@ -104,10 +106,10 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
         pg = p ** gamma
         fused = fused * pg[:, None, :] if prior_on == "cols" else fused * pg[:, :, None]
         r = rownorm(identity * eye_like(fused) + fused) @ r
-    out = r[:, 0, 1:]
+    out = r[:, 0, n_prefix:]
     if final_prior is None:
         return out
-    return out * priors[0 if final_prior == "first" else -1][:, 1:]
+    return out * priors[0 if final_prior == "first" else -1][:, n_prefix:]
 
 
 def capture_for_dap(model, images: torch.Tensor, targets: torch.Tensor, layers: list[int]):
@@ -139,4 +141,5 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, prior: str = "attent
             pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
     else:
         pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
-    return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior, ts)
+    return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior, ts,
+                     model.cfg.n_prefix)

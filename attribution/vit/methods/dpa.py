@@ -52,6 +52,35 @@ def _ln_back(u: torch.Tensor, gamma: torch.Tensor, scale: torch.Tensor) -> torch
     return (v - v.mean(-1, keepdim=True)) / scale
 
 
+def start_target(model, acts: dict, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The target at the last residual stream, t (image, token, d_model), and the constant (image).
+
+    A linear head on the final LayerNorm (its 1/std frozen) reads CLS (``head_pool="cls"``), the mean of
+    the patches ("mean") or both ("cls+mean"); a model with another readout gives ``dpa_start(acts,
+    targets)`` itself (the saliency decoder: its gradient, the LayerNorm std frozen)."""
+    if hasattr(model, "dpa_start"):
+        return model.dpa_start(acts, targets)
+    with torch.no_grad():
+        n, t_len, d = acts["blocks.0.hook_resid_pre"].shape
+        ln, pool = model.ln_final, getattr(model.cfg, "head_pool", "cls")
+        scale = acts["ln_final.hook_scale"]  # (image, 1) when the final LN sees CLS only, else (image, token, 1)
+        w = model.W_head[:, targets].T  # (image, features)
+        t = torch.zeros(n, t_len, d, device=w.device)
+        const = model.b_head[targets].clone()
+        if pool == "cls":
+            t[:, 0] = _ln_back(w, ln.w, scale)
+            return t, const + w @ ln.b
+        w_cls, w_mean = (w[:, :d], w[:, d:]) if pool == "cls+mean" else (None, w)
+        p = model.cfg.n_prefix
+        k = t_len - p
+        t[:, p:] = _ln_back(w_mean[:, None, :].expand(n, k, d) / k, ln.w, scale[:, p:])
+        const += w_mean @ ln.b
+        if w_cls is not None:
+            t[:, 0] = _ln_back(w_cls, ln.w, scale[:, 0])
+            const += w_cls @ ln.b
+    return t, const
+
+
 def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
               w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio", keep: dict | None = None):
     """Returns (t0 (image, token, d_model) at the block-0 input, const (image), acts).
@@ -66,13 +95,13 @@ def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0
                   b + "attn.hook_q", b + "attn.hook_k", b + "attn.hook_v", b + "attn.hook_z",
                   b + "mlp.hook_pre"]
     names.append("ln_final.hook_scale")
+    if getattr(cfg, "ln_pre", False):
+        names.append("ln_pre.hook_scale")
+    if hasattr(model, "dpa_start"):  # a readout other than a linear head (the DINOv2 saliency decoder)
+        names.append(f"blocks.{cfg.n_layers - 1}.hook_resid_post")
     _, acts, _ = capture(model, images, names, grad=False)
+    t, const = start_target(model, acts, targets)
     with torch.no_grad():
-        n, t_len, d = acts["blocks.0.hook_resid_pre"].shape
-        w_c = model.W_head[:, targets].T  # (image, d)
-        t = torch.zeros(n, t_len, d, device=images.device)
-        t[:, 0] = _ln_back(w_c, model.ln_final.w, acts["ln_final.hook_scale"])  # final LN sees CLS only
-        const = model.b_head[targets] + w_c @ model.ln_final.b
         for l in reversed(range(cfg.n_layers)):
             blk, b = model.blocks[l], f"blocks.{l}."
             # MLP (pre-LN): the activation frozen as a factor rho(g) on its pre-activation
@@ -101,11 +130,15 @@ def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0
             t = t + _ln_back(total, blk.ln1.w, acts[b + "ln1.hook_scale"])
             if keep is not None:
                 keep[l] = t
+        if getattr(cfg, "ln_pre", False):  # CLIP: a LayerNorm between the embeddings and block 0
+            const += (t @ model.ln_pre.b).sum(1)
+            t = _ln_back(t, model.ln_pre.w, acts["ln_pre.hook_scale"])
     return t, const, acts
 
 
 def run(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
         w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio") -> torch.Tensor:
     t, _, acts = propagate(model, images, targets, w_q, w_k, w_v, w_mlp, mlp_mode)
-    content = acts["hook_embed"][:, 1:] - model.b_patch  # W_patch x_i
-    return (t[:, 1:] * content).sum(-1)
+    p = model.cfg.n_prefix
+    content = acts["hook_embed"][:, p:] - model.b_patch  # W_patch x_i
+    return (t[:, p:] * content).sum(-1)

@@ -21,4 +21,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     for n in names:
         cam = (grads[n] * acts[n]).clamp(min=0).mean(1)
         r = r + cam @ r
-    return r[:, 0, 1:]
+    return r[:, 0, model.cfg.n_prefix:]

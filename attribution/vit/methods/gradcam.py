@@ -16,6 +16,7 @@ NEEDS_GRAD = True
 def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
     name = pattern_name(layer % model.cfg.n_layers)
     _, acts, grads = capture(model, images, [name], grad=True, targets=targets)
-    a, g = acts[name][:, :, 0, 1:], grads[name][:, :, 0, 1:]
+    p = model.cfg.n_prefix
+    a, g = acts[name][:, :, 0, p:], grads[name][:, :, 0, p:]
     w = g.mean(-1, keepdim=True)
     return (a * w).mean(1).clamp(min=0)

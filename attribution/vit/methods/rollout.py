@@ -29,4 +29,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, start: int = 0, iden
         ) -> torch.Tensor:
     names = [pattern_name(l) for l in range(start, model.cfg.n_layers)]
     _, acts, _ = capture(model, images, names, grad=False)
-    return rollout_matrix([acts[n] for n in names], identity)[:, 0, 1:]
+    return rollout_matrix([acts[n] for n in names], identity)[:, 0, model.cfg.n_prefix:]

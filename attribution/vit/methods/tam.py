@@ -34,4 +34,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, steps: int = 20) -> 
         _, _, grads = capture(model, images, [last], grad=True, targets=targets, extra_hooks=[(last, scale)])
         total += grads[last]
     w = (clean * total / steps).clamp(min=0).mean(1)[:, 0]
-    return (s * w)[:, 1:]
+    return (s * w)[:, model.cfg.n_prefix:]
