@@ -1,6 +1,7 @@
 """Circuit discovery on smollm2-135m: faithfulness curves, AUC and cost of eap, eap_ig and dpa edge scores.
 
-    python scripts/bench_circuits.py [--limit N] [--reps 3] [--out circuits/results/circuits_smollm2.md]
+    python scripts/bench_circuits.py [--model M] [--prompts-dir data/prompts] [--limit N] [--reps 3]
+        [--out circuits/results/circuits_smollm2.md]
 
 Parts, all in one run:
 - ioi: data/prompts/ioi.jsonl with its counterfactuals (both names replaced), counterfactual ablation,
@@ -171,6 +172,8 @@ def main() -> None:
     parser.add_argument("--patching", type=int, default=0, help="Random edges (beside the methods' top 40s) "
                         "for the path-patching agreement part; 0 skips it.")
     parser.add_argument("--out", default=str(ROOT / "circuits" / "results" / "circuits_smollm2.md"))
+    parser.add_argument("--prompts-dir", default=str(ROOT / "data" / "prompts"),
+                        help="Where ioi.jsonl and facts.jsonl are (data/prompts/MODEL for another model's sets).")
     args = parser.parse_args()
     args.argv = sys.argv[1:]
     if args.reps < 1 or (args.limit is not None and args.limit < 1) or args.patching < 0:
@@ -193,11 +196,11 @@ def main() -> None:
     for part, file, ablation in (("ioi", "ioi.jsonl", "corrupt"), ("facts", "facts.jsonl", "mean")):
         if part in parts:
             print(f"{part}:", flush=True)
-            rows = read_prompts(str(ROOT / "data" / "prompts" / file), args.limit)
+            rows = read_prompts(str(Path(args.prompts_dir) / file), args.limit)
             results[part] = run_part(model, rows, ablation, grid, args.reps)
     if args.patching and "ioi" in results:
         print("agreement:", flush=True)
-        rows = read_prompts(str(ROOT / "data" / "prompts" / "ioi.jsonl"), 16)
+        rows = read_prompts(str(Path(args.prompts_dir) / "ioi.jsonl"), 16)
         results["agreement"] = agreement(model, rows, results["ioi"]["scores"], args.patching)
         print(results["agreement"], flush=True)
     for part in ("ioi", "facts"):
