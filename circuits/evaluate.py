@@ -51,13 +51,13 @@ class Faithfulness:
         f = Fields(data, what, error or RangeError).only(cls.__dataclass_fields__)
         ks = f.items("k", int)
         if not ks or any(not isinstance(k, int) or k < 1 for k in ks):
-            raise f.error(f"{what} field 'k' must list circuit sizes >= 1")
+            raise f.error(f"{what} is damaged: field 'k' must list circuit sizes >= 1")
         out = cls(k=ks, normalized=f.items("normalized", float), complement=f.items("complement", float),
                   metric_full=f.number("metric_full"), metric_empty=f.number("metric_empty"), auc=f.number("auc"),
                   selection=f.text("selection", "topk", SELECTIONS), n_edges_kept=f.items("n_edges_kept", int, None))
         lengths = {len(out.normalized), len(out.complement)} | ({len(out.n_edges_kept)} if out.n_edges_kept else set())
         if lengths != {len(ks)}:
-            raise f.error(f"{what}: its lists do not have one value per circuit size ({len(ks)})")
+            raise f.error(f"{what} is damaged: its lists do not have one value per circuit size ({len(ks)})")
         return out
 
 
