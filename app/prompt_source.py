@@ -20,7 +20,7 @@ def pick_rows(limit: int, key: str = "sets") -> tuple[str, list[dict[str, Any]]]
     """
     from workbench.prompt_files import parse_prompts, read_prompts
 
-    files = sorted(p.name for p in PROMPTS.glob("*.jsonl"))
+    files = sorted(p.relative_to(PROMPTS).as_posix() for p in PROMPTS.rglob("*.jsonl"))  # MODEL/*.jsonl too
     choice = st.selectbox("Prompt file", files + [UPLOAD], key=f"{key}_file",
                           help="Rows {\"prompt\", \"target\", \"foil\"?, \"corrupt\"?}, one JSON object per line.")
     if choice != UPLOAD:

@@ -26,7 +26,7 @@ def start_faithfulness() -> None:
         llms = [e.name for e in C.zoo(("llm", "toy"))]
         model = c1.selectbox("Model", llms, index=llms.index("smollm2-135m") if "smollm2-135m" in llms else 0,
                              key="jobs_model")
-        files = sorted(p.name for p in PROMPTS.glob("*.jsonl"))
+        files = sorted(p.relative_to(PROMPTS).as_posix() for p in PROMPTS.rglob("*.jsonl"))  # MODEL/*.jsonl too
         prompts = c2.selectbox("Prompt set", files, key="jobs_prompts")
         level = c3.selectbox("Items", list(LEVELS), key="jobs_level")
         c4, c5, c6 = st.columns([2, 1, 1])
