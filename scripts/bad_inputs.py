@@ -64,6 +64,7 @@ class Case:
     slow: bool = False
     setup: Any = None  # fn(store: Path) run before the case, in its run store
     stdin: str | None = None
+    env: dict[str, str] = field(default_factory=dict)  # extra environment of this case
     result: dict[str, Any] = field(default_factory=dict)
 
 
@@ -168,7 +169,163 @@ def make_files(d: Path) -> dict[str, str]:
     f["existing.txt"] = str(d / "existing.txt")
     (d / "oracle.py").write_text("def f(x):\n    return float('nan')\n")
     f["oracle.py"] = str(d / "oracle.py")
+    make_saved_files(d, f)
     return f
+
+
+# -- files the workbench wrote, damaged (issue 29) -------------------------------------------------------------
+
+def _truncate(p: Path) -> None:
+    p.write_bytes(p.read_bytes()[:20])
+
+
+def _zero(p: Path) -> None:
+    p.write_bytes(b"\0" * p.stat().st_size)
+
+
+def _garbage(p: Path) -> None:
+    p.write_bytes(bytes((i * 97 + 13) % 256 for i in range(300)))
+
+
+def _symlink(p: Path) -> None:
+    real = p.with_name(p.name + ".real")
+    p.rename(real)
+    p.symlink_to(real)
+
+
+def _nan_tensor(p: Path, key: str | None = None) -> None:
+    from safetensors.torch import load_file, save_file
+
+    t = load_file(str(p))
+    key = key or next(k for k, v in t.items() if v.is_floating_point())
+    t[key] = t[key].clone()
+    t[key].view(-1)[0] = float("nan")
+    save_file(t, str(p))
+
+
+def _edit(p: Path, change) -> None:
+    data = json.loads(p.read_text())
+    data = change(data) or data
+    p.write_text(json.dumps(data))
+
+
+def make_saved_files(d: Path, f: dict[str, str]) -> None:
+    """A circuit run (its own store, copied into each case's), a toy SAE with dashboards and damaged copies,
+    a tiny model folder with damaged copies."""
+    import torch
+
+    import workbench as wb
+    from attribution.probes.tiny import save_tiny
+    from attribution.sae.dashboard import build_dashboards
+    from attribution.sae.train import save_sae, training_sae
+    from attribution.sae.units import open_dictionary
+    from circuits.toy_prompts import task_rows
+
+    store = d / "circuit-store"
+    saved_circuit(store)
+    f["circuit-store"] = str(store)
+
+    m = wb.load(TOY)
+    hook = "blocks.0.hook_resid_post"
+    saes = d / "saes"
+
+    def sae(name: str) -> Path:
+        torch.manual_seed(0)
+        return save_sae(training_sae("topk", m.arch.d_model, 16, k=4, model=TOY, hook=hook), saes / name,
+                        {"model": TOY, "hook": hook, "kind": "topk", "k": 4, "layer": 0,
+                         "metrics": {"explained_variance": 0.5, "l0": 4.0}})
+
+    good = sae("good")
+    [db] = build_dashboards(m, [open_dictionary(good)], n_tokens=100, ctx=5,
+                            texts=[r["prompt"] for r in task_rows(m, 64)])
+    db.save(good)
+    f["sae-good"] = str(good)
+    damage = {
+        "cfg-list": lambda p: (p / "cfg.json").write_text("[1, 2]"),
+        "d-sae-1e9": lambda p: _edit(p / "cfg.json", lambda c: c.update(d_sae=10**9)),
+        "layer-abc": lambda p: _edit(p / "workbench.json", lambda i: i.update(layer="abc")),
+        "metrics-nan": lambda p: (p / "workbench.json").write_text(
+            (p / "workbench.json").read_text().replace('"l0": 4.0', '"l0": NaN')),
+        "weights-nan": lambda p: _nan_tensor(p / "sae_weights.safetensors", "W_dec"),
+        "weights-truncated": lambda p: _truncate(p / "sae_weights.safetensors"),
+        "cfg-symlink": lambda p: _symlink(p / "cfg.json"),
+    }
+    for name, fn in damage.items():
+        fn(sae(name))
+        f[f"sae-{name}"] = str(saes / name)
+    shutil.rmtree(saes / "good-copy", ignore_errors=True)
+    for name, fn in {"truncated": _truncate, "zeroed": _zero, "garbage": _garbage, "symlink": _symlink,
+                     "nan": lambda p: _nan_tensor(p, "density")}.items():
+        copy = d / "dash" / name
+        shutil.copytree(good, copy)
+        fn(copy / "dashboards.safetensors")
+        f[f"dash-{name}"] = str(copy)
+
+    tiny = save_tiny(d / "tiny" / "good", name="tiny-bad-inputs")
+    for name, fn in {"truncated": lambda p: _truncate(p / "model.safetensors"),
+                     "garbage": lambda p: _garbage(p / "model.safetensors"),
+                     "layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["tiny"].update(layers=10**9)),
+                     "config-list": lambda p: (p / "config.json").write_text("[1]")}.items():
+        copy = d / "tiny" / name
+        shutil.copytree(tiny, copy)
+        fn(copy)
+        f[f"tiny-{name}"] = str(copy)
+
+
+def damaged_circuit(files: dict[str, str], change):
+    """A case setup: the saved circuit run copied into the case's store, then damaged by change(run_dir)."""
+
+    def setup(store: Path) -> None:
+        shutil.copytree(files["circuit-store"], store, symlinks=True)
+        change(store / circuit_run_id(store))
+
+    return setup
+
+
+def equal_counterfactuals(run: Path) -> None:
+    rows = [json.loads(line) for line in (run / "prompts.jsonl").read_text().splitlines() if line]
+    (run / "prompts.jsonl").write_text("".join(json.dumps({**r, "corrupt": r["prompt"]}) + "\n" for r in rows))
+
+
+BAD_JOB = "20260101-120000-sleep-abcdef"
+
+
+def job_record(**change: Any):
+    """A case setup: one job record in the case's store, a sound one changed by ``change`` (a key set to
+    None is removed; "raw" replaces the whole file's text)."""
+
+    def setup(store: Path) -> None:
+        jobs = store / ".jobs"
+        jobs.mkdir(parents=True, exist_ok=True)
+        rec = {"id": BAD_JOB, "kind": "sleep", "label": "sleep 1 s", "spec": {"kind": "sleep"}, "state": "done",
+               "created": "2026-01-01T12:00:00.000+00:00", "started": None, "finished": None, "done": 2,
+               "total": 2, "eta_s": None, "estimate_s": None, "workers": 1, "ray_address": None, "run_id": None,
+               "error": None, "log": [], "driver": {"host": "elsewhere", "pid": 1}, "key": ""}
+        good = {**rec, "id": "20260101-110000-sleep-000000"}
+        (jobs / f"{good['id']}.json").write_text(json.dumps(good))
+        raw = change.pop("raw", None)
+        for k, v in change.items():
+            if v is None:
+                rec.pop(k, None)
+            else:
+                rec[k] = v
+        (jobs / f"{BAD_JOB}.json").write_text(raw if raw is not None else json.dumps(rec))
+
+    return setup
+
+
+def start_http_server() -> str:
+    """A plain HTTP server on 127.0.0.1 for the Ray cases (it accepts TCP but is no Ray head)."""
+    import http.server
+    import threading
+
+    class Quiet(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Quiet)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"127.0.0.1:{server.server_address[1]}"
 
 
 # -- run-store damage (each case gets its own store) ----------------------------------------------------
@@ -465,6 +622,95 @@ def catalogue(f: dict[str, str]) -> list[Case]:
         group=g, setup=saved_circuit, timeout=400)
     add("circuit evaluate missing run", ["circuit", "evaluate", "--run", "nosuch"], group=g)
 
+    # issue 29: every file the workbench reads may be damaged
+    g = "29 damaged runs"
+    EV = ["circuit", "evaluate", "--run", "{circuit}", "--json"]
+    T = "tensors.safetensors"
+    run_damage = {
+        "tensors truncated": lambda r: _truncate(r / T), "tensors zeroed": lambda r: _zero(r / T),
+        "tensors garbage": lambda r: _garbage(r / T), "tensors NaN": lambda r: _nan_tensor(r / T),
+        "tensors symlinked": lambda r: _symlink(r / T),
+        "meta args a string": lambda r: _edit(r / "meta.json", lambda m: m.update(args="abc")),
+        "meta n_layers 'abc'": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(n_layers="abc")),
+        "meta n_layers 10^9": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(n_layers=10**9)),
+        "meta timings 'abc'": lambda r: _edit(r / "meta.json", lambda m: m.update(timings={"scoring": "abc"})),
+        "meta edges 'abc'": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(edges="abc")),
+        "faithfulness unknown key": lambda r: _edit(r / "result.json", lambda x: x.update(faithfulness={
+            "k": [1], "normalized": [0.5], "complement": [0.5], "metric_full": 1.0, "metric_empty": 0.0,
+            "auc": 0.5, "bogus": 1})),
+        "result.json a list": lambda r: (r / "result.json").write_text("[1]"),
+        "prompts.jsonl garbage": lambda r: _garbage(r / "prompts.jsonl"),
+    }
+    for name, fn in run_damage.items():
+        add(f"circuit evaluate, {name}", EV, words=["damaged" if "symlink" not in name else "symlink"], group=g,
+            setup=damaged_circuit(f, fn))
+    add("circuit evaluate, a sound copy", EV, "ok", group=g, setup=damaged_circuit(f, lambda r: None), timeout=400)
+    add("circuit evaluate --keep, prompts = counterfactuals", EV + ["--keep", "L0.H0->logits"],
+        words=["faithfulness is undefined"], group=g, setup=damaged_circuit(f, equal_counterfactuals), timeout=400)
+    add("circuit evaluate, prompts = counterfactuals", EV, words=["faithfulness is undefined"], group=g,
+        setup=damaged_circuit(f, equal_counterfactuals), timeout=400)
+
+    g = "29 job records"
+    records = {"a JSON list": {"raw": "[1, 2]"}, "missing label": {"label": None}, "driver a list": {"driver": [1]},
+               "string ETA": {"eta_s": "soon", "state": "running"}, "spec a string": {"spec": "abc"},
+               "unknown key": {"bogus": 1}, "truncated": {"raw": '{"id": "2026'}, "NaN ETA": {"raw": None}}
+    for name, change in records.items():
+        if name == "NaN ETA":
+            change = {"raw": json.dumps({"id": BAD_JOB, "kind": "sleep", "label": "x", "spec": {},
+                                         "created": "2026", "eta_s": 1.5}).replace("1.5", "NaN")}
+        add(f"jobs list --json, record {name}", ["jobs", "list", "--json"], "ok", group=g, setup=job_record(**change))
+        add(f"jobs list, record {name}", ["jobs", "list"], "ok", group=g, setup=job_record(**change))
+        add(f"jobs show, record {name}", ["jobs", "show", BAD_JOB], words=[BAD_JOB], group=g,
+            setup=job_record(**change))
+    add("jobs list --damaged --json", ["jobs", "list", "--damaged", "--json"], "ok", group=g,
+        setup=job_record(spec="abc"))
+
+    g = "29 dictionaries"
+    root = str(Path(f["sae-good"]).parent)
+    add("sae list --root with damaged beside good", ["sae", "list", "--root", root, "--json"], "ok", group=g)
+    add("sae list --root missing folder", ["sae", "list", "--root", str(Path(root) / "nosuch")],
+        words=["missing"], group=g)
+    add("sae list --root a file", ["sae", "list", "--root", f["existing.txt"]], words=["a file"], group=g)
+    for name in ("cfg-list", "d-sae-1e9", "layer-abc", "metrics-nan", "weights-nan", "weights-truncated",
+                 "cfg-symlink"):
+        add(f"sae steer, dictionary {name}", ["sae", "steer", "--sae", f[f"sae-{name}"], "--feature", "0", "--prompt",
+                                              "N1 and N2", "--alpha", "1", "--tokens", "1", "--json"], words=[name],
+            group=g)
+        add(f"feature-graph, dictionary {name}", ["feature-graph", "--model", TOY, "--prompt", P, "--saes",
+                                                  f[f"sae-{name}"], "--no-save", "--json"], words=[name], group=g)
+    add("sae steer, a sound dictionary", ["sae", "steer", "--sae", f["sae-good"], "--feature", "0", "--prompt",
+                                          "N1 and N2", "--alpha", "1", "--tokens", "1", "--json"], "ok", group=g)
+    add("sae steer --tokens 1000000", ["sae", "steer", "--sae", f["sae-good"], "--feature", "0", "--prompt", P,
+                                       "--alpha", "1", "--tokens", "1000000"], words=["--tokens"], group=g)
+    add("sae features, sound dashboards", ["sae", "features", "--sae", f["sae-good"], "--feature", "0", "--json"],
+        "ok", group=g)
+    for name in ("truncated", "zeroed", "garbage", "symlink", "nan"):
+        add(f"sae features, dashboards {name}", ["sae", "features", "--sae", f[f"dash-{name}"], "--feature", "0",
+                                                 "--json"], words=["dashboards"], group=g)
+    add("sae train --out EXISTING_FILE", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
+                                          "--tokens", "256", "--out", f["existing.txt"]], words=["not a directory"],
+        group=g)
+    add("sae train --lr 1e30 (diverges)", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
+                                           "--tokens", "512", "--width", "16", "--k", "4", "--epochs", "1", "--lr",
+                                           "1e30", "--json"], words=["not finite"], group=g, timeout=400)
+
+    g = "29 models and lenses"
+    for name in ("truncated", "garbage", "layers-1e9", "config-list"):
+        add(f"info, tiny model folder {name}", ["info", f[f"tiny-{name}"], "--json"], group=g)
+    add("lens of a vision model", ["lens", "vit-synth", "a b", "--no-save", "--json"],
+        words=["not for vision models"], group=g)
+    add("lens-train of a vision model", ["lens-train", "vit-synth"], words=["not for vision models"], group=g)
+    add("circuit discover --param steps=abc", CD + ["--prompts", "task", "--method", "eap_ig", "--param",
+                                                   "steps=abc"], words=["steps"], group=g)
+
+    g = "29 Ray"
+    FW = ["faithfulness", "--model", TOY, "--prompts", f["good.jsonl"], "--methods", "random", "--json"]
+    add("--ray-address where an HTTP server listens", FW + ["--ray-address", f["http"]],
+        words=["not as a Ray head"], group=g, timeout=60)
+    add("--ray-address ray://", FW + ["--ray-address", "ray://127.0.0.1:10001"], words=["not supported"], group=g)
+    add("RAY_ADDRESS=127.0.0.1:1 with --workers 2", FW + ["--workers", "2"], words=["RAY_ADDRESS"], group=g,
+        env={"RAY_ADDRESS": "127.0.0.1:1"}, timeout=120)
+
     # smollm2 (slow: loads the real model)
     g = "smollm2"
     S = ["attribute", "smollm2-135m", "The capital of France is"]
@@ -526,8 +772,15 @@ def _strict(text: str) -> Any:
 
 def store_non_finite(store: Path) -> str | None:
     """A NaN/Infinity in any saved run of this store (result.json, meta.json, tensors)."""
+    found = all_non_finite(store)
+    return found[0] if found else None
+
+
+def all_non_finite(store: Path) -> list[str]:
+    """Every file of this store holding a NaN/Infinity (what a case's setup planted is found here too)."""
+    found: list[str] = []
     if not store.exists():
-        return None
+        return found
     for p in store.rglob("*.json"):
         if p.name == "config.json" or ".plotly" in p.name:
             continue
@@ -535,7 +788,7 @@ def store_non_finite(store: Path) -> str | None:
             _strict(p.read_text())
         except ValueError as exc:
             if "NaN" in str(exc) or "Infinity" in str(exc):
-                return f"{p.relative_to(store)}: {exc}"
+                found.append(f"{p.relative_to(store)}: {exc}")
         except OSError:
             pass
     for p in store.rglob("*.safetensors"):
@@ -545,10 +798,11 @@ def store_non_finite(store: Path) -> str | None:
 
             for k, v in load_file(str(p)).items():
                 if v.is_floating_point() and not bool(torch.isfinite(v).all()):
-                    return f"{p.relative_to(store)}: {k}"
+                    found.append(f"{p.relative_to(store)}: {k}")
+                    break
         except Exception:  # noqa: BLE001 - unreadable tensors are another case's business
             pass
-    return None
+    return found
 
 
 def runs_in(store: Path) -> set[str]:
@@ -567,12 +821,13 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
         except Exception as exc:  # noqa: BLE001
             return {"class": "setup-failed", "detail": f"{type(exc).__name__}: {exc}"[:300]}
     before = runs_in(store)
+    planted = set(all_non_finite(store))  # damage a setup made on purpose is not the command's output
     args = [a.replace("{circuit}", circuit_run_id(store)) if "{circuit}" in a else a for a in case.args]
-    env = dict(os.environ, WORKBENCH_RUNS=str(store), PYTHONPATH=str(ROOT), COLUMNS="200")
+    env = dict(os.environ, WORKBENCH_RUNS=str(store), PYTHONPATH=str(ROOT), COLUMNS="200", **case.env)
     env.pop("WORKBENCH_DEBUG", None)
     started = time.time()
     if batch is not None:
-        answer = batch.run(args, store, cwd, case.timeout)
+        answer = batch.run(args, store, cwd, case.timeout, case.env)
         if answer["rc"] is None:
             return {"class": "timeout", "rc": None, "seconds": answer["seconds"],
                     "detail": f"no answer in {case.timeout:.0f} s"}
@@ -593,7 +848,7 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
     # "note:" lines (damaged runs skipped) and Streamlit-free warnings are not errors
     error_lines = [ln for ln in lines if not ln.startswith("note:")]
     saved = runs_in(store) - before
-    bad_store = store_non_finite(store)
+    bad_store = next((x for x in all_non_finite(store) if x not in planted), None)
     detail = (error_lines[-1] if error_lines else out.strip()[:200])[:300]
     if "Traceback (most recent call last)" in err:
         cls = "traceback"
@@ -663,6 +918,8 @@ def worker() -> int:
     real_out = sys.stdout
     for line in sys.stdin:
         job = json.loads(line)
+        saved_env = {k: os.environ.get(k) for k in job.get("env", {})}
+        os.environ.update(job.get("env", {}))
         os.environ["WORKBENCH_RUNS"] = job["store"]
         os.chdir(job["cwd"])
         sys.argv = ["workbench", *job["args"]]
@@ -686,6 +943,11 @@ def worker() -> int:
         finally:
             signal.alarm(0)
             os.chdir(ROOT)
+            for k, v in saved_env.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
         real_out.write(json.dumps({"rc": rc, "out": out.getvalue(), "err": err.getvalue(),
                                    "seconds": round(time.time() - started, 1)}) + "\n")
         real_out.flush()
@@ -698,7 +960,8 @@ class Batch:
     def __init__(self) -> None:
         self.proc: subprocess.Popen | None = None
 
-    def run(self, args: list[str], store: Path, cwd: Path, timeout: float) -> dict[str, Any]:
+    def run(self, args: list[str], store: Path, cwd: Path, timeout: float,
+            env: dict[str, str] | None = None) -> dict[str, Any]:
         if self.proc is None or self.proc.poll() is not None:
             env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
             env.pop("WORKBENCH_DEBUG", None)
@@ -706,7 +969,7 @@ class Batch:
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
                                          text=True)
         self.proc.stdin.write(json.dumps({"args": args, "store": str(store), "cwd": str(cwd),
-                                          "timeout": timeout}) + "\n")
+                                          "timeout": timeout, "env": env or {}}) + "\n")
         self.proc.stdin.flush()
         line = self.proc.stdout.readline()
         if not line:  # the worker died (a crash in native code, or it was killed)
@@ -748,6 +1011,7 @@ def main() -> int:
 
     work = Path(tempfile.mkdtemp(prefix="bad-inputs-"))
     files = make_files(work / "files")
+    files["http"] = start_http_server()
     cases = catalogue(files) + ([] if opts.no_generated else generated_numeric_cases())
     if opts.only:
         cases = [c for c in cases if opts.only.lower() in (c.name + " " + c.group).lower()]

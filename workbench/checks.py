@@ -50,7 +50,7 @@ def _plain_file(path: Path, what: str, error: type[WorkbenchError]) -> None:
 
 
 def _no_constant(name: str) -> Any:
-    raise ValueError(f"it holds {name}, which is not a finite number")
+    raise ValueError("it holds a non-finite number, which strict JSON does not allow")
 
 
 def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
