@@ -493,3 +493,19 @@ def test_diverged_sae_leaves_nothing(tmp_path, monkeypatch, capsys):
     left = [p for p in runs.rglob("*") if p.is_file() and not p.name.startswith(("index.sqlite", "costs"))
             and ".jobs" not in p.parts]
     assert left == []
+
+
+def test_estimate_is_never_printed_before_an_error(tmp_path, monkeypatch, capsys):
+    """A job whose shape has a recorded cost prints its estimate, but only once its inputs are checked: bad
+    input (a target of two tokens) is its one error line."""
+    good, bad = tmp_path / "good.jsonl", tmp_path / "bad.jsonl"
+    rows = [{"prompt": "N1 and N2 then N2", "target": "N1", "foil": "N2"}] * 2
+    good.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    bad.write_text("".join(json.dumps({**r, "target": "N1 N2"}) + "\n" for r in rows))
+    args = ("faithfulness", "--model", TOY, "--methods", "random", "--no-save", "--json", "--prompts")
+    for _ in range(2):
+        code, out, err = run_cli(monkeypatch, capsys, *args, str(good))
+        assert code == 0, err
+    assert "estimate:" in err
+    code, out, err = run_cli(monkeypatch, capsys, *args, str(bad))
+    assert_bad(code, err, "N1 N2")

@@ -11,8 +11,8 @@ from workbench.cli import JSON_OPTION, console, emit
 from workbench.options import positive_int
 
 RAY_ADDRESS_OPTION = typer.Option(
-    None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' starts "
-    "a local Ray instance. Default: WORKBENCH_RAY_ADDRESS, else this process (or a local Ray instance when "
+    None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' "
+    "starts a local Ray instance. Default: WORKBENCH_RAY_ADDRESS, else this process (or a local Ray instance when "
     "--workers > 1).")
 def workers_option(what: str = "the prompts") -> Any:
     """``--workers N`` of a command whose work splits into ``what``."""
@@ -103,7 +103,8 @@ def jobs_cancel(job_id: str, as_json: bool = JSON_OPTION) -> None:
 
 def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
     """Run a job from a command with a progress bar on stderr: (job, result). Ctrl-C cancels it. Its
-    estimate (when one can be made: see workbench/jobs/kinds.py) is printed first."""
+    estimate (when one can be made: see workbench/jobs/kinds.py) is printed once the job has read and checked
+    its inputs (its first shard knows how many items it has), so bad input is only ever its one error line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from workbench.jobs import resolve_address, run
@@ -121,8 +122,12 @@ def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: b
         from workbench.jobs import kinds
 
         kinds._MODELS.clear()
-    if cost is not None:
-        console().print(f"estimate: {cost.text()}")
+    said = [cost is None]
+
+    def say_estimate() -> None:
+        if not said[0]:
+            said[0] = True
+            console().print(f"estimate: {cost.text()}")
 
     err = console()
     # not on a terminal (a pipe, a log): no bar, so nothing (not even its closing newline) lands before an error
@@ -131,7 +136,11 @@ def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: b
         task = bar.add_task(spec["kind"].replace("_", "-"), total=None)
 
         def show(job: Any) -> None:
+            if job.total:
+                say_estimate()
             bar.update(task, total=job.total or None, completed=job.done,
                        description=f"{spec['kind'].replace('_', '-')} [{job.id}]")
 
-        return run(spec, workers=workers, address=ray_address, save=save, on_progress=show)
+        out = run(spec, workers=workers, address=ray_address, save=save, on_progress=show)
+    say_estimate()  # a kind that never reported its items: said at the end, never before an error
+    return out

@@ -338,6 +338,7 @@ class _Tracker:
             self.totals[i] = int(value)
             if self.t_work is None:
                 self.t_work = time.monotonic()
+                self.flush(force=True)  # the shard knows its items: its inputs are read and checked
         elif tag == "step":
             self.dones[i] += int(value)
         elif tag == "log":
