@@ -86,8 +86,11 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, d
         cfg_dict["dtype"] = getattr(torch, dtype)
         cfg = HookedTransformerConfig(**cfg_dict)
         state = get_pretrained_state_dict(str(path), cfg, hf_model=hf)
-        model = hooked_transformer(cfg, tokenizer=tokenizer, move_to_device=False,
-                                   default_padding_side="right")
+        # The tokenizer is attached afterwards: TransformerLens' set_tokenizer loads it again by name (15 s
+        # for Gemma's 262k vocabulary); the HookedModel adds BOS itself.
+        model = hooked_transformer(cfg, tokenizer=None, move_to_device=False)
+        tokenizer.padding_side = "right"
+        model.tokenizer = tokenizer
         # One load_state_dict call: TransformerLens' own loader calls it once per key (8 s here).
         state = fill_missing_keys(model, state)
         # TransformerLens' Phi-3 conversion also emits zero LayerNorm biases its RMSNorm blocks do not have

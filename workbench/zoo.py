@@ -264,6 +264,13 @@ def load(name_or_path: str, device: str = "cpu", dtype: str | None = None, **kwa
     return model
 
 
+def _all_finite(torch: Any, p: Any) -> bool:
+    """min and max are finite iff every value is (NaN propagates through both): one pass, no bool copy
+    (torch.isfinite(p).all() is 30x slower on a 262k x 640 embedding)."""
+    low, high = torch.aminmax(p.detach())
+    return bool(torch.isfinite(low)) and bool(torch.isfinite(high))
+
+
 def check_finite_weights(model: Any, name: str) -> None:
     """ModelFileError if a floating-point parameter holds NaN or Infinity (every result would be
     NaN; the first bad tensor is named). Models without local torch parameters (remote) are skipped."""
@@ -277,7 +284,7 @@ def check_finite_weights(model: Any, name: str) -> None:
         return
     with torch.no_grad():
         for pname, p in module.named_parameters():
-            if p.is_floating_point() and not p.is_meta and not bool(torch.isfinite(p).all()):
+            if p.is_floating_point() and not p.is_meta and p.numel() and not _all_finite(torch, p):
                 bad = int((~torch.isfinite(p)).sum())
                 raise ModelFileError(f"model {name!r} has non-finite weights: {pname} holds {bad} NaN/Inf "
                                      "value(s); every result would be NaN")
