@@ -64,15 +64,19 @@ class ActivationCache:
 
     @classmethod
     def load(cls, path: Path) -> ActivationCache:
-        from safetensors.torch import load_file
+        from workbench.checks import Fields, read_json, read_tensors
 
         if not (path / ACTS_FILE).exists():
             raise DatasetError(f"no activation cache at {path}")
-        meta = json.loads((path / "cache.json").read_text())
-        t = load_file(str(path / ACTS_FILE))
-        return cls(
-            t["acts"], t["windows"], t["where"], meta["model"], meta["hook"], meta.get("skip_first", 1)
-        )
+        what = f"activation cache {path}"
+        meta = Fields(read_json(path / "cache.json", f"{what} (cache.json)", DatasetError), f"{what} (cache.json)",
+                      DatasetError)
+        t = read_tensors(path / ACTS_FILE, f"{what} ({ACTS_FILE})", DatasetError, finite=True)
+        missing = [k for k in ("acts", "windows", "where") if k not in t]
+        if missing:
+            raise DatasetError(f"{what} is damaged: no tensor {missing[0]!r}")
+        return cls(t["acts"], t["windows"], t["where"], meta.text("model"), meta.text("hook"),
+                   meta.integer("skip_first", 1, lo=0, hi=1 << 20))
 
 
 def token_windows(
