@@ -83,6 +83,32 @@ def read_config(path: str | Path) -> dict[str, Any]:
         raise ModelFileError(f"cannot read {cfg}: {exc}") from None
 
 
+# A toy checkpoint's sizes come from its config.json: beyond these they are damage, refused before allocating.
+MAX_LAYERS, MAX_HEADS, MAX_WIDTH = 256, 256, 1 << 16
+
+
+def check_model_config(config: Any, where: Path) -> None:
+    """The model and task sections of a toy checkpoint's config.json, typed and bounded (workbench/checks.py):
+    ModelFileError (one line) before anything is built from them."""
+    from workbench.checks import Fields
+
+    f = Fields(config, str(where), ModelFileError)
+    model, task = f.fields("model"), f.fields("task")
+    task.text("name")
+    task.mapping("params", {})
+    for key in ("task", "ffn", "norm", "act_fn", "router"):
+        model.text(key, None)
+    model.integer("layers", None, lo=1, hi=MAX_LAYERS)
+    model.integer("heads", None, lo=1, hi=MAX_HEADS)
+    model.integer("d_model", None, lo=1, hi=MAX_WIDTH)
+    model.integer("d_mlp", None, lo=1, hi=MAX_WIDTH)
+    model.integer("experts", None, lo=1, hi=MAX_HEADS)
+    model.integer("top_k", None, lo=1, hi=MAX_HEADS)
+    model.flag("qk_norm", None)
+    model.number("init_range", None, lo=0)
+    model.mapping("task_params", {})
+
+
 def load_tl(path: str | Path, device: str = "cpu"):
     """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
     from circuits.models import ModelSpec, build_model
@@ -93,11 +119,14 @@ def load_tl(path: str | Path, device: str = "cpu"):
     weights = path / "model.safetensors"
     if not weights.exists():
         raise ModelFileError(f"{str(path)!r} has no model.safetensors")
+    check_model_config(config, path / "config.json")
     try:
         spec = ModelSpec.from_dict(config["model"])
         task = get_task(config["task"]["name"], **config["task"].get("params", {}))
     except KeyError as exc:
         raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
+    except TypeError as exc:  # a task parameter it does not take
+        raise ModelFileError(f"{path / 'config.json'} is damaged: {str(exc).splitlines()[0]}") from None
     from workbench.llm import _check_safetensors
 
     _check_safetensors(weights)

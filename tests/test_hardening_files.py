@@ -509,3 +509,25 @@ def test_estimate_is_never_printed_before_an_error(tmp_path, monkeypatch, capsys
     assert "estimate:" in err
     code, out, err = run_cli(monkeypatch, capsys, *args, str(bad))
     assert_bad(code, err, "N1 N2")
+
+
+CHECKPOINT_DAMAGE = {
+    "weights truncated": lambda d: truncate(d / "model.safetensors"),
+    "weights garbage": lambda d: garbage(d / "model.safetensors"),
+    "layers 10^9": lambda d: edit_json(d / "config.json", lambda c: c["model"].update(layers=10**9)),
+    "d_model 'abc'": lambda d: edit_json(d / "config.json", lambda c: c["model"].update(d_model="abc")),
+    "model a list": lambda d: edit_json(d / "config.json", lambda c: c.update(model=[1])),
+    "task params a string": lambda d: edit_json(d / "config.json", lambda c: c["task"].update(params="x")),
+    "config.json garbage": lambda d: garbage(d / "config.json"),
+}
+
+
+@pytest.mark.parametrize("how", list(CHECKPOINT_DAMAGE))
+def test_damaged_toy_checkpoint_is_one_line(tmp_path, monkeypatch, capsys, how):
+    from workbench.zoo import DATA_DIR
+
+    d = tmp_path / "toy"
+    shutil.copytree(DATA_DIR / "models" / TOY, d)
+    CHECKPOINT_DAMAGE[how](d)
+    code, out, err = run_cli(monkeypatch, capsys, "info", str(d), "--json")
+    assert_bad(code, err)
