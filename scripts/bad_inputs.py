@@ -261,6 +261,14 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
         fn(copy / "dashboards.safetensors")
         f[f"dash-{name}"] = str(copy)
 
+    from workbench.zoo import DATA_DIR
+
+    for name, fn in {"layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["model"].update(layers=10**9)),
+                     "weights-garbage": lambda p: _garbage(p / "model.safetensors")}.items():
+        copy = d / "toy" / name
+        shutil.copytree(DATA_DIR / "models" / TOY, copy)
+        fn(copy)
+        f[f"toy-{name}"] = str(copy)
     tiny = save_tiny(d / "tiny" / "good", name="tiny-bad-inputs")
     for name, fn in {"truncated": lambda p: _truncate(p / "model.safetensors"),
                      "garbage": lambda p: _garbage(p / "model.safetensors"),
@@ -697,6 +705,9 @@ def catalogue(f: dict[str, str]) -> list[Case]:
     g = "29 models and lenses"
     for name in ("truncated", "garbage", "layers-1e9", "config-list"):
         add(f"info, tiny model folder {name}", ["info", f[f"tiny-{name}"], "--json"], group=g)
+    for name in ("layers-1e9", "weights-garbage"):
+        add(f"attribute, toy checkpoint {name}", ["attribute", f[f"toy-{name}"], P, "--target", "N1", "--json"],
+            group=g)
     add("lens of a vision model", ["lens", "vit-synth", "a b", "--no-save", "--json"],
         words=["not for vision models"], group=g)
     add("lens-train of a vision model", ["lens-train", "vit-synth"], words=["not for vision models"], group=g)
