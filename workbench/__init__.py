@@ -213,3 +213,15 @@ def submit_job(spec: dict, workers: int = 1, ray_address: str | None = None):
     from workbench.jobs import submit
 
     return submit(spec, workers=workers, address=ray_address)
+
+
+def vit_explain(model: Any, image: Any, method: str = "dap", head: str | None = None, region: Any = None,
+                target: int | None = None):
+    """One image explained by one ViT method, as ``workbench vit-explain``: an ImageExplanation
+    (``.predicted``, ``.probs``, ``.map`` (PatchMap), ``.plot()``, ``.to_json()``). ``model``: a name, a path
+    or a loaded ViT. dinov2-small takes any RGB photograph (a path, a PIL image or a (3, H, W) tensor in
+    [0, 1]) and explains a linear head's class (``head="synthetic"`` or ``"hard"``) or the saliency decoder's
+    mean inside ``region`` (x0, y0, x1, y1 on the image; ``head="saliency"``)."""
+    from attribution.vit.explanation import explain_image
+
+    return explain_image(model, image, method, head, region, target)

@@ -202,13 +202,6 @@ def _check_head_fits(head: str, dataset: str) -> None:
                              f"{', '.join(want)}")
 
 
-def _read_image(path: str):
-    """The image as (C, H, W) in [0, 1]; its pixel count is capped before decoding (attribution.vit.images)."""
-    from attribution.vit.images import read_image
-
-    return read_image(path)
-
-
 def vit_explain(
     image: str = typer.Argument(..., help="PNG/JPEG (RGB) or .npy (C,H,W or H,W,C) in [0,1] or [0,255]."),
     model: str = typer.Option("vit-synth", "--model"),
@@ -227,44 +220,9 @@ def vit_explain(
 
     method_module(method)  # unknown method: refused before loading anything
     head = _head(model, head, region)
-    box = None
-    if region is not None:
-        from attribution.vit.images import parse_region
+    from attribution.vit.explanation import explain_image
 
-        box = parse_region(region)
-    raw = _read_image(image)  # a bad image is refused before the model is loaded
-    extra = {}
-    if head is not None:
-        from attribution.vit.dinov2 import PATCH_SIZE, with_head
-        from attribution.vit.images import fit_image, scale_region
-
-        size = 224
-        img = fit_image(raw, size, PATCH_SIZE, image)
-        if box is not None:
-            box = scale_region(box, int(raw.shape[1]), int(raw.shape[2]), size)
-        from workbench.zoo import load
-
-        _vit_entry(model)
-        vit = with_head(load(model, head=None, image_size=size), head, box)
-        extra = {"head": head, "input_size": size, "original_size": [int(raw.shape[2]), int(raw.shape[1])]}
-        if box is not None:
-            extra["region_at_input"] = list(box)
-    else:
-        vit = _load_vit(model)
-        img = vit.check_images(raw)
-    import torch
-
-    from attribution.vit.methods import explain
-
-    with torch.no_grad():
-        probs = vit(img).softmax(-1)[0]
-    pm = explain(vit, img, method, target)
-    names = vit.cfg.class_names or [str(i) for i in range(vit.cfg.n_classes)]
-    out = {"model": model, "method": method, "predicted": names[int(probs.argmax())],
-           "target": names[int(pm.targets[0])], "probs": {names[i]: float(p) for i, p in enumerate(probs)},
-           "map": pm.scores[0].tolist(), "seconds": pm.seconds, **extra}
-    if head == "saliency":
-        out["saliency_in_region"] = float(probs[0])
+    out = explain_image(model, image, method, head, region, target, label=image).to_json()
 
     def human(o):
         print(f"{o['method']}: predicted {o['predicted']}, explaining {o['target']}"
