@@ -126,3 +126,26 @@ def test_dpa_exact_when_linearised(hf_dirs, kind):
         total = (t0 * entry).sum((1, 2)) + const
         logit = m(x).gather(1, targets[:, None])[:, 0]
     assert torch.allclose(total, logit, atol=1e-3), (total - logit)
+
+
+def test_vision_model_by_hub_id_from_the_local_cache(hf_dirs, tmp_path, monkeypatch):
+    """A hub id resolves through the local HF cache (the LLMs' resolution, workbench.hub) to the same ViT."""
+    import shutil
+
+    from huggingface_hub import constants
+
+    import workbench as wb
+
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "hub" / "models--tiny-org--tiny-dinov2"
+    snap = repo / "snapshots" / rev
+    shutil.copytree(hf_dirs["dinov2-cls"], snap)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(rev)
+    for key, value in (("HF_HUB_CACHE", str(tmp_path / "hub")), ("HF_HUB_OFFLINE", True)):
+        monkeypatch.setenv(key, str(value) if key == "HF_HUB_CACHE" else "1")
+        monkeypatch.setattr(constants, key, value)
+    m = wb.load("tiny-org/tiny-dinov2")
+    x = torch.rand(1, 3, 32, 32, generator=torch.Generator().manual_seed(6))
+    with torch.no_grad():
+        assert torch.allclose(m(x), _ours("dinov2-cls", hf_dirs)(x), atol=1e-6)

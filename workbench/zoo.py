@@ -233,8 +233,9 @@ def _dir_entry(path: Path, name: str, source: str | None) -> ModelEntry:
         raise ModelFileError(f"{name!r} needs trust_remote_code (its config maps classes to code shipped with "
                              "the weights); the workbench does not run such code")
     model_type = config.get("model_type", "")
-    kind = "vit" if model_type == "vit" else "llm"
-    loader = "attribution.vit.hf:load_hf_vit" if kind == "vit" else "workbench.llm:load_hf_dir"
+    vit_loader = VIT_MODEL_TYPES.get(model_type)
+    kind = "vit" if vit_loader else "llm"
+    loader = vit_loader or "workbench.llm:load_hf_dir"
     return ModelEntry(name=name, kind=kind, params=0, source=source or f"local {model_type} directory",
                       loader=loader, path=str(path))
 

@@ -66,18 +66,18 @@ def _as_image(image: Any, label: str) -> torch.Tensor:
 
     if isinstance(image, (str, Path)):
         return read_image(image)
-    if hasattr(image, "mode") and hasattr(image, "size"):  # a PIL image
-        import numpy as np
-
-        arr = np.asarray(image).astype("float32") / 255.0
-        arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
-        return torch.from_numpy(np.ascontiguousarray(arr))
     if isinstance(image, torch.Tensor):
         x = image[0] if image.ndim == 4 and image.shape[0] == 1 else image
         if x.ndim != 3:
             raise ImageError(f"{label} of shape {tuple(image.shape)}: give one (channel, height, width) image")
         check_pixels(x.detach().float().cpu().numpy(), label)
         return x.detach().float().cpu()
+    if hasattr(image, "getbands") and hasattr(image, "size"):  # a PIL image
+        import numpy as np
+
+        arr = np.asarray(image).astype("float32") / 255.0
+        arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
+        return torch.from_numpy(np.ascontiguousarray(arr))
     raise ImageError(f"{label} must be a path, a PIL image or a tensor, got {type(image).__name__}")
 
 

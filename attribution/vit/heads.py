@@ -9,7 +9,10 @@ ViT method (DAP, rollout, GAE, raw attention, Grad-CAM, TAM, IG, DPA) explains t
   bilinear resize to the input, sigmoid) on the final-LayerNorm patch tokens. ``SaliencyViT`` turns it into
   a decision: s = mean saliency inside a region (a pixel mask the user picks), scored as two classes,
   ``logits = [log s, log (1 - s)]``, so softmax gives (s, 1 - s): class 0 ("salient") is explained by
-  default, deletion / insertion follow s itself, and the runner-up class is "not salient".
+  default, deletion / insertion follow s itself, and the runner-up class is "not salient". The decoder
+  reads patch tokens, not CLS: methods that read one row of the attention (raw attention, rollout, GAE,
+  Grad-CAM, TAM, DAP) read the rows of the patches under the region instead (``readout_rows``), and DPA
+  starts from the decoder's gradient (``SaliencyViT.dpa_start``).
 
 Heads are attached as views (``with_head``): the backbone's modules and weights are shared, not copied.
 """
@@ -235,6 +238,10 @@ def with_saliency(base: HookedViT, decoder: SaliencyDecoder, region: Any = None)
         m._parameters.pop(k, None)
     m._modules["decoder"] = decoder.to(base.device).eval()
     m.region = region_mask(region, s, s).to(base.device)
+    # The decoder reads the patch tokens (not CLS), mostly those under the region (its convolutions are local):
+    # attention-based methods read the rows of those patches, weighted by the region's share of each patch.
+    share = torch.nn.functional.avg_pool2d(m.region[None, None], base.cfg.patch_size).flatten()
+    m.readout_rows = torch.cat([torch.zeros(base.cfg.n_prefix, device=share.device), share / share.sum()])
     m.head_name = SALIENCY
     m.head_info = {"decision": "mean saliency inside the region", "classes": list(SALIENCY_CLASSES)}
     return m.eval()

@@ -56,3 +56,15 @@ def rownorm(a: torch.Tensor) -> torch.Tensor:
 def eye_like(a: torch.Tensor) -> torch.Tensor:
     """An identity of a's last two sizes, broadcast over its batch axis."""
     return torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
+
+
+def read_rows(model, m: torch.Tensor) -> torch.Tensor:
+    """(image, [head,] query, key) -> (image, [head,] key): the row of the token the decision reads.
+
+    The class token's row for a classifier on CLS; a model whose readout reads other tokens (the DINOv2
+    saliency decoder reads the patch tokens under its region) gives ``readout_rows`` (token,) weights
+    summing to 1, and the rows are averaged with them."""
+    w = getattr(model, "readout_rows", None)
+    if w is None:
+        return m[..., 0, :]
+    return torch.einsum("q,...qk->...k", w.to(m.device, m.dtype), m)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from attribution.vit.methods._common import capture, pattern_name
+from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"layer": -1}
 NEEDS_GRAD = False
@@ -13,4 +13,4 @@ NEEDS_GRAD = False
 def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
     layer = layer % model.cfg.n_layers
     _, acts, _ = capture(model, images, [pattern_name(layer)], grad=False)
-    return acts[pattern_name(layer)].mean(1)[:, 0, model.cfg.n_prefix:]
+    return read_rows(model, acts[pattern_name(layer)].mean(1))[:, model.cfg.n_prefix:]

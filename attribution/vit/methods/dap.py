@@ -79,7 +79,7 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
               feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_kind: str = "attention",
               prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0, identity: float = 1.0,
               final_prior: str | None = None, dpa_targets: list[torch.Tensor] | None = None,
-              n_prefix: int = 1) -> torch.Tensor:
+              n_prefix: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
     """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first.
 
     Gradients may be None when neither the prior nor the head fusion reads them (prior "dpa"). ``n_prefix``:
@@ -106,7 +106,7 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
         pg = p ** gamma
         fused = fused * pg[:, None, :] if prior_on == "cols" else fused * pg[:, :, None]
         r = rownorm(identity * eye_like(fused) + fused) @ r
-    out = r[:, 0, n_prefix:]
+    out = (r[:, 0] if rows is None else torch.einsum("q,bqk->bk", rows.to(r), r))[:, n_prefix:]
     if final_prior is None:
         return out
     return out * priors[0 if final_prior == "first" else -1][:, n_prefix:]
@@ -142,4 +142,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, prior: str = "attent
     else:
         pats, pgrads, feats, fgrads = capture_for_dap(model, images, targets, layers)
     return propagate(pats, pgrads, feats, fgrads, prior, prior_on, head_fusion, gamma, identity, final_prior, ts,
-                     model.cfg.n_prefix)
+                     model.cfg.n_prefix, getattr(model, "readout_rows", None))

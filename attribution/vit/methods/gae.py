@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from attribution.vit.methods._common import capture, eye_like, pattern_name
+from attribution.vit.methods._common import capture, eye_like, pattern_name, read_rows
 
 DEFAULTS: dict = {}
 NEEDS_GRAD = True
@@ -21,4 +21,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
     for n in names:
         cam = (grads[n] * acts[n]).clamp(min=0).mean(1)
         r = r + cam @ r
-    return r[:, 0, model.cfg.n_prefix:]
+    return read_rows(model, r)[:, model.cfg.n_prefix:]

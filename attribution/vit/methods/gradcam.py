@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from attribution.vit.methods._common import capture, pattern_name
+from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"layer": -1}
 NEEDS_GRAD = True
@@ -17,6 +17,6 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> 
     name = pattern_name(layer % model.cfg.n_layers)
     _, acts, grads = capture(model, images, [name], grad=True, targets=targets)
     p = model.cfg.n_prefix
-    a, g = acts[name][:, :, 0, p:], grads[name][:, :, 0, p:]
+    a, g = read_rows(model, acts[name])[:, :, p:], read_rows(model, grads[name])[:, :, p:]
     w = g.mean(-1, keepdim=True)
     return (a * w).mean(1).clamp(min=0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from attribution.vit.methods._common import capture, eye_like, pattern_name, rownorm
+from attribution.vit.methods._common import capture, eye_like, pattern_name, read_rows, rownorm
 
 DEFAULTS = {"start": 0, "identity": 1.0}
 NEEDS_GRAD = False
@@ -29,4 +29,4 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, start: int = 0, iden
         ) -> torch.Tensor:
     names = [pattern_name(l) for l in range(start, model.cfg.n_layers)]
     _, acts, _ = capture(model, images, names, grad=False)
-    return rollout_matrix([acts[n] for n in names], identity)[:, 0, model.cfg.n_prefix:]
+    return read_rows(model, rollout_matrix([acts[n] for n in names], identity))[:, model.cfg.n_prefix:]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from attribution.vit.methods._common import capture, pattern_name
+from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"steps": 20}
 NEEDS_GRAD = True
@@ -19,7 +19,7 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, steps: int = 20) -> 
     n_layers = model.cfg.n_layers
     names = [pattern_name(l) for l in range(n_layers)]
     _, acts, _ = capture(model, images, names, grad=False)
-    s = acts[names[-1]].mean(1)[:, 0]  # (image, token)
+    s = read_rows(model, acts[names[-1]].mean(1))  # (image, token)
     for n in reversed(names[:-1]):
         s = (s[:, None] @ acts[n].mean(1))[:, 0] + s
     last = names[-1]
@@ -33,5 +33,5 @@ def run(model, images: torch.Tensor, targets: torch.Tensor, steps: int = 20) -> 
 
         _, _, grads = capture(model, images, [last], grad=True, targets=targets, extra_hooks=[(last, scale)])
         total += grads[last]
-    w = (clean * total / steps).clamp(min=0).mean(1)[:, 0]
+    w = read_rows(model, (clean * total / steps).clamp(min=0).mean(1))
     return (s * w)[:, model.cfg.n_prefix:]
