@@ -219,7 +219,11 @@ c1, c2 = st.columns([1, 3])
 c1.metric("prediction", names[pred] if pred < len(names) else str(pred), f"p = {float(probs[pred]):.2f}")
 if label is not None:
     c1.caption(f"true class: {class_names[label]}")
-target = c2.selectbox("Explain class", ["predicted"] + names, key="vit_target")
+# the saliency decision is "salient" (its mean in the region); "not salient" is its runner-up
+options = names if head == "saliency" else ["predicted"] + names
+if st.session_state.get("vit_target") not in options:
+    st.session_state["vit_target"] = options[0]
+target = c2.selectbox("Explain class", options, key="vit_target")
 target_idx = None if target == "predicted" else names.index(target)
 
 if head == "saliency":

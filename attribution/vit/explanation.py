@@ -122,6 +122,8 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
         else:
             vit = model
         x = vit.check_images(raw)
+    if head == "saliency" and target is None:
+        target = 0  # the decision is "salient" (the mean in the region), whatever side of 0.5 it falls
     with torch.no_grad():
         probs = vit(x).softmax(-1)[0]
     pm = explain(vit, x, method, target)
