@@ -128,7 +128,8 @@ class CircuitResult:
             kind="circuit", model=self.model, method=self.method,
             args={"ablation": self.ablation, "metric": self.metric, "params": self.params, "edges": self.edges,
                   "selection": self.selection, "n_prompts": self.n_prompts, **self.graph.summary(),
-                  "n_layers": self.graph.n_layers, "n_heads": self.graph.n_heads, "has_mlp": self.graph.has_mlp},
+                  "n_layers": self.graph.n_layers, "n_heads": self.graph.n_heads, "has_mlp": self.graph.has_mlp,
+                  "parallel": self.graph.parallel},
             timings={"scoring": self.seconds}, result={**result, **summary},
             tensors={"scores": self.scores.float()}, figures=figures,
             files={"prompts.jsonl": "".join(json.dumps(r) + "\n" for r in self.rows)}))
@@ -148,7 +149,7 @@ class CircuitResult:
         args = run.fields("args")
         n_layers = args.integer("n_layers", lo=1, hi=MAX_LAYERS)
         n_heads = args.integer("n_heads", lo=1, hi=MAX_HEADS)
-        graph = CircuitGraph(n_layers, n_heads, args.flag("has_mlp"))
+        graph = CircuitGraph(n_layers, n_heads, args.flag("has_mlp"), parallel=args.flag("parallel", False))
         scores = run.tensors().get("scores")
         if scores is None:
             raise RunStoreError(f"run {run.id} is damaged: its tensors file has no 'scores'")
@@ -196,7 +197,8 @@ def _model(model: Any) -> Any:
 
 def _check_model(model: Any, result: CircuitResult) -> None:
     g = CircuitGraph.of(model)
-    if (g.n_layers, g.n_heads, g.has_mlp) != (result.graph.n_layers, result.graph.n_heads, result.graph.has_mlp):
+    if (g.n_layers, g.n_heads, g.has_mlp, g.parallel) != (result.graph.n_layers, result.graph.n_heads,
+                                                          result.graph.has_mlp, result.graph.parallel):
         raise WorkbenchError(f"model {model.name} does not have the graph of this circuit "
                              f"({result.graph.n_layers} layers x {result.graph.n_heads} heads)")
 

@@ -53,10 +53,12 @@ class Node:
 class CircuitGraph:
     """Senders, receivers and the edges between them for a model of ``n_layers`` x ``n_heads``."""
 
-    def __init__(self, n_layers: int, n_heads: int, has_mlp: bool) -> None:
+    def __init__(self, n_layers: int, n_heads: int, has_mlp: bool, parallel: bool = False) -> None:
         if n_layers < 1 or n_heads < 1:
             raise RangeError("a circuit graph needs at least one layer and one head")
         self.n_layers, self.n_heads, self.has_mlp = int(n_layers), int(n_heads), bool(has_mlp)
+        # parallel blocks (GPT-NeoX): a layer's MLP reads resid_pre, so its own layer's heads do not reach it
+        self.parallel = bool(parallel) and self.has_mlp
         senders = [Node("embed", "embed", -1)]
         receivers: list[Node] = []
         for layer in range(n_layers):
@@ -75,7 +77,7 @@ class CircuitGraph:
     @classmethod
     def of(cls, model: Any) -> CircuitGraph:
         a = model.arch
-        return cls(a.n_layers, a.n_heads, a.mlp != "none" and bool(a.d_mlp))
+        return cls(a.n_layers, a.n_heads, a.mlp != "none" and bool(a.d_mlp), parallel=a.parallel)
 
     # -- structure ---------------------------------------------------------------------------
     def upstream(self, receiver: Node) -> int:
@@ -84,7 +86,7 @@ class CircuitGraph:
         if receiver.kind == "logits":
             return len(self.senders)
         if receiver.kind == "mlp":
-            return 1 + receiver.layer * per_layer + self.n_heads
+            return 1 + receiver.layer * per_layer + (0 if self.parallel else self.n_heads)
         return 1 + receiver.layer * per_layer
 
     @cached_property

@@ -66,17 +66,38 @@ def sender_hooks(model: Any, graph: CircuitGraph, write: Callable[[slice | int, 
     hooks.append(("blocks.0.hook_resid_pre", on_embed))
     for layer in range(graph.n_layers):
         first = head_slot(graph, layer)
+        post = model.norm_sites(layer)["attn_post"] if hasattr(model, "norm_sites") else None
+        if post is None:
+            def on_z(z, hook, layer=layer, first=first):
+                write(slice(first, first + graph.n_heads), model.head_writes(z, layer, heads_first=True))
 
-        def on_z(z, hook, layer=layer, first=first):
-            write(slice(first, first + graph.n_heads), model.head_writes(z, layer, heads_first=True))
-
-        hooks.append((f"blocks.{layer}.attn.hook_z", on_z))
+            hooks.append((f"blocks.{layer}.attn.hook_z", on_z))
+        else:  # a post-norm (Gemma, OLMo-2): each head's write as the residual gets it, gamma * write / scale
+            hooks += _post_normed_heads(model, graph, layer, first, post, write)
         if graph.has_mlp:
             def on_mlp(x, hook, slot=first + graph.n_heads):
                 write(slot, x)
 
             hooks.append((f"blocks.{layer}.hook_mlp_out", on_mlp))
     return hooks
+
+
+def _post_normed_heads(model: Any, graph: CircuitGraph, layer: int, first: int, post: Any,
+                       write: Callable[[slice | int, torch.Tensor], Any]) -> list[Hook]:
+    """Sender hooks for the heads of a layer with an attention post-norm: the writes are taken at hook_z and
+    handed on once the post-norm's scale of this forward is known (its frozen gamma / scale makes the sum of
+    the heads' outputs, plus the bias, exactly what the residual receives)."""
+    held: dict[str, torch.Tensor] = {}
+
+    def on_z(z, hook):
+        held["writes"] = model.head_writes(z, layer, heads_first=True)  # [head, batch, pos, d]
+
+    def on_scale(scale, hook):
+        writes = held.pop("writes", None)
+        if writes is not None and scale.dim() == 3:
+            write(slice(first, first + graph.n_heads), writes * post.w / scale)
+
+    return [(f"blocks.{layer}.attn.hook_z", on_z), (post.scale_hook, on_scale)]
 
 
 def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int], torch.Tensor]) -> list[Hook]:
@@ -93,7 +114,8 @@ def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int],
                           lambda x, hook, c=cols[role], n=n_up: read(x, c, n)))
         if cols["mlp"] is not None:
             hooks.append((f"blocks.{layer}.hook_mlp_in",
-                          lambda x, hook, c=cols["mlp"], n=n_up + graph.n_heads: read(x, c, n)))
+                          lambda x, hook, c=cols["mlp"], n=graph.upstream(graph.receivers[cols["mlp"]]):
+                          read(x, c, n)))
     last = len(graph.receivers) - 1
     hooks.append((f"blocks.{graph.n_layers - 1}.hook_resid_post",
                   lambda x, hook: read(x, last, len(graph.senders))))

@@ -172,10 +172,12 @@ def attn_out_target(model: HookedModel, layer: int, t: torch.Tensor, cache: dict
 
 
 def attn_in_back(model: HookedModel, layer: int, g_n: torch.Tensor, cache: dict[str, torch.Tensor],
-                 offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """From the target on the attention's (normed) input to the residual stream: the frozen pre-norm."""
+                 offsets: dict[str, torch.Tensor] | None) -> torch.Tensor:
+    """From the target on the attention's (normed) input to the residual stream: the frozen pre-norm.
+    ``offsets`` None: the caller keeps no bias terms (the edge scorer's per-receiver targets)."""
     g_x, off = site_back(model, model.norm_sites(layer)["attn_pre"], g_n, cache)
-    offsets["attn_norm_bias"] += off.double()
+    if offsets is not None:
+        offsets["attn_norm_bias"] += off.double()
     return g_x
 
 
@@ -207,10 +209,11 @@ def qk_back(model: HookedModel, layer: int, g: torch.Tensor, role: str, cache: d
     if sites is None:
         return g
     site = sites[0] if role == "q" else sites[1]
-    n_batch, heads, _, d_head = g.shape
+    heads, d_head = g.shape[1], g.shape[3]
     scale = cache[site.scale_hook]
     if model.arch.qk_norm == "head":  # [batch * pos * head, 1]
-        scale = scale.view(n_batch, seq, heads // repeat, 1).transpose(1, 2).repeat_interleave(repeat, 1)
+        # -1: the cache may hold one prompt for a batch of targets (the pull-back's), broadcast over it
+        scale = scale.view(-1, seq, heads // repeat, 1).transpose(1, 2).repeat_interleave(repeat, 1)
         w = site.w.float()
     else:  # the whole projection: [batch, pos, 1], gamma over head * d_head
         scale = scale[:, None]

@@ -81,7 +81,10 @@ def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams
     cache: dict[str, torch.Tensor] = {}
 
     def keep(x, hook):
-        cache[hook.name] = x[:rows].float()
+        if x.shape[0] != n:  # per-head q/k norm scales come flattened: [batch * pos * heads, 1]
+            cache[hook.name] = x.reshape(n, -1, *x.shape[1:])[:rows].reshape(-1, *x.shape[1:]).float()
+        else:
+            cache[hook.name] = x[:rows].float()
 
     hooks = [(name, keep) for name in hook_names(model, p, ("head",))]
     hooks += sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x))
@@ -110,7 +113,7 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
             above = t  # parallel blocks (GPT-NeoX): attention and MLP both see the target from above
             if cols["mlp"] is not None:
                 update = undo_mlp(model, layer, w, t, cache, p, {}, offsets)
-                yield first + graph.n_heads, slice(cols["mlp"], cols["mlp"] + 1), update[None]
+                yield graph.upstream(graph.receivers[cols["mlp"]]), slice(cols["mlp"], cols["mlp"] + 1), update[None]
                 t = t + update
             T = _attention_receivers(model, layer, w, above if model.arch.parallel else t, cache, p, offsets)
             base = int(cols["q"][0])
@@ -149,5 +152,5 @@ def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Ten
     W = torch.stack([w["W_Q"], w["W_K"].repeat_interleave(rep, 0), w["W_V"].repeat_interleave(rep, 0)], 1)
     g = g.permute(2, 0, 1, 3, 4).reshape(H * 3, n * seq, d_head)
     T = torch.bmm(g, W.reshape(H * 3, d_model, d_head).transpose(1, 2)).view(H * 3, n, seq, d_model)
-    return attn_in_back(model, layer, T, cache, offsets)
+    return attn_in_back(model, layer, T, cache, None)
 

@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from attribution.dpa.params import DPAParams
-from attribution.dpa.reference import reference_hooks
+from attribution.dpa.reference import logits_uncapped, reference_hooks
 from circuits.graph import CircuitGraph
 from circuits.intervene import receiver_hooks, sender_hooks
 
@@ -38,7 +38,7 @@ def dpa_edge_reference(model: Any, enc: Any, **params: Any) -> torch.Tensor:
         return x
 
     hooks = reference_hooks(model, p, store) + sender_hooks(model, graph, write) + receiver_hooks(graph, read)
-    with torch.enable_grad(), model.split_inputs():
+    with torch.enable_grad(), model.split_inputs(), logits_uncapped(model):
         logits = model.run_with_hooks(enc.tokens, fwd_hooks=hooks)
         value = logits[0, -1, enc.target_id]
         if enc.foil_id is not None:
