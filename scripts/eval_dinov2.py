@@ -22,9 +22,36 @@ from attribution.vit.dinov2 import load_backbone, with_head
 from attribution.vit.evaluate import cost_ratio, evaluate
 
 
+def merge(out: Path, head: str) -> tuple[str, dict]:
+    """One table from the split runs of a head (per-image means; seconds weighted by each run's images)."""
+    import pandas as pd
+
+    from attribution.vit.evaluate import METRICS, _fmt
+
+    runs = sorted(out.glob(f"{head}.json")) + sorted(out.glob(f"{head}_from*.json"))
+    records = [json.loads(r.read_text()) for r in runs]
+    frames = [pd.read_csv(r.with_name(r.stem + "_per_image.csv")) for r in runs]
+    per_image = pd.concat(frames, ignore_index=True)
+    n = int(per_image["image"].nunique())
+    rows, table = [], {}
+    for method in records[0]["methods"]:
+        part = per_image[per_image["method"] == method]
+        row = {m: float(part[m].mean()) for m in METRICS if m in part}
+        row["seconds_per_image"] = sum(r["methods"][method]["seconds_per_image"] * r["n"] for r in records) / n
+        table[method] = row
+        rows.append("| " + method + " | " + " | ".join(_fmt(row[m]) for m in METRICS) + " |")
+    acc = sum(r["accuracy"] * r["n"] for r in records) / n
+    head_line = "| method | " + " | ".join(METRICS) + " |\n" + "|---" * (len(METRICS) + 1) + "|"
+    return head_line + "\n" + "\n".join(rows), {"n": n, "accuracy": acc, "methods": table,
+                                                 "runs": [{k: r[k] for k in ("start", "n", "seconds", "cost")
+                                                           if k in r} for r in records]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--merge", action="store_true", help="Print the merged tables of the runs in --out.")
     ap.add_argument("--n", type=int, default=8)
+    ap.add_argument("--start", type=int, default=0, help="First image index (runs can be split and merged).")
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--ig-steps", type=int, default=10)
     ap.add_argument("--threads", type=int, default=1)
@@ -33,13 +60,19 @@ def main() -> None:
     ap.add_argument("--heads", default="synthetic,hard")
     ap.add_argument("--out", default="/tmp/dinov2_eval")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
     out = Path(args.out)
+    if args.merge:
+        for head in args.heads.split(","):
+            md, info = merge(out, head)
+            print(f"## {head}\n{md}\n{json.dumps(info)}\n")
+        return
+    torch.set_num_threads(args.threads)
     out.mkdir(parents=True, exist_ok=True)
     base = load_backbone(224)
     for head in args.heads.split(","):
         model = with_head(base, head)
-        batch = data.at_size(data.sample_images(head, args.n, data.TEST_SEED), 224)
+        make = data.synthetic if head == "synthetic" else data.hard
+        batch = data.at_size(make(args.n, data.TEST_SEED, start=args.start), 224)
         started = time.time()
 
         def progress(name, done, head=head, started=started):
@@ -52,8 +85,11 @@ def main() -> None:
         res.cost = cost_ratio(model, batch.images[:k], batch.labels[:k], "dap", repeats=3)
         record = {**res.to_json(), "head": head, "steps": args.steps, "ig_steps": args.ig_steps,
                   "threads": args.threads, "seconds": round(time.time() - started, 1), "markdown": res.markdown()}
-        (out / f"{head}.json").write_text(json.dumps(record, indent=2) + "\n")
-        res.per_image.to_csv(out / f"{head}_per_image.csv", index=False)
+        record["start"] = args.start
+        tag = f"{head}" if args.start == 0 else f"{head}_from{args.start}"
+        (out / f"{tag}.json").write_text(json.dumps(record, indent=2) + "\n")
+        per_image = res.per_image.assign(image=res.per_image["image"] + args.start)
+        per_image.to_csv(out / f"{tag}_per_image.csv", index=False)
         print(res.markdown(), flush=True)
         print(json.dumps({k: record[k] for k in ("accuracy", "cost", "seconds")}), flush=True)
 
