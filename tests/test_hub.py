@@ -144,3 +144,28 @@ def test_cli_one_line_exit_2(offline, tmp_path):
     assert json.loads(ok.stdout)["arch"]["n_layers"] == 2
     runs = tmp_path / "runs"
     assert not runs.exists() or not any(p for p in runs.iterdir() if not p.name.startswith("."))
+
+
+def test_damaged_converted_cache_and_absurd_config(tmp_path, monkeypatch, offline):
+    """A built-in model's converted cache that is truncated says how to rebuild it; a config asking for 10^9
+    layers or holding garbage is refused before anything is built."""
+    _, made = offline
+    cache = tmp_path / "wbcache"
+    target = cache / "smollm2-135m"
+    shutil.copytree(made["tiny-org/tiny-llama"][1], target)
+    (target / "workbench.json").write_text(json.dumps({"cache_version": 1}))
+    weights = target / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:-100])
+    monkeypatch.setenv("WORKBENCH_CACHE", str(cache))
+    hint = "rebuild it with `workbench prepare --model smollm2-135m --force`"
+    with pytest.raises(ModelFileError, match="(truncated|corrupt).*" + hint):
+        wb.load("smollm2-135m")
+    folder = tmp_path / "huge"
+    shutil.copytree(made["tiny-org/tiny-llama"][1], folder)
+    config = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 10**9}))
+    with pytest.raises(ModelFileError, match="num_hidden_layers is '1000000000', not a whole number in 1..1024"):
+        wb.load(str(folder))
+    (folder / "config.json").write_text("{not json")
+    with pytest.raises(ModelFileError, match="config.json"):
+        wb.load(str(folder))

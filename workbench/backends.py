@@ -18,7 +18,6 @@ deprecation warning where the model is built.
 
 from __future__ import annotations
 
-import json
 import logging
 import warnings
 from pathlib import Path
@@ -43,8 +42,9 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         return NNsightModel(hf, tokenizer, name=name, remote=remote)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
         from workbench.families import family_of
+        from workbench.llm import read_config
 
-        family_of(json.loads((path / "config.json").read_text()), str(path))
+        family_of(read_config(path), str(path))
     # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded
     hf, tokenizer = load_hf_model(path, device, dtype if backend == "bridge" else "float32")
     if prepend_bos is None:

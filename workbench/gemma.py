@@ -124,6 +124,8 @@ def prepare(force: bool = False) -> Path:
 
 
 def load(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
-    from workbench.llm import _load_dir
+    from workbench.llm import _load_dir, damaged_cache_hint
 
-    return _load_dir(prepare(), entry.name, device, backend, n_ctx=N_CTX, **kwargs)
+    path = prepare()
+    with damaged_cache_hint(entry.name):
+        return _load_dir(path, entry.name, device, backend, n_ctx=N_CTX, **kwargs)

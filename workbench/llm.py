@@ -6,6 +6,8 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,11 +53,37 @@ def prepare_smollm2(force: bool = False) -> Path:
     return convert_gguf(gguf_path(), target, "LlamaForCausalLM")
 
 
+# Bounds on the sizes a config.json may ask for, checked before anything is allocated from them.
+CONFIG_BOUNDS = {"num_hidden_layers": 1024, "n_layer": 1024, "hidden_size": 65536, "n_embd": 65536,
+                 "intermediate_size": 1 << 20, "n_inner": 1 << 20, "num_attention_heads": 1024, "n_head": 1024,
+                 "num_key_value_heads": 1024, "head_dim": 4096, "vocab_size": 1 << 22,
+                 "max_position_embeddings": 1 << 22, "n_positions": 1 << 22}
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """A model folder's config.json as a dict, its sizes bounded (ModelFileError in one line otherwise)."""
+    cfg = path / "config.json"
+    if not cfg.is_file():
+        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory (or a damaged snapshot)")
+    try:
+        config = json.loads(cfg.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelFileError(f"{cfg} is damaged: {str(exc).splitlines()[0][:120]}") from None
+    if not isinstance(config, dict):
+        raise ModelFileError(f"{cfg} is damaged: not a JSON object")
+    for key, bound in CONFIG_BOUNDS.items():
+        value = config.get(key)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= bound:
+            raise ModelFileError(f"{cfg}: {key} is {str(value)[:40]!r}, not a whole number in 1..{bound}")
+    return config
+
+
 def _check_hf_dir(path: Path) -> None:
     if not path.is_dir():
         raise ModelFileError(f"model directory {str(path)!r} does not exist")
-    if not (path / "config.json").is_file():
-        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory (or a damaged snapshot)")
+    read_config(path)
     weights = sorted(path.glob("*.safetensors"))
     if not weights:
         pickles = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
@@ -106,7 +134,18 @@ def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
 
 def load_smollm2(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
     path = prepare_smollm2()
-    return _load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
+    with damaged_cache_hint(entry.name):
+        return _load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
+
+
+@contextmanager
+def damaged_cache_hint(name: str) -> Iterator[None]:
+    """A converted cache that fails its checks says how to rebuild it."""
+    try:
+        yield
+    except ModelFileError as exc:
+        raise ModelFileError(f"{exc}; the converted cache of {name} is damaged: rebuild it with "
+                             f"`workbench prepare --model {name} --force`") from None
 
 
 def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
