@@ -47,8 +47,42 @@ def merge(out: Path, head: str) -> tuple[str, dict]:
                                                            if k in r} for r in records]}
 
 
+def where(head: str, n: int, methods: list[str]) -> dict[str, dict[str, int]]:
+    """Where each method's top patch lands, on the held-out images 0 .. n-1 (the true label explained): on the
+    decisive object's visible pixels, else on another object (hard set: its role, from data.hard_scene), else
+    on the background (synthetic: no object pixel brighter than 0.3 in the patch)."""
+    from attribution.vit.methods import explain
+
+    model = with_head(load_backbone(224), head)
+    make = data.synthetic if head == "synthetic" else data.hard
+    batch = data.at_size(make(n, data.TEST_SEED), 224)
+    scale = 224 // data.IMAGE_SIZE  # 7: one 14 px patch is 2 x 2 pixels of the 32 px image
+    counts: dict[str, dict[str, int]] = {}
+    for method in methods:
+        pm = explain(model, batch.images, method, batch.labels)
+        top = pm.flat.argmax(1).tolist()
+        got: dict[str, int] = {}
+        for i, t in enumerate(top):
+            r, c = divmod(t, pm.grid)
+            rows, cols = slice(r * 14 // scale, (r + 1) * 14 // scale), slice(c * 14 // scale, (c + 1) * 14 // scale)
+            small = make(1, data.TEST_SEED, start=i)
+            if bool(small.masks[0, rows, cols].any()):
+                role = "decisive"
+            elif head == "hard":
+                roles = [o["role"] for o in data.hard_scene(data.TEST_SEED, i)["objects"]
+                         if o["pixels"][rows, cols].any()]
+                role = next((x for x in ("decoy", "near_red", "distractor", "occluder") if x in roles),
+                            "background or clutter")
+            else:
+                role = "other object" if float(small.images[0, :, rows, cols].max()) > 0.3 else "background"
+            got[role] = got.get(role, 0) + 1
+        counts[method] = got
+    return counts
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
+    ap.add_argument("--where", action="store_true", help="Print where each method's top patch lands.")
     ap.add_argument("--merge", action="store_true", help="Print the merged tables of the runs in --out.")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--start", type=int, default=0, help="First image index (runs can be split and merged).")
@@ -61,6 +95,11 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/dinov2_eval")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.where:
+        torch.set_num_threads(args.threads)
+        for head in args.heads.split(","):
+            print(head, json.dumps(where(head, args.n, args.methods.split(","))), flush=True)
+        return
     if args.merge:
         for head in args.heads.split(","):
             md, info = merge(out, head)

@@ -1,5 +1,5 @@
 """Vision page with dinov2-small: a real photograph's maps for a linear head and for the saliency decoder's
-region, a region that does not fit (a message, no exception), the synthetic set at 224 px with its mask."""
+region, a region that does not fit (a message, no exception), the hard set at 224 px with its mask."""
 
 from __future__ import annotations
 
@@ -38,10 +38,8 @@ def test_photograph_head_and_saliency_region():
     at.number_input(key="vit_x0").set_value(10).run()
     assert not problems(at)
     assert len(heat(at)) == 2 and [h.tolist() for h in heat(at)] != [h.tolist() for h in before]
-
-
-def test_synthetic_set_at_224_with_its_mask():
-    at = open_page("vision", dict(STATE, vit_source="hard", vit_head="hard"))
+    # the hard set at 224 px with its mask, explained by the hard head
+    at.sidebar.selectbox(key="vit_head").set_value("hard").run()
+    at.radio(key="vit_source").set_value("hard").run()
     assert not problems(at), problems(at)
-    table = frame_with(at, "pointing_game")
-    assert list(table["method"]) == ["attention", "rollout"]
+    assert list(frame_with(at, "pointing_game")["method"]) == ["attention", "rollout"]

@@ -88,10 +88,10 @@ def test_every_method_on_the_real_backbone(backbone, photo224, head):
     from attribution.vit.methods import METHODS, explain
 
     m = with_head(backbone, head, (60, 20, 170, 140) if head == "saliency" else None)
-    for method in METHODS:
-        pm = explain(m, photo224, method, **({"steps": 2} if method in ("ig", "tam") else {}))
+    for method in [x for x in METHODS if x not in ("tam", "random")]:  # those two: tiny models only (time)
+        pm = explain(m, photo224, method, **({"steps": 1} if method == "ig" else {}))
         assert pm.scores.shape == (1, 16, 16) and bool(torch.isfinite(pm.scores).all()), method
-        assert float(pm.scores.std()) > 0 or method == "random", method
+        assert float(pm.scores.std()) > 0, method
 
 
 def test_dpa_through_the_saliency_decoder_is_exact_when_linearised(backbone, photo224):
