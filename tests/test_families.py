@@ -118,6 +118,28 @@ def test_family_baselines_and_circuit_graph(family_dirs, family):
     assert torch.allclose(empty, corrupt, atol=1e-4), family
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_family_dpa_edges_equal_reference(family_dirs, family):
+    """The circuit scorer's DPA edges (split q/k/v receivers, the steps' norms, caps and parallel blocks) equal
+    autograd through the split-input model, edge by edge, and a head's outgoing edges sum to its DPA score."""
+    from circuits.discover import circuit
+    from circuits.edges.reference import dpa_edge_reference
+    from circuits.intervene import head_slot
+
+    m = _load(family_dirs[family])
+    row = {"prompt": "The capital of France is w1 w2 w3 w4 w5", "target": " Paris", "foil": " London"}
+    params = {"w_q": 0.7, "w_k": 0.4, "w_v": 0.9, "w_gate": 0.3, "w_up": 0.8}
+    res = circuit(m, [row], method="dpa", ablation="zero", evaluate=False, **params)
+    enc = m.encode(row["prompt"], row["target"], row["foil"])
+    ref = dpa_edge_reference(m, enc, **params)
+    assert float(ref.abs().max()) > 1e-3
+    assert torch.allclose(res.scores, ref, atol=1e-4 * float(ref.abs().max()) + 1e-6), family
+    g, dense = res.graph, res.graph.dense(res.scores)
+    heads = dpa_all(m, enc, levels=("head",), **params).levels["head"].sum(-1)
+    sums = torch.stack([dense[head_slot(g, la):head_slot(g, la) + g.n_heads].sum(1) for la in range(g.n_layers)])
+    assert torch.allclose(sums, heads, atol=1e-4 * float(heads.abs().max()) + 1e-6), family
+
+
 def test_unsupported_architecture_is_one_line(tmp_path, family_dirs):
     import shutil
 
