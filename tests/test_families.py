@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from circuit_checks import masked_ends
 from family_models import FOIL, IDS, TARGET, save_family
 
 import workbench as wb
@@ -87,10 +88,6 @@ def test_soft_caps_and_post_norms_are_seen(family_dirs):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_baselines_and_circuit_graph(family_dirs, family):
-    from circuits.counterfactual import prepare
-    from circuits.graph import CircuitGraph
-    from circuits.intervene import References, run_masked
-
     m = _load(family_dirs[family])
     prompt = "The capital of France is London not Paris w4 w5 w6"  # atp_foil swaps target and foil
     for name, spec in METHODS.items():
@@ -105,17 +102,8 @@ def test_family_baselines_and_circuit_graph(family_dirs, family):
              "corrupt": "The capital of France is w4 w5 w6"},
             {"prompt": "The capital of France is w7 w8 w9", "target": " Rome", "foil": " London",
              "corrupt": "The capital of France is w1 w9 w2"}]
-    g = CircuitGraph.of(m)
-    ps = prepare(m, rows)
-    batch = ps.batches[0]
-    ref = References(m, g, ps).of(batch)
-    everything = torch.ones(1, g.n_edges, dtype=torch.bool)
-    full, empty = run_masked(m, g, batch, ref, torch.cat([everything, ~everything]), ps.metric)
-    with torch.no_grad():
-        clean, corrupt = batch.metric(m(batch.tokens), ps.metric), batch.metric(m(batch.corrupt), ps.metric)
+    clean, corrupt = masked_ends(m, rows)
     assert float((clean - corrupt).abs().max()) > 1e-3  # the counterfactual moves the metric
-    assert torch.allclose(full, clean, atol=1e-4), family
-    assert torch.allclose(empty, corrupt, atol=1e-4), family
 
 
 @pytest.mark.parametrize("family", FAMILIES)

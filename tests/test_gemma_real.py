@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from circuit_checks import masked_ends
 
 import workbench as wb
 from attribution.dpa import COMPLETE, dpa_all
@@ -43,10 +44,6 @@ def test_dpa_complete_and_equal_to_reference(gemma):
 
 
 def test_other_engines_run_on_gemma(gemma):
-    from circuits.counterfactual import prepare
-    from circuits.graph import CircuitGraph
-    from circuits.intervene import References, run_masked
-
     for method, level in (("gradient", "token"), ("atp", "head"), ("ifr", "head"), ("dla", "head")):
         res = wb.attribute(gemma, IOI, target=" Mary", foil=" John", method=method, level=level)
         assert bool(torch.isfinite(torch.as_tensor(res.scores)).all()), method
@@ -54,13 +51,5 @@ def test_other_engines_run_on_gemma(gemma):
     assert lens is not None
     rows = [{"prompt": IOI, "target": " Mary", "foil": " John",
              "corrupt": "When Alice and Bob went to the store, Bob gave a drink to"}]
-    g = CircuitGraph.of(gemma)
-    ps = prepare(gemma, rows)
-    batch = ps.batches[0]
-    everything = torch.ones(1, g.n_edges, dtype=torch.bool)
-    full, empty = run_masked(gemma, g, batch, References(gemma, g, ps).of(batch),
-                             torch.cat([everything, ~everything]), ps.metric)
-    with torch.no_grad():
-        clean, corrupt = batch.metric(gemma(batch.tokens), ps.metric), batch.metric(gemma(batch.corrupt), ps.metric)
-    assert torch.allclose(full, clean, atol=1e-3) and torch.allclose(empty, corrupt, atol=1e-3)
+    clean, corrupt = masked_ends(gemma, rows, atol=1e-3)
     assert float(clean - corrupt) > 1.0
