@@ -7,8 +7,9 @@ model). Targets and foils are single tokens with their leading space.
 IOI (Wang et al. 2022): "When Mary and John went to the store, John gave a drink to" -> " Mary" (the
 indirect object), foil " John" (the subject); "corrupt" is the same prompt with both names replaced by
 two other names of the same token length ("When Alice and Peter went to the store, Peter gave a drink
-to"), the counterfactual circuit discovery ablates to (``workbench circuit discover``). Facts: capitals, languages, currencies and similar
-single-token answers; the foil is the model's best-ranked other answer of the same kind.
+to"), the counterfactual circuit discovery ablates to (``workbench circuit discover``). Facts: capitals,
+languages, currencies and similar single-token answers; the foil is the model's best-ranked other answer of
+the same kind.
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ def ioi_counterfactual(model, row: dict, rng: random.Random) -> str | None:
     others = [n for n in NAMES if n not in (a, b)]
     for _ in range(40):
         c, d = rng.sample(others, 2)
-        swapped = re.sub(rf"\b({a}|{b})\b", lambda m: c if m.group(1) == a else d, row["prompt"])
+        swapped = re.sub(rf"\b({a}|{b})\b", lambda m, c=c, d=d: c if m.group(1) == a else d, row["prompt"])
         if model.to_tokens(swapped).shape[1] == length:
             return swapped
     return None
