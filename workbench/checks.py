@@ -53,20 +53,24 @@ def _no_constant(name: str) -> Any:
     raise ValueError("it holds a non-finite number, which strict JSON does not allow")
 
 
-def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
-    """The JSON value in ``path``; ``error`` (one line) when it is a symlink, too large, not UTF-8, not JSON,
-    or holds NaN/Infinity."""
-    path = Path(path)
+def _read_text(path: Path, what: str, error: type[WorkbenchError], max_bytes: int) -> str:
+    """A plain file's UTF-8 text, refused (``error``, one line) when a symlink, too large or unreadable."""
     _plain_file(path, what, error)
     try:
         size = path.stat().st_size
         if size > max_bytes:
             raise error(f"{what} is {size:,} bytes, more than the {max_bytes:,} a workbench file can be")
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except UnicodeDecodeError:
         raise error(f"{what} is damaged: not UTF-8 text") from None
     except OSError as exc:
         raise error(f"cannot read {what}: {_line(exc)}") from None
+
+
+def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
+    """The JSON value in ``path``; ``error`` (one line) when it is a symlink, too large, not UTF-8, not JSON,
+    or holds NaN/Infinity."""
+    text = _read_text(Path(path), what, error, max_bytes)
     return parse_json(text, what, error)
 
 
@@ -83,17 +87,7 @@ def parse_json(text: str, what: str, error: type[WorkbenchError]) -> Any:
 def read_jsonl(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES
                ) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, one a line (blank lines skipped)."""
-    path = Path(path)
-    _plain_file(path, what, error)
-    try:
-        size = path.stat().st_size
-        if size > max_bytes:
-            raise error(f"{what} is {size:,} bytes, more than the {max_bytes:,} a workbench file can be")
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise error(f"{what} is damaged: not UTF-8 text") from None
-    except OSError as exc:
-        raise error(f"cannot read {what}: {_line(exc)}") from None
+    text = _read_text(Path(path), what, error, max_bytes)
     rows = []
     for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():

@@ -185,13 +185,8 @@ def region_mask(region: Any, height: int, width: int) -> torch.Tensor:
 
 
 class SaliencyViT(HookedViT):
-    """A HookedViT whose decision is the saliency decoder's mean inside ``region``: logits [log s, log(1 - s)]."""
-
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
-        x = self.embed(self.check_images(images))
-        for block in self.blocks:
-            x = block(x)
-        return self.readout(x)
+    """A HookedViT whose decision is the saliency decoder's mean inside ``region``: logits [log s, log(1 - s)].
+    Its forward is HookedViT's; only the readout differs."""
 
     def readout(self, x: torch.Tensor) -> torch.Tensor:
         return self.scores_from_tokens(self.ln_final(x))
