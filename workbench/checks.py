@@ -70,7 +70,8 @@ def _read_text(path: Path, what: str, error: type[WorkbenchError], max_bytes: in
 def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
     """The JSON value in ``path``; ``error`` (one line) when it is a symlink, too large, not UTF-8, not JSON,
     or holds NaN/Infinity."""
-    text = _read_text(Path(path), what, error, max_bytes)
+    path = Path(path)
+    text = _read_text(path, what, error, max_bytes)
     return parse_json(text, what, error)
 
 
@@ -87,7 +88,8 @@ def parse_json(text: str, what: str, error: type[WorkbenchError]) -> Any:
 def read_jsonl(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES
                ) -> list[dict[str, Any]]:
     """The JSON objects of a JSON-lines file, one a line (blank lines skipped)."""
-    text = _read_text(Path(path), what, error, max_bytes)
+    path = Path(path)
+    text = _read_text(path, what, error, max_bytes)
     rows = []
     for i, line in enumerate(text.split("\n"), 1):
         if not line.strip():
