@@ -127,12 +127,25 @@ def cost_ratio(model, images: torch.Tensor, targets: torch.Tensor, method: str =
 @dataclass
 class Prepared:
     """What every method's scoring shares: the checked images, the classes explained (the true labels), the
-    runner-up classes (class sensitivity) and the model's accuracy, all over the whole image set."""
+    runner-up classes (class sensitivity) and the model's accuracy, all over the whole image set; and the
+    logits of the clean and the baseline images, the two ends every deletion / insertion curve shares."""
 
     images: torch.Tensor
     targets: torch.Tensor
     other: torch.Tensor
     accuracy: float
+    logits: torch.Tensor | None = None
+    base_logits: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def ends(self, model, baseline: str, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(clean, baseline) logits of images [lo, hi), the baseline's run once over the whole set."""
+        if self.logits is None:
+            return None
+        if baseline not in self.base_logits:
+            base = (torch.zeros_like(self.images) if baseline == "zeros" else M._blur(self.images))
+            with torch.no_grad():
+                self.base_logits[baseline] = torch.cat([model(base[i:i + 64]) for i in range(0, len(base), 64)])
+        return self.logits[lo:hi], self.base_logits[baseline][lo:hi]
 
 
 @dataclass
@@ -146,10 +159,11 @@ class Chunk:
 def prepare(model, batch: ImageBatch) -> Prepared:
     images = model.check_images(batch.images)
     targets = resolve_targets(model, images, batch.labels)
-    other = runner_up(model, images, targets)
     with torch.no_grad():
-        acc = float((model(images).argmax(-1) == targets).float().mean())
-    return Prepared(images, targets, other, acc)
+        logits = torch.cat([model(images[i:i + 64]) for i in range(0, len(images), 64)])
+    acc = float((logits.argmax(-1) == targets).float().mean())
+    other = logits.scatter(1, targets[:, None], float("-inf")).argmax(-1)  # the runner-up class
+    return Prepared(images, targets, other, acc, logits)
 
 
 def score_chunk(model, prep: Prepared, masks: torch.Tensor, name: str, lo: int, hi: int,
@@ -162,7 +176,8 @@ def score_chunk(model, prep: Prepared, masks: torch.Tensor, name: str, lo: int, 
     pm = explain(model, images, name, targets, **params)
     pm2 = explain(model, images, name, prep.other[lo:hi], **params)
     scores = {**M.localization_scores(pm.flat, masks[lo:hi], model.cfg.patch_size),
-              **M.perturbation_scores(model, images, targets, pm.flat.to(images.device), baseline, steps),
+              **M.perturbation_scores(model, images, targets, pm.flat.to(images.device), baseline, steps,
+                                      ends=prep.ends(model, baseline, lo, hi)),
               "class_sensitivity": M.class_sensitivity(pm.flat, pm2.flat)}
     return Chunk({k: v.float().cpu() for k, v in scores.items()}, pm)
 

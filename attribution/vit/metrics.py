@@ -105,9 +105,82 @@ def _auc(curve: torch.Tensor) -> torch.Tensor:
 
 
 def perturbation_scores(model, images: torch.Tensor, targets: torch.Tensor, maps: torch.Tensor,
-                        baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0
+                        baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0,
+                        ends: tuple[torch.Tensor, torch.Tensor] | None = None, rows: int = 64
                         ) -> dict[str, torch.Tensor]:
-    """deletion_auc, insertion_auc, positive/negative_perturbation_auc per image."""
+    """deletion_auc, insertion_auc, positive/negative_perturbation_auc per image.
+
+    The same numbers as ``perturbation_scores_per_step`` (tests/test_vit_metrics_batched.py) from fewer
+    forwards: every distinct masked image is run once, ``rows`` images a forward. Removing the *bottom* k
+    patches (negative perturbation) leaves the top n - k, which is insertion of n - k; the clean image
+    (deletion 0, insertion n) and the baseline (deletion n, insertion 0) are shared by all curves and can
+    be passed in as ``ends`` = (clean logits, baseline logits) when several maps score the same images."""
+    top = order(maps, seed)
+    n_img, n_patch = top.shape
+    ks = [round(s / steps * n_patch) for s in range(steps + 1)]
+    mid = [i for i in range(steps + 1) if 0.1 - 1e-9 <= i / steps <= 0.9 + 1e-9]  # 10% ... 90%
+    # An input is (kind, j): "ins" keeps the top j patches, "del" keeps all but them; both ends canonical.
+    def key(kind: str, j: int) -> tuple[str, int]:
+        if (kind, j) in (("del", 0), ("ins", n_patch)):
+            return ("clean", 0)
+        if (kind, j) in (("del", n_patch), ("ins", 0)):
+            return ("base", 0)
+        return (kind, j)
+
+    dele = [key("del", k) for k in ks]
+    ins = [key("ins", k) for k in ks]
+    neg = [key("ins", n_patch - ks[i]) for i in mid]
+    logits = _masked_logits(model, images, top, dict.fromkeys(dele + ins + neg), baseline, ends, rows)
+    prob = {k: v.softmax(-1).gather(1, targets[:, None])[:, 0] for k, v in logits.items()}
+    hit = {k: (v.argmax(-1) == targets).float() for k, v in logits.items()}
+    del_p = torch.stack([prob[k] for k in dele], 1)
+    ins_p = torch.stack([prob[k] for k in ins], 1)
+    return {"deletion_auc": _auc(del_p), "insertion_auc": _auc(ins_p),
+            "positive_perturbation_auc": _auc(torch.stack([hit[dele[i]] for i in mid], 1)),
+            "negative_perturbation_auc": _auc(torch.stack([hit[k] for k in neg], 1))}
+
+
+@torch.no_grad()
+def _masked_logits(model, images: torch.Tensor, ranks: torch.Tensor, keys: dict, baseline: str,
+                   ends: tuple[torch.Tensor, torch.Tensor] | None, rows: int) -> dict[tuple[str, int], torch.Tensor]:
+    """Logits (image, class) of every masked input in ``keys``, built and run ``rows`` images at a time."""
+    n_img, n_patch = ranks.shape
+    p, g = model.cfg.patch_size, model.cfg.grid
+    base = torch.zeros_like(images) if baseline == "zeros" else _blur(images)
+    pos = torch.empty_like(ranks)
+    pos.scatter_(1, ranks, torch.arange(n_patch, device=ranks.device).expand(n_img, -1))
+    out: dict[tuple[str, int], torch.Tensor] = {}
+    if ends is not None:
+        out[("clean", 0)], out[("base", 0)] = ends[0].to(images.device), ends[1].to(images.device)
+    todo = [k for k in keys if k not in out]
+    pairs = [(k, i) for k in todo for i in range(n_img)]
+    got: list[torch.Tensor] = []
+    for lo in range(0, len(pairs), max(1, rows)):
+        part = pairs[lo:lo + rows]
+        idx = torch.tensor([i for _, i in part], device=images.device)
+        keep = torch.stack([_keep(pos[i], kind, j, n_patch) for (kind, j), i in part]).float()
+        keep = keep.view(-1, 1, g, g).repeat_interleave(p, 2).repeat_interleave(p, 3)
+        got.append(model(images[idx] * keep + base[idx] * (1 - keep)))
+    flat = torch.cat(got) if got else images.new_zeros(0)
+    for t, k in enumerate(todo):
+        out[k] = flat[t * n_img:(t + 1) * n_img]
+    return out
+
+
+def _keep(pos: torch.Tensor, kind: str, j: int, n_patch: int) -> torch.Tensor:
+    """(patch,) which patches show the image: "ins" the top j, "del" all but the top j."""
+    if kind == "clean":
+        return torch.ones_like(pos, dtype=torch.bool)
+    if kind == "base":
+        return torch.zeros_like(pos, dtype=torch.bool)
+    return pos < j if kind == "ins" else pos >= j
+
+
+def perturbation_scores_per_step(model, images: torch.Tensor, targets: torch.Tensor, maps: torch.Tensor,
+                                 baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0
+                                 ) -> dict[str, torch.Tensor]:
+    """The definition, one forward per step and curve (three curves): the reference the batched
+    ``perturbation_scores`` is tested against."""
     top = order(maps, seed)
     del_p, del_hit = _curve(model, images, targets, top, False, baseline, steps)
     ins_p, _ = _curve(model, images, targets, top, True, baseline, steps)
