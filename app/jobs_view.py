@@ -23,12 +23,28 @@ def board():
     return JobBoard(C.store().root / ".jobs")
 
 
-def submit(spec: dict[str, Any], key: str, workers: int = 1) -> Any | None:
-    """Start ``spec`` as a job on a local Ray instance (or WORKBENCH_RAY_ADDRESS); remembered under ``key``
-    in this session so the page shows it inline. None (after a message) when it cannot start."""
-    from workbench.jobs import submit as start
+def lent_models(spec: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """The spec's model when this server already holds it, with its lock: a job that runs in this process
+    (see workbench/jobs/runner.py placement) uses it instead of loading a copy."""
+    name = spec.get("model")
+    if not isinstance(name, str) or name not in C.HELD:
+        return {}
+    try:
+        loaded = C._load(name)  # cached: held models are never loaded again here
+    except Exception:  # noqa: BLE001 - the job then loads its own
+        return {}
+    return {name: (loaded.model, loaded.lock)}
 
-    job = C.attempt("Cannot start the job", start, spec, workers=workers, board=board())
+
+def submit(spec: dict[str, Any], key: str, workers: int = 1, seconds: float | None = None) -> Any | None:
+    """Start ``spec`` as a job, remembered under ``key`` in this session so the page shows it inline: in a
+    thread of this server on its loaded model when its estimate (``seconds``, if the page measured it) is
+    under the runner's threshold, else on a local Ray instance (or WORKBENCH_RAY_ADDRESS). None (after a
+    message) when it cannot start."""
+    import workbench.jobs
+
+    job = C.attempt("Cannot start the job", workbench.jobs.submit, spec, workers=workers, board=board(),
+                    models=lent_models(spec), seconds=seconds)
     if job is not None:
         st.session_state[key] = job.id
     return job

@@ -10,7 +10,7 @@ def fake_submit(monkeypatch) -> list:
 
     made = []
 
-    def submit(spec, workers=1, address=None, board=None):
+    def submit(spec, workers=1, address=None, board=None, **_):  # models, seconds: where it would run
         made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
         return made[-1]
 

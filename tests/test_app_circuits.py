@@ -30,13 +30,11 @@ def nodes_drawn(at, method: str = "dpa") -> list[str]:
     return list(chart(at, f"circ_graph_{method}")["data"][-1]["customdata"])
 
 
-def test_run_draws_graph_and_faithfulness(page):
+def test_the_default_circuit_is_drawn_on_open(page):
+    """Quick work needs no button: the default prompt's circuit and its curve are there on open, and no Run
+    button (greyed or not) is left on the page."""
     at = page
-    assert "press Run" in " ".join(c.value for c in at.caption)
-    with pytest.raises(AssertionError, match="no chart"):  # nothing heavy runs before Run
-        chart(at, "circ_graph_dpa")
-    at.button(key="circ_run").click().run()
-    assert not problems(at)
+    assert not [b for b in at.button if b.key == "circ_run"]
     assert set(nodes_drawn(at)) == {"embed", "L0.H0", "L1.H0", "logits"}
     faith = chart(at, "circ_faith")
     assert faith["data"][0]["name"].startswith("dpa (AUC")
@@ -48,7 +46,6 @@ def test_run_draws_graph_and_faithfulness(page):
 
 def test_k_and_selection_do_not_recompute(page):
     at = page
-    at.button(key="circ_run").click().run()
     before = results(at)
     n_before = len(frame_with(at, "src"))
     at.slider(key="circ_k").set_value(12).run()
@@ -57,9 +54,7 @@ def test_k_and_selection_do_not_recompute(page):
     after = results(at)
     assert after.keys() == before.keys() and all(after[k] is before[k] for k in before)  # same objects
     assert len(frame_with(at, "src")) == 12 != n_before  # top-12 of the 12 edges, drawn from the same scores
-    at.multiselect(key="circ_methods").set_value(["dpa", "eap", "activation_patching"]).run()
-    assert at.button(key="circ_run").label == "Run eap, activation_patching"  # only the missing ones
-    at.button(key="circ_run").click().run()
+    at.multiselect(key="circ_methods").set_value(["dpa", "eap", "activation_patching"]).run()  # computed at once
     assert not problems(at)
     assert all(results(at)[k] is before[k] for k in before)
     curves = chart(at, "circ_faith")["data"]
@@ -68,7 +63,6 @@ def test_k_and_selection_do_not_recompute(page):
 
 def test_selected_node_drill_down(page):
     at = page
-    at.button(key="circ_run").click().run()
     at.selectbox(key="circ_node").set_value("L1.H0").run()
     assert not problems(at)
     effect = [m for m in at.metric if "direct logit effect" in m.label]
@@ -87,7 +81,6 @@ def test_selected_node_drill_down(page):
 def test_click_in_graph_moves_the_node_box(page):
     """A plotly click (its selection state) selects the node, as the browser sends it."""
     at = page
-    at.button(key="circ_run").click().run()
     at.session_state["circ_graph_dpa"] = {"selection": {"points": [{"customdata": "L0.H0"}]}}
     at.run()
     assert not problems(at)
@@ -97,7 +90,6 @@ def test_click_in_graph_moves_the_node_box(page):
 
 def test_evaluate_save_and_open(page):
     at = page
-    at.button(key="circ_run").click().run()
     at.slider(key="circ_k").set_value(3).run()
     at.button(key="circ_evaluate").click().run()
     assert not problems(at)
@@ -124,23 +116,59 @@ def test_bad_counterfactual_is_one_line(tiny_llama_dir, one_thread):
     assert not problems(at)
 
 
+def _no_ray(monkeypatch) -> None:
+    """Ray cannot start here (as on a machine where its start times out), and no job driver may be spawned."""
+    import subprocess
+
+    import ray
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("The current node timed out during startup (forced by the test)")
+
+    popen = subprocess.Popen
+
+    def no_driver(cmd, *args, **kwargs):
+        if "workbench.jobs" in list(map(str, cmd)):
+            raise AssertionError(f"a job driver process was started: {cmd}")
+        return popen(cmd, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "init", fail)
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(subprocess, "Popen", no_driver)
+
+
+def _wait_for_jobs_here() -> list:
+    from workbench.jobs import JobBoard
+    from workbench.jobs.runner import wait_here
+
+    jobs = JobBoard().list()
+    for job in jobs:
+        assert wait_here(job.id, timeout=240), f"job {job.id} still runs"
+    return JobBoard().list()
+
+
 @pytest.mark.real
 @pytest.mark.slow
-def test_smollm2_ioi_default_view_is_connected(monkeypatch):
-    """smollm2's graph is big: discovery runs as a job (run here in-process), and its run opens in the page."""
+def test_smollm2_ioi_default_view_is_connected_without_ray(monkeypatch, one_thread):  # the server: 1 thread
+    """smollm2's one-prompt DPA circuit (about 5 s with its curve) runs in the app's own process, on open,
+    with Ray unable to start: its graph and curve come back, and its run is stored for later sessions."""
+    import os
+
     import torch
 
-    from workbench.jobs import run
-
-    made = fake_submit(monkeypatch)
-    at = open_page("circuits", {"circ_model": "smollm2-135m"}, timeout=300)
-    assert not problems(at) and at.button(key="circ_run").disabled
-    at.button(key="_circ_job_dpa_start").click().run()
-    (job,) = made
-    run(job.spec, save=True)
+    _no_ray(monkeypatch)
     at = open_page("circuits", {"circ_model": "smollm2-135m"}, timeout=300)
     assert not problems(at)
+    if not results(at):  # estimated over the page's 3 s: a job in this process, started on open
+        (job,) = _wait_for_jobs_here()
+        assert job.state == "done", job.log
+        assert job.driver["pid"] == os.getpid() and job.ray_address is None
+        assert any("runs in this process" in line for line in job.log)
+        at = open_page("circuits", {"circ_model": "smollm2-135m"}, timeout=300)  # a later session
+        assert not problems(at)
     res = results(at)[next(iter(results(at)))]
+    assert res.faithfulness is not None and chart(at, "circ_faith")["data"]
+    assert not [b for b in at.button if b.key == "circ_run"]
     edges = frame_with(at, "src")
     assert len(edges) >= 5
     g = res.graph
@@ -159,9 +187,8 @@ def test_prompt_file_with_swapped_names(tiny_llama_dir, one_thread):
     assert at.selectbox(key="circ_ablation").options == ["corrupt", "mean", "zero"]  # the file's counterfactuals
     at.checkbox(key="circ_file_swap").check().run()
     at.multiselect(key="circ_methods").set_value(["eap"]).run()
-    at.button(key="circ_run").click().run()
     assert not problems(at)
-    (res,) = results(at).values()
+    res = list(results(at).values())[-1]  # the newest: eap on the swapped prompts (dpa was drawn on open)
     assert res.n_prompts == 3 and res.ablation == "corrupt" and res.method == "eap"
     assert res.rows[0]["corrupt"] == "When Robert and Alice arrived at the restaurant, Alice handed a book to"
     n_all = len(frame_with(at, "src"))
@@ -169,6 +196,36 @@ def test_prompt_file_with_swapped_names(tiny_llama_dir, one_thread):
     assert not problems(at)
     kept = frame_with(at, "src")
     assert 0 < len(kept) < n_all and (kept["score"].abs() >= 0.5 * kept["score"].abs().max()).all()
+
+
+def test_discovery_over_the_page_threshold_runs_in_this_process(one_thread, monkeypatch):
+    """Over the page's threshold (lowered here) but under the runner's, discovery starts on open as a job in
+    the server's own process, on its loaded model, with Ray unavailable; its stored circuit is exactly what
+    the page computes itself."""
+    import torch
+
+    from app import jobs_view
+    from circuits.discover import CircuitResult
+
+    _no_ray(monkeypatch)
+    monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
+    at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
+    assert not problems(at) and not results(at)
+    (job,) = _wait_for_jobs_here()
+    assert job.state == "done" and job.spec["method"] == "dpa" and job.run_id, job.log
+    at.run()  # the live panel's rerun when the job ends
+    assert not problems(at)
+    assert set(nodes_drawn(at)) == {"embed", "L0.H0", "L1.H0", "logits"}
+    (res,) = results(at).values()
+    import workbench as wb
+    from circuits.discover import circuit
+
+    spec = job.spec
+    mine = circuit(wb.load("ioi-attn-2l1h"), spec["rows"], method="dpa", edges=spec["edges"],
+                   ablation=spec["ablation"], selection=spec["selection"])  # as the page computes it itself
+    saved = CircuitResult.from_run(RunStore().get(job.run_id))
+    assert torch.equal(mine.scores, saved.scores) and torch.equal(res.scores, saved.scores)
+    assert mine.scores.abs().sum() > 0 and saved.faithfulness is not None
 
 
 def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, monkeypatch):
@@ -179,12 +236,13 @@ def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, mon
     from workbench.jobs import JobBoard, run
 
     monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
+    monkeypatch.setenv("WORKBENCH_LOCAL_S", "0")  # nothing runs in the server's process either
     made = fake_submit(monkeypatch)
     at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
     assert not problems(at)
-    assert any("dpa on 32 prompts: about" in str(w.value) and "measured now" in str(w.value) for w in at.warning)
-    assert at.button(key="circ_run").disabled  # nothing left to run in the app
-    at.button(key="_circ_job_dpa_start").click().run()
+    assert any("dpa on 32 prompts: about" in str(w.value) and "estimated" in str(w.value) for w in at.warning)
+    assert not made  # nothing starts before the one Run button
+    at.button(key="circ_run").click().run()
     assert not problems(at)
     (job,) = made
     assert job.spec["kind"] == "circuit_discover" and job.spec["method"] == "dpa"

@@ -46,3 +46,16 @@ def test_attribution_page_asks_before_long_patching(tiny_llama_dir, monkeypatch)
     labels = [b.label for b in at.button]
     assert any(label.startswith("Run activation_patching · head as a job") for label in labels)
     assert any("gives no head scores" in str(i.value) for i in at.info)  # nothing computed in the app
+
+
+def test_enter_in_a_field_of_the_jobs_forms_starts_nothing(monkeypatch):
+    """Enter in the Prompts (or Seconds) field must not submit the form: only the Start button starts a job
+    (the browser honours the form's enter_to_submit flag; pressing Enter is checked in Chromium by
+    tests/test_app_browser_jobs.py)."""
+    monkeypatch.setenv("WORKBENCH_JOBS_DEMO", "1")
+    at = open_page("jobs")
+    assert not problems(at), problems(at)
+    forms = {f.proto.form.form_id: f.proto.form.enter_to_submit for f in at.main.form}
+    assert forms == {"jobs_faith": False, "jobs_sleep": False}
+    at.number_input(key="jobs_limit").set_value(3).run()
+    assert not problems(at) and JobBoard().list() == []

@@ -153,16 +153,15 @@ threshold = c5.slider("Hide edges under this fraction of the strongest", 0.0, 1.
 keys = {m: cache_key(loaded, rows, ablation, m, p) for m, p in jobs.items()}
 cache = st.session_state.setdefault("_circ_cache", {})
 todo = {m: p for m, p in jobs.items() if keys[m] not in cache}
-todo = CJ.run_as_jobs(loaded, rows, todo, keys, ablation, selection, graph, prepared)  # long ones: jobs
-pending = [m for m in jobs if keys[m] not in cache and m not in todo]
-label = f"Run {', '.join(todo)}" if todo else \
-    f"Run (all chosen methods are {'computed' if not pending else 'computed or run as jobs'})"
-if st.button(label, key="circ_run", type="primary", disabled=not todo):
+# Quick methods are computed now, in the page; up to ~10 s as a job in this server; longer ones behind one
+# Run button, as jobs on Ray (app/circuit_jobs.py). The default prompt's circuit is drawn on open.
+todo = CJ.run_as_jobs(loaded, rows, todo, keys, ablation, selection, graph, prepared)
+if todo:
     run_methods(loaded, rows, todo, ablation, k, selection)
 results = {m: cache[keys[m]] for m in jobs if keys[m] in cache}
 if not results:
     st.caption(f"{graph.n_edges:,} edges, {len(rows)} prompts ({source}, {prepared.metric}, {ablation} ablation): "
-               "press Run to score them.")
+               "the circuit is drawn here when its job ends.")
     st.stop()
 
 drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}

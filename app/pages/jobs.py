@@ -20,7 +20,7 @@ def start_faithfulness() -> None:
     from attribution.faithfulness import LEVELS
     from attribution.methods import METHODS
 
-    with st.form("jobs_faith"):
+    with st.form("jobs_faith", enter_to_submit=False):  # Enter in a field must not start a job
         st.markdown("**Start a faithfulness job** (`workbench faithfulness` as a job)")
         c1, c2, c3 = st.columns(3)
         llms = [e.name for e in C.zoo(("llm", "toy"))]
@@ -51,7 +51,7 @@ def start_faithfulness() -> None:
 def start_sleep() -> None:
     """A job that only waits, reporting each step: checks that jobs run here or on a cluster (progress,
     cancel, results) with no model. Shown when WORKBENCH_JOBS_DEMO=1 (the browser test uses it)."""
-    with st.form("jobs_sleep"):
+    with st.form("jobs_sleep", enter_to_submit=False):
         st.markdown("**Start a sleep job** (no model: checks progress, cancel and results)")
         c1, c2 = st.columns(2)
         seconds = c1.number_input("Seconds", 1, 3600, 60, key="jobs_sleep_seconds")

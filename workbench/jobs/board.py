@@ -65,7 +65,8 @@ class Job:
     run_id: str | None = None
     error: str | None = None
     log: list[str] = field(default_factory=list)
-    driver: dict[str, Any] = field(default_factory=dict)  # {"host", "pid"} of the process that runs it
+    driver: dict[str, Any] = field(default_factory=dict)  # {"host", "pid", "started"?} of the process running it
+    ray_optional: bool = False  # Ray was the runner's choice, not asked for: if it cannot start, run here
     key: str = ""  # spec_key(spec): the same work asked for again finds this job's run (latest_done)
 
     @property
@@ -102,7 +103,8 @@ def check_record(file: Path, job_id: str) -> Job:
                           "state": f.text("state", "queued", STATES), "created": f.text("created"),
                           "done": f.integer("done", 0, lo=0), "total": f.integer("total", 0, lo=0),
                           "workers": f.integer("workers", 1, lo=1), "log": f.items("log", str, []),
-                          "driver": f.mapping("driver", {}), "key": f.text("key", "")}
+                          "driver": f.mapping("driver", {}), "key": f.text("key", ""),
+                          "ray_optional": f.flag("ray_optional", False)}
     for name in ("started", "finished", "ray_address", "run_id", "error"):
         kw[name] = f.text(name, None)
     for name in ("eta_s", "estimate_s"):
@@ -110,6 +112,7 @@ def check_record(file: Path, job_id: str) -> Job:
     driver = Fields(kw["driver"], f"{what} 'driver'", JobError)
     driver.text("host", None)
     driver.integer("pid", None, lo=0)
+    driver.number("started", None, lo=0)
     return Job(**kw)
 
 
@@ -123,6 +126,42 @@ def spec_key(spec: dict[str, Any]) -> str:
 
 def _host() -> str:
     return socket.gethostname()
+
+
+def process_started(pid: int) -> float | None:
+    """When process ``pid`` started (seconds since the epoch), None when unknown: with the pid it names one
+    process for good, where a pid alone may be reused (after a reboot, by any later process)."""
+    try:
+        import psutil
+
+        return psutil.Process(pid).create_time()
+    except Exception:  # noqa: BLE001 - gone, or no psutil: unknown
+        return None
+
+
+def this_driver() -> dict[str, Any]:
+    """The ``driver`` entry of a job this process runs."""
+    return {"host": _host(), "pid": os.getpid(), "started": process_started(os.getpid())}
+
+
+def driver_alive(driver: dict[str, Any]) -> bool:
+    """Whether the recorded driver process (on this host) still runs: its pid exists, is no zombie, and, when
+    its start time was recorded, is that same process (not a later one given the same pid)."""
+    pid = driver.get("pid")
+    if not isinstance(pid, int) or not pid_alive(pid):
+        return False
+    try:
+        import psutil
+
+        proc = psutil.Process(pid)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            return False
+        started = driver.get("started")
+        return not isinstance(started, (int, float)) or abs(proc.create_time() - float(started)) < 0.5
+    except ImportError:
+        return True
+    except Exception:  # noqa: BLE001 - gone meanwhile
+        return False
 
 
 class JobBoard:
@@ -142,7 +181,7 @@ class JobBoard:
             raise JobError(f"a job spec needs a kind (letters, digits, _): got {kind!r}")
         now = _dt.datetime.now(_dt.UTC)
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
-                  workers=workers, ray_address=ray_address, driver={"host": _host(), "pid": os.getpid()},
+                  workers=workers, ray_address=ray_address, driver=this_driver(),
                   key=spec_key(spec))
         self.write(job)
         return job
@@ -213,9 +252,10 @@ class JobBoard:
         return None
 
     def _check_driver(self, job: Job) -> Job:
-        """A queued/running job whose driver on this host has exited is failed (and recorded so)."""
+        """A queued/running job whose driver on this host has exited (or is a zombie, or whose pid now names
+        another process) is failed, and recorded so: no job shows "running" after its process died."""
         pid, host = job.driver.get("pid"), job.driver.get("host")
-        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not pid_alive(pid):
+        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not driver_alive(job.driver):
             job.state, job.finished = "failed", _now()
             job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
                          "nothing was saved")

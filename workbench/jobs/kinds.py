@@ -13,7 +13,9 @@ A kind is an object with:
   measured seconds per item under that key (workbench/jobs/costs.py), and the next job of the same key is
   estimated from it. Optionally ``measure(spec) -> float | None``: seconds per item measured now (a kind
   whose first run must not go unannounced, e.g. activation patching). The CLI prints the estimate before it
-  starts; the app asks for confirmation above 3 s (app/jobs_view.py).
+  starts; the app asks for confirmation above 3 s (app/jobs_view.py). Optionally ``prior(spec) -> float |
+  None``: seconds per item known without measuring (the sleep kind). Where a job runs follows from its
+  estimate: under workbench/jobs/runner.py's LOCAL_S it runs in the caller's process.
 
 Kinds live in their own modules, named in KIND_PATHS ("module:Class") and imported on first use.
 
@@ -22,16 +24,42 @@ Engines are imported inside these functions, so ``workbench`` stays light at imp
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.jobs.board import JobError
 
 _MODELS: dict[tuple[str, str, str | None], Any] = {}
+_LENT = threading.local()  # models a caller lends to the job running in this thread: {name: (model, lock)}
+
+
+@contextlib.contextmanager
+def lend(models: dict[str, tuple[Any, Any]] | None):
+    """For the block, ``worker_model`` in this thread returns the caller's own loaded models (the app
+    server's, shared by its sessions) instead of loading a copy; each is used under its lock."""
+    before = getattr(_LENT, "models", None)
+    _LENT.models = dict(models or {})
+    try:
+        yield
+    finally:
+        _LENT.models = before
+
+
+def model_lock(spec: dict[str, Any]) -> Any:
+    """The lock of the model lent for ``spec`` (the app's: hooks are attached to shared modules, so one
+    hooked forward at a time), else a no-op context."""
+    lent = (getattr(_LENT, "models", None) or {}).get(str(spec.get("model")))
+    return lent[1] if lent is not None and lent[1] is not None else contextlib.nullcontext()
 
 
 def worker_model(spec: dict[str, Any]) -> Any:
-    """The spec's model, loaded once per process (a Ray worker keeps it for its later shards)."""
+    """The spec's model: one lent by the caller (see ``lend``), else loaded once per process (a Ray worker
+    keeps it for its later shards)."""
+    lent = (getattr(_LENT, "models", None) or {}).get(str(spec["model"]))
+    if lent is not None:
+        return lent[0]
     key = (spec["model"], spec.get("device", "cpu"), spec.get("dtype"))
     if key not in _MODELS:
         import torch
@@ -254,6 +282,13 @@ class SleepJob:
     def shards(self, spec: dict[str, Any], workers: int) -> list[tuple[int, int]]:
         return split(int(spec.get("steps", 10)), workers)
 
+    def items(self, spec: dict[str, Any]) -> int:
+        return int(spec.get("steps", 10))
+
+    def prior(self, spec: dict[str, Any]) -> float | None:
+        """Seconds per step, known before it runs (no cost is recorded for it)."""
+        return float(spec.get("seconds", 1)) / max(1, int(spec.get("steps", 10)))
+
     def run_shard(self, spec: dict[str, Any], shard: tuple[int, int], report: Any) -> Any:
         import os
         import time
@@ -357,6 +392,8 @@ def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: 
     parallel = len(kind.shards(spec, workers))
     cost = costs.per_item(Path(root) if root is not None else jobs_root(), kind, spec)
     source = "measured on an earlier job"
+    if cost is None and hasattr(kind, "prior"):  # a kind that knows its cost without measuring
+        cost, source = kind.prior(spec), "known in advance"
     if cost is None and measure and hasattr(kind, "measure"):
         cost, source = kind.measure(spec), "measured now"
     if cost is None or items <= 0:

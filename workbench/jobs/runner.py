@@ -1,5 +1,12 @@
 """Running a job: in this process, or as Ray tasks (a local instance started on demand, or a cluster).
 
+Where: work whose estimate (workbench/jobs/kinds.py ``estimate``) is under LOCAL_S runs in the caller's own
+process (``submit`` from the app runs it in a thread, on the model the server already holds), with the same
+records, progress, cancel and atomic save as on Ray, and the same result. Longer work, more than one worker,
+or a Ray address, runs on Ray; when Ray was only the runner's choice (no address given) and a local instance
+cannot start, the job runs in its driver process instead, with a note in its log. An explicit address that
+does not work fails the job at once with one line.
+
 A job is a spec (a dict with a ``kind``, see workbench/jobs/kinds.py) split into shards; each shard is one
 engine call with a progress callback. On Ray each shard is a task (a streaming generator: it yields
 progress events, then its part), run in a worker process that loads the model once and keeps it for later
@@ -25,13 +32,16 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.jobs import costs
-from workbench.jobs.board import Job, JobBoard, JobError, _now
-from workbench.jobs.kinds import get_kind
+from workbench.jobs.board import Job, JobBoard, JobError, _now, this_driver
+from workbench.jobs.kinds import get_kind, lend, model_lock
 from workbench.store import _one_line
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record
-START_ATTEMPTS = 3  # tries at starting a local Ray instance
+START_ATTEMPTS = 3  # tries at starting a local Ray instance (one when the job can run here instead)
+# Work estimated under this many seconds runs in the caller's process: a Ray start and a worker's imports
+# and model load cost more than that on a busy machine. WORKBENCH_LOCAL_S overrides (0: always Ray).
+LOCAL_S = 10.0
 _RAY_LOCK = threading.Lock()
 _RAY_ADDRESS: list[str] = []  # the address this process's Ray connection was made with
 
@@ -134,7 +144,22 @@ def _quiet_stderr():
         os.close(saved)
 
 
-def connect(address: str | None) -> str:
+def local_seconds() -> float:
+    """The threshold under which work runs in the caller's process: LOCAL_S (or WORKBENCH_LOCAL_S) seconds
+    of a quiet machine. On a machine busier than its cores, an estimate measured now grows with the load
+    (and a Ray start and a worker's imports grow more), so the threshold is scaled by load / cores."""
+    try:
+        limit = max(0.0, float(os.environ.get("WORKBENCH_LOCAL_S", LOCAL_S)))
+    except ValueError:
+        limit = LOCAL_S
+    try:
+        busy = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except (OSError, AttributeError):
+        busy = 1.0
+    return limit * min(10.0, max(1.0, busy))
+
+
+def connect(address: str | None, attempts: int = START_ATTEMPTS) -> str:
     """Connect this process to Ray once: a local instance (address None or "local", started on demand with
     this machine's cores) or the cluster at ``address``. Returns what it is connected to."""
     import ray
@@ -154,7 +179,7 @@ def connect(address: str | None) -> str:
                            "WORKBENCH_RAY_ADDRESS) to run on that cluster")
         _quiet_ray()
         kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
-        for attempt in range(START_ATTEMPTS):
+        for attempt in range(attempts):
             try:
                 if want == "local":
                     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
@@ -165,7 +190,7 @@ def connect(address: str | None) -> str:
             except Exception as exc:  # ConnectionError, RuntimeError, version mismatch, ...
                 # A local instance gives its agents about 30 s to start: on a machine busy enough that
                 # Python starts slowly, a second try (its files now cached) usually makes it.
-                retry = want == "local" and "timed out during startup" in str(exc) and attempt + 1 < START_ATTEMPTS
+                retry = want == "local" and "timed out during startup" in str(exc) and attempt + 1 < attempts
                 try:
                     ray.shutdown()
                 except Exception:
@@ -380,7 +405,7 @@ def drive(job: Job, board: JobBoard, save: bool = True,
         else:
             parts, tracker = _run_on_ray(job, board, kind, shards, on_progress)
         costs.record(board.root, kind, job.spec, tracker.work_seconds(), sum(tracker.totals),
-                     len(shards) if job.ray_address is not None or job.workers > 1 else 1)
+                     len(shards) if job.ray_address is not None else 1)  # None: ran here, one at a time
         result = kind.finish(job.spec, parts)
         if save:
             from workbench.store import RunStore
@@ -407,6 +432,8 @@ def _run_here(job: Job, board: JobBoard, kind: Any, shards: list[Any],
     tracker = _Tracker(board, job, len(shards), on_progress)
     parts = []
     for i, shard in enumerate(shards):
+        if board.cancel_requested(job.id):
+            raise JobCancelled(f"job {job.id} cancelled")
         tracker.event(i, "start", os.getpid())
 
         def step(n: int, i: int = i) -> None:
@@ -415,7 +442,9 @@ def _run_here(job: Job, board: JobBoard, kind: Any, shards: list[Any],
             if board.cancel_requested(job.id):
                 raise JobCancelled(f"job {job.id} cancelled")
 
-        parts.append(kind.run_shard(job.spec, shard, Report(lambda n, i=i: tracker.event(i, "total", n), step)))
+        with model_lock(job.spec):  # a model lent by the app: one hooked forward at a time
+            parts.append(kind.run_shard(job.spec, shard,
+                                        Report(lambda n, i=i: tracker.event(i, "total", n), step)))
     tracker.flush(force=True)
     return parts, tracker
 
@@ -427,7 +456,17 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
     local = job.ray_address in (None, "local") and not ray.is_initialized()
     if local:
         sweep_agents(board.root)  # what a killed driver's local instance left behind
-    job.ray_address = connect(job.ray_address)
+    try:
+        job.ray_address = connect(job.ray_address, attempts=1 if job.ray_optional else START_ATTEMPTS)
+    except JobError as exc:
+        if not job.ray_optional:
+            raise
+        # Ray was our choice, not the user's: the job still fits this machine, so it runs here (slower with
+        # more than one shard, since they run one after another, but it runs; every number is the same).
+        board.note(job, f"Ray is unavailable ({exc}); running in this process instead")
+        job.ray_address = None
+        board.write(job)
+        return _run_here(job, board, kind, shards, on_progress)
     if local:
         note_agents(board.root)
     board.note(job, f"{len(shards)} shard(s) on Ray ({job.ray_address})")
@@ -507,6 +546,8 @@ def run(spec: dict[str, Any], workers: int = 1, address: str | None = None, save
     WORKBENCH_RAY_ADDRESS; "local" for a local Ray instance), run on Ray."""
     board = board or JobBoard()
     job = create(spec, workers, address, board)
+    if job.ray_address is None and workers > 1:  # Ray for the workers asked for, but not a must
+        job.ray_optional = True
     return drive(job, board, save=save, on_progress=on_progress)
 
 
@@ -531,24 +572,94 @@ def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBo
     return job
 
 
-def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None,
-           board: JobBoard | None = None) -> Job:
-    """Start a job on Ray and return at once (the app, a notebook). Its driver is a process of its own
+def placement(spec: dict[str, Any], workers: int, address: str | None, root: Any,
+              seconds: float | None = None) -> tuple[str, str]:
+    """Where ``submit`` runs a job, and why: ("here", reason) for one worker, no Ray address and an estimate
+    (``seconds`` measured by the caller, else the kind's) under local_seconds(); else ("ray", reason)."""
+    limit = local_seconds()
+    if resolve_address(address) is not None:
+        return "ray", f"Ray address {resolve_address(address)}"
+    if workers > 1:
+        return "ray", f"{workers} workers"
+    if seconds is None:
+        try:
+            from workbench.jobs.kinds import estimate
+
+            cost = estimate(spec, workers, root=root, measure=False)
+        except Exception:  # noqa: BLE001 - no estimate is no reason not to run
+            cost = None
+        seconds = None if cost is None else cost.seconds
+    if seconds is None:
+        return "ray", "no estimate yet"
+    if seconds <= limit:
+        return "here", f"estimated {seconds:.1f} s <= {limit:.0f} s"
+    return "ray", f"estimated {seconds:.0f} s > {limit:.0f} s"
+
+
+_THREADS: dict[str, threading.Thread] = {}  # jobs running in this process's threads, by id
+
+
+def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, board: JobBoard | None = None,
+           models: dict[str, tuple[Any, Any]] | None = None, seconds: float | None = None) -> Job:
+    """Start a job and return at once (the app, a notebook); ``JobBoard().request_cancel(id)`` stops it.
+
+    Work estimated under local_seconds() (``seconds`` when the caller measured it) runs in a thread of this
+    process (see ``placement``), on ``models`` ({name: (model, lock)}) when the caller lends its loaded
+    ones: no Ray, no second copy of the model. Other work runs on Ray from a driver process of its own
     (``python -m workbench.jobs``): the caller never connects to Ray, so nothing that happens to Ray (Ray
-    ends a driver whose local instance dies) can take the caller down. The record shows the job's progress;
-    ``JobBoard().request_cancel(id)`` stops it. The driver's own output goes to ``<jobs>/ID.log``."""
+    ends a driver whose local instance dies) can take the caller down. The driver's own output goes to
+    ``<jobs>/ID.log``."""
     import subprocess
     import sys
 
     board = board or JobBoard()
+    where, why = placement(spec, workers, address, board.root, seconds)
+    if where == "here":
+        return _start_here(spec, board, models, why)
     job = create(spec, workers, resolve_address(address) or "local", board)
+    job.ray_optional = resolve_address(address) is None
+    board.note(job, f"runs on Ray ({why})")
     with open(board.root / f"{job.id}.log", "ab") as log:
         child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    job.driver = {"host": socket.gethostname(), "pid": child.pid}  # a driver that dies at once fails the job
+    from workbench.jobs.board import process_started
+
+    # a driver that dies at once fails the job
+    job.driver = {"host": socket.gethostname(), "pid": child.pid, "started": process_started(child.pid)}
     board.write(job)
     threading.Thread(target=child.wait, daemon=True).start()  # reaped when it ends: no zombie looks alive
     return job
+
+
+def _start_here(spec: dict[str, Any], board: JobBoard, models: dict[str, tuple[Any, Any]] | None,
+                why: str) -> Job:
+    """The job in a thread of this process (its driver is this process: if it dies, the job reads failed)."""
+    job = create(spec, 1, None, board)
+    board.note(job, f"runs in this process ({why})")
+    board.write(job)
+
+    def work() -> None:
+        with lend(models):
+            try:
+                drive(job, board)
+            except BaseException:  # noqa: BLE001 - drive recorded how it ended
+                pass
+            finally:
+                _THREADS.pop(job.id, None)
+
+    thread = threading.Thread(target=work, name=f"job-{job.id}", daemon=True)
+    _THREADS[job.id] = thread
+    thread.start()
+    return job
+
+
+def wait_here(job_id: str, timeout: float | None = None) -> bool:
+    """Wait for a job running in a thread of this process; True when it has ended (or never ran here)."""
+    thread = _THREADS.get(job_id)
+    if thread is not None:
+        thread.join(timeout)
+        return not thread.is_alive()
+    return True
 
 
 BACKGROUND_NICE = 10  # a submitted job yields the CPU to interactive work (the app's own requests)
@@ -575,7 +686,7 @@ def drive_recorded(root: str, job_id: str) -> None:
     _lower_priority()
     board = JobBoard(root)
     job = board.get(job_id)
-    job.driver = {"host": socket.gethostname(), "pid": os.getpid()}
+    job.driver = this_driver()
     board.write(job)
     try:
         drive(job, board)
