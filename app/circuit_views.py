@@ -134,7 +134,7 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
     """One prompt's DPA circuit (the Attribution page's information flow), with a k slider and an optional
     counterfactual; widgets are keyed ``{key}_k`` and ``{key}_corrupt``, the chart ``key``. Returns whether
     the circuit was scored on this run (a new prompt), not just drawn again."""
-    from app.graph_view import LEGEND_HELP, show_graph
+    from app.graph_view import LEGEND_HELP, clicked, show_graph
 
     c1, c2 = st.columns([3, 2])
     corrupt = c1.text_input("Counterfactual prompt (optional, same number of tokens)", key=f"{key}_corrupt",
@@ -159,9 +159,22 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         st.session_state[f"_{key}_circuit"] = held  # only the latest prompt
     res = held[1]
     edges = circuit_edges(res, k, "greedy")
-    show_graph(nodes_for(res.graph, edges), edges, key=key,
+    nodes = nodes_for(res.graph, edges)
+    names = {n["name"] for n in nodes}
+    # The chart's own selection is lost when the figure changes (the clicked node is drawn larger), so the
+    # node is held in the session: a new click replaces it.
+    picked = clicked(key)
+    if picked != st.session_state.get(f"_{key}_seen"):
+        st.session_state[f"_{key}_seen"] = picked
+        if picked is not None:
+            st.session_state[f"_{key}_node"] = picked
+    node = st.session_state.get(f"_{key}_node")
+    show_graph(nodes, edges, key=key, selected=node if node in names else None,
                title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
     st.caption(LEGEND_HELP + " Open the Circuits page for other methods, prompt sets and faithfulness.")
     if not edges:
         st.caption("No edge connects the input to the logits at this k: raise k.")
+    if node in names:  # the clicked node's drill-down: pattern, direct logit effect, its edges
+        st.markdown(f"**{node}** (the clicked node; click another to inspect it)")
+        show_node(loaded, res.graph, {"dpa": edges}, node, row)
     return scored

@@ -34,6 +34,13 @@ def selected_cell(event: Any, res: Any) -> tuple[int, int] | None:
     return None
 
 
+def shown_token(tok: str, width: int = 8) -> str:
+    """A token as a cell's text: never blank (spaces as ␣, newlines as ↵, the empty string as ∅), at most
+    ``width`` characters (a cut one ends in …)."""
+    text = repr(tok)[1:-1].replace(" ", "␣") or "∅"
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 def grid(res: Any, skip_first: bool):
     """The layers x positions map: colour = the top token's probability, text = the top token."""
     import plotly.graph_objects as go
@@ -43,10 +50,11 @@ def grid(res: Any, skip_first: bool):
     hover = [[f"{res.layers[l]} · {xs[p]}<br>" + "<br>".join(
         f"{t!r} {q:.3f}" for t, q in zip(res.topk_tokens[l][p], res.topk_probs[l, p].tolist(), strict=True))
         for p in range(len(xs))] for l in range(len(res.layers))]
-    text = [[repr(t)[1:-1][:8] for t in row] for row in res.top_tokens]
+    text = [[shown_token(t) for t in row] for row in res.top_tokens]
     fig = go.Figure(go.Heatmap(z=probs.tolist(), x=xs, y=res.layers, text=text, texttemplate="%{text}",
-                               customdata=hover, hovertemplate="%{customdata}<extra></extra>", colorscale="Blues",
+                               textfont={"size": 10}, colorscale="Blues",
                                zmin=0, zmax=V.scale_limit(probs, skip_first), colorbar={"title": "p(top)"}))
+    V.clickable_cells(fig, xs, res.layers, hover)
     fig.update_xaxes(title="position (the prediction made there)", **V.all_ticks(xs))
     fig.update_yaxes(title="layer (embed, then after each block)", **V.all_ticks(res.layers))
     fig.update_layout(height=max(320, 20 * len(res.layers) + 140), margin={"t": 30},

@@ -53,6 +53,29 @@ def all_ticks(labels: list[str]) -> dict[str, Any]:
     return {"tickmode": "array", "tickvals": labels, "ticktext": labels, "automargin": True}
 
 
+def clickable_cells(fig: go.Figure, xs: list[Any], ys: list[Any], hover: list[list[str]] | None = None) -> go.Figure:
+    """Make every cell of ``fig``'s heatmap clickable in Streamlit (``on_select="rerun"``).
+
+    Plotly heatmaps emit no selection on a click, so an invisible square marker sits on each cell's centre;
+    a click anywhere selects the nearest one (``hoverdistance=-1``) and Streamlit returns its ``x`` and ``y``
+    (the cell's category labels). ``hover[row][col]`` replaces the heatmap's hover text (which is switched
+    off: the markers take the hover)."""
+    cx = [x for _ in ys for x in xs]
+    cy = [y for y in ys for _ in xs]
+    for trace in fig.data:
+        if trace.type == "heatmap":
+            trace.hoverinfo = "skip"
+            trace.hovertemplate = None
+    fig.add_trace(go.Scatter(
+        x=cx, y=cy, mode="markers", showlegend=False, name="cells",
+        marker={"symbol": "square", "size": 8, "color": "rgba(0,0,0,0)"},
+        selected={"marker": {"opacity": 1}}, unselected={"marker": {"opacity": 1}},
+        hovertext=[h for row in hover for h in row] if hover else None,
+        hovertemplate="%{hovertext}<extra></extra>" if hover else "%{y} · %{x}<extra></extra>"))
+    fig.update_layout(clickmode="event+select", hovermode="closest", hoverdistance=-1, dragmode=False)
+    return fig
+
+
 def token_heatmap(rows: dict[str, Any], tokens: list[str], title: str = "", skip_first: bool = False) -> go.Figure:
     """Methods side by side: a row per method, a column per prompt token, each row scaled to max |score|
     (over positions 1.. when ``skip_first``: position 0 then saturates; hover gives every raw score)."""

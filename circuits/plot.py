@@ -108,6 +108,21 @@ def _row_label(y: float, kinds: set[str]) -> str:
     return f"L{int(y)}" if float(y).is_integer() else f"{y:g}"
 
 
+def log_ticks(lo: float, hi: float) -> dict[str, Any]:
+    """Axis settings for a log axis of counts from ``lo`` to ``hi``: ticks at 1-2-5 steps (powers of ten only
+    past three decades) written as whole numbers ("10", "200", "1,000"), never plotly's bare minor digits
+    ("8 9 10 2 3") or SI fractions ("12.2223k")."""
+    import math
+
+    lo, hi = max(float(lo), 1.0), max(float(hi), 1.0)
+    steps = (1,) if math.log10(hi / lo) > 3 else (1, 2, 5)
+    vals = [m * 10**e for e in range(int(math.floor(math.log10(lo))), int(math.ceil(math.log10(hi))) + 1)
+            for m in steps if lo / 1.5 <= m * 10**e <= hi * 1.5]
+    if not vals:
+        vals = [lo]
+    return {"type": "log", "tickmode": "array", "tickvals": vals, "ticktext": [f"{v:,.0f}" for v in vals]}
+
+
 def faithfulness_figure(curves: dict[str, Any], title: str = "Faithfulness of the top-k edges") -> go.Figure:
     """curves: method -> Faithfulness (or a dict with k and normalized)."""
     fig = go.Figure()
@@ -116,6 +131,8 @@ def faithfulness_figure(curves: dict[str, Any], title: str = "Faithfulness of th
         fig.add_trace(go.Scatter(x=d["k"], y=d["normalized"], mode="lines+markers",
                                  name=f"{name} (AUC {d.get('auc', float('nan')):.3f})"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="#888")
-    fig.update_layout(title=title, xaxis={"type": "log", "title": "edges kept (k)"},
+    ks = [float(k) for f in curves.values() for k in (f if isinstance(f, dict) else f.to_json())["k"] if k > 0]
+    fig.update_layout(title=title, xaxis={**log_ticks(min(ks, default=1), max(ks, default=10)),
+                                          "title": "edges kept (k)"},
                       yaxis={"title": "normalized faithfulness"}, height=380)
     return fig

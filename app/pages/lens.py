@@ -11,7 +11,7 @@ from app.lens_view import grid, selected_cell, tuned_available
 st.title("Lens")
 st.caption("Each layer's residual stream read through the final norm and unembedding (logit lens), or through "
            "a learned per-layer affine translator first (tuned lens, Belrose et al. 2023). Click a cell for its "
-           "top-k list.")
+           "top-k list (below the map).")
 loaded = C.sidebar_model(("llm", "toy"), key="lens_model", default="smollm2-135m")
 model = loaded.model
 C.seed_from_query({"prompt": "lens_prompt", "target": "lens_target", "kind": "lens_kind"})
@@ -63,7 +63,11 @@ with left:
 with right:
     if res.target is not None:
         st.subheader(f"Target {res.target!r} per layer (position {res.position})")
-        st.plotly_chart(res.plot_target(), key="lens_target_chart", width="stretch")
+        from circuits.plot import log_ticks
+
+        target_fig = res.plot_target()  # ranks as whole numbers on the log axis ("1,000", not "1.2k")
+        target_fig.update_yaxes(**log_ticks(1, float(res.target_rank.max())), secondary_y=True)
+        st.plotly_chart(target_fig, key="lens_target_chart", width="stretch")
         st.dataframe([{"layer": name, "rank": int(r), "probability": float(p)} for name, r, p in zip(
             res.layers, res.target_rank.tolist(), res.target_prob.tolist(), strict=True)], hide_index=True,
             key="lens_target_table")

@@ -111,6 +111,21 @@ def on_table_pick(key: str, features_key: str) -> None:
         open_feature(features[rows[0]])
 
 
+def on_heatmap_pick() -> None:
+    """A heatmap cell clicked (its row is ``f<id> <label>``) opens that feature's dashboard. A callback: it
+    runs before the page redraws, so it may switch the view radio above the chart."""
+    state = st.session_state.get("sae_prompt_fig")
+    try:
+        points = state["selection"]["points"] if state else []
+    except (KeyError, TypeError):
+        return
+    if points and str(points[0].get("y", "")).startswith("f"):
+        try:
+            open_feature(int(str(points[0]["y"]).split()[0][1:]))
+        except ValueError:
+            return
+
+
 def feature_table(rows: list[dict[str, Any]], key: str) -> None:
     """A table of features; clicking a row opens its dashboard."""
     st.session_state[f"_{key}_features"] = [r["feature"] for r in rows]
@@ -149,22 +164,17 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
         st.info("No feature fires on the shown positions.")
         return
     labels = [db.labels[f] if db is not None else "" for f in feats]
-    fig = go.Figure(go.Heatmap(
-        z=score[:, feats].T.numpy(), x=V.token_labels(tokens)[first:], y=[f"f{f} {lab[:28]}" for f, lab in
-                                                                              zip(feats, labels, strict=True)],
-        colorscale="Oranges", hovertemplate="%{y}<br>%{x}: %{z:.3f}<extra></extra>"))
+    z = score[:, feats].T.numpy()
+    xs = V.token_labels(tokens)[first:]
+    ys = [f"f{f} {lab[:28]}" for f, lab in zip(feats, labels, strict=True)]
+    fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Oranges"))
+    V.clickable_cells(fig, xs, ys, [[f"{y}<br>{x}: {v:.3f}<br>click: open its dashboard" for x, v in zip(
+        xs, row.tolist(), strict=True)] for y, row in zip(ys, z, strict=True)])
     title = "Strongest features per position" + (" (activation ÷ held-out max)" if relative else "")
     fig.update_layout(title=title + ("" if show_first else " (position 0 left out)"),
                       height=140 + 26 * len(feats), yaxis={"autorange": "reversed"},
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
-    event = st.plotly_chart(fig, key="sae_prompt_fig", on_select="rerun", selection_mode="points")
-    points = (getattr(event, "selection", None) or {}).get("points") or []
-    if points and "y" in points[0]:
-        picked = int(str(points[0]["y"]).split()[0][1:])
-        if st.session_state.get("_sae_fig_pick") != picked:  # a new click opens the dashboard once
-            st.session_state["_sae_fig_pick"] = picked
-            open_feature(picked)
-            st.rerun()
+    st.plotly_chart(fig, key="sae_prompt_fig", on_select=on_heatmap_pick, selection_mode="points")
     rows = [{"feature": r["feature"], "label": r["label"], "activation": r["activation"],
              "÷ held-out max": r["relative"], "at": f"{r['position']}:{r['token']!r}"} for r in found]
     st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
