@@ -43,23 +43,42 @@ def mark_typed(keys: list[str]) -> None:
 
 def suggestions(ppass: Any, position: int) -> tuple[str, str]:
     """(target, foil) for a position: the prompt's own next token there (the model's top prediction at the
-    last position), and the model's most likely other token."""
+    last position), and as foil the model's most likely other token that occurs in the prompt and is shaped
+    like the target (on an IOI prompt the other name, ' John', not a filler such as ' the'), else the most
+    likely one shaped like it, else its most likely other token."""
     tops = ppass.tops[position] if ppass.tops else ppass.top
     last = position == len(ppass.tokens) - 1 or not ppass.tokens
     target = tops[0][0] if last else ppass.tokens[position + 1]
-    foil = next((t for t, _ in tops if t != target), "")
-    return target, foil
+    seen = set(ppass.tokens[: position + 1])
+    others = [t for t, _ in tops if t != target]
+    if not others:
+        return target, ""
+
+    def shape(t: str) -> tuple[bool, bool, bool]:  # leading space, capitalised, a word
+        w = t.strip()
+        return t[:1].isspace(), w[:1].isupper(), w.isalpha()
+
+    # the first of: a token of the prompt shaped like the target (' John' for ' Mary'), a token shaped like
+    # it (' London' for ' Paris'), the model's best other token; each in the model's order
+    rank = {t: (not (t in seen and shape(t) == shape(target)), shape(t) != shape(target)) for t in others}
+    return target, min(others, key=lambda t: rank[t])
 
 
 def follow(loaded: Any, prompt: str, ppass: Any, position: int) -> None:
     """Fill target and foil from the suggestions for a new prompt or position, except a box the user
-    typed in (an emptied target box follows again; an emptied foil box stays empty: no foil)."""
+    typed in (an emptied target box follows again; an emptied foil box stays empty: no foil). A typed foil
+    survives a new prompt, but not a new position of the same prompt unless the target was typed too."""
     sig = (loaded.name, prompt, position)
     typed = st.session_state.setdefault("_attr_typed", set())
     if not st.session_state.get("attr_target"):
         typed.discard("attr_target")
-    if st.session_state.get("_attr_suggested_for") != sig:
+    before = st.session_state.get("_attr_suggested_for")
+    if before != sig:
         st.session_state["_attr_suggested_for"] = sig
+        if before is not None and before[:2] == sig[:2] and "attr_target" not in typed:
+            # another position of the same prompt: the target follows it, so the foil typed against the old
+            # target follows too (' gave' against ' John' explains nothing)
+            typed.discard("attr_foil")
         target, foil = suggestions(ppass, position)
         for key, value in (("attr_target", target), ("attr_foil", foil)):
             if key not in typed:

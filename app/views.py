@@ -159,8 +159,10 @@ def head_grid(scores: Any, title: str = "", selected: tuple[int, int] | None = N
         height=max(320, 18 * n_layers + 120),
         showlegend=False,
         clickmode="event+select",
-        xaxis={"dtick": 1},
-        yaxis={"dtick": 1},  # whole layers only (a 2-layer model got ticks at -0.5, 0.5, 1.5)
+        # whole layers and heads only, and only the model's own (a 2-layer model got ticks at -0.5, 0.5, 1.5;
+        # a 30-layer one an axis from -2 to 31)
+        xaxis={"tick0": 0, "dtick": 1, "range": [-0.5, n_heads - 0.5], "zeroline": False},
+        yaxis={"tick0": 0, "dtick": 1 if n_layers <= 32 else 2, "range": [-0.5, n_layers - 0.5], "zeroline": False},
         margin={"l": 10, "r": 10, "t": 50, "b": 10},
     )
     return fig

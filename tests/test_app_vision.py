@@ -84,3 +84,31 @@ def test_benchmark_runs_as_a_job_and_a_new_session_opens_its_run(vit_dir, monkey
     assert any(done.run_id in str(c.value) for c in at.caption)
     assert chart(at, "vit_bench_chart")["data"]
     assert len(JobBoard().list()) == 2  # nothing more was started
+
+
+def test_upload_keeps_the_methods_and_many_maps_wrap(vit_dir):
+    """Issue 28: after switching to upload and uploading, the Methods box keeps its methods (Save worked); nine
+    methods are drawn four panels a row, each panel 240 px, not squeezed into one row."""
+    from PIL import Image
+
+    at = open_page("vision", {"vit_model": str(vit_dir)})
+    assert not problems(at)
+    chosen = at.multiselect(key="vit_methods").value
+    assert len(chosen) >= 5
+    at.radio(key="vit_source").set_value("upload").run()
+    buf = io.BytesIO()
+    Image.new("RGB", (48, 40), (200, 30, 30)).save(buf, format="PNG")
+    at.file_uploader(key="vit_upload").upload("red.png", buf.getvalue(), "image/png").run()
+    assert not problems(at)
+    assert at.multiselect(key="vit_methods").value == chosen
+    assert not any("Pick at least one method" in i.value for i in at.info)
+    panels = [chart(at, "vit_overlay")] + [chart(at, f"vit_overlay_{r}") for r in range(1, 3)
+                                           if any(getattr(c, "key", None) == f"vit_overlay_{r}"
+                                                  or (c.proto.id or "").endswith(f"-vit_overlay_{r}")
+                                                  for c in at.get("plotly_chart"))]
+    maps = [t for p in panels for t in p["data"] if t["type"] == "heatmap"]
+    assert len(maps) == len(chosen) and all(len([t for t in p["data"] if t["type"] == "heatmap"]) <= 4
+                                            for p in panels)
+    assert all(p["layout"]["width"] <= 4 * 240 + 200 for p in panels)
+    at.button(key="vit_save").click().run()
+    assert any("Saved as run" in s.value for s in at.success)

@@ -92,6 +92,8 @@ from attribution.vit import data as D  # noqa: E402
 from attribution.vit.maps import overlay_figure  # noqa: E402
 from attribution.vit.methods import METHODS  # noqa: E402
 
+PER_ROW = 4  # panels per figure row
+
 loaded = C.sidebar_model(("vit",), key="vit_model", default="vit-synth")
 model = loaded.model
 if not hasattr(model, "check_images"):
@@ -131,6 +133,15 @@ source = c1.radio("Image", SOURCES, key="vit_source",
                   help="photo: real photographs bundled with scikit-image (DINOv2); synthetic: the shapes the "
                        "ViTs were trained on; hard: several objects, one decisive (vit-synth-hard); digits: "
                        "handwritten digits (a model trained on them only); upload.")
+# The methods box is drawn before anything can stop the page (no upload yet): a widget left out of a run
+# came back empty in the browser after the upload.
+C.seed_from_query({"methods": "_vit_methods_q"})
+if "_vit_methods_q" in st.session_state:  # ?methods=dap,rollout
+    st.session_state["vit_methods"] = [
+        m for m in st.session_state.pop("_vit_methods_q").split(",") if m in METHODS
+    ]
+C.keep("vit_methods", ["dap", "rollout", "gae", "attention", "dpa"] if DINO else list(METHODS))
+methods = c3.multiselect("Methods", list(METHODS), key="vit_methods", on_change=C.remember("vit_methods"))
 index = 0
 if source == "upload":
     from attribution.vit.images import SUFFIXES
@@ -189,13 +200,6 @@ if head == "saliency":
     cfg = model.cfg
     class_names = tuple(cfg.class_names)
     label = None
-C.seed_from_query({"methods": "_vit_methods_q"})
-if "_vit_methods_q" in st.session_state:  # ?methods=dap,rollout
-    st.session_state["vit_methods"] = [
-        m for m in st.session_state.pop("_vit_methods_q").split(",") if m in METHODS
-    ]
-C.keep("vit_methods", ["dap", "rollout", "gae", "attention", "dpa"] if DINO else list(METHODS))
-methods = c3.multiselect("Methods", list(METHODS), key="vit_methods", on_change=C.remember("vit_methods"))
 if not methods:
     st.info("Pick at least one method.")
     st.stop()
@@ -248,8 +252,14 @@ if region is not None:  # the saliency head: outline the region
     shown = region_mask(region, cfg.image_size, cfg.image_size)[None] > 0.5
     if masks is not None:
         shown = _t.logical_or(shown, masks)
-fig = overlay_figure(images.cpu(), maps, [0], masks=shown, panel_px=240, colorbar=True)
-st.plotly_chart(fig, key="vit_overlay", width="content")
+# At most PER_ROW panels a figure (the image, then the maps; a colour bar on each): nine methods in one
+# row were 75 px wide with their titles cut off.
+names = list(maps)
+rows = [names[: PER_ROW - 1]] + [names[i: i + PER_ROW] for i in range(PER_ROW - 1, len(names), PER_ROW)]
+for r, chunk in enumerate(rows):
+    part = overlay_figure(images.cpu(), {m: maps[m] for m in chunk}, [0], masks=shown, panel_px=240,
+                          colorbar=True, image_panel=r == 0)
+    st.plotly_chart(part, key="vit_overlay" if r == 0 else f"vit_overlay_{r}", width="content")
 if region is not None:
     st.caption("White outline (black edge): the region whose mean saliency is explained. Colour: each map "
                "normalised to 0-1.")
@@ -273,7 +283,7 @@ def _draft():
         result={"prediction": names[pred] if pred < len(names) else pred},
         tensors={f"map_{m}": pm.scores for m, pm in maps.items()} | {"image": images.cpu()},
         tables={"metrics": table} if table is not None else {},
-        figures={"overlay": fig},
+        figures={"overlay": overlay_figure(images.cpu(), maps, [0], masks=shown, panel_px=240, colorbar=True)},
     )
 
 

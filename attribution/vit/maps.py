@@ -67,18 +67,20 @@ class PatchMap:
 
 def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indices: list[int],
                    masks: torch.Tensor | None = None, opacity: float = 0.55, panel_px: int = 150,
-                   colorbar: bool = False):
+                   colorbar: bool = False, image_panel: bool = True):
     """A grid of images (rows) x methods (columns): each map, normalised, over its image. ``panel_px``
-    sizes each panel; ``colorbar`` adds the shared 0-1 scale; the object mask's outline (when given) is
+    sizes each panel; ``colorbar`` adds the shared 0-1 scale; ``image_panel`` (with images) draws the plain
+    image first; the object mask's outline (when given) is
     drawn on every panel as a white line on a black halo, visible on the image and on the Inferno map."""
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
     names = list(maps)
-    cols = len(names) + (1 if images is not None else 0)
+    panel = images is not None and image_panel
+    cols = len(names) + (1 if panel else 0)
     titles = []
     for i in indices:
-        titles += ([f"image {i}"] if images is not None else []) + names
+        titles += ([f"image {i}"] if panel else []) + names
     fig = make_subplots(rows=len(indices), cols=cols, subplot_titles=titles,
                         horizontal_spacing=0.01 if not colorbar else 0.015, vertical_spacing=0.04)
 
@@ -87,12 +89,15 @@ def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indic
             return
         m = masks[i].float().cpu().numpy()
         for colour, width in (("black", 4.5), ("white", 2.0)):  # a white line on a black halo: visible anywhere
+            # with coloring "lines" plotly colours a contour from its colorscale (line.color is ignored: the
+            # default scale drew the outline dark blue), so the scale is the one colour
             fig.add_trace(go.Contour(z=m, showscale=False, contours={"start": 0.5, "end": 0.5, "coloring": "lines"},
-                                     line={"color": colour, "width": width}, hoverinfo="skip"), row=r, col=c)
+                                     colorscale=[[0, colour], [1, colour]], line={"color": colour, "width": width},
+                                     hoverinfo="skip"), row=r, col=c)
 
     for r, i in enumerate(indices, start=1):
         c0 = 1
-        if images is not None:
+        if panel:
             rgb = (images[i].permute(1, 2, 0).clamp(0, 1) * 255).byte().cpu().numpy()
             fig.add_trace(go.Image(z=rgb), row=r, col=1)
             outline(i, r, 1)
