@@ -27,12 +27,21 @@ PAGES = [
     ("pages/jobs.py", "Jobs", ":material/pending_actions:"),
 ]
 
-st.set_page_config(page_title="workbench", page_icon=":material/biotech:", layout="wide")
+DEFAULT = 1  # Attribution, served at the root URL
+
+# The favicon is the app's own file (a material icon made the browser fetch it from a font host, which
+# fails offline).
+st.set_page_config(page_title="workbench", page_icon=str(Path(__file__).parent / "static" / "favicon.png"),
+                   layout="wide")
 here = Path(__file__).parent
-nav = st.navigation(
-    [
-        st.Page(str(here / path), title=title, icon=icon, default=(i == 1))
-        for i, (path, title, icon) in enumerate(PAGES)
-    ]
-)
+pages = [
+    # the default page answers the root URL; its own path ("attribution") answers through the hidden twin below
+    st.Page(str(here / path), title=title, icon=icon, default=(i == DEFAULT),
+            url_path="home" if i == DEFAULT else None)
+    for i, (path, title, icon) in enumerate(PAGES)
+]
+# /attribution opens the default page too (a deep link to it said "Page not found")
+pages.append(st.Page(str(here / PAGES[DEFAULT][0]), title=PAGES[DEFAULT][1], icon=PAGES[DEFAULT][2],
+                     url_path=Path(PAGES[DEFAULT][0]).stem, visibility="hidden"))
+nav = st.navigation(pages, expanded=True)  # every page listed: Runs and Jobs were behind "View 3 more"
 nav.run()

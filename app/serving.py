@@ -40,7 +40,9 @@ def start_app(port: int, log: Path, env: dict[str, str] | None = None, timeout: 
     proc = subprocess.Popen(
         [sys.executable, "-m", "workbench.cli", "app", "--port", str(port)],
         cwd=ROOT, stdout=open(log, "w"), stderr=subprocess.STDOUT,
-        env={**os.environ, **(env or {})}, start_new_session=True,
+        # no file watcher: edits to the tree while a test or load run goes on must not raise the "File change"
+        # status (browser tests wait for the status widget to go away)
+        env={**os.environ, "STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none", **(env or {})}, start_new_session=True,
     )
     deadline = time.time() + timeout
     while time.time() < deadline:

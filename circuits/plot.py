@@ -2,7 +2,8 @@
 the faithfulness curve.
 
 ``graph_figure(nodes, edges)`` takes plain data, so any graph can use it: nodes are dicts with ``name``,
-``layer`` (the row, bottom to top) and optional ``label``/``kind``; edges are dicts with ``src``, ``dst``
+``layer`` (the row, bottom to top) and optional ``label``/``kind``/``x`` (a column; else spread evenly);
+edges are dicts with ``src``, ``dst``
 (a node name, or a receiver input ``L3.H5.q`` drawn into its node with the role's dash) and ``score``.
 Edge width follows |score|, colour its sign (blue supports the target, red opposes it); the node trace
 carries each node's name as customdata, so a click on it can be read back (Streamlit's on_select).
@@ -30,7 +31,10 @@ def _split(dst: str, names: set[str]) -> tuple[str, str | None]:
 
 
 def layout(nodes: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
-    """x spreads each row's nodes evenly over [0, 1] (in the given order), y is the row (layer)."""
+    """x spreads each row's nodes evenly over [0, 1] (in the given order), y is the row (layer); nodes that all
+    carry an ``x`` (a feature graph's token position) are drawn at (x, layer)."""
+    if nodes and all("x" in n for n in nodes):
+        return {n["name"]: (float(n["x"]), float(n["layer"])) for n in nodes}
     rows: dict[float, list[str]] = {}
     for n in nodes:
         rows.setdefault(float(n["layer"]), []).append(n["name"])

@@ -1,7 +1,8 @@
 """Feature graph: dictionary features at each depth -> higher features -> the logits, by feature-level DPA.
 
-Drawn with the app's one graph component (app/graph_view.py); a click on a feature node opens its
-dashboard on the SAE page (``?sae=<dictionary>&feature=<id>``).
+Drawn by app/feature_view.py: layers by row, token positions by column, a few labelled nodes per layer; a
+click on a node shows it (a feature: its dashboard) beside the graph, with a link to the SAE page
+(``?sae=<dictionary>&feature=<id>``).
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
-from app.graph_view import LEGEND_HELP, follow_click, show_graph
+from app import feature_view as FV
+from app.graph_view import LEGEND_HELP, follow_click
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 SAE_PAGE = "pages/sae.py"
@@ -28,31 +30,40 @@ def available(model_name: str) -> dict[str, bool]:
         return {}
 
 
-def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], nodes: int,
+BUDGET = {"max_nodes": 100_000, "max_edges": 1_000_000}  # the engine keeps all; readable() prunes per layer
+
+
+def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], per_row: int,
           edges: int, per_layer: int) -> Any:
     from attribution.features.graph import feature_graph
     from attribution.features.placement import load_dictionaries
 
     dicts = load_dictionaries(paths)
     with loaded.lock:
-        return feature_graph(loaded.model, prompt, dicts, target=target, foil=foil, max_nodes=nodes,
-                             max_edges=edges, per_layer=per_layer)
+        full = feature_graph(loaded.model, prompt, dicts, target=target, foil=foil, per_layer=per_layer, **BUDGET)
+    return FV.readable(full, per_row, edges)
 
 
 def show(graph: Any, key: str) -> None:
     st.caption(f"{graph.model} · {graph.prompt!r} → {graph.target!r}" + (f" minus {graph.foil!r}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
                f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
-    st.caption(LEGEND_HELP + " Rows: input embeddings at the bottom, then each dictionary (a transcoder half a "
-               "layer below the residual SAE of its layer), the logits on top.")
-    show_graph(graph.drawable(), graph.edges, key=key, title="Feature graph")
     ids = [n["id"] for n in graph.nodes]
     follow_click([key], f"{key}_node", ids)
-    chosen = st.selectbox("Node", ids, key=f"{key}_node")
-    node = graph.node(chosen)
-    inspect(graph, node)
-    st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score", "influence"]],
-                 hide_index=True)
+    chosen = st.session_state.get(f"{key}_node")
+    left, right = st.columns([5, 2])
+    with left:
+        fig = FV.figure(graph, FV.all_labels(graph), selected=chosen)
+        st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
+        st.caption(LEGEND_HELP + " Rows: the input embeddings at the bottom, each dictionary at its layer (a "
+                   "transcoder half a layer below the residual SAE of its layer), the logits on top; columns: "
+                   "token positions. Labels: feature id and the first token of its label (hover for all).")
+    with right:
+        chosen = st.selectbox("Node", ids, key=f"{key}_node", help="Click a node of the graph, or pick it here.")
+        inspect(graph, graph.node(chosen), key)
+    with st.expander("All nodes"):
+        st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score",
+                                    "influence"]], hide_index=True)
 
 
 def sae_ref(graph: Any, name: str) -> str:
@@ -66,24 +77,26 @@ def sae_ref(graph: Any, name: str) -> str:
     return name if shipped else str(path)
 
 
-def inspect(graph: Any, node: dict[str, Any]) -> None:
-    """A node's numbers, its strongest edges, and a link to its dashboard."""
-    cols = st.columns(3)
-    cols[0].metric("influence on the logits", f"{node['influence']:.3f}")
+def inspect(graph: Any, node: dict[str, Any], key: str) -> None:
+    """A node's numbers, its dashboard (a feature), its strongest edges and a link to the SAE page."""
+    numbers = [f"influence **{node['influence']:.3f}**"]
     if node.get("score") is not None:
-        cols[1].metric("feature-level DPA score", f"{node['score']:+.3f}")
+        numbers.append(f"DPA score **{node['score']:+.3f}**")
     if node.get("activation") is not None:
-        cols[2].metric("activation", f"{node['activation']:.3f}")
-    linked = [e for e in graph.edges if node["id"] in (e["src"], e["dst"])]
-    if linked:
-        st.dataframe(sorted(linked, key=lambda e: -abs(e["score"])), hide_index=True)
+        numbers.append(f"activation **{node['activation']:.3f}**")
+    st.markdown(" · ".join(numbers), help="Influence: its share of the logits' attribution, propagated down "
+                "the graph (circuit-tracer's influence). DPA score: its direct effect on the target logit.")
     if node["kind"] == "feature":
+        FV.dashboard_card(graph, node)
         st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
                      icon=":material/open_in_new:",
                      query_params={"sae": sae_ref(graph, node["dictionary"]), "feature": str(node["feature"])})
     elif node["kind"] == "error":
         st.caption("An error node: what the dictionary misses at this position (true activation minus its "
                    "reconstruction), scored like a feature.")
+    linked = [e for e in graph.edges if node["id"] in (e["src"], e["dst"])]
+    if linked:
+        st.dataframe(sorted(linked, key=lambda e: -abs(e["score"]))[:12], hide_index=True, key=f"{key}_edges")
 
 
 st.title("Feature graph")
@@ -116,7 +129,9 @@ chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_c
 extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra")
 paths = list(chosen) + [p.strip() for p in (extra or "").split(",") if p.strip()]
 c1, c2, c3 = st.columns(3)
-n_nodes = c1.slider("Nodes kept", 5, 120, 40, key="fg_nodes")
+n_nodes = c1.slider("Nodes per layer", 2, 24, 8, key="fg_nodes",
+                    help="Each row (the embeddings, each dictionary) keeps its nodes of largest influence on the "
+                         "logits, at most three at one position.")
 n_edges = c2.slider("Edges kept", 5, 400, 120, key="fg_edges")
 per_layer = c3.slider("Features expanded per dictionary", 1, 64, 16, key="fg_per_layer")
 

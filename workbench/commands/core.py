@@ -135,7 +135,8 @@ def run_app(
             raise WorkbenchError(f"--allowed-host {name!r} is not a host name")
         hosts.append(name.strip())
     main = Path(__file__).resolve().parents[2] / "app" / "main.py"
-    cmd = [sys.executable, "-m", "streamlit", "run", str(main), "--server.port", str(port),
+    # app.launch is Streamlit's command line with app/pages/ not taken for a v1 pages folder (deep links)
+    cmd = [sys.executable, "-m", "app.launch", "run", str(main), "--server.port", str(port),
            "--server.address", host, "--server.headless", str(headless).lower(),
            "--browser.gatherUsageStats", "false",
            "--server.maxUploadSize", str(max_upload_mb),
