@@ -1,0 +1,249 @@
+"""The circuit benchmark: every method on every task, scored on train, judged on test with MIB's metrics.
+
+Per task: the rows of data/bench/<model>/<task>.jsonl (built by scripts/build_bench_tasks.py; built here
+when absent), the first ``n_train`` of the train split for scoring and the first ``n_test`` of the test
+split for the curves. Per method: edge scores on train (timed), then at each level the circuits of MIB's
+grid (``metrics``) under the chosen selection, signed for CPR and by |score| for CMD, their per-prompt
+metric on test (one masked forward per distinct circuit; m(full) and m(empty) once per task), and CPR,
+CMD and bootstrap intervals. ``activation_patching`` is node level only (one forward per node: its edge
+level costs one forward per edge, 123,211 on smollm2).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from circuits.bench import metrics as mib
+from circuits.bench.forward import node_patching, prompt_metrics
+from circuits.bench.prompts import task_prompts
+from circuits.bench.select import SELECTIONS, select_edges
+from circuits.bench.tasks import TASKS, build, split_rows
+from circuits.graph import CircuitGraph
+from circuits.intervene import References
+from workbench.errors import MethodError, PromptError
+
+ROOT = Path(__file__).resolve().parents[2]
+DATA = ROOT / "data" / "bench"
+EDGE_SCORERS = ("eap", "eap_ig", "dpa")
+METHODS = ("random", "eap", "eap_ig", "dpa", "activation_patching")
+NODE_ONLY = ("activation_patching",)
+MIN_PROMPTS = 4  # the fewest prompts a split may give: fewer leave the bootstrap nothing to resample
+
+
+@dataclass
+class BenchConfig:
+    model: str
+    tasks: list[str]
+    methods: list[str] = field(default_factory=lambda: list(METHODS))
+    levels: list[str] = field(default_factory=lambda: ["edge", "node"])
+    n_train: int = 16
+    n_test: int = 12
+    n_patch: int = 4  # prompts for node-level activation patching (one forward per node and batch)
+    selection: str = "topk"
+    grid: list[float] = field(default_factory=lambda: list(mib.GRID))
+    n_boot: int = 1000
+    batch_size: int = 8
+    seed: int = 0
+
+
+def check_config(cfg: BenchConfig) -> None:
+    """Everything that can be refused before a model is loaded."""
+    for task in cfg.tasks:
+        if task not in TASKS and not Path(task).suffix == ".jsonl":
+            raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} or give a .jsonl file")
+        if task not in TASKS and not Path(task).is_file():
+            raise PromptError(f"task file {task} does not exist")
+    for m in cfg.methods:
+        if m not in METHODS:
+            raise MethodError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
+    for level in cfg.levels:
+        if level not in mib.LEVELS:
+            raise MethodError(f"unknown level {level!r}; choose from {', '.join(mib.LEVELS)}")
+    if cfg.selection not in SELECTIONS:
+        raise MethodError(f"unknown selection {cfg.selection!r}; choose from {', '.join(SELECTIONS)}")
+    for name in ("n_train", "n_test", "n_patch"):
+        if getattr(cfg, name) < MIN_PROMPTS:
+            raise MethodError(f"{name.replace('_', '-')} must be at least {MIN_PROMPTS}")
+    if cfg.n_boot < 10:
+        raise MethodError("the bootstrap needs at least 10 resamples")
+    mib.check_grid(cfg.grid)
+
+
+def load_rows(model: str, task: str) -> tuple[list[dict], str, str]:
+    """A task's rows, its metric and where they came from; a .jsonl path is a custom task (rows without a
+    split are split 3/8, 1/8, 1/2 in file order)."""
+    if task in TASKS:
+        path = DATA / model / f"{task}.jsonl"
+        if path.is_file():
+            rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+            return rows, TASKS[task].metric, str(path.relative_to(ROOT))
+        return [], TASKS[task].metric, "built"
+    from workbench.prompt_files import read_prompts
+
+    rows = read_prompts(task, None)
+    if any("split" not in r for r in rows):
+        n = len(rows)
+        cuts = (round(n * 3 / 8), round(n / 2))
+        rows = [dict(r, split="train" if i < cuts[0] else "validation" if i < cuts[1] else "test")
+                for i, r in enumerate(rows)]
+    metric = "prob_diff" if all("good" in r for r in rows) else "logit_diff"
+    return rows, metric, task
+
+
+def check_task_rows(task: str, rows: list[dict], cfg: BenchConfig) -> tuple[list[dict], list[dict]]:
+    """The train and test rows the run uses; a task without counterfactuals or a split too small for the
+    bootstrap over its grid is refused (one line)."""
+    missing = next((i for i, r in enumerate(rows, 1) if r.get("corrupt") is None), None)
+    if missing is not None:
+        need = [m for m in cfg.methods] or ["the evaluation"]
+        raise PromptError(f"task {task} has no counterfactuals (row {missing} lacks \"corrupt\"); "
+                          f"{', '.join(need)} and MIB's evaluation need them")
+    train, test = split_rows(rows, "train")[: cfg.n_train], split_rows(rows, "test")[: cfg.n_test]
+    for name, part in (("train", train), ("test", test)):
+        if len(part) < MIN_PROMPTS:
+            raise PromptError(f"task {task}: its {name} split has {len(part)} prompts; the bootstrap over "
+                              f"MIB's grid needs at least {MIN_PROMPTS}")
+    return train, test
+
+
+def score_edges(model: Any, graph: CircuitGraph, method: str, prompts: Any, refs: References,
+                seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge scores (mean over prompts) and per-chunk scores [chunk, edge] (one chunk per batch)."""
+    if method == "random":
+        gen = torch.Generator().manual_seed(seed)
+        s = torch.randn(graph.n_edges, generator=gen)
+        return s, s[None].repeat(2, 1)
+    from circuits.counterfactual import PromptSet
+    from circuits.edges import get_method
+
+    spec = get_method(method)
+    chunks = []
+    for b in prompts.batches:
+        one = PromptSet(rows=[prompts.rows[i] for i in b.rows], batches=[b], metric=prompts.metric,
+                        ablation=prompts.ablation)
+        chunks.append(spec.scorer()(model, graph, one, refs, **spec.params) * b.size)
+    weights = torch.tensor([b.size for b in prompts.batches], dtype=torch.float32)
+    stack = torch.stack(chunks)
+    return stack.sum(0) / prompts.n_prompts, stack / weights[:, None]
+
+
+def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], None] | None = None
+             ) -> dict[str, Any]:
+    rows, metric, source = load_rows(model.name, task)
+    if source == "built":
+        rows = build(model, task, n=48, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
+    train, test = check_task_rows(task, rows, cfg)
+    graph = CircuitGraph.of(model)
+    p_train = task_prompts(model, train, metric, cfg.batch_size)
+    p_test = task_prompts(model, test, metric, cfg.batch_size)
+    refs_train, refs_test = References(model, graph, p_train), References(model, graph, p_test)
+    started = time.perf_counter()
+    ends = prompt_metrics(model, graph, p_test, refs_test,
+                          torch.stack([torch.ones(graph.n_edges, dtype=torch.bool),
+                                       torch.zeros(graph.n_edges, dtype=torch.bool)]))
+    out: dict[str, Any] = {"task": task, "metric": metric, "source": source, "n_train": len(train),
+                           "n_test": len(test), "m_full": float(ends[0].mean()), "m_empty": float(ends[1].mean()),
+                           "ends_seconds": time.perf_counter() - started, "methods": {}}
+    mib.finite(out["m_full"] - out["m_empty"], f"task {task}'s span m(full) - m(empty)")
+    if abs(out["m_full"] - out["m_empty"]) < 1e-9:
+        raise MethodError(f"task {task}: the metric is the same intact and fully ablated; nothing to explain")
+    for method in cfg.methods:
+        res: dict[str, Any] = {"levels": {}}
+        started = time.perf_counter()
+        if method in NODE_ONLY:
+            p_patch = task_prompts(model, train[: cfg.n_patch], metric, cfg.batch_size)
+            node = node_patching(model, graph, p_patch, References(model, graph, p_patch))
+            edge, chunks = None, None
+            res["n_scored"] = len(train[: cfg.n_patch])
+        else:
+            edge, chunks = score_edges(model, graph, method, p_train, refs_train, cfg.seed)
+            node = mib.node_scores_of(graph, edge)
+            res["n_scored"] = len(train)
+        res["seconds"] = time.perf_counter() - started
+        for level in cfg.levels:
+            if level == "edge" and edge is None:
+                continue
+            res["levels"][level] = evaluate_level(model, graph, p_test, refs_test, ends, level, edge, node,
+                                                  chunks, cfg)
+            if on_step:
+                on_step(f"{task} {method} {level}")
+        out["methods"][method] = res
+    return out
+
+
+def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: References, ends: torch.Tensor,
+                   level: str, edge: torch.Tensor | None, node: torch.Tensor, chunks: torch.Tensor | None,
+                   cfg: BenchConfig) -> dict[str, Any]:
+    """CPR (signed ordering) and CMD (absolute ordering) curves of one method at one level, each distinct
+    circuit run once, with bootstrap intervals over the test prompts."""
+    started = time.perf_counter()
+    n_items = graph.n_edges if level == "edge" else len(graph.senders)
+    counts = mib.sizes(cfg.grid, n_items)
+    masks: list[torch.Tensor] = []
+    keys: dict[bytes, int] = {}
+    points: dict[bool, list[int]] = {}
+    for absolute in (False, True):
+        points[absolute] = []
+        for n in counts:
+            if level == "edge":
+                mask = select_edges(graph, edge, n, cfg.selection, absolute=absolute, chunks=chunks)
+            else:
+                mask = mib.top_nodes(graph, node, n, absolute)
+            key = mask.numpy().tobytes()
+            if key not in keys:
+                keys[key] = len(masks)
+                masks.append(mask)
+            points[absolute].append(keys[key])
+    full_key = torch.ones(graph.n_edges, dtype=torch.bool).numpy().tobytes()
+    empty_key = torch.zeros(graph.n_edges, dtype=torch.bool).numpy().tobytes()
+    todo = [i for i, m in enumerate(masks) if m.numpy().tobytes() not in (full_key, empty_key)]
+    per_prompt = torch.zeros(len(masks) + 2, prompts.n_prompts, dtype=torch.float64)
+    per_prompt[-2], per_prompt[-1] = ends[0], ends[1]
+    if todo:
+        per_prompt[todo] = prompt_metrics(model, graph, prompts, refs, torch.stack([masks[i] for i in todo]))
+    for i, m in enumerate(masks):  # circuits equal to the whole model or to nothing need no forward
+        key = m.numpy().tobytes()
+        if key == full_key:
+            per_prompt[i] = ends[0]
+        elif key == empty_key:
+            per_prompt[i] = ends[1]
+    full, empty = len(masks), len(masks) + 1
+    curves = {}
+    for absolute, name in ((False, "cpr"), (True, "cmd")):
+        f = mib.curve_values(per_prompt, full, empty, points[absolute]).tolist()
+        curves[name] = mib.Curve(fractions=list(cfg.grid), counts=counts,
+                                 edges_kept=[int(masks[i].sum()) for i in points[absolute]],
+                                 faithfulness=f, absolute=absolute)
+    ci = mib.bootstrap(per_prompt, full, empty, points[False], points[True], list(cfg.grid), cfg.n_boot, cfg.seed)
+    return {"cpr": mib.finite(curves["cpr"].cpr, "CPR"), "cmd": mib.finite(curves["cmd"].cmd, "CMD"),
+            "cpr_ci": ci["cpr"], "cmd_ci": ci["cmd"], "curves": {k: asdict(v) for k, v in curves.items()},
+            "n_forwards": len(todo), "eval_seconds": time.perf_counter() - started}
+
+
+def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """The whole benchmark for one model: {"config", "tasks": [...], "seconds"}."""
+    check_config(cfg)
+    # every task's rows are checked before the model loads or any method runs: bad input costs nothing
+    for task in cfg.tasks:
+        rows, _, source = load_rows(cfg.model, task)
+        if source != "built":
+            check_task_rows(task, rows, cfg)
+    if model is None:
+        import workbench as wb
+
+        model = wb.load(cfg.model)
+    started = time.perf_counter()
+    tasks = [run_task(model, task, cfg, on_step) for task in cfg.tasks]
+    return {"config": asdict(cfg), "model": model.name, "tasks": tasks, "seconds": time.perf_counter() - started}
+
+
+def total_steps(cfg: BenchConfig) -> int:
+    per_method = {m: sum(1 for lv in cfg.levels if not (lv == "edge" and m in NODE_ONLY)) for m in cfg.methods}
+    return len(cfg.tasks) * sum(per_method.values())

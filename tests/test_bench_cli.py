@@ -1,0 +1,70 @@
+"""``workbench bench circuits``: bad input is one line, exit 2 and nothing saved; a tiny end-to-end run gives
+finite CPR/CMD with intervals at edge and node level for every method."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from cli_helpers import assert_bad, run_cli
+
+from circuits.bench.runner import BenchConfig, run
+
+ROWS = [{"prompt": f"The cat number {i} sat on the mat", "corrupt": f"The dog number {i} sat on the mat",
+         "target": " and", "foil": " or"} for i in range(10)]
+
+
+def _write(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def _nothing_saved(tmp_path, out):
+    from workbench.store import RunStore
+
+    assert not out.exists() and not out.with_suffix(".json").exists()
+    assert not [r for r in RunStore().list() if r.kind == "bench"]
+
+
+@pytest.mark.parametrize("case", ["unknown_task", "no_counterfactual", "split_too_small", "unknown_method"])
+def test_bad_input_is_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_path, case):
+    out = tmp_path / "doc.md"
+    args = ["bench", "circuits", "--model", "smollm2-135m", "--out", str(out), "--n-train", "4", "--n-test", "4"]
+    if case == "unknown_task":
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--tasks", "ioi,nonsense")
+        assert_bad(code, err, "unknown task", "nonsense")
+    elif case == "no_counterfactual":
+        path = _write(tmp_path / "plain.jsonl", [{k: v for k, v in r.items() if k != "corrupt"} for r in ROWS])
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--tasks", path, "--methods", "eap,dpa")
+        assert_bad(code, err, "no counterfactuals", "eap")
+    elif case == "split_too_small":
+        path = _write(tmp_path / "small.jsonl", ROWS[:5])
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--tasks", path)
+        assert_bad(code, err, "split", "at least")
+    else:
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--methods", "eap,acdc")
+        assert_bad(code, err, "unknown method", "acdc")
+    _nothing_saved(tmp_path, out)
+
+
+def test_tiny_end_to_end_every_method_both_levels(tiny_llama, tmp_path):
+    import torch
+
+    torch.set_num_threads(1)
+    rows = [dict(r, split=s) for r, s in zip(ROWS, ["train"] * 5 + ["test"] * 5, strict=True)]
+    cfg = BenchConfig(model="tiny", tasks=[_write(tmp_path / "t.jsonl", rows)], n_train=4, n_test=4, n_patch=4,
+                      n_boot=50, batch_size=4)
+    result = run(cfg, model=tiny_llama)
+    methods = result["tasks"][0]["methods"]
+    assert set(methods) == {"random", "eap", "eap_ig", "dpa", "activation_patching"}
+    assert set(methods["activation_patching"]["levels"]) == {"node"}
+    for res in methods.values():
+        for lv in res["levels"].values():
+            assert lv["cpr_ci"][0] <= lv["cpr_ci"][1] and lv["cmd_ci"][0] <= lv["cmd_ci"][1]
+            assert lv["cmd"] >= 0
+            assert lv["curves"]["cpr"]["faithfulness"][-1] == pytest.approx(1.0)  # 100%: the whole model
+            assert all(abs(v) < 1e6 for v in lv["curves"]["cmd"]["faithfulness"])
+    from circuits.bench.report import markdown
+
+    text = markdown(result)
+    assert "Edge level: CPR" in text and "Node level: CMD" in text and "activation_patching" in text
