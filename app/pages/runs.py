@@ -1,54 +1,19 @@
-"""Runs: browse, filter and open any saved run (from the CLI or the app), and compare two runs."""
+"""Runs: browse, filter and open any saved run (from the CLI or the app), and compare two runs.
+
+Fast with a big store: the listing is read once per change of the store folder, per-run details only for the
+rows shown (a page of them), a run is drawn as its page shows it (app/run_views.py) with its tensors behind a
+toggle, and ``?run=ID`` opens one directly."""
 
 from __future__ import annotations
 
 import json
+import os
 from typing import Any
 
 import streamlit as st
 
 from app import common as C
-from app import views as V
-
-
-def show_run(run: Any, prefix: str) -> None:
-    """Everything a run holds: metadata, result, tables, stored figures, tensors."""
-    meta = run.meta
-    st.markdown(
-        f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`"
-    )
-    st.caption(f"{run.path}")
-    with st.expander("Arguments, timings, versions", expanded=False):
-        st.json({k: meta.get(k) for k in ("args", "timings", "versions", "git_commit", "created")})
-    result = C.attempt("Cannot read result.json", run.result)
-    if result:
-        with st.expander("Result", expanded=True):
-            small = {
-                k: v for k, v in result.items() if not (isinstance(v, list) and len(json.dumps(v)) > 4000)
-            }
-            st.json(small)
-    tables = C.attempt("Cannot list the tables", run.tables) or []
-    for name in tables:
-        frame = C.attempt(f"Cannot read table {name}", run.table, name)
-        if frame is not None:
-            st.markdown(f"Table `{name}`")
-            st.dataframe(frame.head(500), hide_index=True)
-    for i, file in enumerate(sorted(run.path.glob("*.plotly.json"))):
-        import plotly.io as pio
-
-        fig = C.attempt(f"Cannot read figure {file.name}", pio.from_json, file.read_text())
-        if fig is not None:
-            st.plotly_chart(fig, key=f"{prefix}_fig_{i}")
-    tensors = C.attempt("Cannot read the tensors", run.tensors) or {}
-    if tensors:
-        st.dataframe(
-            [{"tensor": k, "shape": str(tuple(v.shape)), "dtype": str(v.dtype)} for k, v in tensors.items()],
-            hide_index=True,
-        )
-        pick = st.selectbox("Look at tensor", list(tensors), key=f"{prefix}_tensor")
-        fig = V.tensor_figure(pick, tensors[pick])
-        if fig is not None:
-            st.plotly_chart(fig, key=f"{prefix}_tensor_fig")
+from app import run_views as RV
 
 
 def compare(a: Any, b: Any) -> None:
@@ -76,6 +41,9 @@ def compare(a: Any, b: Any) -> None:
         )
     frame = pd.DataFrame(rows).sort_values("same", kind="stable")
     st.dataframe(frame, hide_index=True)
+    if a.meta.get("kind") == b.meta.get("kind") == "circuit":
+        RV.compare_circuits(a, b)
+        return
     ta, tb = (
         C.attempt("Cannot read tensors of A", a.tensors) or {},
         C.attempt("Cannot read tensors of B", b.tensors) or {},
@@ -88,7 +56,7 @@ def compare(a: Any, b: Any) -> None:
         name = st.selectbox("Compare tensor", shared, key="runs_cmp_tensor")
         c1, c2 = st.columns(2)
         for col, t, tag in ((c1, ta, "A"), (c2, tb, "B")):
-            fig = V.tensor_figure(f"{tag}: {name}", t[name])
+            fig = RV.tensor_figure(f"{tag}: {name}", t[name])
             if fig is not None:
                 col.plotly_chart(fig, key=f"runs_cmp_{tag}")
         if ta[name].shape == tb[name].shape:
@@ -97,19 +65,35 @@ def compare(a: Any, b: Any) -> None:
 
 
 def details(store: Any, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per run: level, prompt (or data set) and target from its arguments, so runs saved in the same second
-    tell apart in the list (meta.json is read once per run and session)."""
+    """Per run: level, prompt (or data set; a circuit's first prompt) and target, so runs saved in the same
+    second tell apart in the list; read once per run and session, and only for the rows shown."""
     held = st.session_state.setdefault("_runs_details", {})
     for r in rows:
         if r["id"] not in held:
             try:
-                args = store.get(r["id"]).meta.get("args") or {}
+                held[r["id"]] = RV.describe(store.get(r["id"]))
             except Exception:  # noqa: BLE001 - a run removed meanwhile: nothing to show
-                args = {}
-            prompt = args.get("prompt") or args.get("prompts") or args.get("dataset") or args.get("source")
-            held[r["id"]] = {"level": args.get("level") or args.get("site"), "prompt": None if prompt is None
-                             else str(prompt)[:80], "target": args.get("target")}
+                held[r["id"]] = {"level": None, "prompt": None, "target": None}
     return held
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def listing(root: str, names: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
+    """(sound runs, damaged entries) of the store, read again only when its entries change (a run saved or
+    removed); ``names`` is the key (the folder's mtime changes on every read: the index's journal)."""
+    from workbench.store import RunStore
+
+    del names  # the cache key only
+    store = RunStore(root)
+    return store.list(), store.damaged()
+
+
+def entry_names(root: Any) -> tuple[str, ...]:
+    """The store folder's run entries (names only: cheap for thousands of runs)."""
+    try:
+        return tuple(sorted(n for n in os.listdir(root) if not n.startswith(".") and not n.startswith("index")))
+    except OSError:
+        return ()
 
 
 def like_pair(rows: list[dict[str, Any]], info: dict[str, dict[str, Any]]) -> tuple[int, int]:
@@ -132,17 +116,22 @@ def _delete(run_id: str) -> None:
     st.session_state["runs_pick"] = ""
 
 
+PAGE = 25  # rows listed (and described) at a time
+
 st.title("Runs")
 st.caption("Everything saved by the CLI, the notebook API and this app, in one store.")
 store = C.store()
 st.caption(f"Store: `{store.root}`")
-rows = C.attempt("Cannot read the run store", store.list)
-if rows is None:
+got = C.attempt("Cannot read the run store", listing, str(store.root), entry_names(store.root))
+if got is None:
     st.stop()
+rows, damaged = got
 if not rows:
     st.info(
         "No runs yet. Save a result from any page, or run e.g. `workbench attribute … ` on the command line."
     )
+if "runs_id" not in st.session_state and st.query_params.get("run"):  # ?run=ID opens it
+    st.session_state["runs_id"] = st.query_params["run"]
 
 c1, c2, c3 = st.columns(3)
 kinds = sorted({r["kind"] or "" for r in rows})
@@ -157,14 +146,18 @@ shown = [
     and (model == "(all)" or r["model"] == model)
     and (not text or text.lower() in (r["id"] + " " + (r["method"] or "")).lower())
 ]
-info = details(store, shown)
+pages = max(1, -(-len(shown) // PAGE))
+page = 1
+if pages > 1:
+    page = int(st.number_input(f"Page (of {pages}, {PAGE} runs each)", 1, pages, 1, key="runs_page"))
+visible = shown[(page - 1) * PAGE: page * PAGE]
+info = details(store, visible)
 st.dataframe(
     [{"id": r["id"], "created": r["created"], "kind": r["kind"], "model": r["model"], "method": r["method"],
-      **info.get(r["id"], {}), "summary": json.dumps(r["summary"])} for r in shown],
+      **info.get(r["id"], {}), "summary": json.dumps(r["summary"])} for r in visible],
     hide_index=True,
     column_config={"prompt": st.column_config.TextColumn("prompt", help="the prompt (or data set) the run used")},
 )
-damaged = C.attempt("Cannot read the run store", store.damaged) or []
 if damaged:  # skipped by the listing above; named here so they can be removed
     st.warning(f"{len(damaged)} damaged run(s) skipped (unreadable or malformed meta.json, or a symlink): "
                "remove one with `workbench runs rm ID`.")
@@ -182,15 +175,16 @@ with tab_open:
     if run_id:
         run = C.open_run(run_id)
         if run is not None:
-            show_run(run, "runs_open")
+            RV.show_run(run, "runs_open")
             st.button("Delete this run", key="runs_rm", on_click=_delete, args=(run.id,))
 with tab_cmp:
     ids = [r["id"] for r in shown]
     if len(ids) < 2:
         st.info("Two runs are needed to compare.")
     else:
-        a_i, b_i = like_pair(shown, info)
-        label = lambda i: f"{i} · {shown[ids.index(i)]['kind']} · {info.get(i, {}).get('level') or ''}"  # noqa: E731
+        cmp_info = details(store, shown[:PAGE])  # like_pair looks for a like run among the recent ones
+        a_i, b_i = like_pair(shown[:PAGE], cmp_info)
+        label = lambda i: f"{i} · {shown[ids.index(i)]['kind']} · {cmp_info.get(i, {}).get('level') or ''}"  # noqa: E731
         a_id = st.selectbox("Run A", ids, index=a_i, key="runs_a", format_func=label)
         b_id = st.selectbox("Run B", ids, index=b_i, key="runs_b", format_func=label)
         a, b = C.open_run(a_id), C.open_run(b_id)

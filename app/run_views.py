@@ -1,0 +1,183 @@
+"""The Runs page's views of one stored run, drawn as the page that made it shows it, and of two circuits side by
+side. Nothing heavy is drawn: a circuit is drawn as its top edges (never a plot of its scores over every
+edge), other tensors are loaded behind a toggle.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+from app import views as V
+
+BIG = 5000  # tensors with more values than this are summarised, never drawn point by point
+
+
+def describe(run: Any) -> dict[str, Any]:
+    """Level, prompt (or data set) and target of a run, from its arguments; a circuit's from its first prompt."""
+    args = run.meta.get("args") or {}
+    prompt = args.get("prompt") or args.get("prompts") or args.get("dataset") or args.get("source")
+    target = args.get("target")
+    if run.meta.get("kind") == "circuit" and prompt is None:
+        try:
+            rows = run.rows("prompts.jsonl")
+        except Exception:  # noqa: BLE001 - a damaged prompts file only costs these two columns
+            rows = []
+        if rows:
+            prompt = str(rows[0].get("prompt")) + (f" (+{len(rows) - 1} more)" if len(rows) > 1 else "")
+            target = rows[0].get("target")
+    return {"level": args.get("level") or args.get("site"), "prompt": None if prompt is None else str(prompt)[:80],
+            "target": None if target is None else str(target)}
+
+
+def show_run(run: Any, prefix: str) -> None:
+    """A run as its page shows it (attribution, circuit, feature graph; other kinds: their stored figures and
+    tables), then its arguments, raw result and tensors, collapsed."""
+    meta = run.meta
+    st.markdown(f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`")
+    info = describe(run)
+    if info["prompt"] is not None:
+        st.caption(f"prompt {info['prompt']!r}" + (f" · target {info['target']!r}" if info["target"] else ""))
+    drawn = {"attribute": _attribution, "circuit": _circuit, "feature-graph": _feature_graph}.get(run.kind)
+    try:
+        shown = drawn is not None and drawn(run, prefix)
+    except Exception as exc:  # noqa: BLE001 - an older or partial run: its stored figures instead
+        st.caption(f"Not drawn as a {run.kind} run ({type(exc).__name__}: {str(exc)[:200]}); its stored figures:")
+        shown = False
+    if not shown:
+        _figures(run, prefix)
+    for name in C.attempt("Cannot list the tables", run.tables) or []:
+        frame = C.attempt(f"Cannot read table {name}", run.table, name)
+        if frame is not None:
+            st.markdown(f"Table `{name}`")
+            st.dataframe(frame.head(500), hide_index=True, key=f"{prefix}_table_{name}")
+    st.caption(f"{run.path}")
+    with st.expander("Arguments, timings, versions"):
+        st.json({k: meta.get(k) for k in ("args", "timings", "versions", "git_commit", "created")}, expanded=False)
+    with st.expander("Raw result"):
+        result = C.attempt("Cannot read result.json", run.result) or {}
+        st.json({k: v for k, v in result.items() if len(json.dumps(v, default=str)) <= 4000}, expanded=False)
+    if st.toggle("Load the tensors", key=f"{prefix}_tensors_on"):
+        tensors(run, prefix)
+
+
+def tensors(run: Any, prefix: str) -> None:
+    got = C.attempt("Cannot read the tensors", run.tensors) or {}
+    if not got:
+        st.caption("No tensors.")
+        return
+    st.dataframe([{"tensor": k, "shape": str(tuple(v.shape)), "dtype": str(v.dtype)} for k, v in got.items()],
+                 hide_index=True)
+    pick = st.selectbox("Look at tensor", list(got), key=f"{prefix}_tensor")
+    fig = tensor_figure(pick, got[pick])
+    if fig is not None:
+        st.plotly_chart(fig, key=f"{prefix}_tensor_fig")
+
+
+def tensor_figure(name: str, t: Any):
+    """V.tensor_figure, or a histogram of the values for a big tensor (123k edge scores as a bar chart took
+    the browser seconds and showed nothing readable)."""
+    import plotly.graph_objects as go
+
+    if t.numel() <= BIG:
+        return V.tensor_figure(name, t)
+    fig = go.Figure(go.Histogram(x=t.detach().float().flatten().numpy(), nbinsx=80))
+    fig.update_layout(title=f"{name} {tuple(t.shape)}: histogram of its {t.numel():,} values", height=320,
+                      yaxis={"type": "log", "title": "count"}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def _figures(run: Any, prefix: str) -> None:
+    import plotly.io as pio
+
+    for i, file in enumerate(sorted(run.path.glob("*.plotly.json"))):
+        fig = C.attempt(f"Cannot read figure {file.name}", pio.from_json, file.read_text())
+        if fig is not None:
+            st.plotly_chart(fig, key=f"{prefix}_fig_{i}")
+
+
+def _attribution(run: Any, prefix: str) -> bool:
+    from attribution.result import AttributionResult
+
+    res = AttributionResult.from_json(run.result(), scores=run.tensors()["scores"])
+    st.caption(f"{res.level} level · foil {res.foil!r} · target logit {res.target_logit:+.3f}")
+    st.plotly_chart(res.plot(), key=f"{prefix}_attr")
+    st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True, key=f"{prefix}_attr_top")
+    return True
+
+
+def circuit_parts(run: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    """(nodes, edges, result) of a stored circuit: its top ``edges`` (as saved) from its scores, which is one
+    small tensor read (a 123k-edge circuit: 0.5 MB); never drawn edge by edge."""
+    from circuits.discover import CircuitResult
+
+    res = CircuitResult.from_run(run)
+    edges = res.top()
+    result = {"n_edges_total": res.graph.n_edges, "n_prompts": res.n_prompts, "ablation": res.ablation,
+              "faithfulness": res.faithfulness.to_json() if res.faithfulness is not None else None}
+    return res.graph.drawable(edges), edges, result
+
+
+def _circuit(run: Any, prefix: str) -> bool:
+    from app.graph_view import LEGEND_HELP, show_graph
+    from circuits.plot import faithfulness_figure
+
+    nodes, edges, result = circuit_parts(run)
+    total = result.get("n_edges_total")
+    show_graph(nodes, edges, key=f"{prefix}_circuit",
+               title=f"{run.meta.get('method')} circuit: top {len(edges)} of "
+                     f"{f'{total:,}' if isinstance(total, int) else '?'} edges ({result.get('n_prompts', '?')} "
+                     f"prompts, {result.get('ablation')} ablation)")
+    st.caption(LEGEND_HELP.replace(" Click a node to inspect it.", ""))
+    if result.get("faithfulness"):
+        st.plotly_chart(faithfulness_figure({run.meta.get("method") or "circuit": result["faithfulness"]}),
+                        key=f"{prefix}_faith")
+    with st.expander(f"The {len(edges)} edges"):
+        st.dataframe(edges, hide_index=True, key=f"{prefix}_edges")
+    return True
+
+
+def _feature_graph(run: Any, prefix: str) -> bool:
+    from app import feature_view as FV
+    from attribution.features.graph import FeatureGraph
+
+    graph = FeatureGraph.from_json(run.result())
+    st.plotly_chart(FV.figure(graph, FV.all_labels(graph)), key=f"{prefix}_fg")
+    st.dataframe(graph.table(), hide_index=True, key=f"{prefix}_fg_nodes")
+    return True
+
+
+def compare_circuits(a: Any, b: Any) -> None:
+    """Two stored circuits: their graphs side by side and how many edges they share."""
+    import pandas as pd
+
+    from app.graph_view import show_graph
+
+    parts = {}
+    for tag, run in (("A", a), ("B", b)):
+        got = C.attempt(f"Cannot read circuit {tag}", circuit_parts, run)
+        if got is None:
+            return
+        parts[tag] = got
+    ea = {(e["src"], e["dst"]): float(e["score"]) for e in parts["A"][1]}
+    eb = {(e["src"], e["dst"]): float(e["score"]) for e in parts["B"][1]}
+    shared = ea.keys() & eb.keys()
+    union = ea.keys() | eb.keys()
+    c1, c2, c3 = st.columns(3)
+    c1.metric("shared edges", f"{len(shared)}", help="Edges in both circuits' stored top edges.")
+    c2.metric("edge overlap (Jaccard)", f"{len(shared) / max(len(union), 1):.2f}")
+    c3.metric("A only / B only", f"{len(ea) - len(shared)} / {len(eb) - len(shared)}")
+    left, right = st.columns(2)
+    for col, tag, run in ((left, "A", a), (right, "B", b)):
+        with col:
+            nodes, edges, _ = parts[tag]
+            show_graph(nodes, edges, key=f"runs_cmp_graph_{tag}",
+                       title=f"{tag}: {run.meta.get('method')} · {len(edges)} edges")
+    rows = [{"src": s, "dst": d, "in": "both" if (s, d) in shared else ("A" if (s, d) in ea else "B"),
+             "score A": ea.get((s, d)), "score B": eb.get((s, d))} for s, d in union]
+    order = {"both": 0, "A": 1, "B": 2}
+    rows.sort(key=lambda r: (order[r["in"]], -max(abs(r["score A"] or 0), abs(r["score B"] or 0))))
+    st.dataframe(pd.DataFrame(rows), hide_index=True, key="runs_cmp_edges")

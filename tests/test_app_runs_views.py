@@ -1,0 +1,89 @@
+"""Runs page, issue 28: a stored circuit opens as its graph with its prompt and target (no raw dump, no tensor
+loaded), ?run=ID opens a run, two circuits compare as two graphs and their edge overlap, the listing pages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
+
+from app.testing import chart, open_page, problems  # noqa: E402
+from workbench.store import RunDraft, RunStore  # noqa: E402
+
+ROW = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John"}
+
+
+@pytest.fixture
+def circuits(tiny_llama):
+    from circuits.discover import circuit
+
+    store = RunStore()
+    return [circuit(tiny_llama, [ROW], method=m, edges=15, ablation="zero", evaluate=False).save(store)
+            for m in ("dpa", "eap")]
+
+
+def test_a_circuit_run_opens_as_its_graph(circuits):
+    a, _ = circuits
+    at = open_page("runs")
+    assert not problems(at)
+    table = at.dataframe[0].value
+    row = table[table["id"] == a.id].iloc[0]
+    assert row["prompt"].startswith("When Mary") and row["target"] == " Mary"  # not None
+    at.selectbox(key="runs_pick").set_value(a.id).run()
+    assert not problems(at)
+    nodes = chart(at, "runs_open_circuit")["data"][-1]["customdata"]
+    assert "logits" in nodes and len(nodes) > 2
+    assert any("target ' Mary'" in str(c.value) for c in at.caption)
+    assert not any(t.key == "runs_open_tensor" for t in at.selectbox)  # tensors stay unread until asked
+    at.toggle(key="runs_open_tensors_on").set_value(True).run()
+    assert not problems(at)
+    assert chart(at, "runs_open_tensor_fig")["data"][0]["type"] == "bar"  # the tiny graph's few edges
+
+
+def test_a_big_tensor_is_summarised():
+    import torch
+
+    from app.run_views import tensor_figure
+
+    fig = tensor_figure("scores", torch.randn(123_000))  # a smollm2 circuit's edge scores
+    assert fig.data[0].type == "histogram" and "123,000 values" in fig.layout.title.text
+
+
+def test_deep_link_opens_a_run(circuits):
+    from streamlit.testing.v1 import AppTest
+
+    from app.testing import MAIN
+
+    a, _ = circuits
+    at = AppTest.from_file(str(MAIN), default_timeout=120)
+    at.query_params["run"] = a.id
+    at.switch_page("pages/runs.py")
+    at.run()
+    assert not problems(at)
+    assert at.text_input(key="runs_id").value == a.id
+    assert chart(at, "runs_open_circuit")["data"]
+
+
+def test_two_circuits_compare_as_graphs_and_overlap(circuits):
+    at = open_page("runs")
+    assert not problems(at)
+    assert chart(at, "runs_cmp_graph_A")["data"] and chart(at, "runs_cmp_graph_B")["data"]
+    labels = {m.label: m.value for m in at.metric}
+    assert "shared edges" in labels and "edge overlap (Jaccard)" in labels
+    assert 0.0 <= float(labels["edge overlap (Jaccard)"]) <= 1.0
+    edges = next(d.value for d in at.dataframe if "in" in d.value.columns)
+    assert set(edges["in"]) <= {"both", "A", "B"} and len(edges) >= 15
+
+
+def test_the_listing_pages(monkeypatch):
+    store = RunStore()
+    for i in range(30):
+        store.save(RunDraft(kind="note", model="m", method=f"x{i}", args={"prompt": f"p{i}"}))
+    at = open_page("runs")
+    assert not problems(at)
+    assert len(at.dataframe[0].value) == 25
+    at.number_input(key="runs_page").set_value(2).run()
+    assert not problems(at) and len(at.dataframe[0].value) == 5
