@@ -67,12 +67,21 @@ def circuits(
 
 
 def _run_here(cfg: Any, run: Any) -> dict[str, Any]:
+    import time
+
     from circuits.bench.runner import total_steps
     from workbench.cli import progress
 
+    started = time.perf_counter()
+    c = console()
+
+    def step(what: str) -> None:  # a line per step too: the bar alone leaves no trace in a log file
+        bar.update(task, advance=1, description=what)
+        c.print(f"{time.perf_counter() - started:7.0f} s  done: {what}")
+
     with progress() as bar:
         task = bar.add_task("bench circuits", total=total_steps(cfg))
-        return run(cfg, on_step=lambda what: bar.update(task, advance=1, description=what))
+        return run(cfg, on_step=step)
 
 
 def _one_task(cfg_dict: dict[str, Any], task: str) -> dict[str, Any]:
