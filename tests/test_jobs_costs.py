@@ -47,6 +47,8 @@ class _Counted:
     def cost_key(self, spec):
         return f"pause={float(spec['seconds']) / int(spec['steps']):.3f}"
 
+    prior = None  # estimated only from what earlier jobs measured (the sleep kind knows its cost)
+
 
 def test_a_finished_job_gives_the_next_one_its_estimate(monkeypatch):
     from workbench.jobs import kinds

@@ -300,18 +300,24 @@ class HookedModel:
 
     def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
         """Greedy continuation (the text after the prompt)."""
-        tokens = self.to_tokens(prompt)
-        new = []
+        return self.decode(self.greedy(self.to_tokens(prompt), max_new_tokens))
+
+    def greedy(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int) -> list[int]:
+        """Greedy continuation ids, up to the model's context, stopping after an end-of-text token. With
+        TransformerLens's KV cache each step runs the new position only (smollm2: ~2x faster at 30 tokens,
+        more on longer prompts); hooks see the prompt in the first pass, then one position a step."""
+        n = max(0, min(int(max_new_tokens), self.arch.n_ctx - tokens.shape[1]))
+        if n == 0:
+            return []
+        eos = getattr(self.tokenizer, "eos_token_id", None)
         with torch.no_grad():
-            for _ in range(max_new_tokens):
-                if tokens.shape[1] >= self.arch.n_ctx:
-                    break
-                nxt = self.tl(tokens)[0, -1].argmax()
-                new.append(int(nxt))
-                if getattr(self.tokenizer, "eos_token_id", None) == int(nxt):
-                    break
-                tokens = torch.cat([tokens, nxt.view(1, 1)], dim=1)
-        return self.decode(new)
+            out = self.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
+                                   stop_at_eos=eos is not None, eos_token_id=eos, verbose=False,
+                                   return_type="tokens")
+        new = [int(i) for i in out[0, tokens.shape[1]:]]
+        if eos is not None and eos in new:  # a finished sequence is padded with end-of-text: cut after the first
+            new = new[: new.index(eos) + 1]
+        return new
 
     # -- checks and weights ---------------------------------------------------------------
     def check_layer(self, layer: int) -> int:

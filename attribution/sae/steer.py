@@ -24,6 +24,12 @@ if TYPE_CHECKING:
     from workbench.hooked import HookedModel
 
 
+def _first(act: Any, skip_first: int) -> int:
+    """The first position of ``act`` to steer: ``skip_first`` on a whole sequence; 0 on a one-position
+    activation, which is a KV-cached generation step (a position after the prompt, never a skipped one)."""
+    return skip_first if act.shape[1] > 1 else 0
+
+
 def steering_hooks(d: Any, unit: int, alpha: float | None = None, value: float | None = None,
                    skip_first: int = 1) -> list[tuple[str, Any]]:
     """TransformerLens forward hooks that add ``alpha`` to unit ``unit`` (or clamp it to ``value``)."""
@@ -38,7 +44,7 @@ def steering_hooks(d: Any, unit: int, alpha: float | None = None, value: float |
 
         def add(act, hook):  # noqa: ARG001 - TransformerLens passes the hook point
             out = act.clone()
-            out[:, skip_first:] += (alpha * direction).to(act.dtype).to(act.device)
+            out[:, _first(act, skip_first):] += (alpha * direction).to(act.dtype).to(act.device)
             return out
 
         return [(d.hook_out, add)]
@@ -50,9 +56,10 @@ def steering_hooks(d: Any, unit: int, alpha: float | None = None, value: float |
 
     def write(act, hook):  # noqa: ARG001
         f_old = seen.pop("f") if "f" in seen else own(act)
-        delta = (value - f_old)[:, skip_first:, None] * direction.to(act.device)
+        first = _first(act, skip_first)
+        delta = (value - f_old)[:, first:, None] * direction.to(act.device)
         out = act.clone()
-        out[:, skip_first:] += delta.to(act.dtype)
+        out[:, first:] += delta.to(act.dtype)
         return out
 
     if d.hook == d.hook_out:
@@ -100,9 +107,13 @@ class SteerResult:
 
 
 def _generate(model: HookedModel, tokens: Any, n_new: int) -> list[int]:
-    """Greedy continuation ids (the whole sequence recomputed each step, so hooks see every position)."""
+    """Greedy continuation ids, with the KV cache (HookedModel.greedy): the steering hooks see the prompt
+    in the first pass and then each new position alone (see _first). A one-token prompt, whose first pass
+    would look like a cached step, recomputes the whole sequence each step."""
     import torch
 
+    if tokens.shape[1] > 1 and hasattr(model, "greedy"):
+        return model.greedy(tokens, n_new)
     new: list[int] = []
     eos = getattr(model.tokenizer, "eos_token_id", None)
     with torch.no_grad():
@@ -117,7 +128,7 @@ def _generate(model: HookedModel, tokens: Any, n_new: int) -> list[int]:
     return new
 
 
-MAX_NEW_TOKENS = 512  # greedy steps of one steering call (each recomputes the whole sequence twice)
+MAX_NEW_TOKENS = 512  # greedy steps of one steering call (two continuations)
 
 
 def check_new_tokens(n_new: int) -> int:

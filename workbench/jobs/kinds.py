@@ -73,6 +73,16 @@ def worker_model(spec: dict[str, Any]) -> Any:
     return _MODELS[key]
 
 
+def shard_resources(kind: Any, spec: dict[str, Any]) -> dict[str, float]:
+    """What one shard declares to Ray's scheduler, so a cluster places it on a node that has it (and queues
+    it where none is free): the kind's ``resources(spec)``, else one CPU, and one GPU for a CUDA device."""
+    fn = getattr(kind, "resources", None)
+    if callable(fn):
+        return dict(fn(spec))
+    gpu = str(spec.get("device", "cpu")).startswith("cuda")
+    return {"num_cpus": 1, "num_gpus": 1 if gpu else 0}
+
+
 def split(n: int, pieces: int, unit: int = 1) -> list[tuple[int, int]]:
     """[start, stop) ranges covering 0..n in at most ``pieces`` contiguous chunks of whole ``unit``s (a
     batch is never split, so each batch, and so each number, is what one process computes)."""
@@ -392,7 +402,7 @@ def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: 
     parallel = len(kind.shards(spec, workers))
     cost = costs.per_item(Path(root) if root is not None else jobs_root(), kind, spec)
     source = "measured on an earlier job"
-    if cost is None and hasattr(kind, "prior"):  # a kind that knows its cost without measuring
+    if cost is None and callable(getattr(kind, "prior", None)):  # a kind that knows its cost unmeasured
         cost, source = kind.prior(spec), "known in advance"
     if cost is None and measure and hasattr(kind, "measure"):
         cost, source = kind.measure(spec), "measured now"

@@ -33,7 +33,7 @@ from typing import Any
 from workbench.errors import WorkbenchError
 from workbench.jobs import costs
 from workbench.jobs.board import Job, JobBoard, JobError, _now, this_driver
-from workbench.jobs.kinds import get_kind, lend, model_lock
+from workbench.jobs.kinds import get_kind, lend, model_lock, shard_resources
 from workbench.store import _one_line
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
@@ -159,7 +159,7 @@ def local_seconds() -> float:
     return limit * min(10.0, max(1.0, busy))
 
 
-def connect(address: str | None, attempts: int = START_ATTEMPTS) -> str:
+def connect(address: str | None, attempts: int = START_ATTEMPTS, namespace: str | None = None) -> str:
     """Connect this process to Ray once: a local instance (address None or "local", started on demand with
     this machine's cores) or the cluster at ``address``. Returns what it is connected to."""
     import ray
@@ -178,7 +178,7 @@ def connect(address: str | None, attempts: int = START_ATTEMPTS) -> str:
                            "instance: unset it for local workers, or pass it as --ray-address (or "
                            "WORKBENCH_RAY_ADDRESS) to run on that cluster")
         _quiet_ray()
-        kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False}
+        kwargs: dict[str, Any] = {"logging_level": "ERROR", "log_to_driver": False, "namespace": namespace}
         for attempt in range(attempts):
             try:
                 if want == "local":
@@ -320,13 +320,15 @@ def _relay(events: queue.Queue):
 _REMOTE: list[Any] = []
 
 
-def _remote_shard():
+def _remote_shard(resources: dict[str, float]):
+    """The shard task with the resources it declares (shard_resources: CPUs, GPUs where the spec's device is
+    one), so Ray places each shard on a node that has them."""
     import ray
 
     if not _REMOTE:
         # max_retries=0: a shard whose worker died is a failed job, not a silent rerun.
         _REMOTE.append(ray.remote(num_cpus=1, max_retries=0)(_shard_events))
-    return _REMOTE[0]
+    return _REMOTE[0].options(**resources)
 
 
 # -- progress ---------------------------------------------------------------------------------------
@@ -453,11 +455,18 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
                 on_progress: Callable[[Job], None] | None) -> list[Any]:
     import ray
 
-    local = job.ray_address in (None, "local") and not ray.is_initialized()
+    warm_address = _warm_address(job, board) if not ray.is_initialized() else None
+    local = job.ray_address in (None, "local") and not ray.is_initialized() and warm_address is None
     if local:
         sweep_agents(board.root)  # what a killed driver's local instance left behind
     try:
-        job.ray_address = connect(job.ray_address, attempts=1 if job.ray_optional else START_ATTEMPTS)
+        if warm_address is not None:
+            from workbench.jobs.warm import NAMESPACE
+
+            connect(warm_address, attempts=1, namespace=NAMESPACE)
+            job.ray_address = "local"  # this machine's (warm) instance: workers are killed by pid on cancel
+        else:
+            job.ray_address = connect(job.ray_address, attempts=1 if job.ray_optional else START_ATTEMPTS)
     except JobError as exc:
         if not job.ray_optional:
             raise
@@ -469,10 +478,19 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
         return _run_here(job, board, kind, shards, on_progress)
     if local:
         note_agents(board.root)
-    board.note(job, f"{len(shards)} shard(s) on Ray ({job.ray_address})")
+    resources = shard_resources(kind, job.spec)
+    board.note(job, f"{len(shards)} shard(s) on Ray ({job.ray_address}), each asking for "
+               + ", ".join(f"{v:g} {k[4:]}" for k, v in resources.items() if v))
     board.write(job)
-    task = _remote_shard()
-    gens = [task.remote(job.spec, shard) for shard in shards]
+    if warm_address is not None and len(shards) == 1 and "model" in job.spec:
+        # the model's actor on the warm instance: imports done and the model loaded by an earlier job
+        from workbench.jobs.warm import model_actor
+
+        board.note(job, f"on the warm instance at {warm_address}, on the actor of {job.spec['model']}")
+        gens = [model_actor(job.spec, resources).run.options(num_returns="streaming").remote(job.spec, shards[0])]
+    else:
+        task = _remote_shard(resources)
+        gens = [task.remote(job.spec, shard) for shard in shards]
     live = {gen: i for i, gen in enumerate(gens)}
     parts: list[Any] = [None] * len(shards)
     tracker = _Tracker(board, job, len(shards), on_progress)
@@ -502,6 +520,23 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
         raise
     tracker.flush(force=True)
     return parts, tracker
+
+
+_WARM = [False]  # this driver may use (and start) the warm local instance: set by ``drive_recorded(warm=True)``
+
+
+def _warm_address(job: Job, board: JobBoard) -> str | None:
+    """The warm instance's address for a job that may use it (submitted, Ray not asked for), else None;
+    a warm instance that cannot start is a note, and the job starts an instance of its own."""
+    if not (_WARM[0] and job.ray_optional and job.ray_address in (None, "local")):
+        return None
+    try:
+        from workbench.jobs import warm
+
+        return warm.ensure(board.root)
+    except Exception as exc:  # noqa: BLE001 - a speed-up, never a dependency
+        board.note(job, f"no warm Ray instance ({_one_line(exc)}); starting one for this job")
+        return None
 
 
 def _stop(live: dict[Any, int], pids: dict[int, int], local: bool) -> None:
@@ -620,7 +655,8 @@ def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, b
     job.ray_optional = resolve_address(address) is None
     board.note(job, f"runs on Ray ({why})")
     with open(board.root / f"{job.id}.log", "ab") as log:
-        child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id],
+        warm = ["--warm"] if job.ray_optional and os.environ.get("WORKBENCH_RAY_WARM", "1") != "0" else []
+        child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id, *warm],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     from workbench.jobs.board import process_started
 
@@ -681,9 +717,11 @@ def _lower_priority() -> None:
         pass
 
 
-def drive_recorded(root: str, job_id: str) -> None:
-    """``python -m workbench.jobs ROOT ID``: become the driver of a recorded job and run it to its end."""
+def drive_recorded(root: str, job_id: str, warm: bool = False) -> None:
+    """``python -m workbench.jobs ROOT ID [--warm]``: become the driver of a recorded job and run it to its
+    end; with ``warm``, on the warm local instance (workbench/jobs/warm.py) when Ray was not asked for."""
     _lower_priority()
+    _WARM[0] = warm
     board = JobBoard(root)
     job = board.get(job_id)
     job.driver = this_driver()
@@ -692,3 +730,8 @@ def drive_recorded(root: str, job_id: str) -> None:
         drive(job, board)
     except BaseException:
         pass  # drive recorded how it ended
+    finally:
+        if warm:
+            from workbench.jobs.warm import touch
+
+            touch(board.root)  # the instance's idle time starts now

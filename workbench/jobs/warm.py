@@ -1,0 +1,177 @@
+"""A warm local Ray instance for the jobs the app (or a notebook) submits: started once, reused by later jobs,
+shut down when idle.
+
+Its host is a process of its own (``python -m workbench.jobs.warm ROOT``) that starts a local Ray instance
+(the instance lives as long as the host does), records its address in ``<jobs>/ray-warm.json`` and ends it
+after IDLE_S without a job. A job's driver (``python -m workbench.jobs ROOT ID --warm``) connects to it
+instead of starting an instance of its own, and runs a one-shard job of a model on that model's actor
+(``ModelHost``, named after the model, in the ``workbench`` namespace): the actor imported the engines and
+loaded the model for an earlier job, so a later job starts in seconds, not in an import of everything and
+a model load. Sharded jobs run as tasks on the same instance. Whatever goes wrong here, the caller falls back
+to an instance of its own (or to running in its driver): a warm instance is a speed-up, never a dependency.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from workbench.jobs.board import ACTIVE, JobBoard, JobError, driver_alive, this_driver
+
+RECORD = "ray-warm.json"
+USED = "ray-warm.used"  # touched by every driver that uses the instance: its mtime is the last use
+IDLE_S = 600.0  # an instance with no job for this long is shut down (WORKBENCH_RAY_IDLE_S overrides)
+START_S = 120.0  # how long a caller waits for a new instance to answer
+NAMESPACE = "workbench"
+
+
+def idle_seconds() -> float:
+    try:
+        return max(5.0, float(os.environ.get("WORKBENCH_RAY_IDLE_S", IDLE_S)))
+    except ValueError:
+        return IDLE_S
+
+
+def _read(root: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads((root / RECORD).read_text(encoding="utf-8"))
+        return data if isinstance(data, dict) and isinstance(data.get("address"), str) else None
+    except (OSError, ValueError):
+        return None
+
+
+def live(root: str | Path) -> dict[str, Any] | None:
+    """The warm instance's record when its host still runs (on this host), else None."""
+    data = _read(Path(root))
+    if data is None or not isinstance(data.get("host"), dict) or not driver_alive(data["host"]):
+        return None
+    return data
+
+
+def touch(root: str | Path) -> None:
+    try:
+        (Path(root) / USED).touch()
+    except OSError:
+        pass
+
+
+def ensure(root: str | Path, timeout: float = START_S) -> str:
+    """The warm instance's address, starting its host if none runs. JobError when it does not come up."""
+    root = Path(root)
+    data = live(root)
+    if data is not None:
+        touch(root)
+        return data["address"]
+    root.mkdir(parents=True, exist_ok=True)
+    lock = root / "ray-warm.starting"
+    try:  # one starter at a time; a starter that died leaves a lock older than START_S, taken over
+        fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        os.close(fd)
+        mine = True
+    except FileExistsError:
+        mine = time.time() - lock.stat().st_mtime > START_S
+        if mine:
+            lock.touch()
+    try:
+        if mine:
+            with open(root / "ray-warm.log", "ab") as log:
+                subprocess.Popen([sys.executable, "-m", "workbench.jobs.warm", str(root)], stdin=subprocess.DEVNULL,
+                                 stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            data = live(root)
+            if data is not None:
+                touch(root)
+                return data["address"]
+            time.sleep(0.2)
+        raise JobError(f"the warm Ray instance did not start within {timeout:.0f} s (see {root / 'ray-warm.log'})")
+    finally:
+        if mine:
+            lock.unlink(missing_ok=True)
+
+
+# -- the actor that keeps a model loaded ----------------------------------------------------------------
+class ModelHost:
+    """One model, loaded once, running job shards one after another (see runner._shard_events)."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        from workbench.jobs.kinds import worker_model
+
+        worker_model(spec)
+
+    def pid(self) -> int:
+        return os.getpid()
+
+    def run(self, spec: dict[str, Any], shard: Any):
+        from workbench.jobs.runner import _shard_events
+
+        yield from _shard_events(spec, shard)
+
+
+def actor_name(spec: dict[str, Any]) -> str:
+    return f"model:{spec['model']}|{spec.get('device', 'cpu')}|{spec.get('dtype')}"
+
+
+def model_actor(spec: dict[str, Any], resources: dict[str, float]) -> Any:
+    """The running actor of the spec's model, created on first use (it lives as long as the instance)."""
+    import ray
+
+    # no CPU held for its lifetime (it would starve tasks on a small machine); GPUs are held
+    cls = ray.remote(max_restarts=0, max_concurrency=1)(ModelHost)
+    return cls.options(name=actor_name(spec), namespace=NAMESPACE, lifetime="detached", get_if_exists=True,
+                       num_cpus=0, num_gpus=resources.get("num_gpus", 0)).remote(
+        {k: spec[k] for k in ("model", "device", "dtype", "threads") if k in spec})
+
+
+# -- the host process -----------------------------------------------------------------------------------
+def _active_jobs(root: Path) -> bool:
+    try:
+        return any(j.state in ACTIVE for j in JobBoard(root).list())
+    except Exception:  # noqa: BLE001 - an unreadable board is no reason to stay up
+        return False
+
+
+def host(root: str | Path) -> None:
+    """Start the instance, record it, and end it after idle_seconds() without a job."""
+    import ray
+
+    from workbench.jobs.runner import _lower_priority
+
+    root = Path(root)
+    _lower_priority()
+    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
+             log_to_driver=False)
+    address = ray.get_runtime_context().gcs_address
+    tmp = root / f".{RECORD}.{os.getpid()}.tmp"
+    tmp.write_text(json.dumps({"address": address, "host": this_driver(), "started": time.time()}))
+    os.replace(tmp, root / RECORD)
+    touch(root)
+    try:
+        while True:
+            time.sleep(2.0)
+            try:
+                last = (root / USED).stat().st_mtime
+            except OSError:
+                last = 0.0
+            if _active_jobs(root):
+                touch(root)
+            elif time.time() - last > idle_seconds():
+                break
+            if _read(root) is None or _read(root)["address"] != address:
+                break  # the record was removed or replaced: this instance is no longer the warm one
+    finally:
+        data = _read(root)
+        if data is not None and data.get("address") == address:
+            (root / RECORD).unlink(missing_ok=True)
+        ray.shutdown()
+
+
+if __name__ == "__main__":
+    host(sys.argv[1])
+    sys.stdout.flush()
+    os._exit(0)
