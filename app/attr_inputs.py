@@ -13,6 +13,7 @@ import streamlit as st
 
 from app import common as C
 from app import readouts as R
+from app import shared as SH
 
 
 def prompt_pass(loaded: Any, prompt: str) -> Any | None:
@@ -20,7 +21,8 @@ def prompt_pass(loaded: Any, prompt: str) -> Any | None:
     sig = (loaded.name, prompt)
     held = st.session_state.get("_attr_pass")
     if not held or held[0] != sig:
-        got = C.attempt("Cannot read the prompt", R.prompt_pass, loaded, prompt)
+        got = SH.shared(("prompt_pass", *sig), lambda: C.attempt("Cannot read the prompt", R.prompt_pass, loaded,
+                                                                  prompt))
         if got is None:
             return None
         held = (sig, got)

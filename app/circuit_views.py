@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import common as C
 from app import readouts as R
+from app import shared as SH
 from app import views as V
 
 
@@ -149,10 +150,13 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
             return False
         from circuits.discover import circuit
 
-        with loaded.lock:
-            res = C.attempt("Cannot trace the circuit", circuit, loaded.model, [row], method="dpa",
-                            ablation="corrupt" if "corrupt" in row else "zero", evaluate=False,
-                            selection="greedy", edges=k)
+        def trace() -> Any:
+            with loaded.lock:
+                return C.attempt("Cannot trace the circuit", circuit, loaded.model, [row], method="dpa",
+                                 ablation="corrupt" if "corrupt" in row else "zero", evaluate=False,
+                                 selection="greedy", edges=k)
+
+        res = SH.shared(("prompt_circuit", *sig), trace)  # scores do not depend on k: any session's will do
         if res is None:
             return False
         held, scored = (sig, res), True

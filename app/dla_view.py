@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import common as C
 from app import share as S
+from app import shared as SH
 from app import views as V
 
 
@@ -21,9 +22,12 @@ def compute(loaded: Any, prompt: str, target: str, foil: str | None, position: i
     sig = (loaded.name, prompt, target, foil, position)
     held = st.session_state.get("_attr_dla")
     if not held or held[0] != sig:
-        with loaded.lock:
-            res = C.attempt("Direct logit attribution failed", direct_logit_attribution, loaded.model, prompt,
-                            target, foil, position)
+        def run() -> Any:
+            with loaded.lock:
+                return C.attempt("Direct logit attribution failed", direct_logit_attribution, loaded.model, prompt,
+                                 target, foil, position)
+
+        res = SH.shared(("dla", *sig), run)  # one per server: a new session on the same prompt reuses it
         if res is None:
             return None
         held = (sig, res)

@@ -64,9 +64,10 @@ def test_feature_graph_rows_columns_labels_and_click(tmp_path, tiny):  # noqa: F
                 assert x == int(n.split("@p")[1]), (n, x)
         boxes = graph.evaluate(BOXES_JS)
         assert boxes and not overlaps(boxes), overlaps(boxes)
-        i = next(k for k, n in enumerate(names) if n.startswith("L1.f"))
+        picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Node").first
+        before = picker.locator("input").first.input_value()  # the most influential feature at first
+        i = next(k for k, n in enumerate(names) if n.startswith("L1.f") and n != before)
         click_point(page, graph, info["x"][i], info["y"][i])
         page.get_by_text(f"Open feature {names[i].split('.f')[1].split('@')[0]}").first.wait_for(timeout=30_000)
-        picker = page.locator('[data-testid="stSelectbox"]').filter(has_text="Node").first
         assert names[i] in picker.locator("input").first.input_value()  # shown beside the graph
         assert_no_errors(page)

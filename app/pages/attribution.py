@@ -12,6 +12,7 @@ from app import circuit_views as CV
 from app import common as C
 from app import jobs_view as J
 from app import share as S
+from app import shared as SH
 from app import views as V
 from app.head_view import show_head
 
@@ -41,12 +42,16 @@ def compute(
     """
     cache = st.session_state.setdefault("_attr_cache", {})
     sig = (loaded.name, prompt, target, foil, method, position)
+    for lv in levels:  # what another session of this server computed (a new tab on the same prompt)
+        if (*sig, lv) not in cache and (got := SH.peek(("attribute", *sig, lv))) is not None:
+            cache[(*sig, lv)] = got
     todo = [lv for lv in levels if (*sig, lv) not in cache]
     if todo:
         with loaded.lock:
             fresh = _attribute(loaded.model, prompt, target, foil, method, tuple(todo), position)
         for lv, res in fresh.items():
             cache[(*sig, lv)] = res
+            SH.put(("attribute", *sig, lv), res)
         while len(cache) > CACHE_SIZE:
             cache.pop(next(iter(cache)))
     return {lv: cache[(*sig, lv)] for lv in levels}

@@ -49,6 +49,9 @@ def show(graph: Any, key: str) -> None:
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
                f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
     ids = [n["id"] for n in graph.nodes]
+    if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
+        features = [n for n in graph.nodes if n["kind"] == "feature"] or graph.nodes
+        st.session_state[f"{key}_node"] = max(features, key=lambda n: float(n["influence"]))["id"]
     follow_click([key], f"{key}_node", ids)
     chosen = st.session_state.get(f"{key}_node")
     left, right = st.columns([5, 2])

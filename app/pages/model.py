@@ -6,6 +6,7 @@ import streamlit as st
 
 from app import common as C
 from app import share as S
+from app import shared as SH
 
 
 def clean_continuation(model, text: str) -> tuple[str, str | None]:
@@ -79,8 +80,8 @@ if sig not in cache:
         with loaded.lock:
             return model.generate(prompt, max_new_tokens=n_new)
 
-    with st.spinner("Generating…"):
-        cache[sig] = C.attempt("Cannot generate", _gen)
+    with st.spinner("Generating…"):  # greedy, so one generation per server serves every session
+        cache[sig] = SH.shared(("generate", *sig), lambda: C.attempt("Cannot generate", _gen))
 text = cache.get(sig)
 if text is None:
     cache.pop(sig, None)

@@ -1,0 +1,103 @@
+"""Screenshots of the app for the README: Circuits, Feature graph, Lens, SAE features and Runs on smollm2-135m,
+in headless Chromium, written small (palette PNG) to docs/screenshots/.
+
+    .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--store DIR]
+
+``--store`` is a run store holding a smollm2 circuit (scripts/measure_pages.py fills one); the Runs shot opens
+its newest circuit run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))
+
+from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+
+
+def settle(page, timeout: float = 600) -> None:
+    page.wait_for_selector("h1", timeout=timeout * 1000)
+    deadline, quiet = time.time() + timeout, None
+    while time.time() < deadline:
+        if page.locator('[data-testid="stStatusWidget"]').count():
+            quiet = None
+        elif quiet is None:
+            quiet = time.time()
+        elif time.time() - quiet > 1.5:
+            return
+        time.sleep(0.2)
+
+
+def save_small(path: Path, raw: bytes) -> None:
+    """A palette PNG (a few hundred kB at most) from Chromium's screenshot bytes."""
+    import io
+
+    from PIL import Image
+
+    img = Image.open(io.BytesIO(raw)).convert("RGB")
+    img = img.resize((img.width * 3 // 4, img.height * 3 // 4), Image.LANCZOS)
+    img.quantize(colors=256, method=Image.Quantize.FASTOCTREE).save(path, optimize=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
+    ap.add_argument("--store", default="")
+    args = ap.parse_args()
+    from playwright.sync_api import sync_playwright
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    env = {"WORKBENCH_RUNS": args.store} if args.store else {}
+    port = free_port()
+    proc = start_app(port, Path(tempfile.mkdtemp()) / "app.log", env=env)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": 1500, "height": 1150})
+
+            def shot(name: str, scroll_to: str | None = None) -> None:
+                if scroll_to:
+                    page.locator(scroll_to).first.scroll_into_view_if_needed()
+                    time.sleep(0.5)
+                save_small(out / f"{name}.png", page.screenshot())
+                print(f"{out / name}.png", flush=True)
+
+            page.goto(f"{base}/circuits", timeout=120_000)
+            settle(page)
+            shot("circuits", ".js-plotly-plot")
+            page.goto(f"{base}/feature_graph", timeout=120_000)
+            settle(page)
+            page.get_by_role("button", name="Build the feature graph").click()
+            settle(page)
+            shot("feature-graph", ".js-plotly-plot")
+            page.goto(f"{base}/lens?prompt=When+Mary+and+John+went+to+the+store%2C+John+gave+a+drink+to"
+                      "&target=+Mary", timeout=120_000)
+            settle(page)
+            shot("lens", ".js-plotly-plot")
+            page.goto(f"{base}/sae", timeout=120_000)
+            settle(page)
+            shot("sae", ".js-plotly-plot")
+            run = ""
+            if args.store:
+                runs = sorted(n for n in os.listdir(args.store) if "-circuit-" in n)
+                run = runs[-1] if runs else ""
+            page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
+            settle(page)
+            shot("runs", "text=/· kind/" if run else None)
+            browser.close()
+    finally:
+        stop_app(proc)
+
+
+if __name__ == "__main__":
+    main()
