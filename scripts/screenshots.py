@@ -65,9 +65,15 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1500, "height": 1150})
 
-            def shot(name: str, scroll_to: str | None = None) -> None:
+            def shot(name: str, scroll_to: str | None = None, top: bool = False) -> None:
                 if scroll_to:
-                    page.locator(scroll_to).first.scroll_into_view_if_needed()
+                    target = page.locator(scroll_to).first
+                    if top:  # the element at the top of the window, what follows it below
+                        target.evaluate("e => { e.scrollIntoView({block: 'start'}); let p = e.parentElement; "
+                                        "while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement; "
+                                        "if (p) p.scrollTop -= 90; }")
+                    else:
+                        target.scroll_into_view_if_needed()
                     time.sleep(0.5)
                 save_small(out / f"{name}.png", page.screenshot())
                 print(f"{out / name}.png", flush=True)
@@ -93,7 +99,7 @@ def main() -> None:
                 run = runs[-1] if runs else ""
             page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
             settle(page)
-            shot("runs", "text=/· kind/" if run else None)
+            shot("runs", "text=/· kind/" if run else None, top=True)
             browser.close()
     finally:
         stop_app(proc)
