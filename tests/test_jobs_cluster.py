@@ -60,7 +60,10 @@ def _start(cmd: list[str], env: dict[str, str], temp_dir: str, node: str, tries:
     import psutil
 
     for attempt in range(tries):
-        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180)
+        # a session of its own is a scheduling group of its own (Linux autogroups): the node's processes get
+        # their fair share of the CPU, not a slice of whatever niced group runs the tests (a node whose agents
+        # take over 15 s to start dies: "The current node timed out during startup")
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, start_new_session=True)
         if done.returncode == 0:
             return
         if attempt + 1 == tries or "timed out during startup" not in done.stderr + done.stdout:
@@ -79,14 +82,18 @@ def _processes_of(temp_dir: str) -> list:
     in their command lines; nothing else on the machine does."""
     import psutil
 
-    found = []
-    for proc in psutil.process_iter(["pid", "cmdline"]):
+    found: dict[int, object] = {}
+    for proc in psutil.process_iter(["pid", "cmdline", "name"]):
         try:
-            if any(temp_dir in part for part in proc.info["cmdline"] or []):
-                found.append(proc)
+            cmdline = " ".join(proc.info["cmdline"] or [])
+            # agents rename themselves (ray::DashboardAgent): theirs are the log files they hold open
+            if temp_dir in cmdline or (cmdline.startswith("ray::") and
+                                       any(temp_dir in f.path for f in proc.open_files())):
+                found[proc.pid] = proc
+                found.update({c.pid: c for c in proc.children(recursive=True)})
         except (psutil.Error, TypeError):
             continue
-    return found
+    return list(found.values())
 
 
 @pytest.fixture
@@ -96,7 +103,9 @@ def cluster():
 
     temp_dir = tempfile.mkdtemp(prefix="wbray", dir="/tmp")  # short: Ray's socket paths must fit 107 bytes
     (port,) = _free_ports(1)
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    # Ray 2.60's `ray start --head` turns token authentication on, and then every node and driver needs the
+    # token (RAY_AUTH_TOKEN or ~/.ray/auth_token); this cluster listens on 127.0.0.1 only
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled"}
     env.pop("RAY_ADDRESS", None)
     address = f"127.0.0.1:{port}"
     nodes = {}
@@ -181,7 +190,7 @@ def test_two_nodes_give_one_process_numbers_and_a_killed_node_fails_the_job(clus
     rows_file.write_text("".join(json.dumps(r) + "\n" for r in _rows(tiny_llama_dir, 4)))
     driver = subprocess.Popen([sys.executable, "-c", DRIVER, address, str(tiny_llama_dir), str(rows_file)],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                              cwd=Path(__file__).resolve().parents[1])
+                              cwd=Path(__file__).resolve().parents[1], env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     try:
         first = json.loads(driver.stdout.readline() or "null") or pytest.fail(driver.stderr.read()[-3000:])
         for name in ("faith", "patch"):
