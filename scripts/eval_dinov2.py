@@ -47,23 +47,27 @@ def merge(out: Path, head: str) -> tuple[str, dict]:
                                                            if k in r} for r in records]}
 
 
-def where(head: str, n: int, methods: list[str]) -> dict[str, dict[str, int]]:
+def where(head: str, n: int, methods: list[str], maps: dict[str, torch.Tensor] | None = None
+          ) -> dict[str, dict[str, int]]:
     """Where each method's top patch lands, on the held-out images 0 .. n-1 (the true label explained): on the
     decisive object's visible pixels, else on another object (hard set: its role, from data.hard_scene), else
-    on the background (synthetic: no object pixel brighter than 0.3 in the patch)."""
+    on the background (synthetic: no object pixel brighter than 0.3 in the patch). ``maps``: (image, patch)
+    maps already computed (a stored vit-eval run's), else each method is run here."""
     from attribution.vit.methods import explain
 
-    model = with_head(load_backbone(224), head)
     make = data.synthetic if head == "synthetic" else data.hard
-    batch = data.at_size(make(n, data.TEST_SEED), 224)
+    if maps is None:
+        model = with_head(load_backbone(224), head)
+        batch = data.at_size(make(n, data.TEST_SEED), 224)
+        maps = {m: explain(model, batch.images, m, batch.labels).flat for m in methods}
     scale = 224 // data.IMAGE_SIZE  # 7: one 14 px patch is 2 x 2 pixels of the 32 px image
+    grid = 224 // 14
     counts: dict[str, dict[str, int]] = {}
     for method in methods:
-        pm = explain(model, batch.images, method, batch.labels)
-        top = pm.flat.argmax(1).tolist()
+        top = maps[method].reshape(len(maps[method]), -1)[:n].argmax(1).tolist()
         got: dict[str, int] = {}
         for i, t in enumerate(top):
-            r, c = divmod(t, pm.grid)
+            r, c = divmod(t, grid)
             rows, cols = slice(r * 14 // scale, (r + 1) * 14 // scale), slice(c * 14 // scale, (c + 1) * 14 // scale)
             small = make(1, data.TEST_SEED, start=i)
             if bool(small.masks[0, rows, cols].any()):
@@ -83,6 +87,7 @@ def where(head: str, n: int, methods: list[str]) -> dict[str, dict[str, int]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--where", action="store_true", help="Print where each method's top patch lands.")
+    ap.add_argument("--run", default=None, help="With --where: read the maps of this stored vit-eval run.")
     ap.add_argument("--merge", action="store_true", help="Print the merged tables of the runs in --out.")
     ap.add_argument("--n", type=int, default=8)
     ap.add_argument("--start", type=int, default=0, help="First image index (runs can be split and merged).")
@@ -97,8 +102,15 @@ def main() -> None:
     out = Path(args.out)
     if args.where:
         torch.set_num_threads(args.threads)
+        maps = None
+        if args.run:  # a stored `workbench vit-eval` run: its maps (all images), its head
+            from workbench.store import RunStore
+
+            run = RunStore().get(args.run)
+            maps = {k[4:]: v for k, v in run.tensors().items() if k.startswith("map_")}
+            args.heads = run.meta.get("args", {}).get("head", "synthetic")
         for head in args.heads.split(","):
-            print(head, json.dumps(where(head, args.n, args.methods.split(","))), flush=True)
+            print(head, json.dumps(where(head, args.n, args.methods.split(","), maps)), flush=True)
         return
     if args.merge:
         for head in args.heads.split(","):
