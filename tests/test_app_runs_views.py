@@ -70,6 +70,9 @@ def test_deep_link_opens_a_run(circuits):
 def test_two_circuits_compare_as_graphs_and_overlap(circuits):
     at = open_page("runs")
     assert not problems(at)
+    assert not any(m.label == "shared edges" for m in at.metric)  # nothing compared until asked
+    at.toggle(key="runs_cmp_on").set_value(True).run()
+    assert not problems(at)
     assert chart(at, "runs_cmp_graph_A")["data"] and chart(at, "runs_cmp_graph_B")["data"]
     labels = {m.label: m.value for m in at.metric}
     assert "shared edges" in labels and "edge overlap (Jaccard)" in labels

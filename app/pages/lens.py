@@ -5,6 +5,7 @@ from __future__ import annotations
 import streamlit as st
 
 from app import common as C
+from app import shared as SH
 from app import views as V
 from app.lens_view import grid, selected_cell, tuned_available
 
@@ -36,7 +37,13 @@ if kind == "tuned":
         st.stop()
 from attribution.lens import lens  # noqa: E402
 
-res = C.attempt("Lens failed", lens, model, prompt, kind=kind, target=target or None, top_k=top_k)
+
+def _lens():
+    with loaded.lock:
+        return C.attempt("Lens failed", lens, model, prompt, kind=kind, target=target or None, top_k=top_k)
+
+
+res = SH.shared(("lens", loaded.name, prompt, kind, target, top_k), _lens)  # one per server for these inputs
 if res is None:
     st.stop()
 

@@ -14,6 +14,7 @@ import streamlit as st
 
 from app import common as C
 from app import run_views as RV
+from app import shared as SH
 
 
 def compare(a: Any, b: Any) -> None:
@@ -69,12 +70,16 @@ def details(store: Any, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]
     second tell apart in the list; read once per run and session, and only for the rows shown."""
     held = st.session_state.setdefault("_runs_details", {})
     for r in rows:
-        if r["id"] not in held:
-            try:
-                held[r["id"]] = RV.describe(store.get(r["id"]))
-            except Exception:  # noqa: BLE001 - a run removed meanwhile: nothing to show
-                held[r["id"]] = {"level": None, "prompt": None, "target": None}
+        if r["id"] not in held:  # a run never changes once stored: described once per server
+            held[r["id"]] = SH.shared(("run_details", str(store.root), r["id"]), lambda r=r: describe(store, r["id"]))
     return held
+
+
+def describe(store: Any, run_id: str) -> dict[str, Any]:
+    try:
+        return RV.describe(store.get(run_id))
+    except Exception:  # noqa: BLE001 - a run removed meanwhile: nothing to show
+        return {"level": None, "prompt": None, "target": None}
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -187,6 +192,8 @@ with tab_cmp:
         label = lambda i: f"{i} · {shown[ids.index(i)]['kind']} · {cmp_info.get(i, {}).get('level') or ''}"  # noqa: E731
         a_id = st.selectbox("Run A", ids, index=a_i, key="runs_a", format_func=label)
         b_id = st.selectbox("Run B", ids, index=b_i, key="runs_b", format_func=label)
-        a, b = C.open_run(a_id), C.open_run(b_id)
-        if a is not None and b is not None:
-            compare(a, b)
+        # drawn when asked: two circuits' graphs and tensors are seconds of work on every render otherwise
+        if st.toggle("Compare them", key="runs_cmp_on", value=bool(st.query_params.get("compare"))):
+            a, b = C.open_run(a_id), C.open_run(b_id)
+            if a is not None and b is not None:
+                compare(a, b)

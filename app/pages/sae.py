@@ -11,6 +11,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
+from app import shared as SH
 from app import views as V
 
 NEURONS, OTHER = "MLP neurons", "other directory…"
@@ -152,7 +153,11 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     if not prompt.strip():
         st.info("Type a prompt to see which features fire on each token.")
         return
-    got = C.attempt("Cannot run the prompt", prompt_units, loaded, source, prompt, db, show_first, relative)
+    got = SH.shared(("sae_prompt", loaded.name, str(source.path), source.name, prompt, show_first, relative,
+                     # one per server: a new session on this prompt draws at once
+                     stamp(Path(source.path) / "sae_weights.safetensors"), db.meta.get("n_tokens")),
+                    lambda: C.attempt("Cannot run the prompt", prompt_units, loaded, source, prompt, db, show_first,
+                                      relative))
     if got is None:
         return
     tokens, first, score, found = got["tokens"], got["first"], got["score"], got["rows"]
