@@ -209,7 +209,8 @@ def estimate_job(spec: dict, workers: int = 1):
 
 
 def submit_job(spec: dict, workers: int = 1, ray_address: str | None = None):
-    """Start a job on Ray and return at once; follow it with ``wb.jobs().get(job.id)``."""
+    """Start a job and return at once; follow it with ``wb.jobs().get(job.id)``. Work estimated under about
+    10 s runs in a thread of this process, longer work on Ray (workbench/jobs/runner.py ``submit``)."""
     from workbench.jobs import submit
 
     return submit(spec, workers=workers, address=ray_address)

@@ -1,4 +1,4 @@
-"""Jobs: long work (faithfulness, prompt sets, activation patching) running on Ray, outside this server;
+"""Jobs: long work (faithfulness, prompt sets, activation patching), in this server when short, else on Ray;
 queued, running (progress and time left), done, failed, cancelled. Cancel, or open the result."""
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def start_sleep() -> None:
 
 st.title("Jobs")
 address = os.environ.get("WORKBENCH_RAY_ADDRESS") or "a local Ray instance (started on demand)"
-st.caption(f"Long work runs as jobs on {address}, outside this server: pages stay usable, a job survives a page "
-           "reload, and Cancel stops its workers within seconds. Results land in the run store.")
+st.caption(f"Work estimated under about 10 s runs as a job in this server, on the model it holds; longer work runs "
+           f"on {address}, outside this server: pages stay usable, a job survives a page reload, and Cancel stops "
+           "it within seconds. Results land in the run store.")
 if C.engine("attribution.faithfulness", "faithfulness") is not None:
     start_faithfulness()
 if os.environ.get("WORKBENCH_JOBS_DEMO") == "1":
