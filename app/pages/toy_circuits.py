@@ -10,6 +10,7 @@ import streamlit as st
 
 from app import common as C
 from app import share as S
+from app import shared as SH
 from app import views as V
 
 N_EVAL = 256
@@ -133,8 +134,12 @@ seed = st.sidebar.number_input("Evaluation seed", 0, 10_000, 0, key="toy_seed")
 batch = C.attempt("Cannot sample the task", task.batch, "test", N_EVAL, int(seed))
 if batch is None:
     st.stop()
-with loaded.lock:
-    acc = C.attempt("Evaluation failed", evaluate, model, batch, task)
+def _evaluate():
+    with loaded.lock:
+        return C.attempt("Evaluation failed", evaluate, model, batch, task)
+
+
+acc = SH.shared(("toy_eval", loaded.name, int(seed)), _evaluate)  # once per server for this checkpoint and seed
 if acc:
     cols = st.columns(len(acc))
     for col, (k, v) in zip(cols, acc.items(), strict=True):
@@ -219,8 +224,11 @@ with tabs[3]:
     else:
         from circuits.tools.fourier import fourier_analysis
 
-        with loaded.lock:
-            four = C.attempt("Fourier analysis failed", fourier_analysis, model)
+        def _fourier():
+            with loaded.lock:
+                return C.attempt("Fourier analysis failed", fourier_analysis, model)
+
+        four = SH.shared(("toy_fourier", loaded.name), _fourier)
         if four is not None:
             st.metric("key frequencies", ", ".join(map(str, four.key_freqs)))
             if four.embedding_spectrum is not None:
@@ -238,7 +246,8 @@ with tabs[3]:
 with tabs[4]:
     from circuits.tools.spectra import plot_over_training, spectra_over_training, weight_spectra
 
-    table = C.attempt("No spectra over training", spectra_over_training, model)
+    table = SH.shared(("toy_spectra", loaded.name),
+                      lambda: C.attempt("No spectra over training", spectra_over_training, model))
     if table is not None:
         value = st.selectbox(
             "Quantity",
