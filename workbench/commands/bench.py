@@ -37,6 +37,7 @@ def circuits(
     n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching."),
     selection: str = typer.Option("topk", "--selection", help="topk, greedy, bootstrap or positive_ratio."),
     boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals."),
+    batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward."),
     workers: int = typer.Option(1, "--workers", help="Processes over tasks (each loads the model)."),
     out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it). Default: "
                              "circuits/results/bench_<model>.md"),
@@ -48,11 +49,12 @@ def circuits(
     from circuits.bench.runner import METHODS, ROOT, BenchConfig, check_config, run
     from workbench.errors import RangeError
 
-    if workers < 1:
-        raise RangeError(f"--workers must be at least 1 (got {workers})")
+    if workers < 1 or batch_size < 1:
+        raise RangeError(f"--workers and --batch-size must be at least 1 (got {workers}, {batch_size})")
     cfg = BenchConfig(model=model, tasks=_list(tasks, ["ioi", "facts", "add", "greater_than", "induction"]),
                       methods=_list(methods, list(METHODS)), levels=_list(levels, ["edge", "node"]),
-                      n_train=n_train, n_test=n_test, n_patch=n_patch, selection=selection, n_boot=boot)
+                      n_train=n_train, n_test=n_test, n_patch=n_patch, selection=selection, n_boot=boot,
+                      batch_size=batch_size)
     check_config(cfg)
     if out is not None and out.suffix != ".md":
         raise RangeError(f"--out must name a .md file (got {out})")
@@ -91,8 +93,13 @@ def _one_task(cfg_dict: dict[str, Any], task: str) -> dict[str, Any]:
     from circuits.bench.runner import BenchConfig, run_task
 
     torch.set_num_threads(1)
+    import sys
+    import time
+
     cfg = BenchConfig(**cfg_dict)
-    return run_task(wb.load(cfg.model), task, cfg)
+    started = time.perf_counter()
+    return run_task(wb.load(cfg.model), task, cfg, on_step=lambda what: print(
+        f"{time.perf_counter() - started:7.0f} s  done: {what}", file=sys.stderr, flush=True))
 
 
 def _run(cfg: Any, workers: int) -> dict[str, Any]:
