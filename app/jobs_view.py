@@ -7,6 +7,7 @@ Each widget that polls is an ``st.fragment(run_every=...)``: only it reruns whil
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import streamlit as st
@@ -44,7 +45,7 @@ def submit(spec: dict[str, Any], key: str, workers: int = 1, seconds: float | No
     import workbench.jobs
 
     job = C.attempt("Cannot start the job", workbench.jobs.submit, spec, workers=workers, board=board(),
-                    models=lent_models(spec), seconds=seconds)
+                    models=lent_models(spec), seconds=seconds, warm_owner=os.getpid())  # the warm Ray instance
     if job is not None:
         st.session_state[key] = job.id
     return job

@@ -130,7 +130,8 @@ def test_a_killed_driver_reads_failed_and_jobs_list_shows_no_live_job(monkeypatc
     board = JobBoard()
     job = board.create(DRIVER_SPEC, "sleep 60 s")
     child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id],
-                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             start_new_session=True)  # the driver lowers its session group's priority
     try:
         _wait(lambda: board.get(job.id).done >= 2, timeout=60)
         running = board.get(job.id)

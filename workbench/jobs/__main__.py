@@ -1,4 +1,4 @@
-"""``python -m workbench.jobs ROOT JOB_ID [--warm]``: the driver process of one job started by ``submit``."""
+"""``python -m workbench.jobs ROOT JOB_ID [--warm=OWNER_PID]``: the driver process of one job started by ``submit``."""
 
 import os
 import sys
@@ -19,7 +19,8 @@ def _shutdown_ray(seconds: float = 10.0) -> None:
 
 
 if __name__ == "__main__":
-    drive_recorded(sys.argv[1], sys.argv[2], warm="--warm" in sys.argv[3:])
+    owner = [int(a.split("=", 1)[1]) for a in sys.argv[3:] if a.startswith("--warm=")]
+    drive_recorded(sys.argv[1], sys.argv[2], warm=owner[0] if owner else None)
     _shutdown_ray()
     sys.stdout.flush()
     os._exit(0)  # the job's record is final: nothing else to wait for

@@ -196,7 +196,8 @@ def connect(address: str | None, attempts: int = START_ATTEMPTS, namespace: str 
                 except Exception:
                     pass
                 if not retry:
-                    raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}") from None
+                    cause = f" ({_one_line(exc.__cause__)})" if exc.__cause__ is not None else ""
+                    raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}{cause}") from None
         _RAY_ADDRESS[:] = [want]
         return want
 
@@ -522,18 +523,18 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
     return parts, tracker
 
 
-_WARM = [False]  # this driver may use (and start) the warm local instance: set by ``drive_recorded(warm=True)``
+_WARM: list[int | None] = [None]  # the warm instance's owner pid when this driver may use it (drive_recorded)
 
 
 def _warm_address(job: Job, board: JobBoard) -> str | None:
     """The warm instance's address for a job that may use it (submitted, Ray not asked for), else None;
     a warm instance that cannot start is a note, and the job starts an instance of its own."""
-    if not (_WARM[0] and job.ray_optional and job.ray_address in (None, "local")):
+    if _WARM[0] is None or not job.ray_optional or job.ray_address not in (None, "local"):
         return None
     try:
         from workbench.jobs import warm
 
-        return warm.ensure(board.root)
+        return warm.ensure(board.root, owner=_WARM[0])
     except Exception as exc:  # noqa: BLE001 - a speed-up, never a dependency
         board.note(job, f"no warm Ray instance ({_one_line(exc)}); starting one for this job")
         return None
@@ -635,7 +636,8 @@ _THREADS: dict[str, threading.Thread] = {}  # jobs running in this process's thr
 
 
 def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, board: JobBoard | None = None,
-           models: dict[str, tuple[Any, Any]] | None = None, seconds: float | None = None) -> Job:
+           models: dict[str, tuple[Any, Any]] | None = None, seconds: float | None = None,
+           warm_owner: int | None = None) -> Job:
     """Start a job and return at once (the app, a notebook); ``JobBoard().request_cancel(id)`` stops it.
 
     Work estimated under local_seconds() (``seconds`` when the caller measured it) runs in a thread of this
@@ -643,7 +645,9 @@ def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, b
     ones: no Ray, no second copy of the model. Other work runs on Ray from a driver process of its own
     (``python -m workbench.jobs``): the caller never connects to Ray, so nothing that happens to Ray (Ray
     ends a driver whose local instance dies) can take the caller down. The driver's own output goes to
-    ``<jobs>/ID.log``."""
+    ``<jobs>/ID.log``. With ``warm_owner`` (the app server's pid), a job that goes to Ray without an address
+    runs on the warm local instance (workbench/jobs/warm.py), which ends once idle or once that process
+    has gone; without it, each such job's driver starts an instance of its own."""
     import subprocess
     import sys
 
@@ -655,7 +659,8 @@ def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, b
     job.ray_optional = resolve_address(address) is None
     board.note(job, f"runs on Ray ({why})")
     with open(board.root / f"{job.id}.log", "ab") as log:
-        warm = ["--warm"] if job.ray_optional and os.environ.get("WORKBENCH_RAY_WARM", "1") != "0" else []
+        on = warm_owner is not None and job.ray_optional and os.environ.get("WORKBENCH_RAY_WARM", "1") != "0"
+        warm = [f"--warm={warm_owner}"] if on else []
         child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id, *warm],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     from workbench.jobs.board import process_started
@@ -717,10 +722,16 @@ def _lower_priority() -> None:
         pass
 
 
-def drive_recorded(root: str, job_id: str, warm: bool = False) -> None:
-    """``python -m workbench.jobs ROOT ID [--warm]``: become the driver of a recorded job and run it to its
-    end; with ``warm``, on the warm local instance (workbench/jobs/warm.py) when Ray was not asked for."""
-    _lower_priority()
+def drive_recorded(root: str, job_id: str, warm: int | None = None) -> None:
+    """``python -m workbench.jobs ROOT ID [--warm=OWNER]``: become the driver of a recorded job and run it to
+    its end; with ``warm`` (the owner's pid), on the warm local instance (workbench/jobs/warm.py) when Ray was
+    not asked for."""
+    if warm is None:  # a warm instance's driver only waits on the actor: lowered, it missed Ray's 5 s limits
+        _lower_priority()
+    else:
+        # Ray 2.60 starts a local instance with token authentication (the token in ~/.ray/auth_token): this
+        # driver, and the host it may start (which inherits this), must use it; Ray reads it when imported
+        os.environ.setdefault("RAY_AUTH_MODE", "token")
     _WARM[0] = warm
     board = JobBoard(root)
     job = board.get(job_id)
@@ -731,7 +742,7 @@ def drive_recorded(root: str, job_id: str, warm: bool = False) -> None:
     except BaseException:
         pass  # drive recorded how it ended
     finally:
-        if warm:
+        if warm is not None:
             from workbench.jobs.warm import touch
 
             touch(board.root)  # the instance's idle time starts now

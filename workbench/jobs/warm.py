@@ -3,7 +3,8 @@ shut down when idle.
 
 Its host is a process of its own (``python -m workbench.jobs.warm ROOT``) that starts a local Ray instance
 (the instance lives as long as the host does), records its address in ``<jobs>/ray-warm.json`` and ends it
-after IDLE_S without a job. A job's driver (``python -m workbench.jobs ROOT ID --warm``) connects to it
+after IDLE_S without a job, or when the app it serves is gone. A job's driver (``python -m workbench.jobs
+ROOT ID --warm=OWNER``, started by the app's ``submit``) connects to it
 instead of starting an instance of its own, and runs a one-shard job of a model on that model's actor
 (``ModelHost``, named after the model, in the ``workbench`` namespace): the actor imported the engines and
 loaded the model for an earlier job, so a later job starts in seconds, not in an import of everything and
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.jobs.board import ACTIVE, JobBoard, JobError, driver_alive, this_driver
+from workbench.store import pid_alive
 
 RECORD = "ray-warm.json"
 USED = "ray-warm.used"  # touched by every driver that uses the instance: its mtime is the last use
@@ -60,8 +62,9 @@ def touch(root: str | Path) -> None:
         pass
 
 
-def ensure(root: str | Path, timeout: float = START_S) -> str:
-    """The warm instance's address, starting its host if none runs. JobError when it does not come up."""
+def ensure(root: str | Path, owner: int | None = None, timeout: float = START_S) -> str:
+    """The warm instance's address, starting its host if none runs (it ends once idle, or once ``owner``,
+    the app server's pid, has gone). JobError when it does not come up."""
     root = Path(root)
     data = live(root)
     if data is not None:
@@ -80,7 +83,8 @@ def ensure(root: str | Path, timeout: float = START_S) -> str:
     try:
         if mine:
             with open(root / "ray-warm.log", "ab") as log:
-                subprocess.Popen([sys.executable, "-m", "workbench.jobs.warm", str(root)], stdin=subprocess.DEVNULL,
+                subprocess.Popen([sys.executable, "-m", "workbench.jobs.warm", str(root), str(owner or 0)],
+                                 stdin=subprocess.DEVNULL,
                                  stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -136,14 +140,18 @@ def _active_jobs(root: Path) -> bool:
         return False
 
 
-def host(root: str | Path) -> None:
-    """Start the instance, record it, and end it after idle_seconds() without a job."""
+def host(root: str | Path, owner: int = 0) -> None:
+    """Start the instance, record it, and end it after idle_seconds() without a job, or once ``owner`` (a
+    pid; 0: none) has exited: a warm instance never outlives the app it was started for."""
+    import signal
+
     import ray
 
-    from workbench.jobs.runner import _lower_priority
-
     root = Path(root)
-    _lower_priority()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))  # stopped: end the instance on the way out
+    # At normal priority, in a session (a scheduling group) of its own: on a busy machine Ray's agents must
+    # start within its limits, and its GCS answer a driver's connection within five seconds (with the group's
+    # priority lowered, as a driver's is, both failed under a load of 10 on two cores).
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
              log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
@@ -158,6 +166,8 @@ def host(root: str | Path) -> None:
                 last = (root / USED).stat().st_mtime
             except OSError:
                 last = 0.0
+            if owner and not pid_alive(owner):
+                break
             if _active_jobs(root):
                 touch(root)
             elif time.time() - last > idle_seconds():
@@ -172,6 +182,6 @@ def host(root: str | Path) -> None:
 
 
 if __name__ == "__main__":
-    host(sys.argv[1])
+    host(sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     sys.stdout.flush()
     os._exit(0)
