@@ -233,7 +233,8 @@ def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, mon
     button with its measured estimate; the finished job's stored circuit opens in a new session at once."""
     from app import jobs_view
     from circuits.discover import CircuitResult
-    from workbench.jobs import JobBoard, run
+    from workbench.jobs import JobBoard
+    from workbench.jobs.runner import drive
 
     monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
     monkeypatch.setenv("WORKBENCH_LOCAL_S", "0")  # nothing runs in the server's process either
@@ -247,11 +248,11 @@ def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, mon
     (job,) = made
     assert job.spec["kind"] == "circuit_discover" and job.spec["method"] == "dpa"
     assert JobBoard().get(job.id).state == "queued" and not results(at)  # nothing computed in the app
-    done, _ = run(job.spec, save=True)  # its driver would run it on Ray; here, in this process
+    done, _ = drive(job, JobBoard())  # its driver would run it on Ray; here, in this process
     at = open_page("circuits", {"circ_model": "ioi-attn-2l1h"})
     assert not problems(at)
     assert set(nodes_drawn(at)) == {"embed", "L0.H0", "L1.H0", "logits"}
     (res,) = results(at).values()
     saved = CircuitResult.from_run(RunStore().get(done.run_id))
     assert res.method == "dpa" and bool((res.scores == saved.scores).all()) and res.faithfulness is not None
-    assert len(made) == 1 and len(JobBoard().list()) == 2  # nothing more was started
+    assert len(made) == 1 and len(JobBoard().list()) == 1  # nothing more was started
