@@ -83,3 +83,15 @@ def test_dense_masked_forward_equals_the_sparse_one(tiny_llama):
     dense = run_masked_dense(tiny_llama, g, b, refs.of(b), keep, "logit_diff")
     sparse = run_masked(tiny_llama, g, b, refs.of(b), keep, "logit_diff")
     assert torch.allclose(dense, sparse, atol=1e-4)
+
+
+def test_known_circuit_auroc_is_one_for_an_oracle_and_low_for_its_inverse():
+    from circuits.bench.known import known_mask, mib_auroc, rank_auroc
+
+    g = CircuitGraph(2, 1, False)  # ioi-attn-2l1h's graph
+    known = known_mask(g, "ioi-attn-2l1h")
+    oracle = known.float() + 0.01 * torch.arange(g.n_edges).float() / g.n_edges
+    assert rank_auroc(oracle, known) == 1.0
+    assert rank_auroc(1 - oracle, known) == 0.0
+    r = mib_auroc(g, oracle, known)
+    assert r["tpr"][-1] == 1.0 and r["fpr"][-1] == 1.0 and r["auroc"] > 0.9
