@@ -26,8 +26,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-PROMPT = ("In the small town by the river, the baker opened his shop early every morning, and the first "
-          "customer to arrive was always the")
+PROMPT = ("In the small town by the river, the old baker opened his little shop early every single morning, and "
+          "the first customer to arrive there was always the")  # 30 tokens on smollm2
 IOI = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John",
        "corrupt": "When Alice and Bob went to the store, Bob gave a drink to"}
 # (what, target in s, today's figure from the issue or None)

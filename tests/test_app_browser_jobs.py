@@ -64,6 +64,12 @@ def test_jobs_start_progress_cancel_restart_open_in_chromium(tmp_path, tiny_llam
             page.get_by_text("No jobs yet").wait_for(timeout=30_000)
             phases = {"page": time.time() - started}
 
+            # Enter in a field of the form starts nothing (issue 28 item 4): only the button does
+            page.get_by_label("Seconds").fill("2")
+            page.get_by_label("Seconds").press("Enter")
+            page.wait_for_timeout(3_000)  # a submitted form would have recorded its job by now
+            assert board.list() == [] and page.get_by_text("No jobs yet").is_visible()
+
             # a long job: 60 s in 120 steps
             start_sleep_job(page, 60, 120)
             first = wait_until(lambda: items_done(page), 90, "the job's progress never showed items done")
