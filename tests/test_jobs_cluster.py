@@ -202,8 +202,11 @@ def test_two_nodes_give_one_process_numbers_and_a_killed_node_fails_the_job(clus
             assert len(started) == 2, job["shards"]
             assert any("each asking for 1 cpus" in line for line in job["shards"])
         board = JobBoard()
-        sleep = next(j for j in board.list() if j.kind == "sleep")
         end = time.monotonic() + 60
+        while not [j for j in board.list() if j.kind == "sleep"]:  # the driver records it next
+            assert time.monotonic() < end, "the sleep job was never recorded"
+            time.sleep(0.2)
+        sleep = next(j for j in board.list() if j.kind == "sleep")
         while board.get(sleep.id).done < 2 or sum("started (pid" in x for x in board.get(sleep.id).log) < 2:
             assert time.monotonic() < end, board.get(sleep.id).log
             time.sleep(0.2)
