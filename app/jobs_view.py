@@ -112,10 +112,10 @@ THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user con
 
 
 def held_job(spec: dict[str, Any], key: str) -> Any | None:
-    """The job to show for ``spec``: the one this session started under ``key`` for this very spec, else one
-    that any session is running for it, else the newest finished job that any session (or a command) ran for
-    exactly this spec and whose run is still stored, so a new session, or the app after a restart, opens the
-    result at once."""
+    """The job to show for ``spec``: the one this session started under ``key`` for this very spec, else the
+    newest finished job that any session (or a command) ran for exactly this spec and whose run is still
+    stored, so a new session, or the app after a restart, opens the result at once; else one that another
+    session is running for it."""
     from workbench.jobs.board import spec_key
 
     held = st.session_state.get(key)
@@ -126,9 +126,12 @@ def held_job(spec: dict[str, Any], key: str) -> Any | None:
                 return job
         except Exception:
             pass
-    try:  # another session's job for this very spec, still running: shown, not started twice
+    try:  # a stored result first; else another session's job for this very spec, shown, not started twice
+        done = board().latest_done(spec, store=C.store())
+        if done is not None:
+            return done
         running = [j for j in board().list() if j.key == spec_key(spec) and j.state in ("queued", "running")]
-        return running[0] if running else board().latest_done(spec, store=C.store())
+        return running[0] if running else None
     except Exception:
         return None
 
