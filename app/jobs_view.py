@@ -15,7 +15,13 @@ import streamlit as st
 from app import common as C
 
 POLL_S = 1.0
-ICONS = {"queued": "⏳", "running": "▶️", "done": "✅", "failed": "❌", "cancelled": "⏹️"}
+# A job's state as coloured text: emoji render as empty boxes where the browser has no emoji font (offline).
+STATE_COLORS = {"queued": "gray", "running": "blue", "done": "green", "failed": "red", "cancelled": "orange"}
+
+
+def badge(state: str) -> str:
+    """The state as Streamlit markdown: bold and coloured (no emoji, no font fetched from outside)."""
+    return f":{STATE_COLORS.get(state, 'gray')}[**{state}**]"
 
 
 def board():
@@ -70,7 +76,7 @@ def panel(job_id: str, key: str) -> Any | None:
         C.error("Cannot read the job", exc)
         return None
     with st.container(border=True):
-        st.markdown(f"{ICONS.get(job.state, '')} **{job.state}** · {job.label} · `{job.id}`")
+        st.markdown(f"{badge(job.state)} · {job.label} · `{job.id}`")
         if job.state in ("queued", "running"):
             left = f" · about {job.eta_s:.0f} s left" if job.eta_s is not None else ""
             items = f"{job.done:,} / {job.total:,} items" if job.total else "starting workers"

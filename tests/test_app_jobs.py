@@ -22,6 +22,8 @@ def test_jobs_page_lists_cancels_and_opens():
     assert not problems(at), problems(at)
     text = " ".join(str(m.value) for m in at.markdown)
     assert done.id in text and running.id in text and "a long one" in text
+    # states are coloured text, not emoji (they render as empty boxes without an emoji font)
+    assert ":green[**done**]" in text and ":blue[**running**]" in text and "✅" not in text
     bars = [p for p in at.get("progress")]
     assert bars and "30 / 120 items" in str(bars[0].proto.text) and "42 s left" in str(bars[0].proto.text)
     at.button(key=f"jobs_cancel_{running.id}").click().run()

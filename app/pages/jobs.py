@@ -81,8 +81,8 @@ def job_list(polling: bool) -> None:
         st.info("No jobs yet. Start one above, from a page's long work (activation patching on the Attribution "
                 "page), or with `workbench faithfulness --workers 2 ...`.")
         return
-    counts = {s: sum(j.state == s for j in jobs) for s in J.ICONS}
-    st.caption(" · ".join(f"{J.ICONS[s]} {s} {n}" for s, n in counts.items() if n))
+    counts = {s: sum(j.state == s for j in jobs) for s in J.STATE_COLORS}
+    st.caption(" · ".join(f"{J.badge(s)} {n}" for s, n in counts.items() if n))
     if st.session_state.get("_jobs_cancel_error"):
         st.warning(st.session_state.pop("_jobs_cancel_error"))
     for job in jobs[:SHOWN]:
