@@ -19,10 +19,8 @@ import json
 import random
 from pathlib import Path
 
-NAMES = ["Mary", "John", "Tom", "James", "Anna", "Sarah", "David", "Michael", "Lisa", "Paul", "Emma", "Kate",
-         "Mark", "Alice", "Peter", "Laura", "Daniel", "Jessica", "Robert", "Emily", "Chris", "Rachel"]
-PLACES = ["store", "park", "school", "office", "garden", "beach", "restaurant", "hospital", "library"]
-OBJECTS = ["drink", "book", "ring", "ball", "gift", "letter", "bottle", "key"]
+from circuits.bench.tasks import NAMES, OBJECTS, PLACES  # one list of fillers for these sets and the benchmark's
+
 IOI_TEMPLATES = [
     "When {A} and {B} went to the {P}, {B} gave a {O} to",
     "After {A} and {B} went to the {P}, {B} gave a {O} to",
