@@ -100,7 +100,7 @@ def main() -> None:
         seq, new = tokens, []
         with torch.no_grad():
             for _ in range(n_new):
-                nxt = int(model.tl(seq)[0, -1].argmax())
+                nxt = int(model.logits(seq)[0, -1].argmax())
                 new.append(nxt)
                 seq = torch.cat([seq, seq.new_tensor([[nxt]])], dim=1)
         return new
