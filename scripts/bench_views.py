@@ -58,13 +58,15 @@ def main() -> None:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--pages", action="store_true", help="also time each app page's first render")
     ap.add_argument("--out", default="")
+    ap.add_argument("--threads", type=int, default=0,
+                    help="torch threads (default: what the app uses, 1 on a 2-core machine; commands use 2)")
     args = ap.parse_args()
 
     import torch
 
     import workbench as wb
 
-    threads = 1 if (os.cpu_count() or 2) <= 2 else (os.cpu_count() or 2) // 2
+    threads = args.threads or (1 if (os.cpu_count() or 2) <= 2 else (os.cpu_count() or 2) // 2)
     torch.set_num_threads(threads)
     load = os.getloadavg()[0]
     t = time.perf_counter()
