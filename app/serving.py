@@ -90,3 +90,26 @@ def wait_until(check, timeout: float, what: str, every: float = 0.2):
             return got
         time.sleep(every)
     raise TimeoutError(f"{what}: not within {timeout} s")
+
+
+RUNNING = '[data-testid="stStatusWidget"]'  # Streamlit's "running" widget, shown while a script run is on
+
+
+def settle(page, timeout: float = 180, quiet_s: float = 2.0, poll_s: float = 0.25) -> float:
+    """Wait until the page's script run is over: its title is drawn and no "running" widget has shown for
+    ``quiet_s``. Returns the ``time.perf_counter()`` at which it went quiet (the load script times renders
+    by it); TimeoutError after ``timeout`` seconds."""
+    deadline = time.perf_counter() + timeout
+    page.wait_for_selector("h1", timeout=timeout * 1000)
+    quiet_since = None
+    while time.perf_counter() < deadline:
+        now = time.perf_counter()
+        if page.locator(RUNNING).count():
+            quiet_since = None
+        elif quiet_since is None:
+            quiet_since = now
+        elif now - quiet_since >= quiet_s:
+            return quiet_since
+        time.sleep(poll_s)
+    raise TimeoutError(f"{page.url} still running after {timeout} s")
+

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, settle, start_app, stop_app  # noqa: E402
 
 IOI = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John"}
 
@@ -66,20 +66,7 @@ def render(browser, url: str, timeout: float = 300) -> float:
     try:
         started = time.perf_counter()
         page.goto(url, timeout=timeout * 1000)
-        page.wait_for_selector("h1", timeout=timeout * 1000)
-        quiet_since = None
-        deadline = started + timeout
-        while time.perf_counter() < deadline:
-            running = page.locator('[data-testid="stStatusWidget"]').count() > 0
-            now = time.perf_counter()
-            if running:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = now
-            elif now - quiet_since >= 0.5:
-                return quiet_since - started
-            time.sleep(0.05)
-        raise TimeoutError(f"{url} still running after {timeout} s")
+        return settle(page, timeout=timeout, quiet_s=0.5, poll_s=0.05) - started
     finally:
         page.close()
 

@@ -20,20 +20,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
+from app import serving  # noqa: E402
 from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
 
 
-def settle(page, timeout: float = 600) -> None:
-    page.wait_for_selector("h1", timeout=timeout * 1000)
-    deadline, quiet = time.time() + timeout, None
-    while time.time() < deadline:
-        if page.locator('[data-testid="stStatusWidget"]').count():
-            quiet = None
-        elif quiet is None:
-            quiet = time.time()
-        elif time.time() - quiet > 1.5:
-            return
-        time.sleep(0.2)
+def settle(page) -> None:
+    serving.settle(page, timeout=600, quiet_s=1.5, poll_s=0.2)
 
 
 def save_small(path: Path, raw: bytes) -> None:

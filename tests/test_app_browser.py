@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app
+from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, settle, start_app, stop_app
 
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
 
@@ -47,22 +47,6 @@ def app_in_chromium(tmp_path: Path, height: int, env: dict[str, str] | None = No
 def assert_no_errors(page) -> None:
     errors = page.locator(ERRORS)
     assert not errors.count(), [errors.nth(i).inner_text()[:300] for i in range(errors.count())]
-
-
-def settle(page, timeout: float = 180) -> None:
-    """Wait until the script run is over: the title is drawn and no 'running' widget shows for a while."""
-    page.wait_for_selector("h1", timeout=timeout * 1000)
-    deadline, quiet_since = time.time() + timeout, None
-    while time.time() < deadline:
-        running = page.locator('[data-testid="stStatusWidget"]').count() > 0
-        if running:
-            quiet_since = None
-        elif quiet_since is None:
-            quiet_since = time.time()
-        elif time.time() - quiet_since > 2.0:
-            return
-        time.sleep(0.25)
-    raise AssertionError(f"{page.url} still running after {timeout} s")
 
 
 def app_pages() -> list[str]:
