@@ -65,7 +65,10 @@ def _cancel(job_id: str) -> None:
 
 
 def _open(run_id: str) -> None:
-    st.session_state["runs_id"] = run_id
+    # handed over under a key of its own: the Runs page assigns it to its field in its own script run, since a
+    # widget value set by another page's run can stay blank in the browser when that run is cut short by the
+    # page switch (streamlit/streamlit#7338)
+    st.session_state["_runs_open"] = run_id
 
 
 def panel(job_id: str, key: str) -> Any | None:

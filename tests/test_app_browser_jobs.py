@@ -15,6 +15,7 @@ import urllib.parse
 from pathlib import Path
 
 import pytest
+from playwright.sync_api import expect
 from test_app_browser import app_in_chromium, assert_no_errors, settle
 
 from app.serving import CHROMIUM, wait_until
@@ -101,7 +102,8 @@ def test_jobs_start_progress_cancel_restart_open_in_chromium(tmp_path, tiny_llam
             page.get_by_role("button", name="Open result").click()
             page.wait_for_url(re.compile(r"/runs"), timeout=30_000)
             page.get_by_role("button", name="Delete this run").wait_for(timeout=30_000)
-            assert page.get_by_label("Run id (or pick below)").input_value() == again.run_id
+            # the field shows the run it opened (it once stayed blank while the run was open: streamlit#7338)
+            expect(page.get_by_label("Run id (or pick below)")).to_have_value(again.run_id, timeout=10_000)
             header = page.get_by_test_id("stMarkdownContainer").filter(has_text=f"{again.run_id} · kind sleep")
             header.first.wait_for(timeout=10_000)
             # the short job ran in the server's own process (under the threshold): one worker, its four steps

@@ -137,6 +137,8 @@ if not rows:
     )
 if "runs_id" not in st.session_state and st.query_params.get("run"):  # ?run=ID opens it
     st.session_state["runs_id"] = st.query_params["run"]
+if opened := st.session_state.pop("_runs_open", None):  # "Open result" on the Jobs page or a job panel
+    st.session_state["runs_id"] = opened
 
 c1, c2, c3 = st.columns(3)
 kinds = sorted({r["kind"] or "" for r in rows})
