@@ -1,7 +1,7 @@
 """Circuit discovery on smollm2-135m: faithfulness curves, AUC and cost of eap, eap_ig and dpa edge scores.
 
     python scripts/bench_circuits.py [--model M] [--prompts-dir data/prompts] [--limit N] [--reps 3]
-        [--out circuits/results/circuits_smollm2.md]
+        [--out results/circuits/circuits_smollm2.md]
 
 Parts, all in one run:
 - ioi: data/prompts/ioi.jsonl with its counterfactuals (both names replaced), counterfactual ablation,
@@ -171,7 +171,7 @@ def main() -> None:
     parser.add_argument("--parts", default="ioi,facts")
     parser.add_argument("--patching", type=int, default=0, help="Random edges (beside the methods' top 40s) "
                         "for the path-patching agreement part; 0 skips it.")
-    parser.add_argument("--out", default=str(ROOT / "circuits" / "results" / "circuits_smollm2.md"))
+    parser.add_argument("--out", default=str(ROOT / "results" / "circuits" / "circuits_smollm2.md"))
     parser.add_argument("--prompts-dir", default=str(ROOT / "data" / "prompts"),
                         help="Where ioi.jsonl and facts.jsonl are (data/prompts/MODEL for another model's sets).")
     args = parser.parse_args()

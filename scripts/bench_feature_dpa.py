@@ -1,7 +1,7 @@
 """Feature-level faithfulness of DPA vs gradient x activation vs random features on smollm2-135m.
 
     nice -n 19 python scripts/bench_feature_dpa.py [--n 50] [--saes PATH,PATH] [--grid 1,2,5,10,20,50]
-        [--out attribution/results/feature_dpa_smollm2.md]
+        [--out results/attribution/feature_dpa_smollm2.md]
 
 For each dictionary (default: every smollm2-135m dictionary under data/saes) and each prompt set (the first
 N IOI prompts of data/prompts/ioi.jsonl and the first N factual prompts of data/prompts/facts.jsonl, with
@@ -30,8 +30,10 @@ def main() -> None:
     ap.add_argument("--saes", default="", help="dictionary paths, comma-separated (default: all of smollm2)")
     ap.add_argument("--grid", default="1,2,5,10,20,50")
     ap.add_argument("--sets", default="ioi,facts")
-    ap.add_argument("--out", default=str(ROOT / "attribution/results/feature_dpa_smollm2.md"))
+    ap.add_argument("--out", default=str(ROOT / "results/attribution/feature_dpa_smollm2.md"))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--html", action="store_true", help="also write the curves as a plotly page beside --out "
+                    "(not committed: the JSON twin holds the numbers)")
     ap.add_argument("--dpa", default="", help="DPA parameters, e.g. w_q=0,w_k=0,w_v=1 or act_mode=derivative "
                     "(default: the spec's)")
     args = ap.parse_args()
@@ -70,7 +72,7 @@ def main() -> None:
                             "explained_variance": d.metrics.get("explained_variance"), **curve.to_json(),
                             "normalized": {m: curve.normalized(m) for m in METHODS}})
             _write(args, results, grid, time.perf_counter() - started, dicts)
-    if results:
+    if results and args.html:
         from attribution.features.faithfulness import FeatureCurve
 
         curves = [FeatureCurve(r["dictionary"] + f" ({r['set']})", r["grid"], r["n_prompts"], r["clean"],

@@ -1,4 +1,4 @@
-"""Known-circuit AUROC on the toy zoo (MIB's InterpBench part): circuits/results/bench_known.md (+ .json).
+"""Known-circuit AUROC on the toy zoo (MIB's InterpBench part): results/circuits/bench_known.md (+ .json).
 
     python scripts/bench_known_circuits.py [--n 80]
 
@@ -21,7 +21,7 @@ METHODS = ("random", "eap", "eap_ig", "dpa", "activation_patching")
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--n", type=int, default=80)
-    parser.add_argument("--out", default=str(ROOT / "circuits" / "results" / "bench_known.md"))
+    parser.add_argument("--out", default=str(ROOT / "results" / "circuits" / "bench_known.md"))
     args = parser.parse_args()
 
     import torch

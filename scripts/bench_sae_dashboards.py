@@ -3,7 +3,7 @@ prompt, do the top features (position 0 left out) include features on the name t
 contexts coherent, and does search by the token " John" find features? Also how fast a stored
 dashboard opens (cold load of the file, then one feature's card).
 
-    nice -n 19 .venv/bin/python scripts/bench_sae_dashboards.py [--out attribution/results/sae_dashboards_smollm2.md]
+    nice -n 19 .venv/bin/python scripts/bench_sae_dashboards.py [--out results/attribution/sae_dashboards_smollm2.md]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ NAMES = (" Mary", " John")
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default="attribution/results/sae_dashboards_smollm2.md")
+    ap.add_argument("--out", default="results/attribution/sae_dashboards_smollm2.md")
     ap.add_argument("--top", type=int, default=12)
     args = ap.parse_args()
 

@@ -9,7 +9,7 @@ one-prompt IOI circuit (DPA, counterfactual ablation) with its faithfulness curv
 four dictionaries (L6/L12/L18/L24 residual top-k SAEs); the logit-lens grid; greedy generation in ms a token
 without and with TransformerLens's KV cache, and steering (20 new tokens, both continuations); with
 --pages, each app page's first render through Streamlit's AppTest (the model already loaded). Writes a
-Markdown results document (default attribution/results/views_<model>.md) and its JSON twin.
+Markdown results document (default results/attribution/views_<model>.md) and its JSON twin.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def main() -> None:
     lines += ["", "Notes: " + "; ".join(f"{k}: {v}" for k, v in notes.items()) + "."]
     text = "\n".join(lines) + "\n"
     print(text)
-    out = Path(args.out or ROOT / "attribution" / "results" / f"views_{args.model.split('/')[-1]}.md")
+    out = Path(args.out or ROOT / "results" / "attribution" / f"views_{args.model.split('/')[-1]}.md")
     out.write_text(text, encoding="utf-8")
     out.with_suffix(".json").write_text(json.dumps({"rows": rows, "pages": pages, "notes": notes,
                                                     "load": load, "threads": threads}, indent=1))

@@ -1,7 +1,7 @@
 """Recovery error vs oracle noise for a few (d, heads, seed) settings: the table in
-attribution/blackbox/results/noise.md.
+results/blackbox/noise.md.
 
-    python scripts/blackbox_noise_table.py > attribution/blackbox/results/noise.md
+    python scripts/blackbox_noise_table.py > results/blackbox/noise.md
 
 Each cell: max relative error of W (true canonical heads, best permutation) / the recovery's own
 error estimate (no truth used) / the outcome (ok = estimate below 1e-2; unreliable = a result whose

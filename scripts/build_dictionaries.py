@@ -1,6 +1,6 @@
 """Build the shipped dictionaries of smollm2-135m: TopK residual SAEs and TopK skip transcoders at
 layers 6, 12, 18 and 24, trained on the English corpus with the attention sink left out, saved in
-SAELens' format under data/saes/, with a results table (attribution/results/saes_smollm2.md).
+SAELens' format under data/saes/, with a results table (results/attribution/saes_smollm2.md).
 
     python scripts/build_dictionaries.py [--tokens 700000] [--width 2304] [--k 64] [--layers 6,12,18,24]
 
@@ -132,7 +132,7 @@ def cache_as_jobs(args, hooks: list[str], root: Path) -> None:
 
 
 def write_results(infos: list[dict], args) -> None:
-    out = ROOT / "attribution" / "results" / "saes_smollm2.md"
+    out = ROOT / "results" / "attribution" / "saes_smollm2.md"
     text = (
         "# Dictionaries of smollm2-135m (held-out text, position 0 excluded)\n\n"
         "Rebuild: `python scripts/build_dictionaries.py "

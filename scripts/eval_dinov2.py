@@ -1,5 +1,5 @@
 """The localization benchmark on dinov2-small, both linear heads, in one process (the backbone loaded once):
-what attribution/vit/results/dinov2_small.md reports.
+what results/vit/dinov2_small.md reports.
 
     python scripts/eval_dinov2.py [--n 8] [--steps 10] [--ig-steps 10] [--threads 1] [--out DIR]
 

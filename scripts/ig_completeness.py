@@ -1,7 +1,7 @@
 """Integrated gradients' completeness on a real model: does sum(scores) reach f(input) - f(baseline)?
 
     nice -n 19 .venv/bin/python scripts/ig_completeness.py [--model smollm2-135m] [--steps 20,100,300]
-        [--out attribution/results/ig_completeness_smollm2.md]
+        [--out results/attribution/ig_completeness_smollm2.md]
 
 For each prompt (a fact without a foil, facts and IOI prompts with their foils), each baseline (with its
 quadrature schedule) and each number of steps: the convergence delta (Captum's: sum of attributions -
@@ -49,7 +49,7 @@ def main() -> None:
                     help="baselines to run: labels of VARIANTS, ';'-separated (to split the work)")
     ap.add_argument("--rows", default=None, help="write the raw rows here (JSON) instead of the report")
     ap.add_argument("--merge", default=None, help="comma-separated --rows files: write the report from them")
-    ap.add_argument("--out", default="attribution/results/ig_completeness_smollm2.md")
+    ap.add_argument("--out", default="results/attribution/ig_completeness_smollm2.md")
     args = ap.parse_args()
     steps_list = [int(s) for s in args.steps.split(",")]
     if args.merge:

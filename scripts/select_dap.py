@@ -1,6 +1,6 @@
 """Pick DAP's defaults on the validation seed and print the variant table.
 
-    python scripts/select_dap.py [--model vit-synth] [--n 200] [--out attribution/vit/results/dap_selection_val.csv]
+    python scripts/select_dap.py [--model vit-synth] [--n 200] [--out results/vit/dap_selection_val.csv]
 
 Validation seed only (data.VALIDATION_SEED); the held-out test seed is never read here. Prints the
 shortlisted variants (those scored on deletion too) and, as JSON, the pick, rollout's and raw

@@ -4,7 +4,7 @@
     python scripts/vit_hard_breakdown.py RUN_ID [RUN_ID ...]
 
 Reads the runs' stored maps and per-image table (the run store of WORKBENCH_RUNS) and the layout of
-every image from ``data.hard_scene``; prints the two tables of attribution/vit/results/hard_seed2.md.
+every image from ``data.hard_scene``; prints the two tables of results/vit/hard_seed2.md.
 """
 
 from __future__ import annotations

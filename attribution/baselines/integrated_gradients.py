@@ -18,7 +18,7 @@ f(x) - f(b) or larger at 20 to 300 steps, the cubic schedule no better): the fir
 attention sink, and moving its embedding switches the sink off somewhere on the path, a near-jump no
 quadrature resolves. With keep_first=True the mean baseline converges: gap below 0.1% of f(x) - f(b) at 100
 steps on three short fact prompts, at 300 steps (not yet at 100) on two 14-token IOI prompts; see
-attribution/results/ig_completeness_smollm2.md (scripts/ig_completeness.py). The defaults (zero baseline,
+results/attribution/ig_completeness_smollm2.md (scripts/ig_completeness.py). The defaults (zero baseline,
 every position on the path, 20 steps) stay the textbook IG that published comparisons use.
 """
 

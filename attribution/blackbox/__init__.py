@@ -33,7 +33,7 @@ Then, by the implicit function theorem, max relative error <= K s + O(s^2) with
 K = ||U^{-1}|| ||Q^{-1}|| max_experiments kappa_ij / min_h(||W_h||, ||v_h||), kappa_ij being the
 condition number of experiment (i, j)'s interpolation (large when two heads' poles are close or
 a residue is small). K depends on the model and on the queries, not on s. Measured
-(results/noise.md): K ~ 5e4-5e5 at d = 4, H = 2, so results are reliable (error < 1 %) up to
+(results/blackbox/noise.md): K ~ 5e4-5e5 at d = 4, H = 2, so results are reliable (error < 1 %) up to
 s ~ 1e-8 there; 1e-10 at d = 3, H = 2; float64 rounding only at d = 4, H = 3. Each result carries its
 own error estimate (``error_estimate_W/v``, ``reliable``); a failure is a ``HeadCountError`` (H or the
 bound below the truth) or a ``NoiseBreakdownError`` (noise above the breakdown level), told apart by a

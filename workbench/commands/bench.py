@@ -16,7 +16,7 @@ import typer
 from workbench.cli import JSON_OPTION, console, emit
 
 # The defaults measured: 5 tasks x these 4 methods at edge level, 16 train / 12 test prompts, took 33 min with
-# --workers 3 on the shared 2-core machine (circuits/results/bench_smollm2-135m.md).
+# --workers 3 on the shared 2-core machine (results/circuits/bench_smollm2-135m.md).
 DEFAULT_METHODS = ["random", "eap", "eap_ig", "dpa"]
 
 
@@ -45,7 +45,7 @@ def circuits(
     batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward."),
     workers: int = typer.Option(1, "--workers", help="Processes over tasks (each loads the model)."),
     out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it). Default: "
-                             "circuits/results/bench_<model>.md"),
+                             "results/circuits/bench_<model>.md"),
     save_run: bool = typer.Option(True, "--save-run/--no-save-run", help="Also save a run to the store."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -64,7 +64,7 @@ def circuits(
     if out is not None and out.suffix != ".md":
         raise RangeError(f"--out must name a .md file (got {out})")
     result = _run(cfg, workers) if workers > 1 else _run_here(cfg, run)
-    path = out or ROOT / "circuits" / "results" / f"bench_{cfg.model.split('/')[-1]}.md"
+    path = out or ROOT / "results" / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
     md, js = write_document(result, path)
     summary: dict[str, Any] = {"model": result["model"], "document": str(md), "json": str(js),
                                "seconds": result["seconds"], **leaderboard(result)}

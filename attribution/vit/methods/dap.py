@@ -37,7 +37,7 @@ import torch
 from attribution.vit.methods._common import capture, eye_like, pattern_name, resid_pre_name, rownorm
 from workbench.errors import MethodError
 
-# Chosen on the validation seed (scripts/select_dap.py; table in attribution/vit/results/).
+# Chosen on the validation seed (scripts/select_dap.py; table in results/vit/).
 DEFAULTS = {"prior": "dpa", "prior_on": "rows", "head_fusion": "mean", "gamma": 0.5, "start": 0,
             "end": None, "identity": 0.5, "final_prior": "first"}
 # The previous default (attention-gradient prior), kept by name: explain(..., "dap", **VARIANTS["attention"]).
