@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workbench.jobs.costs import duration
+from workbench.text import duration
 
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel

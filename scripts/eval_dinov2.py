@@ -26,23 +26,21 @@ def merge(out: Path, head: str) -> tuple[str, dict]:
     """One table from the split runs of a head (per-image means; seconds weighted by each run's images)."""
     import pandas as pd
 
-    from attribution.vit.evaluate import METRICS, _fmt
+    from attribution.vit.evaluate import METRICS, metrics_markdown
 
     runs = sorted(out.glob(f"{head}.json")) + sorted(out.glob(f"{head}_from*.json"))
     records = [json.loads(r.read_text()) for r in runs]
     frames = [pd.read_csv(r.with_name(r.stem + "_per_image.csv")) for r in runs]
     per_image = pd.concat(frames, ignore_index=True)
     n = int(per_image["image"].nunique())
-    rows, table = [], {}
+    table = {}
     for method in records[0]["methods"]:
         part = per_image[per_image["method"] == method]
         row = {m: float(part[m].mean()) for m in METRICS if m in part}
         row["seconds_per_image"] = sum(r["methods"][method]["seconds_per_image"] * r["n"] for r in records) / n
         table[method] = row
-        rows.append("| " + method + " | " + " | ".join(_fmt(row[m]) for m in METRICS) + " |")
     acc = sum(r["accuracy"] * r["n"] for r in records) / n
-    head_line = "| method | " + " | ".join(METRICS) + " |\n" + "|---" * (len(METRICS) + 1) + "|"
-    return head_line + "\n" + "\n".join(rows), {"n": n, "accuracy": acc, "methods": table,
+    return metrics_markdown(table), {"n": n, "accuracy": acc, "methods": table,
                                                  "runs": [{k: r[k] for k in ("start", "n", "seconds", "cost")
                                                            if k in r} for r in records]}
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from workbench.errors import WorkbenchError
+from workbench.text import one_line
 
 if TYPE_CHECKING:
     import torch
@@ -33,11 +34,6 @@ if TYPE_CHECKING:
 MAX_JSON_BYTES = 256 * 2**20  # a run's result.json of 10,000 prompts is a few MB
 MAX_TENSOR_BYTES = 64 * 2**30
 _MISSING = object()
-
-
-def _line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def _plain_file(path: Path, what: str, error: type[WorkbenchError]) -> None:
@@ -64,7 +60,7 @@ def _read_text(path: Path, what: str, error: type[WorkbenchError], max_bytes: in
     except UnicodeDecodeError:
         raise error(f"{what} is damaged: not UTF-8 text") from None
     except OSError as exc:
-        raise error(f"cannot read {what}: {_line(exc)}") from None
+        raise error(f"cannot read {what}: {one_line(exc)}") from None
 
 
 def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
@@ -82,7 +78,7 @@ def parse_json(text: str, what: str, error: type[WorkbenchError]) -> Any:
     except RecursionError:
         raise error(f"{what} is damaged: nested too deeply to be a workbench file") from None
     except ValueError as exc:
-        raise error(f"{what} is damaged: not valid JSON ({_line(exc)})") from None
+        raise error(f"{what} is damaged: not valid JSON ({one_line(exc)})") from None
 
 
 def read_jsonl(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES
@@ -110,7 +106,7 @@ def read_tensors(path: str | Path, what: str, error: type[WorkbenchError], finit
     try:
         size = path.stat().st_size
     except OSError as exc:
-        raise error(f"cannot read {what}: {_line(exc)}") from None
+        raise error(f"cannot read {what}: {one_line(exc)}") from None
     if size > max_bytes:
         raise error(f"{what} is {size:,} bytes, more than the {max_bytes:,} this reader accepts")
     if size < 8:
@@ -120,7 +116,7 @@ def read_tensors(path: str | Path, what: str, error: type[WorkbenchError], finit
 
         tensors = load_file(str(path))
     except Exception as exc:  # noqa: BLE001 - SafetensorError (truncated, zeroed, garbage) and its kin
-        raise error(f"{what} is damaged: {_line(exc)}") from None
+        raise error(f"{what} is damaged: {one_line(exc)}") from None
     if finite:
         for name, t in tensors.items():
             if not t_finite(t):
@@ -246,5 +242,5 @@ def reading(what: str, error: type[WorkbenchError]) -> Iterator[None]:
     except WorkbenchError:
         raise
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        detail = f"no field {exc}" if isinstance(exc, KeyError) else _line(exc)
+        detail = f"no field {exc}" if isinstance(exc, KeyError) else one_line(exc)
         raise error(f"{what} is damaged: {detail}") from None

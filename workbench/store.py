@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import RunStoreError
+from workbench.text import one_line
 
 META = "meta.json"
 TENSORS = "tensors.safetensors"
@@ -166,11 +167,6 @@ def _check_finite(draft: RunDraft) -> None:
             raise NonFiniteError(f"{draft.kind} run not saved: it holds a non-finite value ({found})")
 
 
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
-
-
 def _corrupt(exc: sqlite3.Error) -> bool:
     """The index file is not a database or is damaged (as opposed to busy, locked or unwritable)."""
     code = getattr(exc, "sqlite_errorcode", None)
@@ -242,9 +238,9 @@ def check_run_dir(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     try:
         meta = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read meta.json: {_one_line(exc)}"
+        return None, f"cannot read meta.json: {one_line(exc)}"
     except ValueError as exc:
-        return None, f"meta.json is not valid JSON: {_one_line(exc)}"
+        return None, f"meta.json is not valid JSON: {one_line(exc)}"
     if not isinstance(meta, dict):
         return None, f"meta.json holds a {type(meta).__name__}, not a JSON object"
     for key in TEXT_FIELDS:
@@ -288,15 +284,15 @@ class RunStore:
         try:
             return self._open_index()
         except OSError as exc:
-            raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+            raise RunStoreError(f"cannot open run store at {self.root}: {one_line(exc)}") from None
         except sqlite3.Error as exc:
             if not _corrupt(exc):
-                raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+                raise RunStoreError(f"cannot open run store at {self.root}: {one_line(exc)}") from None
         self._drop_index()
         try:
             return self._open_index()
         except (OSError, sqlite3.Error) as exc:
-            raise RunStoreError(f"cannot open run store at {self.root}: {_one_line(exc)}") from None
+            raise RunStoreError(f"cannot open run store at {self.root}: {one_line(exc)}") from None
 
     def _update_index(self, change: Any) -> None:
         """Apply ``change(con)`` in one transaction, best effort: on a corrupt index, rebuild and retry
@@ -413,7 +409,7 @@ class RunStore:
         try:
             entries = sorted(os.scandir(self.root), key=lambda e: e.name)
         except OSError as exc:
-            raise RunStoreError(f"cannot read run store {self.root}: {_one_line(exc)}") from None
+            raise RunStoreError(f"cannot read run store {self.root}: {one_line(exc)}") from None
         for entry in entries:
             name, path = entry.name, Path(entry.path)
             if name.startswith(".") or name.startswith(INDEX):
@@ -475,7 +471,7 @@ class RunStore:
         try:
             os.rename(path, trash)  # disappears atomically, then is deleted
         except OSError as exc:
-            raise RunStoreError(f"cannot remove run {run_id}: {_one_line(exc)}") from None
+            raise RunStoreError(f"cannot remove run {run_id}: {one_line(exc)}") from None
         _delete(trash)
         if trash.exists() or trash.is_symlink():
             _delete(trash)  # a second pass; whatever still stays is hidden and swept by list()

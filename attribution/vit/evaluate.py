@@ -55,12 +55,7 @@ class ViTEvalResult:
         return pd.DataFrame(self.methods).T.reindex(columns=list(METRICS)).rename_axis("method").reset_index()
 
     def markdown(self) -> str:
-        df = self.table()
-        head = "| method | " + " | ".join(METRICS) + " |"
-        rule = "|---" * (len(METRICS) + 1) + "|"
-        rows = ["| " + r["method"] + " | " + " | ".join(_fmt(r[m]) for m in METRICS) + " |"
-                for _, r in df.iterrows()]
-        return "\n".join([head, rule, *rows])
+        return metrics_markdown({r["method"]: r for _, r in self.table().iterrows()})
 
     def figures(self, n_images: int = 4) -> dict[str, Any]:
         import plotly.express as px
@@ -94,8 +89,16 @@ class ViTEvalResult:
         return (store or RunStore()).save(draft)
 
 
-def _fmt(v: float) -> str:
-    return "nan" if v != v else f"{v:.4f}" if abs(v) < 1 else f"{v:.3f}"
+def metrics_markdown(rows: dict[str, Any]) -> str:
+    """A markdown table: one line per method, one column per metric of METRICS (NaN written as nan)."""
+
+    def cell(v: float) -> str:
+        return "nan" if v != v else f"{v:.4f}" if abs(v) < 1 else f"{v:.3f}"
+
+    head = "| method | " + " | ".join(METRICS) + " |"
+    rule = "|---" * (len(METRICS) + 1) + "|"
+    lines = ["| " + method + " | " + " | ".join(cell(row[m]) for m in METRICS) + " |" for method, row in rows.items()]
+    return "\n".join([head, rule, *lines])
 
 
 def runner_up(model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.vit.model import ImageError
+from workbench.text import one_line
 
 # 4096 x 4096: far above any ViT input here (they are resized down), and 48 MB of RGB bytes at most.
 MAX_PIXELS = 4096 * 4096
@@ -46,7 +47,7 @@ def open_image(source: str | Path | bytes, name: str | None = None, max_pixels: 
         raise ImageError(f"image {label!r} is {size}; the limit is {max_pixels:,} pixels: resize it first") \
             from None
     except (OSError, ValueError) as exc:
-        raise ImageError(f"cannot read {label!r} as an image: {_one_line(exc)}") from None
+        raise ImageError(f"cannot read {label!r} as an image: {one_line(exc)}") from None
     w, h = img.size
     if w * h > max_pixels:
         img.close()
@@ -57,7 +58,7 @@ def open_image(source: str | Path | bytes, name: str | None = None, max_pixels: 
     try:
         img.load()
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"cannot decode {label!r}: {_one_line(exc)}") from None
+        raise ImageError(f"cannot decode {label!r}: {one_line(exc)}") from None
     return img
 
 
@@ -89,7 +90,7 @@ def read_image(path: str | Path, max_pixels: int = MAX_PIXELS):
         try:
             mm = np.load(p, mmap_mode="r", allow_pickle=False)  # the header only: shape and dtype
         except (OSError, ValueError, EOFError) as exc:
-            raise ImageError(f"cannot read image {str(path)!r}: {_one_line(exc)}") from None
+            raise ImageError(f"cannot read image {str(path)!r}: {one_line(exc)}") from None
         if mm.dtype.kind not in "biuf":
             raise ImageError(f"image {str(path)!r} has dtype {mm.dtype}: pixels must be numbers")
         if mm.size > 4 * max_pixels:
@@ -106,11 +107,6 @@ def read_image(path: str | Path, max_pixels: int = MAX_PIXELS):
         arr = arr[None] if arr.ndim == 2 else arr.transpose(2, 0, 1)
     check_pixels(arr, str(path))
     return torch.from_numpy(np.ascontiguousarray(arr))
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
 def fit_image(image: Any, size: int, patch_size: int, label: str = "image") -> Any:

@@ -236,9 +236,9 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         if source != "built":
             check_task_rows(task, rows, cfg)
     if model is None:
-        import workbench as wb
+        from workbench.zoo import load
 
-        model = wb.load(cfg.model)
+        model = load(cfg.model)
     started = time.perf_counter()
     tasks = [run_task(model, task, cfg, on_step) for task in cfg.tasks]
     return {"config": asdict(cfg), "model": model.name, "tasks": tasks, "seconds": time.perf_counter() - started}

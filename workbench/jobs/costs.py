@@ -57,9 +57,3 @@ def record(root: Path, kind: Any, spec: dict[str, Any], seconds: float, items: i
         pass
 
 
-def duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -372,7 +372,7 @@ class JobEstimate:
         return self.items * self.seconds_per_item / max(1, self.parallel)
 
     def text(self) -> str:
-        from workbench.jobs.costs import duration
+        from workbench.text import duration
 
         across = f" over {self.parallel} workers" if self.parallel > 1 else ""
         return (f"{self.items:,} items x {_ms(self.seconds_per_item)} each ({self.source}){across} = about "

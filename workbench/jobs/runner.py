@@ -34,7 +34,7 @@ from workbench.errors import WorkbenchError
 from workbench.jobs import costs
 from workbench.jobs.board import Job, JobBoard, JobError, _now, this_driver
 from workbench.jobs.kinds import get_kind, lend, model_lock, shard_resources
-from workbench.store import _one_line
+from workbench.text import one_line
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record
@@ -196,8 +196,8 @@ def connect(address: str | None, attempts: int = START_ATTEMPTS, namespace: str 
                 except Exception:
                     pass
                 if not retry:
-                    cause = f" ({_one_line(exc.__cause__)})" if exc.__cause__ is not None else ""
-                    raise JobError(f"cannot connect to Ray at {want}: {_one_line(exc)}{cause}") from None
+                    cause = f" ({one_line(exc.__cause__)})" if exc.__cause__ is not None else ""
+                    raise JobError(f"cannot connect to Ray at {want}: {one_line(exc)}{cause}") from None
         _RAY_ADDRESS[:] = [want]
         return want
 
@@ -425,7 +425,7 @@ def drive(job: Job, board: JobBoard, save: bool = True,
         _finish(board, job, "cancelled", "interrupted (Ctrl-C); nothing was saved")
         raise
     except BaseException as exc:
-        _finish(board, job, "failed", f"{_one_line(exc)}; nothing was saved")
+        _finish(board, job, "failed", f"{one_line(exc)}; nothing was saved")
         raise
 
 
@@ -536,7 +536,7 @@ def _warm_address(job: Job, board: JobBoard) -> str | None:
 
         return warm.ensure(board.root, owner=_WARM[0])
     except Exception as exc:  # noqa: BLE001 - a speed-up, never a dependency
-        board.note(job, f"no warm Ray instance ({_one_line(exc)}); starting one for this job")
+        board.note(job, f"no warm Ray instance ({one_line(exc)}); starting one for this job")
         return None
 
 
@@ -565,12 +565,12 @@ def _explain(exc: Exception, i: int, n: int) -> BaseException:
     name = type(exc).__name__
     if "WorkerCrashed" in name or "ActorDied" in name or "NodeDied" in name or "ObjectLost" in name:
         return JobFailed(f"the Ray worker running shard {i + 1}/{n} died (killed, or out of memory): "
-                         f"{_one_line(exc)}")
+                         f"{one_line(exc)}")
     if "TaskCancelled" in name:
         return JobCancelled(f"shard {i + 1}/{n} was cancelled")
     if cause is not None:
-        return JobFailed(f"shard {i + 1}/{n} failed: {type(cause).__name__}: {_one_line(cause)}")
-    return JobFailed(f"shard {i + 1}/{n} failed: {name}: {_one_line(exc)}")
+        return JobFailed(f"shard {i + 1}/{n} failed: {type(cause).__name__}: {one_line(cause)}")
+    return JobFailed(f"shard {i + 1}/{n} failed: {name}: {one_line(exc)}")
 
 
 # -- entry points -----------------------------------------------------------------------------------
