@@ -142,7 +142,7 @@ def _circuit(run: Any, prefix: str) -> bool:
 
 def _feature_graph(run: Any, prefix: str) -> bool:
     from app import feature_view as FV
-    from attribution.features.graph import FeatureGraph
+    from circuits.feature_graph import FeatureGraph
 
     graph = FeatureGraph.from_json(run.result())
     st.plotly_chart(FV.figure(graph, FV.all_labels(graph)), key=f"{prefix}_fg")

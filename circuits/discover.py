@@ -20,7 +20,7 @@ from jaxtyping import Float
 from circuits.counterfactual import PromptSet, prepare
 from circuits.edges import EDGE_METHODS, get_method
 from circuits.evaluate import DEFAULT_GRID, Faithfulness, check_grid, faithfulness, select
-from circuits.graph import CircuitGraph, check_k
+from circuits.graph import CircuitGraph, GraphEdge, Provenance, Subgraph, check_k
 from circuits.intervene import References, run_masked
 from workbench.checks import Fields
 from workbench.errors import MethodError, RangeError, WorkbenchError
@@ -86,13 +86,23 @@ class CircuitResult:
         """The drawable nodes of the circuit's top-k edges (all of them for a small model)."""
         return self.graph.drawable(self.top(k))
 
-    def plot(self, k: int | None = None, selected: str | None = None):
-        from circuits.plot import graph_figure
+    def subgraph(self, k: int | None = None, selection: str | None = None) -> Subgraph:
+        """The circuit's top-k edges as the shared result type (a head input's q/k/v is the edge's role)."""
+        edges = self.top(k, selection)
+        out = []
+        for e in edges:
+            node = self.graph.receivers[self.graph.receiver_index[e["dst"]]]
+            out.append(GraphEdge(e["src"], node.component, e["score"], node.role))
+        params = {**self.params, "ablation": self.ablation, "metric": self.metric,
+                  "selection": selection or self.selection, "edges": k or self.edges}
+        return Subgraph(self.graph.graph_nodes(edges), out,
+                        Provenance(self.model, self.method, "circuit", list(self.rows), params))
 
+    def plot(self, k: int | None = None, selected: str | None = None):
         k = k or self.edges
-        return graph_figure(self.nodes(k), self.top(k), selected=selected,
-                            title=f"{self.method} circuit on {self.model}: top {min(k, self.graph.n_edges)} of "
-                                  f"{self.graph.n_edges:,} edges ({self.n_prompts} prompts, {self.ablation} ablation)")
+        title = (f"{self.method} circuit on {self.model}: top {min(k, self.graph.n_edges)} of "
+                 f"{self.graph.n_edges:,} edges ({self.n_prompts} prompts, {self.ablation} ablation)")
+        return self.subgraph(k).plot(title=title, selected=selected)
 
     def plot_faithfulness(self):
         from circuits.plot import faithfulness_figure
@@ -189,9 +199,9 @@ def _finite(value: float, what: str) -> float:
 
 def _model(model: Any) -> Any:
     if isinstance(model, str):
-        import workbench as wb
+        from workbench.zoo import load
 
-        return wb.load(model)
+        return load(model)
     return model
 
 
@@ -233,8 +243,7 @@ def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, p
 
         n = len(chosen_edges(graph, params.get("sample", 0), params.get("seed", 0)))
         return per_forward * (math.ceil(n / copies) + 1) + curve
-    passes = {"eap": 4.0, "eap_ig": 1.0 + 3.0 * int(params.get("steps", 5)), "dpa": 3.0}[method]
-    return per_forward / copies * passes + curve
+    return per_forward / copies * get_method(method).passes(params) + curve
 
 
 def check_patching(model: Any, graph: CircuitGraph, prompts: PromptSet, params: dict[str, Any]) -> int:

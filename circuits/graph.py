@@ -18,11 +18,15 @@ receiver-major order (all edges into receiver 0, then into receiver 1, ...), sen
 ``graph.dense(scores)`` gives the [sender, receiver] matrix (0 where no edge exists). A circuit is a
 boolean mask over edges; ``prune_connected`` keeps the edges that lie on some path from ``embed`` to
 ``logits``, so a pruned circuit has no dangling node.
+
+``Subgraph`` (below) is the result every graph method hands on: typed nodes (``GraphNode``), an edge table
+(``GraphEdge``: source, target, role, score), error and bias nodes where a method has them, and provenance;
+it plots, tabulates, saves into the run store and reopens from any circuit or feature-graph run.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
@@ -215,14 +219,19 @@ class CircuitGraph:
                 out[i] = True
         return out
 
-    def drawable(self, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """Nodes to draw for edges {"src", "dst", ...}: the ones they touch plus embed and logits (every
-        node of a small graph), as circuits.plot.graph_figure takes them."""
+    def graph_nodes(self, edges: list[dict[str, Any]]) -> list[GraphNode]:
+        """The nodes to show for edges {"src", "dst", ...}: the ones they touch plus embed and logits (every
+        node of a small graph)."""
         names = {"embed", "logits"} | {e["src"] for e in edges}
         names |= {self.receivers[self.receiver_index[e["dst"]]].component for e in edges}
         small = len(self.nodes) <= 40
-        return [{"name": n.name, "layer": n.layer, "kind": n.kind, "label": n.name}
+        return [GraphNode(n.name, n.kind, n.layer, label=n.name,
+                          metadata={} if n.head is None else {"head": n.head})
                 for n in self.nodes if small or n.name in names]
+
+    def drawable(self, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """``graph_nodes`` as circuits.plot.graph_figure takes them."""
+        return [n.drawable() for n in self.graph_nodes(edges)]
 
     def nodes_in(self, mask: Bool[torch.Tensor, " edge"]) -> list[str]:
         """The node names a circuit touches (receiver inputs folded into their node)."""
@@ -238,3 +247,171 @@ def check_k(k: int, n_edges: int) -> int:
     if int(k) <= 0:
         raise RangeError(f"the number of edges must be positive (got {k})")
     return min(int(k), n_edges)
+
+
+# -- the result type every graph method returns ---------------------------------------------------------
+NODE_KINDS = ("embed", "head", "mlp", "logits", "feature", "error", "bias", "token")
+SUBGRAPH_KIND = "subgraph"  # the run kind of a Subgraph saved on its own
+
+
+@dataclass
+class GraphNode:
+    """A node of a Subgraph. layer: its drawing row (-1 the input, n_layers the logits; a transcoder's
+    features half a layer below its layer's residual SAE). position: the token position, where it has one.
+    metadata: what the method knows of it (a feature's dictionary, activation, influence; a head's index)."""
+
+    id: str
+    kind: str
+    layer: float
+    position: int | None = None
+    label: str = ""
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+    def drawable(self) -> dict[str, Any]:
+        """The node as circuits.plot.graph_figure takes it."""
+        return {"name": self.id, "layer": self.layer, "kind": self.kind, "label": self.label or self.id}
+
+
+@dataclass
+class GraphEdge:
+    """source -> target (node ids), score; role: which input of the target it enters (q, k or v of a head)."""
+
+    source: str
+    target: str
+    score: float
+    role: str | None = None
+
+    @property
+    def dst(self) -> str:
+        """The receiver name circuits.plot draws (``L3.H5.q`` for a head's query input)."""
+        return f"{self.target}.{self.role}" if self.role else self.target
+
+
+@dataclass
+class Provenance:
+    """Where a subgraph came from: the model, the method, the run kind that holds it (circuit, feature-graph,
+    subgraph), its prompt rows and the method's parameters."""
+
+    model: str
+    method: str
+    source: str
+    prompts: list[dict[str, Any]] = field(default_factory=list)
+    params: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Subgraph:
+    """Typed nodes, an edge table and provenance: what circuit discovery (``CircuitResult.subgraph``) and the
+    feature graph (``FeatureGraph.subgraph``) hand on, and what the app draws. Error and bias terms, where a
+    method has them, are nodes of kind ``error`` / ``bias`` (``terms``). ``CircuitGraph`` stays the index of
+    every possible edge; a Subgraph holds only the chosen ones."""
+
+    nodes: list[GraphNode]
+    edges: list[GraphEdge]
+    provenance: Provenance
+
+    def node(self, node_id: str) -> GraphNode:
+        for n in self.nodes:
+            if n.id == node_id:
+                return n
+        raise RangeError(f"no node {node_id!r} in this graph")
+
+    @property
+    def terms(self) -> list[GraphNode]:
+        """The error and bias nodes (what the method's decomposition leaves outside its features)."""
+        return [n for n in self.nodes if n.kind in ("error", "bias")]
+
+    def edges_of(self, node_id: str) -> list[dict[str, Any]]:
+        """A node's edges, strongest first: {"direction" (in|out), "source", "target", "role", "score"}."""
+        rows = [{"direction": "in" if e.target == node_id else "out", "source": e.source, "target": e.target,
+                 "role": e.role, "score": e.score} for e in self.edges if node_id in (e.source, e.target)]
+        return sorted(rows, key=lambda r: -abs(r["score"]))
+
+    def drawable(self) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(nodes, edges) as circuits.plot.graph_figure takes them."""
+        return ([n.drawable() for n in self.nodes],
+                [{"src": e.source, "dst": e.dst, "score": e.score} for e in self.edges])
+
+    def plot(self, title: str | None = None, selected: str | None = None):
+        from circuits.plot import graph_figure
+
+        p = self.provenance
+        nodes, edges = self.drawable()
+        return graph_figure(nodes, edges, selected=selected,
+                            title=title or f"{p.method} {p.source} on {p.model}: {len(self.edges)} edges")
+
+    def table(self):
+        """The edge table (source, target, role, score) as a pandas DataFrame."""
+        import pandas as pd
+
+        return pd.DataFrame([vars(e) for e in self.edges], columns=["source", "target", "role", "score"])
+
+    def node_table(self):
+        """One row a node: id, kind, layer, position, label, then its metadata."""
+        import pandas as pd
+
+        return pd.DataFrame([{"id": n.id, "kind": n.kind, "layer": n.layer, "position": n.position,
+                              "label": n.label, **n.metadata} for n in self.nodes])
+
+    def to_json(self) -> dict[str, Any]:
+        return {"nodes": [vars(n) for n in self.nodes], "edges": [vars(e) for e in self.edges],
+                "provenance": vars(self.provenance)}
+
+    @classmethod
+    def from_json(cls, d: Any, what: str = "a subgraph") -> Subgraph:
+        """Read ``to_json``'s layout back; anything else is a RunStoreError naming what is wrong."""
+        import math
+
+        from workbench.checks import reading
+        from workbench.errors import RunStoreError
+
+        with reading(what, RunStoreError):
+            nodes = [GraphNode(str(n["id"]), str(n["kind"]), float(n["layer"]), _position(n.get("position")),
+                               str(n.get("label") or ""), dict(n.get("metadata") or {})) for n in d["nodes"]]
+            edges = [GraphEdge(str(e["source"]), str(e["target"]), float(e["score"]),
+                               None if e.get("role") is None else str(e["role"])) for e in d["edges"]]
+            p = d["provenance"]
+            prov = Provenance(str(p["model"]), str(p["method"]), str(p["source"]),
+                              [dict(r) for r in p.get("prompts") or []], dict(p.get("params") or {}))
+        ids = {n.id for n in nodes}
+        for e in edges:
+            if e.source not in ids or e.target not in ids or not math.isfinite(e.score):
+                raise RunStoreError(f"{what} is damaged: edge {e.source} -> {e.target} ({e.score})")
+        return cls(nodes, edges, prov)
+
+    def save(self, store: Any = None):
+        """Save as a run of kind ``subgraph`` (its figure, its JSON and the edge table), atomically."""
+        import json
+
+        from workbench.store import RunDraft, RunStore
+
+        store = store if isinstance(store, RunStore) else RunStore(store)
+        p = self.provenance
+        return store.save(RunDraft(
+            kind=SUBGRAPH_KIND, model=p.model, method=p.method, args={"source": p.source, "params": p.params},
+            result={"n_nodes": len(self.nodes), "n_edges": len(self.edges), **self.to_json()},
+            figures={"graph": self.plot()}, files={"subgraph.json": json.dumps(self.to_json(), allow_nan=False)}))
+
+    @classmethod
+    def from_run(cls, run: Any) -> Subgraph:
+        """The subgraph of a stored run: a ``circuit`` run (its saved top edges), a ``feature-graph`` run or a
+        ``subgraph`` run, including those saved before this type existed."""
+        from workbench.checks import reading
+        from workbench.errors import RunStoreError
+
+        if run.kind == "circuit":
+            from circuits.discover import CircuitResult  # the readers live above: lazy, no import cycle
+
+            return CircuitResult.from_run(run).subgraph()
+        if run.kind == "feature-graph":
+            from circuits.feature_graph import FeatureGraph
+
+            with reading(f"run {run.id}", RunStoreError):
+                return FeatureGraph.from_json(run.result()).subgraph()
+        if run.kind == SUBGRAPH_KIND:
+            return cls.from_json(run.result(), f"run {run.id}'s subgraph")
+        raise RunStoreError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit or feature graph")
+
+
+def _position(value: Any) -> int | None:
+    return None if value is None else int(value)

@@ -107,7 +107,7 @@ def test_gradient_scores_differ_from_dpa(setup):
 
 
 def test_feature_graph_connected_to_logits(setup):
-    from attribution.features.graph import FeatureGraph, feature_graph
+    from circuits.feature_graph import FeatureGraph, feature_graph
 
     model, _, _, dicts = setup
     g = feature_graph(model, PROMPT, [dicts["sae2"], dicts["sae1"]], target=" Paris", foil=" London",
@@ -138,11 +138,17 @@ def test_feature_graph_connected_to_logits(setup):
     assert back.nodes == g.nodes and back.edges == g.edges
     fig = back.plot()
     assert set(fig.data[-1].customdata) == ids
+    assert (run.path / "graph.plotly.json").exists()  # saved with its figure, as a circuit run is
+    from circuits.graph import Subgraph
+
+    sub = Subgraph.from_run(run)
+    assert {n.id for n in sub.nodes} == ids and len(sub.edges) == len(g.edges)
+    assert {n.kind for n in sub.terms} <= {"error"} and sub.provenance.method == "dpa"
 
 
 def test_transcoder_graph_edges_skip_held_mlp(setup):
     """A transcoder is not a cut: the logits read it directly and the embeddings below it."""
-    from attribution.features.graph import feature_graph
+    from circuits.feature_graph import feature_graph
 
     model, _, _, dicts = setup
     g = feature_graph(model, PROMPT, [dicts["tc1"]], target=" Paris", max_nodes=30, max_edges=60, per_layer=4)

@@ -15,7 +15,6 @@ from app import common as C
 from app import share as S
 from app.graph_view import LEGEND_HELP, follow_click, show_graph
 
-METHODS = ("eap", "eap_ig", "dpa", "activation_patching")
 CACHE_SIZE = 8  # circuit results per session (scores are one float per edge: 0.5 MB on smollm2)
 NONE = "—"
 
@@ -101,7 +100,7 @@ if C.engine("circuits.discover", "circuit discovery") is None:
     st.stop()
 from circuits.counterfactual import prepare  # noqa: E402
 from circuits.discover import PATCHING_LIMIT_EDGES, CircuitResult, circuit, estimate, methods  # noqa: E402
-from circuits.edges import get_method  # noqa: E402
+from circuits.edges import EDGE_METHODS, get_method  # noqa: E402
 from circuits.evaluate import DEFAULT_GRID  # noqa: E402
 from circuits.graph import CircuitGraph  # noqa: E402
 from circuits.plot import faithfulness_figure  # noqa: E402
@@ -119,12 +118,13 @@ source, rows = picked
 graph = CircuitGraph.of(loaded.model)
 
 c1, c2, c3 = st.columns([3, 1.2, 1.5])
-offered = [m for m in METHODS if m != "activation_patching" or graph.n_edges <= PATCHING_LIMIT_EDGES]
+offered = [m for m, spec in EDGE_METHODS.items() if not spec.exact or graph.n_edges <= PATCHING_LIMIT_EDGES]
 C.keep("circ_methods", ["dpa"])
 st.session_state["circ_methods"] = [m for m in st.session_state["circ_methods"] if m in offered]
 summaries = methods()
 chosen = c1.multiselect("Methods", offered, key="circ_methods", on_change=C.remember("circ_methods"),
-                        help="; ".join(f"{m}: {summaries[m]}" for m in offered))
+                        format_func=lambda m: EDGE_METHODS[m].title,
+                        help="; ".join(f"{EDGE_METHODS[m].title}: {summaries[m]}" for m in offered))
 ablations = ["corrupt", "mean", "zero"] if all(r.get("corrupt") is not None for r in rows) else ["mean", "zero"]
 ablation = c2.selectbox("Ablation", ablations, key="circ_ablation",
                         help="What an edge outside the circuit carries instead: the counterfactual run's value, "

@@ -35,8 +35,8 @@ BUDGET = {"max_nodes": 100_000, "max_edges": 1_000_000}  # the engine keeps all;
 
 def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], per_row: int,
           edges: int, per_layer: int) -> Any:
-    from attribution.features.graph import feature_graph
     from attribution.features.placement import load_dictionaries
+    from circuits.feature_graph import feature_graph
 
     dicts = load_dictionaries(paths)
     with loaded.lock:
@@ -110,7 +110,7 @@ st.caption("Which dictionary features carry the answer: features at lower layers
 with st.expander("Open a saved feature graph"):
     run = C.run_picker("feature-graph", key="fg_open")
     if run is not None:
-        from attribution.features.graph import FeatureGraph
+        from circuits.feature_graph import FeatureGraph
 
         saved = C.attempt(f"Cannot read run {run.id}", FeatureGraph.from_json, run.result())
         if saved is not None:

@@ -3,7 +3,9 @@
 Every method is ``score(model, graph, prompts, refs, on_step=None, **params) -> scores [edge]``: the
 estimated drop of the metric (averaged over the prompt set) when that edge alone is ablated to its
 reference, so a positive score means the edge supports the target. ``EDGE_METHODS`` declares each
-method's parameters and cost, as Captum methods declare their capabilities.
+method's module and function, parameters, cost and app label, as Captum methods declare their capabilities:
+a new edge method is one module and one line of the table (discovery, its estimate, the CLI and the
+Circuits page read everything from it).
 """
 
 from __future__ import annotations
@@ -18,14 +20,31 @@ from workbench.errors import MethodError
 
 @dataclass(frozen=True)
 class EdgeMethod:
+    """One edge method. cost: forward-equivalent passes per prompt (a backward counts as two), plus
+    ``cost_per[param]`` passes per unit of that parameter (eap_ig: 3 per integration step); discover.estimate
+    scales one measured forward by it. label: the method's name in the app."""
+
     name: str
     module: str
     summary: str
     params: dict[str, Any] = field(default_factory=dict)  # name -> default
     exact: bool = False  # the ground truth (one ablated forward per edge), not an estimate
+    cost: float = 1.0
+    cost_per: dict[str, float] = field(default_factory=dict)
+    label: str = ""
+    function: str = "score"
 
     def scorer(self) -> Callable[..., Any]:
-        return import_module(self.module).score
+        return getattr(import_module(self.module), self.function)
+
+    def passes(self, params: dict[str, Any] | None = None) -> float:
+        """Forward-equivalent passes per prompt with these parameters (defaults for those not given)."""
+        p = {**self.params, **(params or {})}
+        return self.cost + sum(float(p.get(k, 0)) * v for k, v in self.cost_per.items())
+
+    @property
+    def title(self) -> str:
+        return self.label or self.name
 
     def check_params(self, params: dict[str, Any]) -> dict[str, Any]:
         unknown = sorted(set(params) - set(self.params))
@@ -63,16 +82,19 @@ def _check_param(method: str, key: str, value: Any, default: Any) -> None:
 
 EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
     EdgeMethod("eap", "circuits.edges.eap",
-               "edge attribution patching: (clean - reference) output of the sender . gradient at the receiver input"),
+               "edge attribution patching: (clean - reference) output of the sender . gradient at the receiver input",
+               cost=4.0, label="EAP"),
     EdgeMethod("eap_ig", "circuits.edges.eap_ig",
                "EAP with integrated gradients along the reference -> clean input path (Hanna et al. 2024)",
-               {"steps": 5}),
+               {"steps": 5}, cost=1.0, cost_per={"steps": 3.0}, label="EAP-IG"),
     EdgeMethod("dpa", "circuits.edges.dpa",
                "Dual Path Attribution: (clean - reference) output of the sender . DPA target at the receiver input",
-               {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"}),
+               {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
+               cost=3.0, label="DPA"),
+    # exact: discover.estimate counts one forward per patched edge (per ``copies`` edges), not ``cost``
     EdgeMethod("activation_patching", "circuits.edges.patching",
                "path patching: ablate one edge at a time and measure the metric (exact, one forward per edge)",
-               {"sample": 0, "seed": 0, "copies": 8}, exact=True),
+               {"sample": 0, "seed": 0, "copies": 8}, exact=True, label="activation patching"),
 )}
 
 

@@ -63,7 +63,7 @@ def feature_graph(
 
     dicts = load_dictionaries(saes)
     import workbench as wb
-    from attribution.features.graph import feature_graph as build
+    from circuits.feature_graph import feature_graph as build
 
     m = wb.load(model, device=check_device(device), dtype=dtype)
     graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,

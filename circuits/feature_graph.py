@@ -1,4 +1,5 @@
 """The feature graph: dictionary features at lower layers -> features at higher layers -> the logits.
+A ``FeatureGraph``'s ``subgraph()`` is the shared result type, ``circuits.graph.Subgraph``.
 
 Nodes: ``L12.f345@p7`` (feature 345 of the residual SAE at layer 12, position 7; a transcoder's are
 ``L12T.f345@p7``), ``L12.err@p7`` (what that dictionary misses there: true activation minus
@@ -39,6 +40,7 @@ from attribution.features.placement import (
     sources,
 )
 from attribution.features.scores import dpa_feature_scores, hooks_of
+from circuits.graph import GraphEdge, GraphNode, Provenance, Subgraph
 from workbench.errors import RangeError
 
 if TYPE_CHECKING:
@@ -102,16 +104,22 @@ class FeatureGraph:
                 return n
         raise RangeError(f"no node {node_id!r} in this feature graph")
 
+    def subgraph(self) -> Subgraph:
+        """This graph as the shared result type: a node's row is its layer, the rest its metadata."""
+        info = ("token", "dictionary", "feature", "activation", "score", "influence")
+        nodes = [GraphNode(n["id"], n["kind"], float(n["row"]), n["position"], n["label"],
+                           {k: n.get(k) for k in info}) for n in self.nodes]
+        edges = [GraphEdge(e["src"], e["dst"], float(e["score"])) for e in self.edges]
+        prompt = {"prompt": self.prompt, "target": self.target, "foil": self.foil}
+        return Subgraph(nodes, edges, Provenance(self.model, "dpa", KIND, [prompt],
+                                                 {**self.params, "dictionaries": self.dictionaries}))
+
     def drawable(self) -> list[dict[str, Any]]:
         """Nodes as circuits.plot.graph_figure takes them (name, layer = drawing row, kind, label)."""
-        return [{"name": n["id"], "layer": n["row"], "kind": n["kind"], "label": n["label"]} for n in self.nodes]
+        return self.subgraph().drawable()[0]
 
     def plot(self, title: str | None = None):
-        from circuits.plot import graph_figure
-
-        return graph_figure(self.drawable(), [{"src": e["src"], "dst": e["dst"], "score": e["score"]}
-                                              for e in self.edges],
-                            title=title or f"Feature graph: {self.prompt!r} -> {self.target!r}")
+        return self.subgraph().plot(title=title or f"Feature graph: {self.prompt!r} -> {self.target!r}")
 
     def table(self):
         import pandas as pd
@@ -129,7 +137,7 @@ class FeatureGraph:
             kind=KIND, model=self.model, method="dpa",
             args={"prompt": self.prompt, "target": self.target, "foil": self.foil,
                   "dictionaries": [d["path"] for d in self.dictionaries], **self.params},
-            timings={"seconds": self.seconds}, result={**summary, **result},
+            timings={"seconds": self.seconds}, result={**summary, **result}, figures={"graph": self.plot()},
             files={"graph.json": json.dumps(result, allow_nan=False)}))
 
     @classmethod
