@@ -19,7 +19,7 @@ from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
            "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
-           "submit_job", "estimate_job"]
+           "submit_job", "estimate_job", "job_spec"]
 __version__ = "0.1.0"
 
 
@@ -190,17 +190,26 @@ def jobs(root: str | None = None):
     return JobBoard(root)
 
 
-def run_job(spec: dict, workers: int = 1, ray_address: str | None = None, save: bool = True):
-    """Run long work as a job to its end: (job, result). ``spec`` is a dict with a ``kind`` (faithfulness,
+def job_spec(kind: str, **fields: Any):
+    """The typed spec of a job (workbench/jobs/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
+    methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; kinds: faithfulness,
     attribute_set, attribute, probe, concepts, vit_eval, circuit_discover, circuit_evaluate, sae_cache,
-    sae_train; see workbench/jobs/kinds.py). More than one worker, or a Ray address ("local",
+    sae_train, sleep."""
+    from workbench.jobs.specs import parse
+
+    return parse({"kind": kind, **fields})
+
+
+def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: bool = True):
+    """Run long work as a job to its end: (job, result). ``spec`` is a ``job_spec(...)`` (or a dict with a
+    ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
     HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
     from workbench.jobs import run
 
     return run(spec, workers=workers, address=ray_address, save=save)
 
 
-def estimate_job(spec: dict, workers: int = 1):
+def estimate_job(spec: Any, workers: int = 1):
     """What a job will cost here before it starts (``.seconds``, ``.text()``): its items x the seconds per
     item an earlier job of the same shape measured (or the kind measures now); None when nothing is known."""
     from workbench.jobs.kinds import estimate
@@ -208,7 +217,7 @@ def estimate_job(spec: dict, workers: int = 1):
     return estimate(spec, workers)
 
 
-def submit_job(spec: dict, workers: int = 1, ray_address: str | None = None):
+def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     """Start a job and return at once; follow it with ``wb.jobs().get(job.id)``. Work estimated under about
     10 s runs in a thread of this process, longer work on Ray (workbench/jobs/runner.py ``submit``)."""
     from workbench.jobs import submit

@@ -94,15 +94,17 @@ def attribute(
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
+    from attribution.cost import SLOW_METHODS
     from workbench.jobs import resolve_address
 
-    if workers > 1 or resolve_address(ray_address) is not None:
+    # slow methods always run as jobs (here, with one worker): their result is on the board, where the
+    # Attribution page asking for the same work finds it instead of computing it again
+    if workers > 1 or resolve_address(ray_address) is not None or name in SLOW_METHODS:
         from workbench.commands.jobs import run_job
+        from workbench.jobs.specs import AttributeSpec
 
-        spec = {"kind": "attribute", "model": model, "device": check_device(device), **dtype_spec(dtype),
-                "prompt": prompt,
-                "target": target, "foil": foil, "method": name, "level": level, "position": position,
-                "params": params}
+        spec = AttributeSpec(model=model, device=check_device(device), **dtype_spec(dtype), prompt=prompt,
+                             target=target, foil=foil, method=name, level=level, position=position, params=params)
         job, res = run_job(spec, workers, ray_address, save=save)
         out = {**res.to_json(), "job_id": job.id}
         if save:

@@ -48,11 +48,11 @@ def attribute_set(
     device = check_device(device)
 
     from workbench.commands.jobs import run_job
+    from workbench.jobs.specs import AttributeSetSpec
 
-    spec = {"kind": "attribute_set", "model": model, "device": device, **dtype_spec(dtype),
-            "threads": threads, "rows": rows,
-            "prompts_file": prompts, "method": name, "level": level, "use_foil": foil, "batch_size": batch_size,
-            "params": params}
+    spec = AttributeSetSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,
+                            prompts_file=prompts, method=name, level=level, use_foil=foil, batch_size=batch_size,
+                            params=params)
     job, result = run_job(spec, workers, ray_address, save=save)
     out = result.to_json(top=top)
     out["prompts_file"] = prompts

@@ -115,11 +115,12 @@ def discover(
     from workbench.commands.jobs import run_job
     from workbench.jobs import resolve_address
     from workbench.jobs.kinds import estimate
+    from workbench.jobs.specs import CircuitDiscoverSpec
 
-    job_spec = {"kind": "circuit_discover", "model": model, "device": device, **dtype_spec(dtype), "rows": rows,
-                "prompts_file": None if prompts == "task" else prompts, "method": method, "params": params,
-                "edges": edges, "ablation": ablation, "metric": metric, "selection": selection,
-                "evaluate": evaluate_, "grid": ks, "batch_size": batch_size}
+    job_spec = CircuitDiscoverSpec(model=model, device=device, **dtype_spec(dtype), rows=rows,
+                                   prompts_file=None if prompts == "task" else prompts, method=method, params=params,
+                                   edges=edges, ablation=ablation, metric=metric, selection=selection,
+                                   evaluate=evaluate_, grid=ks, batch_size=batch_size)
     if spec.exact and resolve_address(ray_address) is None:  # path patching: say what it costs first
         cost = estimate(job_spec, 1)
         if cost is not None:
@@ -165,9 +166,10 @@ def evaluate(
     for s, d in pairs:
         res.graph.edge_id(s, d)  # unknown edge names fail before the model loads
     from workbench.commands.jobs import run_job
+    from workbench.jobs.specs import CircuitEvaluateSpec
 
-    spec = {"kind": "circuit_evaluate", "run": run, "device": check_device(device), **dtype_spec(dtype), "edges": edges,
-            "ablation": ablation, "selection": selection, "grid": ks, "keep": [list(p) for p in pairs]}
+    spec = CircuitEvaluateSpec(run=run, device=check_device(device), **dtype_spec(dtype), edges=edges,
+                               ablation=ablation, selection=selection, grid=ks, keep=[list(p) for p in pairs])
     job, result = run_job(spec, 1, ray_address, save=False)
     if pairs:
         emit({**result.out, "job_id": job.id}, as_json)

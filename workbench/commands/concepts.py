@@ -65,13 +65,14 @@ def concepts(
     from workbench.commands.jobs import run_job
     from workbench.commands.probe import threads_here
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.jobs.specs import ConceptsSpec
 
-    spec = {"kind": "concepts", "model": model_ref(model), "device": check_device(device), **dtype_spec(dtype),
-            **dataset_spec(dataset, data), "concept": concept, "layers": layers, "steer_layers": steer_layers,
-            "pooling": pooling, "scale": scale, "n_steer": n_steer,
-            "saes": [str(Path(p).expanduser().resolve()) for p in sae or []]}
+    spec = ConceptsSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
+                        **dataset_spec(dataset, data), concept=concept, layers=layers, steer_layers=steer_layers,
+                        pooling=pooling, scale=scale, n_steer=n_steer,
+                        saes=[str(Path(p).expanduser().resolve()) for p in sae or []])
     if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
-        check_here(spec)
+        check_here(spec.to_dict())
     job, res = run_job(spec, 1, ray_address, save=save)
     out = res.to_json()
     if job.run_id:

@@ -101,11 +101,11 @@ def faithfulness(
     device = check_device(device)
 
     from workbench.commands.jobs import run_job
+    from workbench.jobs.specs import FaithfulnessSpec
 
-    spec = {"kind": "faithfulness", "model": model, "device": device, **dtype_spec(dtype),
-            "threads": threads, "rows": rows,
-            "prompts_file": prompts, "limit": limit, "methods": names, "level": level, "ablation": ablation,
-            "rank": rank, "use_foil": foil, "params": params, "grid": fractions, "batch_size": batch_size}
+    spec = FaithfulnessSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,
+                            prompts_file=prompts, limit=limit, methods=names, level=level, ablation=ablation,
+                            rank=rank, use_foil=foil, params=params, grid=fractions, batch_size=batch_size)
     job, result = run_job(spec, workers, ray_address, save=save)
     out = result.to_json()
     out.pop("curves")

@@ -101,15 +101,19 @@ def jobs_cancel(job_id: str, as_json: bool = JSON_OPTION) -> None:
     emit({"cancelling": job.id}, as_json, lambda r: print(f"cancelling {r['cancelling']}"))
 
 
-def run_job(spec: dict[str, Any], workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
-    """Run a job from a command with a progress bar on stderr: (job, result). Ctrl-C cancels it. Its
-    estimate (when one can be made: see workbench/jobs/kinds.py) is printed once the job has read and checked
-    its inputs (its first shard knows how many items it has), so bad input is only ever its one error line."""
+def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
+    """Run a job (a JobSpec of workbench/jobs/specs.py) from a command with a progress bar on stderr: (job,
+    result). Ctrl-C cancels it. Its estimate (when one can be made: see workbench/jobs/kinds.py) is printed once
+    the job has read and checked its inputs (its first shard knows how many items it has), so bad input is only
+    ever its one error line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     from workbench.jobs import resolve_address, run
     from workbench.jobs.kinds import estimate
     from workbench.jobs.runner import check_reachable
+    from workbench.jobs.specs import as_dict
+
+    spec = as_dict(spec)
 
     address = resolve_address(ray_address)
     if address is not None:

@@ -59,12 +59,13 @@ def probe(
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.jobs.specs import ProbeSpec
 
-    spec = {"kind": "probe", "model": model_ref(model), "device": check_device(device), **dtype_spec(dtype),
-            **dataset_spec(dataset, data),
-            "hook": hook, "layers": layers, "pooling": pooling, "test_frac": test_frac, "seed": seed}
+    spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
+                     **dataset_spec(dataset, data), hook=hook, layers=layers, pooling=pooling, test_frac=test_frac,
+                     seed=seed)
     if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
-        check_here(spec)
+        check_here(spec.to_dict())
     job, res = run_job(spec, 1, ray_address, save=save)
     out = res.to_json()
     if job.run_id:

@@ -75,12 +75,12 @@ def train(
     from workbench.errors import RangeError
     from workbench.jobs import resolve_address
     from workbench.jobs.kind_sae import check_out, from_shards, is_toy, train_dictionary
+    from workbench.jobs.specs import SaeTrainSpec
 
-    spec = {"kind": "sae_train", "model": model, "device": check_device(device), **dtype_spec(dtype),
-            "hook": hook, "tokens": tokens,
-            "sae_kind": kind, "width": width, "k": k, "epochs": epochs, "lr": lr, "batch_size": batch_size,
-            "l1": l1, "l0": l0, "ctx": ctx, "corpus": corpus, "out": str(Path(out).resolve()) if out else None,
-            "seed": seed, "keep_first": keep_first}
+    spec = SaeTrainSpec(model=model, device=check_device(device), **dtype_spec(dtype), hook=hook, tokens=tokens,
+                        sae_kind=kind, width=width, k=k, epochs=epochs, lr=lr, batch_size=batch_size, l1=l1, l0=l0,
+                        ctx=ctx, corpus=corpus, out=str(Path(out).resolve()) if out else None, seed=seed,
+                        keep_first=keep_first).to_dict()
     check_out(out)  # before anything loads
     shards = from_shards(spec)
     if shards and is_toy(model):
@@ -181,11 +181,11 @@ def cache(
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
     target = Path(out) if out else shards_root(entry.name) / split
-    spec = {"kind": "sae_cache", "model": model, "device": check_device(device), **dtype_spec(dtype),
-            "threads": threads,
-            "hooks": names, "split": split, "corpus": str(source.resolve()), "out": str(target.resolve()),
-            "tokens": tokens, "ctx": ctx, "batch_size": batch_size, "shard_tokens": shard_tokens,
-            "skip_first": skip_first, "bf16": True}
+    from workbench.jobs.specs import SaeCacheSpec
+
+    spec = SaeCacheSpec(model=model, device=check_device(device), **dtype_spec(dtype), threads=threads, hooks=names,
+                        split=split, corpus=str(source.resolve()), out=str(target.resolve()), tokens=tokens, ctx=ctx,
+                        batch_size=batch_size, shard_tokens=shard_tokens, skip_first=skip_first, bf16=True)
     job, res = run_job(spec, workers, ray_address)
     result = {**res.to_json(), "run": job.run_id, "job_id": job.id}
 

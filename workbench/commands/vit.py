@@ -157,15 +157,10 @@ def vit_eval(
         _check_head_fits(head, dataset)
     _threads(threads)
     from workbench.commands.jobs import run_job
+    from workbench.jobs.specs import VitEvalSpec
 
-    spec = {"kind": "vit_eval", "model": model, "methods": names, "n": n, "seed": seed, "dataset": dataset,
-            "batch_size": batch_size}
-    if head:
-        spec["head"] = head
-    if steps != 20:
-        spec["steps"] = steps
-    if threads:
-        spec["threads"] = threads
+    spec = VitEvalSpec(model=model, methods=names, n=n, seed=seed, dataset=dataset, batch_size=batch_size,
+                       head=head or None, steps=steps, threads=threads or None)
     job, res = run_job(spec, workers, ray_address, save=save)
     k = min(batch_size, n)
     out = res.to_json()

@@ -116,12 +116,11 @@ def check_record(file: Path, job_id: str) -> Job:
     return Job(**kw)
 
 
-def spec_key(spec: dict[str, Any]) -> str:
-    """A short digest of what the job computes (its spec, keys sorted): equal specs, equal keys."""
-    import hashlib
+def spec_key(spec: Any) -> str:
+    """The normalised key of what a job computes (workbench/jobs/specs.py): the same work, the same key."""
+    from workbench.jobs.specs import key_of
 
-    text = json.dumps(spec, sort_keys=True, default=str, separators=(",", ":"))
-    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+    return key_of(spec)
 
 
 def _host() -> str:
@@ -175,14 +174,19 @@ class JobBoard:
         return self.root / f"{job_id}.json"
 
     # -- write (the driver) -------------------------------------------------------------------------
-    def create(self, spec: dict[str, Any], label: str, workers: int = 1, ray_address: str | None = None) -> Job:
+    def create(self, spec: Any, label: str, workers: int = 1, ray_address: str | None = None) -> Job:
+        """A new queued job for ``spec`` (a JobSpec, or a dict read through its kind's spec class)."""
+        from workbench.jobs.specs import as_dict
+
+        key = spec_key(spec)
+        spec = as_dict(spec)
         kind = str(spec.get("kind", ""))
         if not re.fullmatch(r"[a-z0-9_]+", kind):
             raise JobError(f"a job spec needs a kind (letters, digits, _): got {kind!r}")
         now = _dt.datetime.now(_dt.UTC)
         job = Job(id=f"{now:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
                   workers=workers, ray_address=ray_address, driver=this_driver(),
-                  key=spec_key(spec))
+                  key=key)
         self.write(job)
         return job
 
@@ -235,7 +239,7 @@ class JobBoard:
         """Records that cannot be read as jobs: [{"id", "reason", "path"}], by id."""
         return self.scan()[1]
 
-    def latest_done(self, spec: dict[str, Any], store: Any = None) -> Job | None:
+    def latest_done(self, spec: Any, store: Any = None) -> Job | None:
         """The newest finished job that computed exactly ``spec`` and whose run is still in the store (the
         app opens it at once instead of computing again: results shared across sessions and restarts)."""
         from workbench.store import RunStore

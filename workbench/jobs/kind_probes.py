@@ -18,18 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.jobs.kinds import prompt_length_bucket, worker_model
+from workbench.jobs.specs import model_ref  # noqa: F401 - where the commands have always found it
 
 INLINE_MAX = 5000  # rows kept inline in a spec (a job's record holds its spec)
-
-
-def model_ref(model: str) -> str:
-    """A zoo name as given; a local model directory as an absolute path (a Ray worker's cwd differs)."""
-    from workbench.zoo import list_models
-
-    path = Path(model).expanduser()
-    if any(e.name == model for e in list_models()) or not path.exists():
-        return model
-    return str(path.resolve())
 
 
 def dataset_spec(path: str | Path | None, data: Any, name: str | None = None) -> dict[str, Any]:

@@ -17,7 +17,8 @@ A kind is an object with:
   None``: seconds per item known without measuring (the sleep kind). Where a job runs follows from its
   estimate: under workbench/jobs/runner.py's LOCAL_S it runs in the caller's process.
 
-Kinds live in their own modules, named in KIND_PATHS ("module:Class") and imported on first use.
+A kind is registered once: its spec class in workbench/jobs/specs.py (SPECS), whose ``JOB`` names this code
+("module:Class", imported on first use).
 
 Engines are imported inside these functions, so ``workbench`` stays light at import time.
 """
@@ -328,29 +329,23 @@ class _Note:
                                    result={"steps": len(self.steps), "workers": len(self.pids)}))
 
 
-KINDS: dict[str, Any] = {"faithfulness": FaithfulnessJob(), "attribute_set": AttributeSetJob(),
-                         "attribute": AttributeJob(), "sleep": SleepJob()}
-# Kinds defined elsewhere, imported when first asked for (so each stays beside its engine's job code).
-KIND_PATHS: dict[str, str] = {
-    "probe": "workbench.jobs.kind_probes:ProbeJob",
-    "concepts": "workbench.jobs.kind_probes:ConceptsJob",
-    "vit_eval": "workbench.jobs.kind_vit:VitEvalJob",
-    "circuit_discover": "workbench.jobs.kind_circuits:CircuitDiscoverJob",
-    "circuit_evaluate": "workbench.jobs.kind_circuits:CircuitEvaluateJob",
-    "sae_cache": "workbench.jobs.kind_sae:SaeCacheJob",
-    "sae_train": "workbench.jobs.kind_sae:SaeTrainJob",
-}
+KINDS: dict[str, Any] = {}  # job code by kind, imported on first use from its spec class's JOB (specs.SPECS)
 
 
 def kind_names() -> list[str]:
-    return sorted(set(KINDS) | set(KIND_PATHS))
+    from workbench.jobs.specs import SPECS
+
+    return sorted(set(KINDS) | set(SPECS))
 
 
 def get_kind(name: str) -> Any:
-    if name not in KINDS and name in KIND_PATHS:
+    from workbench.jobs.specs import ALIASES, SPECS
+
+    name = ALIASES.get(name, name)
+    if name not in KINDS and name in SPECS:
         import importlib
 
-        module, _, cls = KIND_PATHS[name].partition(":")
+        module, _, cls = SPECS[name].JOB.partition(":")
         try:
             KINDS[name] = getattr(importlib.import_module(module), cls)()
         except (ImportError, AttributeError) as exc:
@@ -383,7 +378,7 @@ def _ms(seconds: float) -> str:
     return f"{1000 * seconds:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
-def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: bool = True) -> JobEstimate | None:
+def estimate(spec: Any, workers: int = 1, root: Any = None, measure: bool = True) -> JobEstimate | None:
     """What the job will cost on this machine: its items x the per-item seconds recorded by an earlier job of
     the same shape (or, with ``measure``, measured now by the kind: the app passes False, as measuring may
     load a model), spread over the shards that run at once. None: no measurement to go on (the first job of
@@ -392,7 +387,9 @@ def estimate(spec: dict[str, Any], workers: int = 1, root: Any = None, measure: 
 
     from workbench.jobs import costs
     from workbench.jobs.board import jobs_root
+    from workbench.jobs.specs import as_dict
 
+    spec = as_dict(spec)
     kind = get_kind(spec.get("kind", ""))
     if not hasattr(kind, "items"):
         return None

@@ -574,7 +574,7 @@ def _explain(exc: Exception, i: int, n: int) -> BaseException:
 
 
 # -- entry points -----------------------------------------------------------------------------------
-def run(spec: dict[str, Any], workers: int = 1, address: str | None = None, save: bool = True,
+def run(spec: Any, workers: int = 1, address: str | None = None, save: bool = True,
         on_progress: Callable[[Job], None] | None = None, board: JobBoard | None = None) -> tuple[Job, Any]:
     """Run a job to its end from this process (the CLI, a notebook): (job, result).
 
@@ -587,7 +587,11 @@ def run(spec: dict[str, Any], workers: int = 1, address: str | None = None, save
     return drive(job, board, save=save, on_progress=on_progress)
 
 
-def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBoard) -> Job:
+def create(spec: Any, workers: int, address: str | None, board: JobBoard) -> Job:
+    """A job record for ``spec`` (a JobSpec, or a dict read through its kind's spec class: SpecError when bad)."""
+    from workbench.jobs.specs import as_dict
+
+    spec = as_dict(spec)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise JobError(f"workers must be a whole number >= 1 (got {workers!r})")
     kind = get_kind(spec.get("kind", ""))
@@ -608,7 +612,7 @@ def create(spec: dict[str, Any], workers: int, address: str | None, board: JobBo
     return job
 
 
-def placement(spec: dict[str, Any], workers: int, address: str | None, root: Any,
+def placement(spec: Any, workers: int, address: str | None, root: Any,
               seconds: float | None = None) -> tuple[str, str]:
     """Where ``submit`` runs a job, and why: ("here", reason) for one worker, no Ray address and an estimate
     (``seconds`` measured by the caller, else the kind's) under local_seconds(); else ("ray", reason)."""
@@ -635,7 +639,7 @@ def placement(spec: dict[str, Any], workers: int, address: str | None, root: Any
 _THREADS: dict[str, threading.Thread] = {}  # jobs running in this process's threads, by id
 
 
-def submit(spec: dict[str, Any], workers: int = 1, address: str | None = None, board: JobBoard | None = None,
+def submit(spec: Any, workers: int = 1, address: str | None = None, board: JobBoard | None = None,
            models: dict[str, tuple[Any, Any]] | None = None, seconds: float | None = None,
            warm_owner: int | None = None) -> Job:
     """Start a job and return at once (the app, a notebook); ``JobBoard().request_cancel(id)`` stops it.
