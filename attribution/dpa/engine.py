@@ -24,7 +24,7 @@ import torch
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import OFFSET_KEYS, bsum, hook_names, init_target, undo_layer
+from attribution.dpa.steps import OFFSET_KEYS, At, bsum, hook_names, init_target, top_down
 from attribution.methods import Scored
 from workbench.errors import MethodError, RangeError
 
@@ -204,14 +204,17 @@ def _propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.
         out["edge"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq, seq)
     if "neuron" in levels:
         out["neuron"] = t.new_zeros(n_batch, a.n_layers, seq, a.d_mlp)
-    kept: dict[str, list[torch.Tensor]] = {"resid_post": [], "resid_mid": [], "resid_pre": []}
-    for layer in reversed(range(a.n_layers)):
-        t = undo_layer(model, layer, t, cache, p, out, offsets, kept if keep_targets else None)
+    at: dict[tuple[int, str], torch.Tensor] = {}  # the target at each residual point (keep_targets)
+    for step in top_down(model, cache, t, p, out=out, offsets=offsets):
+        if isinstance(step, At):
+            t = step.t
+            if keep_targets:
+                at[step.point] = t
     if "token" in levels:
         out["token"] = (t * cache["hook_embed"]).sum(-1)
     if "hook_pos_embed" in cache:
         offsets["pos_embed"] += bsum(t * cache["hook_pos_embed"])
-    stacked = {k: torch.stack(v[::-1], dim=1) for k, v in kept.items()} if keep_targets else None
+    stacked = _stack_targets(at, a.n_layers) if keep_targets else None
     traces = []
     for b, enc in enumerate(encs):
         n = enc.seq_len
@@ -220,6 +223,14 @@ def _propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.
             target_logit=float(logit[b]), offsets={k: float(v[b]) for k, v in offsets.items()}, params=p,
             targets=None if stacked is None else {k: _one("neuron", v, b, n) for k, v in stacked.items()}))
     return traces
+
+
+def _stack_targets(at: dict[tuple[int, str], torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
+    """[batch, layer, pos, d_model] per residual point; a parallel block's resid_mid is the target above it."""
+    layers = range(n_layers)
+    return {"resid_post": torch.stack([at[(la, "post")] for la in layers], dim=1),
+            "resid_mid": torch.stack([at.get((la, "mid"), at[(la, "post")]) for la in layers], dim=1),
+            "resid_pre": torch.stack([at[(la - 1, "post")] for la in layers], dim=1)}
 
 
 def _one(level: str, x: torch.Tensor, b: int, n: int) -> torch.Tensor:

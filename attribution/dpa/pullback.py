@@ -4,7 +4,7 @@
 A feature graph needs more: the pull-back of a feature's encoder direction from the feature's input hook
 down to the dictionaries below it, with the MLPs that transcoders replace held fixed and a residual SAE
 cutting the stream (everything below it reaches the target through its features). ``pull_back`` is the
-same top-down step as the engine's (``steps.undo_mlp`` / ``steps.undo_attention``), started at a chosen point,
+same top-down loop as the engine's (``steps.top_down``), started at a chosen point,
 for a batch of target vectors that share one prompt's frozen forward pass.
 
 Residual points, top to bottom: ``(l, "post")`` = ``blocks.l.hook_resid_post`` (above layer l's MLP; its
@@ -22,20 +22,11 @@ from jaxtyping import Float
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import hook_names, init_target, layer_weights, undo_attention, undo_mlp
+from attribution.dpa.steps import At, Point, hook_names, init_target, rank, top_down
 
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel
     from workbench.tokens import Encoding
-
-Point = tuple[int, str]  # (layer, "post" | "mid")
-OFFSETS = ("mlp_bias", "mlp_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias", "attn_norm_bias")
-
-
-def rank(point: Point) -> int:
-    """Order of residual points from the bottom: embed < mid 0 < post 0 < mid 1 < ..."""
-    layer, where = point
-    return 2 * layer + (1 if where == "post" else 0)
 
 
 def dpa_cache(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
@@ -69,25 +60,9 @@ def pull_back(model: HookedModel, cache: dict[str, torch.Tensor], t: Float[torch
     with torch.no_grad():
         n = t.shape[0]
         wide = {k: v.expand(n, *v.shape[1:]) if v.shape[0] == 1 and n > 1 else v for k, v in cache.items()}
-        offsets = {k: torch.zeros(n, dtype=torch.float64, device=t.device) for k in OFFSETS}
-        layer, where = start
-        while rank((layer, where)) >= rank(lowest):
-            yield (layer, where), t
-            if layer < 0:
-                return
-            w = layer_weights(model, layer)
-            if where == "post" and model.arch.parallel:  # attention and MLP read the same input: no mid point
-                update = undo_attention(model, layer, w, t, wide, p, {}, offsets)
-                if layer not in frozen_mlps and f"blocks.{layer}.mlp.hook_pre" in wide:
-                    update = update + undo_mlp(model, layer, w, t, wide, p, {}, offsets)
-                t, layer = t + update, layer - 1
-            elif where == "post":
-                if layer not in frozen_mlps and f"blocks.{layer}.mlp.hook_pre" in wide:
-                    t = t + undo_mlp(model, layer, w, t, wide, p, {}, offsets)
-                where = "mid"
-            else:
-                t = t + undo_attention(model, layer, w, t, wide, p, {}, offsets)
-                layer, where = layer - 1, "post"
+        for step in top_down(model, wide, t, p, start=start, lowest=lowest, frozen_mlps=frozen_mlps):
+            if isinstance(step, At):
+                yield step.point, step.t
 
 
 def embedding(cache: dict[str, torch.Tensor]) -> Float[torch.Tensor, "1 pos d_model"]:

@@ -13,6 +13,8 @@ target), partial rotary (Pythia) and GeGLU. Tensors are [batch, pos, d_model] un
 
 from __future__ import annotations
 
+from collections.abc import Container, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -223,12 +225,17 @@ def qk_back(model: HookedModel, layer: int, g: torch.Tensor, role: str, cache: d
 
 def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
                    cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
-                   offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths.
+                   offsets: dict[str, torch.Tensor], per_head: bool = False) -> torch.Tensor:
+    """Update to t from layer l's attention: value path (pattern frozen) and query/key paths; writes the
+    head and edge scores into ``out`` where asked ("head", "edge").
+
+    Returns the update [batch, pos, d_model], or with ``per_head`` its terms one per receiver input,
+    [head x 3 (q, k, v), batch, pos, d_model] (the edge scorer's receivers; they sum to the update, and
+    the q/k/v biases, which no edge carries, are left out of ``offsets``).
 
     Grouped-query attention without repeating kv heads: the R query heads of kv group g are stacked
     along positions ([batch, G, R*pos, d_head]), so one matmul per group covers all of them and sums
-    their gradients into the shared k and v.
+    their gradients into the shared k and v (``per_head`` keeps each query head's k and v apart).
     """
     b = f"blocks.{layer}.attn."
     n_batch, seq, d_model = t.shape
@@ -255,65 +262,142 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.T
     if "head" in out:
         out["head"][:, layer] = mz
     # value path: t_j += w_v r_j (W_V gamma)^T sum_i A_ij m_i
-    gv = p.w_v * (A_g.transpose(-1, -2) @ m_g)  # [batch, group, key, d_head]
+    if per_head:
+        gv = p.w_v * (A.transpose(-1, -2) @ by_head(m))  # [batch, head, key, d_head]
+    else:
+        gv = p.w_v * (A_g.transpose(-1, -2) @ m_g)  # [batch, group, key, d_head]
+    gq, gk = qk_targets(model, layer, A, edge, mz, cache, p, per_head) if p.uses_qk else (None, None)
+    if per_head:
+        return attn_in_back(model, layer, _per_receiver(w, gq, gk, gv), cache, None)
     g_n = from_heads(gv, w["W_V"])
     if w["b_V"] is not None:
         offsets["attn_value_bias"] += bsum(gv * w["b_V"][:, None, :])
     if p.uses_qk:
-        g_n = g_n + _qk_paths(model, layer, w, A, edge, mz, cache, p, offsets)
+        g_n = g_n + _qk_inputs(w, gq, gk, offsets)
     return attn_in_back(model, layer, g_n, cache, offsets)
 
 
-def _qk_paths(model: HookedModel, layer: int, w: dict[str, Any], A: torch.Tensor, edge: torch.Tensor,
-              mz: torch.Tensor, cache: dict[str, torch.Tensor], p: DPAParams,
-              offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Control paths: delta_ij = d(m_i.z_i)/d score_ij (``qk_delta``), sent to q_i and k_j."""
+def qk_targets(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
+               cache: dict[str, torch.Tensor], p: DPAParams,
+               per_head: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The control paths: delta_ij = d(m_i.z_i)/d score_ij (``qk_delta``) sent to q_i and k_j, each through
+    the inverse rotation and q/k norm (``qk_back``). Returns the targets on the q projection [batch, head,
+    pos, d_head] and on the k projection [batch, group, pos, d_head] (kv groups summed; [batch, head, pos,
+    d_head] with ``per_head``); None for a path whose weight is 0."""
     b = f"blocks.{layer}.attn."
     n_batch, H, seq = A.shape[0], A.shape[1], A.shape[-1]
-    G, d_head = w["W_K"].shape[0], w["W_K"].shape[-1]
     rotary = model.arch.positional == "rope"
-    delta = qk_delta(model, layer, A, edge, mz, cache).reshape(n_batch, G, -1, seq)  # [batch, G, R*query, key]
-    g_n = A.new_zeros(())
+    delta = qk_delta(model, layer, A, edge, mz, cache)  # [batch, head, query, key]
+    k = by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [batch, group, key, d_head]
+    G, d_head = k.shape[1], k.shape[-1]
+    delta_g = delta.reshape(n_batch, G, -1, seq)  # [batch, group, R*query, key]
+    gq = gk = None
     if p.w_q:
-        k = by_head(cache[b + ("hook_rot_k" if rotary else "hook_k")])  # [batch, group, key, d_head]
-        gq = (p.w_q * (delta @ k)).view(n_batch, H, seq, d_head)  # on the rotated q
+        gq = (p.w_q * (delta_g @ k)).view(n_batch, H, seq, d_head)  # on the rotated q
         gq = qk_back(model, layer, gq, "q", cache)
-        g_n = g_n + from_heads(gq, w["W_Q"])
-        if w["b_Q"] is not None:
-            offsets["attn_qk_bias"] += bsum(gq * w["b_Q"][:, None, :])
     if p.w_k:
-        q = by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")]).reshape(n_batch, G, -1, d_head)
-        gk = p.w_k * (delta.transpose(-1, -2) @ q)  # [batch, group, key, d_head] on the rotated k
-        gk = qk_back(model, layer, gk, "k", cache)
-        g_n = g_n + from_heads(gk, w["W_K"])
-        if w["b_K"] is not None:
-            offsets["attn_qk_bias"] += bsum(gk * w["b_K"][:, None, :])
+        q = by_head(cache[b + ("hook_rot_q" if rotary else "hook_q")])  # [batch, head, query, d_head]
+        if per_head:
+            gk = qk_back(model, layer, p.w_k * (delta.transpose(-1, -2) @ q), "k", cache, repeat=H // G)
+        else:
+            gk = p.w_k * (delta_g.transpose(-1, -2) @ q.reshape(n_batch, G, -1, d_head))  # on the rotated k
+            gk = qk_back(model, layer, gk, "k", cache)
+    return gq, gk
+
+
+def _qk_inputs(w: dict[str, Any], gq: torch.Tensor | None, gk: torch.Tensor | None,
+               offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The q and k targets through W_Q / W_K, summed over heads, with their biases' terms."""
+    g_n = gq.new_zeros(()) if gq is not None else gk.new_zeros(())  # type: ignore[union-attr]
+    for g, W, bias in ((gq, w["W_Q"], w["b_Q"]), (gk, w["W_K"], w["b_K"])):
+        if g is not None:
+            g_n = g_n + from_heads(g, W)
+            if bias is not None:
+                offsets["attn_qk_bias"] += bsum(g * bias[:, None, :])
     return g_n
 
 
-def undo_layer(model: HookedModel, layer: int, t: torch.Tensor, cache: dict[str, torch.Tensor], p: DPAParams,
-               out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor],
-               kept: dict[str, list[torch.Tensor]] | None = None) -> torch.Tensor:
-    """t below layer l from t above it: the MLP, then the attention; for parallel blocks (GPT-NeoX) both
-    read the same input, so both get the target from above. ``kept`` collects resid_post / resid_mid /
-    resid_pre targets (resid_mid of a parallel block is the target above it)."""
-    w = layer_weights(model, layer)
-    if kept is not None:
-        kept["resid_post"].append(t)
-    has_mlp = f"blocks.{layer}.mlp.hook_pre" in cache
-    if model.arch.parallel:
-        if kept is not None:
-            kept["resid_mid"].append(t)
-        update = undo_attention(model, layer, w, t, cache, p, out, offsets)
-        if has_mlp:
-            update = update + undo_mlp(model, layer, w, t, cache, p, out, offsets)
-        t = t + update
-    else:
-        if has_mlp:
-            t = t + undo_mlp(model, layer, w, t, cache, p, out, offsets)
-        if kept is not None:
-            kept["resid_mid"].append(t)
-        t = t + undo_attention(model, layer, w, t, cache, p, out, offsets)
-    if kept is not None:
-        kept["resid_pre"].append(t)
-    return t
+def _per_receiver(w: dict[str, Any], gq: torch.Tensor | None, gk: torch.Tensor | None,
+                  gv: torch.Tensor) -> torch.Tensor:
+    """Each head's q, k, v targets through its own projection: [head x 3, batch, pos, d_model], as one
+    batched product over (head, role)."""
+    n, H, seq, d_head = gv.shape
+    rep = H // w["W_V"].shape[0]  # query heads per kv head (TL repeats kv heads with repeat_interleave)
+    d_model = w["W_V"].shape[1]
+    zero = gv.new_zeros(gv.shape)
+    g = torch.stack([zero if gq is None else gq, zero if gk is None else gk, gv])  # [3, batch, head, pos, d_head]
+    W = torch.stack([w["W_Q"], w["W_K"].repeat_interleave(rep, 0), w["W_V"].repeat_interleave(rep, 0)], 1)
+    g = g.permute(2, 0, 1, 3, 4).reshape(H * 3, n * seq, d_head)
+    return torch.bmm(g, W.reshape(H * 3, d_model, d_head).transpose(1, 2)).view(H * 3, n, seq, d_model)
+
+
+# -- the top-down loop ---------------------------------------------------------------------------
+Point = tuple[int, str]  # a residual point: (l, "post") above layer l's MLP, (l, "mid") above its attention;
+# (-1, "post") is the embeddings
+
+
+def rank(point: Point) -> int:
+    """Order of residual points from the bottom: embed < mid 0 < post 0 < mid 1 < ..."""
+    layer, where = point
+    return 2 * layer + (1 if where == "post" else 0)
+
+
+@dataclass(frozen=True)
+class At:
+    """The top-down pass reached a residual point; ``t`` is the target vector there [batch, pos, d_model]."""
+
+    point: Point
+    t: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Update:
+    """A sublayer's update to t, just computed: ``sublayer`` "mlp" ([batch, pos, d_model]) or "attn"
+    ([batch, pos, d_model], or per receiver [head x 3, batch, pos, d_model] with ``per_head``)."""
+
+    layer: int
+    sublayer: str
+    update: torch.Tensor
+
+
+def top_down(model: HookedModel, cache: dict[str, torch.Tensor], t: torch.Tensor, p: DPAParams,
+             start: Point | None = None, lowest: Point = (-1, "post"), frozen_mlps: Container[int] = (),
+             out: dict[str, torch.Tensor] | None = None, offsets: dict[str, torch.Tensor] | None = None,
+             per_head: bool = False) -> Iterator[At | Update]:
+    """DPA's top-down pass, the one loop every caller walks: carry ``t`` (placed at ``start``, by default
+    above the last layer) down to ``lowest``, yielding ``At`` at each residual point (both ends included)
+    and ``Update`` after each sublayer's update. Per layer: the MLP (``undo_mlp``), then the attention
+    (``undo_attention``); a parallel block (GPT-NeoX) feeds both the target from above and has no mid point.
+
+    What a caller collects is its own: the engine's scores go into ``out`` ("head", "edge", "neuron"), the
+    pull-back reads the ``At`` targets, the edge scorer the ``Update`` terms (``per_head``: the attention's
+    per receiver). ``offsets`` gathers the bias and norm-offset terms (OFFSET_KEYS). ``frozen_mlps`` is read
+    lazily: a caller that adds layer l to it on seeing ``At((l, "post"))`` holds MLP l fixed from then on.
+    Stop iterating to cut the pass. Runs under no_grad only if the caller's does.
+    """
+    out = {} if out is None else out
+    if offsets is None:
+        offsets = {k: torch.zeros(t.shape[0], dtype=torch.float64, device=t.device) for k in OFFSET_KEYS}
+    layer, where = start if start is not None else (model.arch.n_layers - 1, "post")
+    w, w_layer = {}, None
+    while rank((layer, where)) >= rank(lowest):
+        yield At((layer, where), t)
+        if layer < 0:
+            return
+        if w_layer != layer:  # once per layer: the mid point reuses them
+            w, w_layer = layer_weights(model, layer), layer
+        has_mlp = layer not in frozen_mlps and f"blocks.{layer}.mlp.hook_pre" in cache
+        if where == "post" and has_mlp:
+            mlp = undo_mlp(model, layer, w, t, cache, p, out, offsets)
+            yield Update(layer, "mlp", mlp)
+            if not model.arch.parallel:
+                t = t + mlp
+        if where == "post" and not model.arch.parallel:
+            where = "mid"
+            continue
+        attn = undo_attention(model, layer, w, t, cache, p, out, offsets, per_head)
+        yield Update(layer, "attn", attn)
+        update = attn.sum(0) if per_head else attn
+        if where == "post" and has_mlp:  # parallel: both sublayers read the target from above
+            update = update + mlp
+        t, layer, where = t + update, layer - 1, "post"

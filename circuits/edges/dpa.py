@@ -25,7 +25,7 @@ number of edges; the dot products with the sender outputs are one matmul per rec
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -33,17 +33,7 @@ import torch
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import (
-    OFFSET_KEYS,
-    attn_in_back,
-    attn_out_target,
-    hook_names,
-    init_target,
-    layer_weights,
-    qk_back,
-    qk_delta,
-    undo_mlp,
-)
+from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, top_down
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
@@ -94,9 +84,10 @@ def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams
 
 
 def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
-                     p: DPAParams):
+                     p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
     """Yield (n_upstream, receiver slice, T [receiver, batch, pos, d_model]) from the top of the model down:
-    the logits first, then per layer its MLP input and its heads' q/k/v inputs."""
+    the logits first, then per layer its MLP input and its heads' q/k/v inputs (DPA's top-down loop,
+    ``steps.top_down``, with the attention's update kept per receiver)."""
     encs = [SimpleNamespace(seq_len=int(last) + 1, query=int(last), target_id=int(t),
                             foil_id=None if batch.foil is None else int(f))
             for last, t, f in zip(batch.last, batch.target,
@@ -106,51 +97,13 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
     with torch.no_grad():
         t, _ = init_target(model, encs, cache, offsets)
         yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
-        for layer in reversed(range(graph.n_layers)):
-            w = layer_weights(model, layer)
-            cols = receiver_cols(graph, layer)
-            first = head_slot(graph, layer)
-            above = t  # parallel blocks (GPT-NeoX): attention and MLP both see the target from above
-            if cols["mlp"] is not None:
-                update = undo_mlp(model, layer, w, t, cache, p, {}, offsets)
-                yield graph.upstream(graph.receivers[cols["mlp"]]), slice(cols["mlp"], cols["mlp"] + 1), update[None]
-                t = t + update
-            T = _attention_receivers(model, layer, w, above if model.arch.parallel else t, cache, p, offsets)
-            base = int(cols["q"][0])
-            yield first, slice(base, base + T.shape[0]), T
-            t = t + T.sum(0)
-
-
-def _attention_receivers(model: Any, layer: int, w: dict[str, Any], t: torch.Tensor,
-                         cache: dict[str, torch.Tensor], p: DPAParams,
-                         offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """Per head, the q, k and v terms of DPA's attention update, each through the frozen norms
-    (``steps``: post-norm, q/k norm, soft-cap slope, pre-norm): [head x 3 (q, k, v), batch, pos, d_model]
-    (receiver order); their sum is the engine's update."""
-    b = f"blocks.{layer}.attn."
-    n, seq, d_model = t.shape
-    t = attn_out_target(model, layer, t, cache, offsets)
-    W_O = w["W_O"]  # [head, d_head, d_model]
-    H, d_head = W_O.shape[0], W_O.shape[1]
-    rep = H // w["W_V"].shape[0]  # query heads per kv head (TL repeats kv heads with repeat_interleave)
-    A = cache[b + "hook_pattern"]  # [batch, head, query, key]
-    v = cache[b + "hook_v"].transpose(1, 2).repeat_interleave(rep, 1)  # [batch, head, key, d_head]
-    m = torch.einsum("npm,hdm->nhpd", t, W_O)  # the target seen by each head's z
-    g = t.new_zeros(3, n, H, seq, d_head)  # the target on each head's q, k, v (before the projections)
-    g[2] = p.w_v * (A.transpose(-1, -2) @ m)
-    if p.uses_qk:
-        rotary = model.arch.positional == "rope"
-        edge = A * (m @ v.transpose(-1, -2))
-        delta = qk_delta(model, layer, A, edge, edge.sum(-1), cache)
-        if p.w_q:
-            k = cache[b + ("hook_rot_k" if rotary else "hook_k")].transpose(1, 2).repeat_interleave(rep, 1)
-            g[0] = qk_back(model, layer, p.w_q * (delta @ k), "q", cache)
-        if p.w_k:
-            q = cache[b + ("hook_rot_q" if rotary else "hook_q")].transpose(1, 2)
-            g[1] = qk_back(model, layer, p.w_k * (delta.transpose(-1, -2) @ q), "k", cache, repeat=rep)
-    # one batched product over (head, role): [H*3, batch*pos, d_head] @ [H*3, d_head, d_model]
-    W = torch.stack([w["W_Q"], w["W_K"].repeat_interleave(rep, 0), w["W_V"].repeat_interleave(rep, 0)], 1)
-    g = g.permute(2, 0, 1, 3, 4).reshape(H * 3, n * seq, d_head)
-    T = torch.bmm(g, W.reshape(H * 3, d_model, d_head).transpose(1, 2)).view(H * 3, n, seq, d_model)
-    return attn_in_back(model, layer, T, cache, None)
-
+        for step in top_down(model, cache, t, p, offsets=offsets, per_head=True):
+            if not isinstance(step, Update):
+                continue
+            cols = receiver_cols(graph, step.layer)
+            if step.sublayer == "mlp":
+                mlp = cols["mlp"]
+                yield graph.upstream(graph.receivers[mlp]), slice(mlp, mlp + 1), step.update[None]
+            else:
+                base = int(cols["q"][0])
+                yield head_slot(graph, step.layer), slice(base, base + step.update.shape[0]), step.update
