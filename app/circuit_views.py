@@ -34,14 +34,9 @@ def circuit_edges(res: Any, k: int, selection: str, threshold: float = 0.0) -> l
     return edges
 
 
-def component(graph: Any, dst: str) -> str:
-    """The node a receiver input belongs to (``L3.H5.q`` -> ``L3.H5``)."""
-    return graph.receivers[graph.receiver_index[dst]].component
-
-
-def nodes_for(graph: Any, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Drawable nodes for ``edges`` (CircuitGraph.drawable)."""
-    return graph.drawable(edges)
+def subgraphs(results: dict[str, Any], drawn: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each method's drawn edges as a circuits.graph.Subgraph (what graph_view draws and inspects)."""
+    return {m: results[m].subgraph(edges=edges) for m, edges in drawn.items()}
 
 
 def faith_table(results: dict[str, Any]):
@@ -65,20 +60,6 @@ def edges_table(drawn: dict[str, list[dict[str, Any]]]):
                         columns=["method", "src", "dst", "score"])
 
 
-def node_edges(graph: Any, drawn: dict[str, list[dict[str, Any]]], node: str):
-    """A node's incoming and outgoing edges in each method's drawn circuit."""
-    import pandas as pd
-
-    rows = []
-    for method, edges in drawn.items():
-        for e in edges:
-            if component(graph, e["dst"]) == node:
-                rows.append({"method": method, "direction": "in", **e})
-            elif e["src"] == node:
-                rows.append({"method": method, "direction": "out", **e})
-    return pd.DataFrame(rows, columns=["method", "direction", "src", "dst", "score"])
-
-
 def _dla(loaded: Any, row: dict[str, Any]):
     """Direct logit attribution of every component on one prompt (circuits.tools.dla), kept per prompt."""
     from circuits.tools.dla import direct_logit_attribution
@@ -96,25 +77,16 @@ def _dla(loaded: Any, row: dict[str, Any]):
     return held[1]
 
 
-def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], node: str,
-              row: dict[str, Any]) -> None:
-    """The drill-down of ``node`` on the first prompt: pattern (heads), direct logit effect, edges."""
+def show_node(loaded: Any, graphs: dict[str, Any], node: str, row: dict[str, Any], key: str = "circ_node") -> None:
+    """The drill-down of ``node`` on the first prompt: pattern (heads), then graph_view's inspector with its
+    direct logit effect and its edges in each method's circuit."""
+    from app.graph_view import inspect_node
+
     head = re.fullmatch(r"L(\d+)\.H(\d+)", node)
     mlp = re.fullmatch(r"L(\d+)\.mlp", node)
     left, right = st.columns([1, 1])
     with right:
-        if head or mlp:
-            dla = _dla(loaded, row)
-            label = f"L{head[1]}H{head[2]}" if head else f"L{mlp[1]}mlp"
-            if dla is not None and label in dla.labels:
-                what = "logit(target) − logit(foil)" if row.get("foil") is not None else "logit(target)"
-                st.metric(f"{node} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
-                          help=f"Its write at the last position, through the final norm (frozen), onto {what}; "
-                               f"all components together give {dla.logit_diff:+.3f} on this prompt.")
-        edges = node_edges(graph, drawn, node)
-        st.caption(f"{node}: {int((edges['direction'] == 'in').sum())} incoming and "
-                   f"{int((edges['direction'] == 'out').sum())} outgoing circuit edges")
-        st.dataframe(edges, hide_index=True, key="circ_node_edges")
+        inspect_node(graphs, node, key, extra=lambda _: _direct_effect(loaded, row, node, head, mlp))
     with left:
         if head:
             layer, h = int(head[1]), int(head[2])
@@ -131,11 +103,24 @@ def show_node(loaded: Any, graph: Any, drawn: dict[str, list[dict[str, Any]]], n
                        "right.")
 
 
+def _direct_effect(loaded: Any, row: dict[str, Any], node: str, head: Any, mlp: Any) -> None:
+    """A head's or MLP's direct logit effect on the first prompt, as a metric."""
+    if not (head or mlp):
+        return
+    dla = _dla(loaded, row)
+    label = f"L{head[1]}H{head[2]}" if head else f"L{mlp[1]}mlp"
+    if dla is not None and label in dla.labels:
+        what = "logit(target) − logit(foil)" if row.get("foil") is not None else "logit(target)"
+        st.metric(f"{node} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
+                  help=f"Its write at the last position, through the final norm (frozen), onto {what}; "
+                       f"all components together give {dla.logit_diff:+.3f} on this prompt.")
+
+
 def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key: str) -> bool:
     """One prompt's DPA circuit (the Attribution page's information flow), with a k slider and an optional
     counterfactual; widgets are keyed ``{key}_k`` and ``{key}_corrupt``, the chart ``key``. Returns whether
     the circuit was scored on this run (a new prompt), not just drawn again."""
-    from app.graph_view import LEGEND_HELP, clicked, show_graph
+    from app.graph_view import LEGEND_HELP, clicked, show_subgraph
 
     c1, c2 = st.columns([3, 2])
     corrupt = c1.text_input("Counterfactual prompt (optional, same number of tokens)", key=f"{key}_corrupt",
@@ -163,8 +148,8 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         st.session_state[f"_{key}_circuit"] = held  # only the latest prompt
     res = held[1]
     edges = circuit_edges(res, k, "greedy")
-    nodes = nodes_for(res.graph, edges)
-    names = {n["name"] for n in nodes}
+    sub = res.subgraph(edges=edges)
+    names = {n.id for n in sub.nodes}
     # The chart's own selection is lost when the figure changes (the clicked node is drawn larger), so the
     # node is held in the session: a new click replaces it.
     picked = clicked(key)
@@ -173,12 +158,12 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         if picked is not None:
             st.session_state[f"_{key}_node"] = picked
     node = st.session_state.get(f"_{key}_node")
-    show_graph(nodes, edges, key=key, selected=node if node in names else None,
-               title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
+    show_subgraph(sub, key=key, selected=node if node in names else None,
+                  title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
     st.caption(LEGEND_HELP + " Open the Circuits page for other methods, prompt sets and faithfulness.")
     if not edges:
         st.caption("No edge connects the input to the logits at this k: raise k.")
     if node in names:  # the clicked node's drill-down: pattern, direct logit effect, its edges
         st.markdown(f"**{node}** (the clicked node; click another to inspect it)")
-        show_node(loaded, res.graph, {"dpa": edges}, node, row)
+        show_node(loaded, {"dpa": sub}, node, row, key=f"{key}_node")
     return scored

@@ -1,16 +1,21 @@
-"""The app's one graph component: circuits and feature graphs are drawn and clicked through it.
+"""The app's one graph component: circuits and feature graphs are drawn, clicked and inspected through it.
 
-``show_graph(nodes, edges, key)`` draws ``circuits.plot.graph_figure`` (plain node and edge dicts: any
-graph can use it) and returns the name of the node the user clicked, read from the node trace's
-customdata. Streamlit keeps a chart's selection across reruns, so a page that also offers a selectbox
-for the node uses ``follow_click`` to move that box only when a *new* click arrives.
+``show_subgraph(sub, key)`` draws a ``circuits.graph.Subgraph`` (``show_graph`` the plain node and edge
+dicts of ``circuits.plot.graph_figure``) and returns the name of the node the user clicked, read from the
+node trace's customdata; ``inspect_node`` is the one node inspector (the node's numbers, the page's own view
+of it, its edges in each graph drawn). Streamlit keeps a chart's selection across reruns, so a page that
+also offers a selectbox for the node uses ``follow_click`` to move that box only when a *new* click arrives.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import streamlit as st
+
+if TYPE_CHECKING:
+    from circuits.graph import GraphNode, Subgraph
 
 LEGEND_HELP = (
     "Edge colour: blue supports the target (minus foil), red opposes it; width follows |score|. "
@@ -48,7 +53,7 @@ def show_graph(
     nodes: {"name", "layer", "kind"?, "label"?}; edges: {"src", "dst", "score"} with ``dst`` a node or a
     receiver input (``L3.H5.q``), as ``circuits.plot.graph_figure`` documents.
     """
-    from circuits.plot import _row_label, graph_figure
+    from circuits.plot import graph_figure, row_label
 
     rows = sorted({float(n["layer"]) for n in nodes})
     rank = {y: i for i, y in enumerate(rows)}  # one evenly spaced row per drawn layer: no empty bands
@@ -58,9 +63,58 @@ def show_graph(
     bend_edges(fig)
     fig.update_layout(clickmode="event+select", dragmode=False)
     fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))),
-                     ticktext=[_row_label(y, kinds[y]) for y in rows])
+                     ticktext=[row_label(y, kinds[y]) for y in rows])
     st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
     return clicked(key)
+
+
+def show_subgraph(sub: Subgraph, key: str, title: str = "", selected: str | None = None,
+                  height: int | None = None, figure: Any = None) -> str | None:
+    """Draw a Subgraph and return the clicked node's id. ``figure``: the page's own drawing of it (the feature
+    graph's token columns), shown with the same click handling."""
+    if figure is None:
+        nodes, edges = sub.drawable()
+        return show_graph(nodes, edges, key, title=title, selected=selected, height=height)
+    figure.update_layout(clickmode="event+select", dragmode=False)
+    st.plotly_chart(figure, key=key, on_select="rerun", selection_mode="points")
+    return clicked(key)
+
+
+NUMBERS = {"influence": "influence", "score": "DPA score", "activation": "activation"}  # metadata shown first
+NUMBERS_HELP = ("Influence: its share of the logits' attribution, propagated down the graph (circuit-tracer's "
+                "influence). DPA score: its direct effect on the target logit.")
+
+
+def node_edges(graphs: dict[str, Subgraph], node: str):
+    """A node's incoming and outgoing edges in each graph (``method``: the graph's name), strongest first."""
+    import pandas as pd
+
+    rows = [{"method": name, "direction": r["direction"], "src": r["source"],
+             "dst": f"{r['target']}.{r['role']}" if r["role"] else r["target"], "score": r["score"]}
+            for name, sub in graphs.items() for r in sub.edges_of(node)]
+    return pd.DataFrame(rows, columns=["method", "direction", "src", "dst", "score"])
+
+
+def inspect_node(graphs: dict[str, Subgraph], node: str, key: str,
+                 extra: Callable[[GraphNode], None] | None = None) -> None:
+    """The one node inspector: the node's numbers (its metadata's influence, DPA score, activation), the
+    page's own view of it (``extra``: a head's direct logit effect, a feature's dashboard), then its edges
+    in every graph drawn (table keyed ``{key}_edges``)."""
+    found = [sub.node(node) for sub in graphs.values() if any(n.id == node for n in sub.nodes)]
+    if not found:
+        st.caption(f"{node} is not in the graph drawn.")
+        return
+    meta = found[0].metadata
+    numbers = [f"{label} **{meta[k]:+.3f}**" for k, label in NUMBERS.items()
+               if isinstance(meta.get(k), int | float) and not isinstance(meta.get(k), bool)]
+    if numbers:
+        st.markdown(" · ".join(numbers), help=NUMBERS_HELP)
+    if extra is not None:
+        extra(found[0])
+    edges = node_edges(graphs, node)
+    st.caption(f"{node}: {int((edges['direction'] == 'in').sum())} incoming and "
+               f"{int((edges['direction'] == 'out').sum())} outgoing edges")
+    st.dataframe(edges, hide_index=True, key=f"{key}_edges")
 
 
 ROLE_BEND = {"dash": 0.035, "dot": 0.07}  # q and k edges bow further out than v, so roles never overlap

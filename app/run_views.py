@@ -34,14 +34,15 @@ def describe(run: Any) -> dict[str, Any]:
 
 
 def show_run(run: Any, prefix: str) -> None:
-    """A run as its page shows it (attribution, circuit, feature graph; other kinds: their stored figures and
-    tables), then its arguments, raw result and tensors, collapsed."""
+    """A run as its page shows it (attribution, circuit, feature graph, subgraph; other kinds: their stored
+    figures and tables), then its arguments, raw result and tensors, collapsed."""
     meta = run.meta
     st.markdown(f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`")
     info = describe(run)
     if info["prompt"] is not None:
         st.caption(f"prompt {info['prompt']!r}" + (f" · target {info['target']!r}" if info["target"] else ""))
-    drawn = {"attribute": _attribution, "circuit": _circuit, "feature-graph": _feature_graph}.get(run.kind)
+    drawn = {"attribute": _attribution, "circuit": _circuit, "feature-graph": _feature_graph,
+             "subgraph": _subgraph}.get(run.kind)
     try:
         shown = drawn is not None and drawn(run, prefix)
     except Exception as exc:  # noqa: BLE001 - an older or partial run: its stored figures instead
@@ -109,44 +110,68 @@ def _attribution(run: Any, prefix: str) -> bool:
     return True
 
 
-def circuit_parts(run: Any) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
-    """(nodes, edges, result) of a stored circuit: its top ``edges`` (as saved) from its scores, which is one
+def circuit_parts(run: Any) -> tuple[Any, dict[str, Any]]:
+    """(subgraph, result) of a stored circuit: its top ``edges`` (as saved) from its scores, which is one
     small tensor read (a 123k-edge circuit: 0.5 MB); never drawn edge by edge."""
     from circuits.discover import CircuitResult
 
     res = CircuitResult.from_run(run)
-    edges = res.top()
     result = {"n_edges_total": res.graph.n_edges, "n_prompts": res.n_prompts, "ablation": res.ablation,
               "faithfulness": res.faithfulness.to_json() if res.faithfulness is not None else None}
-    return res.graph.drawable(edges), edges, result
+    return res.subgraph(), result
+
+
+def _inspect(sub: Any, clicked: str | None, prefix: str) -> None:
+    """graph_view's node inspector for the node clicked in a stored graph."""
+    from app.graph_view import inspect_node
+
+    if clicked is not None and any(n.id == clicked for n in sub.nodes):
+        st.markdown(f"**{clicked}** (the clicked node)")
+        inspect_node({sub.provenance.method or "graph": sub}, clicked, f"{prefix}_node")
 
 
 def _circuit(run: Any, prefix: str) -> bool:
-    from app.graph_view import LEGEND_HELP, show_graph
+    from app.graph_view import LEGEND_HELP, show_subgraph
     from circuits.plot import faithfulness_figure
 
-    nodes, edges, result = circuit_parts(run)
+    sub, result = circuit_parts(run)
     total = result.get("n_edges_total")
-    show_graph(nodes, edges, key=f"{prefix}_circuit",
-               title=f"{run.meta.get('method')} circuit: top {len(edges)} of "
-                     f"{f'{total:,}' if isinstance(total, int) else '?'} edges ({result.get('n_prompts', '?')} "
-                     f"prompts, {result.get('ablation')} ablation)")
-    st.caption(LEGEND_HELP.replace(" Click a node to inspect it.", ""))
+    clicked = show_subgraph(sub, key=f"{prefix}_circuit",
+                            title=f"{run.meta.get('method')} circuit: top {len(sub.edges)} of "
+                                  f"{f'{total:,}' if isinstance(total, int) else '?'} edges "
+                                  f"({result.get('n_prompts', '?')} prompts, {result.get('ablation')} ablation)")
+    st.caption(LEGEND_HELP)
+    _inspect(sub, clicked, prefix)
     if result.get("faithfulness"):
         st.plotly_chart(faithfulness_figure({run.meta.get("method") or "circuit": result["faithfulness"]}),
                         key=f"{prefix}_faith")
-    with st.expander(f"The {len(edges)} edges"):
-        st.dataframe(edges, hide_index=True, key=f"{prefix}_edges")
+    with st.expander(f"The {len(sub.edges)} edges"):
+        st.dataframe(sub.table(), hide_index=True, key=f"{prefix}_edges")
     return True
 
 
 def _feature_graph(run: Any, prefix: str) -> bool:
     from app import feature_view as FV
+    from app.graph_view import show_subgraph
     from circuits.feature_graph import FeatureGraph
 
     graph = FeatureGraph.from_json(run.result())
-    st.plotly_chart(FV.figure(graph, FV.all_labels(graph)), key=f"{prefix}_fg")
-    st.dataframe(graph.table(), hide_index=True, key=f"{prefix}_fg_nodes")
+    sub = graph.subgraph()
+    clicked = show_subgraph(sub, f"{prefix}_fg", figure=FV.figure(graph, FV.all_labels(graph)))
+    _inspect(sub, clicked, prefix)
+    st.dataframe(sub.node_table(), hide_index=True, key=f"{prefix}_fg_nodes")
+    return True
+
+
+def _subgraph(run: Any, prefix: str) -> bool:
+    from app.graph_view import show_subgraph
+    from circuits.graph import Subgraph
+
+    sub = Subgraph.from_run(run)
+    clicked = show_subgraph(sub, f"{prefix}_graph", title=f"{sub.provenance.method} {sub.provenance.source} on "
+                                                           f"{sub.provenance.model}: {len(sub.edges)} edges")
+    _inspect(sub, clicked, prefix)
+    st.dataframe(sub.table(), hide_index=True, key=f"{prefix}_graph_edges")
     return True
 
 
@@ -154,7 +179,7 @@ def compare_circuits(a: Any, b: Any) -> None:
     """Two stored circuits: their graphs side by side and how many edges they share."""
     import pandas as pd
 
-    from app.graph_view import show_graph
+    from app.graph_view import show_subgraph
 
     parts = {}
     for tag, run in (("A", a), ("B", b)):
@@ -162,8 +187,8 @@ def compare_circuits(a: Any, b: Any) -> None:
         if got is None:
             return
         parts[tag] = got
-    ea = {(e["src"], e["dst"]): float(e["score"]) for e in parts["A"][1]}
-    eb = {(e["src"], e["dst"]): float(e["score"]) for e in parts["B"][1]}
+    ea = {(e.source, e.dst): e.score for e in parts["A"][0].edges}
+    eb = {(e.source, e.dst): e.score for e in parts["B"][0].edges}
     shared = ea.keys() & eb.keys()
     union = ea.keys() | eb.keys()
     c1, c2, c3 = st.columns(3)
@@ -173,9 +198,9 @@ def compare_circuits(a: Any, b: Any) -> None:
     left, right = st.columns(2)
     for col, tag, run in ((left, "A", a), (right, "B", b)):
         with col:
-            nodes, edges, _ = parts[tag]
-            show_graph(nodes, edges, key=f"runs_cmp_graph_{tag}",
-                       title=f"{tag}: {run.meta.get('method')} · {len(edges)} edges")
+            sub = parts[tag][0]
+            show_subgraph(sub, key=f"runs_cmp_graph_{tag}",
+                          title=f"{tag}: {run.meta.get('method')} · {len(sub.edges)} edges")
     rows = [{"src": s, "dst": d, "in": "both" if (s, d) in shared else ("A" if (s, d) in ea else "B"),
              "score A": ea.get((s, d)), "score B": eb.get((s, d))} for s, d in union]
     order = {"both": 0, "A": 1, "B": 2}

@@ -86,9 +86,11 @@ class CircuitResult:
         """The drawable nodes of the circuit's top-k edges (all of them for a small model)."""
         return self.graph.drawable(self.top(k))
 
-    def subgraph(self, k: int | None = None, selection: str | None = None) -> Subgraph:
-        """The circuit's top-k edges as the shared result type (a head input's q/k/v is the edge's role)."""
-        edges = self.top(k, selection)
+    def subgraph(self, k: int | None = None, selection: str | None = None,
+                 edges: list[dict[str, Any]] | None = None) -> Subgraph:
+        """The circuit's top-k edges (or ``edges``, some of ``top``'s rows) as the shared result type (a head
+        input's q/k/v is the edge's role)."""
+        edges = self.top(k, selection) if edges is None else edges
         out = []
         for e in edges:
             node = self.graph.receivers[self.graph.receiver_index[e["dst"]]]

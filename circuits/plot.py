@@ -100,11 +100,12 @@ def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], title
         legend={"orientation": "h", "y": -0.05}, margin={"l": 60, "r": 20, "t": 50, "b": 40},
         xaxis={"visible": False, "range": [-0.02, 1.02]},
         yaxis={"title": "layer", "tickmode": "array", "tickvals": layers,
-               "ticktext": [_row_label(y, rows[y]) for y in layers], "zeroline": False})
+               "ticktext": [row_label(y, rows[y]) for y in layers], "zeroline": False})
     return fig
 
 
-def _row_label(y: float, kinds: set[str]) -> str:
+def row_label(y: float, kinds: set[str]) -> str:
+    """The axis label of a drawing row holding nodes of ``kinds``: "input", "output" or its layer ("L3", "2.5")."""
     if kinds <= {"embed", "token"}:
         return "input"
     if kinds == {"logits"}:

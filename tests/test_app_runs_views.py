@@ -90,3 +90,27 @@ def test_the_listing_pages(monkeypatch):
     assert len(at.dataframe[0].value) == 25
     at.number_input(key="runs_page").set_value(2).run()
     assert not problems(at) and len(at.dataframe[0].value) == 5
+
+
+def test_feature_graph_and_subgraph_runs_open_with_the_node_inspector(circuits):
+    """A feature-graph run saved before Subgraph existed (no stored figure) and a saved Subgraph open as graphs
+    through graph_view; a click on a node shows its edges."""
+    from test_subgraph import old_feature_graph
+
+    from circuits.discover import CircuitResult
+
+    store = RunStore()
+    old = store.save(RunDraft(kind="feature-graph", model="tiny", method="dpa", result=old_feature_graph()))
+    sub = CircuitResult.from_run(circuits[0]).subgraph(6).save(store)
+    at = open_page("runs")
+    at.selectbox(key="runs_pick").set_value(old.id).run()
+    assert not problems(at)
+    assert set(chart(at, "runs_open_fg")["data"][-1]["customdata"]) == {"L1.f7@p3", "L1.err@p3", "logits"}
+    at.session_state["runs_open_fg"] = {"selection": {"points": [{"customdata": "logits"}]}}
+    at.run()
+    assert not problems(at)
+    edges = next(d.value for d in at.dataframe if "direction" in d.value.columns)
+    assert list(edges["src"]) == ["L1.f7@p3", "L1.err@p3"] and set(edges["direction"]) == {"in"}
+    at.selectbox(key="runs_pick").set_value(sub.id).run()
+    assert not problems(at)
+    assert "logits" in chart(at, "runs_open_graph")["data"][-1]["customdata"]

@@ -68,10 +68,8 @@ def test_a_damaged_subgraph_run_is_a_typed_error(eap, tmp_path):
         Subgraph.from_run(store.save(RunDraft(kind="note", model="m", method="x")))
 
 
-def test_an_old_feature_graph_run_reopens(tiny_llama, tmp_path):
-    """A feature-graph run as the code before Subgraph saved it (result and graph.json, no figure)."""
-    from circuits.feature_graph import KIND
-
+def old_feature_graph() -> dict:
+    """A feature graph's result.json as the code before Subgraph wrote it (one feature, one error node)."""
     node = {"kind": "feature", "row": 1, "position": 3, "token": " is", "dictionary": "sae-L1", "feature": 7,
             "activation": 0.5, "score": 0.25, "influence": 0.4, "label": "L1.f7@3", "id": "L1.f7@p3"}
     err = dict(node, kind="error", feature=None, activation=None, id="L1.err@p3", label="L1.err@3")
@@ -82,7 +80,14 @@ def test_an_old_feature_graph_run_reopens(tiny_llama, tmp_path):
               "n_passes": 2, "params": {"per_layer": 4}, "nodes": [node, err, logits],
               "edges": [{"src": "L1.f7@p3", "dst": "logits", "score": 0.3},
                         {"src": "L1.err@p3", "dst": "logits", "score": -0.1}]}
-    run = RunStore(tmp_path).save(RunDraft(kind=KIND, model="tiny", method="dpa", result=result))
+    return result
+
+
+def test_an_old_feature_graph_run_reopens(tmp_path):
+    """A feature-graph run as the code before Subgraph saved it (result and graph.json, no figure)."""
+    from circuits.feature_graph import KIND
+
+    run = RunStore(tmp_path).save(RunDraft(kind=KIND, model="tiny", method="dpa", result=old_feature_graph()))
     sub = Subgraph.from_run(run)
     assert [n.id for n in sub.terms] == ["L1.err@p3"]
     assert sub.node("L1.f7@p3").metadata["feature"] == 7 and sub.node("L1.f7@p3").position == 3

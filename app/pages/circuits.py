@@ -13,7 +13,7 @@ from app import circuit_jobs as CJ
 from app import circuit_views as CV
 from app import common as C
 from app import share as S
-from app.graph_view import LEGEND_HELP, follow_click, show_graph
+from app.graph_view import LEGEND_HELP, follow_click, show_subgraph
 
 CACHE_SIZE = 8  # circuit results per session (scores are one float per edge: 0.5 MB on smollm2)
 NONE = "—"
@@ -29,8 +29,7 @@ def show_saved() -> None:
             return
         st.caption(f"{res.model} · {res.method} · {res.n_prompts} prompts · {res.ablation} ablation · "
                    f"{res.selection} selection · top {res.edges} edges")
-        edges = res.top()
-        show_graph(CV.nodes_for(res.graph, edges), edges, key="circ_saved_graph", title=f"saved {res.method} circuit")
+        show_subgraph(res.subgraph(), key="circ_saved_graph", title=f"saved {res.method} circuit")
         if res.faithfulness is not None:
             st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
         st.dataframe(res.table(), hide_index=True)
@@ -165,8 +164,8 @@ if not results:
     st.stop()
 
 drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}
-node_lists = {m: CV.nodes_for(graph, edges) for m, edges in drawn.items()}
-shown = {n["name"] for nodes in node_lists.values() for n in nodes}
+subs = CV.subgraphs(results, drawn)
+shown = {n.id for sub in subs.values() for n in sub.nodes}
 options = [NONE] + [n.name for n in graph.nodes if n.name in shown]
 graph_keys = [f"circ_graph_{m}" for m in results]
 follow_click(graph_keys, "circ_node", options)
@@ -175,14 +174,14 @@ panes = st.columns(len(results)) if len(results) <= 2 else st.tabs(list(results)
 for pane, method, key in zip(panes, results, graph_keys, strict=True):
     with pane:
         edges = drawn[method]
-        show_graph(node_lists[method], edges, key=key, selected=selected,
-                   title=f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, {selection})")
+        show_subgraph(subs[method], key=key, selected=selected,
+                      title=f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, {selection})")
         if not edges:
             st.caption("No edge of this circuit connects the input to the logits at this k: raise k.")
 st.caption(LEGEND_HELP)
 node = st.selectbox("Inspect node (or click it in the graph)", options, key="circ_node")
 if node != NONE:
-    CV.show_node(loaded, graph, drawn, node, rows[0])
+    CV.show_node(loaded, subs, node, rows[0])
 
 st.subheader("Faithfulness")
 e1, e2 = st.columns([1, 2])

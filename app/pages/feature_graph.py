@@ -1,8 +1,8 @@
 """Feature graph: dictionary features at each depth -> higher features -> the logits, by feature-level DPA.
 
-Drawn by app/feature_view.py: layers by row, token positions by column, a few labelled nodes per layer; a
-click on a node shows it (a feature: its dashboard) beside the graph, with a link to the SAE page
-(``?sae=<dictionary>&feature=<id>``).
+Drawn by app/feature_view.py's figure (layers by row, token positions by column, a few labelled nodes per
+layer) through app/graph_view.py's one view and node inspector: a click on a node shows it (a feature: its
+dashboard) beside the graph, with a link to the SAE page (``?sae=<dictionary>&feature=<id>``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import streamlit as st
 
 from app import common as C
 from app import feature_view as FV
-from app.graph_view import LEGEND_HELP, follow_click
+from app.graph_view import LEGEND_HELP, follow_click, inspect_node, show_subgraph
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 SAE_PAGE = "pages/sae.py"
@@ -55,15 +55,15 @@ def show(graph: Any, key: str) -> None:
     follow_click([key], f"{key}_node", ids)
     chosen = st.session_state.get(f"{key}_node")
     left, right = st.columns([5, 2])
+    sub = graph.subgraph()
     with left:
-        fig = FV.figure(graph, FV.all_labels(graph), selected=chosen)
-        st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
+        show_subgraph(sub, key, figure=FV.figure(graph, FV.all_labels(graph), selected=chosen))
         st.caption(LEGEND_HELP + " Rows: the input embeddings at the bottom, each dictionary at its layer (a "
                    "transcoder half a layer below the residual SAE of its layer), the logits on top; columns: "
                    "token positions. Labels: feature id and the first token of its label (hover for all).")
     with right:
         chosen = st.selectbox("Node", ids, key=f"{key}_node", help="Click a node of the graph, or pick it here.")
-        inspect(graph, graph.node(chosen), key)
+        inspect_node({"dpa": sub}, chosen, key, extra=lambda _: inspect(graph, graph.node(chosen)))
     with st.expander("All nodes"):
         st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score",
                                     "influence"]], hide_index=True)
@@ -80,15 +80,9 @@ def sae_ref(graph: Any, name: str) -> str:
     return name if shipped else str(path)
 
 
-def inspect(graph: Any, node: dict[str, Any], key: str) -> None:
-    """A node's numbers, its dashboard (a feature), its strongest edges and a link to the SAE page."""
-    numbers = [f"influence **{node['influence']:.3f}**"]
-    if node.get("score") is not None:
-        numbers.append(f"DPA score **{node['score']:+.3f}**")
-    if node.get("activation") is not None:
-        numbers.append(f"activation **{node['activation']:.3f}**")
-    st.markdown(" · ".join(numbers), help="Influence: its share of the logits' attribution, propagated down "
-                "the graph (circuit-tracer's influence). DPA score: its direct effect on the target logit.")
+def inspect(graph: Any, node: dict[str, Any]) -> None:
+    """The feature page's own view of a node in graph_view's inspector: a feature's dashboard and a link to
+    the SAE page; what an error node is."""
     if node["kind"] == "feature":
         FV.dashboard_card(graph, node)
         st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
@@ -97,9 +91,6 @@ def inspect(graph: Any, node: dict[str, Any], key: str) -> None:
     elif node["kind"] == "error":
         st.caption("An error node: what the dictionary misses at this position (true activation minus its "
                    "reconstruction), scored like a feature.")
-    linked = [e for e in graph.edges if node["id"] in (e["src"], e["dst"])]
-    if linked:
-        st.dataframe(sorted(linked, key=lambda e: -abs(e["score"]))[:12], hide_index=True, key=f"{key}_edges")
 
 
 st.title("Feature graph")
