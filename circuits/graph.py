@@ -28,12 +28,18 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from jaxtyping import Bool, Float
 
 from workbench.errors import RangeError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+    from workbench.store import Run
 
 ROLES = ("q", "k", "v")
 
@@ -332,7 +338,7 @@ class Subgraph:
         return ([n.drawable() for n in self.nodes],
                 [{"src": e.source, "dst": e.dst, "score": e.score} for e in self.edges])
 
-    def plot(self, title: str | None = None, selected: str | None = None):
+    def plot(self, title: str | None = None, selected: str | None = None) -> go.Figure:
         from circuits.plot import graph_figure
 
         p = self.provenance
@@ -340,13 +346,13 @@ class Subgraph:
         return graph_figure(nodes, edges, selected=selected,
                             title=title or f"{p.method} {p.source} on {p.model}: {len(self.edges)} edges")
 
-    def table(self):
+    def table(self) -> pd.DataFrame:
         """The edge table (source, target, role, score) as a pandas DataFrame."""
         import pandas as pd
 
         return pd.DataFrame([vars(e) for e in self.edges], columns=["source", "target", "role", "score"])
 
-    def node_table(self):
+    def node_table(self) -> pd.DataFrame:
         """One row a node: id, kind, layer, position, label, then its metadata."""
         import pandas as pd
 
@@ -379,7 +385,7 @@ class Subgraph:
                 raise RunStoreError(f"{what} is damaged: edge {e.source} -> {e.target} ({e.score})")
         return cls(nodes, edges, prov)
 
-    def save(self, store: Any = None):
+    def save(self, store: Any = None) -> Run:
         """Save as a run of kind ``subgraph`` (its figure, its JSON and the edge table), atomically."""
         import json
 
