@@ -124,8 +124,8 @@ def prepare(force: bool = False) -> Path:
 
 
 def load(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
-    from workbench.llm import _load_dir, damaged_cache_hint
+    from workbench.llm import damaged_cache_hint, load_dir
 
     path = prepare()
     with damaged_cache_hint(entry.name):
-        return _load_dir(path, entry.name, device, backend, n_ctx=N_CTX, **kwargs)
+        return load_dir(path, entry.name, device, backend, n_ctx=N_CTX, **kwargs)

@@ -92,10 +92,10 @@ def _check_hf_dir(path: Path) -> None:
                                  "safetensors only (convert them where you trust the file)")
         raise ModelFileError(f"{str(path)!r} holds no weights (*.safetensors)")
     for file in weights:
-        _check_safetensors(file)
+        check_safetensors(file)
 
 
-def _check_safetensors(file: Path) -> None:
+def check_safetensors(file: Path) -> None:
     """Catch truncated or corrupt files with a clear message before torch sees them."""
     from safetensors import safe_open
 
@@ -117,6 +117,9 @@ def _check_safetensors(file: Path) -> None:
         raise ModelFileError(f"weights file {file} is corrupt or unreadable: {exc}") from None
 
 
+_check_safetensors = check_safetensors  # old name, kept while circuits/toy/checkpoints.py still uses it
+
+
 def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
     """An HF causal LM and its tokenizer from a local directory (no hub access; safetensors only)."""
     import torch
@@ -135,7 +138,7 @@ def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
 def load_smollm2(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
     path = prepare_smollm2()
     with damaged_cache_hint(entry.name):
-        return _load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
+        return load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
 
 
 @contextmanager
@@ -149,11 +152,12 @@ def damaged_cache_hint(name: str) -> Iterator[None]:
 
 
 def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
-    return _load_dir(Path(entry.path), entry.name, device, backend, **kwargs)
+    return load_dir(Path(entry.path), entry.name, device, backend, **kwargs)
 
 
-def _load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
-              prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32"):
+def load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
+             prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32") -> Any:
+    """The HookedModel of a converted model directory, built by ``backend`` (workbench.backends)."""
     from workbench.backends import build_backend
 
     return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,

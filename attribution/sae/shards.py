@@ -86,7 +86,9 @@ class ShardSet:
         return torch.cat([self.load(i, [])["windows"] for i in range(len(self.manifest["shards"]))])
 
 
-def _write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+def write_atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """``write(tmp)`` to a temporary file beside ``path``, then rename it over ``path``: a reader never sees
+    half a file."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     write(tmp)
     tmp.replace(path)
@@ -121,7 +123,7 @@ def cache_shards(
         got += entry["n_tokens"]
         manifest["shards"].append(entry)
         manifest["windows_done"] += entry["n_windows"]
-        _write_atomic(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+        write_atomic(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
     if not manifest["shards"]:
         raise DatasetError("the corpus gave no token windows to cache")
     return ShardSet(out, manifest)
@@ -218,7 +220,7 @@ def write_shard(model: Any, manifest: dict[str, Any], out: Path, index: int, win
     tensors = {h: torch.cat(buf[h]).contiguous() for h in hooks}
     tensors["where"] = torch.cat(where).int().contiguous()
     tensors["windows"] = pad.int().contiguous()
-    _write_atomic(out / name, lambda p: save_file(tensors, str(p)))
+    write_atomic(out / name, lambda p: save_file(tensors, str(p)))
     return entry
 
 

@@ -296,8 +296,8 @@ def _damaged(what: str) -> ModelFileError:
 
 def load_backbone(image_size: int = 224, device: str = "cpu"):
     """The converted backbone as a HookedViT with no classes (prepares the cache on first use)."""
-    from attribution.vit.hf import _processor_stats, convert_dinov2, load_dinov2_backbone
-    from workbench.llm import _check_safetensors
+    from attribution.vit.hf import convert_dinov2, load_dinov2_backbone, processor_stats
+    from workbench.llm import check_safetensors
 
     if image_size not in SIZES:
         raise ModelFileError(f"{NAME} runs at {' or '.join(map(str, SIZES))} px, not {image_size}")
@@ -306,15 +306,15 @@ def load_backbone(image_size: int = 224, device: str = "cpu"):
         if not (path / f).is_file():
             raise _damaged(f"{f} is missing")
     try:
-        _check_safetensors(path / "model.safetensors")
-        _check_safetensors(path / "decoder.safetensors")
+        check_safetensors(path / "model.safetensors")
+        check_safetensors(path / "decoder.safetensors")
     except ModelFileError as exc:
         raise _damaged(str(exc)) from None
     try:
         hf = load_dinov2_backbone(path)
     except ModelFileError as exc:
         raise _damaged(str(exc)) from None
-    mean, std = _processor_stats(path)
+    mean, std = processor_stats(path)
     model = convert_dinov2(hf, image_size, mean or IMAGENET_MEAN, std or IMAGENET_STD).to(device)
     model.backbone_name = NAME
     return model

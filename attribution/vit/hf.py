@@ -21,7 +21,9 @@ from attribution.vit.model import HookedViT, ViTConfig
 from workbench.errors import ModelFileError
 
 
-def _processor_stats(path: Path) -> tuple[list[float] | None, list[float] | None]:
+def processor_stats(path: Path) -> tuple[list[float] | None, list[float] | None]:
+    """(image_mean, image_std) from a model directory's preprocessor_config.json; (None, None) where the
+    file is missing or unreadable or turns normalisation off."""
     f = path / "preprocessor_config.json"
     if not f.exists():
         return None, None
@@ -114,7 +116,7 @@ def load_hf_vit(entry: Any, device: str = "cpu", **_: Any) -> HookedViT:
         hf = getattr(transformers, cls).from_pretrained(str(path), use_safetensors=True, local_files_only=True)
     except (OSError, ValueError, KeyError, RuntimeError) as exc:
         raise ModelFileError(f"cannot load HF ViT from {path}: {_first_line(exc)}") from None
-    mean, std = _processor_stats(path)
+    mean, std = processor_stats(path)
     if cls == "CLIPVisionModel":
         return convert_clip(hf.eval(), mean, std).to(device)
     return convert(hf, mean, std).to(device)
@@ -256,7 +258,7 @@ def load_hf_dinov2(entry: Any, device: str = "cpu", image_size: int | None = Non
     path = Path(entry.path if hasattr(entry, "path") else entry)
     if not any(path.glob("*.safetensors")):
         raise ModelFileError(f"{path} has no .safetensors weights (only safetensors are loaded)")
-    mean, std = _processor_stats(path)
+    mean, std = processor_stats(path)
     try:
         cfg = json.loads((path / "config.json").read_text())
     except (OSError, ValueError) as exc:

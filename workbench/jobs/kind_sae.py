@@ -81,7 +81,7 @@ class SaeCacheJob:
     def finish(self, spec: dict[str, Any], parts: list[dict[str, Any]]) -> SaeCacheResult:
         import json
 
-        from attribution.sae.shards import MANIFEST, _write_atomic
+        from attribution.sae.shards import MANIFEST, write_atomic
         from workbench.errors import DatasetError
         from workbench.jobs.board import JobError
 
@@ -99,7 +99,7 @@ class SaeCacheJob:
                     manifest["windows_done"] += entry["n_windows"]
             if not manifest["shards"]:
                 raise DatasetError("the corpus gave no token windows to cache")
-            _write_atomic(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
+            write_atomic(out / MANIFEST, lambda p: p.write_text(json.dumps(manifest, indent=1)))
         return SaeCacheResult(spec, manifest)
 
 
