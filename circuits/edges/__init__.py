@@ -98,6 +98,13 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
 )}
 
 
+def method_help() -> str:
+    """The CLI's help for --method and --param, from the table: every method, then each one's parameters."""
+    params = "; ".join(f"{m.name} " + ", ".join(f"{k}={v}" for k, v in m.params.items())
+                       for m in EDGE_METHODS.values() if m.params)
+    return f"{', '.join(EDGE_METHODS)} (parameters, --param key=value: {params})."
+
+
 def get_method(name: str) -> EdgeMethod:
     if name not in EDGE_METHODS:
         raise MethodError(f"unknown edge method {name!r}; choose one of {', '.join(EDGE_METHODS)}")

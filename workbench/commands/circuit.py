@@ -6,6 +6,7 @@ from typing import Any
 
 import typer
 
+from circuits.edges import method_help
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import positive_int
@@ -69,7 +70,7 @@ def discover(
     model: str = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory."),
     prompts: str = typer.Option(..., "--prompts", help="JSONL rows {prompt, target, foil?, corrupt?}; for toy "
                                 "models 'task' uses the model's own task with its counterfactuals."),
-    method: str = typer.Option("eap", "--method", help="eap, eap_ig, dpa or activation_patching."),
+    method: str = typer.Option("eap", "--method", help=method_help()),
     edges: int = typer.Option(100, "--edges", help="K: how many top edges to print and keep.", callback=positive_int),
     ablation: str = typer.Option(None, "--ablation", help="corrupt (default with 'corrupt' rows), mean or zero."),
     metric: str = typer.Option(None, "--metric", help="logit_diff (default with foils) or target_logit."),
@@ -77,8 +78,8 @@ def discover(
     selection: str = typer.Option("topk", "--selection", help="topk, or greedy (connected from inputs to logits)."),
     grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
     evaluate_: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Measure the faithfulness curve."),
-    param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable): eap_ig "
-                                    "steps=5; dpa w_q, w_k, w_v, w_gate, w_up; activation_patching sample=N."),
+    param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable); each "
+                                    "method's are listed under --method."),
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per forward pass.", callback=positive_int),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the circuit to the run store."),
     device: str = DEVICE_OPTION,
