@@ -145,7 +145,7 @@ class Prepared:
         if self.logits is None:
             return None
         if baseline not in self.base_logits:
-            base = (torch.zeros_like(self.images) if baseline == "zeros" else M._blur(self.images))
+            base = (torch.zeros_like(self.images) if baseline == "zeros" else M.blur(self.images))
             with torch.no_grad():
                 self.base_logits[baseline] = torch.cat([model(base[i:i + 64]) for i in range(0, len(base), 64)])
         return self.logits[lo:hi], self.base_logits[baseline][lo:hi]

@@ -78,7 +78,7 @@ def _curve(model, images: torch.Tensor, targets: torch.Tensor, ranks: torch.Tens
     n_img, n_patch = ranks.shape
     p = model.cfg.patch_size
     g = model.cfg.grid
-    base = torch.zeros_like(images) if baseline == "zeros" else _blur(images)
+    base = torch.zeros_like(images) if baseline == "zeros" else blur(images)
     pos = torch.empty_like(ranks)
     pos.scatter_(1, ranks, torch.arange(n_patch).expand(n_img, -1))  # rank of every patch
     probs, hits = [], []
@@ -94,7 +94,8 @@ def _curve(model, images: torch.Tensor, targets: torch.Tensor, ranks: torch.Tens
     return torch.stack(probs, 1), torch.stack(hits, 1)
 
 
-def _blur(images: torch.Tensor) -> torch.Tensor:
+def blur(images: torch.Tensor) -> torch.Tensor:
+    """The blurred-image baseline: a 5x5 box filter per channel ([image, channel, h, w], same shape)."""
     k = torch.ones(images.shape[1], 1, 5, 5, device=images.device) / 25
     return torch.nn.functional.conv2d(images, k, padding=2, groups=images.shape[1])
 
@@ -146,7 +147,7 @@ def _masked_logits(model, images: torch.Tensor, ranks: torch.Tensor, keys: dict,
     """Logits (image, class) of every masked input in ``keys``, built and run ``rows`` images at a time."""
     n_img, n_patch = ranks.shape
     p, g = model.cfg.patch_size, model.cfg.grid
-    base = torch.zeros_like(images) if baseline == "zeros" else _blur(images)
+    base = torch.zeros_like(images) if baseline == "zeros" else blur(images)
     pos = torch.empty_like(ranks)
     pos.scatter_(1, ranks, torch.arange(n_patch, device=ranks.device).expand(n_img, -1))
     out: dict[tuple[str, int], torch.Tensor] = {}

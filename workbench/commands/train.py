@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
@@ -119,7 +121,7 @@ def train(
         model, metrics, snaps = run_train(
             t, spec, cfg, on_step=lambda s, n, loss: bar.update(job, completed=s)
         )
-    _check_trained(model, metrics, f"--lr {cfg.lr}")
+    check_trained(model, metrics, f"--lr {cfg.lr}")
     metrics["command"] = command
     zoo_name = name or path.name
     save(path, zoo_name, model, spec, t, metrics, snaps)
@@ -145,7 +147,7 @@ def train(
     emit(json.loads(json.dumps(summary)), as_json, human)
 
 
-def _check_trained(model, metrics: dict, hint: str) -> None:
+def check_trained(model: Any, metrics: dict, hint: str) -> None:
     """NonFiniteError, before anything is written, when training diverged (NaN/Inf weights or metrics)."""
     from workbench.errors import NonFiniteError
     from workbench.options import first_non_finite

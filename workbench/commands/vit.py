@@ -261,8 +261,8 @@ def train_vit(
 
     con = console()
     vit, metrics = _train(dataset, steps, batch_size, lr, seed, threads, log=con.print)
-    from workbench.commands.train import _check_trained
+    from workbench.commands.train import check_trained
 
-    _check_trained(vit, metrics, f"--lr {lr}")
+    check_trained(vit, metrics, f"--lr {lr}")
     path = save_trained(vit, metrics, out)
     emit({"path": str(path), **{k: v for k, v in metrics.items() if k != "config"}}, as_json)
