@@ -25,15 +25,15 @@ from circuits.bench.forward import node_patching, prompt_metrics
 from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
 from circuits.bench.tasks import TASKS, build, split_rows
+from circuits.edges import EDGE_METHODS
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
 from workbench.errors import MethodError, PromptError
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "bench"
-EDGE_SCORERS = ("eap", "eap_ig", "dpa")
-METHODS = ("random", "eap", "eap_ig", "dpa", "activation_patching")
-NODE_ONLY = ("activation_patching",)
+METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
+NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
 MIN_PROMPTS = 4  # the fewest prompts a split may give: fewer leave the bootstrap nothing to resample
 
 
