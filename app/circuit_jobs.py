@@ -22,10 +22,12 @@ MEASURE_ROWS = 4  # ... unless its prompts are this few: then one masked forward
 
 
 def discover_spec(model: str, rows: list[dict], method: str, params: dict, ablation: str,
-                  selection: str) -> dict[str, Any]:
-    return {"kind": "circuit_discover", "model": model, "rows": rows, "method": method, "params": params,
-            "edges": EDGES, "ablation": ablation, "metric": None, "selection": selection, "evaluate": True,
-            "grid": None, "batch_size": 16}
+                  selection: str) -> Any:
+    """The spec `workbench circuit discover` builds for the same work (so a command's circuit opens here)."""
+    from workbench.jobs.specs import CircuitDiscoverSpec
+
+    return CircuitDiscoverSpec(model=model, rows=rows, method=method, params=params, edges=EDGES,
+                               ablation=ablation, selection=selection)
 
 
 def seconds(loaded: Any, graph: Any, prepared: Any, method: str, params: dict, key: tuple) -> float | None:
@@ -53,7 +55,7 @@ def _from_run(run_id: str) -> Any:
 
 
 def _estimate(loaded: Any, graph: Any, prepared: Any, rows: list[dict], method: str, params: dict, key: tuple,
-              spec: dict[str, Any]) -> float | None:
+              spec: Any) -> float | None:
     """Seconds the method's discovery and curve will take: measured now (one masked forward) unless the
     graph is big and the prompts many, else what earlier jobs of this shape measured, else None."""
     if graph.n_edges <= BIG_GRAPH or len(rows) <= MEASURE_ROWS:
@@ -79,19 +81,18 @@ def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict
 
     cache = st.session_state.setdefault("_circ_cache", {})
     here: dict[str, dict] = {}
-    offer: dict[str, tuple[dict, str, float | None]] = {}  # method -> (spec, session key, estimate)
+    offer: dict[str, tuple[Any, str, float | None]] = {}  # method -> (spec, session key, estimate)
     for method, params in todo.items():
         spec = discover_spec(loaded.name, rows, method, params, ablation, selection)
         key = f"_circ_job_{method}"
-        job = J.held_job(spec, key)
+        job = J.follow(spec, key, f"circ_job_{method}")  # the job widget: progress, or why it failed
         if job is not None and job.state == "done" and job.run_id:
             res = C.attempt(f"Cannot read the {method} circuit run", _from_run, job.run_id)
             if res is not None:
                 cache[keys[method]] = res
                 continue
-        if job is not None and job.state in ("queued", "running"):
-            J.live_panel(job.id, f"circ_job_{method}")  # the page reruns once when it ends
-            continue
+        if job is not None and job.state in J.ACTIVE:
+            continue  # its live panel reruns the page once when it ends
         secs = _estimate(loaded, graph, prepared, rows, method, params, keys[method], spec)
         if job is None and secs is not None and secs <= J.THRESHOLD_S:
             here[method] = params
@@ -101,9 +102,7 @@ def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict
             if started is not None:
                 J.live_panel(started.id, f"circ_job_{method}")
                 continue
-        if job is not None:  # failed or cancelled: say why, then offer it again
-            J.panel(job.id, f"circ_job_{method}")
-        offer[method] = (spec, key, secs)
+        offer[method] = (spec, key, secs)  # a failed or cancelled job's panel (why) is shown above
     if offer:
         costs = "; ".join(f"{m} on {len(rows)} prompts: " + (f"about {s:.0f} s here (estimated)" if s is not None
                           else f"{graph.n_edges:,} edges, not yet measured") for m, (_, _, s) in offer.items())

@@ -30,10 +30,10 @@ def board():
     return JobBoard(C.store().root / ".jobs")
 
 
-def lent_models(spec: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+def lent_models(spec: Any) -> dict[str, tuple[Any, Any]]:
     """The spec's model when this server already holds it, with its lock: a job that runs in this process
     (see workbench/jobs/runner.py placement) uses it instead of loading a copy."""
-    name = spec.get("model")
+    name = getattr(spec, "model", None) if not isinstance(spec, dict) else spec.get("model")
     if not isinstance(name, str) or name not in C.HELD:
         return {}
     try:
@@ -43,7 +43,7 @@ def lent_models(spec: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     return {name: (loaded.model, loaded.lock)}
 
 
-def submit(spec: dict[str, Any], key: str, workers: int = 1, seconds: float | None = None) -> Any | None:
+def submit(spec: Any, key: str, workers: int = 1, seconds: float | None = None) -> Any | None:
     """Start ``spec`` as a job, remembered under ``key`` in this session so the page shows it inline: in a
     thread of this server on its loaded model when its estimate (``seconds``, if the page measured it) is
     under the runner's threshold, else on a local Ray instance (or WORKBENCH_RAY_ADDRESS). None (after a
@@ -116,56 +116,91 @@ def live_panel(job_id: str, key: str) -> None:
     st.fragment(_live, run_every=POLL_S if active else None)()
 
 
-# -- starting long work from a page ---------------------------------------------------------------------
+# -- the one job widget of a page's long work ------------------------------------------------------------
 THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user confirms
+ACTIVE = ("queued", "running")
 
 
-def held_job(spec: dict[str, Any], key: str) -> Any | None:
-    """The job to show for ``spec``: the one this session started under ``key`` for this very spec, else the
-    newest finished job that any session (or a command) ran for exactly this spec and whose run is still
-    stored, so a new session, or the app after a restart, opens the result at once; else one that another
-    session is running for it."""
+def held_job(spec: Any, key: str) -> Any | None:
+    """The job to show for ``spec`` (a JobSpec): the one this session started under ``key`` for this very
+    work, else the newest finished job that any session (or a command) ran for the same work (the same
+    normalised key) and whose run is still stored, so a new session, or the app after a restart, opens the
+    result at once; else one that another session is running for it."""
     from workbench.jobs.board import spec_key
 
+    want = spec_key(spec)
     held = st.session_state.get(key)
     if held:
         try:
             job = board().get(held)
-            if job.key == spec_key(spec):
+            if job.key == want:
                 return job
         except Exception:
             pass
-    try:  # a stored result first; else another session's job for this very spec, shown, not started twice
+    try:  # a stored result first; else another session's job for this very work, shown, not started twice
         done = board().latest_done(spec, store=C.store())
         if done is not None:
             return done
-        running = [j for j in board().list() if j.key == spec_key(spec) and j.state in ("queued", "running")]
+        running = [j for j in board().list() if j.key == want and j.state in ACTIVE]
         return running[0] if running else None
     except Exception:
         return None
 
 
-def start_button(spec: dict[str, Any], key: str, label: str, workers: int = 1) -> Any | None:
-    """The Run button of a page's long work. It shows the job's estimate (items x the per-item seconds an
-    earlier job of the same shape measured on this machine); above THRESHOLD_S the estimate is a warning and
-    the button names it, so pressing it is the confirmation. Starts ``spec`` as a job (remembered under
-    ``key``) and returns it; None when not pressed or it could not start."""
-    from workbench.jobs.kinds import estimate
+def follow(spec: Any, key: str, widget: str) -> Any | None:
+    """The job for ``spec`` (see ``held_job``), shown as it needs: queued or running, its live panel
+    (progress, time left, Cancel; the page reruns once when it ends); failed or cancelled, its panel (why);
+    done, nothing (the page shows the result from its run). None: never run."""
+    job = held_job(spec, key)
+    if job is not None and job.state in ACTIVE:
+        live_panel(job.id, widget)
+    elif job is not None and job.state != "done":
+        panel(job.id, widget)
+    return job
 
-    cost = None
-    try:
-        cost = estimate(spec, workers, root=board().root, measure=False)
-    except Exception:  # no estimate is no reason not to run
-        cost = None
-    if cost is not None and cost.seconds > THRESHOLD_S:
-        st.warning(f"Estimate: {cost.text()}. It runs as a job outside this app, so every page stays usable; "
+
+def start_button(spec: Any, key: str, label: str, workers: int = 1, estimate: tuple[float, str] | None = None,
+                 button: str | None = None) -> Any | None:
+    """The Run button of a page's long work. It shows the job's estimate (``estimate``: (seconds, text) the
+    page measured; else items x the per-item seconds an earlier job of the same shape measured here); above
+    THRESHOLD_S the estimate is a warning and the button names it, so pressing it is the confirmation. Starts
+    ``spec`` as a job (remembered under ``key``) and returns it; None when not pressed or it could not start."""
+    if estimate is None:
+        from workbench.jobs.kinds import estimate as job_estimate
+
+        try:
+            cost = job_estimate(spec, workers, root=board().root, measure=False)
+        except Exception:  # no estimate is no reason not to run
+            cost = None
+        estimate = None if cost is None else (cost.seconds, cost.text())
+    if estimate is not None and estimate[0] > THRESHOLD_S:
+        st.warning(f"Estimate: {estimate[1]}. It runs as a job outside this app, so every page stays usable; "
                    "follow it here or on the Jobs page.")
-        label = f"{label} (about {cost.text().rsplit('about ', 1)[-1]})"
-    elif cost is not None:
-        st.caption(f"Estimate: {cost.text()}.")
-    if not st.button(label, key=f"{key}_start", type="primary"):
+        label = f"{label} (about {estimate[1].rsplit('about ', 1)[-1]})"
+    elif estimate is not None:
+        st.caption(f"Estimate: {estimate[1]}.")
+    if not st.button(label, key=button or f"{key}_start", type="primary"):
         return None
     return submit(spec, key, workers=workers)
+
+
+def job_result(spec: Any, key: str, widget: str, label: str, read: Any, note: str | None = None,
+               estimate: tuple[float, str] | None = None, button: str | None = None) -> tuple[Any, Any]:
+    """Start, progress, cancel, result and failure of one job on a page: (job, ``read(run_id)``) once a job
+    for this work is done (this session's, another's, or a command's); else (job or None, None) after its
+    live panel, or after why it failed, ``note`` and the start button (the page reruns when it starts)."""
+    job = follow(spec, key, widget)
+    if job is not None and job.state == "done" and job.run_id:
+        got = C.attempt("Cannot read the job's result", read, job.run_id)
+        if got is not None:
+            return job, got
+    if job is not None and job.state in ACTIVE:
+        return job, None
+    if note:
+        st.caption(note)
+    if start_button(spec, key, label, estimate=estimate, button=button) is not None:
+        st.rerun()
+    return job, None
 
 
 # -- long attribution levels on the Attribution page -------------------------------------------------
@@ -191,29 +226,20 @@ def level_jobs(loaded: Any, prompt: str, target: str, foil: str | None, method: 
                position: int | None) -> dict[tuple[str, str], Any]:
     """For each slow level: its estimate and a button that starts it as a job (the confirmation), then the
     job's live panel; a finished job's result, read back from its run, joins the page's results. A job that
-    any session finished for the same prompt and level opens at once; a failed or cancelled one can be
-    started again. One worker: the server keeps the other core for the sessions' own work."""
+    any session (or ``workbench attribute``) finished for the same prompt and level opens at once; a failed or
+    cancelled one can be started again. One worker: the server keeps the other core for the sessions' own
+    work."""
+    from workbench.jobs.specs import AttributeSpec
+
     results: dict[tuple[str, str], Any] = {}
     for level, cost in slow.items():
-        spec = {"kind": "attribute", "model": loaded.name, "prompt": prompt, "target": target, "foil": foil,
-                "method": method, "level": level, "position": position, "n_items": cost.items}
-        key = f"_attr_job_{level}"
-        job = held_job(spec, key)
-        if job is not None and job.state == "done" and job.run_id:
-            got = C.attempt("Cannot read the job's result", _attribution_from_run, job.run_id)
-            if got is not None:
-                results[(method, level)] = got
-                continue
-        if job is not None and job.state in ("queued", "running"):
-            live_panel(job.id, f"attr_job_{level}")
-            continue
-        if job is not None:  # failed or cancelled: what happened, above the button that starts it again
-            panel(job.id, f"attr_job_{level}")
-        st.warning(f"Estimate: {cost.text()}. It runs as a job on Ray, outside this app, so every page stays "
-                   "usable; follow it here or on the Jobs page.")
-        if st.button(f"Run {method} · {level} as a job (about {cost.text().rsplit('about ', 1)[-1]})",
-                     key=f"attr_job_go_{level}") and submit(spec, key) is not None:
-            st.rerun()
+        spec = AttributeSpec(model=loaded.name, prompt=prompt, target=target, foil=foil, method=method, level=level,
+                             position=position, n_items=cost.items)
+        _, got = job_result(spec, f"_attr_job_{level}", f"attr_job_{level}", f"Run {method} · {level} as a job",
+                            _attribution_from_run, estimate=(cost.seconds, cost.text()),
+                            button=f"attr_job_go_{level}")
+        if got is not None:
+            results[(method, level)] = got
     return results
 
 

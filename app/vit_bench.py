@@ -42,10 +42,16 @@ def metric_columns(table: Any) -> dict[str, Any]:
     return config
 
 
-def bench_spec(model: str, methods: list[str], dataset: str, n: int) -> dict[str, Any]:
+def bench_spec(model: str, methods: list[str], dataset: str, n: int) -> Any:
     """The job spec `workbench vit-eval` makes for the same choices (so a command's run opens here too)."""
-    return {"kind": "vit_eval", "model": model, "methods": list(methods), "n": int(n), "seed": SEED,
-            "dataset": dataset, "batch_size": BATCH}
+    from workbench.jobs.specs import VitEvalSpec
+
+    return VitEvalSpec(model=model, methods=list(methods), n=int(n), seed=SEED, dataset=dataset, batch_size=BATCH)
+
+
+def _stored(run_id: str) -> str:
+    C.store().get(run_id)  # gone or damaged: the page offers to run it again
+    return run_id
 
 
 def show_run(run_id: str) -> None:
@@ -80,18 +86,10 @@ def benchmark(model: str, default_dataset: str) -> None:
     if not methods:
         st.info("Pick at least one method.")
         return
-    spec = bench_spec(model, methods, dataset, n)
-    job = J.held_job(spec, JOB_KEY)
-    if job is not None and job.state in ("queued", "running"):
-        J.live_panel(job.id, "vit_bench")  # refreshes itself; the page reruns once when the job ends
-        return
-    if job is not None and job.state == "done" and job.run_id:
-        C.attempt("Cannot read the benchmark run", show_run, job.run_id)
-        return
-    if job is not None:  # failed or cancelled: say why, then offer to run it again
-        J.panel(job.id, "vit_bench")
-    st.caption(f"Pointing game, mask IoU, deletion/insertion and perturbation AUCs, class sensitivity and time "
-               f"for {len(methods)} methods on {n} held-out {dataset} images. It runs as a job outside the app; "
-               "its result is stored as a run that any later session opens at once.")
-    if J.start_button(spec, JOB_KEY, "Run the benchmark") is not None:
-        st.rerun()
+    note = (f"Pointing game, mask IoU, deletion/insertion and perturbation AUCs, class sensitivity and time "
+            f"for {len(methods)} methods on {n} held-out {dataset} images. It runs as a job outside the app; "
+            "its result is stored as a run that any later session opens at once.")
+    _, run_id = J.job_result(bench_spec(model, methods, dataset, n), JOB_KEY, "vit_bench", "Run the benchmark",
+                             _stored, note=note)
+    if run_id is not None:
+        C.attempt("Cannot read the benchmark run", show_run, run_id)

@@ -70,7 +70,7 @@ def test_benchmark_runs_as_a_job_and_a_new_session_opens_its_run(vit_dir, monkey
     at.button(key="_vit_bench_job_start").click().run()
     assert not problems(at)
     spec = bench_spec(str(vit_dir), ["rollout", "random"], "synthetic", 6)
-    assert len(made) == 1 and made[0].spec == spec and JobBoard().get(made[0].id).state == "queued"
+    assert len(made) == 1 and made[0].spec == spec.to_dict() and JobBoard().get(made[0].id).state == "queued"
     assert any(made[0].id in str(m.value) for m in at.markdown)  # the job, shown inline
     # Its driver would run it on Ray; here it runs in this process, into the same store.
     done, _ = run(spec, save=True)

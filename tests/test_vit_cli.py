@@ -31,7 +31,7 @@ def test_vit_eval_json_and_run(monkeypatch, capsys, vit_dir):
     from workbench.store import RunStore
 
     run = RunStore().get(res["run"])
-    assert run.kind == "vit-eval"
+    assert run.kind == "vit_eval"
     assert (run.path / "overlay.plotly.json").exists() and (run.path / "table.md").exists()
     assert run.tensors()["map_dap"].shape == (4, 8, 8)
 

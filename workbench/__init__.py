@@ -192,9 +192,8 @@ def jobs(root: str | None = None):
 
 def job_spec(kind: str, **fields: Any):
     """The typed spec of a job (workbench/jobs/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
-    methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; kinds: faithfulness,
-    attribute_set, attribute, probe, concepts, vit_eval, circuit_discover, circuit_evaluate, sae_cache,
-    sae_train, sleep."""
+    methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; the kinds are the names in
+    ``workbench.jobs.specs.SPECS``."""
     from workbench.jobs.specs import parse
 
     return parse({"kind": kind, **fields})

@@ -39,6 +39,15 @@ RUN_ID = re.compile(r"^\d{8}-\d{6}-.+-[0-9a-f]{6}$")
 # A .tmp-* directory whose writer cannot be checked is left alone this long (a save takes seconds).
 STALE_TMP_SECONDS = 3600
 # meta.json fields the index stores: each a string or absent/null.
+# A run kind's old spelling -> the one written now: runs saved under the old one still list and open.
+KIND_ALIASES = {"vit-eval": "vit_eval"}
+
+
+def same_kind(a: str | None, b: str | None) -> bool:
+    """Whether two run kinds are the same kind (one may be an old spelling of the other)."""
+    return a is not None and b is not None and KIND_ALIASES.get(a, a) == KIND_ALIASES.get(b, b)
+
+
 TEXT_FIELDS = ("created", "kind", "model", "method")
 
 
@@ -425,7 +434,8 @@ class RunStore:
         return runs, damaged
 
     def list(self, kind: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
-        """Sound runs, newest first (damaged ones are in ``damaged()``); the index is reconciled."""
+        """Sound runs, newest first (damaged ones are in ``damaged()``); the index is reconciled. ``kind``
+        matches either spelling of a renamed kind (KIND_ALIASES: ``vit-eval`` finds ``vit_eval`` runs too)."""
         runs, _damaged = self._scan()
         if runs or (self.root / INDEX).exists():
             self._reconcile(runs)
@@ -433,7 +443,7 @@ class RunStore:
             {"id": run_id, "created": meta.get("created"), "kind": meta.get("kind"),
              "model": meta.get("model"), "method": meta.get("method"), "summary": meta.get("summary") or {}}
             for run_id, (_path, meta) in runs.items()
-            if (not kind or meta.get("kind") == kind) and (not model or meta.get("model") == model)
+            if (not kind or same_kind(meta.get("kind"), kind)) and (not model or meta.get("model") == model)
         ]
         # As the index orders them: created descending (runs without a date last), then id descending.
         out.sort(key=lambda r: (r["created"] is not None, r["created"] or "", r["id"]), reverse=True)

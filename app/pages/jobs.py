@@ -38,14 +38,22 @@ def start_faithfulness() -> None:
             if not methods:
                 st.warning("Pick at least one method.")
                 return
+            from workbench.jobs.specs import FaithfulnessSpec
             from workbench.prompt_files import read_prompts
 
             rows = C.attempt("Cannot read the prompt set", read_prompts, str(PROMPTS / prompts), int(limit))
             if rows is None:
                 return
-            spec = {"kind": "faithfulness", "model": model, "rows": rows, "prompts_file": f"data/prompts/{prompts}",
-                    "limit": int(limit), "methods": methods, "level": level}
-            J.submit(spec, "jobs_last", workers=int(workers))
+            # the spec `workbench faithfulness --prompts data/prompts/... --limit N` builds for the same work
+            spec = C.attempt("Cannot start the job", FaithfulnessSpec, model=model, rows=rows,
+                             prompts_file=f"data/prompts/{prompts}", limit=int(limit), methods=methods, level=level)
+            found = None if spec is None else J.held_job(spec, "jobs_last")
+            if found is not None and found.state in ("done", *J.ACTIVE):  # a command's, another session's
+                st.session_state["jobs_last"] = found.id
+                run = f", run `{found.run_id}`" if found.run_id else ""
+                st.info(f"The same work is {found.state} already: job `{found.id}`{run} (below); not started again.")
+            elif spec is not None:
+                J.submit(spec, "jobs_last", workers=int(workers))
 
 
 def start_sleep() -> None:
@@ -57,7 +65,9 @@ def start_sleep() -> None:
         seconds = c1.number_input("Seconds", 1, 3600, 60, key="jobs_sleep_seconds")
         steps = c2.number_input("Steps", 1, 10_000, 120, key="jobs_sleep_steps")
         if st.form_submit_button("Start sleep job"):
-            J.submit({"kind": "sleep", "seconds": int(seconds), "steps": int(steps)}, "jobs_last")
+            from workbench.jobs.specs import SleepSpec
+
+            J.submit(SleepSpec(seconds=int(seconds), steps=int(steps)), "jobs_last")
 
 
 st.title("Jobs")

@@ -42,14 +42,15 @@ def subset(data: Any, n: int):
 JOB_KEY = "_probe_job"  # this session's probe job (app/jobs_view.py held_job)
 
 
-def probe_spec(model: str, data: Any, name: str, pooling: str, concept: str) -> dict[str, Any]:
+def probe_spec(model: str, data: Any, name: str, pooling: str, concept: str) -> Any:
     """The job that probes every layer and builds concept vectors (no steering) from the same activations,
     keeping them for the PCA and steering views. Equal specs are one result: any session opens it."""
-    from workbench.jobs.kind_probes import dataset_spec, model_ref
+    from workbench.jobs.kind_probes import dataset_spec
+    from workbench.jobs.specs import ProbeSpec, model_ref
 
-    return {"kind": "probe", "model": model_ref(model), "device": "cpu", **dataset_spec(None, data, name=name),
-            "hook": None, "layers": "all", "pooling": pooling, "test_frac": 0.3, "seed": 0, "n_boot": 200,
-            "concept": concept, "keep_activations": True}
+    return ProbeSpec(model=model_ref(model), device="cpu", **dataset_spec(None, data, name=name), hook=None,
+                     layers="all", pooling=pooling, test_frac=0.3, seed=0, n_boot=200, concept=concept,
+                     keep_activations=True)
 
 
 @st.cache_resource(show_spinner=False, max_entries=8)
@@ -58,6 +59,16 @@ def read_run(root: str, run_id: str):
     from attribution.probes.run import ProbeRun
 
     return ProbeRun.from_run(C.store().get(run_id))
+
+
+def shown_run(run_id: str):
+    """``read_run`` of this store, refused when it lacks what this page shows (then it offers to run again)."""
+    from workbench.errors import RunStoreError
+
+    out = read_run(str(C.store().root), run_id)
+    if out.concepts is None or not out.acts:
+        raise RunStoreError(f"run {run_id} lacks the concept vectors or activations this page shows")
+    return out
 
 
 def similarity_heatmap(concepts: Any):
@@ -149,26 +160,13 @@ data = subset(data, n)
 concept = c2.selectbox("Concept (positive class)", data.classes, key="probe_concept")
 
 name = source if source != "upload" else getattr(upload, "name", "upload")
-spec = probe_spec(loaded.name, data, name, pooling, concept)
-job = J.held_job(spec, JOB_KEY)
-if job is not None and job.state in ("queued", "running"):
-    J.live_panel(job.id, "probe_job")  # refreshes itself; the page reruns once when the job ends
-    st.stop()
-out = None
-if job is not None and job.state == "done":
-    out = C.attempt("Cannot read the probe run", read_run, str(C.store().root), job.run_id)
-    if out is not None and (out.concepts is None or not out.acts):
-        st.error(f"Run {job.run_id} lacks the concept vectors or activations this page shows.")
-        out = None
-if out is None:  # not run yet, failed, cancelled, or its run is gone: offer to run it
-    if job is not None and job.state != "done":
-        J.panel(job.id, "probe_job")  # why it failed or stopped
-    # Probing every layer takes tens of seconds on smollm2: it runs when asked, as a job outside this server.
-    st.info(f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}. "
-            "It runs as a job outside the app, so every page stays usable; its result is stored as a run, "
-            "which any later session (also after a restart) opens at once.")
-    if J.start_button(spec, JOB_KEY, "Run probes") is not None:
-        st.rerun()
+# Probing every layer takes tens of seconds on smollm2: it runs when asked, as a job outside this server.
+note = (f"Probe every layer on {n} examples ({pooling} pooling), then build concept vectors for {concept!r}. "
+        "It runs as a job outside the app, so every page stays usable; its result is stored as a run, "
+        "which any later session (also after a restart) opens at once.")
+job, out = J.job_result(probe_spec(loaded.name, data, name, pooling, concept), JOB_KEY, "probe_job", "Run probes",
+                        shown_run, note=note)
+if out is None:  # running (its live panel), or not run yet, failed, cancelled, or its run is gone (offered)
     st.stop()
 probe, concepts, acts = out.probe, out.concepts, out.acts
 labels = out.labels or data.labels

@@ -90,24 +90,25 @@ sig = (loaded.name, name, method, level, limit, use_foil, batch)
 # outside this server (every session stays usable), after the user confirms; a cheap one runs here at once.
 cost = per_prompt_seconds(loaded, rows[0], method, level, use_foil)
 estimate = None if cost is None else cost * len(rows)
-spec = {"kind": "attribute_set", "model": loaded.name, "rows": rows, "method": method, "level": level,
-        "use_foil": use_foil, "batch_size": batch, "prompts_file": name}
+from workbench.jobs.specs import AttributeSetSpec  # noqa: E402
+
+spec = AttributeSetSpec(model=loaded.name, rows=rows, method=method, level=level, use_foil=use_foil,
+                        batch_size=batch, prompts_file=name)
 held = st.session_state.get("_sets_result")
-job = J.held_job(spec, "_sets_job") if not (held and held[0] == sig) else None
+# the job widget (app/jobs_view.py): a done job's set (any session's, or `workbench attribute-set`'s), a
+# running one's progress, why one failed
+job = J.follow(spec, "_sets_job", "sets_job") if not (held and held[0] == sig) else None
 if job is not None and job.state == "done" and job.run_id:
     res = C.attempt("Cannot read the job's result", set_from_run, job.run_id)
     if res is not None:
         held = (sig, res)
         st.session_state["_sets_result"] = held
-elif job is not None and job.state in ("queued", "running"):
-    J.live_panel(job.id, "sets_job")
+elif job is not None and job.state in J.ACTIVE:
+    pass  # its live panel is shown
 elif estimate is not None and estimate > J.THRESHOLD_S and not (held and held[0] == sig):
-    if job is not None:  # failed or cancelled: say so above the button that starts it again
-        J.panel(job.id, "sets_job")
-    st.warning(f"Estimate: {len(rows)} prompts x {cost:.2f} s each (measured on the first prompt) = about "
-               f"{estimate:.0f} s. It runs as a job outside this app, so every page stays usable.")
-    if st.button(f"Attribute {len(rows)} prompts with {method} at {level} level as a job (about {estimate:.0f} s)",
-                 key="sets_job_go", type="primary") and J.submit(spec, "_sets_job") is not None:
+    text = f"{len(rows)} prompts x {cost:.2f} s each (measured on the first prompt) = about {estimate:.0f} s"
+    if J.start_button(spec, "_sets_job", f"Attribute {len(rows)} prompts with {method} at {level} level as a job",
+                      estimate=(estimate, text), button="sets_job_go") is not None:
         st.rerun()
 elif st.button(f"Attribute {len(rows)} prompts with {method} at {level} level", key="sets_go"):
     with C.Progress(f"{method} · {level} · {len(rows)} prompts", len(rows)) as prog, loaded.lock:

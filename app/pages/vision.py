@@ -314,7 +314,7 @@ S.share("vit", loaded.name,
         {"methods": list(maps)}, imports=("from attribution.vit.methods import explain",))
 
 with st.expander("Open a saved vision run"):
-    run = C.run_picker(["vit-explain", "vit-eval"], key="vit_open")
+    run = C.run_picker(["vit-explain", "vit_eval", "vit-eval"], key="vit_open")  # vit-eval: runs saved before
     if run is not None:
         import plotly.io as pio
 

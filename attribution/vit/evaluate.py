@@ -80,7 +80,7 @@ class ViTEvalResult:
             keep = len(self.batch) if self.batch.images[0].numel() <= 3 * 64 * 64 else KEEP_LARGE_IMAGES
             tensors.update({"images": self.batch.images[:keep], "labels": self.batch.labels,
                             "masks": self.batch.masks[:keep].to(torch.uint8)})
-        draft = RunDraft(kind="vit-eval", model=self.model, method=",".join(self.methods),
+        draft = RunDraft(kind="vit_eval", model=self.model, method=",".join(self.methods),
                          args=args if args is not None else self.args,
                          timings={k: v["seconds_per_image"] for k, v in self.methods.items()},
                          result=self.to_json(), tensors=tensors,

@@ -124,7 +124,7 @@ def vit_eval(
                               callback=positive_int),
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
     threads: int = typer.Option(0, "--threads", help="torch threads (0 = torch's default).", callback=nonneg_int),
-    save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit-eval)."),
+    save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit_eval)."),
     workers: int = workers_option("the (method, image batch) pairs"),
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,

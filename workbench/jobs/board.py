@@ -163,6 +163,15 @@ def driver_alive(driver: dict[str, Any]) -> bool:
         return False
 
 
+def _old_key_matches(job: Job, key: str) -> bool:
+    """Whether a record written before specs were typed (its key a digest of the raw dict) holds ``key``'s
+    work: its spec read through its kind's class now."""
+    try:
+        return spec_key(job.spec) == key
+    except Exception:  # noqa: BLE001 - a spec that no longer reads is not the same work
+        return False
+
+
 class JobBoard:
     def __init__(self, root: str | Path | None = None) -> None:
         self.root = Path(root) if root is not None else jobs_root()
@@ -246,8 +255,10 @@ class JobBoard:
 
         store = store or RunStore()
         key = spec_key(spec)
+        kind = getattr(spec, "KIND", None) or (spec.get("kind") if isinstance(spec, dict) else None)
         for job in self.list():
-            if job.key == key and job.state == "done" and job.run_id:
+            if job.state == "done" and job.run_id and (job.key == key or job.kind == kind
+                                                       and _old_key_matches(job, key)):
                 try:
                     store.get(job.run_id)
                 except Exception:  # deleted or damaged: look further back

@@ -2,10 +2,7 @@
 ``circuit_evaluate`` (a saved circuit's curve again, or one hand-picked circuit). One shard each: the
 scoring needs every prompt's gradients summed on one model. Progress counts prompts (circuits.discover).
 
-Specs: {"kind": "circuit_discover", "model", "rows", "method", "params", "edges", "ablation", "metric",
-"selection", "evaluate", "grid", "batch_size", "device"?, "prompts_file"?};
-{"kind": "circuit_evaluate", "run", "edges", "ablation", "selection", "grid", "keep": [[src, dst], ...],
-"device"?}.
+Specs: workbench/jobs/specs.py CircuitDiscoverSpec and CircuitEvaluateSpec (``keep``: [[src, dst], ...]).
 """
 
 from __future__ import annotations

@@ -6,9 +6,9 @@ over all images at the end (attribution.vit.evaluate.assemble), so every number 
 single-process one. Each worker builds the images itself (they are generated from the seed) and scores
 the classes over the whole set once, as one process does.
 
-Spec: {"kind": "vit_eval", "model", "methods": [...], "n", "seed", "dataset", "batch_size", "threads"?,
-"device"?, "head"? (dinov2-small's linear heads), "steps"? (deletion / insertion steps, default 20)}. The
-32 px sets are shown to a model with a larger input upsampled (nearest; DINOv2: 224 px).
+Spec: workbench/jobs/specs.py VitEvalSpec (``head``: dinov2-small's linear heads; ``steps``: deletion /
+insertion steps). The job and its run are both kind ``vit_eval`` (runs saved as ``vit-eval`` before still list
+and open). The 32 px sets are shown to a model with a larger input upsampled (nearest; DINOv2: 224 px).
 """
 
 from __future__ import annotations

@@ -68,7 +68,7 @@ def _attr_method(name: str, level: str | None = None) -> str:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class JobSpec:
     """The common part: the kind's name, where its job code lives, and the key."""
 
@@ -119,16 +119,36 @@ class JobSpec:
             raise SpecError(f"a {cls.KIND} job spec is incomplete: {exc}") from None
 
 
-@dataclass(frozen=True)
-class FaithfulnessSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec(JobSpec):
+    """A job on one model (a zoo name, a local directory or a hub id), on a device, in a dtype."""
+
+    model: str
+    device: str = "cpu"
+    dtype: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromptSetSpec(ModelSpec):
+    """A job over a prompt set, inline as ``rows``; ``prompts_file`` only says where they came from."""
+
+    NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "prompts_file")
+
+    rows: list[dict[str, Any]]
+    prompts_file: str | None = None
+
+    def check(self) -> None:
+        _rows(self.rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FaithfulnessSpec(PromptSetSpec):
     """``workbench faithfulness`` and the Jobs page: disrupt / recover curves of methods on a prompt set."""
 
     KIND: ClassVar[str] = "faithfulness"
     JOB: ClassVar[str] = "workbench.jobs.kinds:FaithfulnessJob"
     NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "prompts_file", "limit")
 
-    model: str
-    rows: list[dict[str, Any]]
     methods: list[str]
     level: str = "token"
     ablation: str = "zero"
@@ -137,10 +157,7 @@ class FaithfulnessSpec(JobSpec):
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
     grid: list[float] | None = None
     batch_size: int = 32
-    device: str = "cpu"
-    dtype: str | None = None
     threads: int | None = None
-    prompts_file: str | None = None
     limit: int | None = None
 
     def check(self) -> None:
@@ -151,7 +168,7 @@ class FaithfulnessSpec(JobSpec):
             raise SpecError("methods is empty: name at least one method")
         for m in self.methods:
             _attr_method(m)
-        _rows(self.rows)
+        super().check()
         _positive("batch_size", self.batch_size)
         _positive("threads", self.threads, allow_none=True)
 
@@ -162,8 +179,8 @@ class FaithfulnessSpec(JobSpec):
         return out
 
 
-@dataclass(frozen=True)
-class AttributeSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class AttributeSpec(ModelSpec):
     """One method at one level on one prompt (``workbench attribute``, the Attribution page's slow levels)."""
 
     KIND: ClassVar[str] = "attribute"
@@ -171,7 +188,6 @@ class AttributeSpec(JobSpec):
     NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "n_items")
     OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "n_items")
 
-    model: str
     prompt: str
     target: str | None = None
     foil: str | None = None
@@ -179,8 +195,6 @@ class AttributeSpec(JobSpec):
     level: str = "token"
     position: int | None = None
     params: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    dtype: str | None = None
     n_items: int | None = None  # activation patching's item count when the caller knows it (the app)
 
     def check(self) -> None:
@@ -198,45 +212,36 @@ class AttributeSpec(JobSpec):
         return out
 
 
-@dataclass(frozen=True)
-class AttributeSetSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class AttributeSetSpec(PromptSetSpec):
     """``workbench attribute-set`` and the Prompt sets page: one method over a prompt set."""
 
     KIND: ClassVar[str] = "attribute_set"
     JOB: ClassVar[str] = "workbench.jobs.kinds:AttributeSetJob"
-    NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "prompts_file")
 
-    model: str
-    rows: list[dict[str, Any]]
     method: str = "dpa"
     level: str = "token"
     use_foil: bool = True
     batch_size: int = 16
     params: dict[str, Any] = field(default_factory=dict)
-    device: str = "cpu"
-    dtype: str | None = None
     threads: int | None = None
-    prompts_file: str | None = None
 
     def check(self) -> None:
         _attr_method(self.method, self.level)
-        _rows(self.rows)
+        super().check()
         _positive("batch_size", self.batch_size)
 
     def key_fields(self) -> dict[str, Any]:
         return {**super().key_fields(), "method": _attr_method(self.method), "params": dict(self.params or {})}
 
 
-@dataclass(frozen=True)
-class CircuitDiscoverSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class CircuitDiscoverSpec(PromptSetSpec):
     """``workbench circuit discover`` and the Circuits page: score every edge, keep the top K, the curve."""
 
     KIND: ClassVar[str] = "circuit_discover"
     JOB: ClassVar[str] = "workbench.jobs.kind_circuits:CircuitDiscoverJob"
-    NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "prompts_file")
 
-    model: str
-    rows: list[dict[str, Any]]
     method: str = "eap"
     params: dict[str, Any] = field(default_factory=dict)
     edges: int = 100
@@ -246,16 +251,13 @@ class CircuitDiscoverSpec(JobSpec):
     evaluate: bool = True
     grid: list[int] | None = None  # None: circuits.evaluate.DEFAULT_GRID
     batch_size: int = 16
-    device: str = "cpu"
-    dtype: str | None = None
-    prompts_file: str | None = None
 
     def check(self) -> None:
         from circuits.counterfactual import ABLATIONS, METRICS
         from circuits.edges import get_method
 
         get_method(self.method).check_params(self.params or {})  # unknown methods and parameters: MethodError
-        _rows(self.rows)
+        super().check()
         _positive("edges", self.edges)
         _positive("batch_size", self.batch_size)
         if self.ablation is not None:
@@ -281,7 +283,7 @@ class CircuitDiscoverSpec(JobSpec):
         return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CircuitEvaluateSpec(JobSpec):
     """``workbench circuit evaluate``: a saved circuit's curve again, or one hand-picked circuit."""
 
@@ -302,15 +304,14 @@ class CircuitEvaluateSpec(JobSpec):
         _choice("selection", self.selection, ("topk", "greedy"))
 
 
-@dataclass(frozen=True)
-class VitEvalSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class VitEvalSpec(ModelSpec):
     """``workbench vit-eval`` and the Vision page's benchmark (job and run kind ``vit_eval``)."""
 
     KIND: ClassVar[str] = "vit_eval"
     JOB: ClassVar[str] = "workbench.jobs.kind_vit:VitEvalJob"
     OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "head", "steps", "threads", "device")
 
-    model: str
     methods: list[str]
     n: int = 200
     seed: int = 2
@@ -318,8 +319,6 @@ class VitEvalSpec(JobSpec):
     batch_size: int = 50
     head: str | None = None
     steps: int = 20
-    device: str = "cpu"
-    dtype: str | None = None
     threads: int | None = None
 
     def check(self) -> None:
@@ -336,8 +335,8 @@ class VitEvalSpec(JobSpec):
         return {**super().key_fields(), "methods": sorted(set(self.methods))}
 
 
-@dataclass(frozen=True)
-class ProbeSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class ProbeSpec(ModelSpec):
     """``workbench probe`` and the Probes page (workbench/jobs/kind_probes.py says what each field is)."""
 
     KIND: ClassVar[str] = "probe"
@@ -346,7 +345,6 @@ class ProbeSpec(JobSpec):
     OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "rows", "dataset_path", "n_boot", "concept",
                                                "keep_activations")
 
-    model: str
     n: int
     dataset: str | None = None
     rows: list[dict[str, Any]] | None = None
@@ -359,8 +357,6 @@ class ProbeSpec(JobSpec):
     n_boot: int | None = None
     concept: str | None = None
     keep_activations: bool = False
-    device: str = "cpu"
-    dtype: str | None = None
 
     def check(self) -> None:
         if self.rows is None and self.dataset_path is None:
@@ -371,8 +367,8 @@ class ProbeSpec(JobSpec):
         _choice("pooling", self.pooling, tuple(POOLINGS))
 
 
-@dataclass(frozen=True)
-class ConceptsSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class ConceptsSpec(ModelSpec):
     """``workbench concepts``: concept vectors, their similarity and steering."""
 
     KIND: ClassVar[str] = "concepts"
@@ -380,7 +376,6 @@ class ConceptsSpec(JobSpec):
     NOT_WORK: ClassVar[tuple[str, ...]] = ("threads", "dataset")
     OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "rows", "dataset_path")
 
-    model: str
     n: int
     concept: str
     dataset: str | None = None
@@ -392,15 +387,13 @@ class ConceptsSpec(JobSpec):
     scale: float = 1.0
     n_steer: int = 32
     saes: list[str] = field(default_factory=list)
-    device: str = "cpu"
-    dtype: str | None = None
 
     def check(self) -> None:
         ProbeSpec.check(self)  # type: ignore[arg-type] - the same dataset and pooling fields
 
 
-@dataclass(frozen=True)
-class SaeCacheSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class SaeCacheSpec(ModelSpec):
     """``workbench sae cache``: activation shards of a corpus (workbench/jobs/kind_sae.py)."""
 
     KIND: ClassVar[str] = "sae_cache"
@@ -409,7 +402,6 @@ class SaeCacheSpec(JobSpec):
     OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "threads", "ctx", "batch_size", "shard_tokens",
                                                "skip_first", "bf16")
 
-    model: str
     hooks: list[str]
     out: str
     tokens: int
@@ -420,8 +412,6 @@ class SaeCacheSpec(JobSpec):
     shard_tokens: int | None = None
     skip_first: int | None = None
     bf16: bool | None = None
-    device: str = "cpu"
-    dtype: str | None = None
     threads: int | None = None
 
     def check(self) -> None:
@@ -432,14 +422,13 @@ class SaeCacheSpec(JobSpec):
             _positive(name, getattr(self, name), allow_none=True)
 
 
-@dataclass(frozen=True)
-class SaeTrainSpec(JobSpec):
+@dataclass(frozen=True, kw_only=True)
+class SaeTrainSpec(ModelSpec):
     """``workbench sae train``: one dictionary (workbench/jobs/kind_sae.py)."""
 
     KIND: ClassVar[str] = "sae_train"
     JOB: ClassVar[str] = "workbench.jobs.kind_sae:SaeTrainJob"
 
-    model: str
     hook: str
     tokens: int
     sae_kind: str = "topk"
@@ -455,15 +444,13 @@ class SaeTrainSpec(JobSpec):
     out: str | None = None
     seed: int = 0
     keep_first: bool = False
-    device: str = "cpu"
-    dtype: str | None = None
 
     def check(self) -> None:
         _positive("tokens", self.tokens)
         _positive("batch_size", self.batch_size)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class SleepSpec(JobSpec):
     """A job that only waits (tests of the runner and the Jobs page, no model)."""
 
