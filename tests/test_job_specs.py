@@ -194,3 +194,11 @@ def test_attribute_command_result_opens_on_the_attribution_page(recorded, monkey
     assert not problems(fresh), problems(fresh)
     assert "attr_job_go_head" not in {b.key for b in fresh.button} and chart(fresh, "attr_head_grid")["data"]
     assert not recorded and len(JobBoard().list()) == 1
+
+
+def test_a_slow_method_at_the_last_position_without_a_target_is_one_line(monkeypatch, capsys, tiny_llama_dir):
+    from cli_helpers import assert_bad
+
+    code, _, err = cli(monkeypatch, capsys, "attribute", str(tiny_llama_dir), "When Mary and John went", "--method",
+                       "activation_patching", "--level", "head", "--position", "-1")
+    assert_bad(code, err, "last token", "--target")

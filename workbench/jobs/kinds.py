@@ -1,5 +1,5 @@
-"""Job kinds: what a job's spec (a dict with a ``kind`` key) means, how it splits into shards, what one
-shard runs and how the parts become one result (that saves itself as a run).
+"""Job kinds: what a job's spec (workbench/jobs/specs.py; the code here reads its ``to_dict()``) means, how
+it splits into shards, what one shard runs and how the parts become one result (that saves itself as a run).
 
 A kind is an object with:
 
@@ -268,8 +268,12 @@ def _sharded(spec: dict[str, Any]) -> bool:
 
 def _encode(model: Any, spec: dict[str, Any]) -> Any:
     from attribution import encode_at
+    from workbench.errors import TokenError
 
-    return encode_at(model, spec["prompt"], spec.get("target"), spec.get("foil"), spec.get("position"))
+    enc = encode_at(model, spec["prompt"], spec.get("target"), spec.get("foil"), spec.get("position"))
+    if enc.target is None:  # no target given, and the position is the last: nothing follows it to explain
+        raise TokenError(f"position {spec.get('position')} is the prompt's last token: give --target")
+    return enc
 
 
 def _n_items(model: Any, enc: Any, spec: dict[str, Any]) -> int:
