@@ -78,7 +78,7 @@ def pick_prompts(loaded: Any) -> tuple[str, list[dict[str, Any]]] | None:
     """(source name, rows) for the page, or None after a message in the page."""
     if getattr(loaded.model, "kind", None) == "toy" or (getattr(loaded.model, "info", None) or {}).get("task"):
         n = int(st.number_input("Prompts from the model's task (test split)", 1, 2000, 32, key="circ_toy_n"))
-        from circuits.toy_prompts import task_rows
+        from circuits.toy.prompts import task_rows
 
         rows = C.attempt("No prompts for this model", task_rows, loaded.model, n)
         if not rows:

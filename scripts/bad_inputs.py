@@ -219,7 +219,7 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
     from attribution.sae.dashboard import build_dashboards
     from attribution.sae.train import save_sae, training_sae
     from attribution.sae.units import open_dictionary
-    from circuits.toy_prompts import task_rows
+    from circuits.toy.prompts import task_rows
 
     store = d / "circuit-store"
     saved_circuit(store)

@@ -3,7 +3,7 @@
     python scripts/bench_known_circuits.py [--n 80]
 
 Per model (ioi-attn-2l1h, markov-3h) every method scores every edge on the model's own counterfactual task
-rows (circuits/toy_prompts.py); the known circuit is circuits/bench/known.py's. Reported: MIB's AUROC
+rows (circuits/toy/prompts.py); the known circuit is circuits/bench/known.py's. Reported: MIB's AUROC
 (greedy circuits over its grid, trapezoids over FPR) and the threshold-free rank AUROC of |score|.
 """
 
@@ -33,7 +33,7 @@ def main() -> None:
     from circuits.edges import get_method
     from circuits.graph import CircuitGraph
     from circuits.intervene import References
-    from circuits.toy_prompts import task_rows
+    from circuits.toy.prompts import task_rows
 
     torch.set_num_threads(1)
     out: dict = {}

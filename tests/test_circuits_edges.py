@@ -13,7 +13,7 @@ from circuits.discover import CircuitResult, circuit
 from circuits.edges.reference import dpa_edge_reference
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, head_slot
-from circuits.toy_prompts import task_rows
+from circuits.toy.prompts import task_rows
 from workbench.errors import MethodError, PromptError, RangeError
 
 pytestmark = pytest.mark.usefixtures("one_thread")

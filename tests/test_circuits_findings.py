@@ -6,7 +6,7 @@ are xfail with the measured numbers in the reason; they were not tuned until the
 
 import pytest
 
-from circuits import findings
+from circuits.toy import findings
 
 
 @pytest.fixture(scope="module")

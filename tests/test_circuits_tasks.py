@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from circuits.models import ConfigError, ModelSpec, build_model
-from circuits.tasks import UnknownTaskError, get_task
+from circuits.toy.models import ConfigError, ModelSpec, build_model
+from circuits.toy.tasks import UnknownTaskError, get_task
 
 
 def test_ioi_targets_and_split():
@@ -85,7 +85,7 @@ def test_ffn_variants_forward_and_hooks(ffn):
 
 
 def test_frozen_router_is_not_trained():
-    from circuits.train import TrainConfig, train
+    from circuits.toy.train import TrainConfig, train
 
     t = get_task("carry")
     spec = ModelSpec(task="carry", ffn="moe", layers=1, heads=2, d_model=16, norm="LN", router="frozen")

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from circuits.models import ModelSpec, build_model, hooked
-from circuits.tasks import get_task
 from circuits.tools import ablation, composition, dla, fourier, patching, patterns, spectra
+from circuits.toy.models import ModelSpec, build_model, hooked
+from circuits.toy.tasks import get_task
 from workbench.errors import MethodError, RangeError
 
 

@@ -67,7 +67,7 @@ def circuit_store(tmp_path_factory):
     """A run store holding one real circuit run of the toy (scores, prompts, a faithfulness curve)."""
     import workbench as wb
     from circuits.discover import circuit
-    from circuits.toy_prompts import task_rows
+    from circuits.toy.prompts import task_rows
     from workbench.store import RunStore
 
     torch.set_num_threads(1)

@@ -55,7 +55,7 @@ def test_vit_kind_matches_the_engine_and_shards_combine(vit_dir, one_thread):
 def test_circuit_kinds_match_the_engine(tmp_path, one_thread):
     import workbench as wb
     from circuits.discover import CircuitResult, circuit
-    from circuits.toy_prompts import task_rows
+    from circuits.toy.prompts import task_rows
     from workbench.store import RunStore
 
     model = wb.load(TOY)

@@ -50,7 +50,7 @@ VIT_MODEL_TYPES = {"vit": "attribution.vit.hf:load_hf_vit", "deit": "attribution
                    "clip": "attribution.vit.hf:load_hf_vit"}
 
 # Loader name -> the "module:function" it imports. The names are what checkpoint config.json files
-# (written by circuits.checkpoints, attribution.vit.train, attribution.probes.tiny) already say.
+# (written by circuits.toy.checkpoints, attribution.vit.train, attribution.probes.tiny) already say.
 LOADERS: dict[str, str] = {
     "workbench.llm:load_smollm2": "workbench.llm:load_smollm2",
     "workbench.llm:load_hf_dir": "workbench.llm:load_hf_dir",
@@ -59,7 +59,9 @@ LOADERS: dict[str, str] = {
     "attribution.vit.hf:load_hf_dinov2": "attribution.vit.hf:load_hf_dinov2",
     "attribution.vit.dinov2:load_dinov2": "attribution.vit.dinov2:load_dinov2",
     "attribution.vit.model:load_checkpoint": "attribution.vit.model:load_checkpoint",
-    "circuits.checkpoints:load": "circuits.checkpoints:load",
+    "circuits.toy.checkpoints:load": "circuits.toy.checkpoints:load",
+    # the toy zoo's loader before it moved into circuits/toy/: the shipped checkpoints still name it
+    "circuits.checkpoints:load": "circuits.toy.checkpoints:load",
     "attribution.probes.tiny:load": "attribution.probes.tiny:load",
 }
 

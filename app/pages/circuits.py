@@ -200,7 +200,7 @@ st.dataframe(CV.faith_table(results), hide_index=True, key="circ_faith_table")
 
 S.share("circ", loaded.name,
         [f"rows = {rows!r}" if source == "prompt" else
-         f"from circuits.toy_prompts import task_rows; rows = task_rows(m, {len(rows)})" if source.startswith("task:")
+         f"from circuits.toy.prompts import task_rows; rows = task_rows(m, {len(rows)})" if source.startswith("task:")
          else f"rows = {'data/prompts/' + source!r}  # the prompt file (first {len(rows)} rows)"]
         + [f"c_{m} = " + S.call("wb.circuit", S.M, S.Name("rows"), method=m, edges=k, ablation=ablation,
                                selection=selection, **jobs[m]) for m in results]

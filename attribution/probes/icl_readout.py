@@ -248,15 +248,14 @@ def icl_readout(
     seed: int = 0,
     layers: list[str] | None = None,
 ) -> ICLReadout:
-    """The full comparison on held-out prompts of the model's own task."""
-    from circuits.tasks import get_task
-
+    """The full comparison on held-out prompts of the model's own task (``model.info["task_source"]``, which the
+    toy zoo's loader puts there: this engine draws its prompts without importing the zoo)."""
     info = model.info.get("task") or {}
-    if info.get("task") != "icl-regression":
+    task = model.info.get("task_source")
+    if info.get("task") != "icl-regression" or task is None:
         from workbench.errors import MethodError
 
         raise MethodError(f"{model.name} is not an in-context regression model (task {info.get('task')!r})")
-    task = get_task("icl-regression", **info.get("params", {}))
     test = task.sample(n, seed, "test")
     train = task.sample(n_train, seed, "train")
     preds, r2 = layer_predictions(model, test["inputs"], test["ys"], train["inputs"], train["ys"])

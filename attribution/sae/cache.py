@@ -197,12 +197,9 @@ def model_texts(
         return texts[::-1] if held_out else texts
     seed = seed + 1000 if held_out else seed
     n_seq = n_tokens // max(1, min(ctx, model.arch.n_ctx) - 1) + 2
-    task = (model.info or {}).get("task")
-    if task:
-        from circuits.tasks import get_task
-
-        t = get_task(task["task"], **task.get("params", {}))
-        tokens = t.batch("train", n_seq, seed).tokens
+    task = (model.info or {}).get("task_source")  # a toy model's own task, put there by its loader (circuits.toy)
+    if task is not None:
+        tokens = task.batch("train", n_seq, seed).tokens
         if tokens.dtype.is_floating_point:
             raise DatasetError(f"{model.name} reads vectors, not tokens: SAE caching needs token inputs")
         return tokens.tolist()

@@ -174,7 +174,7 @@ def ablate_task(
 ) -> AblationResult:
     """Task metrics (accuracy, loss) with each component (or each group, a list) ablated.
     ``reference`` defaults to the batch itself for mean and resample."""
-    from circuits.train import evaluate
+    from circuits.toy.train import evaluate
 
     ref = batch.tokens if reference is None else reference
     base = evaluate(model, batch, task)

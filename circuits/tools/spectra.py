@@ -93,7 +93,7 @@ def spectra_over_training(model_or_path: Any, top: int = 8):
 
     import pandas as pd
 
-    from circuits.checkpoints import read_config, snapshots
+    from circuits.toy.checkpoints import read_config, snapshots
     from workbench.errors import ModelFileError
 
     path = Path(model_or_path.info["path"]) if hasattr(model_or_path, "info") else Path(model_or_path)

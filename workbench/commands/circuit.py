@@ -110,7 +110,7 @@ def discover(
     device = check_device(device)
     if rows is None:  # a toy model's own task: its rows come from the model (small, quick to load)
         import workbench as wb
-        from circuits.toy_prompts import task_rows
+        from circuits.toy.prompts import task_rows
 
         rows = task_rows(wb.load(model, device=device, dtype=dtype), limit)
     from workbench.commands.jobs import run_job

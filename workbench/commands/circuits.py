@@ -40,7 +40,7 @@ def ablate(
     heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     comps = list(component or heads)
     if m.kind == "toy" and prompt is None:
-        from circuits.tasks import get_task
+        from circuits.toy.tasks import get_task
 
         info = m.info["task"]
         t = get_task(info["task"], **info["params"])

@@ -53,8 +53,8 @@ def train(
     import json
     from pathlib import Path
 
-    from circuits.models import ModelSpec, check_spec
-    from circuits.tasks import get_task
+    from circuits.toy.models import ModelSpec, check_spec
+    from circuits.toy.tasks import get_task
     from workbench.errors import ModelFileError, WorkbenchError
 
     params = _task_params(task_param or [])
@@ -103,9 +103,9 @@ def train(
         raise ModelFileError(f"{out} already holds a checkpoint: pass --force to overwrite it")
     if path.exists() and not path.is_dir():
         raise ModelFileError(f"{out} exists and is not a directory")
-    from circuits.checkpoints import save
-    from circuits.train import TrainConfig
-    from circuits.train import train as run_train
+    from circuits.toy.checkpoints import save
+    from circuits.toy.train import TrainConfig
+    from circuits.toy.train import train as run_train
 
     cfg = TrainConfig(
         steps=d["steps"],

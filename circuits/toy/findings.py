@@ -8,13 +8,13 @@ from typing import Any
 
 
 def _load(name: str):
-    import workbench as wb
+    from workbench.zoo import load  # the core loader, not the facade (layers point down)
 
-    return wb.load(name)
+    return load(name)
 
 
 def _task(model):
-    from circuits.tasks import get_task
+    from circuits.toy.tasks import get_task
 
     info = model.info["task"]
     return get_task(info["task"], **info["params"])
@@ -23,7 +23,7 @@ def _task(model):
 def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     """Test accuracy, and accuracy with each head ablated (zero, mean, resample)."""
     from circuits.tools import ablation
-    from circuits.train import evaluate
+    from circuits.toy.train import evaluate
 
     m = _load(name)
     t = _task(m)
@@ -58,7 +58,7 @@ def carry_redistribution(name: str, method: str = "mean") -> dict[str, float]:
     """Accuracy with the attention layer or the FFN ablated; drops relative to the intact model,
     also on sum digits that take a carry."""
     from circuits.tools import ablation
-    from circuits.train import evaluate
+    from circuits.toy.train import evaluate
 
     m = _load(name)
     t = _task(m)
@@ -93,7 +93,7 @@ def _digit_acc(m, b, mask, hooks=()) -> float:
 
 def modadd_fourier(name: str) -> dict[str, Any]:
     from circuits.tools import fourier
-    from circuits.train import evaluate
+    from circuits.toy.train import evaluate
 
     m = _load(name)
     t = _task(m)

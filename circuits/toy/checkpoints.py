@@ -10,7 +10,7 @@ from typing import Any
 
 from workbench.errors import ModelFileError
 
-LOADER = "circuits.checkpoints:load"
+LOADER = "circuits.toy.checkpoints:load"
 
 
 def save(
@@ -111,8 +111,8 @@ def check_model_config(config: Any, where: Path) -> None:
 
 def load_tl(path: str | Path, device: str = "cpu"):
     """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
-    from circuits.models import ModelSpec, build_model
-    from circuits.tasks import get_task
+    from circuits.toy.models import ModelSpec, build_model
+    from circuits.toy.tasks import get_task
 
     path = Path(path)
     config = read_config(path)
@@ -148,7 +148,7 @@ def load_tl(path: str | Path, device: str = "cpu"):
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader: a toy checkpoint as a HookedModel (kind "toy")."""
-    from circuits.models import hooked
+    from circuits.toy.models import hooked
 
     path = Path(entry.path if hasattr(entry, "path") else entry)
     tl, spec, task = load_tl(path, device)

@@ -79,7 +79,7 @@ def check_spec(spec: ModelSpec) -> None:
 
 
 def build_model(spec: ModelSpec, task: Any, seed: int = 0):
-    """A freshly initialised HookedTransformer for ``task`` (from circuits.tasks.get_task)."""
+    """A freshly initialised HookedTransformer for ``task`` (from circuits.toy.tasks.get_task)."""
 
     import torch
     from transformer_lens.config import HookedTransformerConfig
@@ -115,7 +115,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     torch.manual_seed(seed)
     model = hooked_transformer(cfg, move_to_device=False)
     if spec.ffn.startswith("moe"):
-        from circuits.moe import MoEMLP
+        from circuits.toy.moe import MoEMLP
 
         for block in model.blocks:
             block.mlp = MoEMLP(
@@ -128,7 +128,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
                 frozen_router=spec.router == "frozen",
             )
     if regression:
-        from circuits.regression import VectorEmbed, VectorPosEmbed
+        from circuits.toy.regression import VectorEmbed, VectorPosEmbed
 
         model.embed = VectorEmbed(d_vocab, spec.d_model)
         model.pos_embed = VectorPosEmbed(task.n_ctx, spec.d_model)
@@ -137,7 +137,9 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
 
 
 def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
-    """Wrap a built model as a workbench HookedModel (what the zoo loader returns)."""
+    """Wrap a built model as a workbench HookedModel (what the zoo loader returns). ``info["task_source"]`` is the
+    task object itself: engines below circuits/ (SAE caching, the ICL read-out) draw the model's own inputs from it
+    (``.batch(split, n, seed)``, ``.sample(n, seed, split)``) without importing the zoo."""
     from workbench.hooked import HookedModel
     from workbench.tokens import SymbolTokenizer
 
@@ -149,7 +151,7 @@ def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
         backend="transformer_lens",
         prepend_bos=False,
         arch=arch_for(spec, tl.cfg),
-        info={"task": task.info(), "spec": spec.to_dict()},
+        info={"task": task.info(), "spec": spec.to_dict(), "task_source": task},
     )
 
 

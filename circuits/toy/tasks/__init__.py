@@ -70,7 +70,7 @@ TASKS = ("ioi", "modadd", "carry", "histogram", "markov", "icl-regression")
 
 def get_task(name: str, **params: Any) -> Task:
     """A task by name, with its parameters (the defaults reproduce the shipped checkpoints)."""
-    from circuits.tasks import carry, histogram, icl_regression, ioi, markov, modadd
+    from circuits.toy.tasks import carry, histogram, icl_regression, ioi, markov, modadd
 
     table = {
         "ioi": ioi.IOITask,

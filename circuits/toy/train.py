@@ -8,8 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from circuits.models import ModelSpec, build_model, check_spec
-from circuits.tasks import Batch, Task, get_task
+from circuits.toy.models import ModelSpec, build_model, check_spec
+from circuits.toy.tasks import Batch, Task, get_task
 from workbench.errors import WorkbenchError
 
 

@@ -1,0 +1,12 @@
+"""The toy zoo: small transformers trained here on tasks with known solutions.
+
+- ``circuits.toy.tasks``: seeded generators with train/test splits (IOI, modular addition, carry
+  addition, histogram counting, high-order Markov chains, in-context regression).
+- ``circuits.toy.models``: TransformerLens ``HookedTransformer`` builders for the FFN variants
+  (none, dense, GLU, MoE top-1/top-2 with learned or frozen-random router, MoE-GLU; ``moe``, ``regression``
+  hold the MoE layer and the vector embeddings).
+- ``circuits.toy.train`` / ``circuits.toy.checkpoints``: training and the shipped checkpoints in
+  ``data/models/<name>/`` (loaded as ``workbench.hooked.HookedModel`` through the zoo).
+- ``circuits.toy.prompts``: prompt rows with counterfactuals from a toy model's own task (circuit discovery).
+- ``circuits.toy.findings``: the seed papers' findings measured on the shipped checkpoints.
+"""
