@@ -148,6 +148,31 @@ def test_targets_per_layer(llama):
     assert torch.equal(trace.targets["resid_pre"][1:], trace.targets["resid_post"][:-1])
 
 
+def test_one_loop_per_receiver_terms_sum_to_the_update(request):
+    """steps.top_down walks every residual point top-down, and its per_head attention terms (the edge
+    scorer's q/k/v receivers; grouped-query heads kept apart) sum to the engine's update at every layer."""
+    from attribution.dpa.params import DPAParams
+    from attribution.dpa.pullback import dpa_cache, logit_target
+    from attribution.dpa.steps import At, Update, top_down
+
+    for model, prompt, target, foil in _cases(request)[::2]:
+        enc = model.encode(prompt, target, foil)
+        p = DPAParams.from_kwargs(w_q=0.7, w_k=0.4, w_v=0.9)
+        cache = dpa_cache(model, enc.tokens, p)
+        t, _ = logit_target(model, enc, cache)
+        with torch.no_grad():
+            summed = [s for s in top_down(model, cache, t, p) if isinstance(s, Update) and s.sublayer == "attn"]
+            split = list(top_down(model, cache, t, p, per_head=True))
+        n = model.arch.n_layers
+        points = [s.point for s in split if isinstance(s, At)]
+        assert points == [pt for la in reversed(range(n)) for pt in ((la, "post"), (la, "mid"))] + [(-1, "post")]
+        terms = [s for s in split if isinstance(s, Update) and s.sublayer == "attn"]
+        for whole, parts in zip(summed, terms, strict=True):
+            assert parts.update.shape[0] == 3 * model.arch.n_heads
+            assert float(whole.update.abs().max()) > 0.01  # not a vacuous comparison
+            assert torch.allclose(parts.update.sum(0), whole.update, atol=1e-5)
+
+
 def test_bad_params_and_memory(llama):
     enc = llama.encode(PROMPT_LLAMA, "Paris")
     with pytest.raises(MethodError, match="no parameter"):
