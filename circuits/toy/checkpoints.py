@@ -127,9 +127,9 @@ def load_tl(path: str | Path, device: str = "cpu"):
         raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
     except TypeError as exc:  # a task parameter it does not take
         raise ModelFileError(f"{path / 'config.json'} is damaged: {str(exc).splitlines()[0]}") from None
-    from workbench.llm import _check_safetensors
+    from workbench.llm import check_safetensors
 
-    _check_safetensors(weights)
+    check_safetensors(weights)
     from safetensors.torch import load_file
 
     tl = build_model(spec, task)
