@@ -1,7 +1,7 @@
-"""DPA's steps, in one place: the hooks its forward caches, the target's initialisation, and the two
-sublayer pull-backs (MLP, attention) with the norms around them. The engine (``engine.py``), the
-pull-back from any residual point (``pullback.py``) and the edge scorer (``circuits/edges/dpa.py``)
-are all built from these.
+"""DPA's steps, in one place: the hooks its forward caches, the target's initialisation, the two
+sublayer pull-backs (MLP, attention) with the norms around them, and the one top-down loop over them
+(``top_down``). The engine (``engine.py``), the pull-back from any residual point (``pullback.py``) and
+the edge scorer (``circuits/edges/dpa.py``) all walk that loop and differ only in what they collect.
 
 Every step is the transpose of one frozen piece of the forward pass (shared/specs/dpa.md). Beyond the
 paper's Llama block, the steps handle what the supported families add (workbench/families.py):
