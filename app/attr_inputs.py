@@ -30,7 +30,7 @@ def prompt_pass(loaded: Any, prompt: str) -> Any | None:
     return held[1]
 
 
-def _typed(key: str) -> None:
+def on_typed(key: str) -> None:
     """on_change of the target and foil boxes: the user's value is kept when the prompt changes."""
     typed = st.session_state.setdefault("_attr_typed", set())
     typed.add(key)

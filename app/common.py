@@ -77,7 +77,7 @@ def cache_budget() -> int:
     return max(2**30, total // 4)
 
 
-# name -> (bytes, last use) of the models in _load's cache, oldest use first when evicting
+# name -> (bytes, last use) of the models in load_cached's cache, oldest use first when evicting
 HELD: dict[str, list[float]] = {}
 HELD_LOCK = threading.Lock()
 
@@ -89,13 +89,14 @@ def _evict_for(name: str) -> None:
         while sum(b for b, _ in HELD.values()) > budget and len(HELD) > 1:
             oldest = min((n for n in HELD if n != name), key=lambda n: HELD[n][1])
             HELD.pop(oldest)
-            _load.clear(oldest)
+            load_cached.clear(oldest)
             print(f"[workbench-app] unloaded model {oldest} (model cache over {budget / 2**20:.0f} MB)",
                   file=sys.stderr, flush=True)
 
 
 @st.cache_resource(show_spinner=False)
-def _load(name: str) -> Loaded:
+def load_cached(name: str) -> Loaded:
+    """A model by name, loaded once per server process (every session shares it)."""
     import workbench as wb
 
     _server_threads()
@@ -114,8 +115,8 @@ def _load(name: str) -> Loaded:
 
 
 def _held(name: str) -> Loaded:
-    """``_load(name)``, keeping the cache within its memory budget (see cache_budget)."""
-    loaded = _load(name)
+    """``load_cached(name)``, keeping the cache within its memory budget (see cache_budget)."""
+    loaded = load_cached(name)
     with HELD_LOCK:
         if name in HELD:
             HELD[name][1] = time.monotonic()

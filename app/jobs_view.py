@@ -37,7 +37,7 @@ def lent_models(spec: Any) -> dict[str, tuple[Any, Any]]:
     if not isinstance(name, str) or name not in C.HELD:
         return {}
     try:
-        loaded = C._load(name)  # cached: held models are never loaded again here
+        loaded = C.load_cached(name)  # cached: held models are never loaded again here
     except Exception:  # noqa: BLE001 - the job then loads its own
         return {}
     return {name: (loaded.model, loaded.lock)}

@@ -122,14 +122,14 @@ def main() -> None:
         import tempfile
 
         from app.testing import open_page, problems
-        from workbench.jobs.runner import _THREADS, wait_here
+        from workbench.jobs.runner import running_here, wait_here
 
         os.environ["WORKBENCH_RUNS"] = tempfile.mkdtemp(prefix="bench-views-runs-")  # never the user's store
         names = sorted(p.stem for p in (ROOT / "app" / "pages").glob("*.py"))
         state = {"circ_model": args.model}
         for name in names:
             open_page(name, state, timeout=600)  # first: the page's own imports and caches
-            for job_id in list(_THREADS):  # work it started in this process (the default circuit) ends first
+            for job_id in running_here():  # work it started in this process (the default circuit) ends first
                 wait_here(job_id, timeout=600)
             t = time.perf_counter()
             at = open_page(name, state, timeout=600)

@@ -205,7 +205,7 @@ def test_model_page_text_once_and_cache_by_memory(tiny_llama_dir, monkeypatch):
     monkeypatch.setattr(C, "HELD", {"big": [3e9, 1.0], "toy": [1e5, 2.0]})
     monkeypatch.setenv("WORKBENCH_APP_MODEL_MB", "2000")
     cleared = []
-    monkeypatch.setattr(C._load, "clear", lambda name: cleared.append(name))
+    monkeypatch.setattr(C.load_cached, "clear", lambda name: cleared.append(name))
     C._evict_for("toy")
     assert cleared == ["big"] and list(C.HELD) == ["toy"]
 

@@ -117,9 +117,6 @@ def check_safetensors(file: Path) -> None:
         raise ModelFileError(f"weights file {file} is corrupt or unreadable: {exc}") from None
 
 
-_check_safetensors = check_safetensors  # old name, kept while circuits/toy/checkpoints.py still uses it
-
-
 def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
     """An HF causal LM and its tokenizer from a local directory (no hub access; safetensors only)."""
     import torch

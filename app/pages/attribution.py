@@ -190,7 +190,7 @@ c1, c2, c3 = st.columns([1, 1, 2])
 target = c1.text_input(
     "Target token",
     key="attr_target",
-    on_change=AI._typed,
+    on_change=AI.on_typed,
     args=("attr_target",),
     help="One token of the model, leading space included (' Mary', not 'Mary'). Kept when the prompt "
     "changes once you type it; empty it to follow the model's prediction again.",
@@ -198,7 +198,7 @@ target = c1.text_input(
 foil = c2.text_input(
     "Foil token (optional)",
     key="attr_foil",
-    on_change=AI._typed,
+    on_change=AI.on_typed,
     args=("attr_foil",),
     help="Scores then explain target minus foil. Kept when the prompt changes once you type it.",
 )

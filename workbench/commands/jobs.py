@@ -125,7 +125,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
     if not here:
         from workbench.jobs import kinds
 
-        kinds._MODELS.clear()
+        kinds.release_models()
     said = [cost is None]
 
     def say_estimate() -> None:

@@ -40,7 +40,8 @@ def jobs_root() -> Path:
     return default_root() / ".jobs"
 
 
-def _now() -> str:
+def now() -> str:
+    """This moment in UTC, ISO 8601 to the millisecond: how jobs record when they were created, started, ended."""
     return _dt.datetime.now(_dt.UTC).isoformat(timespec="milliseconds")
 
 
@@ -53,7 +54,7 @@ class Job:
     label: str
     spec: dict[str, Any]
     state: str = "queued"
-    created: str = field(default_factory=_now)
+    created: str = field(default_factory=now)
     started: str | None = None
     finished: str | None = None
     done: int = 0  # items done (prompts, examples, patched items)
@@ -192,8 +193,8 @@ class JobBoard:
         kind = str(spec.get("kind", ""))
         if not re.fullmatch(r"[a-z0-9_]+", kind):
             raise JobError(f"a job spec needs a kind (letters, digits, _): got {kind!r}")
-        now = _dt.datetime.now(_dt.UTC)
-        job = Job(id=f"{now:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
+        stamp = _dt.datetime.now(_dt.UTC)
+        job = Job(id=f"{stamp:%Y%m%d-%H%M%S}-{kind}-{uuid.uuid4().hex[:6]}", kind=kind, label=label, spec=spec,
                   workers=workers, ray_address=ray_address, driver=this_driver(),
                   key=key)
         self.write(job)
@@ -271,7 +272,7 @@ class JobBoard:
         another process) is failed, and recorded so: no job shows "running" after its process died."""
         pid, host = job.driver.get("pid"), job.driver.get("host")
         if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not driver_alive(job.driver):
-            job.state, job.finished = "failed", _now()
+            job.state, job.finished = "failed", now()
             job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
                          "nothing was saved")
             self.note(job, job.error)

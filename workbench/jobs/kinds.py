@@ -74,6 +74,11 @@ def worker_model(spec: dict[str, Any]) -> Any:
     return _MODELS[key]
 
 
+def release_models() -> None:
+    """Let go of the models this process holds for jobs (workers elsewhere will load their own copies)."""
+    _MODELS.clear()
+
+
 def shard_resources(kind: Any, spec: dict[str, Any]) -> dict[str, float]:
     """What one shard declares to Ray's scheduler, so a cluster places it on a node that has it (and queues
     it where none is free): the kind's ``resources(spec)``, else one CPU, and one GPU for a CUDA device."""

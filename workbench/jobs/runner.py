@@ -32,7 +32,7 @@ from typing import Any
 
 from workbench.errors import WorkbenchError
 from workbench.jobs import costs
-from workbench.jobs.board import Job, JobBoard, JobError, _now, this_driver
+from workbench.jobs.board import Job, JobBoard, JobError, now, this_driver
 from workbench.jobs.kinds import get_kind, lend, model_lock, shard_resources
 from workbench.text import one_line
 
@@ -265,7 +265,7 @@ def sweep_agents(root: Any) -> list[int]:
     return ended
 
 
-def _shard_events(spec: dict[str, Any], shard: Any):
+def shard_events(spec: dict[str, Any], shard: Any):
     """Runs in a Ray worker: the shard's engine call in a thread, its progress yielded as events
     ("start", pid), ("total", n), ("step", n), then ("part", part). Steps are batched every 0.2 s."""
     events: queue.Queue = queue.Queue()
@@ -328,7 +328,7 @@ def _remote_shard(resources: dict[str, float]):
 
     if not _REMOTE:
         # max_retries=0: a shard whose worker died is a failed job, not a silent rerun.
-        _REMOTE.append(ray.remote(num_cpus=1, max_retries=0)(_shard_events))
+        _REMOTE.append(ray.remote(num_cpus=1, max_retries=0)(shard_events))
     return _REMOTE[0].options(**resources)
 
 
@@ -358,7 +358,7 @@ class _Tracker:
     def event(self, i: int, tag: str, value: Any) -> None:
         if tag == "start":
             if self.job.state == "queued":
-                self.job.state, self.job.started = "running", _now()
+                self.job.state, self.job.started = "running", now()
                 self.t0 = time.monotonic()
             self.board.note(self.job, f"shard {i + 1}/{len(self.totals)} started (pid {value})")
             self.flush(force=True)
@@ -373,21 +373,21 @@ class _Tracker:
             self.board.note(self.job, str(value))
 
     def flush(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not force and now - self.last_write < WRITE_S:
+        t = time.monotonic()
+        if not force and t - self.last_write < WRITE_S:
             return
         job = self.job
         job.total, job.done = sum(self.totals), min(sum(self.dones), sum(self.totals))
-        elapsed = now - self.t0
+        elapsed = t - self.t0
         job.eta_s = round(elapsed * (job.total - job.done) / job.done, 1) if job.done and job.total else None
         self.board.write(job)
-        self.last_write = now
+        self.last_write = t
         if self.on_progress:
             self.on_progress(job)
 
 
 def _finish(board: JobBoard, job: Job, state: str, error: str | None = None) -> None:
-    job.state, job.finished, job.error = state, _now(), error
+    job.state, job.finished, job.error = state, now(), error
     if state != "done":
         job.eta_s = None
     board.note(job, error or state)
@@ -542,7 +542,7 @@ def _warm_address(job: Job, board: JobBoard) -> str | None:
 
 def _stop(live: dict[Any, int], pids: dict[int, int], local: bool) -> None:
     """End the shards still running, freeing their workers' models at once. On the local instance each
-    worker is killed by its pid; elsewhere Ray interrupts the task and the worker exits (_shard_events).
+    worker is killed by its pid; elsewhere Ray interrupts the task and the worker exits (shard_events).
     (Ray 2.60's ``cancel(force=True)`` of a streaming task took the local raylet down with it here.)"""
     import ray
 
@@ -696,6 +696,11 @@ def _start_here(spec: dict[str, Any], board: JobBoard, models: dict[str, tuple[A
     _THREADS[job.id] = thread
     thread.start()
     return job
+
+
+def running_here() -> list[str]:
+    """Ids of the jobs running in threads of this process (work a page or a command started here)."""
+    return list(_THREADS)
 
 
 def wait_here(job_id: str, timeout: float | None = None) -> bool:

@@ -101,7 +101,7 @@ def ensure(root: str | Path, owner: int | None = None, timeout: float = START_S)
 
 # -- the actor that keeps a model loaded ----------------------------------------------------------------
 class ModelHost:
-    """One model, loaded once, running job shards one after another (see runner._shard_events)."""
+    """One model, loaded once, running job shards one after another (see runner.shard_events)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         from workbench.jobs.kinds import worker_model
@@ -112,9 +112,9 @@ class ModelHost:
         return os.getpid()
 
     def run(self, spec: dict[str, Any], shard: Any):
-        from workbench.jobs.runner import _shard_events
+        from workbench.jobs.runner import shard_events
 
-        yield from _shard_events(spec, shard)
+        yield from shard_events(spec, shard)
 
 
 def actor_name(spec: dict[str, Any]) -> str:
