@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from circuits.tools import ablation, composition, dla, fourier, patching, patterns, spectra
+from circuits.toy.analysis import ablate_task, spectra_over_training
 from circuits.toy.models import ModelSpec, build_model, hooked
 from circuits.toy.tasks import get_task
 from workbench.errors import MethodError, RangeError
@@ -85,9 +86,9 @@ def test_ablation_methods(toy):
             b.tokens, fwd_hooks=[("blocks.1.attn.hook_z", lambda z, hook: store.setdefault("z", z))]
         )
     assert store["z"][:, :, 0].abs().max() == 0 and store["z"][:, :, 1].abs().max() > 0
-    res = ablation.ablate_task(m, b, t, ["head:0.0", "mlp:1", ["attn:0", "attn:1"], "neuron:0.3"], "mean")
+    res = ablate_task(m, b, t, ["head:0.0", "mlp:1", ["attn:0", "attn:1"], "neuron:0.3"], "mean")
     assert len(res.scores) == 4 and "accuracy" in res.scores[0]
-    res = ablation.ablate_task(m, b, t, ["head:0.1"], "resample")
+    res = ablate_task(m, b, t, ["head:0.1"], "resample")
     assert res.table().shape[0] == 1
     with pytest.raises(MethodError):
         ablation.ablation_hooks(m, ["head:0.0"], "median")
@@ -156,7 +157,7 @@ def test_spectra():
 def test_spectra_over_training_plot():
     import workbench as wb
 
-    table = spectra.spectra_over_training(wb.load("ioi-attn-2l1h"))
+    table = spectra_over_training(wb.load("ioi-attn-2l1h"))
     assert table["step"].nunique() > 1  # shipped snapshots, not just the final weights
     fig = spectra.plot_over_training(table)
     assert len(fig.data) == table.groupby(["layer", "head", "matrix"]).ngroups

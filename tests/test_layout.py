@@ -151,3 +151,15 @@ def test_dpa_top_down_loop_is_written_once():
     assert {"attribution/dpa/engine.py", "attribution/dpa/pullback.py", "circuits/edges/dpa.py"} <= set(callers)
     for walker in ("attribution/dpa/engine.py", "attribution/dpa/pullback.py", "circuits/edges/dpa.py"):
         assert "reversed(range(" not in (ROOT / walker).read_text(), walker
+
+
+def test_circuit_tools_know_nothing_of_the_zoo():
+    """circuits/tools/ works on any hooked model; the zoo (circuits/toy/) builds on it, never the other way."""
+    found = [
+        where(path, line)
+        for module, (path, tree) in sources().items()
+        if within(module, "circuits.tools")
+        for target, _, line in imports(module, path, tree)
+        if within(target, "circuits.toy")
+    ]
+    assert not found, found

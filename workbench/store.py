@@ -38,17 +38,15 @@ INDEX = "index.sqlite"
 RUN_ID = re.compile(r"^\d{8}-\d{6}-.+-[0-9a-f]{6}$")
 # A .tmp-* directory whose writer cannot be checked is left alone this long (a save takes seconds).
 STALE_TMP_SECONDS = 3600
-# meta.json fields the index stores: each a string or absent/null.
 # A run kind's old spelling -> the one written now: runs saved under the old one still list and open.
 KIND_ALIASES = {"vit-eval": "vit_eval"}
+# meta.json fields the index stores: each a string or absent/null.
+TEXT_FIELDS = ("created", "kind", "model", "method")
 
 
 def same_kind(a: str | None, b: str | None) -> bool:
     """Whether two run kinds are the same kind (one may be an old spelling of the other)."""
     return a is not None and b is not None and KIND_ALIASES.get(a, a) == KIND_ALIASES.get(b, b)
-
-
-TEXT_FIELDS = ("created", "kind", "model", "method")
 
 
 def default_root() -> Path:

@@ -163,7 +163,7 @@ with tabs[0]:
             st.plotly_chart(pattern_grid(pats[:, 0].cpu(), tokens), key="toy_patterns")
 with tabs[1]:
     from circuits.tools.ablation import METHODS as ABL
-    from circuits.tools.ablation import ablate_task
+    from circuits.toy.analysis import ablate_task
 
     method = st.radio(
         "Ablation", list(ABL), horizontal=True, index=list(ABL).index("mean"), key="toy_ablation"
@@ -244,7 +244,8 @@ with tabs[3]:
                 )
             st.plotly_chart(four.plot(), key="toy_four_fig")
 with tabs[4]:
-    from circuits.tools.spectra import plot_over_training, spectra_over_training, weight_spectra
+    from circuits.tools.spectra import plot_over_training, weight_spectra
+    from circuits.toy.analysis import spectra_over_training
 
     table = SH.shared(("toy_spectra", loaded.name),
                       lambda: C.attempt("No spectra over training", spectra_over_training, model))

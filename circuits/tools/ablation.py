@@ -163,26 +163,6 @@ class AblationResult:
         return fig
 
 
-def ablate_task(
-    model: HookedModel,
-    batch: Any,
-    task: Any,
-    components: list[str | Component] | list[list[str]],
-    method: str = "mean",
-    reference: Any = None,
-    seed: int = 0,
-) -> AblationResult:
-    """Task metrics (accuracy, loss) with each component (or each group, a list) ablated.
-    ``reference`` defaults to the batch itself for mean and resample."""
-    from circuits.toy.train import evaluate
-
-    ref = batch.tokens if reference is None else reference
-    base = evaluate(model, batch, task)
-    groups = [c if isinstance(c, list) else [c] for c in components]
-    scores = [evaluate(model, batch, task, ablation_hooks(model, g, method, ref, seed)) for g in groups]
-    return AblationResult(["+".join(str(parse(x)) for x in g) for g in groups], method, base, scores)
-
-
 def ablate_prompts(
     model: HookedModel,
     prompt: Any,

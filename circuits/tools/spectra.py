@@ -87,25 +87,6 @@ def weight_spectra(model: HookedModel, top: int = 8):
     return spectra_from_weights(weights, model.arch.n_layers, None, top)
 
 
-def spectra_over_training(model_or_path: Any, top: int = 8):
-    """Spectra at every stored snapshot of a toy checkpoint (a HookedModel or its directory)."""
-    from pathlib import Path
-
-    import pandas as pd
-
-    from circuits.toy.checkpoints import read_config, snapshots
-    from workbench.errors import ModelFileError
-
-    path = Path(model_or_path.info["path"]) if hasattr(model_or_path, "info") else Path(model_or_path)
-    snaps = snapshots(path)
-    if not snaps:
-        raise ModelFileError(f"{path} has no training snapshots (snapshots.safetensors)")
-    n_layers = int(read_config(path)["model"]["layers"])
-    return pd.concat(
-        [spectra_from_weights(w, n_layers, step, top) for step, w in snaps.items()], ignore_index=True
-    )
-
-
 def plot_over_training(table, value: str = "effective_rank"):
     import plotly.express as px
 

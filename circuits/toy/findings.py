@@ -22,7 +22,7 @@ def _task(model):
 
 def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     """Test accuracy, and accuracy with each head ablated (zero, mean, resample)."""
-    from circuits.tools import ablation
+    from circuits.toy.analysis import ablate_task
     from circuits.toy.train import evaluate
 
     m = _load(name)
@@ -31,7 +31,7 @@ def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     out: dict[str, Any] = {"accuracy": evaluate(m, b, t)["accuracy"]}
     heads = [f"head:{layer}.{h}" for layer in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     for method in ("zero", "mean", "resample"):
-        r = ablation.ablate_task(m, b, t, heads, method, reference=t.batch("train").tokens)
+        r = ablate_task(m, b, t, heads, method, reference=t.batch("train").tokens)
         out[method] = {c: s["accuracy"] for c, s in zip(r.components, r.scores, strict=False)}
     return out
 

@@ -40,13 +40,14 @@ def ablate(
     heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     comps = list(component or heads)
     if m.kind == "toy" and prompt is None:
+        from circuits.toy.analysis import ablate_task
         from circuits.toy.tasks import get_task
 
         info = m.info["task"]
         t = get_task(info["task"], **info["params"])
         batch = t.batch("test", None if info["task"] in ("ioi", "modadd") else 1000, seed=0)
         ref = t.batch("train", None if info["task"] in ("ioi", "modadd") else 1000, seed=1).tokens
-        res = ablation.ablate_task(m, batch, t, comps, method, reference=ref)
+        res = ablate_task(m, batch, t, comps, method, reference=ref)
     else:
         if prompt is None or target is None:
             raise MethodError("give --prompt and --target (and --foil) to ablate on an LLM")
