@@ -148,7 +148,7 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     board.request_cancel(job.id)
     _wait(lambda: board.get(job.id).state != "running", timeout=30)
     assert board.get(job.id).state == "cancelled"
-    _wait(lambda: not pid_alive(pid), timeout=5)  # the worker (and all it held) is gone
+    _wait(lambda: not pid_alive(pid), timeout=30)  # the worker (and all it held) is gone (how fast: bench_jobs)
 
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
     _wait(lambda: board.get(job.id).done >= 2, timeout=120)
