@@ -85,15 +85,19 @@ def test_layers_point_down_only():
     assert not wrong, "imports pointing up:\n" + "\n".join(wrong)
 
 
-def test_attribution_never_imports_circuits():
-    found = [
+def imports_into(importer: str, imported: str) -> list[str]:
+    """Where a module under ``importer`` imports one under ``imported`` (file:line)."""
+    return [
         where(path, line)
         for module, (path, tree) in sources().items()
-        if within(module, "attribution")
+        if within(module, importer)
         for target, _, line in imports(module, path, tree)
-        if within(target, "circuits")
+        if within(target, imported)
     ]
-    assert not found, found
+
+
+def test_attribution_never_imports_circuits():
+    assert not (found := imports_into("attribution", "circuits")), found
 
 
 def test_no_private_name_crosses_a_module():
@@ -155,11 +159,4 @@ def test_dpa_top_down_loop_is_written_once():
 
 def test_circuit_tools_know_nothing_of_the_zoo():
     """circuits/tools/ works on any hooked model; the zoo (circuits/toy/) builds on it, never the other way."""
-    found = [
-        where(path, line)
-        for module, (path, tree) in sources().items()
-        if within(module, "circuits.tools")
-        for target, _, line in imports(module, path, tree)
-        if within(target, "circuits.toy")
-    ]
-    assert not found, found
+    assert not (found := imports_into("circuits.tools", "circuits.toy")), found
