@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attribution.dpa.pullback import Point, rank
+from attribution.dpa.steps import Point, rank
 from workbench.errors import MethodError
 
 if TYPE_CHECKING:
