@@ -134,8 +134,23 @@ def score_edges(model: Any, graph: CircuitGraph, method: str, prompts: Any, refs
     return stack.sum(0) / prompts.n_prompts, stack / weights[:, None]
 
 
-def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], None] | None = None
-             ) -> dict[str, Any]:
+@dataclass
+class TaskSetup:
+    """What every method of one task shares: its prompts and references on train and test, and the
+    per-prompt m(full), m(empty) on test (``ends``); ``header`` is the task's part of the result."""
+
+    header: dict[str, Any]
+    graph: CircuitGraph
+    train: list[dict]
+    p_train: Any
+    p_test: Any
+    refs_train: References
+    refs_test: References
+    ends: torch.Tensor
+
+
+def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
+    """A task's rows (built now when the model has no data file), prompts, references and its two ends."""
     rows, metric, source = load_rows(model.name, task)
     if source == "built":
         rows = build(model, task, n=48, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
@@ -148,33 +163,48 @@ def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], N
     ends = prompt_metrics(model, graph, p_test, refs_test,
                           torch.stack([torch.ones(graph.n_edges, dtype=torch.bool),
                                        torch.zeros(graph.n_edges, dtype=torch.bool)]))
-    out: dict[str, Any] = {"task": task, "metric": metric, "source": source, "n_train": len(train),
-                           "n_test": len(test), "m_full": float(ends[0].mean()), "m_empty": float(ends[1].mean()),
-                           "ends_seconds": time.perf_counter() - started, "methods": {}}
-    mib.finite(out["m_full"] - out["m_empty"], f"task {task}'s span m(full) - m(empty)")
-    if abs(out["m_full"] - out["m_empty"]) < 1e-9:
+    header: dict[str, Any] = {"task": task, "metric": metric, "source": source, "n_train": len(train),
+                              "n_test": len(test), "m_full": float(ends[0].mean()),
+                              "m_empty": float(ends[1].mean()), "ends_seconds": time.perf_counter() - started}
+    mib.finite(header["m_full"] - header["m_empty"], f"task {task}'s span m(full) - m(empty)")
+    if abs(header["m_full"] - header["m_empty"]) < 1e-9:
         raise MethodError(f"task {task}: the metric is the same intact and fully ablated; nothing to explain")
+    return TaskSetup(header, graph, train, p_train, p_test, refs_train, refs_test, ends)
+
+
+def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
+               on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
+    """One (task, method) cell: scores on train (timed), curves on test at each level; (its result, its edge
+    scores, None for a node-level-only method)."""
+    task, metric, graph = setup.header["task"], setup.header["metric"], setup.graph
+    res: dict[str, Any] = {"levels": {}}
+    started = time.perf_counter()
+    if method in NODE_ONLY:
+        p_patch = task_prompts(model, setup.train[: cfg.n_patch], metric, cfg.batch_size)
+        node = node_patching(model, graph, p_patch, References(model, graph, p_patch))
+        edge, chunks = None, None
+        res["n_scored"] = len(setup.train[: cfg.n_patch])
+    else:
+        edge, chunks = score_edges(model, graph, method, setup.p_train, setup.refs_train, cfg.seed)
+        node = mib.node_scores_of(graph, edge)
+        res["n_scored"] = len(setup.train)
+    res["seconds"] = time.perf_counter() - started
+    for level in cfg.levels:
+        if level == "edge" and edge is None:
+            continue
+        res["levels"][level] = evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level,
+                                              edge, node, chunks, cfg)
+        if on_step:
+            on_step(f"{task} {method} {level}")
+    return res, edge
+
+
+def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], None] | None = None
+             ) -> dict[str, Any]:
+    setup = prepare_task(model, task, cfg)
+    out: dict[str, Any] = {**setup.header, "methods": {}}
     for method in cfg.methods:
-        res: dict[str, Any] = {"levels": {}}
-        started = time.perf_counter()
-        if method in NODE_ONLY:
-            p_patch = task_prompts(model, train[: cfg.n_patch], metric, cfg.batch_size)
-            node = node_patching(model, graph, p_patch, References(model, graph, p_patch))
-            edge, chunks = None, None
-            res["n_scored"] = len(train[: cfg.n_patch])
-        else:
-            edge, chunks = score_edges(model, graph, method, p_train, refs_train, cfg.seed)
-            node = mib.node_scores_of(graph, edge)
-            res["n_scored"] = len(train)
-        res["seconds"] = time.perf_counter() - started
-        for level in cfg.levels:
-            if level == "edge" and edge is None:
-                continue
-            res["levels"][level] = evaluate_level(model, graph, p_test, refs_test, ends, level, edge, node,
-                                                  chunks, cfg)
-            if on_step:
-                on_step(f"{task} {method} {level}")
-        out["methods"][method] = res
+        out["methods"][method] = run_method(model, setup, method, cfg, on_step)[0]
     return out
 
 
