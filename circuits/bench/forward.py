@@ -32,6 +32,18 @@ def live_positions(batch: PromptBatch) -> Bool[torch.Tensor, "batch pos"]:
     return (differs.cumsum(1) > 0) & real
 
 
+def live_reference(model: Any, batch: PromptBatch, ref: torch.Tensor
+                   ) -> tuple[torch.Tensor, torch.Tensor, Float[torch.Tensor, "sender live d"]]:
+    """The live positions (batch index, position; on the model's device) and every sender's reference
+    output there."""
+    lb, lp = torch.nonzero(live_positions(batch), as_tuple=True)
+    lb, lp = lb.to(model.device), lp.to(model.device)
+    ref_live = ref[:, lb if ref.shape[1] > 1 else 0, lp if ref.shape[2] > 1 else 0]  # [S, live, d]
+    if ref_live.dim() == 2:
+        ref_live = ref_live[:, None].expand(-1, len(lb), -1)
+    return lb, lp, ref_live
+
+
 def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
                      keep: Bool[torch.Tensor, "copy edge"], metric: str) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only each copy's kept edges intact (one forward for all copies); the
@@ -40,15 +52,11 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: t
     copies = int(keep.shape[0])
     n, seq = batch.tokens.shape
     d = model.arch.d_model
-    lb, lp = torch.nonzero(live_positions(batch), as_tuple=True)
-    lb, lp = lb.to(model.device), lp.to(model.device)
+    lb, lp, ref_live = live_reference(model, batch, ref)
     n_live = len(lb)
     dense = torch.stack([graph.mask_dense(k) for k in keep])  # [copy, S, R]
     ablated = (graph.valid[None] & ~dense).float().to(model.device)
     diff = torch.zeros(copies, len(graph.senders), n_live * d, device=model.device)  # out_S - ref_S, live only
-    ref_live = ref[:, lb if ref.shape[1] > 1 else 0, lp if ref.shape[2] > 1 else 0]  # [S, live, d]
-    if ref_live.dim() == 2:
-        ref_live = ref_live[:, None].expand(-1, n_live, -1)
 
     def write(slot, x):
         if x.dim() == 4:  # heads: [head, copy x b, p, d] -> [copy, head, live*d]
@@ -75,6 +83,45 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: t
     with torch.no_grad(), model.split_inputs():
         logits = model.run_with_hooks(batch.tokens.repeat(copies, 1), fwd_hooks=hooks)
     return batch.metric(logits, metric).view(copies, n)
+
+
+def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
+                    ablated: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, "batch vocab"]:
+    """Logits at each prompt's last real position when receiver R reads ``x_R - sum_S ablated[S, R] (out_S -
+    ref_S)`` at the live positions, with ablated a float matrix (``valid * (1 - keep)``: 0 keeps an edge, 1
+    ablates it), so the run is differentiable in ``ablated`` (edge pruning learns a mask through it).
+
+    run_masked_dense's semantics for one copy, but each sender group's difference is kept as its own tensor
+    and every receiver sums one small product per upstream group: nothing is written in place, so autograd
+    saves each difference once instead of a copy of the whole buffer per receiver."""
+    lb, lp, ref_live = live_reference(model, batch, ref)
+    ablated = ablated.to(model.device)
+    groups: list[tuple[int, torch.Tensor]] = []  # (first sender slot, [senders, live, d] out - ref)
+
+    def write(slot, x):
+        if x.dim() == 4:  # a layer's heads: [head, b, p, d]
+            groups.append((slot.start, x.float()[:, lb, lp] - ref_live[slot]))
+        else:
+            groups.append((slot, (x.float()[lb, lp] - ref_live[slot])[None]))
+
+    def read(x, cols, n_up):
+        cols_t = torch.as_tensor(cols, device=model.device).reshape(-1)
+        delta = None
+        for first, change in groups:
+            if first >= n_up:
+                break
+            a = ablated[first:first + change.shape[0], cols_t]  # [senders, cols]
+            part = (a.T @ change.flatten(1)).view(len(cols_t), *change.shape[1:])  # [cols, live, d]
+            delta = part if delta is None else delta + part
+        if delta is None:
+            return x
+        delta = delta.transpose(0, 1) if x.dim() == 4 else delta[0]  # [live, head, d] or [live, d]
+        return x.index_put((lb, lp), x[lb, lp] - delta.to(x.dtype))
+
+    hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
+    with model.split_inputs():
+        logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
+    return logits[torch.arange(batch.size), batch.last.to(logits.device)].float()
 
 
 def sparse_enough(graph: CircuitGraph, mask: torch.Tensor, limit: float = 0.02) -> bool:

@@ -91,6 +91,10 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
                "Dual Path Attribution: (clean - reference) output of the sender . DPA target at the receiver input",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
                cost=3.0, label="DPA"),
+    EdgeMethod("edge_pruning", "circuits.edges.edge_pruning",
+               "edge pruning: a hard-concrete mask over every edge learned on the prompts (Bhaskar et al. 2024)",
+               {"steps": 100, "lr": 0.1, "l0": 1.0, "seed": 0, "loss": "kl"}, cost=1.0, cost_per={"steps": 4.0},
+               label="Edge Pruning"),
     # exact: discover.estimate counts one forward per patched edge (per ``copies`` edges), not ``cost``
     EdgeMethod("activation_patching", "circuits.edges.patching",
                "path patching: ablate one edge at a time and measure the metric (exact, one forward per edge)",
