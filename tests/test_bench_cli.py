@@ -8,7 +8,7 @@ import json
 import pytest
 from cli_helpers import assert_bad, run_cli
 
-from circuits.bench.runner import BenchConfig, run
+from circuits.bench.runner import METHODS, BenchConfig, run
 
 ROWS = [{"prompt": f"The cat number {i} sat on the mat", "corrupt": f"The dog number {i} sat on the mat",
          "target": " and", "foil": " or"} for i in range(10)]
@@ -56,7 +56,7 @@ def test_tiny_end_to_end_every_method_both_levels(tiny_llama, tmp_path):
                       n_boot=50, batch_size=4)
     result = run(cfg, model=tiny_llama)
     methods = result["tasks"][0]["methods"]
-    assert set(methods) == {"random", "eap", "eap_ig", "dpa", "activation_patching"}
+    assert set(methods) == set(METHODS)  # random and every line of the edge-method table
     assert set(methods["activation_patching"]["levels"]) == {"node"}
     for res in methods.values():
         for lv in res["levels"].values():

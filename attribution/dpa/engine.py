@@ -196,7 +196,7 @@ def _propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.
     n_batch, seq = cache["hook_embed"].shape[:2]
     device = model.W_U.device
     offsets = {k: torch.zeros(n_batch, dtype=torch.float64, device=device) for k in OFFSET_KEYS}
-    t, logit = init_target(model, encs, cache, offsets)
+    t, logit = init_target(model, encs, cache, offsets, p.norm_aware)
     out: dict[str, torch.Tensor] = {}
     if "head" in levels:
         out["head"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq)

@@ -34,14 +34,20 @@ def check_supported(model: Any) -> None:
 
 
 def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor | None,
-              beta: torch.Tensor | None, centred: bool) -> tuple[torch.Tensor, torch.Tensor]:
-    """Transpose of n = gamma * C x / scale + beta with the scale frozen.
+              beta: torch.Tensor | None, centred: bool,
+              normalized: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transpose of n = gamma * C x / scale + beta with the scale frozen, or, given ``normalized``
+    (TL's hook_normalized, xh = C x / scale), with the scale's own dependence on x carried too (norm-aware
+    DPA): the exact Jacobian transpose, (u - xh <xh, u> / d) / scale with u = gamma * g_n, then centred
+    for LayerNorm (scale^2 = mean (Cx)^2 + eps, so d scale / d Cx = Cx / (d scale), eps or not).
 
     g_n: target on the norm's output [..., pos, d]; scale: [..., pos, 1] (TL's hook_scale: rms or std).
     Returns the target on x and the offset contributed by beta (g_n . beta, summed over pos and d).
     """
     offset = (g_n * beta).sum((-2, -1)) if beta is not None else g_n.new_zeros(g_n.shape[:-2])
     g = g_n * gamma if gamma is not None else g_n
+    if normalized is not None:
+        g = g - normalized * (g * normalized).sum(-1, keepdim=True) / g.shape[-1]
     if scale is not None:
         g = g / scale
     if centred:  # LayerNorm: t . (x - mean x) = (t - mean t) . x

@@ -8,6 +8,7 @@ from typing import Any
 from workbench.errors import MethodError
 
 ACT_MODES = ("ratio", "derivative")
+NORM_MODES = ("frozen", "aware")
 
 
 @dataclass(frozen=True)
@@ -18,6 +19,9 @@ class DPAParams:
     A non-gated MLP (GELU/ReLU) has one content path with weight ``w_gate + w_up`` (1 by default).
     act_mode: "ratio" freezes act(g)/g (an exact linearisation, so completeness holds) or
     "derivative" uses act'(g) (a local gradient). For SiLU gates "ratio" is sigmoid(g), as in the paper.
+    norm: "frozen" holds each norm's scale fixed (the paper); "aware" carries the target through the
+    scale's dependence on the stream too (the norm's exact Jacobian transpose, ``linear.norm_back``) at
+    every block and final norm (q/k norms stay frozen).
     max_gib: refuse an edge tensor larger than this (the command says which levels fit instead).
     """
 
@@ -27,6 +31,7 @@ class DPAParams:
     w_gate: float = 0.5
     w_up: float = 0.5
     act_mode: str = "ratio"
+    norm: str = "frozen"
     max_gib: float = 16.0
 
     @classmethod
@@ -37,9 +42,10 @@ class DPAParams:
             raise MethodError(f"dpa has no parameter {', '.join(unknown)}; parameters: {', '.join(known)}")
         clean: dict[str, Any] = {}
         for key, value in params.items():
-            if key == "act_mode":
-                if value not in ACT_MODES:
-                    raise MethodError(f"act_mode must be one of {', '.join(ACT_MODES)} (got {value!r})")
+            choices = {"act_mode": ACT_MODES, "norm": NORM_MODES}.get(key)
+            if choices is not None:
+                if value not in choices:
+                    raise MethodError(f"{key} must be one of {', '.join(choices)} (got {value!r})")
                 clean[key] = value
                 continue
             try:
@@ -53,6 +59,10 @@ class DPAParams:
     @property
     def w_mlp(self) -> float:
         return self.w_gate + self.w_up
+
+    @property
+    def norm_aware(self) -> bool:
+        return self.norm == "aware"
 
     @property
     def uses_qk(self) -> bool:

@@ -47,6 +47,8 @@ def hook_names(model: HookedModel, p: DPAParams, levels: tuple[str, ...]) -> lis
                 names.append(b + "attn.hook_attn_scores")
         if "neuron" in levels:
             names.append(b + "mlp.hook_post")
+        if p.norm_aware:  # the normalised stream: the scale's own Jacobian needs it
+            names += [b + ln + ".hook_normalized" for ln in ("ln1", "ln2", "ln1_post", "ln2_post")]
     available = set(model.hook_names())
     return [n for n in names if n in available]
 
@@ -63,21 +65,24 @@ def layer_weights(model: HookedModel, layer: int) -> dict[str, Any]:
             for k, v in model.weights(layer, repeat_kv=False).items()}
 
 
-def site_back(model: HookedModel, site: NormSite | None, g: torch.Tensor,
-              cache: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Transpose of one frozen norm (``norm_back``) given by its NormSite; identity where there is none."""
+def site_back(model: HookedModel, site: NormSite | None, g: torch.Tensor, cache: dict[str, torch.Tensor],
+              aware: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+    """Transpose of one norm (``norm_back``) given by its NormSite, its scale frozen or, ``aware``, carried
+    (norm-aware DPA; hook_names caches the normalised stream it needs); identity where there is none."""
     if site is None:
         return g, g.new_zeros(g.shape[:-2]).double()
     w = None if site.w is None else site.w.float()
     b = None if site.b is None else site.b.float()
-    return norm_back(g, cache.get(site.scale_hook), w, b, model.arch.norm == "layernorm")
+    normalized = cache[site.scale_hook.replace("hook_scale", "hook_normalized")] if aware else None
+    return norm_back(g, cache.get(site.scale_hook), w, b, model.arch.norm == "layernorm", normalized)
 
 
 def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tensor],
-                offsets: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+                offsets: dict[str, torch.Tensor], aware: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """t at each prompt's explained position (Encoding.query: the last one unless a position is given): the
-    unembedding row(s) pulled back through the frozen final norm. The logit explained is the one before any
-    final soft-capping (Gemma 2's tanh is not linearised: DPA explains what it squashes)."""
+    unembedding row(s) pulled back through the final norm, its scale frozen or (``aware``) carried. The logit
+    explained is the one before any final soft-capping (Gemma 2's tanh is not linearised: DPA explains what
+    it squashes)."""
     a = model.arch
     W_U = model.W_U.float()  # [d_model, vocab]
     b_U = getattr(model, "b_U", None)
@@ -90,9 +95,10 @@ def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tens
         final = final * gamma.float() if gamma is not None else final
         final = final + beta.float() if beta is not None else final
         scale = cache["ln_final.hook_scale"][rows, last][:, None] if "ln_final.hook_scale" in cache else None
+        normalized = cache["ln_final.hook_normalized"][rows, last][:, None] if aware else None
     else:  # no final norm
         final = cache[f"blocks.{a.n_layers - 1}.hook_resid_post"][rows, last]
-        scale = None
+        scale = normalized = None
     u = final.new_zeros(final.shape)
     for b, enc in enumerate(encs):
         target_id = enc.target_id
@@ -106,7 +112,7 @@ def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tens
                                                                    else 0.0))
     logit = (final * u).sum(-1).double() + offsets["unembed_bias"]
     g, off = norm_back(u[:, None, :], scale, None if gamma is None else gamma.float(),
-                       None if beta is None else beta.float(), a.norm == "layernorm")
+                       None if beta is None else beta.float(), a.norm == "layernorm", normalized)
     offsets["final_norm_bias"] += off.double()
     t = torch.zeros(len(encs), cache["hook_embed"].shape[1], a.d_model, dtype=torch.float32, device=W_U.device)
     t[rows, last] = g[:, 0]
@@ -119,7 +125,7 @@ def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
     frozen norms after (post-norm) and before (pre-norm) the MLP."""
     b = f"blocks.{layer}."
     sites = model.norm_sites(layer)
-    t, off = site_back(model, sites["mlp_post"], t, cache)  # the target on the MLP's own output
+    t, off = site_back(model, sites["mlp_post"], t, cache, p.norm_aware)  # the target on the MLP's output
     offsets["mlp_norm_bias"] += off.double()
     m = t @ w["W_out"].T  # [batch, pos, d_mlp]: the target seen by each neuron's output
     if "neuron" in out:
@@ -146,7 +152,7 @@ def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
         g_n = grad_pre @ w["W_in"].T
         if w["b_in"] is not None:
             offsets["mlp_bias"] += bsum(grad_pre * w["b_in"])
-    g_x, off = site_back(model, sites["mlp_pre"], g_n, cache)
+    g_x, off = site_back(model, sites["mlp_pre"], g_n, cache, p.norm_aware)
     offsets["mlp_norm_bias"] += off.double()
     return g_x
 
@@ -166,18 +172,19 @@ def by_head(x: torch.Tensor) -> torch.Tensor:
 
 
 def attn_out_target(model: HookedModel, layer: int, t: torch.Tensor, cache: dict[str, torch.Tensor],
-                    offsets: dict[str, torch.Tensor]) -> torch.Tensor:
-    """The target on the attention's own output (before a post-norm): t through the frozen post-norm."""
-    t_o, off = site_back(model, model.norm_sites(layer)["attn_post"], t, cache)
+                    offsets: dict[str, torch.Tensor], aware: bool = False) -> torch.Tensor:
+    """The target on the attention's own output (before a post-norm): t through the post-norm."""
+    t_o, off = site_back(model, model.norm_sites(layer)["attn_post"], t, cache, aware)
     offsets["attn_norm_bias"] += off.double()
     return t_o
 
 
 def attn_in_back(model: HookedModel, layer: int, g_n: torch.Tensor, cache: dict[str, torch.Tensor],
-                 offsets: dict[str, torch.Tensor] | None) -> torch.Tensor:
-    """From the target on the attention's (normed) input to the residual stream: the frozen pre-norm.
-    ``offsets`` None: the caller keeps no bias terms (the edge scorer's per-receiver targets)."""
-    g_x, off = site_back(model, model.norm_sites(layer)["attn_pre"], g_n, cache)
+                 offsets: dict[str, torch.Tensor] | None, aware: bool = False) -> torch.Tensor:
+    """From the target on the attention's (normed) input to the residual stream: the pre-norm (its scale
+    frozen, or carried with ``aware``). ``offsets`` None: the caller keeps no bias terms (the edge scorer's
+    per-receiver targets)."""
+    g_x, off = site_back(model, model.norm_sites(layer)["attn_pre"], g_n, cache, aware)
     if offsets is not None:
         offsets["attn_norm_bias"] += off.double()
     return g_x
@@ -239,7 +246,7 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.T
     """
     b = f"blocks.{layer}.attn."
     n_batch, seq, d_model = t.shape
-    t = attn_out_target(model, layer, t, cache, offsets)
+    t = attn_out_target(model, layer, t, cache, offsets, p.norm_aware)
     W_O = w["W_O"]  # [head, d_head, d_model]
     H, d_head = W_O.shape[0], W_O.shape[1]
     G = w["W_V"].shape[0]
@@ -268,13 +275,13 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.T
         gv = p.w_v * (A_g.transpose(-1, -2) @ m_g)  # [batch, group, key, d_head]
     gq, gk = qk_targets(model, layer, A, edge, mz, cache, p, per_head) if p.uses_qk else (None, None)
     if per_head:
-        return attn_in_back(model, layer, _per_receiver(w, gq, gk, gv), cache, None)
+        return attn_in_back(model, layer, _per_receiver(w, gq, gk, gv), cache, None, p.norm_aware)
     g_n = from_heads(gv, w["W_V"])
     if w["b_V"] is not None:
         offsets["attn_value_bias"] += bsum(gv * w["b_V"][:, None, :])
     if p.uses_qk:
         g_n = g_n + _qk_inputs(w, gq, gk, offsets)
-    return attn_in_back(model, layer, g_n, cache, offsets)
+    return attn_in_back(model, layer, g_n, cache, offsets, p.norm_aware)
 
 
 def qk_targets(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,

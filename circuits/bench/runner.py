@@ -25,6 +25,7 @@ from circuits.bench.forward import node_patching, prompt_metrics
 from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
 from circuits.bench.tasks import TASKS, build, split_rows
+from circuits.bench.variants import split_variant
 from circuits.edges import EDGE_METHODS
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
@@ -34,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data" / "bench"
 METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
 NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
+EVAL_SPLITS = ("test", "validation")  # train is where circuits are found, so never where they are judged
 MIN_PROMPTS = 4  # the fewest prompts a split may give: fewer leave the bootstrap nothing to resample
 
 
@@ -51,6 +53,7 @@ class BenchConfig:
     n_boot: int = 1000
     batch_size: int = 8
     seed: int = 0
+    eval_split: str = "test"  # where the curves are measured: "validation" to choose variants, "test" to report
 
 
 def check_config(cfg: BenchConfig) -> None:
@@ -61,11 +64,13 @@ def check_config(cfg: BenchConfig) -> None:
         if task not in TASKS and not Path(task).is_file():
             raise PromptError(f"task file {task} does not exist")
     for m in cfg.methods:
-        if m not in METHODS:
+        if split_variant(m)[0] not in METHODS:  # a variant NAME:key=value is checked here too
             raise MethodError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
     for level in cfg.levels:
         if level not in mib.LEVELS:
             raise MethodError(f"unknown level {level!r}; choose from {', '.join(mib.LEVELS)}")
+    if cfg.eval_split not in EVAL_SPLITS:
+        raise MethodError(f"unknown evaluation split {cfg.eval_split!r}; choose from {', '.join(EVAL_SPLITS)}")
     if cfg.selection not in SELECTIONS:
         raise MethodError(f"unknown selection {cfg.selection!r}; choose from {', '.join(SELECTIONS)}")
     for name in ("n_train", "n_test", "n_patch"):
@@ -105,8 +110,8 @@ def check_task_rows(task: str, rows: list[dict], cfg: BenchConfig) -> tuple[list
         need = [m for m in cfg.methods] or ["the evaluation"]
         raise PromptError(f"task {task} has no counterfactuals (row {missing} lacks \"corrupt\"); "
                           f"{', '.join(need)} and MIB's evaluation need them")
-    train, test = split_rows(rows, "train")[: cfg.n_train], split_rows(rows, "test")[: cfg.n_test]
-    for name, part in (("train", train), ("test", test)):
+    train, test = split_rows(rows, "train")[: cfg.n_train], split_rows(rows, cfg.eval_split)[: cfg.n_test]
+    for name, part in (("train", train), (cfg.eval_split, test)):
         if len(part) < MIN_PROMPTS:
             raise PromptError(f"task {task}: its {name} split has {len(part)} prompts; the bootstrap over "
                               f"MIB's grid needs at least {MIN_PROMPTS}")
@@ -123,12 +128,13 @@ def score_edges(model: Any, graph: CircuitGraph, method: str, prompts: Any, refs
     from circuits.counterfactual import PromptSet
     from circuits.edges import get_method
 
-    spec = get_method(method)
+    name, params = split_variant(method)
+    spec = get_method(name)
     chunks = []
     for b in prompts.batches:
         one = PromptSet(rows=[prompts.rows[i] for i in b.rows], batches=[b], metric=prompts.metric,
                         ablation=prompts.ablation)
-        chunks.append(spec.scorer()(model, graph, one, refs, **spec.params) * b.size)
+        chunks.append(spec.scorer()(model, graph, one, refs, **{**spec.params, **params}) * b.size)
     weights = torch.tensor([b.size for b in prompts.batches], dtype=torch.float32)
     stack = torch.stack(chunks)
     return stack.sum(0) / prompts.n_prompts, stack / weights[:, None]
@@ -179,7 +185,7 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
     task, metric, graph = setup.header["task"], setup.header["metric"], setup.graph
     res: dict[str, Any] = {"levels": {}}
     started = time.perf_counter()
-    if method in NODE_ONLY:
+    if split_variant(method)[0] in NODE_ONLY:
         p_patch = task_prompts(model, setup.train[: cfg.n_patch], metric, cfg.batch_size)
         node = node_patching(model, graph, p_patch, References(model, graph, p_patch))
         edge, chunks = None, None
@@ -275,5 +281,6 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
 
 
 def total_steps(cfg: BenchConfig) -> int:
-    per_method = {m: sum(1 for lv in cfg.levels if not (lv == "edge" and m in NODE_ONLY)) for m in cfg.methods}
+    per_method = {m: sum(1 for lv in cfg.levels if not (lv == "edge" and split_variant(m)[0] in NODE_ONLY))
+                  for m in cfg.methods}
     return len(cfg.tasks) * sum(per_method.values())

@@ -37,16 +37,35 @@ from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
+from workbench.errors import MethodError
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
           on_step: Callable[[int], None] | None = None, **params: Any) -> torch.Tensor:
+    return _score(model, graph, prompts, refs, on_step, cf=False, **params)
+
+
+def score_cf(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
+             on_step: Callable[[int], None] | None = None, **params: Any) -> torch.Tensor:
+    """Counterfactual-aware DPA: each receiver's target is the mean of DPA's targets on the clean run and on
+    the counterfactual run (a two-point path integral, as EAP-IG's steps are a many-point one), the sender
+    difference as in ``score``. Same explained metric (the clean prompt's target and foil) on both runs;
+    one more top-down pass per batch. Needs counterfactuals."""
+    if prompts.ablation != "corrupt":
+        raise MethodError(f"dpa_cf needs counterfactual prompts (this prompt set uses {prompts.ablation} "
+                          "ablation)")
+    return _score(model, graph, prompts, refs, on_step, cf=True, **params)
+
+
+def _score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
+           on_step: Callable[[int], None] | None, cf: bool, **params: Any) -> torch.Tensor:
     p = DPAParams.from_kwargs(**params)
     check_supported(model)
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     for batch in prompts.batches:
         if prompts.ablation == "corrupt":  # DPA needs no gradient: clean and counterfactual share one forward
-            out, cache = _forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p, batch.size)
+            out, cache = _forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p,
+                                  2 * batch.size if cf else batch.size)
             diff = out[:, :batch.size].sub_(out[:, batch.size:])
         else:
             out, cache = _forward(model, graph, batch.tokens, p, batch.size)
@@ -54,7 +73,12 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
         diff.mul_(batch.real()[None, :, :, None])
         acc = EdgeProducts(graph, diff, out=total)
         del out, diff
-        for n_up, cols, T in receiver_targets(model, graph, batch, cache, p):
+        if cf:
+            caches = [_rows(cache, 2 * batch.size, half) for half in (slice(0, batch.size), slice(batch.size, None))]
+            targets = mean_targets(model, graph, batch, caches, p)
+        else:
+            targets = receiver_targets(model, graph, batch, cache, p)
+        for n_up, cols, T in targets:
             acc.add(n_up, cols, T)
         acc.flush()
         if on_step:
@@ -62,25 +86,42 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     return (graph.flat(total) / prompts.n_prompts).float()
 
 
+def _take(x: torch.Tensor, n: int, rows: slice) -> torch.Tensor:
+    """Rows of a cached tensor; per-head q/k norm scales come flattened: [batch * pos * heads, 1]."""
+    if x.shape[0] != n:
+        return x.reshape(n, -1, *x.shape[1:])[rows].reshape(-1, *x.shape[1:])
+    return x[rows]
+
+
+def _rows(cache: dict[str, torch.Tensor], n: int, rows: slice) -> dict[str, torch.Tensor]:
+    return {k: _take(v, n, rows) for k, v in cache.items()}
+
+
 def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams,
              rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One forward: the sender outputs of every row, and DPA's cache (patterns, norm scales, MLP
-    pre-activations) of the first ``rows`` (the clean prompts; any further rows are their counterfactuals)."""
+    pre-activations) of the first ``rows`` (the clean prompts, then for dpa_cf their counterfactuals)."""
     n, seq = tokens.shape
     out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=model.device)
     cache: dict[str, torch.Tensor] = {}
 
     def keep(x, hook):
-        if x.shape[0] != n:  # per-head q/k norm scales come flattened: [batch * pos * heads, 1]
-            cache[hook.name] = x.reshape(n, -1, *x.shape[1:])[:rows].reshape(-1, *x.shape[1:]).float()
-        else:
-            cache[hook.name] = x[:rows].float()
+        cache[hook.name] = _take(x, n, slice(0, rows)).float()
 
     hooks = [(name, keep) for name in hook_names(model, p, ("head",))]
     hooks += sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x))
     with torch.no_grad():
         model.run_with_hooks(tokens, fwd_hooks=hooks, return_type=None)
     return out, cache
+
+
+def mean_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, caches: list[dict[str, torch.Tensor]],
+                 p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
+    """``receiver_targets`` averaged over several runs' caches (dpa_cf: the clean and the counterfactual
+    run), the explained metric the batch's own on each; same layout, receiver by receiver."""
+    for parts in zip(*(receiver_targets(model, graph, batch, c, p) for c in caches), strict=True):
+        n_up, cols, T = parts[0]
+        yield n_up, cols, sum((q[2] for q in parts[1:]), T) / len(parts)
 
 
 def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
@@ -95,7 +136,7 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
     offsets = {k: torch.zeros(batch.size, dtype=torch.float64) for k in OFFSET_KEYS}  # bias terms: not edges
     n_recv = len(graph.receivers)
     with torch.no_grad():
-        t, _ = init_target(model, encs, cache, offsets)
+        t, _ = init_target(model, encs, cache, offsets, p.norm_aware)
         yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
         for step in top_down(model, cache, t, p, offsets=offsets, per_head=True):
             if not isinstance(step, Update):

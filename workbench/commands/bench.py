@@ -35,12 +35,15 @@ def circuits(
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: ioi, facts, add, "
                               "greater_than, induction); a .jsonl path is a custom task."),
     methods: str = typer.Option(None, "--methods", help="Comma-separated methods (default: random, eap, "
-                                "eap_ig, dpa; activation_patching is node level)."),
+                                "eap_ig, dpa; activation_patching is node level); NAME:key=value:key=value "
+                                "is a variant with parameters set (dpa:w_v=0.7)."),
     levels: str = typer.Option("edge", "--levels", help="edge, node or edge,node."),
     n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring)."),
     n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves)."),
     n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching."),
     selection: str = typer.Option("topk", "--selection", help="topk, greedy, bootstrap or positive_ratio."),
+    eval_split: str = typer.Option("test", "--eval-split", help="Where the curves are measured: test (report) "
+                                   "or validation (choose variants; --n-test caps its prompts)."),
     boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals."),
     batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward."),
     workers: int = typer.Option(1, "--workers", help="Processes over tasks (each loads the model)."),
@@ -59,7 +62,7 @@ def circuits(
     cfg = BenchConfig(model=model, tasks=_list(tasks, ["ioi", "facts", "add", "greater_than", "induction"]),
                       methods=_list(methods, DEFAULT_METHODS), levels=_list(levels, ["edge"]),
                       n_train=n_train, n_test=n_test, n_patch=n_patch, selection=selection, n_boot=boot,
-                      batch_size=batch_size)
+                      batch_size=batch_size, eval_split=eval_split)
     check_config(cfg)
     if out is not None and out.suffix != ".md":
         raise RangeError(f"--out must name a .md file (got {out})")
