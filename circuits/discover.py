@@ -245,7 +245,8 @@ def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, p
 
         n = len(chosen_edges(graph, params.get("sample", 0), params.get("seed", 0)))
         return per_forward * (math.ceil(n / copies) + 1) + curve
-    return per_forward / copies * get_method(method).passes(params) + curve
+    layers = 1 + graph.n_layers * (1 + int(graph.has_mlp))  # the layers eap_ig_act moves one at a time
+    return per_forward / copies * get_method(method).passes(params, layers) + curve
 
 
 def check_patching(model: Any, graph: CircuitGraph, prompts: PromptSet, params: dict[str, Any]) -> int:

@@ -237,8 +237,14 @@ def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.T
 # -- gradients at receiver inputs --------------------------------------------------------------------
 def receiver_grads(model: Any, graph: CircuitGraph, batch: PromptBatch, metric: str,
                    embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
+                   tap: Callable[[slice | int, torch.Tensor], Any] | None = None,
+                   shift: Callable[[torch.Tensor, Any, int], torch.Tensor] | None = None,
                    ) -> tuple[Float[torch.Tensor, "sender batch pos d"], Float[torch.Tensor, "receiver batch pos d"]]:
-    """Sender outputs and d(sum of the batch's metric)/d(receiver input) in one forward and one backward."""
+    """Sender outputs and d(sum of the batch's metric)/d(receiver input) in one forward and one backward.
+
+    tap(slot, out), if given, also sees each sender's output with its gradient history (not detached);
+    shift(x, cols, n_upstream), if given, replaces each receiver input after its gradient is hooked, so the
+    gradient is taken at the input the receiver reads (EAP-IG-activations moves a layer's output this way)."""
     n, seq = batch.tokens.shape
     d = model.arch.d_model
     out = torch.zeros(len(graph.senders), n, seq, d, device=model.device)
@@ -253,9 +259,14 @@ def receiver_grads(model: Any, graph: CircuitGraph, batch: PromptBatch, metric: 
     def read(x, cols, n_up):
         if x.requires_grad:
             x.register_hook(lambda g, cols=cols: keep_grad(g, cols))
-        return x
+        return shift(x, cols, n_up) if shift is not None else x
 
-    hooks = sender_hooks(model, graph, lambda slot, x: put_output(out, slot, x), embed=leaf)
+    def write(slot, x):
+        put_output(out, slot, x)
+        if tap is not None:
+            tap(slot, x)
+
+    hooks = sender_hooks(model, graph, write, embed=leaf)
     hooks += receiver_hooks(graph, read)
     with torch.enable_grad(), model.split_inputs():
         logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)

@@ -29,6 +29,11 @@ if TYPE_CHECKING:
 CHUNK_BYTES = 256 * 2**20  # per-query chunks keep [chunk, head, key, d_model] under this
 
 
+def proximity(total: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+    """IFR's proximity of a part to the sum it is in, over the last dim: max(0, |total|_1 - |total - part|_1)."""
+    return (total.abs().sum(-1) - (total - part).abs().sum(-1)).clamp_min(0)
+
+
 def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Normalised proximity shares: residual [S] and head/key parts [S(query), H, S(key)]."""
     a = model.arch
@@ -44,7 +49,7 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
     s = y.shape[0]
     site = model.norm_sites(layer)["attn_post"]  # a post-norm (Gemma, OLMo-2) scales each part, frozen
     post = None if site is None else site.w.float() / cache[site.scale_hook][0].float()  # [S, D]
-    res_imp = (y.abs().sum(-1) - (y - resid).abs().sum(-1)).clamp_min(0)  # [S]
+    res_imp = proximity(y, resid)  # [S]
     part_imp = torch.empty(s, a.n_heads, s)
     chunk = max(1, CHUNK_BYTES // (4 * a.n_heads * s * y.shape[-1]))
     for start in range(0, s, chunk):
@@ -53,7 +58,7 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
         if post is not None:
             parts = parts * post[start:stop, None, None, :]
         yc = y[start:stop, None, None]
-        part_imp[start:stop] = (yc.abs().sum(-1) - (yc - parts).abs().sum(-1)).clamp_min(0)
+        part_imp[start:stop] = proximity(yc, parts)
     total = (res_imp + part_imp.sum((1, 2))).clamp_min(1e-12)
     return res_imp / total, part_imp / total[:, None, None]
 

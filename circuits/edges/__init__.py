@@ -33,14 +33,17 @@ class EdgeMethod:
     cost_per: dict[str, float] = field(default_factory=dict)
     label: str = ""
     function: str = "score"
+    per_layer: bool = False  # cost_per counts once per layer moved (embedding, each attention layer and MLP)
 
     def scorer(self) -> Callable[..., Any]:
         return getattr(import_module(self.module), self.function)
 
-    def passes(self, params: dict[str, Any] | None = None) -> float:
-        """Forward-equivalent passes per prompt with these parameters (defaults for those not given)."""
+    def passes(self, params: dict[str, Any] | None = None, layers: int = 1) -> float:
+        """Forward-equivalent passes per prompt with these parameters (defaults for those not given);
+        layers: the graph's layer count (embedding, attention layers, MLPs) for a ``per_layer`` method."""
         p = {**self.params, **(params or {})}
-        return self.cost + sum(float(p.get(k, 0)) * v for k, v in self.cost_per.items())
+        per = sum(float(p.get(k, 0)) * v for k, v in self.cost_per.items())
+        return self.cost + per * (layers if self.per_layer else 1)
 
     @property
     def title(self) -> str:
@@ -87,6 +90,14 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
     EdgeMethod("eap_ig", "circuits.edges.eap_ig",
                "EAP with integrated gradients along the reference -> clean input path (Hanna et al. 2024)",
                {"steps": 5}, cost=1.0, cost_per={"steps": 3.0}, label="EAP-IG"),
+    EdgeMethod("eap_ig_act", "circuits.edges.eap_ig_act",
+               "EAP-IG-activations (MIB): integrated gradients moving one layer's output at a time from its "
+               "reference to its clean value; pool=own keeps only the sender's own layer's passes",
+               {"steps": 5, "pool": "all"}, cost=1.0, cost_per={"steps": 3.0}, per_layer=True,
+               label="EAP-IG (activations)"),
+    EdgeMethod("ifr", "circuits.edges.ifr",
+               "information flow routes (Ferrando & Voita 2024): each sender's L1-proximity share of the receiver's "
+               "input on the clean run; unsigned (>= 0, no target or reference used)", cost=1.0, label="IFR"),
     EdgeMethod("dpa", "circuits.edges.dpa",
                "Dual Path Attribution: (clean - reference) output of the sender . DPA target at the receiver input",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},

@@ -20,7 +20,7 @@ from workbench.errors import MethodError
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
           on_step: Callable[[int], None] | None = None, steps: int = 5) -> torch.Tensor:
-    steps = _check_steps(steps)
+    steps = check_steps(steps)
     total = torch.zeros(graph.n_edges, dtype=torch.float64)
     for batch in prompts.batches:
         ref = refs.of(batch)
@@ -44,11 +44,12 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     return (total / prompts.n_prompts).float()
 
 
-def _check_steps(steps: Any) -> int:
+def check_steps(steps: Any, method: str = "eap_ig") -> int:
+    """An integral's step count as a whole number from 1 to 1000; MethodError (one line) otherwise."""
     try:
         value = float(steps)
     except (TypeError, ValueError):
-        raise MethodError(f"eap_ig steps must be a whole number (got {steps!r})") from None
+        raise MethodError(f"{method} steps must be a whole number (got {steps!r})") from None
     if not value.is_integer() or value < 1 or value > 1000:
-        raise MethodError(f"eap_ig steps must be a whole number from 1 to 1000 (got {steps!r})")
+        raise MethodError(f"{method} steps must be a whole number from 1 to 1000 (got {steps!r})")
     return int(value)
