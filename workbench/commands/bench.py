@@ -1,9 +1,10 @@
 """``workbench bench circuits``: the circuit benchmark (MIB's CPR and CMD) of every method on every task.
 
-Runs in this process with a progress bar (``--workers N`` runs tasks in N processes, each loading the
-model). Writes the results document (Markdown and its JSON) and a run. Bad input (an unknown task or
-method, a split too small, a task without counterfactuals) is one line and exit 2, before anything runs
-or is saved.
+Runs as a job (``workbench jobs list/show/cancel``; workbench/jobs/kind_bench.py): in this process, or with
+``--workers N`` over N Ray workers that share out the (task, method) cells, each loading the model once.
+Writes the results document (Markdown and its JSON) and a run (which also keeps every cell's edge scores,
+for the app's Circuit benchmark page). Bad input (an unknown task or method, a split too small, a task
+without counterfactuals) is one line and exit 2, before any job starts or anything is saved.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from typing import Any
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 # The defaults measured: 5 tasks x these 4 methods at edge level, 16 train / 12 test prompts, took 33 min with
 # --workers 3 on the shared 2-core machine (results/circuits/bench_smollm2-135m.md).
 DEFAULT_METHODS = ["random", "eap", "eap_ig", "dpa"]
+DEFAULT_TASKS = ["ioi", "facts", "add", "greater_than", "induction"]
 
 
 def register(app: typer.Typer) -> None:
@@ -46,7 +49,8 @@ def circuits(
                                    "or validation (choose variants; --n-test caps its prompts)."),
     boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals."),
     batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward."),
-    workers: int = typer.Option(1, "--workers", help="Processes over tasks (each loads the model)."),
+    workers: int = workers_option("the (task, method) cells"),
+    ray_address: str = RAY_ADDRESS_OPTION,
     out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it). Default: "
                              "results/circuits/bench_<model>.md"),
     save_run: bool = typer.Option(True, "--save-run/--no-save-run", help="Also save a run to the store."),
@@ -54,98 +58,36 @@ def circuits(
 ) -> None:
     """Every method on every task: circuits scored on train, MIB's CPR/CMD with intervals on test."""
     from circuits.bench.report import leaderboard, write_document
-    from circuits.bench.runner import ROOT, BenchConfig, check_config, run
+    from circuits.bench.runner import ROOT, check_task_rows, load_rows
+    from workbench.commands.jobs import run_job
     from workbench.errors import RangeError
+    from workbench.jobs.kind_bench import config
+    from workbench.jobs.specs import BenchCircuitsSpec
 
-    if workers < 1 or batch_size < 1:
-        raise RangeError(f"--workers and --batch-size must be at least 1 (got {workers}, {batch_size})")
-    cfg = BenchConfig(model=model, tasks=_list(tasks, ["ioi", "facts", "add", "greater_than", "induction"]),
-                      methods=_list(methods, DEFAULT_METHODS), levels=_list(levels, ["edge"]),
-                      n_train=n_train, n_test=n_test, n_patch=n_patch, selection=selection, n_boot=boot,
-                      batch_size=batch_size, eval_split=eval_split)
-    check_config(cfg)
+    if batch_size < 1:
+        raise RangeError(f"--batch-size must be at least 1 (got {batch_size})")
+    # a task file is named by its absolute path: a Ray worker's working directory is not this one
+    names = [str(Path(t).resolve()) if t.endswith(".jsonl") else t for t in _list(tasks, DEFAULT_TASKS)]
+    spec = BenchCircuitsSpec(model=model, tasks=names, methods=_list(methods, DEFAULT_METHODS),
+                             levels=_list(levels, ["edge"]), n_train=n_train, n_test=n_test, n_patch=n_patch,
+                             selection=selection, eval_split=eval_split, n_boot=boot,
+                             batch_size=batch_size)  # checks the config
     if out is not None and out.suffix != ".md":
         raise RangeError(f"--out must name a .md file (got {out})")
-    result = _run(cfg, workers) if workers > 1 else _run_here(cfg, run)
-    path = out or ROOT / "results" / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
-    md, js = write_document(result, path)
-    summary: dict[str, Any] = {"model": result["model"], "document": str(md), "json": str(js),
-                               "seconds": result["seconds"], **leaderboard(result)}
-    if save_run:
-        summary["run"] = _save(result, summary)
-    emit(summary, as_json, _human)
-
-
-def _run_here(cfg: Any, run: Any) -> dict[str, Any]:
-    import time
-
-    from circuits.bench.runner import total_steps
-    from workbench.cli import progress
-
-    started = time.perf_counter()
-    c = console()
-
-    def step(what: str) -> None:  # a line per step too: the bar alone leaves no trace in a log file
-        bar.update(task, advance=1, description=what)
-        c.print(f"{time.perf_counter() - started:7.0f} s  done: {what}")
-
-    with progress() as bar:
-        task = bar.add_task("bench circuits", total=total_steps(cfg))
-        return run(cfg, on_step=step)
-
-
-def _one_task(cfg_dict: dict[str, Any], task: str) -> dict[str, Any]:
-    import torch
-
-    import workbench as wb
-    from circuits.bench.runner import BenchConfig, run_task
-
-    torch.set_num_threads(1)
-    import sys
-    import time
-
-    cfg = BenchConfig(**cfg_dict)
-    started = time.perf_counter()
-    return run_task(wb.load(cfg.model), task, cfg, on_step=lambda what: print(
-        f"{time.perf_counter() - started:7.0f} s  done: {what}", file=sys.stderr, flush=True))
-
-
-def _run(cfg: Any, workers: int) -> dict[str, Any]:
-    """Tasks in parallel processes; their rows are checked here first (bad input costs nothing)."""
-    import time
-    from concurrent.futures import ProcessPoolExecutor
-    from dataclasses import asdict
-
-    from circuits.bench.runner import check_task_rows, load_rows
-    from workbench.cli import progress
-
-    for task in cfg.tasks:
+    cfg = config(spec.to_dict())
+    for task in cfg.tasks:  # every stored task's rows are checked before the job starts: bad input costs nothing
         rows, _, source = load_rows(cfg.model, task)
         if source != "built":
             check_task_rows(task, rows, cfg)
-    started = time.perf_counter()
-    with ProcessPoolExecutor(max_workers=workers) as pool, progress() as bar:
-        bar_task = bar.add_task("bench circuits (tasks)", total=len(cfg.tasks))
-        futures = [pool.submit(_one_task, asdict(cfg), t) for t in cfg.tasks]
-        results = []
-        for f in futures:
-            results.append(f.result())
-            bar.update(bar_task, advance=1)
-    return {"config": asdict(cfg), "model": cfg.model, "tasks": results, "seconds": time.perf_counter() - started}
-
-
-def _save(result: dict[str, Any], summary: dict[str, Any]) -> str:
-    import json
-
-    from circuits.bench.report import markdown
-    from workbench.store import RunDraft, RunStore
-
-    run = RunStore().save(RunDraft(kind="bench", model=result["model"], method="circuits",
-                                   args=result["config"], timings={"total": result["seconds"]},
-                                   result={"rows": summary["rows"]},
-                                   files={"results.json": json.dumps(result, allow_nan=False),
-                                          "results.md": markdown(result)}))
-    return run.id
+    job, res = run_job(spec, workers, ray_address, save=save_run)
+    result = res.result
+    path = out or ROOT / "results" / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
+    md, js = write_document(result, path)
+    summary: dict[str, Any] = {"model": result["model"], "document": str(md), "json": str(js),
+                               "seconds": result["seconds"], "job_id": job.id, **leaderboard(result)}
+    if save_run:
+        summary["run"] = job.run_id
+    emit(summary, as_json, _human)
 
 
 def _human(r: dict[str, Any]) -> None:

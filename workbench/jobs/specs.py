@@ -451,6 +451,47 @@ class SaeTrainSpec(ModelSpec):
 
 
 @dataclass(frozen=True, kw_only=True)
+class BenchCircuitsSpec(ModelSpec):
+    """``workbench bench circuits``: every method on every task, MIB's CPR and CMD (workbench/jobs/kind_bench.py;
+    the fields are circuits.bench.runner.BenchConfig's). A task is a name or a .jsonl path (made absolute)."""
+
+    KIND: ClassVar[str] = "bench_circuits"
+    JOB: ClassVar[str] = "workbench.jobs.kind_bench:BenchCircuitsJob"
+    OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "threads")
+
+    tasks: list[str]
+    methods: list[str]
+    levels: list[str] = field(default_factory=lambda: ["edge"])
+    n_train: int = 16
+    n_test: int = 12
+    n_patch: int = 4
+    selection: str = "topk"
+    n_boot: int = 1000
+    batch_size: int = 8
+    seed: int = 0
+    eval_split: str = "test"
+    threads: int | None = None
+
+    def check(self) -> None:
+        from circuits.bench.runner import check_config
+        from workbench.jobs.kind_bench import config
+
+        for name in ("tasks", "methods", "levels"):
+            if not isinstance(getattr(self, name), list) or not getattr(self, name):
+                raise SpecError(f"{name} is empty: name at least one")
+        for name in ("n_train", "n_test", "n_patch", "n_boot", "batch_size"):
+            _positive(name, getattr(self, name))
+        _positive("threads", self.threads, allow_none=True)
+        check_config(config(self.to_dict()))
+
+    def key_fields(self) -> dict[str, Any]:
+        out = super().key_fields()
+        for name in ("tasks", "methods", "levels"):  # their order is the tables' only
+            out[name] = sorted(set(getattr(self, name)))
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
 class SleepSpec(JobSpec):
     """A job that only waits (tests of the runner and the Jobs page, no model)."""
 
@@ -471,7 +512,7 @@ class SleepSpec(JobSpec):
 # The one table of job kinds: a new kind is its spec class here (naming its job code) and that code.
 SPECS: dict[str, type[JobSpec]] = {cls.KIND: cls for cls in (
     FaithfulnessSpec, AttributeSpec, AttributeSetSpec, CircuitDiscoverSpec, CircuitEvaluateSpec, VitEvalSpec,
-    ProbeSpec, ConceptsSpec, SaeCacheSpec, SaeTrainSpec, SleepSpec)}
+    ProbeSpec, ConceptsSpec, SaeCacheSpec, SaeTrainSpec, BenchCircuitsSpec, SleepSpec)}
 ALIASES = {"vit-eval": "vit_eval"}  # an old spelling of a kind, read as the kind
 
 
