@@ -16,6 +16,7 @@ PAGES = [
     ("pages/attribution.py", "Attribution", ":material/account_tree:"),
     ("pages/lens.py", "Lens", ":material/visibility:"),
     ("pages/circuits.py", "Circuits", ":material/share:"),
+    ("pages/benchmark.py", "Circuit benchmark", ":material/leaderboard:"),
     ("pages/prompt_sets.py", "Prompt sets", ":material/list_alt:"),
     ("pages/vision.py", "Vision", ":material/image:"),
     ("pages/toy_circuits.py", "Toy circuits", ":material/hub:"),

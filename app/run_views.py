@@ -42,7 +42,7 @@ def show_run(run: Any, prefix: str) -> None:
     if info["prompt"] is not None:
         st.caption(f"prompt {info['prompt']!r}" + (f" · target {info['target']!r}" if info["target"] else ""))
     drawn = {"attribute": _attribution, "circuit": _circuit, "feature-graph": _feature_graph,
-             "subgraph": _subgraph}.get(run.kind)
+             "subgraph": _subgraph, "bench": _bench}.get(run.kind)
     try:
         shown = drawn is not None and drawn(run, prefix)
     except Exception as exc:  # noqa: BLE001 - an older or partial run: its stored figures instead
@@ -121,8 +121,8 @@ def circuit_parts(run: Any) -> tuple[Any, dict[str, Any]]:
     return res.subgraph(), result
 
 
-def _inspect(sub: Any, clicked: str | None, prefix: str) -> None:
-    """graph_view's node inspector for the node clicked in a stored graph."""
+def inspect_clicked(sub: Any, clicked: str | None, prefix: str) -> None:
+    """graph_view's node inspector for the node clicked in a stored graph (none when nothing is clicked)."""
     from app.graph_view import inspect_node
 
     if clicked is not None and any(n.id == clicked for n in sub.nodes):
@@ -141,13 +141,20 @@ def _circuit(run: Any, prefix: str) -> bool:
                                   f"{f'{total:,}' if isinstance(total, int) else '?'} edges "
                                   f"({result.get('n_prompts', '?')} prompts, {result.get('ablation')} ablation)")
     st.caption(LEGEND_HELP)
-    _inspect(sub, clicked, prefix)
+    inspect_clicked(sub, clicked, prefix)
     if result.get("faithfulness"):
         st.plotly_chart(faithfulness_figure({run.meta.get("method") or "circuit": result["faithfulness"]}),
                         key=f"{prefix}_faith")
     with st.expander(f"The {len(sub.edges)} edges"):
         st.dataframe(sub.table(), hide_index=True, key=f"{prefix}_edges")
     return True
+
+
+def _bench(run: Any, prefix: str) -> bool:
+    """A circuit benchmark run: its leaderboard, curves and cells' circuits (the Circuit benchmark page's view)."""
+    from app.bench_view import show_leaderboard
+
+    return show_leaderboard(run, prefix)
 
 
 def _feature_graph(run: Any, prefix: str) -> bool:
@@ -158,7 +165,7 @@ def _feature_graph(run: Any, prefix: str) -> bool:
     graph = FeatureGraph.from_json(run.result())
     sub = graph.subgraph()
     clicked = show_subgraph(sub, f"{prefix}_fg", figure=FV.figure(graph, FV.all_labels(graph)))
-    _inspect(sub, clicked, prefix)
+    inspect_clicked(sub, clicked, prefix)
     st.dataframe(sub.node_table(), hide_index=True, key=f"{prefix}_fg_nodes")
     return True
 
@@ -170,7 +177,7 @@ def _subgraph(run: Any, prefix: str) -> bool:
     sub = Subgraph.from_run(run)
     clicked = show_subgraph(sub, f"{prefix}_graph", title=f"{sub.provenance.method} {sub.provenance.source} on "
                                                            f"{sub.provenance.model}: {len(sub.edges)} edges")
-    _inspect(sub, clicked, prefix)
+    inspect_clicked(sub, clicked, prefix)
     st.dataframe(sub.table(), hide_index=True, key=f"{prefix}_graph_edges")
     return True
 

@@ -1,0 +1,187 @@
+"""The circuit benchmark's leaderboard (``workbench bench circuits`` runs): tasks x methods with CPR, CMD, their
+intervals and seconds, the best per task marked, the curves of a chosen task, and any cell's circuit drawn in
+the circuit view. Shown by the Circuit benchmark page and by the Runs page for a run of kind ``bench``.
+
+A run keeps the whole result as ``results.json`` (read once per server: a run never changes) and, since
+the benchmark ran as a job, each cell's edge scores (circuits/bench/cells.py); older runs show their tables
+and say why their circuits cannot be drawn.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import streamlit as st
+
+from app import common as C
+from app import shared as SH
+
+BEST = " ★"  # appended to the best cell of each task column (highest CPR, lowest CMD)
+OLD_RUN = ("this run was saved before bench runs kept each cell's edge scores: run `workbench bench circuits` "
+           "again to draw its circuits")
+
+
+def read_result(run: Any) -> dict[str, Any]:
+    """The run's full benchmark result (results.json), checked as JSON; RunStoreError when absent or damaged."""
+    from workbench.checks import read_json
+    from workbench.errors import RunStoreError
+
+    file = run.path / "results.json"
+    if not file.is_file():
+        raise RunStoreError(f"run {run.id} has no results.json: not a circuit benchmark run")
+    data = read_json(file, f"run {run.id}'s results.json", RunStoreError)
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) or "config" not in data:
+        raise RunStoreError(f"run {run.id}'s results.json is damaged: no tasks or config")
+    return data
+
+
+def levels_of(result: dict[str, Any]) -> list[str]:
+    """The levels measured, in the config's order."""
+    found = {lv for t in result["tasks"] for m in t["methods"].values() for lv in m.get("levels", {})}
+    return [lv for lv in result["config"].get("levels", []) if lv in found] or sorted(found)
+
+
+def _methods(result: dict[str, Any]) -> list[str]:
+    seen: list[str] = []
+    for t in result["tasks"]:
+        seen += [m for m in t["methods"] if m not in seen]
+    return seen
+
+
+def table(result: dict[str, Any], level: str, key: str) -> Any:
+    """Methods x tasks of ``key`` (cpr or cmd) as "value [lo, hi]", the best per task marked with BEST."""
+    import pandas as pd
+
+    methods, tasks = _methods(result), result["tasks"]
+    data: dict[str, list[str]] = {"method": methods}
+    for t in tasks:
+        cells = {m: t["methods"].get(m, {}).get("levels", {}).get(level) for m in methods}
+        values = [c[key] for c in cells.values() if c]
+        best = (max if key == "cpr" else min)(values) if values else None
+        column = []
+        for m in methods:
+            c = cells[m]
+            if not c:
+                column.append("-")
+                continue
+            lo, hi = c[f"{key}_ci"]
+            column.append(f"{c[key]:.3f} [{lo:.2f}, {hi:.2f}]" + (BEST if c[key] == best else ""))
+        data[t["task"]] = column
+    frame = pd.DataFrame(data)
+    return frame[[c for c in frame.columns if c == "method" or (frame[c] != "-").any()]]
+
+
+def seconds_table(result: dict[str, Any]) -> Any:
+    """Methods x tasks: scoring seconds on train, and the evaluation of every curve in parentheses."""
+    import pandas as pd
+
+    methods = _methods(result)
+    data: dict[str, list[str]] = {"method": methods}
+    for t in result["tasks"]:
+        column = []
+        for m in methods:
+            res = t["methods"].get(m)
+            if res is None:
+                column.append("-")
+                continue
+            ev = sum(lv.get("eval_seconds", 0.0) for lv in res.get("levels", {}).values())
+            column.append(f"{res['seconds']:.1f} ({ev:.0f})")
+        data[t["task"]] = column
+    return pd.DataFrame(data)
+
+
+def curves_figure(result: dict[str, Any], task: str, level: str, key: str) -> Any:
+    """Each method's faithfulness curve on ``task`` (``key``: the cpr curve, signed scores, or the cmd one,
+    |scores|) against the fraction of the graph kept."""
+    import plotly.graph_objects as go
+
+    t = next(t for t in result["tasks"] if t["task"] == task)
+    fig = go.Figure()
+    for method, res in t["methods"].items():
+        lv = res.get("levels", {}).get(level)
+        if lv:
+            c = lv["curves"][key]
+            fig.add_trace(go.Scatter(x=c["fractions"], y=c["faithfulness"], mode="lines+markers", name=method,
+                                     customdata=c["edges_kept"],
+                                     hovertemplate="%{x:.3f} of the graph (%{customdata} kept): %{y:.3f}"))
+    fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
+    what = "signed scores (CPR)" if key == "cpr" else "|scores| (CMD)"
+    fig.update_layout(title=f"{task}, {level} level: faithfulness by circuit size, {what}", height=380,
+                      xaxis={"type": "log", "title": "fraction of the graph kept"},
+                      yaxis={"title": "normalised faithfulness"}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
+    return fig
+
+
+def drawable(run: Any) -> tuple[set[tuple[str, str]], str | None]:
+    """The (task, method) cells whose circuit can be drawn, and why none can (None when some can)."""
+    meta = run.result()
+    if "cells" not in meta:
+        return set(), OLD_RUN
+    return {(c.get("task"), c.get("method")) for c in meta["cells"] if isinstance(c, dict)}, None
+
+
+def _subgraph(run: Any, task: str, method: str, k: int) -> Any:
+    from circuits.bench.cells import cell_subgraph
+
+    return SH.shared(("bench_cell", str(run.path), task, method, k),
+                     lambda: C.attempt("Cannot draw the circuit", cell_subgraph, run, task, method, k))
+
+
+def show_leaderboard(run: Any, prefix: str) -> bool:
+    """The leaderboard of a bench run, its curves and the circuit of a chosen cell; False when unreadable."""
+    result = SH.shared(("bench_result", str(run.path)), lambda: C.attempt("Cannot read the benchmark", read_result,
+                                                                          run))
+    if result is None:
+        return False
+    cfg = result["config"]
+    st.caption(f"{result['model']} · {len(result['tasks'])} tasks · {cfg.get('n_train')} train / "
+               f"{cfg.get('n_test')} {cfg.get('eval_split', 'test')} prompts · selection `{cfg.get('selection')}` · "
+               f"{cfg.get('n_boot')} bootstrap resamples · {result['seconds'] / 60:.1f} min")
+    levels = levels_of(result)
+    level = st.radio("Level", levels, horizontal=True, key=f"{prefix}_level") if len(levels) > 1 else levels[0]
+    st.markdown("**CPR** (area under the faithfulness curve; higher is better; ★ best per task)",
+                help="MIB's CPR over its grid of circuit sizes, with a 95% bootstrap interval over the prompts.")
+    st.dataframe(table(result, level, "cpr"), hide_index=True, key=f"{prefix}_cpr")
+    st.markdown("**CMD** (area between the curve and 1; lower is better; ★ best per task)")
+    st.dataframe(table(result, level, "cmd"), hide_index=True, key=f"{prefix}_cmd")
+    st.markdown("**Seconds** (scoring on train; evaluation of all curves in parentheses)")
+    st.dataframe(seconds_table(result), hide_index=True, key=f"{prefix}_seconds")
+
+    tasks = [t["task"] for t in result["tasks"]]
+    c1, c2 = st.columns([3, 1])
+    task = c1.selectbox("Curves of task", tasks, key=f"{prefix}_task")
+    curve = c2.radio("Curve", ["cpr", "cmd"], horizontal=True, key=f"{prefix}_curve",
+                     format_func=lambda k: "CPR (signed)" if k == "cpr" else "CMD (|score|)")
+    st.plotly_chart(curves_figure(result, task, level, curve), key=f"{prefix}_curves")
+    _circuit(run, result, tasks, prefix)
+    return True
+
+
+def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) -> None:
+    from app.graph_view import LEGEND_HELP, show_subgraph
+    from app.run_views import inspect_clicked
+
+    st.subheader("A cell's circuit")
+    cells, why = C.attempt("Cannot read the run", drawable, run) or (set(), "the run's result.json is unreadable")
+    c1, c2, c3 = st.columns([2, 2, 1])
+    task = c1.selectbox("Task", tasks, key=f"{prefix}_cell_task")
+    method = c2.selectbox("Method", _methods(result), key=f"{prefix}_cell_method")
+    k = int(c3.number_input("Edges", 5, 1000, 50, step=5, key=f"{prefix}_cell_k"))
+    if why is None and (task, method) not in cells:
+        why = f"{method} has no edge scores on {task} (node level only, or not run on it)"
+    opened = f"{prefix}_opened"
+    if st.button("Open this cell's circuit", key=f"{prefix}_open", disabled=why is not None):
+        st.session_state[opened] = (run.id, task, method, k)
+    if why is not None:
+        st.caption(f"Circuit unavailable: {why}.")
+    got = st.session_state.get(opened)
+    if not got or got[0] != run.id:
+        return
+    _, task, method, k = got
+    sub = _subgraph(run, task, method, k)
+    if sub is None:
+        return
+    clicked = show_subgraph(sub, key=f"{prefix}_circuit",
+                            title=f"{method} on {task}: top {len(sub.edges)} edges (train-split scores)")
+    st.caption(LEGEND_HELP)
+    inspect_clicked(sub, clicked, prefix)
