@@ -169,60 +169,77 @@ class CircuitGraph:
         return mask
 
     def greedy(self, scores: Float[torch.Tensor, " edge"], k: int) -> Bool[torch.Tensor, " edge"]:
-        """Grow a circuit from the logits: repeatedly add the largest-|score| edge into a node already in
-        the circuit, until k edges; then prune to the edges on a path from embed to logits."""
+        """Grow a circuit from the logits (``grow``, by |score|) to k edges, then prune it to the edges on a
+        path from embed to logits."""
+        return self.prune_connected(self.grow(scores, check_k(k, self.n_edges), absolute=True))
+
+    def grow(self, scores: Float[torch.Tensor, " edge"], n: int, absolute: bool = True) -> Bool[torch.Tensor, " edge"]:
+        """From the logits, repeatedly add the best edge (by |score|, or by signed score) into a node already
+        in the circuit, until n edges (MIB's greedy selection); not pruned."""
         import heapq
 
-        k = check_k(k, self.n_edges)
-        size = scores.abs().double().tolist()
+        key = (scores.double().abs() if absolute else scores.double()).tolist()
+        src_node = self.edges[:, 0].tolist()
+        incoming = self.incoming
         heap: list[tuple[float, int]] = []
-        reached: set[str] = set()
+        reached = [False] * len(self.nodes)
 
-        def reach(node: str) -> None:
-            if node not in reached:
-                reached.add(node)
-                for e in self._incoming.get(node, ()):
-                    heapq.heappush(heap, (-size[e], e))
+        def reach(node: int) -> None:
+            if not reached[node]:
+                reached[node] = True
+                for e in incoming[node]:
+                    heapq.heappush(heap, (-key[e], e))
 
-        reach("logits")
-        mask = torch.zeros(self.n_edges, dtype=torch.bool)
-        taken = 0
-        while taken < k and heap:
+        reach(len(self.nodes) - 1)  # the logits
+        taken: list[int] = []
+        while len(taken) < n and heap:
             _, e = heapq.heappop(heap)
-            mask[e] = True
-            taken += 1
-            reach(self.senders[int(self.edges[e, 0])].name)
-        return self.prune_connected(mask)
+            taken.append(e)
+            reach(src_node[e])
+        mask = torch.zeros(self.n_edges, dtype=torch.bool)
+        mask[torch.tensor(taken, dtype=torch.long)] = True
+        return mask
 
     @cached_property
-    def _incoming(self) -> dict[str, list[int]]:
-        """Edge ids into each node (a head's q, k and v inputs together)."""
-        table: dict[str, list[int]] = {}
+    def receiver_node(self) -> list[int]:
+        """Per receiver, the index in ``nodes`` of the node it belongs to (``L3.H5.q`` -> ``L3.H5``)."""
+        index = {n.name: i for i, n in enumerate(self.nodes)}
+        return [index[r.component] for r in self.receivers]
+
+    @cached_property
+    def incoming(self) -> list[list[int]]:
+        """Per node (index in ``nodes``), the ids of the edges into it (a head's q, k and v inputs together)."""
+        table: list[list[int]] = [[] for _ in self.nodes]
         for e, r in enumerate(self.edges[:, 1].tolist()):
-            table.setdefault(self.receivers[r].component, []).append(e)
+            table[self.receiver_node[r]].append(e)
         return table
 
     def prune_connected(self, mask: Bool[torch.Tensor, " edge"]) -> Bool[torch.Tensor, " edge"]:
         """Keep only the edges on some path embed -> ... -> logits (no dangling nodes)."""
-        edges = [(self.senders[s].name, self.receivers[r].component) for s, r in self.edges.tolist()]
-        kept = [i for i in torch.nonzero(mask).flatten().tolist()]
-        # senders are in topological order: in one sweep by sender index, every edge into a node comes
-        # before the edges out of it
-        forward = {"embed"}  # nodes reachable from embed through kept edges
-        for i in sorted(kept, key=lambda i: int(self.edges[i, 0])):
-            src, dst = edges[i]
-            if src in forward:
-                forward.add(dst)
-        backward = {"logits"}  # nodes that reach logits, swept from the top
-        for i in sorted(kept, key=lambda i: -int(self.edges[i, 0])):
-            src, dst = edges[i]
-            if dst in backward:
-                backward.add(src)
+        kept = torch.nonzero(mask).flatten()
         out = torch.zeros_like(mask)
-        for i in kept:
-            src, dst = edges[i]
-            if src in forward and dst in backward and dst in forward and src in backward:
-                out[i] = True
+        if not len(kept):
+            return out
+        # senders are in topological order (a sender's index is its node's index, and every edge runs from a
+        # lower node index to a higher one): in one sweep by sender index, every edge into a node comes
+        # before the edges out of it
+        pairs = self.edges[kept]
+        order = torch.argsort(pairs[:, 0], stable=True)
+        kept = kept[order]
+        src = pairs[order, 0].tolist()
+        dst = [self.receiver_node[r] for r in pairs[order, 1].tolist()]
+        forward = [False] * len(self.nodes)  # nodes reachable from embed through kept edges
+        forward[0] = True
+        for s, d in zip(src, dst, strict=True):
+            if forward[s]:
+                forward[d] = True
+        backward = [False] * len(self.nodes)  # nodes that reach the logits, swept from the top
+        backward[-1] = True
+        for s, d in zip(reversed(src), reversed(dst), strict=True):
+            if backward[d]:
+                backward[s] = True
+        on_path = [forward[s] and backward[d] and forward[d] and backward[s] for s, d in zip(src, dst, strict=True)]
+        out[kept[torch.tensor(on_path, dtype=torch.bool)]] = True
         return out
 
     def graph_nodes(self, edges: list[dict[str, Any]]) -> list[GraphNode]:

@@ -18,8 +18,6 @@
 
 from __future__ import annotations
 
-import heapq
-
 import torch
 
 from circuits.graph import CircuitGraph
@@ -46,24 +44,7 @@ def bootstrapped_scores(chunks: torch.Tensor, n_boot: int = 200, seed: int = 0, 
 
 def greedy(graph: CircuitGraph, scores: torch.Tensor, n: int, absolute: bool) -> torch.Tensor:
     """MIB's greedy: from the logits, repeatedly the best edge into a node already in the circuit."""
-    key = (scores.double().abs() if absolute else scores.double()).tolist()
-    incoming = graph._incoming
-    heap: list[tuple[float, int]] = []
-    reached: set[str] = set()
-
-    def reach(node: str) -> None:
-        if node not in reached:
-            reached.add(node)
-            for e in incoming.get(node, ()):
-                heapq.heappush(heap, (-key[e], e))
-
-    reach("logits")
-    mask = torch.zeros(graph.n_edges, dtype=torch.bool)
-    while int(mask.sum()) < n and heap:
-        _, e = heapq.heappop(heap)
-        mask[e] = True
-        reach(graph.senders[int(graph.edges[e, 0])].name)
-    return mask
+    return graph.grow(scores, n, absolute=absolute)
 
 
 def select_edges(graph: CircuitGraph, scores: torch.Tensor, n: int, selection: str = "topk",
