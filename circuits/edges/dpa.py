@@ -21,6 +21,10 @@ a sender's edges sum to its DPA node score: sum over R of out_S . T_R = out_S . 
 DPA head score for a head (tests check this and a brute-force autograd reference per edge).
 Cost: one forward for each of the clean and reference prompts and one top-down pass, the same for any
 number of edges; the dot products with the sender outputs are one matmul per receiver group.
+
+Variants (lines of the edge-method table): ``dpa_norm`` is this scorer with ``norm="aware"`` (each norm's
+scale carried, ``attribution.dpa.linear.norm_back``); ``dpa_cf`` (``score_cf``) averages each receiver's
+target over the clean and the counterfactual run.
 """
 
 from __future__ import annotations
