@@ -15,13 +15,15 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
-from circuits.bench.runner import NODE_ONLY, BenchConfig, prepare_task, run_method
 from circuits.graph import CircuitGraph, Subgraph
 from workbench.errors import RunStoreError
+
+if TYPE_CHECKING:  # the runner (every edge method) is imported where cells run, not where they are drawn
+    from circuits.bench.runner import BenchConfig
 
 Cell = tuple[str, str]  # (task, method)
 
@@ -34,6 +36,8 @@ def cells(cfg: BenchConfig) -> list[Cell]:
 def cell_steps(cfg: BenchConfig, method: str) -> int:
     """Progress steps of one cell: one per level it is evaluated at (node-level-only methods skip edge; a
     variant ``NAME:key=value`` is its method's)."""
+    from circuits.bench.runner import NODE_ONLY
+
     return sum(1 for lv in cfg.levels if not (lv == "edge" and method.split(":")[0] in NODE_ONLY))
 
 
@@ -50,6 +54,8 @@ def run_cells(model: Any, cfg: BenchConfig, todo: list[Cell],
               on_step: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run ``todo`` on ``model``: one part per cell {task, method, header, result, scores, scale, model, graph,
     started, finished} (times in seconds since the epoch, for the run's wall time)."""
+    from circuits.bench.runner import prepare_task, run_method
+
     parts: list[dict[str, Any]] = []
     setup = None
     for task, method in todo:
