@@ -58,6 +58,7 @@ class Dashboards:
 
     tensors: dict[str, Any]
     meta: dict[str, Any]
+    explanations: list[dict[str, Any]] | None = None  # explanations.json.gz's features, when built
 
     @property
     def n_units(self) -> int:
@@ -66,6 +67,19 @@ class Dashboards:
     @property
     def labels(self) -> list[str]:
         return self.meta["labels"]
+
+    def explanation(self, unit: int) -> dict[str, Any] | None:
+        """The unit's explanation (text, short, score, rule; explanations.py), None when none is built."""
+        return self.explanations[unit] if self.explanations is not None else None
+
+    def describe(self, unit: int, short: bool = False) -> str:
+        """What to call a unit: its explanation (short form in tight places) and simulation score, else
+        its automatic token label."""
+        e = self.explanation(unit)
+        if e is None:
+            return self.labels[unit]
+        score = f" · sim {e['score']:.2f}" if e.get("score") is not None else ""
+        return (e["short"] if short else e["text"]) + score
 
     def check(self, unit: int) -> int:
         if not 0 <= int(unit) < self.n_units:
@@ -105,9 +119,13 @@ class Dashboards:
                 "center": p - lo,
                 "sink": lo == 0,  # the first token shown is position 0 (never scored)
             })
+        e = self.explanation(f) or {}
         return {
             "feature": f,
             "label": self.labels[f],
+            "explanation": e.get("text"),
+            "explanation_short": e.get("short"),
+            "score": e.get("score"),
             "density": float(t["density"][f]),
             "max_activation": peak,
             "mean_activation": float(t["mean_act"][f]),
@@ -145,21 +163,27 @@ class Dashboards:
             for f, v in zip(t["tok_feat"][lo:hi].tolist(), t["tok_val"][lo:hi].float().tolist(), strict=True):
                 best[f] = max(best.get(f, 0.0), v)
         order = sorted(best.items(), key=lambda kv: -kv[1])[:limit]
-        return [{"feature": f, "label": self.labels[f], "max_activation": v} for f, v in order]
+        return [{"feature": f, "label": self.labels[f], **self.explained(f), "max_activation": v} for f, v in order]
+
+    def explained(self, f: int) -> dict[str, Any]:
+        """The explanation and simulation score columns of a unit's row (empty without explanations)."""
+        e = self.explanation(f)
+        return {} if e is None else {"explanation": e["text"], "score": e.get("score")}
 
     def search_label(self, text: str, limit: int = 200) -> list[dict[str, Any]]:
-        """Units whose label contains ``text`` (case-insensitive), densest first."""
+        """Units whose label or explanation contains ``text`` (case-insensitive), densest first."""
         q = text.strip().lower()
         if not q:
             return []
         dens = self.tensors["density"].tolist()
-        hits = [f for f, lab in enumerate(self.labels) if q in lab.lower()]
+        hits = [f for f, lab in enumerate(self.labels)
+                if q in lab.lower() or q in (self.explanation(f) or {}).get("text", "").lower()]
         hits.sort(key=lambda f: -dens[f])
         return [self.row(f) for f in hits[:limit]]
 
     def row(self, f: int) -> dict[str, Any]:
         t = self.tensors
-        return {"feature": f, "label": self.labels[f], "density": float(t["density"][f]),
+        return {"feature": f, "label": self.labels[f], **self.explained(f), "density": float(t["density"][f]),
                 "max_activation": float(t["max_act"][f])}
 
     # -- storage -------------------------------------------------------------------------------------
@@ -205,7 +229,10 @@ class Dashboards:
             version = meta.get("version") if isinstance(meta, dict) else None
             raise ModelFileError(f"dashboards {path} have version {version}; rebuild them")
         check_dashboards(tensors, meta, f"dashboards {path}")
-        return cls(tensors, meta)
+        from attribution.sae.explanations import read_explanations
+
+        # a separate file: dashboards built before explanations existed open unchanged
+        return cls(tensors, meta, read_explanations(directory, int(tensors["density"].shape[0])))
 
 
 TENSOR_RANKS = {"density": 1, "max_act": 1, "mean_act": 1, "count": 1, "hist": 2, "ctx_token": 2, "ctx_act": 2,

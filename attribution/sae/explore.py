@@ -105,14 +105,19 @@ def reference_max(db: Dashboards) -> Any:
     return m.clamp_min(max(floor, 1e-6))
 
 
+RANKS = ("informative", "relative", "activation")
+
+
 def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | None = None,
                     show_first: bool = False, relative: bool = True, top: int = 12,
-                    per_pos: int = 3) -> dict[str, Any]:
+                    per_pos: int = 3, rank: str | None = None) -> dict[str, Any]:
     """The units that fire most on a prompt: ``tokens``, ``first`` (1 unless position 0 is shown),
-    ``acts`` [pos, unit] and ``score`` (acts, or acts / the unit's held-out max when ``relative`` and
-    dashboards are given) for the shown positions, and ``rows`` (feature, label, activation, relative,
-    position, token), strongest first; ``per_position``: the ``per_pos`` strongest units at each shown
-    position."""
+    ``acts`` [pos, unit] and ``score`` for the shown positions, and ``rows`` (feature, label, explanation,
+    score, activation, relative, position, token), first by ``score``; ``per_position``: the ``per_pos``
+    first units at each shown position. ``rank`` (default "relative" when ``relative``, else "activation"):
+    "activation"; "relative", acts / the unit's held-out max (needs dashboards); "informative", relative
+    times explain.informative_weights (halved where the unit's explanation does not predict it, halved for
+    token detectors; needs explanations, else it is "relative")."""
     import torch
 
     tokens = model.to_tokens(prompt)
@@ -124,7 +129,16 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
     first = 0 if show_first else 1
     shown = acts[first:]
     ref = reference_max(db) if db is not None else None
-    score = shown / ref if relative and ref is not None else shown
+    rank = rank or ("relative" if relative else "activation")
+    if rank not in RANKS:
+        raise RangeError(f"unknown ranking {rank!r}: {', '.join(RANKS)}")
+    score = shown / ref if rank != "activation" and ref is not None else shown
+    if rank == "informative" and db is not None and db.explanations is not None and shown.shape[0]:
+        from attribution.sae.explain import informative_weights
+
+        ids = tokens[0, first:].tolist()
+        score = score * torch.from_numpy(informative_weights(db.explanations, ids, {
+            int(i): s for i, s in zip(tokens[0].tolist(), strs, strict=True)}))
     rows = []
     if shown.shape[0]:
         best = score.max(0)
@@ -133,7 +147,7 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
             if float(shown[pos, f]) <= 0:
                 continue
             rows.append({"feature": f, "label": db.labels[f] if db is not None else "",
-                         "activation": float(shown[pos, f]),
+                         **(db.explained(f) if db is not None else {}), "activation": float(shown[pos, f]),
                          "relative": float(shown[pos, f] / ref[f]) if ref is not None else None,
                          "position": pos + first, "token": strs[pos + first]})
     per_position = []  # each shown position's strongest units, so every token gets its own
@@ -142,6 +156,7 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
             if float(shown[pos, f]) > 0:
                 per_position.append({"position": pos + first, "token": strs[pos + first], "feature": f,
                                      "label": db.labels[f] if db is not None else "",
+                                     **(db.explained(f) if db is not None else {}),
                                      "activation": float(shown[pos, f]),
                                      "relative": float(shown[pos, f] / ref[f]) if ref is not None else None})
     return {"tokens": strs, "first": first, "acts": shown, "score": score, "rows": rows,

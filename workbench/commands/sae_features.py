@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -27,7 +28,7 @@ def register(app: typer.Typer) -> None:  # noqa: ARG001 - the commands join sae.
     sae_app.command("steer")(steer)
 
 
-def _threads() -> None:
+def load_threads() -> None:
     """Two torch threads at most; one on a machine already busier than its cores (spinning threads
     then cost far more than they give)."""
     import os
@@ -38,7 +39,7 @@ def _threads() -> None:
     torch.set_num_threads(1 if busy else min(2, torch.get_num_threads()))
 
 
-def _model_of(spec: str, model: str | None) -> str:
+def model_of(spec: str, model: str | None) -> str:
     """The model a unit source belongs to, without loading it (a dictionary's workbench.json/cfg)."""
     from workbench.errors import RangeError
 
@@ -60,21 +61,21 @@ def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     from attribution.sae.units import check_model_fits, resolve
     from workbench.cli import check_device
 
-    _threads()
-    m = workbench.load(_model_of(spec, model), device=check_device(device), dtype=dtype)
+    load_threads()
+    m = workbench.load(model_of(spec, model), device=check_device(device), dtype=dtype)
     d = resolve(spec, m)
     check_model_fits(d, m)
     return m, d
 
 
-def _dashboards_of(spec: str, model: str | None):
+def dashboards_of(spec: str, model: str | None) -> Any:
     """The stored dashboards of a unit source, opened without loading the model."""
     from attribution.sae.dashboard import Dashboards
     from attribution.sae.units import neurons_root, resolve
 
     if spec.startswith("neurons:"):
         layer = spec.split(":", 1)[1]
-        return Dashboards.load(neurons_root() / f"{Path(_model_of(spec, model)).name}-L{layer}-neurons")
+        return Dashboards.load(neurons_root() / f"{Path(model_of(spec, model)).name}-L{layer}-neurons")
     from attribution.sae.explore import open_dashboards
 
     db = open_dashboards(resolve(spec))
@@ -145,10 +146,10 @@ def dashboards(
 
     if ctx < 2:
         raise RangeError("--ctx must be at least 2 (position 0 is never scored)")
-    names = {_model_of(s, model) for s in sae}
+    names = {model_of(s, model) for s in sae}
     if len({Path(n).name for n in names}) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
-    _threads()
+    load_threads()
     m = workbench.load(model or names.pop(), device=check_device(device), dtype=dtype)
     units = [resolve(s, m) for s in sae]
     started = time.time()
@@ -180,7 +181,7 @@ def features(
 
     if sum(x is not None for x in (token, label, feature)) != 1:
         raise RangeError("give exactly one of --token, --label or --feature")
-    db = _dashboards_of(sae, model)
+    db = dashboards_of(sae, model)
     if feature is not None:
         card = db.card(feature)
         emit(card, as_json, _print_card)
