@@ -95,3 +95,24 @@ def test_known_circuit_auroc_is_one_for_an_oracle_and_low_for_its_inverse():
     assert rank_auroc(1 - oracle, known) == 0.0
     r = mib_auroc(g, oracle, known)
     assert r["tpr"][-1] == 1.0 and r["fpr"][-1] == 1.0 and r["auroc"] > 0.9
+
+
+def test_the_ffn_toys_known_circuit_carries_the_answer_and_its_complement_nothing():
+    """modadd-dense's known circuit (circuits/bench/known.py) is a fact about the model, checked by patching."""
+    import workbench as wb
+    from circuits.bench.forward import prompt_metrics
+    from circuits.bench.known import known_mask
+    from circuits.counterfactual import prepare
+    from circuits.intervene import References
+    from circuits.toy.prompts import task_rows
+
+    m = wb.load("modadd-dense")
+    g = CircuitGraph.of(m)
+    ps = prepare(m, task_rows(m)[:80])
+    known = known_mask(g, "modadd-dense")
+    full, empty, circuit, rest = prompt_metrics(m, g, ps, References(m, g, ps),
+                                                torch.stack([torch.ones_like(known), ~torch.ones_like(known),
+                                                             known, ~known])).mean(1).tolist()
+    assert int(known.sum()) == 13
+    assert (circuit - empty) / (full - empty) > 0.9
+    assert abs((rest - empty) / (full - empty)) < 0.05
