@@ -121,3 +121,15 @@ def test_the_command_runs_as_a_job(monkeypatch, capsys, tmp_path, tiny_llama_dir
     assert job.done == job.total == 2
     assert {r["method"] for r in summary["rows"]} == {"random", "eap"} and out.exists()
     assert "Edge level: CPR" in out.read_text()
+
+
+def test_bad_input_starts_no_job(monkeypatch, capsys, tmp_path):
+    from cli_helpers import assert_bad
+
+    from workbench.jobs import JobBoard
+
+    small = _task(tmp_path, "small", ROWS[:6])  # 5 train rows but a test split of 1
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "circuits", "--model", "smollm2-135m", "--tasks", small,
+                           "--n-train", "4", "--n-test", "4", "--out", str(tmp_path / "doc.md"))
+    assert_bad(code, err, "test split has 1 prompts")
+    assert JobBoard().scan()[0] == [] and not (tmp_path / "doc.md").exists()
