@@ -35,6 +35,19 @@ def read_result(run: Any) -> dict[str, Any]:
     return data
 
 
+def shape_of(store: Any, run_id: str) -> str:
+    """"5 tasks x 4 methods" of a stored bench run, from its arguments (read once per server)."""
+
+    def read() -> str:
+        try:
+            args = store.get(run_id).meta.get("args") or {}
+            return f"{len(args.get('tasks') or [])} tasks x {len(args.get('methods') or [])} methods"
+        except Exception:  # noqa: BLE001 - a run removed or damaged: its id alone still picks it
+            return "unreadable"
+
+    return SH.shared(("bench_shape", str(store.root), run_id), read)
+
+
 def levels_of(result: dict[str, Any]) -> list[str]:
     """The levels measured, in the config's order."""
     found = {lv for t in result["tasks"] for m in t["methods"].values() for lv in m.get("levels", {})}
@@ -183,5 +196,9 @@ def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) ->
         return
     clicked = show_subgraph(sub, key=f"{prefix}_circuit",
                             title=f"{method} on {task}: top {len(sub.edges)} edges (train-split scores)")
+    edge = next((t["methods"].get(method, {}).get("levels", {}).get("edge") for t in result["tasks"]
+                 if t["task"] == task), None)
+    if edge:
+        st.caption(f"{method} on {task} at edge level: CPR {edge['cpr']:.3f}, CMD {edge['cmd']:.3f}.")
     st.caption(LEGEND_HELP)
     inspect_clicked(sub, clicked, prefix)

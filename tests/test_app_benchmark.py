@@ -78,6 +78,7 @@ def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
     new, _ = runs
     at = open_page("benchmark", {"bench_run": new.id})
     assert not problems(at)
+    assert all("2 tasks x 3 methods" in o for o in at.selectbox(key="bench_run").options)
     cpr = _table(at, "cpr")
     assert cpr.loc["eap", "ioi"] == "0.800 [0.70, 0.90] ★" and cpr.loc["random", "ioi"] == "0.100 [0.00, 0.20]"
     assert cpr.loc["random", "facts"].endswith("★") and cpr.loc["activation_patching", "ioi"] == "-"
@@ -100,6 +101,7 @@ def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
     assert "eap on facts: top 20 edges" in spec["layout"]["title"]["text"]
     nodes = spec["data"][-1]["customdata"]
     assert "logits" in nodes and len(nodes) > 2
+    assert any("eap on facts at edge level: CPR 0.200" in c for c in texts(at, "caption"))
 
 
 def test_an_old_run_shows_its_tables_and_says_why_no_circuit(runs):

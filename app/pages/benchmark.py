@@ -22,7 +22,7 @@ if "bench_run" not in st.session_state and st.query_params.get("run") in ids:  #
     st.session_state["bench_run"] = st.query_params["run"]
 by_id = {r["id"]: r for r in rows}
 run_id = st.selectbox("Benchmark run", ids, key="bench_run",
-                      format_func=lambda i: f"{i} · {by_id[i].get('model') or ''}")
+                      format_func=lambda i: f"{i} · {by_id[i].get('model') or ''} · {BV.shape_of(C.store(), i)}")
 run = C.open_run(run_id)
 if run is not None:
     BV.show_leaderboard(run, "bench")
