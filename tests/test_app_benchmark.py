@@ -104,18 +104,20 @@ def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
     assert any("eap on facts at edge level: CPR 0.200" in c for c in texts(at, "caption"))
 
 
-def test_an_old_run_shows_its_tables_and_says_why_no_circuit(runs):
-    _, old = runs
-    at = open_page("benchmark", {"bench_run": old.id})
+def _opened(page, key, run_id):
+    """``page`` opened on a bench run (through its session-state ``key``), healthy, with its CPR table drawn."""
+    at = open_page(page, {key: run_id})
     assert not problems(at)
     assert _table(at, "cpr").loc["eap", "ioi"].startswith("0.800")
+    return at
+
+
+def test_an_old_run_shows_its_tables_and_says_why_no_circuit(runs):
+    at = _opened("benchmark", "bench_run", runs[1].id)
     assert at.button(key="bench_open").disabled
     assert any("saved before bench runs kept each cell's edge scores" in c for c in texts(at, "caption"))
 
 
 def test_the_runs_page_opens_a_bench_run_as_the_leaderboard(runs):
-    new, _ = runs
-    at = open_page("runs", {"runs_id": new.id})
-    assert not problems(at)
-    assert _table(at, "cpr").loc["eap", "ioi"].startswith("0.800")
+    at = _opened("runs", "runs_id", runs[0].id)
     assert any(c.key == "runs_open_curves" for c in at.get("plotly_chart"))
