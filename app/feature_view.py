@@ -69,8 +69,8 @@ def short_label(node: dict[str, Any], labels: dict[str, list[str]], chars: int) 
     characters."""
     if node["kind"] == "feature":
         text = (labels.get(node["dictionary"]) or [])[node["feature"]:node["feature"] + 1]
-        words = re.findall(r"'([^']*)'", text[0]) if text else []
-        word = words[0].strip() if words else (text[0] if text else "")
+        words = re.findall(r"'([^']*)'", text[0]) if text else []  # an automatic label: its first token
+        word = words[0].strip() if words else (text[0].split(" · sim")[0] if text else "")
         out = f"{node['feature']} {word}".strip()
     elif node["kind"] == "error":
         out = "err"
@@ -150,7 +150,8 @@ def dashboards(path: str, _stamp: float) -> Any | None:
 
 
 def all_labels(graph: Any) -> dict[str, list[str]]:
-    """Dictionary name -> its features' labels (from the stored dashboards; empty without them)."""
+    """Dictionary name -> its features' short explanations with their simulation scores (their automatic
+    token labels where no explanations are built; from the stored dashboards; empty without them)."""
     from pathlib import Path
 
     out = {}
@@ -160,7 +161,7 @@ def all_labels(graph: Any) -> dict[str, list[str]]:
             db = dashboards(d["path"], path.stat().st_mtime if path.exists() else 0.0)
         except Exception:  # noqa: BLE001 - a damaged dashboard file only costs the labels
             db = None
-        out[d["name"]] = list(db.labels) if db is not None else []
+        out[d["name"]] = [db.describe(f, short=True) for f in range(db.n_units)] if db is not None else []
     return out
 
 
@@ -177,7 +178,10 @@ def dashboard_card(graph: Any, node: dict[str, Any]) -> None:
         st.caption(f"{node['dictionary']} has no stored dashboards (`workbench sae dashboards` builds them).")
         return
     card = db.card(int(node["feature"]))
-    st.markdown(f"**Feature {node['feature']}** · {card['label']}")
+    st.markdown(f"**Feature {node['feature']}** · {card['explanation'] or card['label']}")
+    if card["score"] is not None:
+        st.caption(f"simulation score {card['score']:.2f} (explanation vs. true activations on held-out text) · "
+                   f"tokens: {card['label']}")
     c1, c2 = st.columns(2)
     c1.metric("density", f"{card['density']:.5f}")
     c2.metric("max activation", f"{card['max_activation']:.3f}")

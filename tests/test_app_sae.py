@@ -1,6 +1,7 @@
-"""SAE page on a tiny word-level model and a random dictionary with stored dashboards: features per
-position (position 0 hidden by default), a dashboard opened by deep link, escaped contexts, an
-out-of-range id as a message, steering, and search by token."""
+"""SAE page on a tiny word-level model and a random dictionary with stored dashboards and explanations:
+features per position (position 0 hidden by default) with their explanations and simulation scores, a
+dashboard opened by deep link, escaped contexts, an out-of-range id as a message, steering, and search by
+token; on the real smollm2 and its shipped layer-6 SAE, a name feature among the IOI prompt's first rows."""
 
 from __future__ import annotations
 
@@ -38,6 +39,12 @@ def sae_dir(tmp_path_factory) -> Path:
     db = build_dashboards(m, [open_dictionary(path)], n_tokens=300, ctx=16,
                           texts=[m.to_tokens(t)[0].tolist() for t in TEXTS])[0]
     db.save(path)
+    from attribution.sae.explanations import save_explanations
+
+    # hand-written explanations (the tiny model's held-out text is too short to build them)
+    save_explanations(path, {"version": 1, "features": [
+        {"text": f"feature {f} made readable", "short": f"readable {f}", "score": round(0.03 * f, 2),
+         "rule": {"token": {"kind": "any"}, "level": 1.0}} for f in range(32)]})
     return path
 
 
@@ -52,7 +59,10 @@ def test_prompt_features_hide_position_0_by_default(sae_dir):
     assert len(spec["data"][0]["x"]) == len(PROMPT.split()) - 1  # position 0 left out
     assert "position 0 left out" in spec["layout"]["title"]["text"]
     table = at.dataframe[0].value
-    assert {"feature", "label", "activation", "÷ held-out max", "at"} <= set(table.columns)
+    assert {"feature", "explanation", "sim score", "activation", "÷ held-out max", "at"} <= set(table.columns)
+    f = int(table["feature"][0])
+    assert table["explanation"][0] == f"feature {f} made readable" and table["sim score"][0] == round(0.03 * f, 2)
+    assert any(y.startswith(f"f{f} readable {f} · sim") for y in spec["data"][0]["y"])  # the heatmap's rows
     assert not table["at"].str.startswith("0:").any()
     per_position = at.dataframe[1].value  # every shown position has its own strongest features
     assert set(per_position["at"].str.split(":").str[0].astype(int)) <= set(range(1, len(PROMPT.split())))
@@ -79,7 +89,8 @@ def test_deep_link_opens_a_dashboard_and_steers(sae_dir):
     assert not problems(at)
     assert at.radio(key="sae_view").value == "Dashboard"
     assert at.text_input(key="sae_feature_text").value == live
-    assert {"density", "max activation", "mean when firing"} <= {m.label for m in at.metric}
+    assert {"density", "max activation", "mean when firing", "simulation score"} <= {m.label for m in at.metric}
+    assert f"feature {live} made readable" in at.subheader[0].value
     html = "".join(h.proto.body for h in at.html)
     assert "background:rgba" in html and "white-space:pre" in html
     at.text_input(key="sae_steer_prompt").set_value("the movie was").run()
@@ -112,3 +123,18 @@ def test_missing_dictionary_is_a_message(tmp_path):
     at = open_page("sae", {"sae_source": "other directory…", "sae_path": str(tmp_path)})
     assert not at.exception
     assert any("not a dictionary directory" in e.value for e in at.error)
+
+
+@pytest.mark.real
+def test_ioi_prompt_shows_a_name_feature_in_the_first_rows():
+    """The shipped layer-6 SAE's name feature (f2231, 10th by activation ÷ held-out max) is among the first five
+    rows of the IOI prompt's features, with its explanation and score."""
+    name = "smollm2-135m-L6-resid-topk2304"
+    if not (Path(__file__).resolve().parents[1] / "data" / "saes" / name / "explanations.json.gz").exists():
+        pytest.skip(f"{name} has no explanations")
+    at = open_page("sae", {"sae_source": name}, timeout=300)
+    assert not problems(at)
+    table = at.dataframe[0].value
+    first = table.head(5)
+    assert 2231 in set(first["feature"]), table[["feature", "explanation"]]
+    assert first["sim score"].notna().all() and first["explanation"].str.len().min() > 0

@@ -15,14 +15,22 @@ from app import shared as SH
 from app import views as V
 
 NEURONS, OTHER = "MLP neurons", "other directory…"
+SCORE_HELP = ("How well the explanation predicts the feature: the correlation of its simulated activations (the "
+              "rule's mean activation where it fires, 0 elsewhere) with the true ones on held-out text it was not "
+              "chosen on, over the feature's top and random windows (Neuronpedia's simulation score). 1 = exact.")
 IOI = "When Mary and John went to the store, John gave a drink to"
 QUICK_TOKENS = 4096  # dashboards computed in the page when none are stored
 VIEWS = ("Features on a prompt", "Dashboard", "Search")
 RELATIVE_HELP = (
     "Later positions can be sinks too (in smollm2-135m the first ' the' of a prompt has a residual norm as "
     "large as position 0's), and the features of such massive activations have activations in the tens. "
-    "Dividing by each feature's max over held-out text ranks features by how strongly they fire for them."
+    "Dividing by each feature's max over held-out text ranks features by how strongly they fire for them. "
+    "'Informative' then halves a feature's weight where its explanation does not predict it and halves token "
+    "detectors (explanations naming one to three tokens: the row repeats the token beside it), so features a "
+    "reader learns from come first (on the IOI prompt, the name features)."
 )
+RANKS = {"informative (activation ÷ max, explained, not token detectors)": "informative",
+         "activation ÷ the feature's held-out max": "relative", "activation": "activation"}
 SINK_HELP = (
     "Position 0 is the attention sink: its residual norm is about 100x the others', and no dictionary "
     "here is trained on it, so its feature activations are huge and meaningless and would hide every "
@@ -134,11 +142,18 @@ def feature_table(rows: list[dict[str, Any]], key: str) -> None:
                  selection_mode="single-row")
 
 
-def prompt_units(loaded: Any, source: Any, prompt: str, db: Any, show_first: bool, relative: bool):
+def prompt_units(loaded: Any, source: Any, prompt: str, db: Any, show_first: bool, rank: str):
     from attribution.sae.explore import prompt_features
 
     with loaded.lock:
-        return prompt_features(loaded.model, source, prompt, db, show_first=show_first, relative=relative)
+        return prompt_features(loaded.model, source, prompt, db, show_first=show_first, rank=rank)
+
+
+def explained_row(db: Any, r: dict[str, Any]) -> dict[str, Any]:
+    """A feature table row's explanation, simulation score and automatic token label."""
+    e = db.explanation(r["feature"]) if db is not None else None
+    return {"explanation": e["text"] if e else r.get("label", ""), "sim score": e.get("score") if e else None,
+            "tokens → top logit": r.get("label", "")}
 
 
 def prompt_view(loaded: Any, source: Any, db: Any) -> None:
@@ -148,16 +163,18 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     prompt = st.text_input("Prompt", key="sae_prompt", on_change=C.remember("sae_prompt"))
     c1, c2 = st.columns(2)
     show_first = c1.toggle("Show position 0", key="sae_show_first", help=SINK_HELP)
-    relative = c2.toggle("Rank by activation ÷ the feature's held-out max", value=True, key="sae_relative",
-                         help=RELATIVE_HELP)
+    C.keep("sae_rank", next(iter(RANKS)))
+    rank = RANKS[c2.selectbox("Rank by", list(RANKS), key="sae_rank", help=RELATIVE_HELP,
+                              on_change=C.remember("sae_rank"))]
     if not prompt.strip():
         st.info("Type a prompt to see which features fire on each token.")
         return
-    got = SH.shared(("sae_prompt", loaded.name, str(source.path), source.name, prompt, show_first, relative,
+    got = SH.shared(("sae_prompt", loaded.name, str(source.path), source.name, prompt, show_first, rank,
                      # one per server: a new session on this prompt draws at once
-                     stamp(Path(source.path) / "sae_weights.safetensors"), db.meta.get("n_tokens")),
+                     stamp(Path(source.path) / "sae_weights.safetensors"), db.meta.get("n_tokens"),
+                     db.explanations is not None),
                     lambda: C.attempt("Cannot run the prompt", prompt_units, loaded, source, prompt, db, show_first,
-                                      relative))
+                                      rank))
     if got is None:
         return
     tokens, first, score, found = got["tokens"], got["first"], got["score"], got["rows"]
@@ -168,24 +185,29 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     if not feats:
         st.info("No feature fires on the shown positions.")
         return
-    labels = [db.labels[f] if db is not None else "" for f in feats]
+    labels = [db.describe(f, short=True) if db is not None else "" for f in feats]
     z = score[:, feats].T.numpy()
     xs = V.token_labels(tokens)[first:]
-    ys = [f"f{f} {lab[:28]}" for f, lab in zip(feats, labels, strict=True)]
+    ys = [f"f{f} {lab[:40]}" for f, lab in zip(feats, labels, strict=True)]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Oranges"))
     V.clickable_cells(fig, xs, ys, [[f"{y}<br>{x}: {v:.3f}<br>click: open its dashboard" for x, v in zip(
         xs, row.tolist(), strict=True)] for y, row in zip(ys, z, strict=True)])
-    title = "Strongest features per position" + (" (activation ÷ held-out max)" if relative else "")
+    title = "Strongest features per position" + {"informative": " (informative: activation ÷ held-out max, "
+                                                  "weighted)", "relative": " (activation ÷ held-out max)"}.get(
+                                                      rank, "")
     fig.update_layout(title=title + ("" if show_first else " (position 0 left out)"),
                       height=140 + 26 * len(feats), yaxis={"autorange": "reversed"},
                       margin={"l": 10, "r": 10, "t": 50, "b": 10})
     st.plotly_chart(fig, key="sae_prompt_fig", on_select=on_heatmap_pick, selection_mode="points")
-    rows = [{"feature": r["feature"], "label": r["label"], "activation": r["activation"],
+    rows = [{"feature": r["feature"], **explained_row(db, r), "activation": r["activation"],
              "÷ held-out max": r["relative"], "at": f"{r['position']}:{r['token']!r}"} for r in found]
+    if db.explanations is None:
+        st.caption(f"No explanations built for {source.name}: `workbench sae explain --sae {source.path}` "
+                   "builds them (until then features show their token labels and rank by activation ÷ max).")
     st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
     feature_table(rows, "sae_prompt_table")
     st.markdown("**Top features at each position**")
-    feature_table([{"at": f"{r['position']}:{r['token']!r}", "feature": r["feature"], "label": r["label"],
+    feature_table([{"at": f"{r['position']}:{r['token']!r}", "feature": r["feature"], **explained_row(db, r),
                     "activation": r["activation"], "÷ held-out max": r["relative"]} for r in got["per_position"]],
                   "sae_position_table")
 
@@ -206,8 +228,11 @@ def dashboard_view(loaded: Any | None, source: Any | None, db: Any) -> None:
                    f"(valid 0..{db.n_units - 1}).")
         return
     card = db.card(feature)
-    st.subheader(f"{feature}: {card['label']}")
-    c1, c2, c3 = st.columns(3)
+    st.subheader(f"{feature}: {card['explanation'] or card['label']}")
+    if card["explanation"] is not None:
+        st.caption(f"Automatic token label: {card['label']}")
+    c1, c2, c3, c4 = st.columns(4)
+    c4.metric("simulation score", "–" if card["score"] is None else f"{card['score']:.2f}", help=SCORE_HELP)
     c1.metric("density", f"{card['density']:.5f}", help="Fraction of held-out tokens where it fires (> 0).")
     c2.metric("max activation", f"{card['max_activation']:.3f}")
     c3.metric("mean when firing", f"{card['mean_activation']:.3f}")
@@ -275,7 +300,7 @@ def search_view(db: Any) -> None:
     query = st.text_input("Query", key="sae_query", placeholder=' John  (leading space included)')
     if not query:
         st.caption("Exact token: features that fire on it in the held-out text (max activation over its "
-                   "occurrences). Label text: a substring of the automatic labels.")
+                   "occurrences). Label text: a substring of the explanations or the automatic token labels.")
         return
     if by == "feature id":
         if not query.strip().isdigit():

@@ -192,8 +192,9 @@ def features(
 
     def human(rows):
         for r in rows:
-            console().print(f"{r['feature']:>6}  {r['max_activation']:8.3f}  {r['label']}", highlight=False,
-                            markup=False)
+            sim = f"sim {r['score']:.2f}  " if r.get("score") is not None else ""
+            console().print(f"{r['feature']:>6}  {r['max_activation']:8.3f}  {sim}{r.get('explanation') or r['label']}",
+                            highlight=False, markup=False)
         if not rows:
             console().print("no features")
 
@@ -205,6 +206,9 @@ def _print_card(card) -> None:
 
     c = console()
     c.print(f"feature {card['feature']}  {card['label']}", markup=False, highlight=False)
+    if card.get("explanation"):
+        sim = "–" if card["score"] is None else f"{card['score']:.2f}"
+        c.print(f"explanation: {card['explanation']}  (simulation score {sim})", markup=False, highlight=False)
     c.print(f"density {card['density']:.5f}  max {card['max_activation']:.3f}  mean {card['mean_activation']:.3f}")
     c.print("raises: " + " ".join(repr(t) for t, _ in card["top_logits"][:8]), markup=False, highlight=False)
     c.print("lowers: " + " ".join(repr(t) for t, _ in card["bottom_logits"][:8]), markup=False, highlight=False)
