@@ -18,7 +18,7 @@ from jaxtyping import Bool, Float
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References, head_slot, receiver_hooks, sender_hooks
+from circuits.intervene import References, head_slot, receiver_groups, receiver_hooks, sender_hooks
 
 
 def live_positions(batch: PromptBatch) -> Bool[torch.Tensor, "batch pos"]:
@@ -86,42 +86,38 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: t
 
 
 def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
-                    ablated: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, "batch vocab"]:
-    """Logits at each prompt's last real position when receiver R reads ``x_R - sum_S ablated[S, R] (out_S -
+                    ablated: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, "batch pos vocab"]:
+    """The logits when receiver R reads ``x_R - sum_S ablated[S, R] (out_S -
     ref_S)`` at the live positions, with ablated a float matrix (``valid * (1 - keep)``: 0 keeps an edge, 1
     ablates it), so the run is differentiable in ``ablated`` (edge pruning learns a mask through it).
 
-    run_masked_dense's semantics for one copy, but each sender group's difference is kept as its own tensor
-    and every receiver sums one small product per upstream group: nothing is written in place, so autograd
-    saves each difference once instead of a copy of the whole buffer per receiver."""
+    run_masked_dense's semantics for one copy, without its in-place buffer (autograd must keep each value it
+    reads): each receiver run (a layer's head inputs, its MLP input, the logits) takes one product with the
+    senders written so far, at the first of its hooks, and its other hooks read their rows of it."""
     lb, lp, ref_live = live_reference(model, batch, ref)
+    n_live, d = len(lb), model.arch.d_model
     ablated = ablated.to(model.device)
-    groups: list[tuple[int, torch.Tensor]] = []  # (first sender slot, [senders, live, d] out - ref)
+    changes: list[torch.Tensor] = []  # per sender group in slot order: [senders, live * d] out - ref
+    runs = dict(receiver_groups(graph))  # n_up -> the receivers reading exactly those senders
+    held: dict[int, torch.Tensor] = {}  # n_up -> [receivers of the run, live * d], only the current run
 
     def write(slot, x):
-        if x.dim() == 4:  # a layer's heads: [head, b, p, d]
-            groups.append((slot.start, x.float()[:, lb, lp] - ref_live[slot]))
-        else:
-            groups.append((slot, (x.float()[lb, lp] - ref_live[slot])[None]))
+        change = x.float()[:, lb, lp] - ref_live[slot] if x.dim() == 4 else (x.float()[lb, lp] - ref_live[slot])[None]
+        changes.append(change.flatten(1))
 
     def read(x, cols, n_up):
-        cols_t = torch.as_tensor(cols, device=model.device).reshape(-1)
-        delta = None
-        for first, change in groups:
-            if first >= n_up:
-                break
-            a = ablated[first:first + change.shape[0], cols_t]  # [senders, cols]
-            part = (a.T @ change.flatten(1)).view(len(cols_t), *change.shape[1:])  # [cols, live, d]
-            delta = part if delta is None else delta + part
-        if delta is None:
-            return x
+        run = runs[n_up]
+        if n_up not in held:
+            held.clear()
+            held[n_up] = ablated[:n_up, run].T @ torch.cat(changes)[:n_up]
+        rows = torch.as_tensor(cols, device=model.device).reshape(-1) - run.start
+        delta = held[n_up][rows].view(len(rows), n_live, d)
         delta = delta.transpose(0, 1) if x.dim() == 4 else delta[0]  # [live, head, d] or [live, d]
         return x.index_put((lb, lp), x[lb, lp] - delta.to(x.dtype))
 
     hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
     with model.split_inputs():
-        logits = model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
-    return logits[torch.arange(batch.size), batch.last.to(logits.device)].float()
+        return model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
 
 
 def sparse_enough(graph: CircuitGraph, mask: torch.Tensor, limit: float = 0.02) -> bool:

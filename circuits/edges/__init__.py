@@ -110,7 +110,7 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
                cost=4.0, label="DPA (counterfactual-aware)", function="score_cf"),
     EdgeMethod("edge_pruning", "circuits.edges.edge_pruning",
                "edge pruning: a hard-concrete mask over every edge learned on the prompts (Bhaskar et al. 2024)",
-               {"steps": 100, "lr": 0.1, "l0": 1.0, "seed": 0, "loss": "kl"}, cost=1.0, cost_per={"steps": 4.0},
+               {"steps": 20, "lr": 0.2, "l0": 0.01, "seed": 0, "loss": "kl"}, cost=8.0, cost_per={"steps": 11.0},
                label="Edge Pruning"),
     # exact: discover.estimate counts one forward per patched edge (per ``copies`` edges), not ``cost``
     EdgeMethod("activation_patching", "circuits.edges.patching",
