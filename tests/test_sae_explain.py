@@ -80,7 +80,7 @@ def test_the_explainer_names_the_first_names_category():
     assert dog["rule"]["token"] == {"kind": "tokens", "ids": [1]} and dog["score"] == pytest.approx(1.0)
     assert dead["short"] == "dead" and dead["score"] is None
     assert data["summary"]["median_score"] == pytest.approx(1.0)
-    # on a prompt, the name unit is explained where a name stands; the " dog" detector is halved everywhere
+    # on a prompt, the name unit is explained where a name stands; the " dog" token list is halved everywhere
     w = informative_weights(data["features"], [1, 10, 2], TEXT_OF)
     assert w[:, 0].tolist() == [0.5, 1.0, 0.5] and w[:, 1].tolist() == [0.5, 0.25, 0.25]
 

@@ -25,11 +25,11 @@ RELATIVE_HELP = (
     "Later positions can be sinks too (in smollm2-135m the first ' the' of a prompt has a residual norm as "
     "large as position 0's), and the features of such massive activations have activations in the tens. "
     "Dividing by each feature's max over held-out text ranks features by how strongly they fire for them. "
-    "'Informative' then halves a feature's weight where its explanation does not predict it and halves token "
-    "detectors (explanations naming one to three tokens: the row repeats the token beside it), so features a "
-    "reader learns from come first (on the IOI prompt, the name features)."
+    "'Informative' then halves a feature's weight where its explanation does not predict it and where the "
+    "explanation only lists tokens (a token list mostly repeats the token the row sits on; a category or a "
+    "context generalises), so features a reader learns from come first (on the IOI prompt, the name feature)."
 )
-RANKS = {"informative (activation ÷ max, explained, not token detectors)": "informative",
+RANKS = {"informative (activation ÷ max, explained, not token lists)": "informative",
          "activation ÷ the feature's held-out max": "relative", "activation": "activation"}
 SINK_HELP = (
     "Position 0 is the attention sink: its residual norm is about 100x the others', and no dictionary "

@@ -239,19 +239,19 @@ def promoted(logit_strings: list[str]) -> str:
 
 
 # -- ranking features on a prompt ---------------------------------------------------------------------
-UNEXPLAINED, TOKEN_DETECTOR = 0.5, 0.5  # weights of a unit's activation (see informative_weights)
+UNEXPLAINED, TOKEN_LIST = 0.5, 0.5  # weights of a unit's activation (see informative_weights)
 
 
-def token_detector(rule: dict[str, Any] | None) -> bool:
-    """Whether a rule only names one to three tokens, in any context (the row would repeat its token)."""
-    return bool(rule) and rule["token"]["kind"] == "tokens" and len(rule["token"]["ids"]) <= 3 \
-        and rule.get("context") is None
+def token_list(rule: dict[str, Any] | None) -> bool:
+    """Whether a rule only lists tokens, in any context (its row says little beyond the token it sits on)."""
+    return bool(rule) and rule["token"]["kind"] == "tokens" and rule.get("context") is None
 
 
 def informative_weights(explanations: list[dict[str, Any]], ids: Any, text_of: dict[int, str]) -> np.ndarray:
     """[L, F] weights that rank a prompt's units by what a reader learns from them: 1, halved where the
     unit's explanation does not predict it at that token (its activation is unaccounted for), and halved
-    for token detectors (their row says no more than the token beside it)."""
+    where the explanation only lists tokens (a category or a context generalises; a token list mostly
+    repeats the token the row sits on)."""
     text = Text.of(np.asarray(ids).reshape(1, -1), text_of)
     out = np.ones((text.ids.shape[1], len(explanations)), dtype=np.float32)
     for f, e in enumerate(explanations):
@@ -259,5 +259,5 @@ def informative_weights(explanations: list[dict[str, Any]], ids: Any, text_of: d
         if not rule:
             continue
         fires = text.token_mask(rule["token"])[0] & text.context_mask(rule.get("context"))[0]
-        out[:, f] = np.where(fires, 1.0, UNEXPLAINED) * (TOKEN_DETECTOR if token_detector(rule) else 1.0)
+        out[:, f] = np.where(fires, 1.0, UNEXPLAINED) * (TOKEN_LIST if token_list(rule) else 1.0)
     return out

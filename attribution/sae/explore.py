@@ -116,8 +116,8 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
     score, activation, relative, position, token), first by ``score``; ``per_position``: the ``per_pos``
     first units at each shown position. ``rank`` (default "relative" when ``relative``, else "activation"):
     "activation"; "relative", acts / the unit's held-out max (needs dashboards); "informative", relative
-    times explain.informative_weights (halved where the unit's explanation does not predict it, halved for
-    token detectors; needs explanations, else it is "relative")."""
+    times explain.informative_weights (halved where the unit's explanation does not predict it, halved where
+    the explanation only lists tokens; needs explanations, else it is "relative")."""
     import torch
 
     tokens = model.to_tokens(prompt)
