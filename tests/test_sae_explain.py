@@ -128,3 +128,15 @@ def test_old_dashboards_open_without_explanations_and_damaged_ones_are_ignored(s
 def test_explain_command_needs_dashboards(monkeypatch, capsys, tmp_path):
     code, _, err = cli(monkeypatch, capsys, "sae", "explain", "--sae", str(tmp_path), "--model", "x")
     assert_bad(code, err)
+
+
+def test_render_only_rewords_stored_rules(stored, monkeypatch, capsys):
+    db = Dashboards.load(stored)
+    feats = [{"text": "old wording", "short": "old", "score": 0.25, "explain_score": 0.5,
+              "rule": {"token": {"kind": "category", "key": "articles"}, "level": 1.0}} for _ in range(db.n_units)]
+    save_explanations(stored, {"version": 1, "features": feats})
+    code, out, err = cli(monkeypatch, capsys, "sae", "explain", "--sae", str(stored), "--render-only", "--json")
+    assert code == 0, err
+    again = load_explanations(stored, db.n_units)["features"]
+    assert again[0]["text"].split(";")[0] == "articles (the, a, an)" and again[0]["short"] == "articles"
+    assert again[0]["score"] == 0.25  # the score is kept

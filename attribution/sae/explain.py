@@ -191,9 +191,11 @@ def choose(text: Text, acts: np.ndarray, order: np.ndarray, fire_ids: list[int],
 
 # -- words -----------------------------------------------------------------------------------------
 def listing(tokens: list[str], shown: int = 3, more: bool = True) -> str:
-    words = [show_token(t) for t in tokens[:shown]]
-    more = f" and {len(tokens) - shown} more" if more and len(tokens) > shown else ""
-    return ", ".join(words) + more
+    """Tokens as a reader sees them, each once (" bit" and "bit" both read “bit”): the first ``shown``, then
+    how many more."""
+    words = list(dict.fromkeys(show_token(t) for t in tokens))
+    extra = f" and {len(words) - shown} more" if more and len(words) > shown else ""
+    return ", ".join(words[:shown]) + extra
 
 
 def render(rule: dict[str, Any] | None, text_of: dict[int, str], fire_ids: list[int], promotes: str
@@ -203,25 +205,28 @@ def render(rule: dict[str, Any] | None, text_of: dict[int, str], fire_ids: list[
         return "no rule: it never fires on the explanation text", "(unexplained)"
     part = rule["token"]
     if part["kind"] == "category":
-        ex = [core(text_of[i]).strip() for i in fire_ids if i in text_of and CATEGORIES[CAT_INDEX[part["key"]]][2](
-            text_of[i])][:3]
-        long = PHRASE[part["key"]] + (f" ({', '.join(ex)})" if ex else "")
+        pred = CATEGORIES[CAT_INDEX[part["key"]]][2]
+        shown = ("⏎" if "\n" in text_of[i] else core(text_of[i]).strip() for i in fire_ids
+                 if i in text_of and pred(text_of[i]))
+        ex = [w for w in dict.fromkeys(shown) if w][:3]
+        long = PHRASE[part["key"]] + (f" ({', '.join(ex)})" if ex and "(" not in PHRASE[part["key"]] else "")
         short = PHRASE[part["key"]].split(" (")[0]
     elif part["kind"] == "tokens":
         toks = [text_of.get(i, f"<{i}>") for i in part["ids"]]
-        long = ("the token " if len(toks) == 1 else "the tokens ") + listing(toks)
-        short = "/".join(show_token(t) for t in toks[:2]) + ("…" if len(toks) > 2 else "")
+        words = list(dict.fromkeys(show_token(t) for t in toks))
+        long = ("the token " if len(words) == 1 else "the tokens ") + listing(toks)
+        short = "/".join(words[:2]) + ("…" if len(words) > 2 else "")
     else:
         long = short = "any token"
     c = rule.get("context")
     if c is not None:
         if c["kind"] == "after_category":
-            words = "right after " + PHRASE[c["key"]].split(" (")[0]
+            where = "right after " + PHRASE[c["key"]].split(" (")[0]
         elif c["kind"] == "context":
-            words = CONTEXT_PHRASE[c["key"]]
+            where = CONTEXT_PHRASE[c["key"]]
         else:
-            words = "right after " + listing([text_of.get(i, f"<{i}>") for i in c["ids"]], 2)
-        long, short = f"{long} {words}", f"{short} {words}"
+            where = "right after " + listing([text_of.get(i, f"<{i}>") for i in c["ids"]], 2)
+        long, short = f"{long} {where}", f"{short} {where}"
     if promotes:
         long += f"; promotes {promotes}"
     return long, short if len(short) <= 40 else short[:39] + "…"

@@ -120,7 +120,7 @@ def explain_units(db: Dashboards, ids: np.ndarray, acts: np.ndarray, text_of: di
                   seed: int = 0) -> dict[str, Any]:
     """Every unit's explanation and simulation score: rules chosen on the even windows of ``ids`` [W, L]
     (activations ``acts`` [W, L, F]), scored on the odd ones. Returns the stored file's content."""
-    from attribution.sae.explain import Text, choose, promoted, render, score_rule
+    from attribution.sae.explain import Text, choose, score_rule
 
     started = time.time()
     fire, prev = fire_lists(db)
@@ -129,9 +129,7 @@ def explain_units(db: Dashboards, ids: np.ndarray, acts: np.ndarray, text_of: di
     sc_acts = np.ascontiguousarray(acts[1::2].transpose(2, 0, 1))
     rng = np.random.default_rng(seed)
     ex_order, sc_order = rng.permutation(ex_acts.shape[1]), rng.permutation(sc_acts.shape[1])
-    t = db.tensors
-    live = (t["count"] > 0).tolist()
-    logit_ok = t["logit_top_vals"].abs().sum(1) > 0
+    live = (db.tensors["count"] > 0).tolist()
     features: list[dict[str, Any]] = []
     for f in range(db.n_units):
         if not live[f]:
@@ -140,16 +138,30 @@ def explain_units(db: Dashboards, ids: np.ndarray, acts: np.ndarray, text_of: di
             continue
         rule, ex_score = choose(ex_text, ex_acts[f].astype(np.float32), ex_order, fire[f], prev[f])
         score = score_rule(rule, sc_text, sc_acts[f].astype(np.float32), sc_order) if rule else None
-        logits = [db.token(i) for i in t["logit_top_ids"][f].tolist()] if bool(logit_ok[f]) else []
-        long, short = render(rule, text_of, fire[f], promoted(logits))
-        features.append({"text": long, "short": short, "score": rounded(score), "explain_score": rounded(ex_score),
-                         "rule": rule})
+        features.append({"score": rounded(score), "explain_score": rounded(ex_score), "rule": rule})
+    words(db, features, text_of, fire)
     scores = [x["score"] for x in features if x["score"] is not None]
     return {"version": VERSION, "name": db.meta["name"], "features": features,
             "summary": {"n_scored": len(scores), "median_score": rounded(float(np.median(scores))) if scores else None,
                         "mean_score": rounded(float(np.mean(scores))) if scores else None},
             "dashboards_built_at": db.meta.get("built_at"), "weights_sha256": db.meta.get("weights_sha256"),
             "explain_seconds": round(time.time() - started, 1)}
+
+
+def words(db: Dashboards, features: list[dict[str, Any]], text_of: dict[int, str],
+          fire: list[list[int]] | None = None) -> None:
+    """Write (or rewrite) each live unit's ``text`` and ``short`` from its rule, its dashboard's tokens and
+    what its top logit tokens promote (no forward pass: a change of wording re-renders stored rules)."""
+    from attribution.sae.explain import promoted, render
+
+    fire = fire if fire is not None else fire_lists(db)[0]
+    t = db.tensors
+    logit_ok = (t["logit_top_vals"].abs().sum(1) > 0).tolist()
+    for f, e in enumerate(features):
+        if e.get("short") == "dead":
+            continue
+        logits = [db.token(i) for i in t["logit_top_ids"][f].tolist()] if logit_ok[f] else []
+        e["text"], e["short"] = render(e["rule"], text_of, fire[f], promoted(logits))
 
 
 def rounded(x: float | None) -> float | None:

@@ -156,4 +156,7 @@ def show_token(tok: str) -> str:
         return "⏎"
     if not tok.strip():
         return "␣"
-    return f"“{core(tok).strip()}”"
+    word = core(tok).strip()
+    if not any(c.isprintable() for c in word):  # a zero-width or control character would read as “”
+        word = word.encode("unicode_escape").decode("ascii")
+    return f"“{word}”"

@@ -4,6 +4,7 @@ fresh held-out text (attribution/sae/explain.py), stored beside its dashboards."
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import typer
 
@@ -26,6 +27,8 @@ def explain(
     batch_size: int = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int),
     bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
                               "(default: on for models over 10M parameters on CPU)."),
+    render_only: bool = typer.Option(False, "--render-only", help="Only rewrite the stored explanations' wording "
+                                     "from their rules (no forward pass; scores kept)."),
     device: str = DEVICE_OPTION,
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -50,6 +53,10 @@ def explain(
     m = workbench.load(model or names.pop(), device=check_device(device))
     units = [resolve(s, m) for s in sae]
     started = time.time()
+    if render_only:
+        emit({"rendered": [reword(m, d, db) for d, db in zip(units, dbs, strict=True)],
+              "seconds": round(time.time() - started, 1)}, as_json)
+        return
     last = [0.0]
 
     def progress(stage: str, done: int, total: int) -> None:
@@ -65,3 +72,20 @@ def explain(
         rows.append({"name": data["name"], "path": str(path), **data["summary"],
                      "explain_seconds": data["explain_seconds"], "forward_seconds": data["forward_seconds"]})
     emit({"explanations": rows, "windows": out[0]["n_windows"], "seconds": round(time.time() - started, 1)}, as_json)
+
+
+def reword(m: Any, d: Any, db: Any) -> str:
+    """Re-render one dictionary's stored explanations from their rules; the path written."""
+    from attribution.sae.explanations import fire_lists, load_explanations, save_explanations, words
+    from workbench.errors import ModelFileError
+
+    data = load_explanations(d.path, db.n_units)
+    if data is None:
+        raise ModelFileError(f"{d.name} has no explanations to re-render: build them with `workbench sae explain`")
+    fire, _ = fire_lists(db)
+    need = {i for fs in fire for i in fs}
+    for e in data["features"]:
+        for part in (e.get("rule") or {}).get("token"), (e.get("rule") or {}).get("context"):
+            need.update((part or {}).get("ids", []))
+    words(db, data["features"], {int(i): m.decode([int(i)]) for i in need}, fire)
+    return str(save_explanations(d.path, data))
