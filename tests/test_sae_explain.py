@@ -102,8 +102,10 @@ def stored(tmp_path_factory, one_thread):
                     {"model": str(model_dir), "hook": hook, "kind": "topk", "k": 4})
     m = wb.load(str(model_dir))
     texts = ["the movie was very good and the meal was great . the book was bad"] * 8
-    build_dashboards(m, [open_dictionary(path)], n_tokens=200, ctx=16,
-                     texts=[m.to_tokens(t)[0].tolist() for t in texts])[0].save(path)
+    db = build_dashboards(m, [open_dictionary(path)], n_tokens=200, ctx=16,
+                          texts=[m.to_tokens(t)[0].tolist() for t in texts])[0]
+    db.meta["weights_sha256"] = "these weights"  # what explore.build records
+    db.save(path)
     return path
 
 
@@ -118,6 +120,9 @@ def test_old_dashboards_open_without_explanations_and_damaged_ones_are_ignored(s
     assert db.card(3)["explanation"] == "unit 3 explained" and db.search_label("unit 3 expl")[0]["feature"] == 3
     with pytest.raises(ModelFileError, match=f"cover {db.n_units} units, not 99"):
         load_explanations(stored, 99)
+    save_explanations(stored, {"version": 1, "features": feats, "weights_sha256": "other"})
+    with pytest.warns(UserWarning, match="built for other weights"):
+        assert Dashboards.load(stored).explanations is None
     path.write_bytes(b"not gzip")
     with pytest.warns(UserWarning, match="cannot read explanations"):
         assert Dashboards.load(stored).explanations is None  # the dashboards stay usable

@@ -232,7 +232,8 @@ class Dashboards:
         from attribution.sae.explanations import read_explanations
 
         # a separate file: dashboards built before explanations existed open unchanged
-        return cls(tensors, meta, read_explanations(directory, int(tensors["density"].shape[0])))
+        return cls(tensors, meta, read_explanations(directory, int(tensors["density"].shape[0]),
+                                                    meta.get("weights_sha256")))
 
 
 TENSOR_RANKS = {"density": 1, "max_act": 1, "mean_act": 1, "count": 1, "hist": 2, "ctx_token": 2, "ctx_act": 2,

@@ -243,12 +243,16 @@ def load_explanations(directory: str | Path, n_units: int | None = None) -> dict
     return data
 
 
-def read_explanations(directory: str | Path, n_units: int) -> list[dict[str, Any]] | None:
-    """The features' explanations, or None (no file, or a damaged one: warned about, never fatal: the
-    dashboards stay usable without them)."""
+def read_explanations(directory: str | Path, n_units: int, weights: str | None = None) -> list[dict[str, Any]] | None:
+    """The features' explanations, or None (no file, a damaged one, or one built for other weights than the
+    dashboards' ``weights`` sha256: warned about, never fatal: the dashboards stay usable without them)."""
     try:
         data = load_explanations(directory, n_units)
     except ModelFileError as exc:
         warnings.warn(str(exc), stacklevel=2)
+        return None
+    if data and weights and data.get("weights_sha256") and data["weights_sha256"] != weights:
+        warnings.warn(f"the explanations in {directory} were built for other weights than its dashboards; rebuild "
+                      f"them with `workbench sae explain --sae {directory}`", stacklevel=2)
         return None
     return data["features"] if data else None
