@@ -6,7 +6,7 @@ Streamlit's "running" status has been gone for 0.5 s; the 0.5 s are not counted)
 is filled first (real smollm2 circuits and attributions, plus ``--filler`` small runs) so the Runs page is
 measured on a store of some size.
 
-    .venv/bin/python scripts/measure_pages.py [--store DIR] [--filler 300] [--json OUT]
+    .venv/bin/python scripts/measure_pages.py [--store DIR] [--filler 300] [--json OUT] [--bench RUN_ID]
 """
 
 from __future__ import annotations
@@ -77,12 +77,20 @@ def main() -> None:
     ap.add_argument("--filler", type=int, default=300, help="small runs added to the store")
     ap.add_argument("--json", default="", help="write the figures here too")
     ap.add_argument("--pages", default="", help="comma-separated page paths (default: all)")
+    ap.add_argument("--bench", default="", help="a bench run of the default store, copied in and opened on the "
+                    "Circuit benchmark and Runs pages")
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
     root = Path(args.store or tempfile.mkdtemp(prefix="wb-runs-"))
     started = time.perf_counter()
     run_id = fill_store(root, args.filler)
+    if args.bench:
+        import shutil
+
+        from workbench.store import RunStore
+
+        shutil.copytree(RunStore().root / args.bench, root / args.bench, dirs_exist_ok=True)
     print(f"store {root}: filled in {time.perf_counter() - started:.1f} s", flush=True)
     port = free_port()
     log = Path(tempfile.mkdtemp()) / "app.log"
@@ -103,6 +111,11 @@ def main() -> None:
             rows.append({"page": "runs?run=<smollm2 dpa circuit>", "cold_s": round(cold, 2),
                          "warm_s": round(warm, 2)})
             print(f"/runs?run={run_id}: cold {cold:.2f} s   warm {warm:.2f} s", flush=True)
+            for url in ([f"benchmark?run={args.bench}", f"runs?run={args.bench}"] if args.bench else []):
+                cold, warm = render(browser, f"{base}/{url}"), render(browser, f"{base}/{url}")
+                rows.append({"page": url.replace(args.bench, "<bench run>"), "cold_s": round(cold, 2),
+                             "warm_s": round(warm, 2)})
+                print(f"/{url}: cold {cold:.2f} s   warm {warm:.2f} s", flush=True)
             browser.close()
     finally:
         stop_app(proc)

@@ -1,10 +1,10 @@
-"""Screenshots of the app for the README: Circuits, Feature graph, Lens, SAE features and Runs on smollm2-135m,
-in headless Chromium, written small (palette PNG) to docs/screenshots/.
+"""Screenshots of the app for the README: Circuits, Feature graph, Lens, SAE features, Runs and Circuit benchmark
+on smollm2-135m, in headless Chromium, written small (palette PNG) to docs/screenshots/.
 
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--store DIR]
 
 ``--store`` is a run store holding a smollm2 circuit (scripts/measure_pages.py fills one); the Runs shot opens
-its newest circuit run.
+its newest circuit run, the benchmark shot its newest bench run (copy one in) with a cell's circuit opened.
 """
 
 from __future__ import annotations
@@ -85,10 +85,18 @@ def main() -> None:
             page.goto(f"{base}/sae", timeout=120_000)
             settle(page)
             shot("sae", ".js-plotly-plot")
-            run = ""
+            run, bench = "", ""
             if args.store:
                 runs = sorted(n for n in os.listdir(args.store) if "-circuit-" in n)
                 run = runs[-1] if runs else ""
+                benches = sorted(n for n in os.listdir(args.store) if "-bench-" in n)
+                bench = benches[-1] if benches else ""
+            if bench:  # the leaderboard, with one cell's circuit opened
+                page.goto(f"{base}/benchmark?run={bench}", timeout=120_000)
+                settle(page)
+                page.get_by_role("button", name="Open this cell's circuit").click()
+                settle(page)
+                shot("benchmark", ".js-plotly-plot >> nth=-1")
             page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
             settle(page)
             shot("runs", "text=/· kind/" if run else None, top=True)
