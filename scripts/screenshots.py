@@ -4,7 +4,7 @@ on smollm2-135m, in headless Chromium, written small (palette PNG) to docs/scree
     .venv/bin/python scripts/screenshots.py [--out docs/screenshots] [--store DIR]
 
 ``--store`` is a run store holding a smollm2 circuit (scripts/measure_pages.py fills one); the Runs shot opens
-its newest circuit run, the benchmark shot its newest bench run (copy one in) with a cell's circuit opened.
+its newest circuit run, the benchmark shot the leaderboard of its newest bench run (copy one in).
 """
 
 from __future__ import annotations
@@ -91,12 +91,10 @@ def main() -> None:
                 run = runs[-1] if runs else ""
                 benches = sorted(n for n in os.listdir(args.store) if "-bench-" in n)
                 bench = benches[-1] if benches else ""
-            if bench:  # the leaderboard, with one cell's circuit opened
+            if bench:  # the leaderboard (a cell's circuit opens below it)
                 page.goto(f"{base}/benchmark?run={bench}", timeout=120_000)
                 settle(page)
-                page.get_by_role("button", name="Open this cell's circuit").click()
-                settle(page)
-                shot("benchmark", ".js-plotly-plot >> nth=-1")
+                shot("benchmark")
             page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
             settle(page)
             shot("runs", "text=/· kind/" if run else None, top=True)

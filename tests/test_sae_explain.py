@@ -145,3 +145,16 @@ def test_render_only_rewords_stored_rules(stored, monkeypatch, capsys):
     again = load_explanations(stored, db.n_units)["features"]
     assert again[0]["text"].split(";")[0] == "articles (the, a, an)" and again[0]["short"] == "articles"
     assert again[0]["score"] == 0.25  # the score is kept
+
+
+def test_a_cut_description_keeps_its_score():
+    import torch
+
+    from attribution.sae.dashboard import Dashboards
+
+    db = Dashboards({"density": torch.zeros(2)}, {"labels": ["' the' → 'x'", "' a'"]},
+                    [{"text": "the tokens “the” right after prepositions", "short": "“the” right after prepositions",
+                      "score": 0.7993}, None])
+    assert db.describe(0, short=True, width=12) == "“the” right… · sim 0.80"
+    assert db.describe(0) == "the tokens “the” right after prepositions · sim 0.80"
+    assert db.describe(1, width=40) == "' a'"  # no explanation: the token label, no score

@@ -185,10 +185,10 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     if not feats:
         st.info("No feature fires on the shown positions.")
         return
-    labels = [db.describe(f, short=True) if db is not None else "" for f in feats]
+    labels = [db.describe(f, short=True, width=34) if db is not None else "" for f in feats]
     z = score[:, feats].T.numpy()
     xs = V.token_labels(tokens)[first:]
-    ys = [f"f{f} {lab[:40]}" for f, lab in zip(feats, labels, strict=True)]
+    ys = [f"f{f} {lab}" for f, lab in zip(feats, labels, strict=True)]
     fig = go.Figure(go.Heatmap(z=z, x=xs, y=ys, colorscale="Oranges"))
     V.clickable_cells(fig, xs, ys, [[f"{y}<br>{x}: {v:.3f}<br>click: open its dashboard" for x, v in zip(
         xs, row.tolist(), strict=True)] for y, row in zip(ys, z, strict=True)])

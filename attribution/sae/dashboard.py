@@ -72,14 +72,15 @@ class Dashboards:
         """The unit's explanation (text, short, score, rule; explanations.py), None when none is built."""
         return self.explanations[unit] if self.explanations is not None else None
 
-    def describe(self, unit: int, short: bool = False) -> str:
+    def describe(self, unit: int, short: bool = False, width: int | None = None) -> str:
         """What to call a unit: its explanation (short form in tight places) and simulation score, else
-        its automatic token label."""
+        its automatic token label. width cuts the words, never the score (a cut "sim 0.80" read "sim 0")."""
         e = self.explanation(unit)
-        if e is None:
-            return self.labels[unit]
-        score = f" · sim {e['score']:.2f}" if e.get("score") is not None else ""
-        return (e["short"] if short else e["text"]) + score
+        text = self.labels[unit] if e is None else e["short"] if short else e["text"]
+        if width is not None and len(text) > width:
+            text = text[: max(1, width - 1)] + "…"
+        score = f" · sim {e['score']:.2f}" if e is not None and e.get("score") is not None else ""
+        return text + score
 
     def check(self, unit: int) -> int:
         if not 0 <= int(unit) < self.n_units:
