@@ -84,13 +84,14 @@ def main() -> None:
 
     root = Path(args.store or tempfile.mkdtemp(prefix="wb-runs-"))
     started = time.perf_counter()
+    from workbench.store import RunStore
+
+    home = RunStore().root  # the default store, before fill_store points WORKBENCH_RUNS at the new one
     run_id = fill_store(root, args.filler)
     if args.bench:
         import shutil
 
-        from workbench.store import RunStore
-
-        shutil.copytree(RunStore().root / args.bench, root / args.bench, dirs_exist_ok=True)
+        shutil.copytree(home / args.bench, root / args.bench, dirs_exist_ok=True)
     print(f"store {root}: filled in {time.perf_counter() - started:.1f} s", flush=True)
     port = free_port()
     log = Path(tempfile.mkdtemp()) / "app.log"
