@@ -102,3 +102,22 @@ def test_cf_is_the_mean_of_dpa_from_either_side(tiny_models):
         row = {k: v for k, v in ROW.items() if k != "corrupt"}
         with pytest.raises(MethodError, match="dpa_cf needs counterfactual"):
             dpa_edges.score_cf(m, g, prepare(m, [row], ablation="mean"), refs)
+
+
+def test_scoring_and_a_cut_pull_back_leave_grad_mode_on(tiny_models):
+    """Grad mode is per thread: dpa_cf's two interleaved target passes once exited their no_grad out of order
+    and left it off for every later test in the process (28 failures in the suite)."""
+    from attribution.dpa.pullback import dpa_cache, pull_back
+
+    m = tiny_models[0]
+    g = CircuitGraph.of(m)
+    ps = prepare(m, [ROW], ablation="corrupt")
+    dpa_edges.score_cf(m, g, ps, References(m, g, ps))
+    assert torch.is_grad_enabled()
+    cache = dpa_cache(m, m.encode(ROW["prompt"], ROW["target"]).tokens, DPAParams())
+    top = (m.arch.n_layers - 1, "post")
+    steps = pull_back(m, cache, torch.ones(1, cache["hook_embed"].shape[1], m.arch.d_model), top, DPAParams())
+    next(steps)  # the caller stops after one point: a cut pass
+    assert torch.is_grad_enabled()
+    del steps
+    assert torch.is_grad_enabled()

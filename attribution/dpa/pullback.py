@@ -22,7 +22,7 @@ from jaxtyping import Float
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import At, Point, hook_names, init_target, rank, top_down
+from attribution.dpa.steps import At, Point, hook_names, init_target, rank, top_down, without_grad
 
 if TYPE_CHECKING:
     from workbench.hooked import HookedModel
@@ -57,12 +57,12 @@ def pull_back(model: HookedModel, cache: dict[str, torch.Tensor], t: Float[torch
     seeing ``(l, "post")`` holds MLP l fixed for the rest of the pass (its output is accounted for by a
     transcoder's nodes). Stop iterating to cut the pass (a residual SAE mediates everything below it).
     """
-    with torch.no_grad():
-        n = t.shape[0]
-        wide = {k: v.expand(n, *v.shape[1:]) if v.shape[0] == 1 and n > 1 else v for k, v in cache.items()}
-        for step in top_down(model, wide, t, p, start=start, lowest=lowest, frozen_mlps=frozen_mlps):
-            if isinstance(step, At):
-                yield step.point, step.t
+    n = t.shape[0]
+    wide = {k: v.expand(n, *v.shape[1:]) if v.shape[0] == 1 and n > 1 else v for k, v in cache.items()}
+    steps = top_down(model, wide, t, p, start=start, lowest=lowest, frozen_mlps=frozen_mlps)
+    for step in without_grad(steps):  # no yield inside no_grad: a cut pass would leave grad off
+        if isinstance(step, At):
+            yield step.point, step.t
 
 
 def embedding(cache: dict[str, torch.Tensor]) -> Float[torch.Tensor, "1 pos d_model"]:

@@ -367,6 +367,18 @@ class Update:
     update: torch.Tensor
 
 
+def without_grad(steps: Iterator[Any]) -> Iterator[Any]:
+    """``steps`` with each step computed under no_grad, and nothing yielded inside no_grad: grad mode is per
+    thread, not per generator, so a generator suspended inside ``no_grad`` leaks it to its caller, and two
+    interleaved ones (dpa_cf's clean and counterfactual passes) exit out of order and leave grad off."""
+    while True:
+        with torch.no_grad():
+            item = next(steps, StopIteration)
+        if item is StopIteration:
+            return
+        yield item
+
+
 def top_down(model: HookedModel, cache: dict[str, torch.Tensor], t: torch.Tensor, p: DPAParams,
              start: Point | None = None, lowest: Point = (-1, "post"), frozen_mlps: Container[int] = (),
              out: dict[str, torch.Tensor] | None = None, offsets: dict[str, torch.Tensor] | None = None,

@@ -37,7 +37,7 @@ import torch
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, top_down
+from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, top_down, without_grad
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
@@ -132,23 +132,28 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
                      p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
     """Yield (n_upstream, receiver slice, T [receiver, batch, pos, d_model]) from the top of the model down:
     the logits first, then per layer its MLP input and its heads' q/k/v inputs (DPA's top-down loop,
-    ``steps.top_down``, with the attention's update kept per receiver)."""
+    ``steps.top_down``, with the attention's update kept per receiver); each step under no_grad
+    (``steps.without_grad``)."""
+    return without_grad(_receiver_targets(model, graph, batch, cache, p))
+
+
+def _receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
+                      p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
     encs = [SimpleNamespace(seq_len=int(last) + 1, query=int(last), target_id=int(t),
                             foil_id=None if batch.foil is None else int(f))
             for last, t, f in zip(batch.last, batch.target,
                                   batch.foil if batch.foil is not None else batch.target, strict=True)]
     offsets = {k: torch.zeros(batch.size, dtype=torch.float64) for k in OFFSET_KEYS}  # bias terms: not edges
     n_recv = len(graph.receivers)
-    with torch.no_grad():
-        t, _ = init_target(model, encs, cache, offsets, p.norm_aware)
-        yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
-        for step in top_down(model, cache, t, p, offsets=offsets, per_head=True):
-            if not isinstance(step, Update):
-                continue
-            cols = receiver_cols(graph, step.layer)
-            if step.sublayer == "mlp":
-                mlp = cols["mlp"]
-                yield graph.upstream(graph.receivers[mlp]), slice(mlp, mlp + 1), step.update[None]
-            else:
-                base = int(cols["q"][0])
-                yield head_slot(graph, step.layer), slice(base, base + step.update.shape[0]), step.update
+    t, _ = init_target(model, encs, cache, offsets, p.norm_aware)
+    yield len(graph.senders), slice(n_recv - 1, n_recv), t[None]
+    for step in top_down(model, cache, t, p, offsets=offsets, per_head=True):
+        if not isinstance(step, Update):
+            continue
+        cols = receiver_cols(graph, step.layer)
+        if step.sublayer == "mlp":
+            mlp = cols["mlp"]
+            yield graph.upstream(graph.receivers[mlp]), slice(mlp, mlp + 1), step.update[None]
+        else:
+            base = int(cols["q"][0])
+            yield head_slot(graph, step.layer), slice(base, base + step.update.shape[0]), step.update
