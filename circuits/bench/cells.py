@@ -12,6 +12,7 @@ it), so the ranking keeps its precision at any magnitude; a node-level-only meth
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -46,7 +47,7 @@ def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
     if edge is None:
         return None, 1.0
     scale = float(edge.abs().max()) if edge.numel() else 0.0
-    scale = scale if scale > 0 and scale == scale and scale != float("inf") else 1.0
+    scale = scale if scale > 0 and math.isfinite(scale) else 1.0
     return torch.nan_to_num(edge.float() / scale).to(torch.float16), scale
 
 
