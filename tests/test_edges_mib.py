@@ -118,3 +118,21 @@ def test_ifr_edges_are_proportions(tiny, ioi2):
         assert torch.allclose(dense.sum(0), torch.ones(len(g.receivers), dtype=torch.float64), atol=1e-5), m.name
         assert res.score_of("embed", "L0.H0.q") == pytest.approx(1.0, abs=1e-6)
         assert float(res.scores.max()) < 1.0 + 1e-6 and int((res.scores > 1e-3).sum()) > len(g.receivers)
+
+
+def test_text_parameters_refused_before_any_model():
+    """A text parameter's value is checked against the table (what the bench and the CLI check before a model
+    loads), and the table's allowed values are the ones the scorers' modules accept."""
+    from attribution.dpa.params import ACT_MODES, NORM_MODES
+    from circuits.edges.eap_ig_act import POOLS
+    from circuits.edges.edge_pruning import LOSSES
+
+    assert get_method("eap_ig_act").choices["pool"] == POOLS
+    assert get_method("edge_pruning").choices["loss"] == LOSSES
+    for name in ("dpa", "dpa_norm", "dpa_cf"):
+        assert get_method(name).choices == {"act_mode": ACT_MODES, "norm": NORM_MODES}
+    with pytest.raises(MethodError, match="pool='some' must be one of all, own"):
+        get_method("eap_ig_act").check_params({"pool": "some"})
+    with pytest.raises(MethodError, match="norm='loose'"):
+        get_method("dpa_norm").check_params({"norm": "loose"})
+    assert get_method("eap_ig_act").check_params({"pool": "own"})["pool"] == "own"

@@ -34,6 +34,7 @@ class EdgeMethod:
     label: str = ""
     function: str = "score"
     per_layer: bool = False  # cost_per counts once per layer moved (embedding, each attention layer and MLP)
+    choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # text parameter -> its allowed values
 
     def scorer(self) -> Callable[..., Any]:
         return getattr(import_module(self.module), self.function)
@@ -56,6 +57,9 @@ class EdgeMethod:
             raise MethodError(f"{self.name} has no parameter {', '.join(unknown)}; parameters: {have}")
         for key, value in params.items():
             _check_param(self.name, key, value, self.params[key])
+            allowed = self.choices.get(key)
+            if allowed is not None and value not in allowed:  # refused here, before any model or prompt loads
+                raise MethodError(f"{self.name} parameter {key}={value!r} must be one of {', '.join(allowed)}")
         return {**self.params, **params}
 
 
@@ -83,6 +87,9 @@ def _check_param(method: str, key: str, value: Any, default: Any) -> None:
         raise MethodError(f"{method} parameter {key}={value!r} must be {want}")
 
 
+# the text parameters' values, as the scorers' modules spell them (tests/test_edges_mib.py holds them equal)
+_DPA_CHOICES = {"act_mode": ("ratio", "derivative"), "norm": ("frozen", "aware")}
+
 EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
     EdgeMethod("eap", "circuits.edges.eap",
                "edge attribution patching: (clean - reference) output of the sender . gradient at the receiver input",
@@ -94,24 +101,24 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
                "EAP-IG-activations (MIB): integrated gradients moving one layer's output at a time from its "
                "reference to its clean value; pool=own keeps only the sender's own layer's passes",
                {"steps": 5, "pool": "all"}, cost=1.0, cost_per={"steps": 3.0}, per_layer=True,
-               label="EAP-IG (activations)"),
+               label="EAP-IG (activations)", choices={"pool": ("all", "own")}),
     EdgeMethod("ifr", "circuits.edges.ifr",
                "information flow routes (Ferrando & Voita 2024): each sender's L1-proximity share of the receiver's "
                "input on the clean run; unsigned (>= 0, no target or reference used)", cost=1.0, label="IFR"),
     EdgeMethod("dpa", "circuits.edges.dpa",
                "Dual Path Attribution: (clean - reference) output of the sender . DPA target at the receiver input",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
-               cost=3.0, label="DPA"),
+               cost=3.0, label="DPA", choices=_DPA_CHOICES),
     EdgeMethod("dpa_norm", "circuits.edges.dpa", "DPA with each norm's scale carried, not frozen (norm-aware)",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio",
-                "norm": "aware"}, cost=3.0, label="DPA (norm-aware)"),
+                "norm": "aware"}, cost=3.0, label="DPA (norm-aware)", choices=_DPA_CHOICES),
     EdgeMethod("dpa_cf", "circuits.edges.dpa", "DPA with targets averaged over the clean and counterfactual runs",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
-               cost=4.0, label="DPA (counterfactual-aware)", function="score_cf"),
+               cost=4.0, label="DPA (counterfactual-aware)", function="score_cf", choices=_DPA_CHOICES),
     EdgeMethod("edge_pruning", "circuits.edges.edge_pruning",
                "edge pruning: a hard-concrete mask over every edge learned on the prompts (Bhaskar et al. 2024)",
                {"steps": 20, "lr": 0.2, "l0": 0.01, "seed": 0, "loss": "kl"}, cost=8.0, cost_per={"steps": 11.0},
-               label="Edge Pruning"),
+               label="Edge Pruning", choices={"loss": ("kl", "metric")}),
     # exact: discover.estimate counts one forward per patched edge (per ``copies`` edges), not ``cost``
     EdgeMethod("activation_patching", "circuits.edges.patching",
                "path patching: ablate one edge at a time and measure the metric (exact, one forward per edge)",
