@@ -68,3 +68,38 @@ def test_tiny_end_to_end_every_method_both_levels(tiny_llama, tmp_path):
 
     text = markdown(result)
     assert "Edge level: CPR" in text and "Node level: CMD" in text and "activation_patching" in text
+
+
+def test_edge_patching_sample_is_the_truth_the_methods_are_checked_against(tiny_llama, tmp_path):
+    """Activation patching at edge level scores a seeded sample of edges exactly (the same effects as patching
+    each alone), and every method's scores on those edges are correlated with them; patching's own full
+    scores would agree perfectly."""
+    import torch
+
+    from circuits.bench.agreement import agreement
+    from circuits.bench.prompts import task_prompts
+    from circuits.edges.patching import score
+    from circuits.graph import CircuitGraph
+    from circuits.intervene import References
+
+    torch.set_num_threads(1)
+    rows = [dict(r, split=s) for r, s in zip(ROWS, ["train"] * 5 + ["test"] * 5, strict=True)]
+    cfg = BenchConfig(model="tiny", tasks=[_write(tmp_path / "t.jsonl", rows)], methods=["random", "eap",
+                      "activation_patching"], levels=["edge"], n_train=4, n_test=4, n_boot=20, batch_size=4,
+                      patch_sample=30)
+    result = run(cfg, model=tiny_llama)
+    task = result["tasks"][0]
+    sample = task["methods"]["activation_patching"]["sample"]
+    assert len(sample["edges"]) == 30 == len(set(sample["edges"])) and sample["n_prompts"] == 4
+    assert task["methods"]["activation_patching"]["levels"] == {}  # no curve from 30 edges
+    graph = CircuitGraph.of(tiny_llama)
+    prompts = task_prompts(tiny_llama, rows[:4], "logit_diff", 4)
+    every = score(tiny_llama, graph, prompts, References(tiny_llama, graph, prompts))
+    assert torch.allclose(every[sample["edges"]], torch.tensor(sample["exact"]), atol=1e-5)
+    agree = task["patching_agreement"]
+    assert set(agree["methods"]) == {"random", "eap"} and agree["n_edges"] == 30
+    assert agree["methods"]["eap"]["pearson"] > agree["methods"]["random"]["pearson"]
+    assert agreement(sample, {"truth": every})["methods"]["truth"]["spearman"] == pytest.approx(1.0)
+    from circuits.bench.report import markdown
+
+    assert "agreement with activation patching" in markdown(result)

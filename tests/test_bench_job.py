@@ -69,10 +69,11 @@ def test_cells_split_over_workers_merge_to_the_runners_result(tiny_llama, tmp_pa
             parts.append(job.run_shard(spec, shard, report))
             assert report.steps == report.totals[0]  # each (cell, level) once
             steps += report.steps
-    assert steps == job.items(spec) == 2 * (2 + 2 + 1)  # activation patching: node level only
+    assert steps == job.items(spec) == 2 * (2 + 2 + 2)  # activation patching: node level and its edge sample
     got = job.finish(spec, parts)
     assert _untimed(got.result) == _untimed(expected)  # every CPR, CMD, interval and curve, bit for bit
     assert list(got.result["tasks"][1]["methods"]) == methods and got.result["tasks"][1]["task"] == tasks[1]
+    assert set(got.result["tasks"][1]["patching_agreement"]["methods"]) == {"random", "eap"}  # equal, above
 
     run_ = got.save(RunStore())
     assert [(c["task"], c["method"]) for c in run_.result()["cells"]] == [(t, m) for t in tasks

@@ -27,7 +27,10 @@ def test_split_variant_types_and_refusals():
             split_variant(bad)
     cfg = BenchConfig(model="m", tasks=["ioi"], methods=["dpa:w_q=0", "activation_patching:copies=2"])
     check_config(cfg)
-    assert total_steps(cfg) == 2 + 1  # edge and node; activation patching node level only, variant or not
+    assert total_steps(cfg) == 2 + 2  # edge and node; activation patching: node level and its edge sample
+    assert total_steps(BenchConfig(model="m", tasks=["ioi"], methods=["activation_patching"], patch_sample=0)) == 1
+    with pytest.raises(MethodError, match="patch-sample"):
+        check_config(BenchConfig(model="m", tasks=["ioi"], patch_sample=-1))
     with pytest.raises(MethodError, match="evaluation split"):
         check_config(BenchConfig(model="m", tasks=["ioi"], eval_split="train"))
 

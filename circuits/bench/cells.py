@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from circuits.bench.agreement import attach
 from circuits.graph import CircuitGraph, Subgraph
 from workbench.errors import RunStoreError
 
@@ -35,11 +36,10 @@ def cells(cfg: BenchConfig) -> list[Cell]:
 
 
 def cell_steps(cfg: BenchConfig, method: str) -> int:
-    """Progress steps of one cell: one per level it is evaluated at (node-level-only methods skip edge; a
-    variant ``NAME:key=value`` is its method's)."""
-    from circuits.bench.runner import NODE_ONLY
+    """Progress steps of one cell (``runner.method_steps``)."""
+    from circuits.bench.runner import method_steps
 
-    return sum(1 for lv in cfg.levels if not (lv == "edge" and method.split(":")[0] in NODE_ONLY))
+    return method_steps(cfg, method)
 
 
 def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
@@ -105,6 +105,8 @@ def merge(cfg: BenchConfig, parts: list[dict[str, Any]]) -> BenchResult:
     for task in cfg.tasks:
         first = by[(task, cfg.methods[0])]
         tasks.append({**first["header"], "methods": {m: by[(task, m)]["result"] for m in cfg.methods}})
+        attach(tasks[-1], {m: by[(task, m)]["scores"].float() * by[(task, m)]["scale"] for m in cfg.methods
+                           if by[(task, m)]["scores"] is not None})
         for m in cfg.methods:
             p = by[(task, m)]
             if p["scores"] is not None:

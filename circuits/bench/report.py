@@ -58,6 +58,7 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
                 if all(c == "-" for c in cells):
                     continue
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += _agreement_lines(result, methods, tasks)
     lines += ["", "## Seconds (scoring on train; evaluation of all curves in parentheses)", "",
               "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
     for m in methods:
@@ -73,6 +74,29 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
     if reading:
         lines += ["", "## Reading", "", reading.strip()]
     return "\n".join(lines) + "\n"
+
+
+def _agreement_lines(result: dict[str, Any], methods: list[str], tasks: list[str]) -> list[str]:
+    """The table of each method's agreement with activation patching on a sample of edges (when one ran)."""
+    found = [t.get("patching_agreement") for t in result["tasks"]]
+    if not any(found):
+        return []
+    sizes = sorted({f"{a['n_edges']} edges, {a['n_prompts']} prompts" for a in found if a})
+    lines = ["", "## Edge level: agreement with activation patching on a sample (Spearman / Pearson)", "",
+             f"Exact single-edge patching effects of a seeded random sample ({'; '.join(sizes)}: the train prompts "
+             "the methods scored), against each method's edge scores on the same edges. A uniform sample is mostly "
+             "edges with tiny effects: Spearman reads the ordering of that bulk, Pearson the few heavy edges.", "",
+             "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    for m in methods:
+        cells = [fmt(a["methods"][m]["spearman"]) + " / " + fmt(a["methods"][m]["pearson"])
+                 if a and m in a["methods"] else "-" for a in found]
+        if not all(c == "-" for c in cells):
+            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def write_atomic(path: Path, text: str) -> None:

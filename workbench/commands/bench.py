@@ -38,12 +38,14 @@ def circuits(
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: ioi, facts, add, "
                               "greater_than, induction); a .jsonl path is a custom task."),
     methods: str = typer.Option(None, "--methods", help="Comma-separated methods (default: random, eap, "
-                                "eap_ig, dpa; activation_patching is node level); NAME:key=value:key=value "
-                                "is a variant with parameters set (dpa:w_v=0.7)."),
+                                "eap_ig, dpa; activation_patching: exact, node level and a sample of edges); "
+                                "NAME:key=value:key=value is a variant with parameters set (dpa:w_v=0.7)."),
     levels: str = typer.Option("edge", "--levels", help="edge, node or edge,node."),
     n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring)."),
     n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves)."),
     n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching."),
+    patch_sample: int = typer.Option(256, "--patch-sample", help="Edges activation patching scores exactly at "
+                                     "edge level (on the train prompts), to check every method's scores against."),
     selection: str = typer.Option("topk", "--selection", help="topk, greedy, bootstrap or positive_ratio."),
     eval_split: str = typer.Option("test", "--eval-split", help="Where the curves are measured: test (report) "
                                    "or validation (choose variants; --n-test caps its prompts)."),
@@ -70,6 +72,7 @@ def circuits(
     names = [str(Path(t).resolve()) if t.endswith(".jsonl") else t for t in _list(tasks, DEFAULT_TASKS)]
     spec = BenchCircuitsSpec(model=model, tasks=names, methods=_list(methods, DEFAULT_METHODS),
                              levels=_list(levels, ["edge"]), n_train=n_train, n_test=n_test, n_patch=n_patch,
+                             patch_sample=patch_sample,
                              selection=selection, eval_split=eval_split, n_boot=boot,
                              batch_size=batch_size)  # checks the config
     if out is not None and out.suffix != ".md":
