@@ -57,7 +57,7 @@ class BenchConfig:
     batch_size: int = 8
     seed: int = 0
     eval_split: str = "test"  # where the curves are measured: "validation" to choose variants, "test" to report
-    patch_sample: int = 256  # edges activation patching scores exactly at edge level (0: none)
+    patch_sample: int = 64  # edges activation patching scores exactly at edge level (0: none)
 
 
 def check_config(cfg: BenchConfig) -> None:

@@ -44,8 +44,9 @@ def circuits(
     n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring)."),
     n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves)."),
     n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching."),
-    patch_sample: int = typer.Option(256, "--patch-sample", help="Edges activation patching scores exactly at "
-                                     "edge level (on the train prompts), to check every method's scores against."),
+    patch_sample: int = typer.Option(64, "--patch-sample", help="Edges activation patching scores exactly at "
+                                     "edge level (on the train prompts; one forward each), to check every "
+                                     "method's scores against."),
     selection: str = typer.Option("topk", "--selection", help="topk, greedy, bootstrap or positive_ratio."),
     eval_split: str = typer.Option("test", "--eval-split", help="Where the curves are measured: test (report) "
                                    "or validation (choose variants; --n-test caps its prompts)."),

@@ -465,7 +465,7 @@ class BenchCircuitsSpec(ModelSpec):
     n_train: int = 16
     n_test: int = 12
     n_patch: int = 4
-    patch_sample: int = 256
+    patch_sample: int = 64
     selection: str = "topk"
     n_boot: int = 1000
     batch_size: int = 8
