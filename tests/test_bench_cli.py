@@ -103,3 +103,24 @@ def test_edge_patching_sample_is_the_truth_the_methods_are_checked_against(tiny_
     from circuits.bench.report import markdown
 
     assert "agreement with activation patching" in markdown(result)
+
+
+def test_best_per_task_reads_intervals():
+    """The best method per task: highest CPR, lowest CMD, random never counted; 'clear' only when the intervals
+    do not overlap."""
+    from circuits.bench.report import best_per_task, markdown
+
+    def lv(cpr, cpr_ci, cmd, cmd_ci):
+        return {"levels": {"edge": {"cpr": cpr, "cpr_ci": cpr_ci, "cmd": cmd, "cmd_ci": cmd_ci, "eval_seconds": 1}},
+                "seconds": 1.0}
+
+    methods = {"random": lv(9.0, [8.0, 10.0], 0.0, [0.0, 0.0]), "a": lv(1.2, [1.1, 1.3], 0.05, [0.04, 0.06]),
+               "b": lv(1.0, [0.9, 1.05], 0.04, [0.03, 0.07])}
+    result = {"config": {"levels": ["edge"], "methods": list(methods), "n_train": 4, "n_test": 4, "n_patch": 4,
+                         "selection": "topk", "n_boot": 10, "batch_size": 4}, "model": "m", "seconds": 60,
+              "tasks": [{"task": "t", "metric": "logit_diff", "source": "x", "n_train": 4, "n_test": 4,
+                         "m_full": 1.0, "m_empty": 0.0, "methods": methods}]}
+    best = best_per_task(result, "edge")["t"]
+    assert best["cpr"] == {"method": "a", "value": 1.2, "runner_up": "b", "clear": True}
+    assert best["cmd"] == {"method": "b", "value": 0.04, "runner_up": "a", "clear": False}
+    assert "| t | a 1.200 * | b | b 0.040 | a |" in markdown(result)

@@ -58,6 +58,8 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
                 if all(c == "-" for c in cells):
                     continue
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    for level in cfg["levels"]:
+        lines += _best_lines(result, level)
     lines += _agreement_lines(result, methods, tasks)
     lines += ["", "## Seconds (scoring on train; evaluation of all curves in parentheses)", "",
               "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
@@ -74,6 +76,40 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
     if reading:
         lines += ["", "## Reading", "", reading.strip()]
     return "\n".join(lines) + "\n"
+
+
+def best_per_task(result: dict[str, Any], level: str) -> dict[str, dict[str, dict[str, Any]]]:
+    """Per task, the best method by CPR (highest) and by CMD (lowest) at ``level``, random aside: {task: {"cpr":
+    {method, value, runner_up, clear}}}; clear: its interval does not overlap the runner-up's."""
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for t in result["tasks"]:
+        got = {m: r["levels"][level] for m, r in t["methods"].items() if m != "random" and level in r["levels"]}
+        if not got:
+            continue
+        out[t["task"]] = {}
+        for key, sign in (("cpr", -1), ("cmd", 1)):
+            order = sorted(got, key=lambda m: sign * got[m][key])
+            best = order[0]
+            second = order[1] if len(order) > 1 else None
+            lo, hi = got[best][f"{key}_ci"]
+            clear = second is not None and (lo > got[second][f"{key}_ci"][1] if key == "cpr"
+                                             else hi < got[second][f"{key}_ci"][0])
+            out[t["task"]][key] = {"method": best, "value": got[best][key], "runner_up": second, "clear": clear}
+    return out
+
+
+def _best_lines(result: dict[str, Any], level: str) -> list[str]:
+    best = best_per_task(result, level)
+    if not best:
+        return []
+    lines = ["", f"## {level.capitalize()} level: best per task (random aside; * interval clear of the runner-up's)",
+             "", "| task | best CPR | runner-up | best CMD | runner-up |", "|---|---|---|---|---|"]
+    for task, b in best.items():
+        cpr, cmd = b["cpr"], b["cmd"]
+        lines.append(f"| {task} | {cpr['method']} {cpr['value']:.3f}{' *' if cpr['clear'] else ''} | "
+                     f"{cpr['runner_up'] or '-'} | {cmd['method']} {cmd['value']:.3f}{' *' if cmd['clear'] else ''} | "
+                     f"{cmd['runner_up'] or '-'} |")
+    return lines
 
 
 def _agreement_lines(result: dict[str, Any], methods: list[str], tasks: list[str]) -> list[str]:
