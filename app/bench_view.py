@@ -103,6 +103,26 @@ def seconds_table(result: dict[str, Any]) -> Any:
     return pd.DataFrame(data)
 
 
+def agreement_table(result: dict[str, Any]) -> Any:
+    """Methods x tasks: "Spearman / Pearson" of each method's edge scores against activation patching on a
+    sample of edges (circuits/bench/agreement.py); None when the run patched no sample."""
+    import pandas as pd
+
+    found = {t["task"]: t["patching_agreement"] for t in result["tasks"] if t.get("patching_agreement")}
+    if not found:
+        return None
+
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    methods = [m for m in _methods(result) if any(m in a["methods"] for a in found.values())]
+    data: dict[str, list[str]] = {"method": methods}
+    for task, a in found.items():
+        data[task] = [fmt(a["methods"][m]["spearman"]) + " / " + fmt(a["methods"][m]["pearson"])
+                      if m in a["methods"] else "-" for m in methods]
+    return pd.DataFrame(data)
+
+
 def curves_figure(result: dict[str, Any], task: str, level: str, key: str) -> Any:
     """Each method's faithfulness curve on ``task`` (``key``: the cpr curve, signed scores, or the cmd one,
     |scores|) against the fraction of the graph kept."""
@@ -159,6 +179,13 @@ def show_leaderboard(run: Any, prefix: str) -> bool:
     st.dataframe(table(result, level, "cmd"), hide_index=True, key=f"{prefix}_cmd")
     st.markdown("**Seconds** (scoring on train; evaluation of all curves in parentheses)")
     st.dataframe(seconds_table(result), hide_index=True, key=f"{prefix}_seconds")
+    agree = agreement_table(result)
+    if agree is not None:
+        n = next(t["patching_agreement"]["n_edges"] for t in result["tasks"] if t.get("patching_agreement"))
+        st.markdown(f"**Agreement with activation patching** on a sample of {n} edges (Spearman / Pearson)",
+                    help="Exact single-edge patching effects on the train prompts against each method's scores "
+                         "on the same edges; a uniform sample is mostly tiny effects.")
+        st.dataframe(agree, hide_index=True, key=f"{prefix}_agreement")
 
     tasks = [t["task"] for t in result["tasks"]]
     c1, c2 = st.columns([3, 1])

@@ -42,6 +42,8 @@ def _result() -> dict:
         methods["activation_patching"] = {"levels": {"node": _level(0.6)}, "seconds": 9.0, "n_scored": 4}
         tasks.append({"task": t, "metric": "logit_diff", "source": "built", "n_train": 4, "n_test": 4, "m_full": 2.0,
                       "m_empty": 0.1, "ends_seconds": 0.1, "methods": methods})
+    tasks[0]["patching_agreement"] = {"n_edges": 64, "n_prompts": 4, "methods": {
+        "random": {"spearman": 0.01, "pearson": None}, "eap": {"spearman": 0.62, "pearson": 0.91}}}
     return {"config": asdict(cfg), "model": "tiny", "tasks": tasks, "seconds": 60.0}
 
 
@@ -68,10 +70,11 @@ def runs():
 
 
 def _table(at, which):
-    """The leaderboard's CPR, CMD or seconds table (in that order; AppTest keeps no key for a dataframe)."""
+    """The leaderboard's CPR, CMD, seconds or patching-agreement table (in that order; AppTest keeps no key for a
+    dataframe)."""
     frames = [d.value for d in at.dataframe if "ioi" in d.value.columns]
-    assert len(frames) == 3, [f.columns.tolist() for f in frames]
-    return frames[("cpr", "cmd", "seconds").index(which)].set_index("method")
+    assert len(frames) == 4, [f.columns.tolist() for f in frames]
+    return frames[("cpr", "cmd", "seconds", "agreement").index(which)].set_index("method")
 
 
 def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
@@ -85,6 +88,9 @@ def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
     cmd = _table(at, "cmd")
     assert cmd.loc["eap", "ioi"].startswith("0.200") and cmd.loc["eap", "ioi"].endswith("★")  # lowest CMD
     assert _table(at, "seconds").loc["activation_patching", "facts"] == "9.0 (2)"
+    agree = _table(at, "agreement")  # only the task that patched a sample, only the methods checked
+    assert agree.loc["eap", "ioi"] == "0.62 / 0.91" and agree.loc["random", "ioi"] == "0.01 / n/a"
+    assert "facts" not in agree.columns and "activation_patching" not in agree.index
     assert {t["name"] for t in chart(at, "bench_curves")["data"] if "name" in t} == {"random", "eap"}
     at.radio(key="bench_level").set_value("node").run()
     assert _table(at, "cpr").loc["activation_patching", "ioi"] == "0.600 [0.50, 0.70] ★"
