@@ -108,19 +108,13 @@ def agreement_table(result: dict[str, Any]) -> Any:
     sample of edges (circuits/bench/agreement.py); None when the run patched no sample."""
     import pandas as pd
 
-    found = {t["task"]: t["patching_agreement"] for t in result["tasks"] if t.get("patching_agreement")}
-    if not found:
+    from circuits.bench.report import agreement_cells
+
+    cells = agreement_cells(result)
+    if not cells:
         return None
-
-    def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.2f}"
-
-    methods = [m for m in _methods(result) if any(m in a["methods"] for a in found.values())]
-    data: dict[str, list[str]] = {"method": methods}
-    for task, a in found.items():
-        data[task] = [fmt(a["methods"][m]["spearman"]) + " / " + fmt(a["methods"][m]["pearson"])
-                      if m in a["methods"] else "-" for m in methods]
-    return pd.DataFrame(data)
+    tasks = [t["task"] for t in result["tasks"] if t.get("patching_agreement")]
+    return pd.DataFrame({"method": list(cells), **{t: [row.get(t, "-") for row in cells.values()] for t in tasks}})
 
 
 def curves_figure(result: dict[str, Any], task: str, level: str, key: str) -> Any:

@@ -35,13 +35,6 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     return [(task, method) for task in cfg.tasks for method in cfg.methods]
 
 
-def cell_steps(cfg: BenchConfig, method: str) -> int:
-    """Progress steps of one cell (``runner.method_steps``)."""
-    from circuits.bench.runner import method_steps
-
-    return method_steps(cfg, method)
-
-
 def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
     """Edge scores as float16 over their largest |score|, and that scale (1 for all-zero scores)."""
     if edge is None:

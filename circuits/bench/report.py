@@ -113,26 +113,36 @@ def _best_lines(result: dict[str, Any], level: str) -> list[str]:
     return lines
 
 
+def agreement_cells(result: dict[str, Any]) -> dict[str, dict[str, str]]:
+    """{method: {task: "Spearman / Pearson"}} of the tasks that patched a sample of edges, methods in the config's
+    order (the document's table and the app's)."""
+    def fmt(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.2f}"
+
+    found = {t["task"]: t["patching_agreement"] for t in result["tasks"] if t.get("patching_agreement")}
+    out: dict[str, dict[str, str]] = {}
+    for m in result["config"]["methods"]:
+        row = {task: fmt(a["methods"][m]["spearman"]) + " / " + fmt(a["methods"][m]["pearson"])
+               for task, a in found.items() if m in a["methods"]}
+        if row:
+            out[m] = row
+    return out
+
+
 def _agreement_lines(result: dict[str, Any], methods: list[str], tasks: list[str]) -> list[str]:
     """The table of each method's agreement with activation patching on a sample of edges (when one ran)."""
-    found = [t.get("patching_agreement") for t in result["tasks"]]
-    if not any(found):
+    cells = agreement_cells(result)
+    if not cells:
         return []
-    sizes = sorted({f"{a['n_edges']} edges, {a['n_prompts']} prompts" for a in found if a})
+    found = [t["patching_agreement"] for t in result["tasks"] if t.get("patching_agreement")]
+    sizes = sorted({f"{a['n_edges']} edges, {a['n_prompts']} prompts" for a in found})
     lines = ["", "## Edge level: agreement with activation patching on a sample (Spearman / Pearson)", "",
              f"Exact single-edge patching effects of a seeded random sample ({'; '.join(sizes)}: the train prompts "
              "the methods scored), against each method's edge scores on the same edges. A uniform sample is mostly "
              "edges with tiny effects: Spearman reads the ordering of that bulk, Pearson the few heavy edges.", "",
              "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
-
-    def fmt(v: float | None) -> str:
-        return "n/a" if v is None else f"{v:.2f}"
-
-    for m in methods:
-        cells = [fmt(a["methods"][m]["spearman"]) + " / " + fmt(a["methods"][m]["pearson"])
-                 if a and m in a["methods"] else "-" for a in found]
-        if not all(c == "-" for c in cells):
-            lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    for m, row in cells.items():
+        lines.append(f"| {m} | " + " | ".join(row.get(t, "-") for t in tasks) + " |")
     return lines
 
 

@@ -39,10 +39,11 @@ class BenchCircuitsJob:
         return [todo[a:b] for a, b in split(len(todo), workers)]
 
     def items(self, spec: dict[str, Any]) -> int:
-        from circuits.bench.cells import cell_steps, cells
+        from circuits.bench.cells import cells
+        from circuits.bench.runner import method_steps
 
         cfg = config(spec)
-        return sum(cell_steps(cfg, m) for _, m in cells(cfg))
+        return sum(method_steps(cfg, m) for _, m in cells(cfg))
 
     def cost_key(self, spec: dict[str, Any]) -> str:
         return "|".join(map(str, ("bench", spec["model"], ",".join(sorted(spec["methods"])),
@@ -50,11 +51,12 @@ class BenchCircuitsJob:
                                   spec.get("selection"), spec.get("batch_size"))))
 
     def run_shard(self, spec: dict[str, Any], shard: list[tuple[str, str]], report: Any) -> list[dict[str, Any]]:
-        from circuits.bench.cells import cell_steps, run_cells
+        from circuits.bench.cells import run_cells
+        from circuits.bench.runner import method_steps
 
         cfg = config(spec)
         model = worker_model(spec)
-        report.total(sum(cell_steps(cfg, m) for _, m in shard))
+        report.total(sum(method_steps(cfg, m) for _, m in shard))
         return run_cells(model, cfg, [tuple(c) for c in shard], on_step=lambda what: report.step(1))
 
     def finish(self, spec: dict[str, Any], parts: list[list[dict[str, Any]]]) -> Any:
