@@ -103,7 +103,6 @@ def runs_rm(run_id: str, as_json: bool = JSON_OPTION) -> None:
 
 # Streamlit's own server options (see docs/app.md, "Serving safely").
 MAX_UPLOAD_MB = 25
-LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 
 
 def run_app(
@@ -115,6 +114,9 @@ def run_app(
         "--host (repeatable; Streamlit's server.allowedHosts, against DNS rebinding)."),
     max_upload_mb: int = typer.Option(MAX_UPLOAD_MB, "--max-upload-mb", help="Largest upload, in MB.",
                                       callback=int_range(1, 1024)),
+    allow_any_host: bool = typer.Option(
+        False, "--allow-any-host", help="Accept any Host header (switches the DNS-rebinding check off; prints "
+        "a warning). Only behind a proxy that checks the Host itself."),
 ) -> None:
     """Start the Streamlit app (on 127.0.0.1 unless told otherwise)."""
     import socket
@@ -125,15 +127,13 @@ def run_app(
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except (OSError, UnicodeError) as exc:
         raise WorkbenchError(f"--host {host!r} is not an address this machine can listen on: {exc}") from None
+    from workbench.app_hosts import ANY_HOST_WARNING, allowed_hosts
+
     # Only these Host headers may open the app's WebSocket (where all data flows): a page on another
     # domain whose name an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own name and is refused.
-    hosts = list(LOOPBACK_HOSTS)
-    if host not in ("0.0.0.0", "::", "") and host not in hosts:
-        hosts.append(host)
-    for name in allowed_host or []:
-        if not name.strip() or any(c in name for c in "/ \t"):
-            raise WorkbenchError(f"--allowed-host {name!r} is not a host name")
-        hosts.append(name.strip())
+    hosts = allowed_hosts(host, allowed_host, allow_any_host)
+    if allow_any_host:
+        print(ANY_HOST_WARNING, file=sys.stderr, flush=True)
     main = Path(__file__).resolve().parents[2] / "app" / "main.py"
     # app.launch is Streamlit's command line with app/pages/ not taken for a v1 pages folder (deep links)
     cmd = [sys.executable, "-m", "app.launch", "run", str(main), "--server.port", str(port),
