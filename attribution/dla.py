@@ -164,7 +164,9 @@ def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
                                                    incl_embeds=True, return_labels=True)  # [comp, 1, d]
         heads, _ = cache.stack_head_results(layer=-1, pos_slice=p, apply_ln=False, return_labels=True)
         heads = cache.apply_ln_to_stack(_through_post_norms(model, cache, heads, p), layer=-1, pos_slice=p)
-        points, point_labels = cache.accumulated_resid(layer=None, incl_mid=not a.parallel, apply_ln=False,
+        # an attention-only model (the toys) has no resid_mid: its residual between blocks is all there is
+        has_mid = not a.parallel and "blocks.0.hook_resid_mid" in cache.cache_dict
+        points, point_labels = cache.accumulated_resid(layer=None, incl_mid=has_mid, apply_ln=False,
                                                        pos_slice=p, return_labels=True)
         points = cache.apply_ln_to_stack(points, layer=-1, pos_slice=p)  # every point at the final scale
         comp = (parts[:, 0].float() @ direction.float())

@@ -310,8 +310,11 @@ class HookedModel:
         if n == 0:
             return []
         eos = getattr(self.tokenizer, "eos_token_id", None)
+        # TransformerLens' KV cache mis-sizes the positions of a model without its own HF tokenizer (the toys:
+        # wrong tokens at step 2, a shape error at step 3); they are tiny, so they run without it
+        use_cache = getattr(self.tl, "tokenizer", None) is not None
         with torch.no_grad():
-            out = self.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
+            out = self.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=use_cache,
                                    stop_at_eos=eos is not None, eos_token_id=eos, verbose=False,
                                    return_type="tokens")
         new = [int(i) for i in out[0, tokens.shape[1]:]]
