@@ -43,6 +43,14 @@ class NonFiniteError(WorkbenchError):
     """A NaN or Infinity in a parameter, an input or a result: refused, never printed or saved."""
 
 
+class OutputError(WorkbenchError):
+    """An output path that cannot be written (missing or unwritable folder, a system folder, wrong kind)."""
+
+
+class CostError(RangeError):
+    """A size, count or time beyond what this machine can hold, or that would take hours unasked."""
+
+
 def check_range(what: str, value: int, upper: int) -> int:
     """Raise RangeError unless 0 <= value < upper."""
     if not 0 <= int(value) < upper:
