@@ -43,6 +43,11 @@ class NonFiniteError(WorkbenchError):
     """A NaN or Infinity in a parameter, an input or a result: refused, never printed or saved."""
 
 
+class ExportError(WorkbenchError):
+    """An export or import refused: unknown format, a kind the format cannot hold, a bad output path, a
+    damaged or foreign graph file."""
+
+
 class OutputError(WorkbenchError):
     """An output path that cannot be written (missing or unwritable folder, a system folder, wrong kind)."""
 
