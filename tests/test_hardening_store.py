@@ -120,11 +120,11 @@ def test_leftovers_are_swept(store):
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
-    killed = store.root / f".tmp-{S._host()}-{dead}-abc123"  # this host, writer gone
-    live = store.root / f".tmp-{S._host()}-{os.getpid()}-abc123"  # this host, writer alive
-    old = store.root / ".tmp-otherhost-1234-abc123"  # another host: by age only
-    young = store.root / ".tmp-otherhost-1235-abc123"
-    legacy_old = store.root / ".tmp-q1w2e3r4"  # mkdtemp name from before pids
+    killed = store.root / f".tmp-{S._host()}-{dead}-abc12345"  # this host, writer gone
+    live = store.root / f".tmp-{S._host()}-{os.getpid()}-abc12345"  # this host, writer alive
+    old = store.root / ".tmp-otherhost-1234-abc12345"  # another host: by age only
+    young = store.root / ".tmp-otherhost-1235-abc12345"
+    legacy_old = store.root / ".tmp-q1w2e3r4"  # not the name save() gives: not provably ours, left alone
     trash = store.root / f".rm-{run.id}-abcdef"
     for d in (killed, live, old, young, legacy_old, trash):
         d.mkdir()
@@ -134,7 +134,7 @@ def test_leftovers_are_swept(store):
         os.utime(d, (hour_ago, hour_ago))
     store.list()
     left = {p.name for p in store.root.iterdir() if p.name.startswith(".")}
-    assert left == {live.name, young.name}
+    assert left == {live.name, young.name, legacy_old.name, S.MARKER}
 
 
 def test_save_names_tmp_with_host_and_pid(store, monkeypatch):

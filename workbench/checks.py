@@ -8,6 +8,8 @@ One helper per file kind lives here, and every reader of that kind goes through 
 - ``read_json(path, what, error)``: a JSON file (no symlink, bounded size, UTF-8, no NaN/Infinity);
 - ``read_jsonl(path, what, error)``: a JSON-lines file of objects;
 - ``read_tensors(path, what, error)``: a safetensors file (no symlink, a sound header, optionally finite);
+- ``disk_full(exc)`` / ``disk_full_error(exc, path, what)``: a write that failed for want of space (ENOSPC, EDQUOT,
+  from Python or from safetensors) as one line, "no space left on device at PATH";
 - ``Fields(data, what, error)``: typed, bounded access to a JSON object's fields (``text``, ``integer``,
   ``number``, ``flag``, ``mapping``, ``items``, ``only``), so no number from a file reaches an allocation
   without a bound checked first.
@@ -19,6 +21,7 @@ dictionaries, lenses and caches, JobError for job records) with one line naming 
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import math
 from collections.abc import Iterable, Iterator
@@ -33,6 +36,9 @@ if TYPE_CHECKING:
 
 MAX_JSON_BYTES = 256 * 2**20  # a run's result.json of 10,000 prompts is a few MB
 MAX_TENSOR_BYTES = 64 * 2**30
+# No workbench file nests deeper than a few levels: deeper is damage, and would overflow the stack of whatever
+# walks it next (json.dumps, the index, a page) even where json.loads itself managed.
+MAX_JSON_DEPTH = 100
 _MISSING = object()
 
 
@@ -74,11 +80,73 @@ def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_byte
 def parse_json(text: str, what: str, error: type[WorkbenchError]) -> Any:
     """``json.loads`` refusing NaN/Infinity; ``error`` on anything that is not strict JSON."""
     try:
-        return json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant)
     except RecursionError:
-        raise error(f"{what} is damaged: nested too deeply to be a workbench file") from None
+        value = _TOO_DEEP
     except ValueError as exc:
         raise error(f"{what} is damaged: not valid JSON ({one_line(exc)})") from None
+    if value is _TOO_DEEP or _too_deep(value, MAX_JSON_DEPTH):
+        raise error(f"{what} is damaged: nested more than {MAX_JSON_DEPTH} levels deep, which no workbench file is")
+    return value
+
+
+_TOO_DEEP = object()
+
+
+def _too_deep(value: Any, limit: int) -> bool:
+    """Whether lists/objects nest more than ``limit`` levels in ``value`` (walked without recursion)."""
+    stack = [(value, 1)] if isinstance(value, dict | list) else []
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
+    return False
+
+
+DISK_FULL_ERRNOS = (errno.ENOSPC, errno.EDQUOT)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """Whether ``exc`` is a write that failed for want of space: an OSError with ENOSPC or EDQUOT, or the same
+    reported by a native writer (safetensors says "No space left on device (os error 28)")."""
+    if isinstance(exc, OSError):
+        return exc.errno in DISK_FULL_ERRNOS
+    text = str(exc)
+    return type(exc).__name__ == "SafetensorError" and (
+        "No space left on device" in text or "Disk quota exceeded" in text
+        or any(f"os error {n})" in text for n in DISK_FULL_ERRNOS))
+
+
+def disk_full_error(path: str | Path, what: str) -> WorkbenchError:
+    """The one line for a write that ran out of space (a DiskFullError)."""
+    from workbench.errors import DiskFullError
+
+    return DiskFullError(f"no space left on device at {path}: {what}")
+
+
+@contextlib.contextmanager
+def writing(path: str | Path, what: str, cleanup: Iterable[str | Path] = ()) -> Iterator[None]:
+    """Writes under ``path``: when they fail for want of space, the ``cleanup`` paths (what the block wrote:
+    files or folders) are deleted and DiskFullError says "no space left on device at PATH: WHAT" in one line;
+    other errors pass through unchanged (after the same cleanup when they are OSErrors)."""
+    try:
+        yield
+    except BaseException as exc:
+        if disk_full(exc) or isinstance(exc, OSError):
+            import shutil
+
+            for item in cleanup:
+                item = Path(item)
+                with contextlib.suppress(OSError):
+                    if item.is_dir() and not item.is_symlink():
+                        shutil.rmtree(item, ignore_errors=True)
+                    else:
+                        item.unlink(missing_ok=True)
+        if disk_full(exc):
+            raise disk_full_error(path, what) from None
+        raise
 
 
 def read_jsonl(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES

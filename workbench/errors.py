@@ -43,6 +43,10 @@ class NonFiniteError(WorkbenchError):
     """A NaN or Infinity in a parameter, an input or a result: refused, never printed or saved."""
 
 
+class DiskFullError(WorkbenchError):
+    """A write that ran out of space (ENOSPC, EDQUOT): "no space left on device at PATH", nothing partial kept."""
+
+
 class ExportError(WorkbenchError):
     """An export or import refused: unknown format, a kind the format cannot hold, a bad output path, a
     damaged or foreign graph file."""

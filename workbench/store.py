@@ -5,14 +5,22 @@ A run directory holds ``meta.json`` (model, method, arguments, versions, git com
 into place, so a killed writer never leaves a half run visible; the index is updated after the
 rename and is rebuilt from the directories when it disagrees with them (or is corrupt).
 
-One bad entry never breaks the store: a run directory whose ``meta.json`` is unreadable or
-malformed, or that is (or holds) a symlink, is reported by ``damaged()``, skipped by ``list()``,
-refused by ``get()`` and can still be removed. Leftover ``.tmp-*`` (killed writers) and
-``.rm-*`` (interrupted removals) directories are swept on ``list()``.
+One bad entry never breaks the store: a run directory whose ``meta.json`` is unreadable, malformed, too
+large or nested too deeply, or that is (or holds) a symlink, is reported by ``damaged()``, skipped by
+``list()``, refused by ``get()`` and can still be removed.
+
+The store removes only what it can prove it wrote: a folder is a store once it holds the marker file
+``.workbench-store`` (written when ``save()`` first writes into it; a store from before markers is
+recognised by its SQLite index), and only there are leftovers swept on ``list()``: temporary directories
+named exactly as ``save()`` names them (``.tmp-HOST-PID-xxxxxxxx``) whose writer is gone, and ``.rm-RUN-xxxxxx``
+(interrupted removals). The root comes from ``WORKBENCH_RUNS``, which must be an absolute path (``~``
+expanded); set but empty or relative, it is refused (RunStoreError), never taken as the current directory.
+The index and the marker are never written through a symlink.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -28,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import RunStoreError
+from workbench.errors import RunStoreError, WorkbenchError
 from workbench.text import one_line
 
 META = "meta.json"
@@ -42,6 +50,14 @@ STALE_TMP_SECONDS = 3600
 KIND_ALIASES = {"vit-eval": "vit_eval"}
 # meta.json fields the index stores: each a string or absent/null.
 TEXT_FIELDS = ("created", "kind", "model", "method")
+# The file that makes a folder a run store (or a job board): only in a folder holding it is anything swept.
+MARKER = ".workbench-store"
+# The names the store gives what it may later delete: save()'s temporary directories (and the temporary files of
+# write_atomic: the same name + ".tmp"), and remove()'s trash.
+TMP_NAME = re.compile(r"^\.tmp-([A-Za-z0-9._]+)-(\d+)-[a-z0-9_]{8}(\.tmp)?$")
+TRASH_NAME = re.compile(r"^\.rm-[^./\\][^/\\]*-[0-9a-f]{6}$")
+MAX_META_BYTES = 64 * 2**20  # meta.json holds a run's arguments and a flat summary: a few kB, rarely MBs
+MAX_TABLE_BYTES = 2**30
 
 
 def same_kind(a: str | None, b: str | None) -> bool:
@@ -50,7 +66,26 @@ def same_kind(a: str | None, b: str | None) -> bool:
 
 
 def default_root() -> Path:
-    return Path(os.environ.get("WORKBENCH_RUNS", Path.home() / ".workbench" / "runs"))
+    """``WORKBENCH_RUNS`` (an absolute path, ``~`` expanded), else ``~/.workbench/runs``. Set but empty or
+    relative is RunStoreError: a store in whatever the current directory happens to be is never meant."""
+    value = os.environ.get("WORKBENCH_RUNS")
+    if value is None:
+        return Path.home() / ".workbench" / "runs"
+    return checked_root(value, "WORKBENCH_RUNS")
+
+
+def checked_root(value: str | Path, what: str) -> Path:
+    """The folder named by a setting ``what`` (WORKBENCH_RUNS, WORKBENCH_JOBS): absolute, ``~`` expanded;
+    RunStoreError (one line) when it is empty or relative."""
+    text = str(value)
+    if not text.strip():
+        raise RunStoreError(f"{what} is set but empty: unset it for the default (~/.workbench/runs), or give "
+                            "an absolute path")
+    path = Path(text).expanduser()
+    if not path.is_absolute():
+        raise RunStoreError(f"{what}={text!r} is a relative path: give an absolute one (a relative one would "
+                            "follow the current directory)")
+    return path
 
 
 def _git_commit() -> str | None:
@@ -112,6 +147,10 @@ class Run:
         file = self._file(f"{name}.csv")
         if file is None:
             raise RunStoreError(f"run {self.id} has no table {name!r}")
+        size = file.stat().st_size
+        if size > MAX_TABLE_BYTES:
+            raise RunStoreError(f"run {self.id}'s table {name!r} is {size:,} bytes, more than the "
+                                f"{MAX_TABLE_BYTES:,} a run's table can be")
         return pd.read_csv(file)
 
     def tables(self) -> list[str]:
@@ -196,21 +235,88 @@ def pid_alive(pid: int) -> bool:
     return True
 
 
-def _abandoned(path: Path, now: float) -> bool:
-    """Whether a ``.tmp-HOST-PID-xxxx`` directory was left by a writer that is gone.
+def temp_prefix() -> str:
+    """The name prefix of this process's temporary directories and files: ``.tmp-HOST-PID-`` (mkdtemp and
+    mkstemp add 8 characters). A later sweep tells a killed writer's leftover by it (``_abandoned``)."""
+    return f".tmp-{_host()}-{os.getpid()}-"
 
-    A writer on this host is gone when its pid is; one on another host (or with a name we cannot
-    parse) only after STALE_TMP_SECONDS without a change, since its pid cannot be checked from here.
-    A live pid older than a day is a reused pid, not a writer (a save takes seconds).
-    """
+
+def _abandoned(path: Path, now: float) -> bool:
+    """Whether ``path`` is a temporary left by a writer that is gone: named exactly as ``temp_prefix()`` names
+    them, and, for a writer on this host, its pid gone; for one on another host (its pid cannot be checked
+    from here), unchanged for STALE_TMP_SECONDS. A live pid older than a day is a reused pid, not a writer
+    (a save takes seconds). Any other name is not ours: never abandoned."""
+    found = TMP_NAME.match(path.name)
+    if not found:
+        return False
     try:
         age = now - path.lstat().st_mtime
     except OSError:
         return False
-    parts = path.name[len(".tmp-"):].rsplit("-", 2)
-    if len(parts) == 3 and parts[0] == _host() and parts[1].isdigit() and int(parts[1]) > 0:
-        return not pid_alive(int(parts[1])) or age > 24 * 3600
+    host, pid = found.group(1), int(found.group(2))
+    if host == _host() and pid > 0:
+        return not pid_alive(pid) or age > 24 * 3600
     return age > STALE_TMP_SECONDS
+
+
+def is_marked(folder: Path) -> bool:
+    """Whether ``folder`` holds the store's marker file (a plain file: a symlink named so does not count)."""
+    marker = folder / MARKER
+    return not marker.is_symlink() and marker.is_file()
+
+
+def mark(folder: Path, what: str = "run store") -> None:
+    """Write the marker that makes ``folder`` a store (best effort: without it nothing is ever swept there).
+    Created exclusively and without following a symlink."""
+    try:
+        fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
+    except OSError:
+        return  # already there, or cannot be written now
+    with os.fdopen(fd, "w", encoding="utf-8") as fh, contextlib.suppress(OSError):
+        fh.write(json.dumps({"workbench": what, "created": _dt.datetime.now(_dt.UTC).isoformat()}) + "\n")
+
+
+def sweep(folder: Path, trash: bool = False) -> list[str]:
+    """Delete the leftovers in ``folder`` that the workbench provably wrote and abandoned: temporaries named as
+    ``temp_prefix()`` names them whose writer is gone, and (``trash``) ``.rm-RUN-xxxxxx`` removals already
+    committed. Only in a folder holding the marker (``mark``); never anything else. Returns the names deleted."""
+    if not is_marked(folder):
+        return []
+    now = time.time()
+    try:
+        entries = [Path(e.path) for e in os.scandir(folder)]
+    except OSError:
+        return []
+    gone = []
+    for path in entries:
+        if _abandoned(path, now) or (trash and TRASH_NAME.match(path.name)):
+            _delete(path)
+            gone.append(path.name)
+    return gone
+
+
+def write_atomic(path: Path, content: str, what: str, error: type[WorkbenchError]) -> None:
+    """Write ``path`` whole: a temporary file beside it (named by ``temp_prefix()``), then renamed over it (a
+    symlink at ``path`` is replaced, never written through). ``error`` (one line) when it cannot be written;
+    out of space it says "no space left on device at FOLDER". No temporary is left behind either way."""
+    from workbench.checks import disk_full, disk_full_error
+
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(content)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as exc:
+        if disk_full(exc):
+            raise disk_full_error(path.parent, f"{what} not written") from None
+        raise error(f"cannot write {what} at {path}: {one_line(exc)}") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
 
 
 def _delete(path: Path) -> None:
@@ -242,31 +348,74 @@ def check_run_dir(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     file = path / META
     if not file.exists():
         return None, "no meta.json"
-    try:
-        meta = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        return None, f"cannot read meta.json: {one_line(exc)}"
-    except ValueError as exc:
-        return None, f"meta.json is not valid JSON: {one_line(exc)}"
+    from workbench.checks import read_json
+
+    try:  # bounded: size (a 3 GB sparse meta.json is refused at once), depth, strict JSON
+        meta = read_json(file, META, RunStoreError, max_bytes=MAX_META_BYTES)
+    except RunStoreError as exc:
+        return None, str(exc)
     if not isinstance(meta, dict):
         return None, f"meta.json holds a {type(meta).__name__}, not a JSON object"
     for key in TEXT_FIELDS:
         if meta.get(key) is not None and not isinstance(meta[key], str):
             return None, f"meta.json field {key!r} is a {type(meta[key]).__name__}, not a string"
-    if meta.get("summary") is not None and not isinstance(meta["summary"], dict):
+    summary = meta.get("summary")
+    if summary is not None and not isinstance(summary, dict):
         return None, "meta.json field 'summary' is not a JSON object"
+    if summary and any(isinstance(v, dict | list) for v in summary.values()):
+        return None, "meta.json field 'summary' is not flat (save() writes only numbers and strings there)"
     return meta, None
 
 
 class RunStore:
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else default_root()
+        """The store at ``root`` (a relative path is taken from the current directory, as a path argument is;
+        an empty one is refused), else at ``default_root()``."""
+        if root is not None and not str(root).strip():
+            raise RunStoreError("the run store's folder is empty: give a path")
+        self.root = Path(root).expanduser().absolute() if root is not None else default_root()
+
+    def _check_root(self) -> bool:
+        """Whether the root exists (False: an empty store); RunStoreError when it is not a directory."""
+        if self.root.is_dir():
+            return True
+        if self.root.exists() or self.root.is_symlink():
+            raise RunStoreError(f"the run store {self.root} is not a directory (WORKBENCH_RUNS must name a "
+                                "directory)")
+        return False
+
+    def _is_store(self) -> bool:
+        """Whether the root is provably a run store: it holds the marker, or it is a store from before markers
+        (it holds an SQLite index the store wrote), which is then marked."""
+        if is_marked(self.root):
+            return True
+        index = self.root / INDEX
+        legacy = False
+        if not index.is_symlink() and index.is_file():
+            try:
+                with index.open("rb") as fh:
+                    legacy = fh.read(16) == b"SQLite format 3\x00"
+            except OSError:
+                pass
+        if legacy:
+            mark(self.root)
+        return legacy
+
+    def _index_symlink(self) -> Path | None:
+        """The index file (or its -wal, -shm, -journal) that is a symlink, if any: never written through."""
+        for name in (INDEX, f"{INDEX}-wal", f"{INDEX}-shm", f"{INDEX}-journal"):
+            if (self.root / name).is_symlink():
+                return self.root / name
+        return None
 
     # -- index ---------------------------------------------------------------------------
     # The index is derived data: the run directories are the truth. A corrupt index is deleted and
     # rebuilt; an index that cannot be written never fails a command whose work is done.
     def _open_index(self) -> sqlite3.Connection:
         self.root.mkdir(parents=True, exist_ok=True)
+        link = self._index_symlink()
+        if link is not None:
+            raise RunStoreError(f"the run store's index {link} is a symlink; refusing to write through it")
         con = sqlite3.connect(self.root / INDEX, timeout=30)
         try:
             con.execute("PRAGMA journal_mode=WAL")
@@ -360,12 +509,18 @@ class RunStore:
             "git_commit": _git_commit(),
             "summary": {k: v for k, v in draft.result.items() if isinstance(v, (int, float, str))},
         }
+        from workbench.checks import disk_full, disk_full_error
+
+        self._check_root()
         try:
             self.root.mkdir(parents=True, exist_ok=True)
+            mark(self.root)  # a store from its first run on (a folder named for runs becomes one)
             # Host and pid in the name: a later list() can tell a killed writer's leftover from a live one.
-            tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{_host()}-{os.getpid()}-", dir=self.root))
+            tmp = Path(tempfile.mkdtemp(prefix=temp_prefix(), dir=self.root))
         except OSError as exc:
-            raise RunStoreError(f"cannot write to run store {self.root}: {exc}") from None
+            if disk_full(exc):
+                raise disk_full_error(self.root, f"{draft.kind} run not saved") from None
+            raise RunStoreError(f"cannot write to run store {self.root}: {one_line(exc)}") from None
         try:
             if draft.tensors:
                 from safetensors.torch import save_file
@@ -384,11 +539,15 @@ class RunStore:
                 (tmp / "result.json").write_text(json.dumps(draft.result, default=str, allow_nan=False))
             (tmp / META).write_text(json.dumps(meta, indent=2, default=str))
             final = self.root / run_id
-            if final.exists():  # never overwrite silently
+            if os.path.lexists(final):  # never overwrite silently (nor rename onto a symlink)
                 raise RunStoreError(f"run {run_id} already exists")
             os.rename(tmp, final)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException as exc:
+            shutil.rmtree(tmp, ignore_errors=True)  # nothing partial is kept
+            if disk_full(exc):
+                raise disk_full_error(self.root, f"{draft.kind} run not saved") from None
+            if isinstance(exc, OSError):
+                raise RunStoreError(f"cannot write run to {self.root}: {one_line(exc)}; nothing was saved") from None
             raise
         # The run is stored: indexing it is best effort from here on.
         self._update_index(lambda con: self._index(con, run_id, meta))
@@ -396,21 +555,15 @@ class RunStore:
 
     # -- read ----------------------------------------------------------------------------
     def _sweep(self) -> None:
-        """Delete leftovers: every ``.rm-*`` (a removal already committed) and abandoned ``.tmp-*``."""
-        now = time.time()
-        try:
-            entries = [Path(e.path) for e in os.scandir(self.root)]
-        except OSError:
-            return
-        for path in entries:
-            if path.name.startswith(".rm-") or (path.name.startswith(".tmp-") and _abandoned(path, now)):
-                _delete(path)
+        """Delete leftovers the store provably wrote (see ``sweep``), only when the root is a store."""
+        if self._is_store():
+            sweep(self.root, trash=True)
 
     def _scan(self) -> tuple[dict[str, tuple[Path, dict[str, Any]]], list[dict[str, str]]]:
         """(sound runs by id, damaged entries) from the directories; leftovers are swept first."""
         runs: dict[str, tuple[Path, dict[str, Any]]] = {}
         damaged: list[dict[str, str]] = []
-        if not self.root.is_dir():
+        if not self._check_root():
             return runs, damaged
         self._sweep()
         try:
@@ -429,6 +582,11 @@ class RunStore:
             elif why != "no meta.json" or RUN_ID.match(name):
                 # A directory without meta.json and not named like a run is someone else's: left alone.
                 damaged.append({"id": name, "reason": why or "damaged", "path": str(path)})
+        link = self._index_symlink()
+        if link is not None:
+            damaged.append({"id": link.name, "path": str(link),
+                            "reason": "the index is a symlink, so it is neither read nor written (runs are listed "
+                                      "from their folders); delete the link by hand and the index is rebuilt"})
         return runs, damaged
 
     def list(self, kind: str | None = None, model: str | None = None) -> list[dict[str, Any]]:
