@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from app import common as C
+from workbench.paths import data_root
 
-PROMPTS = Path(__file__).resolve().parents[1] / "data" / "prompts"
+PROMPTS = data_root() / "prompts"
 UPLOAD = "upload a JSONL file…"
 
 

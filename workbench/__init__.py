@@ -15,12 +15,13 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.errors import WorkbenchError
+from workbench.paths import version as _version
 from workbench.zoo import list_models, load, register
 
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
            "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
            "submit_job", "estimate_job", "job_spec"]
-__version__ = "0.1.0"
+__version__ = _version()  # the installed distribution's (importlib.metadata)
 
 
 def models():

@@ -112,6 +112,20 @@ def check_device(device: str) -> str:
     return device
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from workbench.paths import version
+
+        print(f"workbench {version()}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                       help="Print the installed version and exit.")) -> None:
+    """Mechanistic-interpretability workbench: attribution, circuits, probes, SAEs."""
+
+
 def _register_commands() -> None:
     import workbench.commands as pkg
 

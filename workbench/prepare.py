@@ -2,7 +2,7 @@
 
 Each entry names a "module:function" (imported only when run, so the core imports nothing heavy):
 ``prepare(force=False) -> Path`` converts once and returns the cache directory, and ``ready() -> bool``
-says, without converting, whether the cache is already there. ``workbench prepare`` (called by
+says, without converting, whether the cache is already there. ``workbench setup`` (called by
 ``./dev setup``) runs them all in order; ``--model NAME`` runs one.
 """
 

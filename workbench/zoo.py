@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from workbench.errors import ModelFileError, UnknownModelError
+from workbench.paths import data_root
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-DATA_DIR = Path(os.environ.get("WORKBENCH_DATA", REPO_ROOT / "data"))
+# The data folder (checkout data/ or the installed workbench_data); tests may point it elsewhere.
+DATA_DIR = data_root()
 
 
 @dataclass

@@ -4,14 +4,14 @@ queued, running (progress and time left), done, failed, cancelled. Cancel, or op
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import streamlit as st
 
 from app import common as C
 from app import jobs_view as J
+from workbench.paths import data_root
 
-PROMPTS = Path(__file__).resolve().parents[2] / "data" / "prompts"
+PROMPTS = data_root() / "prompts"
 SHOWN = 25
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import streamlit as st
 
 from app import common as C
 from app import jobs_view as J
+from workbench.paths import data_root
 
-DATA = Path(__file__).resolve().parents[2] / "data" / "concepts"
+DATA = data_root() / "concepts"
 
 
 def read_dataset(source: str, upload: Any):

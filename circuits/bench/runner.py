@@ -33,9 +33,8 @@ from circuits.edges import EDGE_METHODS
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
 from workbench.errors import MethodError, PromptError
+from workbench.paths import data_label, data_root
 
-ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT / "data" / "bench"
 METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
 NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
 EVAL_SPLITS = ("test", "validation")  # train is where circuits are found, so never where they are judged
@@ -91,10 +90,10 @@ def load_rows(model: str, task: str) -> tuple[list[dict], str, str]:
     """A task's rows, its metric and where they came from; a .jsonl path is a custom task (rows without a
     split are split 3/8, 1/8, 1/2 in file order)."""
     if task in TASKS:
-        path = DATA / model / f"{task}.jsonl"
+        path = data_root() / "bench" / model / f"{task}.jsonl"
         if path.is_file():
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            return rows, TASKS[task].metric, str(path.relative_to(ROOT))
+            return rows, TASKS[task].metric, data_label(path)
         return [], TASKS[task].metric, "built"
     from workbench.prompt_files import read_prompts
 

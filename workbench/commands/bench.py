@@ -61,7 +61,7 @@ def circuits(
 ) -> None:
     """Every method on every task: circuits scored on train, MIB's CPR/CMD with intervals on test."""
     from circuits.bench.report import leaderboard, write_document
-    from circuits.bench.runner import ROOT, check_task_rows, load_rows
+    from circuits.bench.runner import check_task_rows, load_rows
     from workbench.commands.jobs import run_job
     from workbench.errors import RangeError
     from workbench.jobs.kind_bench import config
@@ -85,7 +85,9 @@ def circuits(
             check_task_rows(task, rows, cfg)
     job, res = run_job(spec, workers, ray_address, save=save_run)
     result = res.result
-    path = out or ROOT / "results" / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
+    from workbench.paths import results_root
+
+    path = out or results_root() / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
     md, js = write_document(result, path)
     summary: dict[str, Any] = {"model": result["model"], "document": str(md), "json": str(js),
                                "seconds": result["seconds"], "job_id": job.id, **leaderboard(result)}

