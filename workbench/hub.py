@@ -6,6 +6,12 @@ only when the cache lacks the model and ``HF_HUB_OFFLINE`` is not set, with hugg
 bars, and only for the files the workbench reads (config, tokenizer, safetensors weights: never pickles).
 Not cached and not reachable is a ModelFileError that names the model and how to fetch it.
 
+A hub look-up is bounded: huggingface_hub's shared HTTP client has no timeout, so behind a proxy that accepts
+and never answers (or a DNS server that never replies) its first call would hang for minutes with nothing
+printed. The first request (the model's metadata) is made with a short timeout (``WORKBENCH_HUB_TIMEOUT``
+seconds, default 5) in a thread that is abandoned at the deadline, after a progress line on stderr; only
+once the hub has answered are the files downloaded.
+
 TransformerLens' alias table is read from its source file without importing TransformerLens (seconds).
 """
 
@@ -16,7 +22,10 @@ import functools
 import importlib.util
 import os
 import re
+import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 from workbench.errors import ModelFileError
 
@@ -101,16 +110,92 @@ def resolve(name: str) -> Path:
     if not offline():
         for repo in repos:
             try:
-                return Path(snapshot_download(repo, allow_patterns=PATTERNS))
+                sha = lookup(repo)
+                print(f"downloading {repo}'s config, tokenizer and safetensors weights into {cache_location()} ...",
+                      file=sys.stderr, flush=True)
+                return Path(snapshot_download(repo, revision=sha, allow_patterns=PATTERNS))
             except Exception as exc:  # network, auth, missing repo: all end in the one line below
                 reason = _first_line(exc)
-    fetch = repos[0]
-    raise ModelFileError(
+                if isinstance(exc, HubUnreachable):
+                    break  # the next candidate would wait just as long
+    raise not_fetchable(name, repos[0], reason)
+
+
+def not_fetchable(name: str, repo: str, reason: str, files: str = "") -> ModelFileError:
+    """The one line for a model that is neither cached nor fetchable now, saying how to fetch it."""
+    return ModelFileError(
         f"model {name!r} is not in the Hugging Face cache ({cache_location()}) and cannot be fetched ({reason}); "
-        f"on a machine with network run `hf download {fetch}` (or set HF_HOME to a cache that has it)")
+        f"on a machine with network run `hf download {repo}{files}` (or set HF_HOME to a cache that has it)")
 
 
-def _first_line(exc: Exception) -> str:
+class HubUnreachable(OSError):
+    """The hub (or a proxy on the way) did not answer within the look-up timeout."""
+
+
+def lookup_timeout() -> float:
+    """Seconds a hub look-up may take (WORKBENCH_HUB_TIMEOUT, default 5, within 0.1..120)."""
+    try:
+        value = float(os.environ.get("WORKBENCH_HUB_TIMEOUT", "") or 5.0)
+    except ValueError:
+        value = 5.0
+    return min(max(value, 0.1), 120.0) if value == value else 5.0
+
+
+def endpoint() -> str:
+    from huggingface_hub import constants
+
+    return str(constants.ENDPOINT)
+
+
+def lookup(repo: str) -> str:
+    """The commit hash of ``repo`` on the hub, asked once with a hard deadline (one progress line on stderr);
+    HubUnreachable when nothing answers in time, the hub's own error (missing, gated) otherwise."""
+    from huggingface_hub import HfApi
+
+    timeout = lookup_timeout()
+    print(f"looking up {repo} on the Hugging Face hub ({endpoint()}, up to {timeout:g} s) ...", file=sys.stderr,
+          flush=True)
+    box: dict[str, Any] = {}
+
+    def ask() -> None:
+        try:
+            box["info"] = HfApi().model_info(repo, timeout=timeout)
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    # a daemon thread: DNS resolution and a proxy's CONNECT are not all covered by the HTTP timeout
+    worker = threading.Thread(target=ask, name=f"hub-lookup {repo}", daemon=True)
+    worker.start()
+    worker.join(timeout + 1.0)
+    error = box.get("error")
+    if worker.is_alive() or _is_timeout(error):
+        raise HubUnreachable(f"no answer from {endpoint()} within {timeout:g} s: offline, or a proxy that does "
+                             "not answer; WORKBENCH_HUB_TIMEOUT sets the wait")
+    if error is not None:
+        if _is_connection_error(error):
+            raise HubUnreachable(f"cannot reach {endpoint()}: {_first_line(error)}") from None
+        raise error
+    sha = getattr(box.get("info"), "sha", None)
+    if not sha:
+        raise HubUnreachable(f"{endpoint()} gave no revision for {repo}")
+    return str(sha)
+
+
+def _is_timeout(exc: BaseException | None) -> bool:
+    return exc is not None and ("timeout" in type(exc).__name__.lower() or isinstance(exc, TimeoutError))
+
+
+def _is_connection_error(exc: BaseException) -> bool:
+    from huggingface_hub.errors import HfHubHTTPError
+
+    if isinstance(exc, HfHubHTTPError) and getattr(exc, "response", None) is not None:
+        return False  # the hub answered (missing, gated, private): its own message says which
+    names = {t.__name__ for t in type(exc).__mro__}
+    return bool(names & {"ConnectError", "ProxyError", "NetworkError", "TransportError", "ConnectionError",
+                         "OfflineModeIsEnabled"}) or isinstance(exc, OSError)
+
+
+def _first_line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:160]
 

@@ -151,6 +151,41 @@ class NNsightModel(HookedModel):
         raise WorkbenchError("weights are read through the transformer_lens backend")
 
 
+# what a remote model needs locally: its config and tokenizer (the weights stay on NDIF)
+CONFIG_FILES = ["config.json", "generation_config.json", "tokenizer*", "special_tokens_map.json", "vocab.*",
+                "merges.txt", "*.tiktoken"]
+
+
 def remote_model(repo_id: str, name: str | None = None) -> NNsightModel:
-    """A hosted model on NDIF, traced remotely (needs nnsight's API key configured)."""
-    return NNsightModel(repo_id, tokenizer=None, name=name or repo_id, remote=True)
+    """A hosted model on NDIF, traced remotely (needs nnsight's API key configured and the network). Its
+    config and tokenizer come from the Hugging Face cache or the hub (a bounded look-up); neither is one
+    ModelFileError line that says how to fetch them, never a raw OSError or a hang."""
+    from workbench import hub
+
+    if not isinstance(repo_id, str) or not hub.HUB_ID.match(repo_id):
+        raise WorkbenchError(f"remote model {repo_id!r} is not a Hugging Face hub id (ORG/NAME, e.g. "
+                             "meta-llama/Llama-3.1-8B)")
+    fetch = " --include " + " ".join(repr(p) if "*" in p else p for p in CONFIG_FILES)
+    if not _config_cached(repo_id):
+        if hub.offline():
+            raise hub.not_fetchable(repo_id, repo_id, "HF_HUB_OFFLINE is set", fetch)
+        try:
+            hub.lookup(repo_id)
+        except Exception as exc:  # unreachable, missing or gated: one line
+            raise hub.not_fetchable(repo_id, repo_id, hub._first_line(exc), fetch) from None
+    try:
+        return NNsightModel(repo_id, tokenizer=None, name=name or repo_id, remote=True)
+    except OSError as exc:
+        raise hub.not_fetchable(repo_id, repo_id, hub._first_line(exc), fetch) from None
+
+
+def _config_cached(repo_id: str) -> bool:
+    from huggingface_hub import snapshot_download
+
+    try:
+        folder = snapshot_download(repo_id, local_files_only=True, allow_patterns=CONFIG_FILES)
+    except Exception:  # not cached, or an unusable cache entry: the hub is asked
+        return False
+    from pathlib import Path
+
+    return (Path(folder) / "config.json").is_file()
