@@ -295,6 +295,35 @@ def sweep(folder: Path, trash: bool = False) -> list[str]:
     return gone
 
 
+def umask() -> int:
+    """This process's umask, read from /proc where it says it: ``os.umask`` can only be read by setting it,
+    which races with threads creating files meanwhile (the app has many)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def follow_umask(path: Path) -> None:
+    """Give ``path`` (a file, or a directory and all it holds) the modes a plain create gives: mkdtemp and mkstemp
+    make them private (0700, 0600), so a run store a group shares could not be read by the group. Symlinks are
+    left alone (chmod would follow them)."""
+    mask = umask()
+    dirs, files = 0o777 & ~mask, 0o666 & ~mask
+    if not path.is_dir():
+        os.chmod(path, files)
+        return
+    os.chmod(path, dirs)
+    for folder, subdirs, names in os.walk(path):
+        for name, mode in [*((d, dirs) for d in subdirs), *((n, files) for n in names)]:
+            entry = os.path.join(folder, name)
+            if not os.path.islink(entry):
+                os.chmod(entry, mode)
+
+
 def write_atomic(path: Path, content: str, what: str, error: type[WorkbenchError]) -> None:
     """Write ``path`` whole: a temporary file beside it (named by ``temp_prefix()``), then renamed over it (a
     symlink at ``path`` is replaced, never written through). ``error`` (one line) when it cannot be written;
@@ -305,6 +334,7 @@ def write_atomic(path: Path, content: str, what: str, error: type[WorkbenchError
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), suffix=".tmp", dir=path.parent)
+        os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 would keep the file from the group the umask allows
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(content)
         os.replace(tmp, path)
@@ -538,6 +568,7 @@ class RunStore:
             if draft.result:
                 (tmp / "result.json").write_text(json.dumps(draft.result, default=str, allow_nan=False))
             (tmp / META).write_text(json.dumps(meta, indent=2, default=str))
+            follow_umask(tmp)  # group-readable where the umask allows, as the store's other files
             final = self.root / run_id
             if os.path.lexists(final):  # never overwrite silently (nor rename onto a symlink)
                 raise RunStoreError(f"run {run_id} already exists")
