@@ -186,6 +186,12 @@ class Run:
             return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError)
         return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError).fields(key, {})
 
+    def export(self, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False) -> dict[str, Any]:
+        """Write this run as graph-json, mib, csv or parquet at ``path`` (circuits.export, imported only here)."""
+        from circuits.export import export_run
+
+        return export_run(self, fmt, path, table=table, overwrite=overwrite)
+
 
 @dataclass
 class RunDraft:
