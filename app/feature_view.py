@@ -10,11 +10,13 @@ layers); ``figure`` draws it through ``circuits.plot.graph_figure`` with explici
 from __future__ import annotations
 
 import dataclasses
+import html
 import re
 from typing import Any
 
 import streamlit as st
 
+BIG_NODES, BIG_EDGES = 80, 400  # a stored graph larger than this is drawn re-pruned (readable)
 WIDTH_PX = 900  # about the graph's width beside the inspector on a laptop screen
 PER_CELL = 3  # nodes drawn at one (layer, position): their labels stay apart
 ROW_SPREAD = 0.5  # the nodes of one cell sit within +-ROW_SPREAD/2 of their row
@@ -29,7 +31,8 @@ def readable(graph: Any, per_row: int, max_edges: int, per_cell: int = PER_CELL)
     for e in graph.edges:
         total[e["dst"]] = total.get(e["dst"], 0.0) + abs(float(e["score"]))
     infl = {n["id"]: float(n["influence"]) for n in graph.nodes}
-    keep = {"logits"}
+    roots = {n["id"] for n in graph.nodes if n["kind"] == "logits"} or {"logits"}  # an imported graph: several
+    keep = set(roots)
     by_row: dict[float, list[dict[str, Any]]] = {}
     for n in graph.nodes:
         if n["kind"] != "logits":
@@ -49,7 +52,7 @@ def readable(graph: Any, per_row: int, max_edges: int, per_cell: int = PER_CELL)
                      for e in graph.edges if e["src"] in keep and e["dst"] in keep and float(e["score"]) != 0.0),
                     key=lambda se: -se[0])
     edges = [e for _, e in scored[:max_edges]]
-    reach, changed = {"logits"}, True
+    reach, changed = set(roots), True
     while changed:
         changed = False
         for e in edges:
@@ -63,11 +66,23 @@ def readable(graph: Any, per_row: int, max_edges: int, per_cell: int = PER_CELL)
                                        "per_cell": per_cell})
 
 
+def scores_caption(graph: Any) -> str:
+    """circuit-tracer's replacement and completeness scores of a feature graph, one line."""
+    s = graph.graph_scores()
+    fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+    return (f"Replacement score {fmt(s.get('replacement'))} (share of the influence on the logits that comes from "
+            f"the token embeddings rather than error nodes) · completeness score {fmt(s.get('completeness'))} "
+            f"(share of the inputs to features and logits that comes from non-error nodes) · on the "
+            f"{s.get('computed_on', 'pruned')} graph")
+
+
 def short_label(node: dict[str, Any], labels: dict[str, list[str]], chars: int) -> str:
     """What a node shows on the graph: a feature's id and the first token of its label, an error node
     "err", the logits "logits", an embedding nothing (its token labels the column); at most ``chars``
     characters."""
-    if node["kind"] == "feature":
+    if node["kind"] == "feature" and node.get("clerp"):  # an imported graph's own explanation (escaped: plotly
+        out = f"{node['feature']} {html.escape(str(node['clerp']))}"  # reads tags in labels)
+    elif node["kind"] == "feature":
         text = (labels.get(node["dictionary"]) or [])[node["feature"]:node["feature"] + 1]
         words = re.findall(r"'([^']*)'", text[0]) if text else []  # an automatic label: its first token
         word = words[0].strip() if words else (text[0].split(" · sim")[0] if text else "")
@@ -114,6 +129,7 @@ def figure(graph: Any, labels: dict[str, list[str]], selected: str | None = None
                           "label": short_label(n, labels, chars)})
             full = ((labels.get(n["dictionary"]) or [])[n["feature"]] if n["kind"] == "feature"
                     and n["feature"] < len(labels.get(n["dictionary"]) or []) else "")
+            full = full or html.escape(str(n.get("clerp") or ""))
             hover[n["id"]] = "<br>".join(x for x in (
                 f"<b>{n['id']}</b>", full, f"influence {float(n['influence']):.3f}",
                 f"activation {n['activation']:.3f}" if n.get("activation") is not None else "",

@@ -50,6 +50,7 @@ def show_run(run: Any, prefix: str) -> None:
         shown = False
     if not shown:
         _figures(run, prefix)
+    export_panel(run, prefix)
     for name in C.attempt("Cannot list the tables", run.tables) or []:
         frame = C.attempt(f"Cannot read table {name}", run.table, name)
         if frame is not None:
@@ -63,6 +64,41 @@ def show_run(run: Any, prefix: str) -> None:
         st.json({k: v for k, v in result.items() if len(json.dumps(v, default=str)) <= 4000}, expanded=False)
     if st.toggle("Load the tensors", key=f"{prefix}_tensors_on"):
         tensors(run, prefix)
+
+
+def export_panel(run: Any, prefix: str) -> None:
+    """Download the run in the formats its kind can go to (circuits.export): graph-json (circuit-tracer /
+    Neuronpedia), mib (EAP-IG / MIB), csv or parquet; a kind no format holds says so."""
+    from circuits.export import KIND_FORMATS
+
+    formats = KIND_FORMATS.get(run.kind, ())
+    if not formats:
+        st.caption(f"Export: a {run.kind or 'unknown'} run has no export format (graph-json, mib, csv and parquet "
+                   "hold circuit, feature-graph, subgraph and attribute runs).")
+        return
+    c1, c2, c3 = st.columns([2, 2, 3])
+    fmt = c1.selectbox("Export format", formats, key=f"{prefix}_export_fmt",
+                       help="graph-json: circuit-tracer / Neuronpedia graph JSON; mib: EAP-IG / MIB graph JSON "
+                            "(every edge scored, the circuit in_graph); csv / parquet: every scored edge or node.")
+    table = "edges"
+    if fmt in ("csv", "parquet") and run.kind != "attribute":
+        table = c2.selectbox("Table", ["edges", "nodes"], key=f"{prefix}_export_table")
+    held = st.session_state.get(f"{prefix}_export_data")
+    if held is not None and held[0] != (run.id, fmt, table):
+        held = None
+    if held is None:
+        if c3.button(f"Prepare {fmt}", key=f"{prefix}_export_go"):
+            from circuits.export import run_bytes
+
+            with st.spinner(f"Writing {fmt}…"):
+                got = C.attempt(f"Cannot export run {run.id} as {fmt}", run_bytes, run, fmt, table)
+            if got is not None:
+                st.session_state[f"{prefix}_export_data"] = held = ((run.id, fmt, table), *got)
+    if held is not None:
+        _, data, name = held
+        mime = {"csv": "text/csv", "parquet": "application/octet-stream"}.get(fmt, "application/json")
+        c3.download_button(f"Download {name} ({len(data) / 1e6:.2f} MB)", data, file_name=name, mime=mime,
+                           key=f"{prefix}_export_dl")
 
 
 def tensors(run: Any, prefix: str) -> None:
@@ -163,6 +199,14 @@ def _feature_graph(run: Any, prefix: str) -> bool:
     from circuits.feature_graph import FeatureGraph
 
     graph = FeatureGraph.from_json(run.result())
+    st.caption(FV.scores_caption(graph))
+    if len(graph.nodes) > FV.BIG_NODES or len(graph.edges) > FV.BIG_EDGES:  # e.g. an imported graph: pruned to read
+        c1, c2 = st.columns(2)
+        per_row = c1.slider("Nodes per layer", 2, 24, 8, key=f"{prefix}_fg_per_row")
+        n_edges = c2.slider("Edges kept", 5, 400, 120, key=f"{prefix}_fg_edges")
+        st.caption(f"The stored graph has {len(graph.nodes):,} nodes and {len(graph.edges):,} edges; drawn: each "
+                   "layer's most influential nodes and the strongest edges among them (export holds them all).")
+        graph = FV.readable(graph, per_row, n_edges)
     sub = graph.subgraph()
     clicked = show_subgraph(sub, f"{prefix}_fg", figure=FV.figure(graph, FV.all_labels(graph)))
     inspect_clicked(sub, clicked, prefix)

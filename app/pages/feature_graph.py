@@ -48,6 +48,7 @@ def show(graph: Any, key: str) -> None:
     st.caption(f"{graph.model} · {graph.prompt!r} → {graph.target!r}" + (f" minus {graph.foil!r}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
                f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
+    st.caption(FV.scores_caption(graph))
     ids = [n["id"] for n in graph.nodes]
     if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
         features = [n for n in graph.nodes if n["kind"] == "feature"] or graph.nodes
@@ -83,8 +84,12 @@ def sae_ref(graph: Any, name: str) -> str:
 def inspect(graph: Any, node: dict[str, Any]) -> None:
     """The feature page's own view of a node in graph_view's inspector: a feature's dashboard and a link to
     the SAE page; what an error node is."""
-    if node["kind"] == "feature":
+    if node["kind"] == "feature" and node.get("clerp"):  # an imported graph: its maker's explanation
+        st.text(f"Feature {node['feature']} · {node['clerp']}")  # the file's text: never read as markdown
+    elif node["kind"] == "feature":
         FV.dashboard_card(graph, node)
+    path = next((d.get("path") for d in graph.dictionaries if d["name"] == node.get("dictionary")), None)
+    if node["kind"] == "feature" and path:
         st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
                      icon=":material/open_in_new:",
                      query_params={"sae": sae_ref(graph, node["dictionary"]), "feature": str(node["feature"])})
@@ -104,6 +109,10 @@ with st.expander("Open a saved feature graph"):
         from circuits.feature_graph import FeatureGraph
 
         saved = C.attempt(f"Cannot read run {run.id}", FeatureGraph.from_json, run.result())
+        if saved is not None and (len(saved.nodes) > FV.BIG_NODES or len(saved.edges) > FV.BIG_EDGES):
+            st.caption(f"{len(saved.nodes):,} nodes and {len(saved.edges):,} edges stored: drawn with each layer's "
+                       "8 most influential nodes and the 120 strongest edges among them.")
+            saved = FV.readable(saved, 8, 120)
         if saved is not None:
             show(saved, "fg_saved_graph")
 

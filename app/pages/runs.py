@@ -121,6 +121,30 @@ def _delete(run_id: str) -> None:
     st.session_state["runs_pick"] = ""
 
 
+def _import() -> None:
+    """Store the uploaded circuit-tracer / Neuronpedia graph JSON as a feature-graph run and open it (in the
+    click callback, so the listing below already holds it)."""
+    import tempfile
+    from pathlib import Path
+
+    from circuits.export.importer import import_graph_json
+
+    upload = st.session_state.get("runs_import_file")
+    if upload is None:
+        st.session_state["runs_import_msg"] = ("error", "Choose a graph JSON file first.")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / (Path(upload.name).name or "graph.json")
+        path.write_bytes(upload.getvalue())
+        try:
+            run = import_graph_json(path, C.store())
+        except Exception as exc:  # noqa: BLE001 - a refused file is one message, the page stays
+            st.session_state["runs_import_msg"] = ("error", f"Not imported: {exc}")
+            return
+    st.session_state["runs_import_msg"] = ("ok", f"Imported {upload.name} as run {run.id}.")
+    st.session_state["_runs_open"] = run.id
+
+
 PAGE = 25  # rows listed (and described) at a time
 
 st.title("Runs")
@@ -170,6 +194,15 @@ if damaged:  # skipped by the listing above; named here so they can be removed
                "remove one with `workbench runs rm ID`.")
     with st.expander("Damaged runs", expanded=False):
         st.dataframe(damaged, hide_index=True)
+
+with st.expander("Import a graph made elsewhere (circuit-tracer / Neuronpedia graph JSON)"):
+    st.caption("A graph JSON as circuit-tracer's create_graph_files or Neuronpedia writes it, for any model (one "
+               "the workbench cannot load too); it is stored as a feature-graph run and opens here and on the "
+               "Feature graph page. Command line: `workbench import graph-json FILE`.")
+    st.file_uploader("Graph JSON", type=["json"], key="runs_import_file")
+    st.button("Import", key="runs_import_go", on_click=_import)
+    if msg := st.session_state.pop("runs_import_msg", None):
+        (st.success if msg[0] == "ok" else st.error)(msg[1])
 
 if st.session_state.get("runs_rm_error"):
     st.error(f"Cannot delete: {st.session_state.pop('runs_rm_error')}")

@@ -1,0 +1,213 @@
+"""Graphs and scores leave the workbench in the formats of the field, and graphs made elsewhere come in.
+
+- ``graph-json``: circuit-tracer 0.5.0 / Neuronpedia graph JSON (``graph_json``): feature graphs, circuits,
+  subgraphs;
+- ``mib``: EAP-IG / MIB graph JSON (``mib``): circuits;
+- ``csv`` / ``parquet``: one row per scored edge (every edge of a circuit, not only its top k) or per node, or
+  an attribution's scored items (``tables``).
+
+``export(obj, fmt, path)`` writes one of these for a result object (CircuitResult, FeatureGraph, Subgraph,
+AttributionResult); ``export_run(run, fmt, path)`` for a stored run. Everything is checked before any work (the
+format, whether it can hold this kind, the output path) and the file is written atomically (a temporary file
+beside it, then a rename), never over an existing file unless ``overwrite``. ``importer`` reads a
+circuit-tracer / Neuronpedia graph JSON into a feature-graph run.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ExportError
+
+FORMATS = ("graph-json", "mib", "csv", "parquet")
+# run kind -> the formats that can hold it
+KIND_FORMATS: dict[str, tuple[str, ...]] = {
+    "circuit": ("graph-json", "mib", "csv", "parquet"),
+    "feature-graph": ("graph-json", "csv", "parquet"),
+    "subgraph": ("graph-json", "csv", "parquet"),
+    "attribute": ("csv", "parquet"),
+}
+TABLES = ("edges", "nodes")
+SUFFIX = {"graph-json": ".json", "mib": ".json", "csv": ".csv", "parquet": ".parquet"}
+
+
+def check_format(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ExportError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
+    return fmt
+
+
+def check_kind(kind: str, fmt: str, subject: str = "this result") -> None:
+    """ExportError (one line) when ``fmt`` cannot hold a result of this kind."""
+    check_format(fmt)
+    if fmt not in KIND_FORMATS.get(kind, ()):
+        can = [k for k, fs in KIND_FORMATS.items() if fmt in fs]
+        goes = ", ".join(KIND_FORMATS.get(kind, ())) or "no format"
+        raise ExportError(f"{subject} is a {kind or 'unknown'} run, which {fmt} cannot hold ({fmt} holds "
+                          f"{', '.join(can)} runs; a {kind or 'unknown'} run goes to {goes})")
+
+
+def check_out(path: str | Path, overwrite: bool = False) -> Path:
+    """The output path, checked before any work: its folder exists and is writable, it is not a folder, and
+    it does not exist yet (unless ``overwrite``)."""
+    out = Path(os.path.expanduser(str(path)))
+    if not str(path).strip():
+        raise ExportError("--out is empty: give a file path")
+    parent = out.parent if str(out.parent) else Path(".")
+    if not parent.is_dir():
+        raise ExportError(f"cannot write {out}: its folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ExportError(f"cannot write {out}: its folder {parent} is not writable")
+    if out.is_dir():
+        raise ExportError(f"cannot write {out}: it is a folder; give a file path")
+    if (out.exists() or out.is_symlink()) and not overwrite:
+        raise ExportError(f"{out} already exists; remove it or choose another path (overwrite=True / --force)")
+    return out
+
+
+def write_atomic(out: Path, data: bytes) -> None:
+    """``data`` into ``out`` through a temporary file beside it and a rename: a reader never sees half a file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out)
+    except OSError as exc:
+        Path(tmp).unlink(missing_ok=True)
+        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def kind_of(obj: Any) -> str:
+    """The run kind a result object is saved as."""
+    from attribution.result import AttributionResult
+    from circuits.discover import CircuitResult
+    from circuits.feature_graph import FeatureGraph
+    from circuits.graph import Subgraph
+
+    if isinstance(obj, CircuitResult):
+        return "circuit"
+    if isinstance(obj, FeatureGraph):
+        return "feature-graph"
+    if isinstance(obj, Subgraph):
+        return "subgraph"
+    if isinstance(obj, AttributionResult):
+        return "attribute"
+    raise ExportError(f"cannot export a {type(obj).__name__}: give a circuit, feature graph, subgraph or "
+                      "attribution result")
+
+
+def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None) -> tuple[bytes, dict[str, Any]]:
+    """(file content, what it holds) of ``obj`` in ``fmt``."""
+    import json
+
+    from circuits.export import graph_json, mib, tables
+
+    kind = kind_of(obj)
+    check_kind(kind, fmt)
+    if table not in TABLES:
+        raise ExportError(f"unknown table {table!r}; choose edges or nodes")
+    if fmt == "graph-json":
+        doc = graph_json.document(obj, slug=slug)
+        return (json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(),
+                {"nodes": len(doc["nodes"]), "links": len(doc["links"])})
+    if fmt == "mib":
+        doc = mib.document(obj)
+        return (json.dumps(doc, allow_nan=False).encode(),
+                {"nodes": len(doc["nodes"]), "edges": len(doc["edges"]),
+                 "in_graph": sum(e["in_graph"] for e in doc["edges"].values())})
+    frame = tables.table(obj, table)
+    return tables.encode(frame, fmt), {"rows": len(frame), "columns": list(frame.columns)}
+
+
+def export(obj: Any, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False,
+           slug: str | None = None) -> dict[str, Any]:
+    """Write ``obj`` (a CircuitResult, FeatureGraph, Subgraph or AttributionResult) as ``fmt`` at ``path``:
+    {"path", "format", "bytes", ...what it holds}. ``table``: edges or nodes (csv / parquet)."""
+    check_format(fmt)
+    check_kind(kind_of(obj), fmt)
+    out = check_out(path, overwrite)
+    data, info = render(obj, fmt, table, slug)
+    write_atomic(out, data)
+    return {"path": str(out), "format": fmt, "bytes": len(data), **info}
+
+
+def load_run(run: Any) -> Any:
+    """The result object of a stored run (circuit, feature-graph, subgraph, attribute)."""
+    from workbench.checks import reading
+    from workbench.errors import RunStoreError
+
+    if run.kind == "circuit":
+        from circuits.discover import CircuitResult
+
+        return CircuitResult.from_run(run)
+    if run.kind == "feature-graph":
+        from circuits.feature_graph import FeatureGraph
+
+        with reading(f"run {run.id}", RunStoreError):
+            return FeatureGraph.from_json(run.result())
+    if run.kind == "subgraph":
+        from circuits.graph import Subgraph
+
+        return Subgraph.from_run(run)
+    if run.kind == "attribute":
+        from attribution.result import AttributionResult
+
+        scores = run.tensors().get("scores")
+        if scores is None:
+            raise RunStoreError(f"run {run.id} is damaged: its tensors file has no 'scores'")
+        with reading(f"run {run.id}", RunStoreError):
+            return AttributionResult.from_json(run.result(), scores=scores)
+    raise ExportError(f"run {run.id} is a {run.kind or 'unknown'} run; exports hold circuit, feature-graph, "
+                      "subgraph and attribute runs")
+
+
+def export_run(run: Any, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False
+               ) -> dict[str, Any]:
+    """Write a stored run as ``fmt`` at ``path`` (kind and path checked before the run is read)."""
+    check_kind(run.kind, fmt, f"run {run.id}")
+    out = check_out(path, overwrite)
+    data, info = render(load_run(run), fmt, table, slug=run.id)
+    write_atomic(out, data)
+    return {"run": run.id, "kind": run.kind, "path": str(out), "format": fmt, "bytes": len(data), **info}
+
+
+def run_bytes(run: Any, fmt: str, table: str = "edges") -> tuple[bytes, str]:
+    """(content, file name) of a stored run in ``fmt``: what the app's download button serves."""
+    check_kind(run.kind, fmt, f"run {run.id}")
+    data, _ = render(load_run(run), fmt, table, slug=run.id)
+    stem = run.id if fmt not in ("csv", "parquet") or table == "edges" else f"{run.id}.nodes"
+    return data, f"{stem}{'.mib' if fmt == 'mib' else ''}{SUFFIX[fmt]}"
+
+
+def resolve_run(store: Any, ref: str) -> Any:
+    """A run by id or by a unique prefix of its id; ExportError naming the candidates when ambiguous."""
+    from workbench.errors import RunStoreError
+
+    ref = (ref or "").strip()
+    if not ref:
+        raise RunStoreError("give a run id (or a unique prefix of one)")
+    try:
+        return store.get(ref)
+    except RunStoreError:
+        if "/" in ref or ref.startswith("."):
+            raise
+    found = [r["id"] for r in store.list() if r["id"].startswith(ref)]
+    if not found:
+        raise RunStoreError(f"no run {ref!r} in {store.root} (nor one whose id starts with it)")
+    if len(found) > 1:
+        raise RunStoreError(f"{ref!r} is the start of {len(found)} run ids ({', '.join(found[:3])}"
+                            f"{', ...' if len(found) > 3 else ''}); give more of it")
+    return store.get(found[0])
