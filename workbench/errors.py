@@ -60,6 +60,14 @@ class CostError(RangeError):
     """A size, count or time beyond what this machine can hold, or that would take hours unasked."""
 
 
+class ArgumentError(WorkbenchError, ValueError):
+    """A notebook-API argument whose value is out of range or not one of its choices (workbench/arguments.py)."""
+
+
+class ArgumentTypeError(WorkbenchError, TypeError):
+    """A notebook-API argument of the wrong type, missing, or an unknown keyword (workbench/arguments.py)."""
+
+
 def check_range(what: str, value: int, upper: int) -> int:
     """Raise RangeError unless 0 <= value < upper."""
     if not 0 <= int(value) < upper:
