@@ -20,6 +20,11 @@ def _human(r: dict[str, Any]) -> None:
             + (f" minus {r['foil']!r}" if r.get("foil") else "")
             + f" on {r['model']}: {len(r['nodes'])} nodes, {len(r['edges'])} edges, "
             f"{r['n_passes']} DPA passes, {r['seconds']:.2f} s")
+    sc = r.get("scores") or {}
+    if sc:  # circuit-tracer's two scores (circuits.feature_graph.graph_scores)
+        fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
+        print(f"replacement score {fmt(sc.get('replacement'))}, completeness score {fmt(sc.get('completeness'))} "
+              f"(on the {sc.get('computed_on', 'pruned')} graph)")
     for n in sorted(r["nodes"], key=lambda n: -n["influence"])[:25]:
         score = "" if n["score"] is None else f" score {n['score']:+.3f}"
         print(f"  {n['id']:<22} {n['kind']:<8} {str(n['token']):<12} influence {n['influence']:.3f}{score}")
