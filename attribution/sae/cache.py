@@ -110,6 +110,19 @@ def stop_layer(hook: str) -> int | None:
     return None
 
 
+# Hooks that hold no vector per token: attention weights and scores are [head, query, key]
+NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
+
+
+def check_token_hook(hook: str) -> None:
+    """RangeError for a hook without one activation vector per token (what a dictionary is trained on)."""
+    from workbench.errors import RangeError
+
+    if hook.rsplit(".", 1)[-1] in NOT_PER_TOKEN:
+        raise RangeError(f"--hook {hook} holds attention weights [head, query, key], not one vector per token: "
+                         "a dictionary needs a per-position hook (hook_resid_post, attn.hook_z, mlp.hook_post, ...)")
+
+
 def cache_activations(
     model: Any,
     hook: str,
@@ -124,6 +137,7 @@ def cache_activations(
     import torch
 
     model.check_hook(hook)
+    check_token_hook(hook)
     stop = stop_layer(hook)
     acts, wins, where = [], [], []
     got, batch = 0, []

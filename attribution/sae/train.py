@@ -32,6 +32,10 @@ def training_sae(
     hook: str = "",
 ):
     """A SAELens TrainingSAE of the given kind (inputs normalised to norm sqrt(d_in))."""
+    from workbench.options import check_memory
+
+    # encoder and decoder, their gradients and Adam's two moments: 8 float32 copies of d_in x d_sae
+    check_memory(f"an SAE of width {d_sae:,} on {d_in}-wide activations", 32 * int(d_in) * int(d_sae))
     import sae_lens as sl
 
     if kind not in KINDS:

@@ -96,6 +96,9 @@ def read_image(path: str | Path, max_pixels: int = MAX_PIXELS):
         if mm.size > 4 * max_pixels:
             raise ImageError(f"image {str(path)!r} has shape {tuple(mm.shape)} ({mm.size:,} values); the limit "
                              f"is {max_pixels:,} pixels")
+        if mm.ndim not in (2, 3):  # a batch (N, C, H, W) is not one image: never explain its first silently
+            raise ImageError(f"image {str(path)!r} has shape {tuple(mm.shape)}: give one image, (C, H, W), "
+                             "(H, W, C) or (H, W)")
         arr = np.array(mm, dtype=np.float32)  # a copy: the memmap is read-only
         if arr.ndim == 3 and arr.shape[-1] in (1, 3, 4) and arr.shape[0] not in (1, 3, 4):
             arr = arr.transpose(2, 0, 1)  # HWC -> CHW

@@ -59,6 +59,13 @@ class BenchConfig:
     patch_sample: int = 64  # edges activation patching scores exactly at edge level (0: none)
 
 
+def check_model_kind(kind: str, name: str) -> None:
+    """The benchmark scores edges of a language model's residual graph on text tasks: a vision model is refused."""
+    if kind == "vit":
+        raise MethodError(f"{name} is a vision model: the circuit benchmark needs a language model (its tasks are "
+                          "text prompts with counterfactuals, its graph the residual stream's heads and MLPs)")
+
+
 def check_config(cfg: BenchConfig) -> None:
     """Everything that can be refused before a model is loaded."""
     for task in cfg.tasks:
@@ -66,6 +73,12 @@ def check_config(cfg: BenchConfig) -> None:
             raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} or give a .jsonl file")
         if task not in TASKS and not Path(task).is_file():
             raise PromptError(f"task file {task} does not exist")
+    for what, items in (("task", cfg.tasks), ("method", cfg.methods), ("level", cfg.levels)):
+        if not items:
+            raise MethodError(f"no {what}s given: name at least one")
+        twice = sorted({x for x in items if items.count(x) > 1})
+        if twice:  # the same cell twice would compute for minutes, then fail to save (shared tensors)
+            raise MethodError(f"{what} {', '.join(twice)} named more than once")
     for m in cfg.methods:
         if split_variant(m)[0] not in METHODS:  # a variant NAME:key=value is checked here too
             raise MethodError(f"unknown method {m!r}; choose from {', '.join(METHODS)}")
@@ -293,6 +306,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         from workbench.zoo import load
 
         model = load(cfg.model)
+    check_model_kind(getattr(model, "kind", None) or ("vit" if "ViT" in type(model).__name__ else "llm"), cfg.model)
     started = time.perf_counter()
     tasks = [run_task(model, task, cfg, on_step) for task in cfg.tasks]
     return {"config": asdict(cfg), "model": model.name, "tasks": tasks, "seconds": time.perf_counter() - started}

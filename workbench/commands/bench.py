@@ -16,6 +16,7 @@ import typer
 
 from workbench.cli import JSON_OPTION, console, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
+from workbench.options import nonneg_int, positive_int
 
 # The defaults measured: 5 tasks x these 4 methods at edge level, 16 train / 12 test prompts, took 33 min with
 # --workers 3 on the shared 2-core machine (results/circuits/bench_smollm2-135m.md).
@@ -29,10 +30,6 @@ def register(app: typer.Typer) -> None:
     app.add_typer(group, name="bench")
 
 
-def _list(text: str | None, default: list[str]) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()] if text else list(default)
-
-
 def circuits(
     model: str = typer.Option("smollm2-135m", "--model", help="The model."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: ioi, facts, add, "
@@ -40,22 +37,24 @@ def circuits(
     methods: str = typer.Option(None, "--methods", help="Comma-separated methods (default: random, eap, "
                                 "eap_ig, dpa; activation_patching: exact, node level and a sample of edges); "
                                 "NAME:key=value:key=value is a variant with parameters set (dpa:w_v=0.7)."),
-    levels: str = typer.Option("edge", "--levels", help="edge, node or edge,node."),
-    n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring)."),
-    n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves)."),
-    n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching."),
+    levels: str = typer.Option(None, "--levels", help="edge, node or edge,node (default: edge)."),
+    n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring).", callback=positive_int),
+    n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves).", callback=positive_int),
+    n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching.",
+                                callback=positive_int),
     patch_sample: int = typer.Option(64, "--patch-sample", help="Edges activation patching scores exactly at "
                                      "edge level (on the train prompts; one forward each), to check every "
-                                     "method's scores against."),
+                                     "method's scores against.", callback=nonneg_int),
     selection: str = typer.Option("topk", "--selection", help="topk, greedy, bootstrap or positive_ratio."),
     eval_split: str = typer.Option("test", "--eval-split", help="Where the curves are measured: test (report) "
                                    "or validation (choose variants; --n-test caps its prompts)."),
-    boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals."),
-    batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward."),
+    boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals.", callback=positive_int),
+    batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward.", callback=positive_int),
     workers: int = workers_option("the (task, method) cells"),
     ray_address: str = RAY_ADDRESS_OPTION,
-    out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it). Default: "
-                             "results/circuits/bench_<model>.md"),
+    out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it), e.g. "
+                             "results/circuits/bench_<model>.md. Without it no document is written (the run "
+                             "keeps the result)."),
     save_run: bool = typer.Option(True, "--save-run/--no-save-run", help="Also save a run to the store."),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -66,18 +65,32 @@ def circuits(
     from workbench.errors import RangeError
     from workbench.jobs.kind_bench import config
     from workbench.jobs.specs import BenchCircuitsSpec
+    from workbench.options import check_output, split_list
 
     if batch_size < 1:
         raise RangeError(f"--batch-size must be at least 1 (got {batch_size})")
+    # lists first (an empty or repeated item is refused, never read as the defaults), then the output, then
+    # the model's kind: everything the user can get wrong is refused before any work starts
+    task_list = split_list("--tasks", tasks, DEFAULT_TASKS)
+    method_list = split_list("--methods", methods, DEFAULT_METHODS)
+    level_list = split_list("--levels", levels, ["edge"])
+    if out is not None and out.suffix != ".md":
+        raise RangeError(f"--out must name a .md file (got {out})")
+    check_output("--out", out)
+    check_output("--out", out.with_suffix(".json") if out is not None else None)
+    if out is None and not save_run:
+        raise RangeError("--no-save-run without --out would keep nothing: give --out FILE.md")
+    from circuits.bench.runner import check_model_kind
+    from workbench.zoo import resolve
+
+    check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one
-    names = [str(Path(t).resolve()) if t.endswith(".jsonl") else t for t in _list(tasks, DEFAULT_TASKS)]
-    spec = BenchCircuitsSpec(model=model, tasks=names, methods=_list(methods, DEFAULT_METHODS),
-                             levels=_list(levels, ["edge"]), n_train=n_train, n_test=n_test, n_patch=n_patch,
+    names = [str(Path(t).resolve()) if t.endswith(".jsonl") else t for t in task_list]
+    spec = BenchCircuitsSpec(model=model, tasks=names, methods=method_list,
+                             levels=level_list, n_train=n_train, n_test=n_test, n_patch=n_patch,
                              patch_sample=patch_sample,
                              selection=selection, eval_split=eval_split, n_boot=boot,
                              batch_size=batch_size)  # checks the config
-    if out is not None and out.suffix != ".md":
-        raise RangeError(f"--out must name a .md file (got {out})")
     cfg = config(spec.to_dict())
     for task in cfg.tasks:  # every stored task's rows are checked before the job starts: bad input costs nothing
         rows, _, source = load_rows(cfg.model, task)
@@ -85,11 +98,10 @@ def circuits(
             check_task_rows(task, rows, cfg)
     job, res = run_job(spec, workers, ray_address, save=save_run)
     result = res.result
-    from workbench.paths import results_root
-
-    path = out or results_root() / "circuits" / f"bench_{cfg.model.split('/')[-1]}.md"
-    md, js = write_document(result, path)
-    summary: dict[str, Any] = {"model": result["model"], "document": str(md), "json": str(js),
+    # only where --out says: a run without it never writes over the committed results/circuits/bench_<model>.md
+    md, js = write_document(result, out) if out is not None else (None, None)
+    summary: dict[str, Any] = {"model": result["model"], "document": str(md) if md else None,
+                               "json": str(js) if js else None,
                                "seconds": result["seconds"], "job_id": job.id, **leaderboard(result)}
     if save_run:
         summary["run"] = job.run_id
@@ -98,7 +110,8 @@ def circuits(
 
 def _human(r: dict[str, Any]) -> None:
     c = console()
-    c.print(f"circuit benchmark on {r['model']}: {r['seconds'] / 60:.1f} min; document {r['document']}"
+    c.print(f"circuit benchmark on {r['model']}: {r['seconds'] / 60:.1f} min; "
+            + (f"document {r['document']}" if r["document"] else "no document (give --out FILE.md)")
             + (f"; run {r['run']}" if r.get("run") else ""))
     for row in r["rows"]:
         c.print(f"  {row['task']:>13} {row['method']:>20} {row['level']:>4}  CPR {row['cpr']:.3f} "

@@ -174,14 +174,23 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if the ca
                                    for x in r["models"])))
 
 
+BACKENDS = ("transformer_lens", "bridge", "nnsight")
+
+
 def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
         "transformer_lens", help="transformer_lens, bridge or nnsight."), dtype: str = DTYPE_OPTION,
         as_json: bool = JSON_OPTION) -> None:
     """Load a model and print its architecture facts."""
     import workbench as wb
     from workbench.cli import check_device
+    from workbench.errors import MethodError
 
-    m = wb.load(model, device=check_device(device), backend=backend, dtype=dtype) if _is_llm(model) else \
+    if backend not in BACKENDS:
+        raise MethodError(f"unknown --backend {backend!r}: {', '.join(BACKENDS)}")
+    llm = _is_llm(model)
+    if not llm and backend != BACKENDS[0]:
+        raise MethodError(f"--backend {backend} is for language models; {model} loads its own way")
+    m = wb.load(model, device=check_device(device), backend=backend, dtype=dtype) if llm else \
         wb.load(model, device=check_device(device), dtype=dtype)
     arch = m.arch.to_dict() if hasattr(m.arch, "to_dict") else dict(m.arch)
     emit({"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}, as_json)
@@ -192,8 +201,14 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
     """Greedy continuation of a prompt."""
     import workbench as wb
     from workbench.cli import check_device
+    from workbench.errors import PromptError, RangeError
 
+    if not prompt.strip():
+        raise PromptError("empty prompt: give at least one token")
     m = wb.load(model, device=check_device(device), dtype=dtype)
+    n_ctx = getattr(getattr(m, "arch", None), "n_ctx", None)
+    if n_ctx and max_new_tokens > n_ctx:  # the model's own bound (the table's is for any model)
+        raise RangeError(f"--max-new-tokens {max_new_tokens} is more than {m.name}'s context of {n_ctx} tokens")
     text = m.generate(prompt, max_new_tokens=max_new_tokens)
     emit({"model": m.name, "prompt": prompt, "continuation": text}, as_json,
          lambda r: print(r["prompt"] + r["continuation"]))

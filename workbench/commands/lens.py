@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
-from workbench.options import float_range, nonneg_int, positive_int
+from workbench.options import allow_long_option, float_range, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -84,6 +84,7 @@ def lens_train(
     out: str = typer.Option(None, "--out", help="Output directory (default data/lenses/MODEL)."),
     table: str = typer.Option(None, "--table", help="Also write the markdown KL table here."),
     dtype: str = DTYPE_OPTION,
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a tuned lens (closed-form fit, then KL fine-tuning) and report each layer's held-out KL."""
@@ -91,7 +92,12 @@ def lens_train(
 
     import workbench as wb
     from attribution.lens.train import TrainConfig, build, results_table
+    from workbench.options import check_long, check_memory, check_output
 
+    check_output("--out", out, kind="dir")  # both outputs before the model loads
+    check_output("--table", table)
+    check_long(f"--fit-seconds {fit_seconds:g} plus --kl-seconds {kl_seconds:g}", fit_seconds + kl_seconds,
+               allow_long)
     m = wb.load(model, dtype=dtype)
     kind = getattr(m, "kind", None) or ("vit" if type(m).__name__ == "HookedViT" else "unknown")
     if kind != "llm":
@@ -101,6 +107,9 @@ def lens_train(
         why = "lenses are not for vision models" if kind == "vit" else \
             "tuned lenses are trained on the English corpus for LLMs"
         raise MethodError(f"{name} is a {kind} model: {why}")
+    a = m.arch  # the cached residual stacks [layer + 1, tokens, d_model] in float32 must fit
+    check_memory(f"--kl-tokens {kl_tokens} and --heldout-tokens {heldout} of residual stacks",
+                 4 * (a.n_layers + 1) * a.d_model * (kl_tokens + heldout) * 2)
     cfg = TrainConfig(train_tokens=tokens, fit_seconds=fit_seconds, kl_seconds=kl_seconds, kl_tokens=kl_tokens,
                       heldout_tokens=heldout, seed=seed, kl_batch=kl_batch, batch_windows=batch_windows)
     c = console()

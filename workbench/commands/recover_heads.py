@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit
-from workbench.options import int_range, nonneg_float, nonneg_int, positive_int
+from workbench.options import allow_long_option, int_range, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -45,6 +45,7 @@ def recover_heads(
                              "recovered near one point; reports agreement on fresh inputs."),
     sweep: bool = typer.Option(False, "--sweep", help="Also sweep the noise scale and plot error vs s."),
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Recover canonical heads (W_h, v_h) of a multi-head attention oracle from value queries."""
@@ -53,6 +54,8 @@ def recover_heads(
 
     if dps < 20:
         raise WorkbenchError(f"--dps must be >= 20 (got {dps})")
+    if d is not None and heads is not None:
+        _check_cost(d, heads, bound, float64, allow_long)
     grid = sorted(set(DEFAULT_SWEEP + ([noise] if noise > 0 else []))) if (sweep or noise > 0) else None
     if ffn:
         from attribution.blackbox.run import run_ffn
@@ -94,3 +97,15 @@ def recover_heads(
             c.print(f"error vs noise: log-log slope {r['noise_sweep']['loglog_slope']} (figure in the run)")
 
     emit(out, as_json, human)
+
+
+def _check_cost(d: int, heads: int, bound: int | None, float64: bool, allow_long: bool) -> None:
+    """Memory (H0 d x d matrices; an exact mpmath entry takes ~200 bytes) and time (4 H0 d^2 queries, each
+    about d + H0 ms of exact arithmetic here) known from --d and --heads, checked before anything is built."""
+    from attribution.blackbox.recovery import expected_queries
+    from workbench.options import check_long, check_memory
+
+    h0 = max(heads, bound or heads)
+    check_memory(f"--d {d} with {h0} heads", 8 * h0 * d * d * (8 if float64 else 200))
+    queries = expected_queries(d, h0)
+    check_long(f"recovering {h0} heads at --d {d} ({queries:,} queries)", queries * (d + h0) * 1e-3, allow_long)

@@ -8,7 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
+from workbench.options import allow_long_option, check_output, nonneg_float, nonneg_int, positive_float, positive_int
 
 sae_app = typer.Typer(
     help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
@@ -61,6 +61,7 @@ def train(
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Cache activations at HOOK, train an SAE (SAELens) or a skip transcoder (--kind transcoder:
@@ -82,6 +83,10 @@ def train(
                         ctx=ctx, corpus=corpus, out=str(Path(out).resolve()) if out else None, seed=seed,
                         keep_first=keep_first).to_dict()
     check_out(out)  # before anything loads
+    check_output("--out", out, kind="dir")
+    from attribution.sae.cache import check_token_hook
+
+    check_token_hook(hook)
     shards = from_shards(spec)
     if shards and is_toy(model):
         raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "
@@ -180,6 +185,7 @@ def cache(
     entry = zoo.resolve(model)
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
+    check_output("--out", out, kind="dir")
     target = Path(out) if out else shards_root(entry.name) / split
     from workbench.jobs.specs import SaeCacheSpec
 
@@ -245,12 +251,14 @@ def corpus(
     chars: int = typer.Option(2_000_000, "--chars", help="Characters of text to collect.", callback=positive_int),
     samples: int = typer.Option(0, "--samples", help="Also sample this many texts from --model.", callback=nonneg_int),
     model: str = typer.Option("smollm2-135m", "--model", help="Model for --samples."),
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Build the offline text corpus from documentation inside installed packages (and model samples)."""
     from attribution.sae.cache import default_corpus
     from attribution.sae.corpus import build_corpus, model_samples
 
+    check_output("--out", out, kind="dir")  # before any sampling
     docs = []
     if samples:
         import workbench

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
-from workbench.options import nonneg_float, nonneg_int, positive_float, positive_int
+from workbench.options import allow_long_option, nonneg_float, nonneg_int, positive_float, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -47,11 +47,11 @@ def train(
     threads: int = typer.Option(1, "--threads", help="torch threads (1 or 2 on shared machines).",
                                 callback=positive_int),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint in --out."),
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train a toy transformer on a circuits task (CPU, minutes) and save it as a zoo checkpoint."""
     import json
-    from pathlib import Path
 
     from circuits.toy.models import ModelSpec, check_spec
     from circuits.toy.tasks import get_task
@@ -94,15 +94,16 @@ def train(
         task_params=t.params(),
     )
     check_spec(spec)
+    _check_size(spec, t, d, allow_long)
     if spec.ffn == "none" and d.get("d_mlp"):
         raise WorkbenchError("--d-mlp given but --ffn none has no FFN")
     if threads < 1:
         raise WorkbenchError("--threads must be at least 1")
-    path = Path(out)
+    from workbench.options import check_output
+
+    path = check_output("--out", out, kind="dir")
     if (path / "config.json").exists() and not force:
         raise ModelFileError(f"{out} already holds a checkpoint: pass --force to overwrite it")
-    if path.exists() and not path.is_dir():
-        raise ModelFileError(f"{out} exists and is not a directory")
     from circuits.toy.checkpoints import save
     from circuits.toy.train import TrainConfig
     from circuits.toy.train import train as run_train
@@ -145,6 +146,24 @@ def train(
         c.print(f"saved to {r['out']}")
 
     emit(json.loads(json.dumps(summary)), as_json, human)
+
+
+def _check_size(spec: Any, task: Any, settings: dict, allow_long: bool) -> None:
+    """The model's training memory (weights, gradients and AdamW's two moments: 16 bytes a parameter) against
+    this machine's free memory, and its time (6 flops a parameter and token, ~10 GFLOP/s on these 2 cores)
+    against an hour unless --allow-long, before anything is allocated."""
+    from workbench.options import check_long, check_memory
+
+    d, d_mlp = spec.d_model, spec.d_mlp or 4 * spec.d_model
+    ffn = 0 if spec.ffn == "none" else (spec.experts if spec.ffn.startswith("moe") else 1) * \
+        (3 if "glu" in spec.ffn else 2) * d * d_mlp
+    vocab = len(getattr(task, "vocab", None) or ()) or 1024
+    params = spec.layers * (4 * d * d + ffn) + 2 * vocab * d + getattr(task, "n_ctx", 1024) * d
+    what = f"training a {spec.layers}-layer model of width {d} ({params:,} parameters)"
+    check_memory(what, 16 * params)
+    tokens = (settings.get("batch_size") or 512) * getattr(task, "n_ctx", 16)
+    check_long(f"{what} for {settings['steps']:,} steps", 6 * params * tokens * settings["steps"] / 1e10,
+               allow_long)
 
 
 def check_trained(model: Any, metrics: dict, hint: str) -> None:

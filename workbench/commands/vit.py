@@ -6,7 +6,7 @@ import typer
 
 from workbench.cli import JSON_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import nonneg_int, positive_float, positive_int
+from workbench.options import allow_long_option, nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
 
@@ -127,6 +127,7 @@ def vit_eval(
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (kind vit_eval)."),
     workers: int = workers_option("the (method, image batch) pairs"),
     ray_address: str = RAY_ADDRESS_OPTION,
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Localization benchmark: pointing game, energy pointing, mask IoU, deletion/insertion,
@@ -141,6 +142,11 @@ def vit_eval(
     from attribution.vit.methods import parse_methods
 
     names = parse_methods(methods)
+    from workbench.options import BOUNDS, check_long
+
+    per_image = BOUNDS["vit-eval --n"].rate or 0.25  # every method (its steps too) on one image, vit-synth
+    check_long(f"--n {n} images x {len(names)} methods", n * per_image * len(names) / 9 * max(1, steps / 20),
+               allow_long)
     head = _head(model, head)
     if head == "saliency":
         raise WorkbenchError("the saliency head explains one image's region: use `workbench vit-explain IMAGE "
@@ -239,6 +245,7 @@ def train_vit(
                                 callback=nonneg_int),
     out: str = typer.Option(None, "--out",
                             help="Checkpoint dir (default data/models/vit-synth|vit-synth-hard|vit-digits)."),
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train the small ViT and write a zoo checkpoint (config.json + model.safetensors + metrics.json)."""
@@ -248,13 +255,9 @@ def train_vit(
         raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic, hard or digits")
     if steps < 1 or batch_size < 1:
         raise WorkbenchError("--steps and --batch-size must be positive")
-    if out is not None:  # checked before training, not after it
-        from pathlib import Path
+    from workbench.options import check_output
 
-        if Path(out).exists() and not Path(out).is_dir():
-            raise WorkbenchError(f"--out {out} exists and is not a directory")
-        if Path(out).parent.exists() and not Path(out).parent.is_dir():
-            raise WorkbenchError(f"--out {out}: {Path(out).parent} is not a directory")
+    check_output("--out", out, kind="dir")  # checked before training, not after it
     from attribution.vit.train import save_trained
     from attribution.vit.train import train_vit as _train
     from workbench.cli import console
