@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 LEGEND_HELP = (
     "Edge colour: blue supports the target (minus foil), red opposes it; width follows |score|. "
     "Edges into a head are dashed into its query, dotted into its key and solid into its value. "
-    "Click a node to inspect it."
+    "A head is labelled H5 in its layer's row. Click a node to inspect it."
 )
 
 
@@ -53,17 +53,12 @@ def show_graph(
     nodes: {"name", "layer", "kind"?, "label"?}; edges: {"src", "dst", "score"} with ``dst`` a node or a
     receiver input (``L3.H5.q``), as ``circuits.plot.graph_figure`` documents.
     """
-    from circuits.plot import graph_figure, row_label
+    from circuits.plot import graph_figure
 
-    rows = sorted({float(n["layer"]) for n in nodes})
-    rank = {y: i for i, y in enumerate(rows)}  # one evenly spaced row per drawn layer: no empty bands
-    compact = [dict(n, layer=rank[float(n["layer"])]) for n in nodes]
-    fig = graph_figure(compact, edges, title=title, selected=selected, height=height)
-    kinds = {y: {n.get("kind", "head") for n in nodes if float(n["layer"]) == y} for y in rows}
-    bend_edges(fig)
-    fig.update_layout(clickmode="event+select", dragmode=False)
-    fig.update_yaxes(tickmode="array", tickvals=list(range(len(rows))),
-                     ticktext=[row_label(y, kinds[y]) for y in rows])
+    # circuits.plot lays it out (evenly spaced rows, head columns, bowed edges, labels kept apart): the
+    # notebook's and the paper figures' layout; the app only adds the click handling
+    fig = graph_figure(nodes, edges, title=title, selected=selected, height=height)
+    fig.update_layout(clickmode="event+select", dragmode=False, width=None)
     st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
     return clicked(key)
 
@@ -115,33 +110,6 @@ def inspect_node(graphs: dict[str, Subgraph], node: str, key: str,
     st.caption(f"{node}: {int((edges['direction'] == 'in').sum())} incoming and "
                f"{int((edges['direction'] == 'out').sum())} outgoing edges")
     st.dataframe(edges, hide_index=True, key=f"{key}_edges")
-
-
-ROLE_BEND = {"dash": 0.035, "dot": 0.07}  # q and k edges bow further out than v, so roles never overlap
-
-
-def bend_edges(fig: Any, steps: int = 12) -> None:
-    """Bow each edge sideways by the rows it skips (and its q/k role), so an edge that passes a node's
-    row, or runs beside another edge between the same nodes, stays visible (one column of nodes in a
-    one-head model would otherwise draw every edge on one vertical line)."""
-    for trace in fig.data:
-        if trace.mode != "lines" or not trace.x:
-            continue
-        shift = ROLE_BEND.get(trace.line.dash or "solid", 0.0)
-        xs: list[float | None] = []
-        ys: list[float | None] = []
-        pts = list(zip(trace.x, trace.y, strict=True))
-        for (x0, y0), (x1, y1) in zip(pts[0::3], pts[1::3], strict=True):
-            bend = min(0.25, 0.06 * max(0.0, abs(y1 - y0) - 1) + shift)
-            bend = -bend if (x0 + x1) / 2 > 0.5 else bend  # bow towards the middle
-            cx, cy = (x0 + x1) / 2 + 2 * bend, (y0 + y1) / 2
-            for i in range(steps + 1):
-                t = i / steps
-                xs.append((1 - t) ** 2 * x0 + 2 * (1 - t) * t * cx + t**2 * x1)
-                ys.append((1 - t) ** 2 * y0 + 2 * (1 - t) * t * cy + t**2 * y1)
-            xs.append(None)
-            ys.append(None)
-        trace.x, trace.y = xs, ys
 
 
 def follow_click(graph_keys: list[str], select_key: str, options: list[str]) -> None:

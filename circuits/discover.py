@@ -101,10 +101,16 @@ class CircuitResult:
                         Provenance(self.model, self.method, "circuit", list(self.rows), params))
 
     def plot(self, k: int | None = None, selected: str | None = None):
-        k = k or self.edges
-        title = (f"{self.method} circuit on {self.model}: top {min(k, self.graph.n_edges)} of "
-                 f"{self.graph.n_edges:,} edges ({self.n_prompts} prompts, {self.ablation} ablation)")
-        return self.subgraph(k).plot(title=title, selected=selected)
+        """The top-k edges drawn as the app draws them (circuits.plot.circuit_plot)."""
+        from circuits.plot import circuit_plot
+
+        return circuit_plot(self, k, selected)
+
+    def save_figure(self, path: Any, k: int | None = None) -> Any:
+        """Save ``plot(k)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(k), path)
 
     def plot_faithfulness(self):
         from circuits.plot import faithfulness_figure

@@ -118,8 +118,18 @@ class FeatureGraph:
         """Nodes as circuits.plot.graph_figure takes them (name, layer = drawing row, kind, label)."""
         return self.subgraph().drawable()[0]
 
-    def plot(self, title: str | None = None):
-        return self.subgraph().plot(title=title or f"Feature graph: {self.prompt!r} -> {self.target!r}")
+    def plot(self, title: str | None = None, per_row: int = 8, max_edges: int = 120):
+        """The graph drawn as the app draws it: layers by row, token positions by column, the ``per_row`` most
+        influential nodes of each layer (circuits.plot.feature_graph_plot)."""
+        from circuits.plot import feature_graph_plot
+
+        return feature_graph_plot(self, per_row, max_edges, title=title)
+
+    def save_figure(self, path: Any, **plot_args: Any) -> Any:
+        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(**plot_args), path)
 
     def table(self):
         import pandas as pd

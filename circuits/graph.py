@@ -355,13 +355,25 @@ class Subgraph:
         return ([n.drawable() for n in self.nodes],
                 [{"src": e.source, "dst": e.dst, "score": e.score} for e in self.edges])
 
-    def plot(self, title: str | None = None, selected: str | None = None) -> go.Figure:
-        from circuits.plot import graph_figure
+    def plot(self, title: str | None = None, selected: str | None = None, subtitle: str = "") -> go.Figure:
+        """The graph drawn as the app draws it (circuits.plot): a circuit by layer rows and head columns, a
+        feature graph by layer rows and token-position columns."""
+        from circuits.plot import feature_graph_figure, feature_view, graph_figure, metric_name
 
         p = self.provenance
+        row = p.prompts[0] if len(p.prompts) == 1 else {}
+        what = metric_name(row.get("target"), row.get("foil")) if row else "target − foil"
+        title = title or f"{p.method} {p.source} of {what} on {p.model}: {len(self.edges)} edges"
+        if p.source == "feature-graph" and all(n.position is not None or n.kind == "logits" for n in self.nodes):
+            return feature_graph_figure(feature_view(self), selected=selected, title=title, subtitle=subtitle)
         nodes, edges = self.drawable()
-        return graph_figure(nodes, edges, selected=selected,
-                            title=title or f"{p.method} {p.source} on {p.model}: {len(self.edges)} edges")
+        return graph_figure(nodes, edges, selected=selected, title=title, subtitle=subtitle)
+
+    def save_figure(self, path: Any, **plot_args: Any) -> Any:
+        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(**plot_args), path)
 
     def table(self) -> pd.DataFrame:
         """The edge table (source, target, role, score) as a pandas DataFrame."""
