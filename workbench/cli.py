@@ -144,7 +144,8 @@ def main() -> None:
         from workbench.options import check_argv
 
         check_argv(sys.argv[1:])
-        app(standalone_mode=False)
+        if app(standalone_mode=False) == 130:  # typer turns Ctrl-C into Exit(130) and, not standalone, returns it
+            raise KeyboardInterrupt
     except WorkbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
@@ -159,6 +160,12 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):
             sys.exit(exc.exit_code)
+        from workbench.checks import disk_full
+
+        if disk_full(exc):  # a writer without a check of its own (store and job writes say so themselves)
+            where = getattr(exc, "filename", None)
+            print(f"error: no space left on device{f' at {where}' if where else ''}", file=sys.stderr)
+            sys.exit(2)
         if os.environ.get("WORKBENCH_DEBUG"):
             raise
         print(f"internal error: {type(exc).__name__}: {exc} (set WORKBENCH_DEBUG=1 for a traceback)",

@@ -415,7 +415,7 @@ class RunStore:
         """Whether the root exists (False: an empty store); RunStoreError when it is not a directory."""
         if self.root.is_dir():
             return True
-        if self.root.exists() or self.root.is_symlink():
+        if (self.root.exists() or self.root.is_symlink()) and not self.root.is_dir():  # (not made meanwhile)
             raise RunStoreError(f"the run store {self.root} is not a directory (WORKBENCH_RUNS must name a "
                                 "directory)")
         return False

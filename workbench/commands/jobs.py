@@ -110,7 +110,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
 
     from workbench.jobs import resolve_address, run
     from workbench.jobs.kinds import estimate
-    from workbench.jobs.runner import check_reachable
+    from workbench.jobs.runner import check_ray_env, check_reachable
     from workbench.jobs.specs import as_dict
 
     spec = as_dict(spec)
@@ -118,6 +118,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
     address = resolve_address(ray_address)
     if address is not None:
         check_reachable(address)  # an address that does not answer fails before anything is loaded
+    check_ray_env(address, workers)  # so does a RAY_ADDRESS that would take local workers elsewhere
     here = workers == 1 and address is None
     # A first job of its shape may be measured now (activation patching times one batch): that loads the model
     # here, kept when the job then runs here and let go when workers will hold their own copies.

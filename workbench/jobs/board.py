@@ -2,8 +2,10 @@
 
 A record is written whole to a temporary file and renamed, so a reader never sees half of one. Only the
 process that drives a job (its *driver*: the CLI command, or the app's server) writes its record; others
-ask it to stop by creating ``ID.cancel``, which the driver polls. A queued or running job whose driver
-(on this host) is gone is reported failed, so a killed driver never leaves a job "running" forever.
+ask it to stop by creating ``ID.cancel``, which the driver polls. A queued or running job reads so only while
+its driver on this host is provably alive (its pid runs and started when the record says: a pid alone may be
+reused); otherwise it is reported failed with the reason, so a killed driver never leaves a job "running"
+forever. Temporaries the board wrote and abandoned (a full disk, a killed writer) are swept when it is read.
 """
 
 from __future__ import annotations
@@ -13,15 +15,16 @@ import json
 import os
 import re
 import socket
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from workbench import store as run_store
 from workbench.errors import WorkbenchError
-from workbench.store import default_root, pid_alive
+from workbench.store import checked_root, default_root, pid_alive
+from workbench.text import one_line
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
@@ -33,10 +36,16 @@ class JobError(WorkbenchError):
     """An unknown job id, a job that cannot be cancelled, an unreachable Ray address."""
 
 
+# Temporaries of records and costs written before they were named as the store names them (temp_prefix): swept
+# once older than STALE_TMP_SECONDS (a write takes milliseconds).
+_OLD_TMP = re.compile(r"^\.(\d{8}-\d{6}-[a-z0-9_]+-[0-9a-f]{6}|costs)-[a-z0-9_]{8}\.tmp$")
+
+
 def jobs_root() -> Path:
-    """``WORKBENCH_JOBS``, else ``.jobs`` inside the run store (the store skips dot-entries)."""
-    if os.environ.get("WORKBENCH_JOBS"):
-        return Path(os.environ["WORKBENCH_JOBS"])
+    """``WORKBENCH_JOBS`` (absolute; set but empty means unset), else ``.jobs`` inside the run store (the store
+    skips dot-entries). A relative WORKBENCH_JOBS is refused (RunStoreError)."""
+    if os.environ.get("WORKBENCH_JOBS", "").strip():
+        return checked_root(os.environ["WORKBENCH_JOBS"], "WORKBENCH_JOBS")
     return default_root() / ".jobs"
 
 
@@ -133,9 +142,23 @@ def process_started(pid: int) -> float | None:
     process for good, where a pid alone may be reused (after a reboot, by any later process)."""
     try:
         import psutil
-
+    except ImportError:
+        return _proc_started(pid)
+    try:
         return psutil.Process(pid).create_time()
-    except Exception:  # noqa: BLE001 - gone, or no psutil: unknown
+    except Exception:  # noqa: BLE001 - gone, or not ours to see: unknown
+        return None
+
+
+def _proc_started(pid: int) -> float | None:
+    """process_started without psutil, from /proc as psutil computes it (boot time + start ticks / CLK_TCK)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        ticks = int(stat[stat.rindex(")") + 2:].split()[19])
+        boot = next(float(line.split()[1]) for line in Path("/proc/stat").read_text().splitlines()
+                    if line.startswith("btime "))
+        return boot + ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, StopIteration):
         return None
 
 
@@ -145,23 +168,36 @@ def this_driver() -> dict[str, Any]:
 
 
 def driver_alive(driver: dict[str, Any]) -> bool:
-    """Whether the recorded driver process (on this host) still runs: its pid exists, is no zombie, and, when
-    its start time was recorded, is that same process (not a later one given the same pid)."""
-    pid = driver.get("pid")
-    if not isinstance(pid, int) or not pid_alive(pid):
-        return False
+    """Whether the recorded driver process (on this host) provably still runs: its pid exists, is no zombie, and
+    started when the record says (a pid alone may name a later process: pid 1, after a reboot). A record
+    without a start time proves nothing: not alive."""
+    return driver_dead(driver) is None
+
+
+def driver_dead(driver: dict[str, Any]) -> str | None:
+    """None when the recorded driver provably runs (see driver_alive), else why it cannot be taken as running."""
+    pid, started = driver.get("pid"), driver.get("started")
+    if isinstance(pid, bool) or not isinstance(pid, int) or pid <= 0:
+        return "its record names no driver process"
+    if not pid_alive(pid):
+        return f"the process that ran this job (pid {pid}) exited before it finished"
+    if isinstance(started, bool) or not isinstance(started, int | float):
+        return (f"its record gives no start time for its driver (pid {pid}, which runs), so it cannot be proven "
+                "to be that driver")
+    actual = process_started(pid)
+    if actual is None or abs(actual - float(started)) >= 0.5:
+        return (f"the process that ran this job (pid {pid}) exited before it finished (pid {pid} now names "
+                "another process)")
     try:
         import psutil
 
-        proc = psutil.Process(pid)
-        if proc.status() == psutil.STATUS_ZOMBIE:
-            return False
-        started = driver.get("started")
-        return not isinstance(started, (int, float)) or abs(proc.create_time() - float(started)) < 0.5
+        if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return f"the process that ran this job (pid {pid}) exited before it finished"
     except ImportError:
-        return True
+        pass
     except Exception:  # noqa: BLE001 - gone meanwhile
-        return False
+        return f"the process that ran this job (pid {pid}) exited before it finished"
+    return None
 
 
 def _old_key_matches(job: Job, key: str) -> bool:
@@ -200,15 +236,27 @@ class JobBoard:
         self.write(job)
         return job
 
-    def write(self, job: Job) -> None:
+    def ensure(self) -> None:
+        """Make the board's folder (a board from then on: see run_store.mark); a ``.jobs`` that is a symlink is
+        refused, so no record is ever written out of the run store through one."""
+        if self.root.name == ".jobs" and self.root.is_symlink():
+            raise JobError(f"the job board {self.root} is a symlink; refusing to write through it")
         try:
             self.root.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=f".{job.id}-", suffix=".tmp", dir=self.root)
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(asdict(job), fh, default=str)
-            os.replace(tmp, self._file(job.id))
         except OSError as exc:
-            raise JobError(f"cannot write job {job.id} under {self.root}: {exc}") from None
+            from workbench.checks import disk_full, disk_full_error
+
+            if disk_full(exc):
+                raise disk_full_error(self.root, "the job board not written") from None
+            raise JobError(f"cannot write the job board {self.root}: {exc}") from None
+        run_store.mark(self.root, "job board")
+
+    def write(self, job: Job) -> None:
+        """The job's record, written whole (temporary file, rename); out of space: DiskFullError, no temporary
+        left behind."""
+        self.ensure()
+        run_store.write_atomic(self._file(job.id), json.dumps(asdict(job), default=str), f"job {job.id}'s record",
+                               JobError)
 
     def note(self, job: Job, line: str) -> None:
         """Append a timestamped line to the job's log (kept to the last LOG_LINES)."""
@@ -227,11 +275,14 @@ class JobBoard:
         """(sound jobs newest first, damaged records by id), in one pass over the board."""
         jobs, damaged = [], []
         if not self.root.is_dir():
+            if self.root.exists() and not self.root.is_dir():  # (not made meanwhile by a writer)
+                raise JobError(f"the job board {self.root} is not a directory")
             return jobs, damaged
         try:
             files = sorted(self.root.glob("*.json"))
         except OSError as exc:
             raise JobError(f"cannot read the job board {self.root}: {exc}") from None
+        self.sweep_leftovers(files)
         for file in files:
             if not JOB_ID.match(file.stem):
                 continue  # not a record of ours
@@ -240,6 +291,24 @@ class JobBoard:
             except JobError as exc:
                 damaged.append({"id": file.stem, "reason": str(exc), "path": str(file)})
         return sorted(jobs, key=lambda j: (j.created, j.id), reverse=True), damaged  # created: to the ms
+
+    def sweep_leftovers(self, records: list[Path]) -> list[str]:
+        """Delete the temporaries this board's writers left and provably abandoned (a full disk, a killed
+        writer): only in a board (its marker; a board from before markers, holding records, is marked now)."""
+        if not run_store.is_marked(self.root) and any(JOB_ID.match(f.stem) for f in records):
+            run_store.mark(self.root, "job board")
+        gone = run_store.sweep(self.root)
+        if run_store.is_marked(self.root):
+            now_s = time.time()
+            for entry in os.scandir(self.root):
+                try:
+                    age = now_s - entry.stat(follow_symlinks=False).st_mtime
+                    if _OLD_TMP.match(entry.name) and age > run_store.STALE_TMP_SECONDS:
+                        os.unlink(entry.path)
+                        gone.append(entry.name)
+                except OSError:
+                    pass
+        return gone
 
     def list(self) -> list[Job]:
         """Every sound job, newest first; damaged records are skipped (they are in ``damaged()``)."""
@@ -268,17 +337,26 @@ class JobBoard:
         return None
 
     def _check_driver(self, job: Job) -> Job:
-        """A queued/running job whose driver on this host has exited (or is a zombie, or whose pid now names
-        another process) is failed, and recorded so: no job shows "running" after its process died."""
-        pid, host = job.driver.get("pid"), job.driver.get("host")
-        if job.state in ACTIVE and host == _host() and isinstance(pid, int) and not driver_alive(job.driver):
-            job.state, job.finished = "failed", now()
-            job.error = (f"the process that ran this job (pid {pid}) exited before it finished; "
-                         "nothing was saved")
+        """A queued/running job whose driver on this host is not provably alive (it exited, is a zombie, its pid
+        now names another process, or the record gives no pid or start time to check), or whose record names
+        no host at all, is failed, and recorded so: no job shows "running" after its process died. (A driver
+        on another host cannot be checked from here.)"""
+        if job.state not in ACTIVE:
+            return job
+        host = job.driver.get("host")
+        if not isinstance(host, str) or not host:
+            why: str | None = "its record names no driver process"
+        elif host == _host():
+            why = driver_dead(job.driver)
+        else:
+            return job
+        if why is not None:
+            job.state, job.finished, job.eta_s = "failed", now(), None
+            job.error = f"{why}; nothing was saved"
             self.note(job, job.error)
             try:
                 self.write(job)
-            except JobError:
+            except WorkbenchError:  # a read never fails for want of space: the record reads failed anyway
                 pass
         return job
 
@@ -288,10 +366,11 @@ class JobBoard:
         job = self.get(job_id)
         if job.state not in ACTIVE:
             raise JobError(f"job {job_id} is {job.state}: only a queued or running job can be cancelled")
-        try:
-            (self.root / f"{job_id}.cancel").touch()
+        try:  # created, never written through a symlink
+            os.close(os.open(self.root / f"{job_id}.cancel", os.O_WRONLY | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0),
+                             0o666))
         except OSError as exc:
-            raise JobError(f"cannot cancel job {job_id}: {exc}") from None
+            raise JobError(f"cannot cancel job {job_id}: {one_line(exc)}") from None
         return job
 
     def cancel_requested(self, job_id: str) -> bool:

@@ -68,6 +68,16 @@ REACH_S = 3.0  # how long an address gets to answer, and to answer as a Ray head
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
 
+def check_ray_env(address: str | None, workers: int) -> None:
+    """JobError when a local Ray instance is wanted (address "local", or none with more than one worker) while
+    RAY_ADDRESS is set: ray.init would connect there instead. A wrong setting is said in one line, never worked
+    around by quietly running in this process."""
+    if address in (None, "local") and (workers > 1 or address == "local") and os.environ.get("RAY_ADDRESS", "").strip():
+        raise JobError(f"RAY_ADDRESS={os.environ['RAY_ADDRESS']} is set, so Ray would not start a local "
+                       "instance: unset it for local workers, or pass it as --ray-address (or "
+                       "WORKBENCH_RAY_ADDRESS) to run on that cluster")
+
+
 def check_reachable(address: str) -> None:
     """Fail within a few seconds with one line when host:port does not answer, or answers but not as a Ray
     head (gRPC): ray.init would retry for a minute, or wait for ever on a server that is not Ray's."""
@@ -220,31 +230,38 @@ def note_agents(root: Any) -> None:
         node = ray_worker._global_node
         raylet = node.all_processes["raylet"][0].process.pid
         kids = [[c.pid, c.create_time()] for c in psutil.Process(raylet).children()]
-        file = Path(root) / AGENTS.format(pid=os.getpid())
-        file.parent.mkdir(parents=True, exist_ok=True)
-        file.write_text(json.dumps({"host": socket.gethostname(), "driver": os.getpid(), "agents": kids}))
-    except Exception:  # noqa: BLE001 - another Ray layout, a process already gone: nothing to record
+        from workbench.store import write_atomic
+
+        write_atomic(Path(root) / AGENTS.format(pid=os.getpid()),
+                     json.dumps({"host": socket.gethostname(), "driver": os.getpid(), "agents": kids}),
+                     "the Ray agents' record", JobError)
+    except Exception:  # noqa: BLE001 - another Ray layout, a process already gone, a full disk: nothing recorded
         pass
 
 
 def sweep_agents(root: Any) -> list[int]:
     """End the recorded agents of local Ray instances whose driver (on this host) is gone: a process is ended
     only if its pid and start time are both the recorded ones (never a reused pid). Returns the pids ended."""
-    import json
+    import re
     from pathlib import Path
 
+    from workbench.checks import read_json
     from workbench.store import pid_alive
 
     ended: list[int] = []
     try:
         import psutil
 
-        files = list(Path(root).glob(AGENTS.format(pid="*")))
+        files = [f for f in Path(root).glob(AGENTS.format(pid="*"))
+                 if re.fullmatch(re.escape(AGENTS).replace(r"\{pid\}", r"\d+"), f.name)]  # exactly our names
     except Exception:  # noqa: BLE001
         return ended
     for file in files:
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            try:
+                data = read_json(file, "a Ray agents' record", JobError, max_bytes=2**20)
+            except JobError as exc:
+                raise ValueError(str(exc)) from None
             driver, agents = int(data["driver"]), list(data["agents"])
             if data.get("host") != socket.gethostname() or pid_alive(driver):
                 continue
@@ -386,13 +403,22 @@ class _Tracker:
             self.on_progress(job)
 
 
-def _finish(board: JobBoard, job: Job, state: str, error: str | None = None) -> None:
+def _finish(board: JobBoard, job: Job, state: str, error: str | None = None, strict: bool = True) -> None:
+    """Record how the job ended. Not ``strict`` (on the way out of a failure), a record that cannot be written
+    (a full disk) does not hide the failure: the record then reads failed once this driver has gone."""
     job.state, job.finished, job.error = state, now(), error
     if state != "done":
         job.eta_s = None
     board.note(job, error or state)
-    board.write(job)
-    board.clear_cancel(job.id)
+    try:
+        board.write(job)
+    except WorkbenchError:
+        if strict:
+            raise
+    try:
+        board.clear_cancel(job.id)
+    except OSError:
+        pass
 
 
 # -- drivers ----------------------------------------------------------------------------------------
@@ -419,13 +445,13 @@ def drive(job: Job, board: JobBoard, save: bool = True,
         _finish(board, job, "done")
         return job, result
     except JobCancelled:
-        _finish(board, job, "cancelled", "cancelled; nothing was saved")
+        _finish(board, job, "cancelled", "cancelled; nothing was saved", strict=False)
         raise
     except KeyboardInterrupt:
-        _finish(board, job, "cancelled", "interrupted (Ctrl-C); nothing was saved")
+        _finish(board, job, "cancelled", "interrupted (Ctrl-C); nothing was saved", strict=False)
         raise
     except BaseException as exc:
-        _finish(board, job, "failed", f"{one_line(exc)}; nothing was saved")
+        _finish(board, job, "failed", f"{one_line(exc)}; nothing was saved", strict=False)
         raise
 
 
@@ -598,6 +624,7 @@ def create(spec: Any, workers: int, address: str | None, board: JobBoard) -> Job
     address = resolve_address(address)
     if address is not None:
         check_reachable(address)
+    check_ray_env(address, workers)
     job = board.create(spec, kind.label(spec), workers=workers, ray_address=address)
     try:  # what an earlier job of this shape measured: shown on the job before it has progress of its own
         from workbench.jobs.kinds import estimate

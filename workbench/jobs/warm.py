@@ -40,11 +40,16 @@ def idle_seconds() -> float:
 
 
 def _read(root: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads((root / RECORD).read_text(encoding="utf-8"))
-        return data if isinstance(data, dict) and isinstance(data.get("address"), str) else None
-    except (OSError, ValueError):
+    from workbench.checks import read_json
+    from workbench.errors import WorkbenchError
+
+    if not (root / RECORD).exists():
         return None
+    try:
+        data = read_json(root / RECORD, "the warm Ray instance's record", WorkbenchError, max_bytes=2**20)
+    except WorkbenchError:
+        return None
+    return data if isinstance(data, dict) and isinstance(data.get("address"), str) else None
 
 
 def live(root: str | Path) -> dict[str, Any] | None:
@@ -155,9 +160,10 @@ def host(root: str | Path, owner: int = 0) -> None:
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
              log_to_driver=False)
     address = ray.get_runtime_context().gcs_address
-    tmp = root / f".{RECORD}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"address": address, "host": this_driver(), "started": time.time()}))
-    os.replace(tmp, root / RECORD)
+    from workbench.store import write_atomic
+
+    write_atomic(root / RECORD, json.dumps({"address": address, "host": this_driver(), "started": time.time()}),
+                 "the warm Ray instance's record", JobError)
     touch(root)
     try:
         while True:
