@@ -44,6 +44,7 @@ class CircuitResult:
     edges: int = 100  # the K shown by default
     faithfulness: Faithfulness | None = None
     selection: str = "topk"
+    d_model: int | None = None  # the model's width (EAP-IG / MIB graph files record it); None in older runs
 
     @property
     def n_prompts(self) -> int:
@@ -112,6 +113,20 @@ class CircuitResult:
 
         return save_figure(self.plot(k), path)
 
+    def edge_table(self):
+        """Every scored edge, named (not only the top k): source, target, role, receiver, score, rank by |score|,
+        in_circuit (at the saved K and selection), and the layer / head of both ends (circuits.export.tables)."""
+        from circuits.export.tables import circuit_edges
+
+        return circuit_edges(self)
+
+    def export(self, fmt: str, path: Any, overwrite: bool = False) -> dict[str, Any]:
+        """Write this circuit as ``graph-json`` (its top edges, circuit-tracer's layout), ``mib`` (EAP-IG's graph
+        JSON: every edge scored, the circuit's in_graph), ``csv`` or ``parquet`` (every edge) at ``path``."""
+        from circuits.export import export
+
+        return export(self, fmt, path, overwrite=overwrite)
+
     def plot_faithfulness(self):
         from circuits.plot import faithfulness_figure
 
@@ -138,8 +153,11 @@ class CircuitResult:
         figures = {"graph": self.plot()}
         if self.faithfulness is not None:
             figures["faithfulness"] = self.plot_faithfulness()
+        from circuits.export.tables import encode
+
+        # result.json's "edges" is the named top-edge list (to_json); K, the number shown, is "k" (args.edges)
         result = self.to_json()
-        summary = {"n_prompts": self.n_prompts, "n_edges_total": self.graph.n_edges, "edges": self.edges}
+        summary = {"n_prompts": self.n_prompts, "n_edges_total": self.graph.n_edges, "k": self.edges}
         if self.faithfulness is not None:
             summary["auc"] = self.faithfulness.auc
         return store.save(RunDraft(
@@ -147,10 +165,12 @@ class CircuitResult:
             args={"ablation": self.ablation, "metric": self.metric, "params": self.params, "edges": self.edges,
                   "selection": self.selection, "n_prompts": self.n_prompts, **self.graph.summary(),
                   "n_layers": self.graph.n_layers, "n_heads": self.graph.n_heads, "has_mlp": self.graph.has_mlp,
-                  "parallel": self.graph.parallel},
+                  "parallel": self.graph.parallel, **({"d_model": self.d_model} if self.d_model else {})},
             timings={"scoring": self.seconds}, result={**result, **summary},
             tensors={"scores": self.scores.float()}, figures=figures,
-            files={"prompts.jsonl": "".join(json.dumps(r) + "\n" for r in self.rows)}))
+            files={"prompts.jsonl": "".join(json.dumps(r) + "\n" for r in self.rows),
+                   # every edge by name: the run is readable without the workbench's edge order
+                   "edges.parquet": encode(self.edge_table(), "parquet")}))
 
     @classmethod
     def from_run(cls, run: Any) -> CircuitResult:
@@ -194,6 +214,7 @@ class CircuitResult:
                    metric=args.text("metric", "logit_diff", METRICS), params=args.mapping("params", {}),
                    seconds=run.fields("timings").number("scoring", 0.0, lo=0),
                    edges=args.integer("edges", 100, lo=1, hi=10**9),
+                   d_model=args.integer("d_model", None, lo=1, hi=2**20),
                    faithfulness=Faithfulness.from_json(faith, f"run {run.id}'s faithfulness",
                                                        RunStoreError) if faith else None,
                    selection=args.text("selection", "topk", SELECTIONS))
@@ -310,7 +331,7 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
         raise MethodError(f"{method} gave non-finite edge scores on these prompts (NaN or inf in the model's run)")
     result = CircuitResult(model=model.name, method=method, graph=graph, scores=scores, rows=rows,
                            ablation=prepared.ablation, metric=prepared.metric, params=p, seconds=seconds,
-                           edges=edges, selection=selection)
+                           edges=edges, selection=selection, d_model=int(model.arch.d_model))
     if evaluate:
         result.faithfulness = faithfulness(model, graph, prepared, refs, scores, grid, selection, on_step=on_step)
     return result

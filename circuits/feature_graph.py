@@ -18,6 +18,11 @@ Which targets get a pass: dictionaries are expanded from the top down, each keep
 target's incoming |edges| normalised to sum to one, propagated from the logits). Pruning keeps the
 ``max_nodes`` nodes of largest influence, the ``max_edges`` strongest edges among them (by edge influence),
 then only what lies on a path to the logits.
+
+Scores (circuit-tracer's ``compute_graph_scores``, on the graph before pruning): the replacement score is the
+share of end-to-end influence on the logits that reaches them from the token embeddings rather than from error
+nodes; the completeness score is the share of incoming edge weight into feature and logit nodes that comes from
+non-error nodes, weighted by each node's influence (``graph_scores``).
 """
 
 from __future__ import annotations
@@ -80,12 +85,45 @@ class FeatureGraph:
     seconds: float
     n_passes: int
     params: dict[str, Any] = field(default_factory=dict)
+    # circuit-tracer's two scores ({"replacement", "completeness", "computed_on"}; graph_scores), the prompt's
+    # token ids, the target's id and its probability at the last position (None in graphs saved before them)
+    scores: dict[str, Any] = field(default_factory=dict)
+    token_ids: list[int] | None = None
+    target_id: int | None = None
+    target_prob: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {"model": self.model, "prompt": self.prompt, "tokens": self.tokens, "target": self.target,
                 "foil": self.foil, "target_logit": self.target_logit, "dictionaries": self.dictionaries,
                 "nodes": self.nodes, "edges": self.edges, "seconds": self.seconds, "n_passes": self.n_passes,
-                "params": self.params}
+                "params": self.params, "scores": self.graph_scores(), "token_ids": self.token_ids,
+                "target_id": self.target_id, "target_prob": self.target_prob}
+
+    def graph_scores(self) -> dict[str, Any]:
+        """The replacement and completeness scores: as computed on the unpruned graph when it was built, else
+        (graphs saved before the scores, imported graphs) on this pruned graph (``computed_on`` says which)."""
+        if self.scores:
+            return self.scores
+        kinds = {n["id"]: n["kind"] for n in self.nodes}
+        rows: dict[str, dict[str, float]] = {}
+        for e in self.edges:
+            rows.setdefault(e["dst"], {})[e["src"]] = float(e["score"])
+        return graph_scores(rows, kinds, computed_on="pruned")
+
+    @property
+    def replacement_score(self) -> float | None:
+        return self.graph_scores().get("replacement")
+
+    @property
+    def completeness_score(self) -> float | None:
+        return self.graph_scores().get("completeness")
+
+    def export(self, fmt: str, path: Any, overwrite: bool = False) -> dict[str, Any]:
+        """Write this graph as ``graph-json`` (circuit-tracer / Neuronpedia), ``csv`` or ``parquet`` (the edge
+        table) at ``path`` (circuits.export)."""
+        from circuits.export import export
+
+        return export(self, fmt, path, overwrite=overwrite)
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FeatureGraph:
@@ -94,7 +132,8 @@ class FeatureGraph:
         try:
             return cls(**{k: d[k] for k in ("model", "prompt", "tokens", "target", "foil", "target_logit",
                                             "dictionaries", "nodes", "edges", "seconds", "n_passes")},
-                       params=d.get("params", {}))
+                       params=d.get("params", {}), scores=d.get("scores") or {}, token_ids=d.get("token_ids"),
+                       target_id=d.get("target_id"), target_prob=d.get("target_prob"))
         except (KeyError, TypeError) as exc:
             raise RunStoreError(f"not a feature graph: missing {exc}") from None
 
@@ -136,7 +175,7 @@ class FeatureGraph:
 
         return pd.DataFrame(self.nodes)
 
-    def save(self, root: str | RunStore | None = None) -> Run:
+    def save(self, root: str | RunStore | None = None, method: str = "dpa") -> Run:
         from workbench.store import RunDraft, RunStore
 
         store = root if isinstance(root, RunStore) else RunStore(root)
@@ -144,7 +183,7 @@ class FeatureGraph:
         summary = {"n_nodes": len(self.nodes), "n_edges": len(self.edges), "prompt": self.prompt,
                    "target": self.target or ""}
         return store.save(RunDraft(
-            kind=KIND, model=self.model, method="dpa",
+            kind=KIND, model=self.model, method=method,
             args={"prompt": self.prompt, "target": self.target, "foil": self.foil,
                   "dictionaries": [d["path"] for d in self.dictionaries], **self.params},
             timings={"seconds": self.seconds}, result={**summary, **result}, figures={"graph": self.plot()},
@@ -247,6 +286,10 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
             n_passes += len(chunk)
         influence = _influence(edges, {"logits": 1.0})
     influence = _influence(edges, {"logits": 1.0})
+    scores = graph_scores(edges)
+    with torch.no_grad():  # the target's probability, for the graph-json logit node (circuit-tracer's token_prob)
+        probs = model.logits(enc.tokens)[0, -1].double().softmax(-1)
+    target_id = enc.target_id if enc.target_id is not None else int(probs.argmax())
     seconds = time.perf_counter() - started
     nodes, kept = _prune(edges, influence, max_nodes, max_edges)
     check_finite("the target logit", logit)
@@ -263,7 +306,54 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
                                           for d, pl in zip(dicts, places, strict=True)],
         nodes=node_list, edges=edge_list, seconds=seconds, n_passes=n_passes,
         params={"per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges, "keep_first": keep_first,
-                **p.to_dict()})
+                **p.to_dict()},
+        scores=scores, token_ids=[int(t) for t in enc.tokens[0].tolist()], target_id=target_id,
+        target_prob=float(probs[target_id]))
+
+
+def _kind(node_id: str) -> str:
+    """A node's kind from its id (feature_graph's naming)."""
+    if node_id == "logits":
+        return "logits"
+    if node_id.startswith("emb@"):
+        return "token"
+    return "error" if ".err@" in node_id else "feature"
+
+
+def graph_scores(edges: dict[str, dict[str, float]], kinds: dict[str, str] | None = None,
+                 computed_on: str = "unpruned", seed: dict[str, float] | None = None) -> dict[str, Any]:
+    """circuit-tracer 0.5.0's ``compute_graph_scores`` on a graph given as ``edges[target][source] = weight``.
+
+    Its nodes are those of circuit-tracer's graph: the expanded targets (features that got a pass, the
+    logits), every error node and every token embedding; a source feature that was never expanded is not a
+    node there (circuit-tracer's adjacency holds only its selected features), so its edges are left out. Each
+    target's |incoming weights| are normalised to sum to one; influence is propagated from the logits
+    (weight 1, or ``seed``: each logit node's probability, as circuit-tracer weighs its logits).
+    replacement = token influence / (token + error influence); completeness = sum over nodes of
+    (1 - the error share of its normalised inputs) x (its influence, the logits' weight included) / the sum of
+    those influences. None where a denominator is zero (no token or error reaches the logits)."""
+    kinds = kinds or {}
+
+    def kind(n: str) -> str:
+        return kinds.get(n) or _kind(n)
+
+    targets = set(edges)
+    rows = {dst: {s: abs(float(v)) for s, v in row.items() if s in targets or kind(s) in ("error", "token")}
+            for dst, row in edges.items()}
+    roots = [n for n in targets if kind(n) == "logits"] or ["logits"]
+    seed = seed or {r: 1.0 / len(roots) for r in roots}
+    infl = _influence(rows, dict(seed))  # the seeds stay in: circuit-tracer's node influence + logit weight
+    token = sum(v for n, v in infl.items() if kind(n) == "token")
+    error = sum(v for n, v in infl.items() if kind(n) == "error")
+    total = sum(infl.values())
+    weighted = 0.0
+    for n, v in infl.items():
+        row = rows.get(n) or {}
+        mass = sum(row.values())
+        err = sum(w for s, w in row.items() if kind(s) == "error") / mass if mass > 0 else 0.0
+        weighted += (1.0 - err) * v
+    return {"replacement": token / (token + error) if token + error > 0 else None,
+            "completeness": weighted / total if total > 0 else None, "computed_on": computed_on}
 
 
 def _influence(edges: dict[str, dict[str, float]], seed: dict[str, float]) -> dict[str, float]:

@@ -388,6 +388,13 @@ class Subgraph:
         return pd.DataFrame([{"id": n.id, "kind": n.kind, "layer": n.layer, "position": n.position,
                               "label": n.label, **n.metadata} for n in self.nodes])
 
+    def export(self, fmt: str, path: Any, table: str = "edges", overwrite: bool = False) -> dict[str, Any]:
+        """Write this subgraph as ``graph-json`` (circuit-tracer / Neuronpedia), ``csv`` or ``parquet`` (its edge
+        table, or ``table="nodes"``) at ``path`` (circuits.export)."""
+        from circuits.export import export
+
+        return export(self, fmt, path, table=table, overwrite=overwrite)
+
     def to_json(self) -> dict[str, Any]:
         return {"nodes": [vars(n) for n in self.nodes], "edges": [vars(e) for e in self.edges],
                 "provenance": vars(self.provenance)}
