@@ -136,27 +136,61 @@ class AttributionResult:
         return pd.DataFrame(rows).sort_values("score", ascending=False, ignore_index=True)
 
     def plot(self):
-        """A plotly figure suited to the level."""
+        """A plotly figure suited to the level; every sum over an axis is named in the colour bar's title.
+        Signed scores are drawn on a diverging scale centred at 0 (blue raises the target minus the foil, red
+        lowers it, as in the circuit figures)."""
         import plotly.graph_objects as go
 
         s = self.scores.detach().float().cpu()
-        title = f"{self.method} · {self.level} · target {self.target!r}" + (
-            f" vs {self.foil!r}" if self.foil else "") + (
-            "" if self.position is None else f" · at {self.position}:{self.tokens[self.position]!r}")
-        labels = [f"{i}:{t}" for i, t in enumerate(self.tokens)]
+        what = f"logit({self.target!r})" + (f" − logit({self.foil!r})" if self.foil else "")
+        at = "" if self.position is None else f" at {self.position}:{self.tokens[self.position]!r}"
+        title = f"{self.method} {self.level} attribution of {what}{at} on {self.model}"
+        labels = [f"{i}:{t!r}" for i, t in enumerate(self.tokens)]
+        diverging = {"colorscale": "RdBu", "zmid": 0}
+
+        def bar(text: str) -> dict[str, Any]:
+            return {"colorbar": {"title": {"text": text, "side": "right"}}}
+
         if self.level == "token":
-            fig = go.Figure(go.Bar(x=labels, y=s.tolist()))
+            fig = go.Figure(go.Bar(x=labels, y=s.tolist(), marker_color=["#2166ac" if v >= 0 else "#b2182b"
+                                                                          for v in s.tolist()]))
+            fig.update_layout(xaxis_title="token", yaxis_title="score")
+            fig.update_xaxes(type="category")
         elif self.level == "head":
-            fig = go.Figure(go.Heatmap(z=s.sum(-1).tolist(), colorscale="RdBu", zmid=0))
+            n_layers, n_heads = s.shape[0], s.shape[1]
+            fig = go.Figure(go.Heatmap(z=s.sum(-1).tolist(), x=[f"H{h}" for h in range(n_heads)],
+                                       y=[f"L{l}" for l in range(n_layers)], **diverging,
+                                       **bar("score summed over query positions"),
+                                       hovertemplate="%{y}.%{x}: %{z:.4g} (summed over query positions)"
+                                                     "<extra></extra>"))
             fig.update_layout(xaxis_title="head", yaxis_title="layer")
         elif self.level == "edge":
-            fig = go.Figure(go.Heatmap(z=s.sum((0, 1)).tolist(), x=labels, y=labels, colorscale="RdBu", zmid=0))
+            fig = go.Figure(go.Heatmap(z=s.sum((0, 1)).tolist(), x=labels, y=labels, **diverging,
+                                       **bar("score summed over layers and heads"),
+                                       hovertemplate="query %{y}, key %{x}: %{z:.4g} (summed over layers and "
+                                                     "heads)<extra></extra>"))
             fig.update_layout(xaxis_title="key", yaxis_title="query")
-        else:
-            fig = go.Figure(go.Heatmap(z=s.abs().amax(-1).tolist(), y=None, x=labels, colorscale="Viridis"))
+        else:  # neuron: (layer, position, neuron)
+            top = s.abs().argmax(-1)
+            best = s.gather(-1, top.unsqueeze(-1)).squeeze(-1)
+            hover = [[f"L{l} · {labels[p]}<br>sum over neurons {float(s[l, p].sum()):.4g}<br>strongest neuron "
+                      f"N{int(top[l, p])}: {float(best[l, p]):.4g}" for p in range(s.shape[1])]
+                     for l in range(s.shape[0])]
+            fig = go.Figure(go.Heatmap(z=s.sum(-1).tolist(), x=labels, y=[f"L{l}" for l in range(s.shape[0])],
+                                       **diverging, **bar("score summed over neurons"), customdata=hover,
+                                       hovertemplate="%{customdata}<extra></extra>"))
             fig.update_layout(xaxis_title="position", yaxis_title="layer")
-        fig.update_layout(title=title)
+        if self.level != "token":
+            fig.update_xaxes(type="category")
+            fig.update_yaxes(type="category")
+        fig.update_layout(title=title, width=900, height=max(420, 18 * (s.shape[0] if s.dim() > 1 else 0) + 220))
         return fig
+
+    def save_figure(self, path: Any) -> Any:
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(), path)
 
     def _repr_html_(self) -> str:  # notebooks show the figure
         return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
