@@ -127,19 +127,29 @@ def disk_full_error(path: str | Path, what: str) -> WorkbenchError:
 
 
 @contextlib.contextmanager
-def writing(path: str | Path, what: str, cleanup: Iterable[str | Path] = ()) -> Iterator[None]:
-    """Writes under ``path``: when they fail for want of space, the ``cleanup`` paths (what the block wrote:
-    files or folders) are deleted and DiskFullError says "no space left on device at PATH: WHAT" in one line;
-    other errors pass through unchanged (after the same cleanup when they are OSErrors)."""
+def output_folder(path: str | Path, what: str) -> Iterator[None]:
+    """The block writes into the folder ``path`` (a checkpoint, a dictionary). If it fails, what it added is
+    removed, so nothing partial is kept: the folder itself when it did not exist before, else the entries that
+    were not there before (never what the user had there). Out of space, the error is DiskFullError, one line:
+    "no space left on device at PATH: WHAT"; any other error passes through unchanged."""
+    import os
+    import shutil
+
+    path = Path(path)
+    existed = path.is_dir() and not path.is_symlink()
+    try:
+        before = set(os.listdir(path)) if existed else set()
+    except OSError:
+        before = None  # unreadable: nothing there is removed
     try:
         yield
     except BaseException as exc:
-        if disk_full(exc) or isinstance(exc, OSError):
-            import shutil
-
-            for item in cleanup:
-                item = Path(item)
-                with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError):
+            if not existed and path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            elif existed and before is not None:
+                for name in set(os.listdir(path)) - before:
+                    item = path / name
                     if item.is_dir() and not item.is_symlink():
                         shutil.rmtree(item, ignore_errors=True)
                     else:

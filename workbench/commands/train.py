@@ -125,7 +125,10 @@ def train(
     check_trained(model, metrics, f"--lr {cfg.lr}")
     metrics["command"] = command
     zoo_name = name or path.name
-    save(path, zoo_name, model, spec, t, metrics, snaps)
+    from workbench.checks import output_folder
+
+    with output_folder(path, "checkpoint not saved"):  # a full disk keeps no half checkpoint (one line, exit 2)
+        save(path, zoo_name, model, spec, t, metrics, snaps)
     summary = {
         "name": zoo_name,
         "out": str(path),

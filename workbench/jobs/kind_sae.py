@@ -173,12 +173,23 @@ class SaeTrainResult:
     method: str
     args: dict[str, Any]
     timings: dict[str, float] = field(default_factory=dict)
+    made: str | None = None  # the dictionary's folder when this job created it
 
     def save(self, store: Any) -> Any:
+        """The run; when it cannot be saved for want of space, the dictionary this job made goes too: nothing
+        partial (a dictionary no run names) is kept."""
+        import shutil
+
+        from workbench.errors import DiskFullError
         from workbench.store import RunDraft
 
-        return store.save(RunDraft(kind="sae", model=self.model, method=self.method, args=self.args,
-                                   timings=self.timings, result=self.result))
+        try:
+            return store.save(RunDraft(kind="sae", model=self.model, method=self.method, args=self.args,
+                                       timings=self.timings, result=self.result))
+        except DiskFullError:
+            if self.made:
+                shutil.rmtree(self.made, ignore_errors=True)
+            raise
 
 
 def from_shards(spec: dict[str, Any]) -> bool:
@@ -255,15 +266,20 @@ def _in_memory(spec: dict[str, Any], on_progress: Progress | None) -> SaeTrainRe
         if on_progress:
             on_progress(f"train {hook}", done, total)
 
-    sae, metrics, info = train_sae(m, cache, kind, width, k, spec["epochs"], batch_size=spec["batch_size"],
-                                   lr=spec["lr"], out=path, seed=spec["seed"], l1=spec["l1"], l0=spec["l0"],
-                                   on_progress=step)
+    from workbench.checks import output_folder
+
+    made = not path.exists()
+    with output_folder(path, "SAE not saved"):  # a full disk (or any failure) keeps no half dictionary
+        sae, metrics, info = train_sae(m, cache, kind, width, k, spec["epochs"], batch_size=spec["batch_size"],
+                                       lr=spec["lr"], out=path, seed=spec["seed"], l1=spec["l1"], l0=spec["l0"],
+                                       on_progress=step)
     result = {**metrics.to_json(), "path": str(path), "kind": kind, "width": width, "k": k, "hook": hook,
               "model": m.name, "train_tokens": info["train_tokens"]}
     args = {"hook": hook, "tokens": tokens, "width": width, "k": k, "epochs": spec["epochs"], "lr": spec["lr"],
             "ctx": spec["ctx"]}
     return SaeTrainResult(result, m.name, f"sae-{kind}", args,
-                          {"cache_s": t_cache, "train_s": info["seconds"], "total_s": time.time() - started})
+                          {"cache_s": t_cache, "train_s": info["seconds"], "total_s": time.time() - started},
+                          made=str(path) if made else None)
 
 
 def _from_shards(spec: dict[str, Any], on_progress: Progress | None) -> SaeTrainResult:
@@ -287,8 +303,13 @@ def _from_shards(spec: dict[str, Any], on_progress: Progress | None) -> SaeTrain
                       seed=spec["seed"])
     name = f"{Path(m.name).name}_L{build.layer}_{'transcoder' if kind == 'transcoder' else 'resid-topk'}{width}"
     path = Path(spec["out"]) if spec.get("out") else RunStore().root / "saes" / name
-    info = build_dictionary(m, build, path, on_progress)
+    from workbench.checks import output_folder
+
+    made = not path.exists()
+    with output_folder(path, "dictionary not saved"):  # a full disk (or any failure) keeps no half dictionary
+        info = build_dictionary(m, build, path, on_progress)
     result = {**info["metrics"], "path": str(path), "kind": kind, "width": width, "k": k, "hook": build.hook,
               "hook_out": build.hook_out, "model": m.name, "train_tokens": info["train_tokens"]}
     args = {"hook": build.hook, "tokens": spec["tokens"], "width": width, "k": k, "lr": spec["lr"]}
-    return SaeTrainResult(result, m.name, f"sae-{kind}", args, {**info["seconds"], "total_s": time.time() - started})
+    return SaeTrainResult(result, m.name, f"sae-{kind}", args, {**info["seconds"], "total_s": time.time() - started},
+                          made=str(path) if made else None)
