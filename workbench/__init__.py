@@ -12,18 +12,99 @@ Heavy libraries (torch, TransformerLens, nnsight, SAELens) are imported only whe
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from workbench import zoo as _zoo
+from workbench.arguments import (
+    Choice,
+    Device,
+    DType,
+    Float,
+    Image,
+    Int,
+    JobSpecArg,
+    LoadedModel,
+    PromptRows,
+    Region,
+    Text,
+    checked,
+)
 from workbench.errors import WorkbenchError
 from workbench.paths import version as _version
-from workbench.zoo import list_models, load, register
 
+# Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
+# argument is an ArgumentTypeError (a TypeError), a value out of range an ArgumentError (a ValueError), and an
+# engine's own refusal leaves as its WorkbenchError class made also a ValueError; one line each.
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
            "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
-           "submit_job", "estimate_job", "job_spec"]
+           "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes", "sae_dashboards", "sae_features",
+           "sae_steer", "vit_explain"]
 __version__ = _version()  # the installed distribution's (importlib.metadata)
 
+BACKENDS = ("transformer_lens", "bridge", "nnsight")
+# the keywords wb.load passes on to a model's loader (an LLM's backend; the DINOv2 wrapper's head and size)
+LOAD_EXTRAS: dict[str, Any] = {"backend": Choice(BACKENDS), "head": str | None, "image_size": Int(14, 4096)}
+TOP_K_MAX = 1000  # the lens' top tokens per cell: more is unreadable and costs a vocabulary-sized sort
 
+
+@checked()
+def list_models() -> list[_zoo.ModelEntry]:
+    """Every model you can load now (zoo entries: name, kind, params, source)."""
+    return _zoo.list_models()
+
+
+@checked()
+def register(entry: _zoo.ModelEntry) -> None:
+    """Add a model to the zoo for this process (plugins, tests)."""
+    _zoo.register(entry)
+
+
+@checked(extras=LOAD_EXTRAS, device=Device(), dtype=DType())
+def load(name_or_path: str | os.PathLike, device: str = "cpu", dtype: Any = None, **kwargs: Any):
+    """Load a model from the zoo, a local directory or a Hugging Face hub id, ready for the engines.
+    ``dtype`` (float32 | bfloat16 | float16) is the LLMs' weight precision; engines accumulate in float32;
+    ``backend`` (transformer_lens | bridge | nnsight) builds an LLM; ``head`` and ``image_size`` are DINOv2's."""
+    return _zoo.load(os.fspath(name_or_path), device=device, dtype=dtype, **kwargs)
+
+
+def _method_keywords(args: dict[str, Any]) -> dict[str, Any] | None:
+    """The keywords attribution method ``args["method"]`` takes at ``args["level"]`` (beyond model, encoding and
+    level), read from its implementation (DPA's from its parameter class); None when it takes any."""
+    import inspect
+
+    from attribution import get_method
+
+    spec, fn = get_method(args.get("method", "dpa"), args.get("level", "token"))
+    params = list(inspect.signature(fn).parameters.values())[3:]
+    if spec.name == "dpa":
+        return _dpa_keywords()
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return None
+    return {p.name: Any for p in params if p.kind is not p.VAR_POSITIONAL}
+
+
+def _circuit_keywords(args: dict[str, Any]) -> dict[str, Any]:
+    """circuits.discover.circuit's own options and the edge method's parameters."""
+    import inspect
+
+    from circuits.discover import circuit as _circuit
+    from circuits.edges import get_method
+
+    own = [p.name for p in inspect.signature(_circuit).parameters.values() if p.kind is p.KEYWORD_ONLY
+           or (p.kind is p.POSITIONAL_OR_KEYWORD and p.name not in ("model", "prompts", "method", "edges"))]
+    return {**{n: Any for n in own}, **{n: Any for n in get_method(args.get("method", "eap")).params}}
+
+
+def _dpa_keywords(*named: str) -> dict[str, Any]:
+    from dataclasses import fields
+
+    from attribution.dpa.params import DPAParams
+
+    return {**{f.name: Any for f in fields(DPAParams)}, **{n: Any for n in named}}
+
+
+@checked()
 def models():
     """The zoo as a pandas table."""
     import pandas as pd
@@ -31,6 +112,7 @@ def models():
     return pd.DataFrame([e.public() for e in list_models()])
 
 
+@checked(repo_id=Text())
 def remote_model(repo_id: str, name: str | None = None):
     """A model hosted on NDIF, traced remotely through nnsight (see workbench/remote.py)."""
     from workbench.remote import remote_model as _remote
@@ -38,13 +120,15 @@ def remote_model(repo_id: str, name: str | None = None):
     return _remote(repo_id, name)
 
 
-def runs(root: str | None = None):
+@checked()
+def runs(root: str | os.PathLike | None = None):
     """The run store (``wb.runs().list()``)."""
     from workbench.store import RunStore
 
     return RunStore(root)
 
 
+@checked(extras=_method_keywords, model=LoadedModel(), prompt=Text())
 def attribute(model: Any, prompt: str, target: str | None = None, method: str = "dpa", level: str = "token",
               foil: str | None = None, position: int | None = None, **kwargs: Any):
     """Run one attribution method; returns a typed result that plots and saves itself. A non-finite
@@ -64,6 +148,7 @@ def attribute(model: Any, prompt: str, target: str | None = None, method: str = 
     return res
 
 
+@checked(model=LoadedModel(), prompt=Text(), kind=Choice(("logit", "tuned")), top_k=Int(1, TOP_K_MAX))
 def lens(model: Any, prompt: str, kind: str = "logit", target: str | None = None, top_k: int = 5,
          position: int | None = None):
     """The logit or tuned lens: each layer's top-k next tokens at every position, and the target's rank and
@@ -74,6 +159,7 @@ def lens(model: Any, prompt: str, kind: str = "logit", target: str | None = None
     return _lens(model, prompt, kind=kind, target=target, top_k=top_k, position=position)
 
 
+@checked(model=LoadedModel(), prompt=Text())
 def dla(model: Any, prompt: str, target: str | None = None, foil: str | None = None, position: int | None = None):
     """Direct logit attribution of target (minus foil) at ``position``: per component, per head and along the
     accumulated residual stream. Returns a DLAResult (``.plot()``, ``.table()``, ``.save()``)."""
@@ -82,6 +168,8 @@ def dla(model: Any, prompt: str, target: str | None = None, foil: str | None = N
     return direct_logit_attribution(model, prompt, target=target, foil=foil, position=position)
 
 
+@checked(extras=_method_keywords, model=LoadedModel(), prompts=PromptRows(), batch_size=Int(1, 4096),
+         limit=Int(1, None, optional=True))
 def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", level: str = "token",
                   use_foil: bool = True, batch_size: int = 16, limit: int | None = None, **kwargs: Any):
     """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs
@@ -97,6 +185,7 @@ def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", le
                           **kwargs)
 
 
+@checked(extras=_circuit_keywords, model=LoadedModel(), prompts=PromptRows(), edges=Int(1, 10_000_000))
 def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: int = 100, **kwargs: Any):
     """Edge-level circuit discovery on a prompt set (a JSONL path or rows {"prompt", "target", "foil"?,
     "corrupt"?}): scores every edge with ``method`` (eap, eap_ig, dpa, activation_patching), keeps the top
@@ -107,6 +196,7 @@ def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: i
     return _circuit(model, prompts, method=method, edges=edges, **kwargs)
 
 
+@checked(extras=lambda args: _dpa_keywords(), model=LoadedModel(), prompt=Text())
 def feature_attribution(model: Any, prompt: str, saes: str | list, target: str | None = None,
                         foil: str | None = None, keep_first: bool = False, **kwargs: Any):
     """Feature-level DPA: the target (minus foil) split over each dictionary's features per position, plus
@@ -120,6 +210,8 @@ def feature_attribution(model: Any, prompt: str, saes: str | list, target: str |
                                 keep_first=keep_first, **kwargs)
 
 
+@checked(extras=lambda args: _dpa_keywords("per_layer", "max_nodes", "max_edges", "keep_first", "batch_size"),
+         model=LoadedModel(), prompt=Text())
 def feature_graph(model: Any, prompt: str, saes: str | list, target: str | None = None, foil: str | None = None,
                   **kwargs: Any):
     """The feature graph (features -> features -> logits, error nodes, pruned): a FeatureGraph with
@@ -131,6 +223,8 @@ def feature_graph(model: Any, prompt: str, saes: str | list, target: str | None 
     return _feature_graph(model, prompt, load_dictionaries(saes), target=target, foil=foil, **kwargs)
 
 
+@checked(extras={"pos": int, "on_step": Any}, model=LoadedModel(), clean=Text(), corrupted=Text(), target=Text(),
+         site=Choice(("resid", "attn", "mlp", "heads", "mlps")))
 def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None = None, site: str = "resid",
           **kwargs: Any):
     """Activation patching from ``corrupted`` into ``clean`` at every site of one kind: ``resid``, ``attn``
@@ -145,13 +239,15 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
     return res
 
 
-def saes(root: str | None = None, model: str | None = None) -> list[dict]:
+@checked()
+def saes(root: str | os.PathLike | None = None, model: str | None = None) -> list[dict]:
     """Every shipped or trained dictionary (data/saes) with its held-out metrics, as ``workbench sae list``."""
     from attribution.sae.explore import summaries
 
     return summaries(root, model)
 
 
+@checked(sae=Text(), model=LoadedModel(optional=True))
 def sae_dashboards(sae: str, model: Any | None = None):
     """The stored dashboards of a dictionary (a path, a name under data/saes, or ``neurons:LAYER`` with a
     loaded ``model``): ``.card(f)``, ``.search_token(" John")``, ``.search_label(text)``. Build them with
@@ -162,6 +258,7 @@ def sae_dashboards(sae: str, model: Any | None = None):
     return open_dashboards(resolve(sae, model))
 
 
+@checked(sae=Text(), feature=Int(0, None, optional=True), model=LoadedModel(optional=True), limit=Int(1, 100_000))
 def sae_features(sae: str, token: str | None = None, label: str | None = None, feature: int | None = None,
                  model: Any | None = None, limit: int = 50) -> list[dict]:
     """Features of a dictionary that fire on an exact token (``feature``, ``label``, ``max_activation``),
@@ -171,6 +268,8 @@ def sae_features(sae: str, token: str | None = None, label: str | None = None, f
     return find_features(sae_dashboards(sae, model), token=token, label=label, feature=feature, limit=limit)
 
 
+@checked(model=LoadedModel(), sae=Text(), feature=Int(0, None), prompt=Text(), alpha=Float(-1e6, 1e6, optional=True),
+         clamp=Float(-1e6, 1e6, optional=True), n_new=Int(1, 1024))
 def sae_steer(model: Any, sae: str, feature: int, prompt: str, alpha: float | None = None,
               clamp: float | None = None, target: str | None = None, n_new: int = 20):
     """Steer with one feature (add ``alpha`` x its decoder direction, or ``clamp`` it; clamp=0 ablates):
@@ -183,7 +282,8 @@ def sae_steer(model: Any, sae: str, feature: int, prompt: str, alpha: float | No
     return steer(model, d, feature, prompt, alpha=alpha, value=clamp, target=target, n_new=n_new)
 
 
-def jobs(root: str | None = None):
+@checked()
+def jobs(root: str | os.PathLike | None = None):
     """The job board (``wb.jobs().list()``, ``.get(id)``, ``.request_cancel(id)``): long work started from
     the app, the CLI or a notebook."""
     from workbench.jobs import JobBoard
@@ -191,6 +291,30 @@ def jobs(root: str | None = None):
     return JobBoard(root)
 
 
+# Importing the package workbench.jobs rebinds the name ``jobs`` here to it (a package becomes an attribute of
+# its parent); the package is callable and calls this function, kept under this name (workbench/jobs/__init__.py).
+_jobs_facade = jobs
+
+
+def _spec_fields(args: dict[str, Any]) -> dict[str, Any]:
+    """The fields of job kind ``args["kind"]`` with their type hints (the spec class checks values itself)."""
+    import typing
+    from dataclasses import fields
+
+    from workbench.jobs.specs import ALIASES, SPECS
+
+    cls = SPECS[ALIASES.get(args["kind"], args["kind"])]
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints.get(f.name, Any) for f in fields(cls)}
+
+
+def _job_kinds() -> list[str]:
+    from workbench.jobs.specs import ALIASES, SPECS
+
+    return [*SPECS, *ALIASES]
+
+
+@checked(extras=_spec_fields, kind=Choice(_job_kinds))
 def job_spec(kind: str, **fields: Any):
     """The typed spec of a job (workbench/jobs/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
     methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; the kinds are the names in
@@ -200,6 +324,7 @@ def job_spec(kind: str, **fields: Any):
     return parse({"kind": kind, **fields})
 
 
+@checked(spec=JobSpecArg(), workers=Int(1, 1024))
 def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: bool = True):
     """Run long work as a job to its end: (job, result). ``spec`` is a ``job_spec(...)`` (or a dict with a
     ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
@@ -209,6 +334,7 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
     return run(spec, workers=workers, address=ray_address, save=save)
 
 
+@checked(spec=JobSpecArg(), workers=Int(1, 1024))
 def estimate_job(spec: Any, workers: int = 1):
     """What a job will cost here before it starts (``.seconds``, ``.text()``): its items x the seconds per
     item an earlier job of the same shape measured (or the kind measures now); None when nothing is known."""
@@ -217,6 +343,7 @@ def estimate_job(spec: Any, workers: int = 1):
     return estimate(spec, workers)
 
 
+@checked(spec=JobSpecArg(), workers=Int(1, 1024))
 def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     """Start a job and return at once; follow it with ``wb.jobs().get(job.id)``. Work estimated under about
     10 s runs in a thread of this process, longer work on Ray (workbench/jobs/runner.py ``submit``)."""
@@ -225,6 +352,7 @@ def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     return submit(spec, workers=workers, address=ray_address)
 
 
+@checked(model=LoadedModel(names_too=True), image=Image(), region=Region(), target=Int(0, None, optional=True))
 def vit_explain(model: Any, image: Any, method: str = "dap", head: str | None = None, region: Any = None,
                 target: int | None = None):
     """One image explained by one ViT method, as ``workbench vit-explain``: an ImageExplanation
