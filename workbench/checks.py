@@ -129,14 +129,20 @@ def disk_full_error(path: str | Path, what: str) -> WorkbenchError:
 @contextlib.contextmanager
 def output_folder(path: str | Path, what: str) -> Iterator[None]:
     """The block writes into the folder ``path`` (a checkpoint, a dictionary). If it fails, what it added is
-    removed, so nothing partial is kept: the folder itself when it did not exist before, else the entries that
-    were not there before (never what the user had there). Out of space, the error is DiskFullError, one line:
-    "no space left on device at PATH: WHAT"; any other error passes through unchanged."""
+    removed, so nothing partial is kept: the folder itself when it did not exist before (and the parents made
+    for it, while empty), else the entries that were not there before (never what the user had there). Out of
+    space, the error is DiskFullError, one line: "no space left on device at PATH: WHAT"; any other error
+    passes through unchanged."""
     import os
     import shutil
 
     path = Path(path)
     existed = path.is_dir() and not path.is_symlink()
+    made = []  # the parents the block may make, innermost first: removed after a failure while empty
+    parent = path.absolute().parent
+    while not parent.exists() and parent.parent != parent:
+        made.append(parent)
+        parent = parent.parent
     try:
         before = set(os.listdir(path)) if existed else set()
     except OSError:
@@ -145,8 +151,11 @@ def output_folder(path: str | Path, what: str) -> Iterator[None]:
         yield
     except BaseException as exc:
         with contextlib.suppress(OSError):
-            if not existed and path.is_dir() and not path.is_symlink():
-                shutil.rmtree(path, ignore_errors=True)
+            if not existed:
+                if path.is_dir() and not path.is_symlink():
+                    shutil.rmtree(path, ignore_errors=True)
+                for folder in made:
+                    folder.rmdir()  # OSError (not empty: someone else's since) ends the walk
             elif existed and before is not None:
                 for name in set(os.listdir(path)) - before:
                     item = path / name
