@@ -155,6 +155,10 @@ def main() -> None:
     except Exception as exc:  # click usage errors (typer may vendor click) and unexpected failures
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             message = exc.format_message()
+            if message and message.startswith("No such option"):
+                from workbench.options import dash_name_hint
+
+                message += dash_name_hint(sys.argv[1:])
             if message:
                 print(f"error: {message}", file=sys.stderr)
             sys.exit(exc.exit_code)

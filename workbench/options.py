@@ -439,3 +439,14 @@ def check_finite(what: str, obj: Any) -> Any:
     if found:
         raise NonFiniteError(f"{what} is not finite: {found}")
     return obj
+
+
+def dash_name_hint(argv: list[str]) -> str:
+    """For click's "No such option": when an argument that starts with '-' looks like a file name
+    ('-dash.png'), how to pass it (after ``--``, which ends the options)."""
+    for arg in argv:
+        if arg == "--":
+            break
+        if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 and ("." in arg or "/" in arg):
+            return f" (if {arg!r} is a file name, put it after --, which ends the options: ... -- {arg})"
+    return ""

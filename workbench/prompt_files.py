@@ -25,6 +25,15 @@ def read_prompts(path: str, limit: int | None = None) -> list[dict]:
     return parse_prompts(text, path, limit)
 
 
+class _NonFiniteField(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> None:
+    """json's NaN, Infinity and -Infinity (Python accepts them; standard JSON does not): refused."""
+    raise _NonFiniteField(name)
+
+
 def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict]:
     """Rows from JSONL text; errors name ``source`` and the line ("ioi.jsonl:3: ...")."""
     rows = []
@@ -35,7 +44,9 @@ def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, parse_constant=_no_constant)
+        except _NonFiniteField as exc:
+            raise PromptError(f"{source}:{n}: a field is {exc}, not a finite number (JSON has no NaN)") from None
         except ValueError:
             raise PromptError(f"{source}:{n}: not a JSON object") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \

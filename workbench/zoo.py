@@ -194,6 +194,8 @@ def resolve(name_or_path: str) -> ModelEntry:
         if entry.name == name_or_path:
             return entry
     path = Path(name_or_path).expanduser()
+    if not path.exists() and ".." in path.parts:  # 'gone/../models/x' names models/x, as a shell reads it
+        path = Path(os.path.normpath(path))
     if path.exists():
         return _dir_entry(path, str(path), None)
     from workbench import hub

@@ -69,6 +69,8 @@ def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
             raise DatasetError(f'{path.name} line {n} needs {{"text": str, "label": str}}')
         if not row["text"].strip():
             raise DatasetError(f"{path.name} line {n} has an empty text")
+        if not isinstance(row["label"], str) or not row["label"].strip():  # 1 and "1" would merge silently
+            raise DatasetError(f"{path.name} line {n}: \"label\" must be a non-empty string (got {row['label']!r})")
         texts.append(row["text"])
         labels.append(str(row["label"]))
         marked.append(row.get("word"))

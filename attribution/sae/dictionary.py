@@ -163,6 +163,11 @@ def check_dictionary_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, An
     f = Fields(info, f"{path}/workbench.json", ModelFileError)
     for key in ("model", "hook", "hook_out", "kind"):
         f.text(key, None)
+    if info.get("kind") is not None and info["kind"] not in KINDS:  # never read as some other kind silently
+        raise ModelFileError(f"{path}/workbench.json names kind {info['kind']!r}; known: {', '.join(KINDS)}")
+    if not info.get("hook") and not meta.data.get("hook_name"):  # where it reads and writes: nothing says
+        raise ModelFileError(f"dictionary {str(path)!r} does not say its hook: no workbench.json and no "
+                             "hook_name in cfg.json's metadata")
     f.integer("layer", None, lo=0, hi=MAX_LAYER)
     f.integer("width", None, lo=1, hi=MAX_D_SAE)
     metrics = f.fields("metrics", {})

@@ -40,9 +40,10 @@ def parse_grid(text: str) -> list[float]:
     """"0.1,0.2,1" -> [0.1, 0.2, 1.0]; MethodError unless increasing fractions in [0, 1]."""
     from attribution.faithfulness import check_grid
     from workbench.errors import MethodError
+    from workbench.options import split_list
 
     try:
-        values = [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in split_list("--grid", text)]
     except ValueError:
         raise MethodError(f"--grid {text!r}: write comma-separated fractions, e.g. 0,0.5,1") from None
     return check_grid(values)
@@ -88,15 +89,15 @@ def faithfulness(
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
     if rank not in ("signed", "abs"):
         raise MethodError(f"unknown rank {rank!r}: signed or abs")
-    names = [m.strip() for m in methods.split(",") if m.strip()]
-    if not names:
-        raise MethodError("--methods is empty: name at least one method")
+    from workbench.options import split_list
+
+    names = split_list("--methods", methods)  # empty, "dpa," and "dpa,dpa" refused, naming --methods
     from attribution.faithfulness import resolve_method  # light: the method table, no engines
 
     for name in names:
         resolve_method(name, level)
     params = parse_params(param)
-    fractions = parse_grid(grid) if grid else None
+    fractions = parse_grid(grid) if grid is not None else None  # --grid '' is refused, not the default
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 

@@ -54,6 +54,10 @@ def probe(
         raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
     if not 0.05 <= test_frac <= 0.8:
         raise DatasetError(f"--test-frac {test_frac} must be between 0.05 and 0.8")
+    if hook is not None:  # '' or 'a,,b' is a mistake, never "no hook given" (then: every layer)
+        from workbench.options import split_list
+
+        hook = ",".join(split_list("--hook", hook))
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
 
     from workbench.cli import check_device

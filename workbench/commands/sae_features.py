@@ -39,6 +39,17 @@ def load_threads() -> None:
     torch.set_num_threads(1 if busy else min(2, torch.get_num_threads()))
 
 
+def check_unit_spec(spec: str) -> str:
+    """RangeError naming --sae for an empty source or a ``neurons:LAYER`` whose LAYER is not a layer number."""
+    from workbench.errors import RangeError
+
+    if not spec.strip():
+        raise RangeError("--sae is empty: give a dictionary directory, its name under data/saes, or neurons:LAYER")
+    if spec.startswith("neurons:") and not spec.split(":", 1)[1].strip().isdigit():
+        raise RangeError(f"--sae {spec}: LAYER in neurons:LAYER must be a layer number (counting from 0)")
+    return spec
+
+
 def model_of(spec: str, model: str | None) -> str:
     """The model a unit source belongs to, without loading it (a dictionary's workbench.json/cfg)."""
     from workbench.errors import RangeError
@@ -179,6 +190,7 @@ def features(
     activation over the token's held-out occurrences), by label text, or one feature's dashboard."""
     from workbench.errors import RangeError
 
+    check_unit_spec(sae)  # the source first: a bad --sae is named as such
     if sum(x is not None for x in (token, label, feature)) != 1:
         raise RangeError("give exactly one of --token, --label or --feature")
     db = dashboards_of(sae, model)
@@ -238,6 +250,7 @@ def steer(
     from attribution.sae.steer import steer as run_steer
     from workbench.errors import RangeError
 
+    check_unit_spec(sae)
     if sum([alpha is not None, clamp is not None, ablate]) != 1:
         raise RangeError("give exactly one of --alpha, --clamp or --ablate")
     from attribution.sae.steer import check_new_tokens
