@@ -22,9 +22,10 @@ def register(app: typer.Typer) -> None:
 
 def _grid(text: str) -> list[int]:
     from workbench.errors import RangeError
+    from workbench.options import split_list
 
     try:
-        ks = [int(x) for x in text.split(",") if x.strip()]
+        ks = [int(x) for x in split_list("--grid", text)]
     except ValueError:
         raise RangeError(f"--grid takes whole numbers separated by commas (got {text!r})") from None
     if not ks or min(ks) <= 0:

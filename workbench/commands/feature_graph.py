@@ -65,8 +65,9 @@ def feature_graph(
 
     DPAParams.from_kwargs(**params)  # bad parameters fail before anything loads
     from attribution.features.placement import load_dictionaries
+    from workbench.options import split_list
 
-    dicts = load_dictionaries(saes)
+    dicts = load_dictionaries(",".join(split_list("--saes", saes)))
     import workbench as wb
     from circuits.feature_graph import feature_graph as build
 

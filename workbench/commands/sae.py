@@ -170,10 +170,9 @@ def cache(
     from workbench.commands.jobs import run_job
     from workbench.corpus import SPLITS, english_path
     from workbench.errors import DatasetError, RangeError
+    from workbench.options import split_list
 
-    names = [h.strip() for h in hooks.split(",") if h.strip()]
-    if not names:
-        raise RangeError("--hooks names no hook")
+    names = split_list("--hooks", hooks)
     if split not in SPLITS:
         raise DatasetError(f"unknown corpus split {split!r}: {', '.join(SPLITS)}")
     skip_first = 0 if keep_first else 1

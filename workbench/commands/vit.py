@@ -140,9 +140,9 @@ def vit_eval(
     if n < 1:
         raise WorkbenchError(f"--n must be at least 1, got {n}")
     from attribution.vit.methods import parse_methods
+    from workbench.options import BOUNDS, check_long, split_list
 
-    names = parse_methods(methods)
-    from workbench.options import BOUNDS, check_long
+    names = parse_methods(split_list("--methods", methods))
 
     per_image = BOUNDS["vit-eval --n"].rate or 0.25  # every method (its steps too) on one image, vit-synth
     check_long(f"--n {n} images x {len(names)} methods", n * per_image * len(names) / 9 * max(1, steps / 20),
