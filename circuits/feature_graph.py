@@ -147,7 +147,8 @@ class FeatureGraph:
         """This graph as the shared result type: a node's row is its layer, the rest its metadata."""
         info = ("token", "dictionary", "feature", "activation", "score", "influence")
         nodes = [GraphNode(n["id"], n["kind"], float(n["row"]), n["position"], n["label"],
-                           {k: n.get(k) for k in info}) for n in self.nodes]
+                           {**{k: n.get(k) for k in info}, **({"clerp": n["clerp"]} if n.get("clerp") else {})})
+                 for n in self.nodes]  # clerp: an imported graph's explanation of the node
         edges = [GraphEdge(e["src"], e["dst"], float(e["score"])) for e in self.edges]
         prompt = {"prompt": self.prompt, "target": self.target, "foil": self.foil}
         return Subgraph(nodes, edges, Provenance(self.model, "dpa", KIND, [prompt],
