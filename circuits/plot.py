@@ -369,7 +369,7 @@ def short_label(node: dict[str, Any], labels: dict[str, list[str]], chars: int) 
     characters, escaped (plotly reads tags in labels)."""
 
     def cut(text: str) -> str:
-        return html.escape(text if len(text) <= chars else text[: max(chars - 1, 1)] + "…")
+        return html.escape(text if len(text) <= chars else text[: max(chars - 1, 1)] + "…", quote=False)
 
     if node["kind"] == "feature":
         text = (labels.get(node.get("dictionary") or "") or [])[node["feature"]:node["feature"] + 1]
@@ -398,7 +398,7 @@ def token_labels(tokens: list[str], width: int = 12) -> list[str]:
     out = []
     for i, t in enumerate(tokens):
         text = f"{i}:{t!r}"
-        out.append(html.escape(text if len(text) <= width else text[: width - 1] + "…"))
+        out.append(html.escape(text if len(text) <= width else text[: width - 1] + "…", quote=False))
     return out
 
 
@@ -449,9 +449,9 @@ def feature_graph_figure(graph: Any, labels: dict[str, list[str]] | None = None,
             drawn.append({"name": n["id"], "layer": y, "x": pos, "kind": n["kind"], "label": label})
             names = labels.get(n.get("dictionary") or "") or []
             full = names[n["feature"]] if n["kind"] == "feature" and n["feature"] < len(names) else ""
-            full = html.escape(full or str(n.get("clerp") or ""))
+            full = html.escape(full or str(n.get("clerp") or ""), quote=False)
             hover[n["id"]] = "<br>".join(x for x in (
-                f"<b>{html.escape(str(n['id']))}</b>", full, f"influence {float(n['influence']):.3f}",
+                f"<b>{html.escape(str(n['id']), quote=False)}</b>", full, f"influence {float(n['influence']):.3f}",
                 f"activation {n['activation']:.3f}" if n.get("activation") is not None else "",
                 f"DPA score {n['score']:+.3f}" if n.get("score") is not None else "", "click: its dashboard") if x)
     tokens = list(graph.tokens) or [""]
