@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
+import string
 import sys
 import threading
 import time
@@ -20,6 +22,32 @@ from typing import Any
 import streamlit as st
 
 from workbench.errors import WorkbenchError
+
+# -- text from users, files and runs ----------------------------------------------------------------
+# Streamlit renders Markdown (and, in it, images, links, colour directives and formulas) in st.markdown,
+# st.caption, st.info/warning/error/success, widget labels, tab and expander labels and help= tooltips. A prompt
+# from the URL, a model name, a run's stored fields, a file's labels or an error message that quotes any of
+# them is shown through one of these helpers, so it reads as the text it is and never fetches anything.
+_PUNCTUATION = re.compile("([" + re.escape(string.punctuation) + "])")
+
+
+def esc(value: Any) -> str:
+    """``value`` as literal text inside Markdown: every ASCII punctuation character backslash-escaped (no HTML,
+    image, link, emphasis, directive or formula can form), line breaks as spaces."""
+    return _PUNCTUATION.sub(r"\\\1", " ".join(str(value).splitlines()))
+
+
+def quoted(value: Any) -> str:
+    """``repr(value)`` as literal text inside Markdown (a prompt or token shown with its quotes and spaces)."""
+    return esc(repr(value))
+
+
+def code(value: Any) -> str:
+    """``value`` as an inline code span (literal by Markdown's rules), fenced by more backticks than it holds."""
+    text = " ".join(str(value).splitlines())
+    fence = "`" * (max((len(r) for r in re.findall("`+", text)), default=0) + 1)
+    return f"{fence} {text} {fence}" if text.strip() else fence + " " + fence
+
 
 # Every model load of this process; the load test and the Model page read it.
 LOADS: list[dict[str, Any]] = []
@@ -132,10 +160,10 @@ def get_model(name: str | None) -> Loaded | None:
         st.info("Pick a model from the zoo or give a local model directory.")
         return None
     try:
-        with st.spinner(f"Loading {name} (once per server)…"):
+        with st.spinner(f"Loading {esc(name)} (once per server)…"):
             return _held(str(name).strip())
     except WorkbenchError as exc:
-        st.error(f"Cannot load model: {exc}")
+        st.error(f"Cannot load model: {esc(exc)}")
     except Exception as exc:  # a broken checkpoint must not end the session
         error(f"Cannot load model {name!r}", exc)
     return None
@@ -266,9 +294,9 @@ def has_engine(module: str) -> bool:
 def error(what: str, exc: BaseException) -> None:
     """A clear message for bad input; a short one plus the traceback (collapsed) for a bug."""
     if isinstance(exc, WorkbenchError):
-        st.error(f"{what}: {exc}")
+        st.error(f"{esc(what)}: {esc(exc)}")
         return
-    st.error(f"{what}: {type(exc).__name__}: {exc}")
+    st.error(f"{esc(what)}: {type(exc).__name__}: {esc(exc)}")
     with st.expander("details"):
         st.code("".join(traceback.format_exception(exc)), language="text")
 
@@ -296,7 +324,7 @@ def read_upload(upload: Any, read: Callable[[Any], Any], what: str) -> Any | Non
         try:
             return read(path)
         except WorkbenchError as exc:
-            st.error(f"{what} {name!r}: {str(exc).replace(str(path), name).replace(tmp + '/', '')}")
+            st.error(f"{esc(what)} {quoted(name)}: {esc(str(exc).replace(str(path), name).replace(tmp + '/', ''))}")
         except Exception as exc:  # a bug: message and traceback, the session lives on
             error(f"{what} {name!r}", exc)
     return None
@@ -325,10 +353,10 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
 
     st.button(label, key=key, on_click=_save)
     if st.session_state.get(f"{key}_error"):
-        st.error(f"Could not save the run: {st.session_state.pop(f'{key}_error')}")
+        st.error(f"Could not save the run: {esc(st.session_state.pop(f'{key}_error'))}")
     if st.session_state.get(f"{key}_saved"):
         st.success(
-            f"Saved as run `{st.session_state[f'{key}_saved']}` (see the Runs page, "
+            f"Saved as run {code(st.session_state[f'{key}_saved'])} (see the Runs page, "
             "or `workbench runs show` on the command line)."
         )
 
@@ -376,14 +404,14 @@ class Progress:
         self.seconds = 0.0
 
     def __enter__(self) -> Progress:
-        self.status = st.status(self.label, expanded=False)
+        self.status = st.status(esc(self.label), expanded=False)
         self.bar = self.status.progress(0.0)
         self.started = time.perf_counter()
         return self
 
     def step(self, text: str) -> None:
         self.done += 1
-        self.bar.progress(min(self.done / self.total, 1.0), text=text)
+        self.bar.progress(min(self.done / self.total, 1.0), text=esc(text))
 
     def fail(self) -> None:
         """Mark the work as failed (the status turns red when the block ends)."""
@@ -399,6 +427,6 @@ class Progress:
         seconds = time.perf_counter() - self.started
         self.seconds = seconds
         if exc is None and not self.failed:
-            self.status.update(label=f"{self.label} done in {seconds:.2f} s", state="complete")
+            self.status.update(label=f"{esc(self.label)} done in {seconds:.2f} s", state="complete")
         else:
-            self.status.update(label=f"{self.label} failed after {seconds:.2f} s (see below)", state="error")
+            self.status.update(label=f"{esc(self.label)} failed after {seconds:.2f} s (see below)", state="error")

@@ -37,16 +37,19 @@ def show_run(run: Any, prefix: str) -> None:
     """A run as its page shows it (attribution, circuit, feature graph, subgraph; other kinds: their stored
     figures and tables), then its arguments, raw result and tensors, collapsed."""
     meta = run.meta
-    st.markdown(f"**{run.id}** · kind `{run.kind}` · model `{meta.get('model')}` · method `{meta.get('method')}`")
+    st.markdown(f"**{C.esc(run.id)}** · kind {C.code(run.kind)} · model {C.code(meta.get('model'))} · method "
+                f"{C.code(meta.get('method'))}")
     info = describe(run)
     if info["prompt"] is not None:
-        st.caption(f"prompt {info['prompt']!r}" + (f" · target {info['target']!r}" if info["target"] else ""))
+        st.caption(f"prompt {C.quoted(info['prompt'])}"
+                   + (f" · target {C.quoted(info['target'])}" if info["target"] else ""))
     drawn = {"attribute": _attribution, "circuit": _circuit, "feature-graph": _feature_graph,
              "subgraph": _subgraph, "bench": _bench}.get(run.kind)
     try:
         shown = drawn is not None and drawn(run, prefix)
     except Exception as exc:  # noqa: BLE001 - an older or partial run: its stored figures instead
-        st.caption(f"Not drawn as a {run.kind} run ({type(exc).__name__}: {str(exc)[:200]}); its stored figures:")
+        st.caption(f"Not drawn as a {C.esc(run.kind)} run ({type(exc).__name__}: {C.esc(str(exc)[:200])}); its stored "
+                   "figures:")
         shown = False
     if not shown:
         _figures(run, prefix)
@@ -54,9 +57,9 @@ def show_run(run: Any, prefix: str) -> None:
     for name in C.attempt("Cannot list the tables", run.tables) or []:
         frame = C.attempt(f"Cannot read table {name}", run.table, name)
         if frame is not None:
-            st.markdown(f"Table `{name}`")
+            st.markdown(f"Table {C.code(name)}")
             st.dataframe(frame.head(500), hide_index=True, key=f"{prefix}_table_{name}")
-    st.caption(f"{run.path}")
+    st.caption(C.esc(run.path))
     with st.expander("Arguments, timings, versions"):
         st.json({k: meta.get(k) for k in ("args", "timings", "versions", "git_commit", "created")}, expanded=False)
     with st.expander("Raw result"):
@@ -73,8 +76,8 @@ def export_panel(run: Any, prefix: str) -> None:
 
     formats = KIND_FORMATS.get(run.kind, ())
     if not formats:
-        st.caption(f"Export: a {run.kind or 'unknown'} run has no export format (graph-json, mib, csv and parquet "
-                   "hold circuit, feature-graph, subgraph and attribute runs).")
+        st.caption(f"Export: a {C.esc(run.kind or 'unknown')} run has no export format (graph-json, mib, csv and "
+                   "parquet hold circuit, feature-graph, subgraph and attribute runs).")
         return
     c1, c2, c3 = st.columns([2, 2, 3])
     fmt = c1.selectbox("Export format", formats, key=f"{prefix}_export_fmt",
@@ -140,7 +143,7 @@ def _attribution(run: Any, prefix: str) -> bool:
     from attribution.result import AttributionResult
 
     res = AttributionResult.from_json(run.result(), scores=run.tensors()["scores"])
-    st.caption(f"{res.level} level · foil {res.foil!r} · target logit {res.target_logit:+.3f}")
+    st.caption(f"{C.esc(res.level)} level · foil {C.quoted(res.foil)} · target logit {res.target_logit:+.3f}")
     st.plotly_chart(res.plot(), key=f"{prefix}_attr")
     st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True, key=f"{prefix}_attr_top")
     return True
@@ -162,7 +165,7 @@ def inspect_clicked(sub: Any, clicked: str | None, prefix: str) -> None:
     from app.graph_view import inspect_node
 
     if clicked is not None and any(n.id == clicked for n in sub.nodes):
-        st.markdown(f"**{clicked}** (the clicked node)")
+        st.markdown(f"**{C.esc(clicked)}** (the clicked node)")
         inspect_node({sub.provenance.method or "graph": sub}, clicked, f"{prefix}_node")
 
 
