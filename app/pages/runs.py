@@ -62,7 +62,7 @@ def compare(a: Any, b: Any) -> None:
                 col.plotly_chart(fig, key=f"runs_cmp_{tag}")
         if ta[name].shape == tb[name].shape:
             diff = (tb[name].float() - ta[name].float()).abs().max().item()
-            st.metric(f"max |B - A| on {name}", f"{diff:.4g}")
+            st.metric(f"max |B - A| on {C.esc(name)}", f"{diff:.4g}")
 
 
 def details(store: Any, rows: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -150,7 +150,7 @@ PAGE = 25  # rows listed (and described) at a time
 st.title("Runs")
 st.caption("Everything saved by the CLI, the notebook API and this app, in one store.")
 store = C.store()
-st.caption(f"Store: `{store.root}`")
+st.caption(f"Store: {C.code(store.root)}")
 got = C.attempt("Cannot read the run store", listing, str(store.root), entry_names(store.root))
 if got is None:
     st.stop()
@@ -202,10 +202,10 @@ with st.expander("Import a graph made elsewhere (circuit-tracer / Neuronpedia gr
     st.file_uploader("Graph JSON", type=["json"], key="runs_import_file")
     st.button("Import", key="runs_import_go", on_click=_import)
     if msg := st.session_state.pop("runs_import_msg", None):
-        (st.success if msg[0] == "ok" else st.error)(msg[1])
+        (st.success if msg[0] == "ok" else st.error)(C.esc(msg[1]))
 
 if st.session_state.get("runs_rm_error"):
-    st.error(f"Cannot delete: {st.session_state.pop('runs_rm_error')}")
+    st.error(f"Cannot delete: {C.esc(st.session_state.pop('runs_rm_error'))}")
 tab_open, tab_cmp = st.tabs(["Open", "Compare two runs"])
 with tab_open:
     typed = st.text_input("Run id (or pick below)", key="runs_id")
