@@ -124,6 +124,10 @@ def _print_version(value: bool) -> None:
 def _root(version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                        help="Print the installed version and exit.")) -> None:
     """Mechanistic-interpretability workbench: attribution, circuits, probes, SAEs."""
+    if "--help" not in sys.argv:
+        from workbench.store import check_settings
+
+        check_settings()  # WORKBENCH_RUNS / WORKBENCH_JOBS empty or relative: one line before any work
 
 
 def _register_commands() -> None:

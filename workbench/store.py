@@ -74,6 +74,15 @@ def default_root() -> Path:
     return checked_root(value, "WORKBENCH_RUNS")
 
 
+def check_settings() -> None:
+    """RunStoreError (one line) when WORKBENCH_RUNS is set but empty or relative, or names a file, or
+    WORKBENCH_JOBS is relative: a command says so before it works, not when it saves."""
+    RunStore()._check_root()
+    jobs = os.environ.get("WORKBENCH_JOBS", "")
+    if jobs.strip():
+        checked_root(jobs, "WORKBENCH_JOBS")
+
+
 def checked_root(value: str | Path, what: str) -> Path:
     """The folder named by a setting ``what`` (WORKBENCH_RUNS, WORKBENCH_JOBS): absolute, ``~`` expanded;
     RunStoreError (one line) when it is empty or relative."""
