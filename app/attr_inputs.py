@@ -138,9 +138,10 @@ def leading_space_hint(model: Any, key: str, role: str) -> None:
     except Exception:  # noqa: BLE001 - the spaced form is no single token: nothing to offer
         return
     c1, c2 = st.columns([4, 1])
-    c1.warning(f"The {role} {value!r} has no leading space: after a word the model predicts {spaced!r}, "
+    c1.warning(f"The {role} {C.quoted(value)} has no leading space: after a word the model predicts "
+               f"{C.quoted(spaced)}, "
                "a different token.")
-    c2.button(f"Use {spaced!r}", key=f"{key}_spaced", on_click=_use, args=(key, spaced))
+    c2.button(f"Use {C.quoted(spaced)}", key=f"{key}_spaced", on_click=_use, args=(key, spaced))
 
 
 def _use(key: str, value: str) -> None:

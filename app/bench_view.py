@@ -161,8 +161,9 @@ def show_leaderboard(run: Any, prefix: str) -> bool:
     if result is None:
         return False
     cfg = result["config"]
-    st.caption(f"{result['model']} · {len(result['tasks'])} tasks · {cfg.get('n_train')} train / "
-               f"{cfg.get('n_test')} {cfg.get('eval_split', 'test')} prompts · selection `{cfg.get('selection')}` · "
+    st.caption(f"{C.esc(result['model'])} · {len(result['tasks'])} tasks · {cfg.get('n_train')} train / "
+               f"{cfg.get('n_test')} {cfg.get('eval_split', 'test')} prompts · selection "
+               f"{C.code(cfg.get('selection'))} · "
                f"{cfg.get('n_boot')} bootstrap resamples · {result['seconds'] / 60:.1f} min")
     levels = levels_of(result)
     level = st.radio("Level", levels, horizontal=True, key=f"{prefix}_level") if len(levels) > 1 else levels[0]
@@ -207,7 +208,7 @@ def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) ->
     if st.button("Open this cell's circuit", key=f"{prefix}_open", disabled=why is not None):
         st.session_state[opened] = (run.id, task, method, k)
     if why is not None:
-        st.caption(f"Circuit unavailable: {why}.")
+        st.caption(f"Circuit unavailable: {C.esc(why)}.")
     got = st.session_state.get(opened)
     if not got or got[0] != run.id:
         return
@@ -220,6 +221,6 @@ def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) ->
     edge = next((t["methods"].get(method, {}).get("levels", {}).get("edge") for t in result["tasks"]
                  if t["task"] == task), None)
     if edge:
-        st.caption(f"{method} on {task} at edge level: CPR {edge['cpr']:.3f}, CMD {edge['cmd']:.3f}.")
+        st.caption(f"{C.esc(method)} on {C.esc(task)} at edge level: CPR {edge['cpr']:.3f}, CMD {edge['cmd']:.3f}.")
     st.caption(LEGEND_HELP)
     inspect_clicked(sub, clicked, prefix)

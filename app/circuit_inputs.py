@@ -45,7 +45,7 @@ def single_prompt() -> list[dict[str, Any]] | None:
     c4.button("swap names", key="circ_swap", on_click=_swap_clicked,
               help="Build the counterfactual by exchanging the target and foil names in the prompt.")
     if st.session_state.get("_circ_swap_error"):
-        st.error(st.session_state.pop("_circ_swap_error"))
+        st.error(C.esc(st.session_state.pop("_circ_swap_error")))
     if not prompt.strip() or not target:
         st.warning("Give a prompt and a target token.")
         return None
@@ -69,7 +69,7 @@ def file_prompts() -> tuple[str, list[dict[str, Any]]] | None:
         try:
             rows = [dict(r, corrupt=swap_names(r["prompt"], r["target"], r["foil"])) for r in rows]
         except PromptError as exc:
-            st.error(f"Cannot swap names: {exc}")
+            st.error(f"Cannot swap names: {C.esc(exc)}")
             return None
     return name, rows
 
@@ -84,8 +84,8 @@ def pick_prompts(loaded: Any) -> tuple[str, list[dict[str, Any]]] | None:
         if not rows:
             return None
         first = " ".join(loaded.model.decode([i]) for i in rows[0]["prompt"])
-        st.caption(f"{len(rows)} prompts of the {loaded.model.info['task']['task']} task, e.g. "
-                   f"{first!r} -> {loaded.model.decode([rows[0]['target']])!r}")
+        st.caption(f"{len(rows)} prompts of the {C.esc(loaded.model.info['task']['task'])} task, e.g. "
+                   f"{C.quoted(first)} -> {C.quoted(loaded.model.decode([rows[0]['target']]))}")
         return f"task:{loaded.model.info['task']['task']}", rows
     C.keep("circ_source", SINGLE)
     source = st.radio("Prompts", [SINGLE, FILE], key="circ_source", horizontal=True,

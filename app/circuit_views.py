@@ -99,7 +99,7 @@ def show_node(loaded: Any, graphs: dict[str, Any], node: str, row: dict[str, Any
         elif mlp:
             st.caption("An MLP has no attention pattern: its direct logit effect and edges are on the right.")
         else:
-            st.caption(f"{node} is the graph's {'input' if node == 'embed' else 'output'}: its edges are on the "
+            st.caption(f"{C.esc(node)} is the graph's {'input' if node == 'embed' else 'output'}: its edges are on the "
                        "right.")
 
 
@@ -111,7 +111,7 @@ def _direct_effect(loaded: Any, row: dict[str, Any], node: str, head: Any, mlp: 
     label = f"L{head[1]}H{head[2]}" if head else f"L{mlp[1]}mlp"
     if dla is not None and label in dla.labels:
         what = "logit(target) − logit(foil)" if row.get("foil") is not None else "logit(target)"
-        st.metric(f"{node} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
+        st.metric(f"{C.esc(node)} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
                   help=f"Its write at the last position, through the final norm (frozen), onto {what}; "
                        f"all components together give {dla.logit_diff:+.3f} on this prompt.")
 
@@ -164,6 +164,6 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
     if not edges:
         st.caption("No edge connects the input to the logits at this k: raise k.")
     if node in names:  # the clicked node's drill-down: pattern, direct logit effect, its edges
-        st.markdown(f"**{node}** (the clicked node; click another to inspect it)")
+        st.markdown(f"**{C.esc(node)}** (the clicked node; click another to inspect it)")
         show_node(loaded, {"dpa": sub}, node, row, key=f"{key}_node")
     return scored

@@ -98,7 +98,7 @@ def show_dla(loaded: Any, prompt: str, target: str, foil: str | None, position: 
               help="Every component's direct write; with the offset (final-norm and unembedding biases) it adds "
                    "up to the logit difference.")
     m3.metric("offset", f"{res.offset:+.3f}")
-    st.caption(f"At position {res.position} ({res.tokens[res.position]!r}); the final norm is frozen at its "
+    st.caption(f"At position {res.position} ({C.quoted(res.tokens[res.position])}); the final norm is frozen at its "
                "cached scale, so the readout is linear in the residual stream.")
     st.plotly_chart(layer_figure(res), key="attr_dla_layers")
     c1, c2 = st.columns(2)

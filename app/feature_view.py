@@ -13,6 +13,8 @@ from typing import Any
 
 import streamlit as st
 
+from app.common import esc, quoted
+
 # The layout lives in circuits.plot (the notebook's FeatureGraph.plot and the paper figures draw the same)
 from circuits.plot import readable, row_name, short_label  # noqa: F401 - this module's names for the pages
 
@@ -75,18 +77,18 @@ def dashboard_card(graph: Any, node: dict[str, Any]) -> None:
     db = dashboards(path, (Path(path) / "dashboards.safetensors").stat().st_mtime) if path and (
         Path(path) / "dashboards.safetensors").exists() else None
     if db is None:
-        st.caption(f"{node['dictionary']} has no stored dashboards (`workbench sae dashboards` builds them).")
+        st.caption(f"{esc(node['dictionary'])} has no stored dashboards (`workbench sae dashboards` builds them).")
         return
     card = db.card(int(node["feature"]))
-    st.markdown(f"**Feature {node['feature']}** · {card['explanation'] or card['label']}")
+    st.markdown(f"**Feature {esc(node['feature'])}** · {esc(card['explanation'] or card['label'])}")
     if card["score"] is not None:
         st.caption(f"simulation score {card['score']:.2f} (explanation vs. true activations on held-out text) · "
-                   f"tokens: {card['label']}")
+                   f"tokens: {esc(card['label'])}")
     c1, c2 = st.columns(2)
     c1.metric("density", f"{card['density']:.5f}")
     c2.metric("max activation", f"{card['max_activation']:.3f}")
     if any(v for _, v in card["top_logits"]):
-        st.caption("Raises: " + " · ".join(f"{t!r} {v:+.2f}" for t, v in card["top_logits"][:6]))
+        st.caption("Raises: " + " · ".join(f"{quoted(t)} {v:+.2f}" for t, v in card["top_logits"][:6]))
     top = [c for c in card["contexts"] if c["group"] == "top"][:5]
     if top:
         st.html(contexts_html(top, card["max_activation"]))

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from app.common import esc
+
 if TYPE_CHECKING:
     from circuits.graph import GraphNode, Subgraph
 
@@ -97,7 +99,7 @@ def inspect_node(graphs: dict[str, Subgraph], node: str, key: str,
     in every graph drawn (table keyed ``{key}_edges``)."""
     found = [sub.node(node) for sub in graphs.values() if any(n.id == node for n in sub.nodes)]
     if not found:
-        st.caption(f"{node} is not in the graph drawn.")
+        st.caption(f"{esc(node)} is not in the graph drawn.")
         return
     meta = found[0].metadata
     numbers = [f"{label} **{meta[k]:+.3f}**" for k, label in NUMBERS.items()
@@ -107,7 +109,7 @@ def inspect_node(graphs: dict[str, Subgraph], node: str, key: str,
     if extra is not None:
         extra(found[0])
     edges = node_edges(graphs, node)
-    st.caption(f"{node}: {int((edges['direction'] == 'in').sum())} incoming and "
+    st.caption(f"{esc(node)}: {int((edges['direction'] == 'in').sum())} incoming and "
                f"{int((edges['direction'] == 'out').sum())} outgoing edges")
     st.dataframe(edges, hide_index=True, key=f"{key}_edges")
 

@@ -79,7 +79,7 @@ def panel(job_id: str, key: str) -> Any | None:
         C.error("Cannot read the job", exc)
         return None
     with st.container(border=True):
-        st.markdown(f"{badge(job.state)} · {job.label} · `{job.id}`")
+        st.markdown(f"{badge(job.state)} · {C.esc(job.label)} · {C.code(job.id)}")
         if job.state in ("queued", "running"):
             left = f" · about {job.eta_s:.0f} s left" if job.eta_s is not None else ""
             items = f"{job.done:,} / {job.total:,} items" if job.total else "starting workers"
@@ -88,7 +88,7 @@ def panel(job_id: str, key: str) -> Any | None:
             st.progress(job.fraction, text=f"{100 * job.fraction:.0f}% · {items}{left}")
             st.button("Cancel", key=f"{key}_cancel_{job.id}", on_click=_cancel, args=(job.id,))
         elif job.state == "done":
-            st.caption(f"finished {job.finished} · run `{job.run_id}`")
+            st.caption(f"finished {C.esc(job.finished)} · run {C.code(job.run_id)}")
             if job.run_id and st.button("Open result", key=f"{key}_open_{job.id}", on_click=_open,
                                         args=(job.run_id,)):
                 st.switch_page("pages/runs.py")

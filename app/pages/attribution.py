@@ -90,8 +90,8 @@ def show_saved() -> None:
         res = C.attempt(f"Cannot read run {run.id}", rebuild, run)
         if res is not None:
             st.caption(
-                f"{res.model} · {res.method} · {res.level} · prompt {res.prompt!r} · target {res.target!r}"
-                f" · foil {res.foil!r}"
+                f"{C.esc(res.model)} · {C.esc(res.method)} · {C.esc(res.level)} · prompt {C.quoted(res.prompt)}"
+                f" · target {C.quoted(res.target)} · foil {C.quoted(res.foil)}"
             )
             st.plotly_chart(res.plot(), key="attr_saved_fig")
             st.dataframe(V.top_items(res.scores, res.axes, res.tokens), hide_index=True)
@@ -183,8 +183,9 @@ last = position == n_tokens - 1
 AI.follow(loaded, prompt, ppass, position)
 preds = ppass.tops[position] if ppass.tops else ppass.top
 st.caption(("Model's top predictions" + ("" if last else f" after token {position} "
-            f"({ppass.tokens[position]!r}; the prompt continues with {ppass.tokens[position + 1]!r})"))
-           + ": " + " · ".join(f"{t!r} {p:.2f}" for t, p in preds))
+            f"({C.quoted(ppass.tokens[position])}; the prompt continues with "
+            f"{C.quoted(ppass.tokens[position + 1])})"))
+           + ": " + " · ".join(f"{C.quoted(t)} {p:.2f}" for t, p in preds))
 
 c1, c2, c3 = st.columns([1, 1, 2])
 target = c1.text_input(
@@ -326,11 +327,11 @@ with tabs[6]:
         "Save all to the run store", key="attr_save", on_click=save_all, args=(list(results.values()), sig)
     )
     if st.session_state.get("attr_save_error"):
-        st.error(f"Could not save: {st.session_state.pop('attr_save_error')}")
+        st.error(f"Could not save: {C.esc(st.session_state.pop('attr_save_error'))}")
     saved = st.session_state.get("attr_saved")
     if saved and saved[0] == sig:
         st.success(
-            "Saved runs (open them on the Runs page or above): " + ", ".join(f"`{i}`" for i in saved[1])
+            "Saved runs (open them on the Runs page or above): " + ", ".join(C.code(i) for i in saved[1])
         )
 
 TIMES["whole page"] = time.perf_counter() - PAGE_START

@@ -27,8 +27,8 @@ def show_saved() -> None:
         res = C.attempt(f"Cannot read run {run.id}", CircuitResult.from_run, run)
         if res is None:
             return
-        st.caption(f"{res.model} · {res.method} · {res.n_prompts} prompts · {res.ablation} ablation · "
-                   f"{res.selection} selection · top {res.edges} edges")
+        st.caption(f"{C.esc(res.model)} · {C.esc(res.method)} · {res.n_prompts} prompts · {C.esc(res.ablation)} "
+                   f"ablation · {C.esc(res.selection)} selection · top {res.edges} edges")
         show_subgraph(res.subgraph(), key="circ_saved_graph", title=f"saved {res.method} circuit")
         if res.faithfulness is not None:
             st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
@@ -159,7 +159,8 @@ if todo:
     run_methods(loaded, rows, todo, ablation, k, selection)
 results = {m: cache[keys[m]] for m in jobs if keys[m] in cache}
 if not results:
-    st.caption(f"{graph.n_edges:,} edges, {len(rows)} prompts ({source}, {prepared.metric}, {ablation} ablation): "
+    st.caption(f"{graph.n_edges:,} edges, {len(rows)} prompts ({C.esc(source)}, {prepared.metric}, {ablation} "
+               "ablation): "
                "the circuit is drawn here when its job ends.")
     st.stop()
 

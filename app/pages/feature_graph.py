@@ -45,7 +45,8 @@ def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths:
 
 
 def show(graph: Any, key: str) -> None:
-    st.caption(f"{graph.model} · {graph.prompt!r} → {graph.target!r}" + (f" minus {graph.foil!r}" if graph.foil else "")
+    st.caption(f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
+               + (f" minus {C.quoted(graph.foil)}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
                f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
     st.caption(FV.scores_caption(graph))
@@ -90,7 +91,8 @@ def inspect(graph: Any, node: dict[str, Any]) -> None:
         FV.dashboard_card(graph, node)
     path = next((d.get("path") for d in graph.dictionaries if d["name"] == node.get("dictionary")), None)
     if node["kind"] == "feature" and path:
-        st.page_link(SAE_PAGE, label=f"Open feature {node['feature']} of {node['dictionary']} on the SAE page",
+        st.page_link(SAE_PAGE, label=f"Open feature {C.esc(node['feature'])} of {C.esc(node['dictionary'])} on the "
+                                     "SAE page",
                      icon=":material/open_in_new:",
                      query_params={"sae": sae_ref(graph, node["dictionary"]), "feature": str(node["feature"])})
     elif node["kind"] == "error":

@@ -50,8 +50,9 @@ def start_faithfulness() -> None:
             found = None if spec is None else J.held_job(spec, "jobs_last")
             if found is not None and found.state in ("done", *J.ACTIVE):  # a command's, another session's
                 st.session_state["jobs_last"] = found.id
-                run = f", run `{found.run_id}`" if found.run_id else ""
-                st.info(f"The same work is {found.state} already: job `{found.id}`{run} (below); not started again.")
+                run = f", run {C.code(found.run_id)}" if found.run_id else ""
+                st.info(f"The same work is {found.state} already: job {C.code(found.id)}{run} (below); not started "
+                        "again.")
             elif spec is not None:
                 J.submit(spec, "jobs_last", workers=int(workers))
 
@@ -73,8 +74,8 @@ def start_sleep() -> None:
 st.title("Jobs")
 address = os.environ.get("WORKBENCH_RAY_ADDRESS") or "a local Ray instance (started on demand)"
 st.caption(f"Work estimated under about 10 s runs as a job in this server, on the model it holds; longer work runs "
-           f"on {address}, outside this server: pages stay usable, a job survives a page reload, and Cancel stops "
-           "it within seconds. Results land in the run store.")
+           f"on {C.esc(address)}, outside this server: pages stay usable, a job survives a page reload, and Cancel "
+           "stops it within seconds. Results land in the run store.")
 if C.engine("attribution.faithfulness", "faithfulness") is not None:
     start_faithfulness()
 if os.environ.get("WORKBENCH_JOBS_DEMO") == "1":
@@ -94,7 +95,7 @@ def job_list(polling: bool) -> None:
     counts = {s: sum(j.state == s for j in jobs) for s in J.STATE_COLORS}
     st.caption(" · ".join(f"{J.badge(s)} {n}" for s, n in counts.items() if n))
     if st.session_state.get("_jobs_cancel_error"):
-        st.warning(st.session_state.pop("_jobs_cancel_error"))
+        st.warning(C.esc(st.session_state.pop("_jobs_cancel_error")))
     for job in jobs[:SHOWN]:
         J.panel(job.id, "jobs")
 

@@ -33,7 +33,7 @@ if not prompt.strip():
 if kind == "tuned":
     why = tuned_available(model)
     if why:
-        st.warning(f"{why}. Showing nothing for the tuned lens; switch to the logit lens.")
+        st.warning(f"{C.esc(why)}. Showing nothing for the tuned lens; switch to the logit lens.")
         st.stop()
 from attribution.lens import lens  # noqa: E402
 
@@ -64,12 +64,12 @@ layer = res.layers.index(p1.selectbox("Cell: layer", res.layers, key="lens_layer
 pos = labels.index(p2.selectbox("Cell: position", labels, key="lens_pos"))
 left, right = st.columns(2)
 with left:
-    st.subheader(f"Top {top_k} at {res.layers[layer]}, position {pos} ({res.tokens[pos]!r})")
+    st.subheader(f"Top {top_k} at {C.esc(res.layers[layer])}, position {pos} ({C.quoted(res.tokens[pos])})")
     st.dataframe([{"rank": i + 1, "token": repr(c["token"]), "probability": c["prob"]}
                   for i, c in enumerate(res.cell(layer, pos))], hide_index=True, key="lens_cell")
 with right:
     if res.target is not None:
-        st.subheader(f"Target {res.target!r} per layer (position {res.position})")
+        st.subheader(f"Target {C.quoted(res.target)} per layer (position {res.position})")
         from circuits.plot import log_ticks
 
         target_fig = res.plot_target()  # ranks as whole numbers on the log axis ("1,000", not "1.2k")

@@ -34,7 +34,7 @@ loaded = C.get_model(name)
 if loaded is None:
     st.stop()
 model = loaded.model
-st.success(f"{loaded.name} loaded in {loaded.seconds:.2f} s (held for the whole server)")
+st.success(f"{C.esc(loaded.name)} loaded in {loaded.seconds:.2f} s (held for the whole server)")
 arch_obj = getattr(model, "arch", None)
 if arch_obj is not None:
     arch = arch_obj.to_dict() if hasattr(arch_obj, "to_dict") else dict(arch_obj)
@@ -57,7 +57,7 @@ with c2:
         }
     )
     st.caption(
-        f"Models loaded by this server so far: {len(C.LOADS)} ({', '.join(x['name'] for x in C.LOADS)})"
+        f"Models loaded by this server so far: {len(C.LOADS)} ({', '.join(C.esc(x['name']) for x in C.LOADS)})"
     )
 
 if not hasattr(model, "generate") or getattr(model, "kind", "llm") == "vit":
@@ -89,7 +89,7 @@ if text is None:
 shown, stop = clean_continuation(model, text)
 st.code(prompt + shown, language="text")  # once: the prompt and its continuation
 if stop:
-    st.caption(f"Generation stopped at the model's end-of-turn token {stop!r} (not shown).")
+    st.caption(f"Generation stopped at the model's end-of-turn token {C.quoted(stop)} (not shown).")
 S.share("model_gen", loaded.name, [f"print({S.call('m.generate', prompt, max_new_tokens=n_new)})"],
         {"prompt": prompt})
 

@@ -218,7 +218,8 @@ else:
         left, right = st.columns(2)
         left.caption("unsteered")
         left.text(prompt + plain)
-        right.caption(f"{concept!r} direction at layer {layer}, strength {scale:+.2f}")
+        right.caption(f"{C.quoted(concept)} direction at layer {layer}, strength {scale:+.2f}")
         right.text(prompt + steered)
 
-st.caption(f"Stored as run `{job.run_id}` (job `{job.id}`, finished {job.finished}); see the Runs and Jobs pages.")
+st.caption(f"Stored as run {C.code(job.run_id)} (job {C.code(job.id)}, finished {C.esc(job.finished)}); see the "
+           "Runs and Jobs pages.")

@@ -130,4 +130,4 @@ if held and held[0] == sig:
              "r.table()"], {"method": method, "level": level})
 elif job is None:
     here = "" if estimate is None else f" (about {estimate:.1f} s here)"
-    st.caption(f"{len(rows)} prompts from {name}{here}; press the button to attribute them.")
+    st.caption(f"{len(rows)} prompts from {C.esc(name)}{here}; press the button to attribute them.")
