@@ -296,3 +296,20 @@ def test_an_unwritable_folder_is_refused_before_work(circuit_result, monkeypatch
     locked.mkdir(mode=0o500)
     code, _, err = cli(monkeypatch, capsys, "export", run.id, "--format", "csv", "--out", str(locked / "x.csv"))
     assert_bad(code, err, "not writable")
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_a_smollm2_circuit_exports_every_edge(smollm2, tmp_path):
+    """smollm2-135m (30 layers x 9 heads, MLPs): its 123,211 edges are exactly EAP-IG's graph for that shape,
+    the mib file scores every one, and the graph-json passes circuit-tracer's schema."""
+    from circuits.discover import circuit
+
+    res = circuit(smollm2, [ROW, ROW], method="eap", edges=50, ablation="zero", evaluate=False)
+    assert res.graph.n_edges == 123_211 and res.d_model == 576
+    m = json.loads((tmp_path / "m.json").read_text()) if res.export("mib", tmp_path / "m.json") else None
+    assert set(m["edges"]) == set(mib.all_edges(30, 9, False)) and len(m["edges"]) == 123_211
+    assert sum(e["in_graph"] for e in m["edges"].values()) == 50
+    validate_graph_json(json.loads((tmp_path / "g.json").read_text()) if res.export("graph-json", tmp_path / "g.json")
+                        else {})
+    assert res.export("parquet", tmp_path / "e.parquet")["rows"] == 123_211
