@@ -79,7 +79,7 @@ def show_patching(loaded: Any, prompt: str, target: str, foil: str | None, key: 
               help="Build the corrupted prompt by exchanging the target and foil names (IOI style: "
                    "' Mary' <-> ' John').")
     if st.session_state.get(f"_{key}_swap_error"):
-        st.error(st.session_state.pop(f"_{key}_swap_error"))
+        st.error(C.esc(st.session_state.pop(f"_{key}_swap_error")))
     C.keep(f"{key}_site", "resid")
     if st.session_state[f"{key}_site"] not in SITES or st.session_state[f"{key}_site"] == "mlps":
         st.session_state[f"{key}_site"] = "resid"

@@ -33,7 +33,7 @@ def pick_rows(limit: int, key: str = "sets") -> tuple[str, list[dict[str, Any]]]
     try:
         text = upload.getvalue().decode("utf-8")
     except UnicodeDecodeError:
-        st.error(f"{upload.name} is not UTF-8 text: upload a JSONL file.")
+        st.error(f"{C.esc(upload.name)} is not UTF-8 text: upload a JSONL file.")
         return None
     rows = C.attempt("Bad prompt file", parse_prompts, text, upload.name, limit)
     return (upload.name, rows) if rows else None

@@ -61,8 +61,8 @@ def show_run(run_id: str) -> None:
 
     run = C.store().get(run_id)
     result = run.result()
-    st.caption(f"{result.get('n')} {result.get('dataset')} images · accuracy {result.get('accuracy', 0):.3f} · "
-               f"run `{run_id}`")
+    st.caption(f"{C.esc(result.get('n'))} {C.esc(result.get('dataset'))} images · accuracy "
+               f"{result.get('accuracy', 0):.3f} · run {C.code(run_id)}")
     table = run.table("methods")
     st.dataframe(table, hide_index=True, column_config=metric_columns(table), key="vit_bench_table")
     figure = run.path / "metrics.plotly.json"

@@ -202,7 +202,8 @@ def prompt_view(loaded: Any, source: Any, db: Any) -> None:
     rows = [{"feature": r["feature"], **explained_row(db, r), "activation": r["activation"],
              "÷ held-out max": r["relative"], "at": f"{r['position']}:{r['token']!r}"} for r in found]
     if db.explanations is None:
-        st.caption(f"No explanations built for {source.name}: `workbench sae explain --sae {source.path}` "
+        st.caption(f"No explanations built for {C.esc(source.name)}: "
+                   f"{C.code(f'workbench sae explain --sae {source.path}')} "
                    "builds them (until then features show their token labels and rank by activation ÷ max).")
     st.caption("Click a row (or a heatmap cell) to open the feature's dashboard.")
     feature_table(rows, "sae_prompt_table")
@@ -220,17 +221,17 @@ def dashboard_view(loaded: Any | None, source: Any | None, db: Any) -> None:
     try:
         feature = int(str(text).strip())
     except ValueError:
-        st.warning(f"{text!r} is not a feature id: give a whole number from 0 to {db.n_units - 1}.")
+        st.warning(f"{C.quoted(text)} is not a feature id: give a whole number from 0 to {db.n_units - 1}.")
         return
     if not 0 <= feature < db.n_units:
         what = "Neuron" if db.meta.get("kind") == "neurons" else "Feature"
-        st.warning(f"{what} {feature} is out of range: {db.meta['name']} has {db.n_units} "
+        st.warning(f"{what} {feature} is out of range: {C.esc(db.meta['name'])} has {db.n_units} "
                    f"(valid 0..{db.n_units - 1}).")
         return
     card = db.card(feature)
-    st.subheader(f"{feature}: {card['explanation'] or card['label']}")
+    st.subheader(f"{feature}: {C.esc(card['explanation'] or card['label'])}")
     if card["explanation"] is not None:
-        st.caption(f"Automatic token label: {card['label']}")
+        st.caption(f"Automatic token label: {C.esc(card['label'])}")
     c1, c2, c3, c4 = st.columns(4)
     c4.metric("simulation score", "–" if card["score"] is None else f"{card['score']:.2f}", help=SCORE_HELP)
     c1.metric("density", f"{card['density']:.5f}", help="Fraction of held-out tokens where it fires (> 0).")
@@ -289,8 +290,8 @@ def steer_panel(loaded: Any, source: Any, feature: int, card: dict[str, Any]) ->
         col.html(f'<div style="white-space:pre-wrap"><b>{html.escape(res.prompt)}</b>{html.escape(text)}</div>')
     if res.target is not None:
         m1, m2 = st.columns(2)
-        m1.metric(f"p({res.target!r})", f"{res.target_prob_steered:.4f}", f"{res.prob_change:+.4f}")
-        m2.metric(f"logit({res.target!r})", f"{res.target_logit_steered:.3f}", f"{res.logit_change:+.3f}")
+        m1.metric(f"p({C.quoted(res.target)})", f"{res.target_prob_steered:.4f}", f"{res.prob_change:+.4f}")
+        m2.metric(f"logit({C.quoted(res.target)})", f"{res.target_logit_steered:.3f}", f"{res.logit_change:+.3f}")
 
 
 def search_view(db: Any) -> None:
@@ -304,7 +305,7 @@ def search_view(db: Any) -> None:
         return
     if by == "feature id":
         if not query.strip().isdigit():
-            st.warning(f"{query!r} is not a feature id.")
+            st.warning(f"{C.quoted(query)} is not a feature id.")
             return
         rows = C.attempt("Cannot open the feature", find_features, db, feature=int(query.strip()))
     elif by == "exact token":
@@ -385,12 +386,13 @@ if db is None:
     if db is None:
         st.stop()
     st.caption(f"Dashboards computed here on {db.meta['n_tokens']} held-out tokens (not stored); "
-               f"`workbench sae dashboards --sae {spec}` stores the full set.")
+               f"{C.code(f'workbench sae dashboards --sae {spec}')} stores the full set.")
 if db.meta.get("weights_sha256") and C.attempt("Cannot check the dashboards", stale, source, db):
-    st.warning(f"These dashboards were built before {source.name}'s current weights: rebuild them with "
-               f"`workbench sae dashboards --sae {spec}`.")
-st.caption(f"`{source.name}` · {source.kind} · model `{source.model}` · reads `{source.hook}` · writes "
-           f"`{source.hook_out}` · {db.n_units} units · dashboards on {db.meta['n_tokens']} held-out tokens")
+    st.warning(f"These dashboards were built before {C.esc(source.name)}'s current weights: rebuild them with "
+               f"{C.code(f'workbench sae dashboards --sae {spec}')}.")
+st.caption(f"{C.code(source.name)} · {C.esc(source.kind)} · model {C.code(source.model)} · reads "
+           f"{C.code(source.hook)} · writes {C.code(source.hook_out)} · {db.n_units} units · dashboards on "
+           f"{C.esc(db.meta['n_tokens'])} held-out tokens")
 
 C.keep("sae_view", VIEWS[0])
 view = st.radio("View", VIEWS, key="sae_view", horizontal=True, label_visibility="collapsed",

@@ -119,7 +119,8 @@ loaded = C.sidebar_model(("toy",), key="toy_model", allow_path=True)
 model = loaded.model
 if getattr(model, "kind", None) != "toy" or "task" not in getattr(model, "info", {}):
     st.error(
-        f"{loaded.name} is not a toy checkpoint: pick one of {', '.join(e.name for e in entries) or 'none'}."
+        f"{C.esc(loaded.name)} is not a toy checkpoint: pick one of "
+        f"{', '.join(C.esc(e.name) for e in entries) or 'none'}."
     )
     st.stop()
 from circuits.toy.tasks import get_task  # noqa: E402
@@ -129,7 +130,7 @@ info = model.info
 task = C.attempt("Cannot rebuild the task", get_task, info["task"]["task"], **info["task"].get("params", {}))
 if task is None:
     st.stop()
-st.caption(f"task `{task.name}` · {json.dumps(info.get('spec', {}))}")
+st.caption(f"task {C.code(task.name)} · {C.code(json.dumps(info.get('spec', {})))}")
 seed = st.sidebar.number_input("Evaluation seed", 0, 10_000, 0, key="toy_seed")
 batch = C.attempt("Cannot sample the task", task.batch, "test", N_EVAL, int(seed))
 if batch is None:
@@ -159,7 +160,7 @@ with tabs[0]:
             pats = C.attempt("Cannot read the patterns", patterns, model, ids)
         if pats is not None:
             tokens = model.to_str_tokens(ids)
-            st.caption("example: " + " ".join(tokens))
+            st.caption("example: " + C.esc(" ".join(tokens)))
             st.plotly_chart(pattern_grid(pats[:, 0].cpu(), tokens), key="toy_patterns")
 with tabs[1]:
     from circuits.tools.ablation import METHODS as ABL
@@ -192,9 +193,10 @@ with tabs[2]:
         pos = int(batch.mask[int(i_clean)].nonzero()[-1]) if batch.mask[int(i_clean)].any() else -1
         target, foil = int(batch.targets[int(i_clean), pos]), int(batch.targets[int(i_bad), pos])
         st.caption(
-            f"clean: {' '.join(model.to_str_tokens(batch.tokens[int(i_clean)].tolist()))} → "
-            f"{model.decode([target])}; corrupted: "
-            f"{' '.join(model.to_str_tokens(batch.tokens[int(i_bad)].tolist()))} → {model.decode([foil])}"
+            f"clean: {C.esc(' '.join(model.to_str_tokens(batch.tokens[int(i_clean)].tolist())))} → "
+            f"{C.esc(model.decode([target]))}; corrupted: "
+            f"{C.esc(' '.join(model.to_str_tokens(batch.tokens[int(i_bad)].tolist())))} → "
+            f"{C.esc(model.decode([foil]))}"
         )
         from circuits.tools.patching import patch_heads, patch_residual
 

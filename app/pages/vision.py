@@ -36,7 +36,7 @@ def read_upload(upload: Any, size: int, channels: int, strict_rgb_patch: int | N
                                  f"{strict_rgb_patch} x {strict_rgb_patch} patch")
     except ImageError as exc:
         msg = str(exc)
-        st.error(f"{msg[:1].upper()}{msg[1:]}. Upload a PNG or JPEG.")
+        st.error(f"{C.esc(msg[:1].upper() + msg[1:])}. Upload a PNG or JPEG.")
         return None
     img = img.convert("RGB" if channels == 3 else "L").resize((size, size), Image.BILINEAR)
     arr = np.asarray(img, dtype=np.float32) / 255.0
@@ -98,7 +98,7 @@ PER_ROW = 4  # panels per figure row
 loaded = C.sidebar_model(("vit",), key="vit_model", default="vit-synth")
 model = loaded.model
 if not hasattr(model, "check_images"):
-    st.error(f"{loaded.name} is not an image classifier: pick a ViT model.")
+    st.error(f"{C.esc(loaded.name)} is not an image classifier: pick a ViT model.")
     st.stop()
 DINO = getattr(model, "backbone_name", None) == "dinov2-small"  # a backbone whose decision is a head we pick
 head = None
@@ -181,9 +181,9 @@ else:
     label, class_names = int(batch.labels[int(index)]), batch.class_names
     known = set(cfg.class_names or ())
     if known and not set(class_names) <= known:
-        st.warning(f"{loaded.name} was trained on {', '.join(cfg.class_names)}; the {source} images' classes "
-                   f"({', '.join(map(str, class_names))}) are not among them, so its prediction (and every map) "
-                   "explains a class the image does not show. Pick images the model knows.")
+        st.warning(f"{C.esc(loaded.name)} was trained on {C.esc(', '.join(cfg.class_names))}; the {C.esc(source)} "
+                   f"images' classes ({C.esc(', '.join(map(str, class_names)))}) are not among them, so its "
+                   "prediction (and every map) explains a class the image does not show. Pick images the model knows.")
 region = None
 if head == "saliency":
     size = cfg.image_size
@@ -223,7 +223,7 @@ pred = int(probs.argmax())
 c1, c2 = st.columns([1, 3])
 c1.metric("prediction", names[pred] if pred < len(names) else str(pred), f"p = {float(probs[pred]):.2f}")
 if label is not None:
-    c1.caption(f"true class: {class_names[label]}")
+    c1.caption(f"true class: {C.esc(class_names[label])}")
 # the saliency decision is "salient" (its mean in the region); "not salient" is its runner-up
 options = names if head == "saliency" else ["predicted"] + names
 if st.session_state.get("vit_target") not in options:
