@@ -163,3 +163,16 @@ def save_figures(fig: Any, paths: Sequence[str | Path]) -> list[Path]:
 def save_figure(fig: Any, path: str | Path) -> Path:
     """Save ``fig`` as ``path`` (.png, .svg, .pdf, .html or .json, from the suffix); returns the path."""
     return save_figures(fig, [path])[0]
+
+
+def png_option() -> Any:
+    """The drawing commands' ``--png PATH`` option (the suffix picks the format: .png, .svg, .pdf, .html)."""
+    import typer
+
+    return typer.Option(None, "--png", help="Also save the figure at PATH: .png (or .svg, .pdf, .html, .json by "
+                        "the suffix), drawn as the notebook's .plot() draws it.")
+
+
+def check_figure_path(path: str | Path | None) -> Path | None:
+    """``--png``'s path checked before any work starts (its format and folder); None when not given."""
+    return None if path is None else _target(path)

@@ -8,6 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import workers_option
+from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import positive_int
 
 
@@ -81,6 +82,7 @@ def attribute(
     ray_address: str = typer.Option(None, "--ray-address", help="Run as a job on the Ray cluster at HOST:PORT "
                                     "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
     workers: int = workers_option("activation patching's items"),
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
@@ -90,6 +92,7 @@ def attribute(
 
     name = check_method(method, level)
     params = parse_params(param)
+    check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
@@ -128,6 +131,9 @@ def attribute(
         if save:
             out["run"] = res.save().id
 
+    if png:
+        out["png"] = str(save_figure(res.plot(), png))
+
     def human(r: dict[str, Any]) -> None:
         c = console()
         c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
@@ -140,6 +146,8 @@ def attribute(
         print(_top_table(res, top).to_string(index=False))
         if "run" in r:
             c.print(f"saved run {r['run']}")
+        if "png" in r:
+            c.print(f"figure saved to {r['png']}")
 
     emit(out, as_json, human)
 

@@ -9,6 +9,7 @@ import typer
 from circuits.edges import method_help
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
+from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import positive_int
 
 
@@ -65,6 +66,8 @@ def _human(r: dict[str, Any]) -> None:
         print(f"  AUC {f['auc']:.3f} (metric intact {f['metric_full']:.3f}, all edges ablated {f['metric_empty']:.3f})")
     if "run" in r:
         c.print(f"saved run {r['run']}")
+    if "png" in r:
+        c.print(f"figure saved to {r['png']}")
 
 
 def discover(
@@ -86,6 +89,7 @@ def discover(
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score every edge of the model's graph on a prompt set and keep the top K (prints the contract
@@ -98,6 +102,7 @@ def discover(
 
     spec = get_method(method)
     _check(edges, limit, ablation, metric, selection)
+    check_figure_path(png)  # a bad --png fails before any work
     if batch_size < 1:
         raise RangeError(f"--batch-size must be at least 1 (got {batch_size})")
     ks = _grid(grid)
@@ -132,6 +137,8 @@ def discover(
     out["job_id"] = job.id
     if save:
         out["run"] = job.run_id
+    if png:
+        out["png"] = str(save_figure(res.plot(), png))
     emit(out, as_json, _human)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.figures import check_figure_path, png_option, save_figure
 
 
 def register(app: typer.Typer) -> None:
@@ -80,6 +81,7 @@ def patch(
                               "names exchanged (IOI style)."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Activation patching from a corrupted prompt into the clean run (effect 1 = the patch alone flips
@@ -91,6 +93,7 @@ def patch(
 
     if site not in patching.SITES:
         raise MethodError(f"unknown site {site!r}: {', '.join(patching.SITES)}")
+    check_figure_path(png)  # a bad --png fails before any work
     if swap == (corrupted is not None):
         raise MethodError("give a corrupted prompt or --swap-names (one of the two)")
     if swap:
@@ -99,11 +102,16 @@ def patch(
         corrupted = patching.swap_names(clean, target, foil)
     m = wb.load(model, device=check_device(device), dtype=dtype)
     res = wb.patch(m, clean, corrupted, target, foil, site=site)
+    out = {**res.to_json(), "corrupted_prompt": corrupted}
+    if png:
+        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r):
         c = console()
         c.print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}; effect by {r['axes']}:")
         for i, row in enumerate(r["effect"] if isinstance(r["effect"][0], list) else [r["effect"]]):
             c.print(f"  {i:3d} " + " ".join(f"{v:6.2f}" for v in row))
+        if "png" in r:
+            c.print(f"figure saved to {r['png']}")
 
-    emit({**res.to_json(), "corrupted_prompt": corrupted}, as_json, human)
+    emit(out, as_json, human)

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import positive_int
 
 
@@ -27,12 +28,14 @@ def dla(
     dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     top: int = typer.Option(10, "--top", help="Heads shown in the human-readable output.", callback=positive_int),
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Direct logit attribution of the target (minus foil) logit."""
     from workbench.cli import check_device
     from workbench.errors import PromptError, TokenError
 
+    check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
@@ -48,6 +51,8 @@ def dla(
     out = res.to_json()
     if save:
         out["run"] = res.save().id
+    if png:
+        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
         import torch
@@ -67,5 +72,7 @@ def dla(
                                                                           strict=True)))
         if "run" in r:
             c.print(f"saved run {r['run']}")
+        if "png" in r:
+            c.print(f"figure saved to {r['png']}")
 
     emit(out, as_json, human)

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import positive_int
 
 
@@ -32,6 +33,8 @@ def _human(r: dict[str, Any]) -> None:
         print(f"  {e['src']:>22} -> {e['dst']:<22} {e['score']:+.4f}")
     if "run" in r:
         c.print(f"saved run {r['run']}")
+    if "png" in r:
+        c.print(f"figure saved to {r['png']}")
 
 
 def feature_graph(
@@ -53,6 +56,7 @@ def feature_graph(
     save: bool = typer.Option(True, "--save/--no-save", help="Save the graph to the run store."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Feature graph: dictionary features at each depth -> higher features -> logits, with error nodes,
@@ -61,6 +65,7 @@ def feature_graph(
     from workbench.commands.attribute import parse_params
 
     params = parse_params(param)
+    check_figure_path(png)  # a bad --png fails before any work
     from attribution.dpa.params import DPAParams
 
     DPAParams.from_kwargs(**params)  # bad parameters fail before anything loads
@@ -77,4 +82,6 @@ def feature_graph(
     out = graph.to_json()
     if save:
         out["run"] = graph.save().id
+    if png:
+        out["png"] = str(save_figure(graph.plot(), png))
     emit(out, as_json, _human)

@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import allow_long_option, float_range, nonneg_int, positive_int
 
 
@@ -29,6 +30,7 @@ def lens(
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Each layer's top tokens at every position through the logit or tuned lens."""
@@ -37,6 +39,7 @@ def lens(
     from workbench.errors import PromptError
 
     check_kind(kind)
+    check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
     import workbench as wb
@@ -47,6 +50,8 @@ def lens(
     out = res.to_json()
     if save:
         out["run"] = res.save().id
+    if png:
+        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
         c = console()
@@ -61,6 +66,8 @@ def lens(
             c.print(f"target {r['target']!r} at position {r['position']}: rank per layer {r['target_rank']}")
         if "run" in r:
             c.print(f"saved run {r['run']}")
+        if "png" in r:
+            c.print(f"figure saved to {r['png']}")
 
     emit(out, as_json, human)
 
