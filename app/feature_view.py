@@ -28,7 +28,7 @@ def scores_caption(graph: Any) -> str:
     return (f"Replacement score {fmt(s.get('replacement'))} (share of the influence on the logits that comes from "
             f"the token embeddings rather than error nodes) · completeness score {fmt(s.get('completeness'))} "
             f"(share of the inputs to features and logits that comes from non-error nodes) · on the "
-            f"{s.get('computed_on', 'pruned')} graph")
+            f"{esc(s.get('computed_on', 'pruned'))} graph")
 
 
 def figure(graph: Any, labels: dict[str, list[str]], selected: str | None = None):

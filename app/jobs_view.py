@@ -174,11 +174,11 @@ def start_button(spec: Any, key: str, label: str, workers: int = 1, estimate: tu
             cost = None
         estimate = None if cost is None else (cost.seconds, cost.text())
     if estimate is not None and estimate[0] > THRESHOLD_S:
-        st.warning(f"Estimate: {estimate[1]}. It runs as a job outside this app, so every page stays usable; "
+        st.warning(f"Estimate: {C.esc(estimate[1])}. It runs as a job outside this app, so every page stays usable; "
                    "follow it here or on the Jobs page.")
-        label = f"{label} (about {estimate[1].rsplit('about ', 1)[-1]})"
+        label = f"{label} (about {C.esc(estimate[1].rsplit('about ', 1)[-1])})"
     elif estimate is not None:
-        st.caption(f"Estimate: {estimate[1]}.")
+        st.caption(f"Estimate: {C.esc(estimate[1])}.")
     if not st.button(label, key=button or f"{key}_start", type="primary"):
         return None
     return submit(spec, key, workers=workers)
