@@ -157,6 +157,22 @@ def test_notebook_exports(circuit_result, tmp_path):
         circuit_result.export("csv", tmp_path / "a.csv")
 
 
+def test_attribution_and_subgraph_runs_export_as_tables_and_graph_json(circuit_result, tiny_llama, tmp_path):
+    import workbench as wb
+
+    store = RunStore()
+    res = wb.attribute(tiny_llama, PROMPT, target=" Paris", method="dpa", level="head")
+    out = res.save(store).export("csv", tmp_path / "a.csv")
+    table = pd.read_csv(tmp_path / "a.csv")
+    assert out["rows"] == len(table) == res.scores.numel() and {"layer", "head", "query", "score"} <= set(table)
+    row = table[(table["layer"] == 1) & (table["head"] == 2) & (table["query"] == 3)].iloc[0]
+    assert row["score"] == pytest.approx(float(res.scores[1, 2, 3])) and row["query_str"] == res.tokens[3]
+    sub = circuit_result.subgraph(6).save(store)
+    assert sub.export("graph-json", tmp_path / "s.json")["links"] <= 6
+    validate_graph_json(json.loads((tmp_path / "s.json").read_text()))
+    assert sub.export("parquet", tmp_path / "s.parquet")["rows"] == 6
+
+
 # -- feature graphs and the two scores -----------------------------------------------------------------------
 def test_feature_graph_run_exports_with_its_scores(feature_graph, monkeypatch, capsys, tmp_path):
     fg = feature_graph
