@@ -50,7 +50,9 @@ sys.path.insert(0, str(ROOT))
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"  # a prompt in the toy's vocabulary (5 tokens = its context)
 GOOD_CLASSES = ("clear-error", "ok", "not-run")
-FAILURE_CLASSES = ("traceback", "internal-error", "silent-non-finite", "timeout", "other-exit")
+FAILURE_CLASSES = ("traceback", "internal-error", "silent-non-finite", "timeout", "other-exit", "left-files",
+                   "deleted-outside", "accepted-bad", "changed-outside")
+ANSWER_WITHIN_S = 30  # an error case that takes longer is counted a hang in the tally
 
 
 @dataclass
@@ -117,6 +119,9 @@ def make_files(d: Path) -> dict[str, str]:
     (d / "binary.jsonl").write_bytes(b"\xff\xfe\x00garbage\x00\n")
     labels = [{"text": f"N{i} and N{(i + 1) % 20} then N{(i + 1) % 20}", "label": "ab"[i % 2]} for i in range(16)]
     jsonl("dataset.jsonl", labels)
+    jsonl("dataset-int-labels.jsonl", [{**r, "label": i % 2} for i, r in enumerate(labels)])
+    jsonl("nanfield.jsonl", [], raw=json.dumps(good[0]) + "\n" + json.dumps({**good[1], "weight": 1.5}).replace(
+        "1.5", "NaN") + "\n")
     jsonl("dataset1class.jsonl", [{**r, "label": "a"} for r in labels])
 
     # images
@@ -127,6 +132,10 @@ def make_files(d: Path) -> dict[str, str]:
         f[f"img_{name}.npy"] = str(d / f"img_{name}.npy")
     np.save(d / "img_good.npy", np.full((3, 32, 32), 0.5, dtype=np.float32))
     f["img_good.npy"] = str(d / "img_good.npy")
+    np.save(d / "img_batch.npy", np.full((2, 3, 32, 32), 0.5, dtype=np.float32))  # a batch, not one image
+    f["img_batch.npy"] = str(d / "img_batch.npy")
+    np.save(d / "img_4d1.npy", np.full((1, 3, 32, 32), 0.5, dtype=np.float32))
+    f["img_4d1.npy"] = str(d / "img_4d1.npy")
     np.save(d / "img_object.npy", np.array([{"x": 1}], dtype=object), allow_pickle=True)
     f["img_object.npy"] = str(d / "img_object.npy")
     Image.new("RGB", (32, 32), (200, 30, 30)).save(d / "good.png")
@@ -165,6 +174,10 @@ def make_files(d: Path) -> dict[str, str]:
         f[f"loader-{loader.split(':')[0]}"] = str(m)
     (d / "emptydir").mkdir()
     f["emptydir"] = str(d / "emptydir")
+    (d / "out").mkdir()
+    f["outdir"] = str(d / "out")
+    shutil.copytree(src, d / "models-copy" / TOY)
+    f["model-copy"] = str(d / "models-copy" / TOY)
     (d / "existing.txt").write_text("x")
     f["existing.txt"] = str(d / "existing.txt")
     (d / "oracle.py").write_text("def f(x):\n    return float('nan')\n")
@@ -249,6 +262,10 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
         "weights-nan": lambda p: _nan_tensor(p / "sae_weights.safetensors", "W_dec"),
         "weights-truncated": lambda p: _truncate(p / "sae_weights.safetensors"),
         "cfg-symlink": lambda p: _symlink(p / "cfg.json"),
+        "kind-bogus": lambda p: _edit(p / "workbench.json", lambda i: i.update(kind="bogus")),
+        "no-workbench-json-no-hook": lambda p: ((p / "workbench.json").unlink(),
+                                                _edit(p / "cfg.json", lambda c: c["metadata"].pop("hook_name"))),
+        "no-workbench-json": lambda p: (p / "workbench.json").unlink(),  # SAELens' own metadata names it
     }
     for name, fn in damage.items():
         fn(sae(name))
@@ -729,11 +746,241 @@ def catalogue(f: dict[str, str]) -> list[Case]:
     add("smollm2 foil = target", S + ["--target", " Paris", "--foil", " Paris"], group=g, slow=True,
         timeout=600)
     add("smollm2 ok", S + ["--target", " Paris", "--json", "--no-save"], "ok", group=g, slow=True, timeout=600)
+    # issue 41's classes; D's and F's cases go in functions of their own, called here the same way
+    for more in (issue41_cli_cases,):
+        C.extend(more(f))
     return C
+
+
+def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
+    """Issue 41, classes 2, 3, 4, 7, 9, 13 (CLI), 14: absurd sizes, outputs checked first, exit 0 on bad input,
+    engines meeting models they do not fit, paths and messages, bench lists, plain toy use. Every error case
+    is expected to answer within 30 s (nothing is loaded or computed before the refusal)."""
+    C: list[Case] = []
+    A = ["attribute", TOY, P, "--target", "N1"]
+    FA = ["faithfulness", "--model", TOY, "--prompts", f["good.jsonl"]]
+    ST = ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post"]
+    OUT = f["outdir"]  # a writable folder outside every case's store (what a case writes there is checked)
+
+    def add(name, args, expect="error", words=(), group="41", timeout=30, **kw):
+        C.append(Case(name, list(args), expect, tuple(words), group, timeout=timeout, **kw))
+
+    g = "41.2 sizes"
+    big, huge = "1000000000", "1" + "0" * 30
+    add("generate --max-new-tokens 10^9", ["generate", TOY, P, "--max-new-tokens", big], words=["--max-new-tokens"],
+        group=g)
+    add("generate past the model's context", ["generate", TOY, "N1 and", "--max-new-tokens", "100"],
+        words=["context"], group=g)
+    add("dla --top 10^30", ["dla", TOY, P, "--target", "N1", "--top", huge], words=["--top"], group=g)
+    add("attribute --top 10^9", A + ["--top", big], words=["--top"], group=g)
+    add("attribute --position 10^30", A + ["--position", huge], words=["--position"], group=g)
+    for cmd in (["attribute-set", "--model", TOY, "--prompts", f["good.jsonl"]], FA + ["--methods", "dpa"],
+                ["vit-eval"], ["train", "ioi", "--out", f"{OUT}/t"], ["sae", "cache", "--model", "smollm2-135m",
+                                                                     "--hooks", "blocks.0.hook_resid_post"]):
+        add(f"{cmd[0]} --threads 100000", cmd + ["--threads", "100000"], words=["--threads"], group=g)
+    add("faithfulness --workers 100000", FA + ["--methods", "dpa", "--workers", "100000"], words=["--workers"],
+        group=g)
+    add("vit-eval --n 10^12", ["vit-eval", "--n", "1000000000000"], words=["--n"], group=g)
+    add("vit-eval --n 100000 (hours)", ["vit-eval", "--n", "100000"], words=["--allow-long"], group=g)
+    add("vit-eval --steps 10^9", ["vit-eval", "--steps", big, "--n", "2"], words=["--steps"], group=g)
+    add("vit-eval --batch-size 10^9", ["vit-eval", "--batch-size", big], words=["--batch-size"], group=g)
+    add("recover-heads --d 100000", ["recover-heads", "--d", "100000", "--heads", "2"], words=["--d"], group=g)
+    add("recover-heads --heads 1000000", ["recover-heads", "--d", "3", "--heads", "1000000"], words=["--heads"],
+        group=g)
+    add("recover-heads --d 1000 (days)", ["recover-heads", "--d", "1000", "--heads", "2"], words=["--allow-long"],
+        group=g)
+    add("recover-heads --heads 1000 (hours)", ["recover-heads", "--d", "3", "--heads", "1000"],
+        words=["--allow-long"], group=g)
+    add("recover-heads --bound 10^9", ["recover-heads", "--d", "3", "--heads", "2", "--bound", big],
+        words=["--bound"], group=g)
+    add("recover-heads --dps 10^9", ["recover-heads", "--d", "3", "--heads", "2", "--dps", big], words=["--dps"],
+        group=g)
+    add("train --d-model 1000000", ["train", "ioi", "--out", f"{OUT}/t", "--d-model", "1000000"],
+        words=["--d-model"], group=g)
+    add("train --d-model 16384 (memory or hours)", ["train", "ioi", "--out", f"{OUT}/t", "--d-model", "16384",
+                                                     "--heads", "4"], group=g)
+    add("train --steps 10^9", ["train", "ioi", "--out", f"{OUT}/t", "--steps", big], words=["--steps"], group=g)
+    add("train --steps 10^6 (hours)", ["train", "ioi", "--out", f"{OUT}/t", "--steps", "1000000"],
+        words=["--allow-long"], group=g)
+    add("train --layers 10^6", ["train", "ioi", "--out", f"{OUT}/t", "--layers", "1000000"], words=["--layers"],
+        group=g)
+    add("train-vit --steps 10^7 (days)", ["train-vit", "--steps", "10000000"], words=["--allow-long"], group=g)
+    add("sae train --width 10^9", ST + ["--width", big, "--tokens", "256"], words=["--width"], group=g)
+    add("sae train --tokens 10^12", ST + ["--tokens", "1000000000000"], words=["--tokens"], group=g)
+    add("sae train --tokens 10^7 (hours)", ST + ["--tokens", "10000000"], words=["--allow-long"], group=g)
+    add("sae train --epochs 1e9", ST + ["--epochs", "1e9"], words=["--epochs"], group=g)
+    add("sae corpus --chars 10^12", ["sae", "corpus", "--chars", "1000000000000", "--out", f"{OUT}/c"],
+        words=["--chars"], group=g)
+    add("sae corpus --samples 10^6", ["sae", "corpus", "--samples", "1000000", "--out", f"{OUT}/c"],
+        words=["--samples"], group=g)
+    add("sae corpus --samples 50000 (hours)", ["sae", "corpus", "--samples", "50000", "--out", f"{OUT}/c"],
+        words=["--allow-long"], group=g)
+    add("sae steer --tokens 10^9", ["sae", "steer", "--sae", f["sae-good"], "--feature", "0", "--prompt", P,
+                                    "--alpha", "1", "--tokens", big], words=["--tokens"], group=g)
+    add("sae features --feature 10^30", ["sae", "features", "--sae", f["sae-good"], "--feature", huge],
+        words=["--feature"], group=g)
+    add("lens-train --fit-seconds 1e300", ["lens-train", "smollm2-135m", "--fit-seconds", "1e300"],
+        words=["--fit-seconds"], group=g)
+    add("lens-train --tokens 10^12", ["lens-train", "smollm2-135m", "--tokens", "1000000000000"],
+        words=["--tokens"], group=g)
+    add("lens-train --fit-seconds 7200 (hours)", ["lens-train", "smollm2-135m", "--fit-seconds", "7200"],
+        words=["--allow-long"], group=g)
+    add("lens-train --kl-seconds 1e9", ["lens-train", "smollm2-135m", "--kl-seconds", "1e9"],
+        words=["--kl-seconds"], group=g)
+    add("lens --top-k 10^9", ["lens", TOY, P, "--top-k", big], words=["--top-k"], group=g)
+    add("vit-explain --target 10^20", ["vit-explain", f["good.png"], "--target", "1" + "0" * 20],
+        words=["--target"], group=g)
+    add("vit-explain --target 999", ["vit-explain", f["good.png"], "--target", "999"], group=g)
+    add("probe --seed 10^30", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--seed", huge],
+        words=["--seed"], group=g)
+    add("icl-readout --n 10^9", ["icl-readout", "--n", big], words=["--n"], group=g)
+    add("circuit discover --edges 10^30", ["circuit", "discover", "--model", TOY, "--prompts", "task", "--edges",
+                                           huge], words=["--edges"], group=g)
+    add("bench circuits --boot 10^9", ["bench", "circuits", "--model", TOY, "--boot", big, "--out", f"{OUT}/b.md"],
+        words=["--boot"], group=g)
+    add("app --max-upload-mb 10^9", ["app", "--max-upload-mb", big], words=["--max-upload-mb"], group=g)
+
+    g = "41.3 outputs"
+    outs = {  # command -> (args before --out, the option, a file (True) or a folder (False))
+        "bench circuits": (["bench", "circuits", "--model", TOY, "--tasks", "ioi"], "--out", True),
+        "train": (["train", "ioi"], "--out", False),
+        "train-vit": (["train-vit", "--steps", "1"], "--out", False),
+        "sae train": (ST + ["--tokens", "256"], "--out", False),
+        "sae cache": (["sae", "cache", "--model", "smollm2-135m", "--hooks", "blocks.0.hook_resid_post"], "--out",
+                      False),
+        "sae corpus": (["sae", "corpus", "--chars", "1000"], "--out", False),
+        "lens-train --out": (["lens-train", "smollm2-135m"], "--out", False),
+        "lens-train --table": (["lens-train", "smollm2-135m"], "--table", True),
+    }
+    for name, (args, opt, is_file) in outs.items():
+        suffix = ".md" if is_file else ""
+        add(f"{name} {opt} /nonexistent/dir/x", args + [opt, f"/nonexistent/dir/x{suffix}"],
+            words=[opt, "does not exist"], group=g)
+        add(f"{name} {opt} /proc/x", args + [opt, f"/proc/x{suffix}"], words=[opt, "/proc"], group=g)
+        add(f"{name} {opt} /sys/x", args + [opt, f"/sys/x{suffix}"], words=[opt, "/sys"], group=g)
+        add(f"{name} {opt} under a file", args + [opt, f"{f['existing.txt']}/x{suffix}"],
+            words=[opt, "not a directory"], group=g)
+        if is_file:
+            add(f"{name} {opt} a directory", args + [opt, f["emptydir"]], words=[opt], group=g)
+        else:
+            add(f"{name} {opt} an existing file", args + [opt, f["existing.txt"]], words=[opt, "not a directory"],
+                group=g)
+        add(f"{name} {opt} ''", args + [opt, ""], words=[opt], group=g)
+
+    g = "41.4 exit 0 on bad input"
+    add("info --backend bogus", ["info", TOY, "--backend", "bogus"], words=["--backend", "bogus"], group=g)
+    add("info --backend ''", ["info", TOY, "--backend", ""], words=["--backend"], group=g)
+    add("info --backend nnsight on a toy", ["info", TOY, "--backend", "nnsight"], words=["--backend"], group=g)
+    add("prompt file row with a NaN field (attribute-set)", ["attribute-set", "--model", TOY, "--prompts",
+                                                             f["nanfield.jsonl"]], words=["nanfield.jsonl:2", "NaN"],
+        group=g)
+    add("prompt file row with a NaN field (faithfulness)", FA[:-1] + [f["nanfield.jsonl"], "--methods", "dpa"],
+        words=["nanfield.jsonl:2"], group=g)
+    for methods in ("dpa,", ",dpa", "dpa,,random", "", " "):
+        add(f"faithfulness --methods {methods!r}", FA + ["--methods", methods], words=["--methods"], group=g)
+    for grid in ("", "0,,1", ","):
+        add(f"faithfulness --grid {grid!r}", FA + ["--methods", "dpa", "--grid", grid], words=["--grid"], group=g)
+    add("faithfulness --methods dpa,dpa", FA + ["--methods", "dpa,dpa"], words=["dpa"], group=g)
+    add("concepts, integer labels", ["concepts", "--model", TOY, "--dataset", f["dataset-int-labels.jsonl"]],
+        words=["label"], group=g)
+    add("probe, integer labels", ["probe", "--model", TOY, "--dataset", f["dataset-int-labels.jsonl"]],
+        words=["label"], group=g)
+    add("probe --hook ''", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--hook", ""],
+        words=["--hook"], group=g)
+    add("probe --hook 'a,,b'", ["probe", "--model", TOY, "--dataset", f["dataset.jsonl"], "--hook",
+                                "blocks.0.hook_resid_post,,blocks.0.hook_resid_pre"], words=["--hook"], group=g)
+    add("vit-explain a batch .npy (2,3,32,32)", ["vit-explain", f["img_batch.npy"]], words=["shape"], group=g)
+    add("vit-explain a (1,3,32,32) .npy", ["vit-explain", f["img_4d1.npy"]], words=["shape"], group=g)
+    SS = ["--feature", "0", "--prompt", "N1 and N2", "--alpha", "1", "--tokens", "1", "--json"]
+    add("sae steer, workbench.json names an unknown kind", ["sae", "steer", "--sae", f["sae-kind-bogus"]] + SS,
+        words=["bogus"], group=g)
+    add("sae steer, no workbench.json and no hook in cfg.json",
+        ["sae", "steer", "--sae", f["sae-no-workbench-json-no-hook"]] + SS, words=["hook"], group=g)
+    add("sae steer, no workbench.json (SAELens metadata names model and hook)",
+        ["sae", "steer", "--sae", f["sae-no-workbench-json"]] + SS, "ok", group=g, timeout=120)
+    add("sae list --root with an unknown kind beside good", ["sae", "list", "--root",
+                                                              str(Path(f["sae-good"]).parent), "--json"], "ok",
+        group=g, timeout=120)
+
+    g = "41.7 engines and models"
+    add("bench circuits on a vision model", ["bench", "circuits", "--model", "vit-synth", "--out", f"{OUT}/b.md"],
+        words=["vision"], group=g)
+    for hook in ("blocks.0.attn.hook_pattern", "blocks.0.attn.hook_attn_scores"):
+        add(f"sae train --hook {hook}", ST[:-2] + ["--hook", hook, "--tokens", "256"], words=[hook], group=g)
+    add("dla on a vision model", ["dla", "vit-synth", "a b", "--target", "a"], group=g)
+    add("generate on a vision model", ["generate", "vit-synth", "a b"], group=g)
+    add("attribute-set --prompts on a vision model", ["attribute-set", "--model", "vit-synth", "--prompts",
+                                                      f["good.jsonl"]], group=g)
+
+    g = "41.9 paths and messages"
+    model_dir = f["model-copy"]
+    add("info: a model path through '..' of a missing folder", ["info", f"/no-such-dir/..{model_dir}", "--json"],
+        "ok", group=g, timeout=60)
+    add("vit-explain -dash.png (taken for an option)", ["vit-explain", "-dash.png"], words=["--", "-dash.png"],
+        group=g)
+    add("vit-explain -- -dash.png (a file that starts with '-')", ["vit-explain", "--json", "--", "-dash.png"],
+        "ok", group=g, setup=dash_image(f), timeout=60)
+    add("bench circuits --tasks '' (not n-train first)", ["bench", "circuits", "--model", TOY, "--tasks", "",
+                                                          "--n-train", "1"], words=["--tasks"], group=g)
+    add("bench circuits --methods '' (not n-train first)", ["bench", "circuits", "--model", TOY, "--methods", "",
+                                                            "--n-train", "1"], words=["--methods"], group=g)
+    add("sae features --sae neurons:abc", ["sae", "features", "--sae", "neurons:abc"], words=["neurons:abc"], group=g)
+    add("sae features --sae ''", ["sae", "features", "--sae", ""], words=["--sae"], group=g)
+    add("sae steer --sae neurons:x", ["sae", "steer", "--sae", "neurons:x", "--feature", "0", "--prompt", P,
+                                      "--alpha", "1"], words=["neurons:x"], group=g)
+
+    g = "41.13 bench lists"
+    B = ["bench", "circuits", "--model", TOY, "--out", f"{OUT}/bench.md"]
+    for opt, value in (("--tasks", "ioi,ioi"), ("--methods", "random,random"), ("--levels", "edge,edge"),
+                       ("--tasks", ""), ("--methods", ""), ("--levels", ""), ("--tasks", "ioi,"),
+                       ("--methods", "random,"), ("--tasks", ",")):
+        add(f"bench circuits {opt} {value!r}", B + [opt, value], words=[opt], group=g)
+    add("bench circuits --out /proc/x.md (before the work)", ["bench", "circuits", "--model", TOY, "--tasks", "ioi",
+                                                              "--out", "/proc/x.md"], words=["/proc"], group=g)
+    add("bench circuits --out not .md", B[:-1] + [f"{OUT}/bench.txt"], words=["--out"], group=g)
+    add("bench circuits --no-save-run without --out", ["bench", "circuits", "--model", TOY, "--no-save-run"],
+        words=["--out"], group=g)
+
+    g = "41.14 plain toy use"
+    add("generate ioi-attn-1l2h 'N1 and' --max-new-tokens 3", ["generate", TOY, "N1 and", "--max-new-tokens", "3",
+                                                               "--json"], "ok", group=g, timeout=60)
+    add("dla on the attention-only toy", ["dla", TOY, P, "--target", "N1", "--no-save", "--json"], "ok", group=g,
+        timeout=60)
+    add("dla on the attention-only toy with a foil", ["dla", TOY, P, "--target", "N1", "--foil", "N2", "--json"],
+        "ok", group=g, timeout=60)
+    add("bench circuits --tasks 'ioi,' (hung before)", B + ["--tasks", "ioi,"], words=["--tasks"], group=g)
+    return C
+
+
+def dash_image(f: dict[str, str]):
+    """A case setup: a PNG named '-dash.png' in the case's working directory."""
+
+    def setup(store: Path) -> None:
+        cwd = store.parent / store.name.replace("runs-", "cwd-")
+        shutil.copy(f["good.png"], cwd / "-dash.png")
+
+    return setup
 
 
 # Whole-number options for which -1 and 0 are good values (a position counts from the end when negative).
 ANY_INT = ("--position",)
+
+
+class _FakeParam:
+    def __init__(self, opts: list[str]) -> None:
+        self.opts = opts
+
+
+def _fake_ctx(path: list[str]) -> Any:
+    """What typer hands a callback: the command's names up to the root, no other option given."""
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(info_name="workbench", parent=None, params={}, resilient_parsing=False,
+                          command=SimpleNamespace(params=[]))
+    for name in path:
+        ctx = SimpleNamespace(info_name=name, parent=ctx, params={}, resilient_parsing=False,
+                              command=SimpleNamespace(params=[]))
+    return ctx
 
 
 def generated_numeric_cases() -> list[Case]:
@@ -757,7 +1004,8 @@ def generated_numeric_cases() -> list[Case]:
                 continue
             flag = next((d for d in info.param_decls if d.startswith("--")), "--" + name.replace("_", "-"))
             # for whole-number options, click's own type check answers every non-integer alike: one suffices
-            for raw in ("-1", "0", "nan") if base is int else ("-1", "0", "nan", "inf", "-inf", "1e999"):
+            big = ("1000000000", "1" + "0" * 30) if base is int else ("1e9", "1e30")
+            for raw in (("-1", "0", "nan") if base is int else ("-1", "0", "nan", "inf", "-inf", "1e999")) + big:
                 if flag in ANY_INT and raw in ("-1", "0"):
                     continue
                 try:
@@ -765,13 +1013,13 @@ def generated_numeric_cases() -> list[Case]:
                 except ValueError:
                     value = None  # click refuses it as the wrong type: a bad input too
                 if value is not None and info.callback is not None:
-                    try:
-                        info.callback(object(), None, value)
+                    try:  # the option's own bound (options.BOUNDS is keyed by command and flag)
+                        info.callback(_fake_ctx(path), _FakeParam([flag]), value)
                         continue  # a valid value for this option: not a bad input
                     except Exception:  # noqa: BLE001 - typer.BadParameter: the option refuses it
                         pass
                 cases.append(Case(f"{' '.join(path)} {flag} {raw}", path + [f"{flag}={raw}"], "error", (flag,),
-                                  "numeric options (generated)", timeout=120))
+                                  "numeric options (generated)", timeout=ANSWER_WITHIN_S))
     return cases
 
 
@@ -828,10 +1076,27 @@ def runs_in(store: Path) -> set[str]:
     return {p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "saes"}
 
 
+SENTINEL = "keep-me.txt"  # a user's file beside the work: no case may remove it
+OUTPUT_OPTIONS = ("--out", "--table")
+
+
+def named_outputs(args: list[str]) -> list[Path]:
+    """The paths a case names after --out/--table (``--out=X`` too)."""
+    found = []
+    for i, a in enumerate(args):
+        if a in OUTPUT_OPTIONS and i + 1 < len(args) and args[i + 1]:
+            found.append(Path(args[i + 1]))
+        elif a.split("=", 1)[0] in OUTPUT_OPTIONS and "=" in a and a.split("=", 1)[1]:
+            found.append(Path(a.split("=", 1)[1]))
+    return found
+
+
 def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict[str, Any]:
     store = work / f"runs-{i}"
     cwd = work / f"cwd-{i}"
     cwd.mkdir()
+    (cwd / SENTINEL).write_text("a file the user keeps here")
+    outputs_before = {p: _exists(p) for p in (q if q.is_absolute() else cwd / q for q in named_outputs(case.args))}
     if case.setup:
         try:
             case.setup(store)
@@ -861,6 +1126,28 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
         err = proc.stderr.decode("utf-8", "replace")
         rc = proc.returncode
     seconds = round(time.time() - started, 1)
+    result = classify(case, args, out, err, rc, store, before, planted)
+    if result["class"] == "clear-error":  # refused: nothing may be left behind, in its folder or where --out named
+        left = sorted(p.name for p in cwd.iterdir() if p.name != SENTINEL)
+        made = [str(p) for p, existed in outputs_before.items() if not existed and _exists(p)]
+        if left or made:
+            result = {"class": "left-files", "rc": rc, "detail": f"left {left + made} after: {result['detail']}"}
+    if not (cwd / SENTINEL).exists() or not (work / SENTINEL).exists():
+        result = {"class": "deleted-outside", "rc": rc, "detail": f"a file outside the store was removed; "
+                  f"{result.get('detail', '')}"}
+    return {**result, "seconds": seconds}
+
+
+def _exists(p: Path) -> bool:
+    try:
+        return p.exists()
+    except OSError:
+        return False
+
+
+def classify(case: Case, args: list[str], out: str, err: str, rc: int | None, store: Path, before: set[str],
+             planted: set[str]) -> dict[str, Any]:
+    """The class of one case's outcome (see the module's docstring)."""
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
     # "note:" lines (damaged runs skipped) and Streamlit-free warnings are not errors
     error_lines = [ln for ln in lines if not ln.startswith("note:")]
@@ -903,7 +1190,7 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
     else:
         cls = "other-exit"
         detail = f"exit {rc}: {detail}"
-    return {"class": cls, "rc": rc, "seconds": seconds, "detail": detail}
+    return {"class": cls, "rc": rc, "detail": detail}
 
 
 class _Alarm(BaseException):
@@ -1007,6 +1294,20 @@ class Batch:
             self.proc = None
 
 
+def snapshot() -> dict[str, tuple[int, int]]:
+    """(mtime, size) of every file under the checkout's results/ and data/ (what a case must never write)."""
+    found = {}
+    for top in (ROOT / "results", ROOT / "data"):
+        for p in top.rglob("*") if top.is_dir() else []:
+            try:
+                st = p.lstat()
+            except OSError:
+                continue
+            if p.is_file():
+                found[str(p.relative_to(ROOT))] = (st.st_mtime_ns, st.st_size)
+    return found
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--json", action="store_true", help="Print the results as JSON (one object).")
@@ -1027,6 +1328,8 @@ def main() -> int:
         return worker()
 
     work = Path(tempfile.mkdtemp(prefix="bad-inputs-"))
+    (work / SENTINEL).write_text("a file beside every case's store")
+    watched = snapshot()
     files = make_files(work / "files")
     files["http"] = start_http_server()
     cases = catalogue(files) + ([] if opts.no_generated else generated_numeric_cases())
@@ -1052,15 +1355,24 @@ def main() -> int:
               file=sys.stderr, flush=True)
     if batch is not None:
         batch.close()
+    changed = sorted(set(snapshot().items()) ^ set(watched.items()))
+    if changed:  # the checkout's results/ and data/ (the committed documents) are not the catalogue's to write
+        cases.append(Case("the checkout's results/ and data/ unchanged", [], "ok", group="41"))
+        cases[-1].result = {"class": "changed-outside", "seconds": 0,
+                            "detail": ", ".join(sorted({p for p, _ in changed}))[:300]}
     counts: dict[str, int] = {}
     for c in cases:
         counts[c.result["class"]] = counts.get(c.result["class"], 0) + 1
+    slow = [c for c in cases if c.expect == "error" and c.result.get("seconds", 0) > ANSWER_WITHIN_S]
     failures = [c for c in cases if c.result["class"] not in GOOD_CLASSES]
     mode = "one worker process (--batch)" if opts.batch else "one process per case"
     summary = (f"{len(cases)} cases in {time.time() - started:.0f} s ({mode}): "
                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
                + f"; tracebacks {counts.get('traceback', 0)}, internal errors {counts.get('internal-error', 0)}, "
-                 f"silent non-finite {counts.get('silent-non-finite', 0)}")
+                 f"silent non-finite {counts.get('silent-non-finite', 0)}, exits 0 on bad input "
+                 f"{counts.get('accepted-bad', 0)}, hangs {counts.get('timeout', 0)} (error cases answered after "
+                 f"{ANSWER_WITHIN_S} s: {len(slow)}), files left {counts.get('left-files', 0)}, deleted outside "
+                 f"the store {counts.get('deleted-outside', 0)}, checkout changed {counts.get('changed-outside', 0)}")
     if opts.json:
         print(json.dumps({"summary": summary, "counts": counts,
                           "cases": [{"name": c.name, "group": c.group, "command": ["workbench", *c.args],

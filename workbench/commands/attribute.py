@@ -9,7 +9,7 @@ import typer
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import workers_option
 from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import positive_int
+from workbench.options import any_int, positive_int
 
 
 def _methods_help() -> str:
@@ -72,7 +72,7 @@ def attribute(
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
     position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
-                                 "(0-based; negative counts from the end; default the last)."),
+                                 "(0-based; negative counts from the end; default the last).", callback=any_int),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "

@@ -59,12 +59,7 @@ def circuits(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Every method on every task: circuits scored on train, MIB's CPR/CMD with intervals on test."""
-    from circuits.bench.report import leaderboard, write_document
-    from circuits.bench.runner import check_task_rows, load_rows
-    from workbench.commands.jobs import run_job
     from workbench.errors import RangeError
-    from workbench.jobs.kind_bench import config
-    from workbench.jobs.specs import BenchCircuitsSpec
     from workbench.options import check_output, split_list
 
     if batch_size < 1:
@@ -80,7 +75,11 @@ def circuits(
     check_output("--out", out.with_suffix(".json") if out is not None else None)
     if out is None and not save_run:
         raise RangeError("--no-save-run without --out would keep nothing: give --out FILE.md")
-    from circuits.bench.runner import check_model_kind
+    from circuits.bench.report import leaderboard, write_document
+    from circuits.bench.runner import check_model_kind, check_task_rows, load_rows
+    from workbench.commands.jobs import run_job
+    from workbench.jobs.kind_bench import config
+    from workbench.jobs.specs import BenchCircuitsSpec
     from workbench.zoo import resolve
 
     check_model_kind(resolve(model).kind, model)

@@ -206,6 +206,8 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
     m = wb.load(model, device=check_device(device), dtype=dtype)
+    if not hasattr(m, "generate"):
+        raise RangeError(f"{model} is a vision model: generate continues text with a language model")
     n_ctx = getattr(getattr(m, "arch", None), "n_ctx", None)
     if n_ctx and max_new_tokens > n_ctx:  # the model's own bound (the table's is for any model)
         raise RangeError(f"--max-new-tokens {max_new_tokens} is more than {m.name}'s context of {n_ctx} tokens")

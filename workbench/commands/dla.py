@@ -8,7 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import positive_int
+from workbench.options import any_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,7 @@ def dla(
                                "--position is before the last token (then: the prompt's next token)."),
     foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
     position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
-                                 "(0-based; negative counts from the end; default the last)."),
+                                 "(0-based; negative counts from the end; default the last).", callback=any_int),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),

@@ -8,7 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import allow_long_option, float_range, nonneg_int, positive_int
+from workbench.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -25,7 +25,7 @@ def lens(
     target: str = typer.Option(None, "--target", help="A token (leading space included) whose rank and "
                                "probability are reported per layer."),
     position: int = typer.Option(None, "--position", help="Position of the target's rank (default the last; "
-                                 "negative counts from the end)."),
+                                 "negative counts from the end).", callback=any_int),
     top_k: int = typer.Option(5, "--top-k", help="Tokens kept per layer and position.", callback=positive_int),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
