@@ -87,7 +87,8 @@ class DLAResult:
         n_layers, n_heads = self.head_scores.shape
         fig.add_trace(go.Heatmap(z=self.head_scores.tolist(), x=[f"H{h}" for h in range(n_heads)],
                                  y=[f"L{l}" for l in range(n_layers)], colorscale="RdBu", zmid=0,
-                                 colorbar={"len": 0.3, "y": 0.5}), row=2, col=1)
+                                 colorbar={"len": 0.3, "y": 0.5, "title": {"text": "direct<br>contribution"}}),
+                      row=2, col=1)
         fig.add_trace(go.Scatter(x=self.accumulated, y=self.accumulated_scores.tolist(), mode="lines+markers",
                                  name="accumulated"), row=3, col=1)
         for row in (1, 2, 3):
@@ -99,6 +100,12 @@ class DLAResult:
 
     def _repr_html_(self) -> str:
         return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
+
+    def save_figure(self, path: Any) -> Any:
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(), path)
 
     def save(self, store=None):
         """Store as a run (kind "dla"); returns the Run."""

@@ -118,6 +118,12 @@ class LensResult:
     def _repr_html_(self) -> str:  # notebooks show the figure
         return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
 
+    def save_figure(self, path: Any, skip_first: bool = False) -> Any:
+        """Save ``plot(skip_first)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(skip_first), path)
+
     def save(self, store=None):
         """Store as a run (kind "lens"); returns the Run."""
         from workbench.store import RunDraft, RunStore

@@ -54,13 +54,24 @@ class PatchResult:
 
     def plot(self):
         lab = self.labels
-        return heatmap(
+        fig = heatmap(
             self.effect,
             self.axes,
-            f"activation patching: {self.site}",
+            f"activation patching: {self.site} (logit difference clean {self.clean:.3f}, corrupted "
+            f"{self.corrupted:.3f})",
             x_labels=lab.get(self.axes[-1]),
             y_labels=lab.get(self.axes[0]),
         )
+        # the colour bar says what 1 means: the patch alone moves the logit difference all the way
+        fig.update_traces(colorbar={"title": {"text": "effect<br>(1: the patch<br>alone gives the<br>corrupted "
+                                                      "logit diff)", "side": "top"}})
+        return fig
+
+    def save_figure(self, path: Any) -> Any:
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
+        from workbench.figures import save_figure
+
+        return save_figure(self.plot(), path)
 
 
 def _pair(model, clean, corrupted, target, foil, pos) -> tuple[Prompts, Any]:
