@@ -69,18 +69,20 @@ def _read_text(path: Path, what: str, error: type[WorkbenchError], max_bytes: in
         raise error(f"cannot read {what}: {one_line(exc)}") from None
 
 
-def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES) -> Any:
+def read_json(path: str | Path, what: str, error: type[WorkbenchError], max_bytes: int = MAX_JSON_BYTES,
+              strict: bool = True) -> Any:
     """The JSON value in ``path``; ``error`` (one line) when it is a symlink, too large, not UTF-8, not JSON,
-    or holds NaN/Infinity."""
+    nested too deeply, or (``strict``) holds NaN/Infinity."""
     path = Path(path)
     text = _read_text(path, what, error, max_bytes)
-    return parse_json(text, what, error)
+    return parse_json(text, what, error, strict)
 
 
-def parse_json(text: str, what: str, error: type[WorkbenchError]) -> Any:
-    """``json.loads`` refusing NaN/Infinity; ``error`` on anything that is not strict JSON."""
+def parse_json(text: str, what: str, error: type[WorkbenchError], strict: bool = True) -> Any:
+    """``json.loads`` refusing (``strict``) NaN/Infinity; ``error`` on anything that is not JSON, or is nested
+    more than MAX_JSON_DEPTH levels."""
     try:
-        value = json.loads(text, parse_constant=_no_constant)
+        value = json.loads(text, parse_constant=_no_constant if strict else None)
     except RecursionError:
         value = _TOO_DEEP
     except ValueError as exc:

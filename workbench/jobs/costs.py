@@ -27,7 +27,8 @@ def _read(root: Path) -> dict[str, float]:
     if not (root / FILE).exists():
         return {}
     try:
-        data = read_json(root / FILE, f"the job costs file {root / FILE}", WorkbenchError, max_bytes=MAX_BYTES)
+        data = read_json(root / FILE, f"the job costs file {root / FILE}", WorkbenchError, max_bytes=MAX_BYTES,
+                         strict=False)  # a NaN entry is dropped below, the others kept
     except WorkbenchError:
         return {}
     # a damaged entry (a string, a bool, NaN, Infinity, <= 0) is dropped, never used for an estimate

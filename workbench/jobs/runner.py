@@ -607,6 +607,7 @@ def run(spec: Any, workers: int = 1, address: str | None = None, save: bool = Tr
     workers 1 without an address runs here; more workers, or an address (``--ray-address`` /
     WORKBENCH_RAY_ADDRESS; "local" for a local Ray instance), run on Ray."""
     board = board or JobBoard()
+    check_ray_env(resolve_address(address), workers)
     job = create(spec, workers, address, board)
     if job.ray_address is None and workers > 1:  # Ray for the workers asked for, but not a must
         job.ray_optional = True
@@ -624,7 +625,6 @@ def create(spec: Any, workers: int, address: str | None, board: JobBoard) -> Job
     address = resolve_address(address)
     if address is not None:
         check_reachable(address)
-    check_ray_env(address, workers)
     job = board.create(spec, kind.label(spec), workers=workers, ray_address=address)
     try:  # what an earlier job of this shape measured: shown on the job before it has progress of its own
         from workbench.jobs.kinds import estimate
@@ -683,6 +683,7 @@ def submit(spec: Any, workers: int = 1, address: str | None = None, board: JobBo
     import sys
 
     board = board or JobBoard()
+    check_ray_env(resolve_address(address), workers)  # (Ray only chosen for the estimate: it may fall back here)
     where, why = placement(spec, workers, address, board.root, seconds)
     if where == "here":
         return _start_here(spec, board, models, why)
