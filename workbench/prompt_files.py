@@ -67,6 +67,11 @@ def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict
 def encode_rows(model: Any, rows: list[dict], use_foil: bool = True, source: str | None = None) -> list[Any]:
     """Every row encoded (target and foil one token each) before any method runs; a bad row fails as
     "SOURCE:N: why" (or "prompt N: why" without a source)."""
+    if not hasattr(model, "encode"):
+        from workbench.errors import MethodError
+
+        raise MethodError(f"{getattr(model, 'name', type(model).__name__)} is a vision model: prompts need a "
+                          "language model")
     encs = []
     for n, row in enumerate(rows, 1):
         try:

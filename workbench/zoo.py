@@ -294,3 +294,14 @@ def check_finite_weights(model: Any, name: str) -> None:
                 bad = int((~torch.isfinite(p)).sum())
                 raise ModelFileError(f"model {name!r} has non-finite weights: {pname} holds {bad} NaN/Inf "
                                      "value(s); every result would be NaN")
+
+
+def check_text_model(name_or_path: str, what: str) -> ModelEntry:
+    """The zoo entry of a model that reads text (an LLM or a toy), else MethodError: ``what`` (a command or an
+    engine) needs prompts and tokens, which a vision model does not take. Resolving loads nothing."""
+    from workbench.errors import MethodError
+
+    entry = resolve(name_or_path)
+    if entry.kind == "vit":
+        raise MethodError(f"{name_or_path} is a vision model: {what} needs a language model (text prompts, tokens)")
+    return entry

@@ -46,6 +46,9 @@ def attribute_set(
     params = parse_params(param)
     rows = read_prompts(prompts, limit)
     device = check_device(device)
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "attribute-set")  # before the job starts
 
     from workbench.commands.jobs import run_job
     from workbench.jobs.specs import AttributeSetSpec

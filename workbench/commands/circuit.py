@@ -114,6 +114,9 @@ def discover(
 
         rows = read_prompts(prompts, limit)
     device = check_device(device)
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "circuit discover")  # before anything loads or the job starts
     if rows is None:  # a toy model's own task: its rows come from the model (small, quick to load)
         import workbench as wb
         from circuits.toy.prompts import task_rows
@@ -123,7 +126,6 @@ def discover(
     from workbench.jobs import resolve_address
     from workbench.jobs.kinds import estimate
     from workbench.jobs.specs import CircuitDiscoverSpec
-
     job_spec = CircuitDiscoverSpec(model=model, device=device, **dtype_spec(dtype), rows=rows,
                                    prompts_file=None if prompts == "task" else prompts, method=method, params=params,
                                    edges=edges, ablation=ablation, metric=metric, selection=selection,

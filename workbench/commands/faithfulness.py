@@ -103,7 +103,9 @@ def faithfulness(
 
     from workbench.commands.jobs import run_job
     from workbench.jobs.specs import FaithfulnessSpec
+    from workbench.zoo import check_text_model
 
+    check_text_model(model, "faithfulness")  # before the job starts
     spec = FaithfulnessSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,
                             prompts_file=prompts, limit=limit, methods=names, level=level, ablation=ablation,
                             rank=rank, use_foil=foil, params=params, grid=fractions, batch_size=batch_size)
