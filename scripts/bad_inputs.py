@@ -747,7 +747,7 @@ def catalogue(f: dict[str, str]) -> list[Case]:
         timeout=600)
     add("smollm2 ok", S + ["--target", " Paris", "--json", "--no-save"], "ok", group=g, slow=True, timeout=600)
     # issue 41's classes; D's and F's cases go in functions of their own, called here the same way
-    for more in (issue41_cli_cases,):
+    for more in (issue41_cli_cases, store_cases, network_app_cases):
         C.extend(more(f))
     return C
 
@@ -867,6 +867,20 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
                 group=g)
         add(f"{name} {opt} ''", args + [opt, ""], words=[opt], group=g)
 
+    g = "41.3 export"  # engineer A's command: its outputs go through the same check
+    E = ["export", "{circuit}", "--format", "graph-json"]
+    sound = damaged_circuit(f, lambda r: None)
+    add("export --out in a missing folder", E + ["--out", "/nonexistent/dir/g.json"], words=["--out"], group=g,
+        setup=sound)
+    add("export --out /proc/g.json", E + ["--out", "/proc/g.json"], words=["/proc"], group=g, setup=sound)
+    add("export --out a folder", E + ["--out", f["emptydir"]], words=["--out"], group=g, setup=sound)
+    add("export --out an existing file without --force", E + ["--out", f["existing.txt"]], words=["--out"],
+        group=g, setup=sound)
+    add("export unknown --format", ["export", "{circuit}", "--format", "nosuch", "--out", f"{OUT}/g.json"],
+        words=["nosuch"], group=g, setup=sound)
+    add("export --format mib", ["export", "{circuit}", "--format", "mib", "--out", f"{OUT}/g-mib.json", "--json"],
+        "ok", group=g, setup=sound, timeout=60)
+
     g = "41.4 exit 0 on bad input"
     add("info --backend bogus", ["info", TOY, "--backend", "bogus"], words=["--backend", "bogus"], group=g)
     add("info --backend ''", ["info", TOY, "--backend", ""], words=["--backend"], group=g)
@@ -910,7 +924,20 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("dla on a vision model", ["dla", "vit-synth", "a b", "--target", "a"], group=g)
     add("generate on a vision model", ["generate", "vit-synth", "a b"], group=g)
     add("attribute-set --prompts on a vision model", ["attribute-set", "--model", "vit-synth", "--prompts",
-                                                      f["good.jsonl"]], group=g)
+                                                      f["good.jsonl"]], words=["vision"], group=g)
+    V = "vit-synth"
+    for name, args in (("attribute", ["attribute", V, P, "--target", "N1"]),
+                       ("faithfulness", ["faithfulness", "--model", V, "--prompts", f["good.jsonl"], "--methods",
+                                         "dpa"]),
+                       ("circuit discover", ["circuit", "discover", "--model", V, "--prompts", f["good.jsonl"]]),
+                       ("probe", ["probe", "--model", V, "--dataset", f["dataset.jsonl"]]),
+                       ("concepts", ["concepts", "--model", V, "--dataset", f["dataset.jsonl"]]),
+                       ("patch", ["patch", V, P, "N3 and N4 then N4", "--target", "N1"]),
+                       ("ablate", ["ablate", V, "-c", "head:0.0"]),
+                       ("sae train", ["sae", "train", "--model", V, "--hook", "blocks.0.hook_resid_post", "--tokens",
+                                      "256"]),
+                       ("feature-graph", ["feature-graph", "--model", V, "--prompt", P, "--saes", f["sae-good"]])):
+        add(f"{name} on a vision model", args, group=g)
 
     g = "41.9 paths and messages"
     model_dir = f["model-copy"]
@@ -949,6 +976,225 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("dla on the attention-only toy with a foil", ["dla", TOY, P, "--target", "N1", "--foil", "N2", "--json"],
         "ok", group=g, timeout=60)
     add("bench circuits --tasks 'ioi,' (hung before)", B + ["--tasks", "ioi,"], words=["--tasks"], group=g)
+    return C
+
+
+# -- issue 41, classes 1, 8, 12, 13 (store and jobs): engineer D's cases ----------------------------------------
+
+def _cwd_of(store: Path) -> Path:
+    return store.parent / store.name.replace("runs-", "cwd-")
+
+
+def plant_foreign(where: str = "cwd"):
+    """A case setup: a user's own entries that look like store leftovers (.rm-my-notes/, .tmp-old-build/, a
+    .tmp- named as the store names its own, all two days old) in the case's working directory (``cwd``) or in
+    the folder WORKBENCH_RUNS names (``store``, not yet a store). In the cwd, run_case reports any of them
+    removed as deleted-outside."""
+
+    def setup(store: Path) -> None:
+        import socket as _socket
+
+        folder = _cwd_of(store) if where == "cwd" else store
+        folder.mkdir(parents=True, exist_ok=True)
+        host = re.sub(r"[^A-Za-z0-9.]", "_", _socket.gethostname()) or "host"
+        old = time.time() - 2 * 86400
+        for name in (".rm-my-notes", ".tmp-old-build", f".tmp-{host}-999999-abcdefgh", ".rm-x-abcdef"):
+            (folder / name).mkdir()
+            (folder / name / "notes.txt").write_text("mine")
+            os.utime(folder / name, (old, old))
+
+    return setup
+
+
+def runs_file(store: Path) -> None:
+    """A case setup: WORKBENCH_RUNS names a file."""
+    store.parent.mkdir(parents=True, exist_ok=True)
+    store.write_text("my notes, not a run store")
+
+
+def nested_meta(store: Path) -> None:
+    _fake_run(store, DAMAGED, None, raw='{"kind": "attribute", "x": ' + "[" * 100_000 + "]" * 100_000 + "}")
+
+
+def sparse_meta(store: Path) -> None:
+    run = _fake_run(store, DAMAGED, {"id": DAMAGED, "kind": "attribute"})
+    with open(run / "meta.json", "r+b") as fh:
+        fh.truncate(3 * 2**30)  # 3 GB that take no space
+
+
+def symlinked_index(store: Path) -> None:
+    """A case setup: the store's index.sqlite is a symlink to a file of the user's (in the case's cwd)."""
+    victim = _cwd_of(store) / "precious.db"
+    victim.write_bytes(b"precious bytes")
+    store.mkdir(parents=True, exist_ok=True)
+    (store / "index.sqlite").symlink_to(victim)
+
+
+def symlinked_jobs(store: Path) -> None:
+    """A case setup: the store's .jobs is a symlink to a folder of the user's (in the case's cwd)."""
+    outside = _cwd_of(store) / "outside"
+    outside.mkdir()
+    store.mkdir(parents=True, exist_ok=True)
+    (store / ".jobs").symlink_to(outside, target_is_directory=True)
+
+
+def nested_costs(store: Path) -> None:
+    (store / ".jobs").mkdir(parents=True, exist_ok=True)
+    (store / ".jobs" / "costs.json").write_text("[" * 100_000 + "]" * 100_000)
+
+
+def _mount_tiny(path: Path) -> None:
+    import atexit
+
+    path.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(path)], check=True, capture_output=True,
+                   timeout=10)
+    atexit.register(subprocess.run, ["umount", "-l", str(path)], capture_output=True, timeout=10)
+
+
+def full_disk(store: Path) -> None:
+    """A case setup: the case's store, and ``disk/`` in its cwd, are 16 kB filesystems (tmpfs; needs root)."""
+    _mount_tiny(store)
+    _mount_tiny(_cwd_of(store) / "disk")
+
+
+def _can_mount() -> bool:
+    """Whether this machine lets the catalogue mount a tiny tmpfs (root): the full-disk cases run only then."""
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return False
+    probe = Path(tempfile.mkdtemp(prefix="bad-inputs-mount-"))
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(probe)], check=True,
+                       capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    finally:
+        subprocess.run(["umount", "-l", str(probe)], capture_output=True, timeout=10)
+        shutil.rmtree(probe, ignore_errors=True)
+    return True
+
+
+def store_cases(f: dict[str, str]) -> list[Case]:
+    """Issue 41, classes 1, 8, 12, 13 (store and jobs): the store never touches what it did not write
+    (WORKBENCH_RUNS empty, relative, a file; foreign .tmp-/.rm- entries), a full disk is one line and leaves
+    nothing, hostile store contents (nested or 3 GB meta.json, a symlinked index, a symlinked .jobs) and job
+    records (pid 1 without a start time, nested JSON, a nested costs file) are contained. Ctrl-C (exit 130) and
+    wb.jobs() twice are in tests/test_hardening_store2.py (a signal and a notebook are not CLI arguments)."""
+    import socket as _socket
+
+    C: list[Case] = []
+    A = ["attribute", TOY, P, "--target", "N1"]
+    FW = ["faithfulness", "--model", TOY, "--prompts", f["good.jsonl"], "--methods", "random", "--no-save", "--json"]
+
+    def add(name, args, expect="error", words=(), group="41.1 store", timeout=30, **kw):
+        C.append(Case(name, list(args), expect, tuple(words), group, timeout=timeout, **kw))
+
+    g = "41.1 store"
+    for value, why in (("", "empty"), (" ", "empty"), ("runs", "relative"), (".", "relative")):
+        for args in (["runs", "list"], ["runs", "list", "--json"], A + ["--json"], ["jobs", "list"]):
+            add(f"WORKBENCH_RUNS={value!r}, foreign .tmp-/.rm- in the cwd: {' '.join(args[:2])}", args,
+                words=["WORKBENCH_RUNS", why], group=g, env={"WORKBENCH_RUNS": value}, setup=plant_foreign("cwd"))
+    add("WORKBENCH_RUNS names a file: runs list", ["runs", "list"], words=["not a directory"], group=g,
+        setup=runs_file)
+    add("WORKBENCH_RUNS names a file: attribute", A + ["--json"], words=["not a directory"], group=g,
+        setup=runs_file)
+    add("WORKBENCH_JOBS relative: jobs list", ["jobs", "list"], words=["WORKBENCH_JOBS", "relative"], group=g,
+        env={"WORKBENCH_JOBS": "jobs"}, setup=plant_foreign("cwd"))
+    add("foreign .tmp-/.rm- in a folder that is no store: runs list", ["runs", "list", "--json"], "ok", group=g,
+        setup=plant_foreign("store"))
+    add("foreign .tmp-/.rm- in a folder that is no store: attribute saves there", A + ["--json"], "ok", group=g,
+        setup=plant_foreign("store"))
+
+    g = "41.12 store contents"
+    add("meta.json nested 100000 deep: runs list", ["runs", "list", "--json"], "ok", group=g, setup=nested_meta)
+    add("meta.json nested 100000 deep: runs show", ["runs", "show", DAMAGED], words=[DAMAGED, "nested"], group=g,
+        setup=nested_meta)
+    add("meta.json 3 GB (sparse): runs list", ["runs", "list", "--json"], "ok", group=g, setup=sparse_meta)
+    add("meta.json 3 GB (sparse): runs show", ["runs", "show", DAMAGED], words=[DAMAGED, "bytes"], group=g,
+        setup=sparse_meta)
+    add("index.sqlite a symlink: attribute saves, not through it", A + ["--json"], "ok", group=g,
+        setup=symlinked_index)
+    add("index.sqlite a symlink: runs list", ["runs", "list"], "ok", group=g, setup=symlinked_index)
+    add(".jobs a symlink: a job is not written through it", FW, words=[".jobs", "symlink"], group=g,
+        setup=symlinked_jobs)
+    add("costs.json nested 100000 deep: a job still runs", FW, "ok", group=g, setup=nested_costs)
+    if _can_mount():
+        add("full disk (16 kB store): attribute", A + ["--json"], words=["no space left on device at"], group=g,
+            setup=full_disk, timeout=60)
+        add("full disk (16 kB --out): train", ["train", "ioi", "--out", "disk/ck", "--steps", "5", "--json"],
+            words=["no space left on device at", "disk/ck"], group=g, setup=full_disk, timeout=60)
+        add("full disk (16 kB store): sae train", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
+                                                   "--tokens", "512", "--epochs", "1", "--json"],
+            words=["no space left on device at"], group=g, setup=full_disk, timeout=60)
+
+    g = "41.8 jobs"
+    add("job record: driver pid 1, no start time: jobs list (not running)", ["jobs", "list", "--json"], "ok", group=g,
+        setup=job_record(state="running", driver={"host": _socket.gethostname(), "pid": 1}))
+    add("job record: driver pid 1, no start time: jobs show", ["jobs", "show", BAD_JOB, "--json"], "ok", group=g,
+        setup=job_record(state="running", driver={"host": _socket.gethostname(), "pid": 1}))
+    add("job record: running with no driver: jobs cancel", ["jobs", "cancel", BAD_JOB],
+        words=["failed", "only a queued or running job"], group=g, setup=job_record(state="running", driver={}))
+    add("job record nested 100000 deep: jobs list", ["jobs", "list", "--json"], "ok", group=g,
+        setup=job_record(raw="[" * 100_000 + "]" * 100_000))
+    add("job record nested 100000 deep: jobs show", ["jobs", "show", BAD_JOB], words=[BAD_JOB, "nested"], group=g,
+        setup=job_record(raw="[" * 100_000 + "]" * 100_000))
+    return C
+
+
+def start_silent_server() -> str:
+    """A TCP server on 127.0.0.1 that accepts every connection and never answers (a stuck proxy or hub)."""
+    import socket as _socket
+    import threading
+
+    srv = _socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    held: list[Any] = []
+
+    def accept() -> None:
+        while True:
+            held.append(srv.accept()[0])
+
+    threading.Thread(target=accept, daemon=True).start()
+    return f"http://127.0.0.1:{srv.getsockname()[1]}"
+
+
+def network_app_cases(f: dict[str, str]) -> list[Case]:
+    """Issue 41, classes 5 and 11 (engineer F): a hub look-up behind a network that never answers is one line
+    within seconds (not a 200 s silent hang); `workbench app` refuses to switch its Host check off silently.
+    The notebook API's argument checks (class 6) and the app's escaping (class 10) are tests, not CLI cases:
+    tests/test_facade_arguments.py, tests/test_app_escape.py, tests/test_app_browser_hostile.py."""
+    C: list[Case] = []
+
+    def add(name, args, expect="error", words=(), group="41.5/11 network, app", timeout=30, **kw):
+        C.append(Case(name, list(args), expect, tuple(words), group, timeout=timeout, **kw))
+
+    silent = start_silent_server()
+    hf_home = tempfile.mkdtemp(prefix="bad-inputs-hf-")  # an empty Hugging Face cache
+    hub = ["info", "someorg/somemodel"]
+    add("hub look-up, endpoint never answers", hub, words=["within 5 s", "hf download someorg/somemodel"],
+        env={"HF_HOME": hf_home, "HF_ENDPOINT": silent})
+    add("hub look-up, proxy never answers", hub, words=["within 2 s", "hf download someorg/somemodel"],
+        env={"HF_HOME": hf_home, "HTTPS_PROXY": silent, "https_proxy": silent, "WORKBENCH_HUB_TIMEOUT": "2"})
+    add("hub look-up, connection refused", hub, words=["cannot reach", "hf download"],
+        env={"HF_HOME": hf_home, "HF_ENDPOINT": "http://127.0.0.1:1"})
+    add("hub look-up, HF_HUB_OFFLINE", hub, words=["HF_HUB_OFFLINE", "hf download"],
+        env={"HF_HOME": hf_home, "HF_HUB_OFFLINE": "1"})
+    add("hub look-up, --json on a silent network", hub + ["--json"], words=["within 2 s"],
+        env={"HF_HOME": hf_home, "HF_ENDPOINT": silent, "WORKBENCH_HUB_TIMEOUT": "2"})
+    g = "41.11 app hosts"
+    add("app --host 0.0.0.0 without --allowed-host", ["app", "--host", "0.0.0.0"],
+        words=["--host '0.0.0.0'", "--allowed-host", "--allow-any-host"], group=g)
+    add("app --host :: without --allowed-host", ["app", "--host", "::"], words=["--host '::'"], group=g)
+    add("app --allowed-host '*'", ["app", "--allowed-host", "*"], words=["--allowed-host '*'", "pattern"], group=g)
+    add("app --allowed-host '*.example'", ["app", "--allowed-host", "*.example"],
+        words=["--allowed-host '*.example'", "pattern"], group=g)
+    add("app --host 0.0.0.0 --allowed-host '*.example'", ["app", "--host", "0.0.0.0", "--allowed-host", "*.example"],
+        words=["'*.example'"], group=g)
+    add("app --allowed-host 'wb?.lan'", ["app", "--allowed-host", "wb?.lan"], words=["'wb?.lan'"], group=g)
+    add("app --allowed-host ''", ["app", "--allowed-host", ""], words=["--allowed-host"], group=g)
+    add("app --allowed-host and --allow-any-host", ["app", "--allowed-host", "wb.lan", "--allow-any-host"],
+        words=["--allow-any-host", "--allowed-host"], group=g)
     return C
 
 
@@ -1046,11 +1292,17 @@ def all_non_finite(store: Path) -> list[str]:
     found: list[str] = []
     if not store.exists():
         return found
+    if not store.is_dir():
+        return found
     for p in store.rglob("*.json"):
         if p.name == "config.json" or ".plotly" in p.name:
             continue
         try:
+            if p.stat().st_size > 256 * 2**20:  # a planted 3 GB sparse meta.json is not read
+                continue
             _strict(p.read_text())
+        except RecursionError:  # a planted deeply nested file holds no number
+            continue
         except ValueError as exc:
             if "NaN" in str(exc) or "Infinity" in str(exc):
                 found.append(f"{p.relative_to(store)}: {exc}")
@@ -1071,7 +1323,7 @@ def all_non_finite(store: Path) -> list[str]:
 
 
 def runs_in(store: Path) -> set[str]:
-    if not store.exists():
+    if not store.is_dir():
         return set()
     return {p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "saes"}
 
@@ -1102,10 +1354,11 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
             case.setup(store)
         except Exception as exc:  # noqa: BLE001
             return {"class": "setup-failed", "detail": f"{type(exc).__name__}: {exc}"[:300]}
+    kept = {p.name for p in cwd.iterdir()}  # the user's own files (SENTINEL, and what a setup planted there)
     before = runs_in(store)
     planted = set(all_non_finite(store))  # damage a setup made on purpose is not the command's output
     args = [a.replace("{circuit}", circuit_run_id(store)) if "{circuit}" in a else a for a in case.args]
-    env = dict(os.environ, WORKBENCH_RUNS=str(store), PYTHONPATH=str(ROOT), COLUMNS="200", **case.env)
+    env = {**os.environ, "WORKBENCH_RUNS": str(store), "PYTHONPATH": str(ROOT), "COLUMNS": "200", **case.env}
     env.pop("WORKBENCH_DEBUG", None)
     started = time.time()
     if batch is not None:
@@ -1128,11 +1381,11 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
     seconds = round(time.time() - started, 1)
     result = classify(case, args, out, err, rc, store, before, planted)
     if result["class"] == "clear-error":  # refused: nothing may be left behind, in its folder or where --out named
-        left = sorted(p.name for p in cwd.iterdir() if p.name != SENTINEL)
+        left = sorted(p.name for p in cwd.iterdir() if p.name not in kept)
         made = [str(p) for p, existed in outputs_before.items() if not existed and _exists(p)]
         if left or made:
             result = {"class": "left-files", "rc": rc, "detail": f"left {left + made} after: {result['detail']}"}
-    if not (cwd / SENTINEL).exists() or not (work / SENTINEL).exists():
+    if not kept <= {p.name for p in cwd.iterdir()} or not (work / SENTINEL).exists():
         result = {"class": "deleted-outside", "rc": rc, "detail": f"a file outside the store was removed; "
                   f"{result.get('detail', '')}"}
     return {**result, "seconds": seconds}
@@ -1223,8 +1476,8 @@ def worker() -> int:
     for line in sys.stdin:
         job = json.loads(line)
         saved_env = {k: os.environ.get(k) for k in job.get("env", {})}
-        os.environ.update(job.get("env", {}))
         os.environ["WORKBENCH_RUNS"] = job["store"]
+        os.environ.update(job.get("env", {}))  # after: a case may set WORKBENCH_RUNS itself
         os.chdir(job["cwd"])
         sys.argv = ["workbench", *job["args"]]
         out, err = io.StringIO(), io.StringIO()
