@@ -83,6 +83,32 @@ def test_an_imported_graph_opens_on_the_runs_page_pruned_with_the_inspector(monk
     assert any(b.key == "runs_open_export_dl" for b in at.get("download_button"))
 
 
+def test_an_imported_graph_opens_on_the_feature_graph_page(tiny_llama_dir, tmp_path):
+    """The Feature graph page's "Open a saved feature graph": drawn; a feature shows its maker's explanation
+    (Neuronpedia's files carry them; circuit-tracer's leave them empty), as text, and no SAE-page link (its
+    dictionary is not here)."""
+    from app.testing import chart, open_page, problems
+    from circuits.export.importer import import_graph_json
+
+    doc = fixture_doc()
+    for n in doc["nodes"]:
+        if n["feature_type"] == "cross layer transcoder":
+            n["clerp"] = f"**state capitals** {n['node_id']}"
+    (tmp_path / "explained.json").write_text(json.dumps(doc))
+    run = import_graph_json(tmp_path / "explained.json", RunStore())
+    at = open_page("feature_graph", {"fg_model": str(tiny_llama_dir)})
+    at.selectbox(key="fg_open").set_value(run.id).run()
+    assert not problems(at)
+    drawn = list(chart(at, "fg_saved_graph")["data"][-1]["customdata"])
+    assert "logits" in drawn and any(".f" in n for n in drawn)
+    feature = next(n for n in drawn if ".f" in n)
+    at.selectbox(key="fg_saved_graph_node").set_value(feature).run()
+    assert not problems(at)
+    layer, index, pos = feature[1:].split("T.f")[0], feature.split(".f")[1].split("@")[0], feature.split("@p")[1]
+    assert any(f"**state capitals** {layer}_{index}_{pos}" in str(t.value) for t in at.text)  # not markdown
+    assert not any(e.proto.page == "sae" for e in at.get("page_link"))
+
+
 def test_a_feature_graph_server_serves_the_export(tmp_path):
     """circuit-tracer's local graph server (stdlib only, installed without dependencies) serves our file where
     its frontend reads it."""
