@@ -100,7 +100,7 @@ def export_panel(run: Any, prefix: str) -> None:
     if held is not None:
         _, data, name = held
         mime = {"csv": "text/csv", "parquet": "application/octet-stream"}.get(fmt, "application/json")
-        c3.download_button(f"Download {name} ({len(data) / 1e6:.2f} MB)", data, file_name=name, mime=mime,
+        c3.download_button(f"Download {C.esc(name)} ({len(data) / 1e6:.2f} MB)", data, file_name=name, mime=mime,
                            key=f"{prefix}_export_dl")
 
 

@@ -139,9 +139,9 @@ def _import() -> None:
         try:
             run = import_graph_json(path, C.store())
         except Exception as exc:  # noqa: BLE001 - a refused file is one message, the page stays
-            st.session_state["runs_import_msg"] = ("error", f"Not imported: {exc}")
+            st.session_state["runs_import_msg"] = ("error", f"Not imported: {C.esc(exc)}")
             return
-    st.session_state["runs_import_msg"] = ("ok", f"Imported {upload.name} as run {run.id}.")
+    st.session_state["runs_import_msg"] = ("ok", f"Imported {C.esc(upload.name)} as run {C.esc(run.id)}.")
     st.session_state["_runs_open"] = run.id
 
 
