@@ -36,7 +36,9 @@ def ablate(
     from circuits.tools import ablation
     from workbench.cli import check_device
     from workbench.errors import MethodError
+    from workbench.zoo import check_text_model
 
+    check_text_model(model, "ablate")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     comps = list(component or heads)
@@ -100,6 +102,9 @@ def patch(
         if foil is None:
             raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
         corrupted = patching.swap_names(clean, target, foil)
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "patch")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     res = wb.patch(m, clean, corrupted, target, foil, site=site)
     out = {**res.to_json(), "corrupted_prompt": corrupted}

@@ -64,7 +64,9 @@ def probe(
     from workbench.commands.jobs import run_job
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
     from workbench.jobs.specs import ProbeSpec
+    from workbench.zoo import check_text_model
 
+    check_text_model(model, "probe")  # before the job starts
     spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
                      **dataset_spec(dataset, data), hook=hook, layers=layers, pooling=pooling, test_frac=test_frac,
                      seed=seed)

@@ -87,6 +87,9 @@ def train(
     from attribution.sae.cache import check_token_hook
 
     check_token_hook(hook)
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "sae train")
     shards = from_shards(spec)
     if shards and is_toy(model):
         raise RangeError(f"--kind {kind} from disk shards trains on the English corpus; {model} is not an "
