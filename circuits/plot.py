@@ -470,7 +470,11 @@ def feature_graph_figure(graph: Any, labels: dict[str, list[str]] | None = None,
                      ticktext=token_labels(tokens), tickangle=-45, range=[-0.4, seq + 0.4], showgrid=True,
                      gridcolor="#eeeeee", zeroline=False)
     fig.update_yaxes(title="layer", tickmode="array", tickvals=list(range(len(rows))),
-                     ticktext=[row_name(r, kinds[r], tags) for r in rows], range=[-0.6, len(rows) - 0.4])
+                     ticktext=[row_name(r, kinds[r], tags) for r in rows], range=[-0.6, len(rows) - 0.4],
+                     showgrid=False)
+    for i in range(len(rows)):  # a light band per row: the nodes stacked in a cell read as that row's
+        fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.42, y1=i + 0.42, layer="below",
+                      line={"width": 0}, fillcolor="#f3f3f3" if i % 2 else "#fafafa")
     margin = {**MARGIN, "b": MARGIN["b"] + 40}  # the rotated token labels
     fig.update_layout(showlegend=True, margin=margin,
                       legend={"orientation": "h", "yanchor": "top", "y": -95 / (height - margin["t"] - margin["b"])})

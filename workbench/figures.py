@@ -111,8 +111,8 @@ def _size(fig: Any) -> tuple[int, int]:
     return int(layout.width or DEFAULT_SIZE[0]), int(layout.height or DEFAULT_SIZE[1])
 
 
-def _images(fig: Any, formats: Sequence[str]) -> list[bytes]:
-    """The figure drawn once per format by one kaleido browser."""
+def _images(fig: Any, formats: Sequence[str], scale: float = SCALE) -> list[bytes]:
+    """The figure drawn once per format by one kaleido browser (a PNG at ``scale`` pixels per layout pixel)."""
     try:
         import kaleido
     except ImportError:  # pragma: no cover - kaleido is a pinned dependency
@@ -128,7 +128,7 @@ def _images(fig: Any, formats: Sequence[str]) -> list[bytes]:
         for fmt in formats:
             kw = {} if kaleido._global_server.is_running() else {"kopts": {"mathjax": False}}
             out.append(kaleido.calc_fig_sync(spec, opts={"format": fmt, "width": width, "height": height,
-                                                         "scale": SCALE if fmt == "png" else 1}, **kw))
+                                                         "scale": scale if fmt == "png" else 1}, **kw))
     except Exception as exc:  # noqa: BLE001 - the browser's own failures, said in one line
         raise FigureError(f"the browser could not draw the figure ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'no message'})") from None
@@ -138,12 +138,13 @@ def _images(fig: Any, formats: Sequence[str]) -> list[bytes]:
     return out
 
 
-def save_figures(fig: Any, paths: Sequence[str | Path]) -> list[Path]:
-    """Save ``fig`` to every path (format from each suffix; the static images drawn by one browser)."""
+def save_figures(fig: Any, paths: Sequence[str | Path], scale: float = SCALE) -> list[Path]:
+    """Save ``fig`` to every path (format from each suffix; the static images drawn by one browser; a PNG at
+    ``scale`` pixels per layout pixel)."""
     targets = [_target(p) for p in paths]
     formats = [figure_format(p) for p in targets]
     images = [i for i, f in enumerate(formats) if f in IMAGE_FORMATS]
-    drawn = dict(zip(images, _images(fig, [formats[i] for i in images]), strict=True)) if images else {}
+    drawn = dict(zip(images, _images(fig, [formats[i] for i in images], scale), strict=True)) if images else {}
     for i, (path, fmt) in enumerate(zip(targets, formats, strict=True)):
         if fmt in IMAGE_FORMATS:
             _atomic_write(path, drawn[i])
@@ -160,9 +161,9 @@ def save_figures(fig: Any, paths: Sequence[str | Path]) -> list[Path]:
     return targets
 
 
-def save_figure(fig: Any, path: str | Path) -> Path:
+def save_figure(fig: Any, path: str | Path, scale: float = SCALE) -> Path:
     """Save ``fig`` as ``path`` (.png, .svg, .pdf, .html or .json, from the suffix); returns the path."""
-    return save_figures(fig, [path])[0]
+    return save_figures(fig, [path], scale)[0]
 
 
 def png_option() -> Any:
