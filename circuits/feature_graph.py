@@ -357,6 +357,12 @@ def graph_scores(edges: dict[str, dict[str, float]], kinds: dict[str, str] | Non
             "completeness": weighted / total if total > 0 else None, "computed_on": computed_on}
 
 
+def node_influence(edges: dict[str, dict[str, float]], seed: dict[str, float]) -> dict[str, float]:
+    """Influence on the logits of every node of ``edges[target][source] = weight`` (``_influence``), from the
+    seed nodes' weights (theirs included)."""
+    return _influence(edges, seed)
+
+
 def _influence(edges: dict[str, dict[str, float]], seed: dict[str, float]) -> dict[str, float]:
     """Influence on the logits: each target's |incoming edges| normalised to sum 1, propagated top-down.
     Targets are processed in an order where every node's influence is final before it passes it on."""

@@ -278,9 +278,9 @@ def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None
         rows[e.target][e.source] = rows[e.target].get(e.source, 0.0) + float(e.score)
         if e.role:
             roles.setdefault((e.source, e.target), {})[e.role] = float(e.score)
-    from circuits.feature_graph import _influence
+    from circuits.feature_graph import node_influence
 
-    raw = _influence(rows, {"logits": 1.0})
+    raw = node_influence(rows, {"logits": 1.0})
     infl = cumulative({k: v for k, v in raw.items() if k != "logits"})
     p = sub.provenance
     first = p.prompts[0] if p.prompts else {}

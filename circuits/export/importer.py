@@ -124,7 +124,7 @@ def _tag(node: dict[str, Any]) -> tuple[int, str, bool]:
 
 def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
     """A checked graph JSON as a FeatureGraph (see the module's docstring for the mapping)."""
-    from circuits.feature_graph import FeatureGraph, _influence, graph_scores
+    from circuits.feature_graph import FeatureGraph, graph_scores, node_influence
 
     meta = doc["metadata"]
     tokens = [str(t) for t in meta["prompt_tokens"]]
@@ -185,7 +185,7 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
         rows: dict[str, dict[str, float]] = {}
         for e in edges:
             rows.setdefault(e["dst"], {})[e["src"]] = e["score"]
-        share = _influence(rows, {n["id"]: 1.0 for n in nodes if n["kind"] == "logits"})
+        share = node_influence(rows, {n["id"]: 1.0 for n in nodes if n["kind"] == "logits"})
     for n in nodes:
         n["influence"] = 1.0 if n["kind"] == "logits" else float(share.get(n["id"], 0.0))
     rows = {}
