@@ -120,6 +120,9 @@ def icl_readout(
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     started = time.time()
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "icl-readout")
     m = workbench.load(model)
     res = run_readout(m, n=n, n_train=n_train, iters=iters, lam=lam, seed=seed)
     out = res.to_json()

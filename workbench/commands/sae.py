@@ -216,6 +216,9 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
     hook = hook or meta.hook_name
     if not model or not hook:
         raise ModelFileError(f"SAE {sae_path!r} does not say its model and hook: give --model and --hook")
+    from workbench.zoo import check_text_model
+
+    check_text_model(model, "a dictionary")
     m = workbench.load(model, device=check_device(device), dtype=dtype)
     m.check_hook(hook)
     return sae, m, hook

@@ -50,7 +50,11 @@ def explain(
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     dbs = [dashboards_of(s, model) for s in sae]  # first: a missing dashboard fails before the model loads
     load_threads()
-    m = workbench.load(model or names.pop(), device=check_device(device))
+    from workbench.zoo import check_text_model
+
+    name = model or names.pop()
+    check_text_model(name, "sae explain")
+    m = workbench.load(name, device=check_device(device))
     units = [resolve(s, m) for s in sae]
     started = time.time()
     if render_only:

@@ -73,7 +73,11 @@ def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     from workbench.cli import check_device
 
     load_threads()
-    m = workbench.load(model_of(spec, model), device=check_device(device), dtype=dtype)
+    from workbench.zoo import check_text_model
+
+    name = model_of(spec, model)
+    check_text_model(name, "a dictionary")
+    m = workbench.load(name, device=check_device(device), dtype=dtype)
     d = resolve(spec, m)
     check_model_fits(d, m)
     return m, d
@@ -161,7 +165,11 @@ def dashboards(
     if len({Path(n).name for n in names}) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     load_threads()
-    m = workbench.load(model or names.pop(), device=check_device(device), dtype=dtype)
+    from workbench.zoo import check_text_model
+
+    name = model or names.pop()
+    check_text_model(name, "sae dashboards")
+    m = workbench.load(name, device=check_device(device), dtype=dtype)
     units = [resolve(s, m) for s in sae]
     started = time.time()
     last = [0.0]
