@@ -50,21 +50,18 @@ def check_kind(kind: str, fmt: str, subject: str = "this result") -> None:
                           f"{', '.join(can)} runs; a {kind or 'unknown'} run goes to {goes})")
 
 
-def check_out(path: str | Path, overwrite: bool = False) -> Path:
-    """The output path, checked before any work: its folder exists and is writable, it is not a folder, and
-    it does not exist yet (unless ``overwrite``)."""
-    out = Path(os.path.expanduser(str(path)))
-    if not str(path).strip():
-        raise ExportError("--out is empty: give a file path")
-    parent = out.parent if str(out.parent) else Path(".")
-    if not parent.is_dir():
-        raise ExportError(f"cannot write {out}: its folder {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise ExportError(f"cannot write {out}: its folder {parent} is not writable")
-    if out.is_dir():
-        raise ExportError(f"cannot write {out}: it is a folder; give a file path")
+def check_out(path: str | Path, overwrite: bool = False, what: str = "the output path") -> Path:
+    """The output path, checked before any work (workbench.options.output_problem: not empty, not under a system
+    folder, not a folder, its folder exists and is writable), and not an existing file unless ``overwrite``."""
+    from workbench.options import output_problem
+
+    why = output_problem(path)
+    if why is not None:
+        raise ExportError(f"{what} {os.fspath(path)} {why}")
+    out = Path(os.fspath(path)).expanduser()
     if (out.exists() or out.is_symlink()) and not overwrite:
-        raise ExportError(f"{out} already exists; remove it or choose another path (overwrite=True / --force)")
+        raise ExportError(f"{what} {out} already exists; remove it or choose another path "
+                          "(--force / overwrite=True replaces it)")
     return out
 
 

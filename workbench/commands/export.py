@@ -34,7 +34,7 @@ def export(
     from workbench.store import RunStore
 
     check_format(fmt)
-    check_out(out, force)  # before any work: a bad path fails first
+    check_out(out, force, "--out")  # before any work: a bad path fails first
     found = resolve_run(RunStore(), run)
     check_kind(found.kind, fmt, f"run {found.id}")
     result = export_run(found, fmt, out, table=table, overwrite=force)
