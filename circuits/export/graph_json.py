@@ -5,7 +5,8 @@ Layout: ``metadata`` (slug, scan, transcoder_list, prompt_tokens, prompt, node_t
 workbench adds model, target, foil, the replacement and completeness scores and its pruning settings, which
 circuit-tracer's reader ignores), ``qParams`` (pinnedIds, supernodes, linkType, clickedId, sg_pos), ``nodes``
 and ``links`` (source, target, weight). Node ids follow circuit-tracer: a feature ``{layer}_{feature}_{pos}``,
-an error ``0_{layer}_{pos}``, an embedding ``E_{token id}_{pos}``, a logit ``{n_layers + 1}_{token id}_{pos}``.
+an error ``0_{layer}_{pos}``, an embedding ``E_{token id}_{pos}``, a logit ``{n_layers + 1}_{token id}_{pos}``
+(token id -1 in a graph saved before feature graphs kept their token ids).
 A node's ``influence`` is circuit-tracer's cumulative share (the share of total influence held by the nodes at
 least as influential as it), which its frontend's pruning slider reads; a logit's ``clerp`` carries
 ``(p=...)``, which the frontend parses.
