@@ -71,7 +71,9 @@ def test_selected_node_drill_down(page):
     assert pattern.shape == (5, 5)
     edges = frame_with(at, "direction")
     assert set(edges["direction"]) == {"in", "out"} and "logits" in set(edges["dst"])
-    assert "L1.H0" in chart(at, "circ_graph_dpa")["data"][-1]["text"]  # the selected node is drawn bigger
+    nodes = chart(at, "circ_graph_dpa")["data"][-1]  # labelled H0 in its row L1; customdata is its name
+    sizes = nodes["marker"]["size"]
+    assert sizes[list(nodes["customdata"]).index("L1.H0")] > min(sizes)  # the selected node is drawn bigger
     sizes = chart(at, "circ_graph_dpa")["data"][-1]["marker"]["size"]
     assert max(sizes) > min(sizes)
     at.selectbox(key="circ_node").set_value("embed").run()
