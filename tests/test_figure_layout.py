@@ -231,3 +231,41 @@ def test_save_figures_writes_png_svg_pdf_html_and_json(tmp_path):
     assert pio.from_json(data[".json"].decode()).layout.title.text == fig.layout.title.text
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [p.name for p in paths] + ["plotly.min.js"])  # no temporary file left behind
+
+
+BAD_PNG = [
+    ("attribute", "m", "hi", "--target", " x"),
+    ("circuit", "discover", "--model", "m", "--prompts", "task"),
+    ("feature-graph", "--model", "m", "--prompt", "hi", "--saes", "s"),
+    ("lens", "m", "hi"),
+    ("dla", "m", "hi", "--target", " x"),
+    ("patch", "m", "a", "b", "--target", " x"),
+]
+
+
+@pytest.mark.parametrize("args", BAD_PNG, ids=[a[0] if a[0] != "circuit" else "circuit-discover" for a in BAD_PNG])
+def test_bad_png_path_is_one_line_before_any_work(args, tmp_path, monkeypatch, capsys):
+    from cli_helpers import assert_bad
+    from cli_helpers import run_cli as run_main
+
+    code, _, err = run_main(monkeypatch, capsys, *args, "--png", str(tmp_path / "missing" / "fig.png"))
+    assert_bad(code, err, "does not exist")
+    code, _, err = run_main(monkeypatch, capsys, *args, "--png", str(tmp_path / "fig.gif"))
+    assert_bad(code, err, "must end in .png")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_png_option_writes_the_commands_figure(tiny_llama_dir, tmp_path, monkeypatch, capsys, one_thread):
+    """--png takes the format from the suffix: .json checks the wiring without starting a browser."""
+    import json
+
+    import plotly.io as pio
+    from cli_helpers import run_cli as run_main
+
+    target = tmp_path / "dla.json"
+    code, out, err = run_main(monkeypatch, capsys, "dla", str(tiny_llama_dir), "The capital of France is",
+                              "--target", " Paris", "--foil", " London", "--no-save", "--png", str(target), "--json")
+    assert code == 0, err
+    assert json.loads(out)["png"] == str(target)
+    fig = pio.from_json(target.read_text())
+    assert "' Paris'" in fig.layout.title.text and "' London'" in fig.layout.title.text
