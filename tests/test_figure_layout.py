@@ -206,8 +206,10 @@ def test_save_figure_rejects_unknown_suffix_and_missing_folder(tmp_path):
         save_figure(fig, tmp_path / "missing" / "figure.png")
     folder = tmp_path / "figure.png"
     folder.mkdir()
-    with pytest.raises(FigureError, match="is a folder"):
+    with pytest.raises(FigureError, match="is a directory"):
         save_figure(fig, folder)
+    with pytest.raises(FigureError, match="system folder"):
+        save_figure(fig, "/proc/figure.png")
     assert [p.name for p in tmp_path.iterdir()] == ["figure.png"]  # nothing written
 
 
@@ -252,6 +254,8 @@ def test_bad_png_path_is_one_line_before_any_work(args, tmp_path, monkeypatch, c
     assert_bad(code, err, "does not exist")
     code, _, err = run_main(monkeypatch, capsys, *args, "--png", str(tmp_path / "fig.gif"))
     assert_bad(code, err, "must end in .png")
+    code, _, err = run_main(monkeypatch, capsys, *args, "--png", "/proc/fig.png")
+    assert_bad(code, err, "--png", "system folder")
     assert list(tmp_path.iterdir()) == []
 
 

@@ -49,16 +49,15 @@ def figure_format(path: str | Path) -> str:
 
 
 def _target(path: str | Path) -> Path:
-    """``path`` checked for writing: its folder exists and is writable, and it is not a folder itself."""
+    """``path`` checked for writing (workbench.options.output_problem: its folder exists and is writable, it is
+    no folder itself nor under /proc, /sys or /dev) with a figure's suffix."""
+    from workbench.options import output_problem
+
+    figure_format(path)
+    why = output_problem(path)
+    if why is not None:
+        raise FigureError(f"cannot save a figure to {str(path)!r}: it {why}")
     p = Path(path).expanduser()
-    figure_format(p)
-    parent = p.parent if str(p.parent) else Path(".")
-    if p.is_dir():
-        raise FigureError(f"cannot save a figure to {str(p)!r}: it is a folder")
-    if not parent.is_dir():
-        raise FigureError(f"cannot save a figure to {str(p)!r}: the folder {str(parent)!r} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise FigureError(f"cannot save a figure to {str(p)!r}: the folder {str(parent)!r} is not writable")
     if p.exists() and not os.access(p, os.W_OK):
         raise FigureError(f"cannot save a figure to {str(p)!r}: the file is not writable")
     return p
@@ -174,6 +173,12 @@ def png_option() -> Any:
                         "the suffix), drawn as the notebook's .plot() draws it.")
 
 
-def check_figure_path(path: str | Path | None) -> Path | None:
-    """``--png``'s path checked before any work starts (its format and folder); None when not given."""
-    return None if path is None else _target(path)
+def check_figure_path(path: str | Path | None, option: str = "--png") -> Path | None:
+    """``--png``'s path checked before any work starts (the commands' one output check, then the suffix); None
+    when not given."""
+    from workbench.options import check_output
+
+    if path is None:
+        return None
+    check_output(option, path)
+    return _target(path)
