@@ -218,11 +218,13 @@ def graph_figure(nodes: list[dict[str, Any]], edges: list[dict[str, Any]], title
     for n in nodes:
         rows.setdefault(float(n["layer"]), set()).add(n.get("kind", "head"))
     layers = sorted(rows)
+    extra = 17 * max(0, subtitle.count("<br>") - 1)  # a subtitle of more than two lines pushes the plot down
+    margin = {**MARGIN, "t": MARGIN["t"] + extra}
     fig.update_layout(
         title={"text": title, "subtitle": {"text": subtitle}} if subtitle else {"text": title},
-        width=width, height=height or max(420, ROW_PX * len(layers) + MARGIN["t"] + MARGIN["b"]),
+        width=width, height=(height + extra) if height else max(420, ROW_PX * len(layers) + margin["t"] + MARGIN["b"]),
         hovermode="closest", plot_bgcolor="#ffffff", legend={"orientation": "h", "y": -0.02, "yanchor": "top"},
-        margin=MARGIN, xaxis={"visible": False, "range": [0.0, 1.0]},
+        margin=margin, xaxis={"visible": False, "range": [0.0, 1.0]},
         yaxis={"title": "layer", "tickmode": "array", "zeroline": False, "showgrid": True, "gridcolor": "#eeeeee",
                "range": [-0.6, len(layers) - 0.4],
                "tickvals": list(range(len(layers))), "ticktext": [row_label(y, rows[y]) for y in layers]})
@@ -475,9 +477,9 @@ def feature_graph_figure(graph: Any, labels: dict[str, list[str]] | None = None,
     for i in range(len(rows)):  # a light band per row: the nodes stacked in a cell read as that row's
         fig.add_shape(type="rect", xref="paper", x0=0, x1=1, y0=i - 0.42, y1=i + 0.42, layer="below",
                       line={"width": 0}, fillcolor="#f3f3f3" if i % 2 else "#fafafa")
-    margin = {**MARGIN, "b": MARGIN["b"] + 40}  # the rotated token labels
-    fig.update_layout(showlegend=True, margin=margin,
-                      legend={"orientation": "h", "yanchor": "top", "y": -95 / (height - margin["t"] - margin["b"])})
+    margin = {**fig.layout.margin.to_plotly_json(), "b": MARGIN["b"] + 40}  # room for the rotated token labels
+    plot_h = fig.layout.height - margin["t"] - margin["b"]
+    fig.update_layout(showlegend=True, margin=margin, legend={"orientation": "h", "yanchor": "top", "y": -95 / plot_h})
     return fig
 
 
@@ -537,4 +539,7 @@ def feature_graph_plot(graph: Any, per_row: int = 8, max_edges: int = 120, selec
     subtitle = (f"{graph.prompt!r}<br>{len(shown.nodes)} of {len(graph.nodes)} nodes (per layer the {per_row} of "
                 f"largest influence on the logits, at most {PER_CELL} per position), {len(shown.edges)} of "
                 f"{len(graph.edges)} edges · width ∝ |DPA score| · labels: feature id and explanation")
+    if not any(n["kind"] == "token" for n in graph.nodes):  # the engine's own top-k pruning dropped them
+        subtitle += ("<br>this graph kept no embedding nodes: build it with max_nodes=100_000, max_edges=1_000_000 "
+                     "(as the app does) and let the figure prune per layer")
     return feature_graph_figure(shown, labels, selected=selected, title=title, subtitle=subtitle)
