@@ -135,6 +135,10 @@ BOUNDS: dict[str, Bound] = {
     "lens-train --tokens": Bound(10_000_000, "training tokens streamed through the model (also checked "
                                  "against memory once the model is known)"),
     "recover-heads --d": Bound(1_024, "the token dimension (d x d matrices per head)"),
+    "recover-heads --oversample": Bound(100, "extra k values per experiment (a few steady a noisy oracle)"),
+    "icl-readout --n": Bound(INT_CAP, "prompts", long=500_000, rate=0.005, unit="prompt"),
+    "icl-readout --n-train": Bound(INT_CAP, "prompts", long=500_000, rate=0.005, unit="prompt"),
+    "train-vit --batch-size": Bound(4_096, "images per step (each step draws its own batch)"),
     "recover-heads --heads": Bound(1_024, "heads"),
     "recover-heads --bound": Bound(1_024, "heads"),
 }

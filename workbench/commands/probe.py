@@ -8,7 +8,15 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
-from workbench.options import float_range, int_range, layers_option, nonneg_float, nonneg_int, positive_int
+from workbench.options import (
+    allow_long_option,
+    float_range,
+    int_range,
+    layers_option,
+    nonneg_float,
+    nonneg_int,
+    positive_int,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -105,6 +113,7 @@ def icl_readout(
     lam: float = typer.Option(0.01, "--lam", help="Ridge / kernel regulariser.", callback=nonneg_float),
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     save: bool = typer.Option(True, "--save/--no-save"),
+    allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Probe each layer's prediction of y and compare it with GD, Richardson, preconditioned Richardson,

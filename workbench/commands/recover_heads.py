@@ -55,7 +55,7 @@ def recover_heads(
     if dps < 20:
         raise WorkbenchError(f"--dps must be >= 20 (got {dps})")
     if d is not None and heads is not None:
-        _check_cost(d, heads, bound, float64, allow_long)
+        _check_cost(d, heads, bound, float64, allow_long, oversample)
     grid = sorted(set(DEFAULT_SWEEP + ([noise] if noise > 0 else []))) if (sweep or noise > 0) else None
     if ffn:
         from attribution.blackbox.run import run_ffn
@@ -99,7 +99,7 @@ def recover_heads(
     emit(out, as_json, human)
 
 
-def _check_cost(d: int, heads: int, bound: int | None, float64: bool, allow_long: bool) -> None:
+def _check_cost(d: int, heads: int, bound: int | None, float64: bool, allow_long: bool, oversample: int = 0) -> None:
     """Memory (H0 d x d matrices; an exact mpmath entry takes ~200 bytes) and time (4 H0 d^2 queries, each
     about d + H0 ms of exact arithmetic here) known from --d and --heads, checked before anything is built."""
     from attribution.blackbox.recovery import expected_queries
@@ -107,5 +107,5 @@ def _check_cost(d: int, heads: int, bound: int | None, float64: bool, allow_long
 
     h0 = max(heads, bound or heads)
     check_memory(f"--d {d} with {h0} heads", 8 * h0 * d * d * (8 if float64 else 200))
-    queries = expected_queries(d, h0)
-    check_long(f"recovering {h0} heads at --d {d} ({queries:,} queries)", queries * (d + h0) * 1e-3, allow_long)
+    queries = expected_queries(d, h0) * (1 + oversample / (2 * h0 + 1))  # o more k values per experiment
+    check_long(f"recovering {h0} heads at --d {d} ({queries:,.0f} queries)", queries * (d + h0) * 1e-3, allow_long)

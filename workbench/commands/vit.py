@@ -258,6 +258,10 @@ def train_vit(
     from workbench.options import check_output
 
     check_output("--out", out, kind="dir")  # checked before training, not after it
+    from workbench.options import BOUNDS, check_long
+
+    per_step = (BOUNDS["train-vit --steps"].rate or 0.05) * batch_size / 64  # measured at batch 64
+    check_long(f"--steps {steps} of --batch-size {batch_size}", steps * per_step, allow_long)
     from attribution.vit.train import save_trained
     from attribution.vit.train import train_vit as _train
     from workbench.cli import console
