@@ -69,6 +69,19 @@ def tokenizer_adds_bos(tokenizer) -> bool:
     return bool(ids) and ids[0] == bos
 
 
+def attach_tokenizer(model, tokenizer) -> None:
+    """What TransformerLens' ``set_tokenizer`` does, but with the tokenizer as loaded (it would load it again
+    with ``add_bos_token=True``): ``cfg.tokenizer_prepends_bos`` from the tokenizer's own encoding, so its
+    string paths (``model("text")``, ``to_tokens``, ``run_with_cache``, ``generate``) add BOS exactly when
+    ``cfg.default_prepend_bos`` (the workbench's rule) says, as HookedModel.to_tokens does. A missing pad
+    token becomes end-of-text, as there (its padding and attention masks need one); BOS and EOS are left
+    as the model has them (generation stops at the model's own end-of-text)."""
+    model.tokenizer = tokenizer
+    model.cfg.tokenizer_prepends_bos = len(tokenizer.encode("")) > 0
+    if tokenizer.pad_token is None and tokenizer.eos_token is not None:
+        tokenizer.pad_token = tokenizer.eos_token
+
+
 def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype="float32") -> HookedModel:
     import torch
     from transformer_lens.config import HookedTransformerConfig
@@ -90,7 +103,7 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, d
         # for Gemma's 262k vocabulary); the HookedModel adds BOS itself.
         model = hooked_transformer(cfg, tokenizer=None, move_to_device=False)
         tokenizer.padding_side = "right"
-        model.tokenizer = tokenizer
+        attach_tokenizer(model, tokenizer)
         # One load_state_dict call: TransformerLens' own loader calls it once per key (8 s here).
         state = fill_missing_keys(model, state)
         # TransformerLens' Phi-3 conversion also emits zero LayerNorm biases its RMSNorm blocks do not have

@@ -105,6 +105,30 @@ def arch_from_cfg(cfg: Any, mlp: str | None = None) -> ArchInfo:
     )
 
 
+def _is_texts(value: Any) -> bool:
+    """Whether ``value`` is a non-empty list (or tuple) of prompt strings: a batch, as TransformerLens reads it."""
+    return isinstance(value, list | tuple) and bool(value) and all(isinstance(v, str) for v in value)
+
+
+def _decodes(tl: Any) -> bool:
+    """Whether workbench.decode runs ``tl``: a HookedTransformer with an HF tokenizer."""
+    from transformer_lens import HookedTransformer
+
+    return isinstance(tl, HookedTransformer) and getattr(tl, "tokenizer", None) is not None
+
+
+def _recompute_greedy(tl: Any, tokens: torch.Tensor, n: int, eos: int | None) -> list[int]:
+    """Greedy ids by running the whole sequence at every step (no KV cache), stopping after end-of-text."""
+    new: list[int] = []
+    for _ in range(n):
+        nxt = int(tl(tokens)[0, -1].argmax())
+        new.append(nxt)
+        if nxt == eos:
+            break
+        tokens = torch.cat([tokens, tokens.new_tensor([[nxt]])], dim=1)
+    return new
+
+
 # Families whose norms sit after each sublayer and none before (TransformerLens' POST_NORM_ARCHITECTURES);
 # their q/k norms act on the whole projection rather than per head.
 POST_NORM_FAMILIES = frozenset({"Olmo2ForCausalLM", "Olmo3ForCausalLM", "OlmoeForCausalLM"})
@@ -149,8 +173,15 @@ class HookedModel:
             return self.tokenizer.encode(text)
         return list(self.tokenizer(text, add_special_tokens=False)["input_ids"])
 
-    def to_tokens(self, prompt: str | list[int]) -> Int[torch.Tensor, "1 pos"]:
-        """Token ids [1, seq] for a prompt (a string, or a list of ids for toy models)."""
+    def to_tokens(self, prompt: str | list[int] | list[str]) -> Int[torch.Tensor, "batch pos"]:
+        """Token ids [1, seq] for a prompt (a string, or a list of ids for toy models), BOS first when the
+        model's rule says so; a list of strings gives a batch [n, seq] (they must be as long in tokens)."""
+        if _is_texts(prompt):
+            rows = [self.to_tokens(text) for text in prompt]
+            if len({row.shape[1] for row in rows}) > 1:
+                raise PromptError(f"the {len(rows)} prompts are {sorted({row.shape[1] for row in rows})} tokens "
+                                  "long: a batch needs prompts of one length (or tokenize them one at a time)")
+            return torch.cat(rows)
         if isinstance(prompt, str):
             if not prompt.strip():
                 raise PromptError("empty prompt: give at least one token")
@@ -164,9 +195,17 @@ class HookedModel:
         check_prompt(str(prompt), len(ids), self.arch.n_ctx)
         return torch.tensor([ids], dtype=torch.long, device=self.device)
 
-    def to_str_tokens(self, tokens: Int[torch.Tensor, "1 pos"] | Int[torch.Tensor, " pos"] | list[int]) -> list[str]:
+    def to_str_tokens(self, tokens: str | Int[torch.Tensor, "1 pos"] | Int[torch.Tensor, " pos"] | list[int]
+                      ) -> list[str]:
+        """One string a token, for ids or for a prompt (tokenized as ``to_tokens`` does, BOS included)."""
+        if isinstance(tokens, str):
+            tokens = self.to_tokens(tokens)
         ids = tokens[0].tolist() if hasattr(tokens, "dim") and tokens.dim() == 2 else list(tokens)
-        return [self.decode([i]) for i in ids]
+        return [self.decode([int(i)]) for i in ids]
+
+    def _tokens(self, tokens: Any) -> Any:
+        """Text (a prompt, or a list of them) as token ids, as TransformerLens accepts it; anything else as is."""
+        return self.to_tokens(tokens) if isinstance(tokens, str) or _is_texts(tokens) else tokens
 
     def decode(self, ids: list[int]) -> str:
         if isinstance(self.tokenizer, SymbolTokenizer):
@@ -205,24 +244,25 @@ class HookedModel:
                  **kwargs: Any) -> Any:
         """The module's forward (logits [batch, pos, vocab], or what stop_at_layer/return_type ask for);
         with start_at_layer, ``tokens`` is the residual stream [batch, pos, d_model] (toy regression models
-        read vectors [batch, pos, d_in])."""
-        return self.tl(tokens, **kwargs)
+        read vectors [batch, pos, d_in]). A prompt string (or a list of them) is tokenized by ``to_tokens``."""
+        return self.tl(self._tokens(tokens), **kwargs)
 
-    def logits(self, tokens: Int[torch.Tensor, "batch pos"]) -> Float[torch.Tensor, "batch pos vocab"]:
+    def logits(self, tokens: str | Int[torch.Tensor, "batch pos"]) -> Float[torch.Tensor, "batch pos vocab"]:
         with torch.no_grad():
-            return self.tl(tokens)
+            return self.tl(self._tokens(tokens))
 
     def run_with_cache(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"],
                        names_filter: Callable[[str], bool] | list[str] | None = None, **kwargs: Any) -> Any:
-        """(logits, ActivationCache) under TransformerLens hook names."""
+        """(logits, ActivationCache) under TransformerLens hook names (a prompt string is tokenized first)."""
         if isinstance(names_filter, list | tuple | set | frozenset):
             # TransformerLens tests a list filter by linear search at every hook point; a set is O(1)
             names_filter = frozenset(names_filter).__contains__
-        return self.tl.run_with_cache(tokens, names_filter=names_filter, **kwargs)
+        return self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
 
     def run_with_hooks(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"], fwd_hooks=(),
                        bwd_hooks=(), **kwargs: Any) -> Any:
-        return self.tl.run_with_hooks(tokens, fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks), **kwargs)
+        return self.tl.run_with_hooks(self._tokens(tokens), fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks),
+                                      **kwargs)
 
     @contextmanager
     def hooks(self, fwd_hooks=(), bwd_hooks=()) -> Iterator[Any]:
@@ -280,8 +320,13 @@ class HookedModel:
     def sample(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int,
                temperature: float = 1.0) -> Int[torch.Tensor, "1 new_pos"]:
         """Sampled continuation: the prompt's ids followed by up to max_new_tokens new ones."""
-        return self.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=temperature, verbose=False,
-                                use_past_kv_cache=True)
+        if not _decodes(self.tl):
+            return self.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=temperature,
+                                    verbose=False, use_past_kv_cache=True)
+        from workbench.decode import decode
+
+        new = decode(self.tl, tokens, max_new_tokens, temperature=temperature)
+        return torch.cat([tokens, tokens.new_tensor([new])], dim=1)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         """The module's parameters and buffers (TransformerLens names)."""
@@ -302,25 +347,31 @@ class HookedModel:
         """Greedy continuation (the text after the prompt)."""
         return self.decode(self.greedy(self.to_tokens(prompt), max_new_tokens))
 
-    def greedy(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int) -> list[int]:
+    def greedy(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int, kv_cache: bool = True) -> list[int]:
         """Greedy continuation ids, up to the model's context, stopping after an end-of-text token. With
-        TransformerLens's KV cache each step runs the new position only (smollm2: ~2x faster at 30 tokens,
-        more on longer prompts); hooks see the prompt in the first pass, then one position a step."""
+        the KV cache each step runs the new position only (workbench.decode: TransformerLens' loop, at the
+        faster thread count; figures in results/models/generation.md); hooks see the prompt in the first
+        pass, then one position a step. With ``kv_cache=False`` every step runs the whole sequence (hooks
+        see every position each time)."""
         n = max(0, min(int(max_new_tokens), self.arch.n_ctx - tokens.shape[1]))
         if n == 0:
             return []
         eos = getattr(self.tokenizer, "eos_token_id", None)
         # TransformerLens' KV cache mis-sizes the positions of a model without its own HF tokenizer (the toys:
         # wrong tokens at step 2, a shape error at step 3); they are tiny, so they run without it
-        use_cache = getattr(self.tl, "tokenizer", None) is not None
-        with torch.no_grad():
-            out = self.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=use_cache,
-                                   stop_at_eos=eos is not None, eos_token_id=eos, verbose=False,
-                                   return_type="tokens")
-        new = [int(i) for i in out[0, tokens.shape[1]:]]
-        if eos is not None and eos in new:  # a finished sequence is padded with end-of-text: cut after the first
-            new = new[: new.index(eos) + 1]
-        return new
+        if kv_cache and _decodes(self.tl):
+            from workbench.decode import decode
+
+            return decode(self.tl, tokens, n, eos)
+        if kv_cache and getattr(self.tl, "tokenizer", None) is not None:  # the bridge: its own generate
+            with torch.no_grad():
+                out = self.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
+                                       stop_at_eos=eos is not None, eos_token_id=eos, verbose=False,
+                                       return_type="tokens")
+            new = [int(i) for i in out[0, tokens.shape[1]:]]
+            return new[: new.index(eos) + 1] if eos is not None and eos in new else new
+        with torch.inference_mode():
+            return _recompute_greedy(self.tl, tokens, n, eos)
 
     # -- checks and weights ---------------------------------------------------------------
     def check_layer(self, layer: int) -> int:
