@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib
 import os
 import re
-import string
 import sys
 import threading
 import time
@@ -28,13 +27,18 @@ from workbench.errors import WorkbenchError
 # st.caption, st.info/warning/error/success, widget labels, tab and expander labels and help= tooltips. A prompt
 # from the URL, a model name, a run's stored fields, a file's labels or an error message that quotes any of
 # them is shown through one of these helpers, so it reads as the text it is and never fetches anything.
-_PUNCTUATION = re.compile("([" + re.escape(string.punctuation) + "])")
+# The characters that make Markdown or HTML (or Streamlit's formulas) out of text. Other punctuation stays as it is,
+# so an escaped message still reads (and matches) as typed; "_" is escaped only where it could start or end
+# emphasis (an underscore inside a word, as in activation_patching, cannot).
+_SPECIAL = re.compile(r"[\\`*\[\]<>$~|&#]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])")
+_BLOCK_START = re.compile(r"^(\s*|\s*\d+(?=[.)]))([-+.)])(?=\s|$)")  # a list item at the very start
 
 
 def esc(value: Any) -> str:
-    """``value`` as literal text inside Markdown: every ASCII punctuation character backslash-escaped (no HTML,
-    image, link, emphasis, directive or formula can form), line breaks as spaces."""
-    return _PUNCTUATION.sub(r"\\\1", " ".join(str(value).splitlines()))
+    """``value`` as literal text inside Markdown: no HTML, image, link, emphasis, code, formula or list can form
+    (the characters that would make them backslash-escaped); line breaks as spaces."""
+    text = _SPECIAL.sub(lambda m: "\\" + m.group(0), " ".join(str(value).splitlines()))
+    return _BLOCK_START.sub(lambda m: m.group(1) + "\\" + m.group(2), text, count=1)
 
 
 def quoted(value: Any) -> str:
