@@ -131,6 +131,7 @@ BOUNDS: dict[str, Bound] = {
                                 long=5_000_000, rate=0.002, unit="token"),
     "sae train --width": Bound(2**20, "dictionary features (its weights and Adam's state must fit in memory)"),
     "sae cache --tokens": Bound(100_000_000, "activation shards must fit on disk"),
+    "sae explain --windows": Bound(20_000, "held-out windows (each one forward; 256 choose and score every rule)"),
     "sae corpus --samples": Bound(100_000, "texts sampled from a model", long=3_000, rate=1.5, unit="text"),
     "lens-train --tokens": Bound(10_000_000, "training tokens streamed through the model (also checked "
                                  "against memory once the model is known)"),
