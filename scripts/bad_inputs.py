@@ -839,6 +839,20 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("bench circuits --boot 10^9", ["bench", "circuits", "--model", TOY, "--boot", big, "--out", f"{OUT}/b.md"],
         words=["--boot"], group=g)
     add("app --max-upload-mb 10^9", ["app", "--max-upload-mb", big], words=["--max-upload-mb"], group=g)
+    add("icl-readout --n 10^6 --n-train 10^6 (hours)", ["icl-readout", "--n", "1000000", "--n-train", "1000000"],
+        words=["--allow-long"], group=g)
+    add("recover-heads --oversample 10^6", ["recover-heads", "--d", "3", "--heads", "2", "--oversample",
+                                            "1000000"], words=["--oversample"], group=g)
+    add("train-vit --batch-size 65536", ["train-vit", "--batch-size", "65536", "--steps", "1"],
+        words=["--batch-size"], group=g)
+    add("train-vit --batch-size 4096 (hours)", ["train-vit", "--batch-size", "4096"], words=["--allow-long"],
+        group=g)
+    add("train --batch-size 10^6", ["train", "ioi", "--out", f"{OUT}/t", "--batch-size", "1000000"],
+        words=["--batch-size"], group=g)
+    add("sae train --k above the width", ST + ["--tokens", "256", "--width", "16", "--k", "1000"], words=["--k"],
+        group=g)
+    add("recover-heads --layer 10^6 of a toy", ["recover-heads", "--model", TOY, "--layer", "1000000"],
+        words=["layer"], group=g)
 
     g = "41.3 outputs"
     outs = {  # command -> (args before --out, the option, a file (True) or a folder (False))
@@ -936,7 +950,13 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
                        ("ablate", ["ablate", V, "-c", "head:0.0"]),
                        ("sae train", ["sae", "train", "--model", V, "--hook", "blocks.0.hook_resid_post", "--tokens",
                                       "256"]),
-                       ("feature-graph", ["feature-graph", "--model", V, "--prompt", P, "--saes", f["sae-good"]])):
+                       ("feature-graph", ["feature-graph", "--model", V, "--prompt", P, "--saes", f["sae-good"]]),
+                       ("sae eval", ["sae", "eval", "--sae", f["sae-good"], "--model", V]),
+                       ("sae dashboards", ["sae", "dashboards", "--sae", f["sae-good"], "--model", V]),
+                       ("sae steer neurons:0", ["sae", "steer", "--sae", "neurons:0", "--model", V, "--feature", "0",
+                                                "--prompt", "a", "--alpha", "1"]),
+                       ("icl-readout", ["icl-readout", "--model", V]),
+                       ("recover-heads", ["recover-heads", "--model", V])):
         add(f"{name} on a vision model", args, group=g)
 
     g = "41.9 paths and messages"
