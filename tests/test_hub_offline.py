@@ -91,3 +91,39 @@ def test_remote_model_offline_is_typed(silent_server, tmp_path, how):
     assert proc.returncode == 0 and proc.stdout.startswith("TYPED model 'openai-community/gpt2'"), proc.stderr
     assert "hf download openai-community/gpt2 --include config.json" in proc.stdout
     assert ("within 2 s" if how == "silent" else "HF_HUB_OFFLINE") in proc.stdout
+
+
+def test_lookup_answers_and_refusals(monkeypatch, capsys):
+    """A hub that answers: the revision comes back; a missing repository is the hub's own error (not
+    'unreachable'), so the one line says what the hub said."""
+    import http.server
+    import json
+
+    from huggingface_hub import constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    from workbench import hub
+
+    class Hub(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 - the handler's name
+            found = self.path.startswith("/api/models/someorg/real")
+            body = json.dumps({"id": "someorg/real", "sha": "a" * 40} if found else {"error": "Repository not found"})
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("X-Error-Code", "" if found else "RepoNotFound")
+            self.end_headers()
+            self.wfile.write(body.encode())
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Hub)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setattr(constants, "ENDPOINT", f"http://127.0.0.1:{server.server_address[1]}")
+        assert hub.lookup("someorg/real") == "a" * 40
+        assert "looking up someorg/real on the Hugging Face hub" in capsys.readouterr().err
+        with pytest.raises(RepositoryNotFoundError):
+            hub.lookup("someorg/missing")
+    finally:
+        server.shutdown()

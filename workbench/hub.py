@@ -110,10 +110,12 @@ def resolve(name: str) -> Path:
     if not offline():
         for repo in repos:
             try:
-                sha = lookup(repo)
+                lookup(repo)
                 print(f"downloading {repo}'s config, tokenizer and safetensors weights into {cache_location()} ...",
                       file=sys.stderr, flush=True)
-                return Path(snapshot_download(repo, revision=sha, allow_patterns=PATTERNS))
+                # by branch, not by the commit just looked up: the cache then records refs/main, which the
+                # offline look-ups (and `workbench models`) read
+                return Path(snapshot_download(repo, allow_patterns=PATTERNS))
             except Exception as exc:  # network, auth, missing repo: all end in the one line below
                 reason = _first_line(exc)
                 if isinstance(exc, HubUnreachable):
