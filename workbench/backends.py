@@ -39,7 +39,7 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         from workbench.remote import NNsightModel
 
         hf, tokenizer = load_hf_model(path, device, dtype)
-        return NNsightModel(hf, tokenizer, name=name, remote=remote)
+        return NNsightModel(hf, tokenizer, name=name, remote=remote, prepend_bos=prepend_bos)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
         from workbench.families import family_of
         from workbench.llm import read_config

@@ -31,6 +31,10 @@ from jaxtyping import Float, Int
 from workbench.errors import PromptError, RangeError, TokenError, check_range
 from workbench.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
 
+# What a forward takes: token ids, a residual stream (with start_at_layer), or prompt text as TransformerLens
+# takes it (a string or a list of them; HookedModel.to_tokens tokenizes it)
+ModelInput = str | list[str] | Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"]
+
 
 @dataclass(frozen=True)
 class ArchInfo:
@@ -240,18 +244,18 @@ class HookedModel:
         return self.token_id(tok, role)
 
     # -- running --------------------------------------------------------------------------
-    def __call__(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"],
+    def __call__(self, tokens: ModelInput,
                  **kwargs: Any) -> Any:
         """The module's forward (logits [batch, pos, vocab], or what stop_at_layer/return_type ask for);
         with start_at_layer, ``tokens`` is the residual stream [batch, pos, d_model] (toy regression models
         read vectors [batch, pos, d_in]). A prompt string (or a list of them) is tokenized by ``to_tokens``."""
         return self.tl(self._tokens(tokens), **kwargs)
 
-    def logits(self, tokens: str | Int[torch.Tensor, "batch pos"]) -> Float[torch.Tensor, "batch pos vocab"]:
+    def logits(self, tokens: ModelInput) -> Float[torch.Tensor, "batch pos vocab"]:
         with torch.no_grad():
             return self.tl(self._tokens(tokens))
 
-    def run_with_cache(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"],
+    def run_with_cache(self, tokens: ModelInput,
                        names_filter: Callable[[str], bool] | list[str] | None = None, **kwargs: Any) -> Any:
         """(logits, ActivationCache) under TransformerLens hook names (a prompt string is tokenized first)."""
         if isinstance(names_filter, list | tuple | set | frozenset):
@@ -259,8 +263,7 @@ class HookedModel:
             names_filter = frozenset(names_filter).__contains__
         return self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
 
-    def run_with_hooks(self, tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos _"], fwd_hooks=(),
-                       bwd_hooks=(), **kwargs: Any) -> Any:
+    def run_with_hooks(self, tokens: ModelInput, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
         return self.tl.run_with_hooks(self._tokens(tokens), fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks),
                                       **kwargs)
 

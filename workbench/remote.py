@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from workbench.errors import RangeError, WorkbenchError
@@ -37,11 +39,21 @@ _BLOCK_HOOKS = {
 _NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 
+class _Hook:
+    """What a TransformerLens hook function gets as ``hook``: here only its ``name``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
 class NNsightModel(HookedModel):
     """A HookedModel whose forwards run through nnsight (locally or on NDIF)."""
 
-    def __init__(self, hf_or_repo: Any, tokenizer: Any, name: str, remote: bool = False) -> None:
+    def __init__(self, hf_or_repo: Any, tokenizer: Any, name: str, remote: bool = False,
+                 prepend_bos: bool | None = None) -> None:
         from nnsight import LanguageModel
+
+        from workbench.backends import tokenizer_adds_bos
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -64,7 +76,9 @@ class NNsightModel(HookedModel):
             act_fn=getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None)),
         )
         super().__init__(tl=None, tokenizer=self.lm.tokenizer, name=name, kind="llm", backend="nnsight",
-                         prepend_bos=bool(getattr(self.lm.tokenizer, "add_bos_token", False)), arch=arch)
+                         prepend_bos=tokenizer_adds_bos(self.lm.tokenizer) if prepend_bos is None else prepend_bos,
+                         arch=arch)
+        self._active_hooks: list[tuple[str, Any]] = []  # forward hooks of the open ``hooks`` blocks
 
     @property
     def device(self):
@@ -72,7 +86,7 @@ class NNsightModel(HookedModel):
 
         if self.remote:
             return torch.device("cpu")
-        return next(self.lm._model.parameters()).device
+        return self.lm.device  # nnsight's public property: the device of the module's first parameter
 
     def _blocks(self):
         return self.lm.transformer.h if self._gpt2 else self.lm.model.layers
@@ -92,53 +106,112 @@ class NNsightModel(HookedModel):
                              f"use one of blocks.L.{{{', '.join(_BLOCK_HOOKS)}}}")
         return self.check_layer(int(m.group(1))), m.group(2)
 
-    def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
-        """(logits, {hook name: tensor}) for the requested TransformerLens hook names."""
+    def _site(self, blocks: Any, layer: int, hook: str) -> Any:
+        """The tensor at a hook inside a running trace (the real value: nnsight 0.8 runs the trace's body
+        beside the forward), to read or to change in place."""
+        rel, part, _ = _BLOCK_HOOKS[hook]
+        mod = self._module(blocks[layer], rel)
+        value = mod.input if part == "input" else mod.output
+        if part.startswith("output") and part != "output":
+            value = value[int(part[-1])]
+        return value[0] if isinstance(value, tuple) else value
+
+    def _trace(self, tokens: Any, save: list[str] = (), fwd_hooks: list = (), start_at_layer: int | None = None):
+        """One nnsight trace: ``fwd_hooks`` ((hook name, fn(act, hook)) as in TransformerLens) change the
+        activations they are given, in place or by what they return; the names in ``save`` come back (after
+        the hooks). With ``start_at_layer``, ``tokens`` is the residual stream entering that layer: the trace
+        runs on placeholder ids of its shape and the block's input is replaced by it (positions are the
+        same; the layers before run on the placeholders and are not read)."""
         import torch
 
+        # (layer, place in the block, start 0 / hook 1 / save 2, name, action): nnsight reads modules in
+        # execution order; at one site the residual replacing the input comes first, then hooks, then saves
+        steps: list[tuple[int, int, int, str, Any]] = []
+        for name, fn in [*self._active_hooks, *fwd_hooks]:
+            layer, hook = self._parse(name)
+            if _BLOCK_HOOKS[hook][1] == "output1":
+                raise RangeError(f"hook {name!r} can be read, not changed, on the nnsight backend")
+            steps.append((layer, _BLOCK_HOOKS[hook][2], 1, name, fn))
+        for name in save:
+            layer, hook = self._parse(name)
+            steps.append((layer, _BLOCK_HOOKS[hook][2], 2, name, None))
+        resid = None
+        if start_at_layer is not None:
+            resid = tokens
+            steps.append((self.check_layer(start_at_layer), _BLOCK_HOOKS["hook_resid_pre"][2], 0,
+                          f"blocks.{start_at_layer}.hook_resid_pre", None))
+            tokens = torch.zeros(resid.shape[:2], dtype=torch.long, device=resid.device)
+        steps.sort(key=lambda step: step[:3])
+        saved: dict[str, Any] = {}
+        blocks = self._blocks()
+        with torch.no_grad(), self.lm.trace(self._tokens(tokens), remote=self.remote):
+            for layer, _, kind, name, action in steps:
+                value = self._site(blocks, layer, self._parse(name)[1])
+                if kind == 0:  # the residual stream replaces the block's input
+                    value.copy_(resid.to(value.dtype))
+                elif kind == 2:
+                    saved[name] = value.clone().save()
+                else:
+                    out = action(value, _Hook(name))
+                    if out is not None and out is not value:
+                        value.copy_(out)
+            logits = self.lm.output.logits.save()
+        return logits, saved
+
+    def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
+        """(logits, {hook name: tensor}) for the requested TransformerLens hook names."""
         wanted = names if names is not None else (names_filter if isinstance(names_filter, list) else [])
         if callable(names_filter):
             wanted = [f"blocks.{l}.{h}" for l in range(self.arch.n_layers) for h in _BLOCK_HOOKS
                       if names_filter(f"blocks.{l}.{h}") and (h != "attn.hook_pattern")]
-        plan = sorted((self._parse(n) + (n,) for n in wanted),
-                      key=lambda x: (x[0], _BLOCK_HOOKS[x[1]][2]))  # nnsight needs execution order
-        saved: dict[str, Any] = {}
-        blocks = self._blocks()
-        with torch.no_grad(), self.lm.trace(tokens, remote=self.remote):
-            for layer, hook, full in plan:
-                rel, part, _ = _BLOCK_HOOKS[hook]
-                mod = self._module(blocks[layer], rel)
-                if part == "input":
-                    saved[full] = mod.input.save()
-                elif part == "output":
-                    saved[full] = mod.output.save()
-                else:
-                    saved[full] = mod.output[int(part[-1])].save()
-            logits = self.lm.output.logits.save()
-        cache = {k: (v[0] if isinstance(v, tuple) else v) for k, v in saved.items()}
-        return logits, cache
+        return self._trace(tokens, save=list(wanted))
 
     def logits(self, tokens):
-        logits, _ = self.run_with_cache(tokens, names=[])
-        return logits
+        return self._trace(tokens)[0]
 
-    def __call__(self, tokens, **kwargs):
-        return self.logits(tokens)
+    def __call__(self, tokens, start_at_layer: int | None = None, **kwargs):
+        """Logits [batch, pos, vocab]; with ``start_at_layer``, ``tokens`` is the residual stream entering
+        that layer [batch, pos, d_model] (as TransformerLens' forward takes it)."""
+        if kwargs:
+            raise WorkbenchError(f"the nnsight backend's forward takes no {', '.join(sorted(kwargs))}")
+        return self._trace(tokens, start_at_layer=start_at_layer)[0]
 
-    def generate(self, prompt: str, max_new_tokens: int = 10) -> str:
+    def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):
+        """Logits of a forward with TransformerLens-style forward hooks at the hook names this backend has."""
+        if bwd_hooks or kwargs:
+            raise WorkbenchError("the nnsight backend runs forward hooks only (no backward hooks or options)")
+        return self._trace(tokens, fwd_hooks=list(fwd_hooks))[0]
+
+    @contextmanager
+    def hooks(self, fwd_hooks=(), bwd_hooks=()) -> Iterator[NNsightModel]:
+        """Within the block every forward of this model (``model(...)``, ``logits``, ``run_with_cache``,
+        generation) runs with ``fwd_hooks``, as TransformerLens' ``hooks`` context."""
+        if bwd_hooks:
+            raise WorkbenchError("the nnsight backend runs forward hooks only (no backward hooks)")
+        for name, _ in fwd_hooks:
+            self._parse(name)
+        added = list(fwd_hooks)
+        self._active_hooks = [*self._active_hooks, *added]
+        try:
+            yield self
+        finally:
+            self._active_hooks = self._active_hooks[: len(self._active_hooks) - len(added)]
+
+    def greedy(self, tokens, max_new_tokens: int, kv_cache: bool = True) -> list[int]:
+        """Greedy continuation ids, each step a whole-sequence trace (no KV cache), stopping after
+        end-of-text; active ``hooks`` act at every step."""
         import torch
 
-        tokens = self.to_tokens(prompt)
-        new = []
-        for _ in range(max_new_tokens):
-            nxt = self.logits(tokens)[0, -1].argmax()
-            new.append(int(nxt))
-            tokens = torch.cat([tokens, nxt.view(1, 1).to(tokens.device)], dim=1)
-        return self.decode(new)
-
-    def run_with_hooks(self, *args, **kwargs):
-        raise WorkbenchError("the nnsight backend patches through nnsight traces; "
-                             "use backend='transformer_lens' for TransformerLens hooks")
+        n = max(0, min(int(max_new_tokens), self.arch.n_ctx - tokens.shape[1]))
+        eos = getattr(self.tokenizer, "eos_token_id", None)
+        new: list[int] = []
+        for _ in range(n):
+            nxt = int(self.logits(tokens)[0, -1].argmax())
+            new.append(nxt)
+            if nxt == eos:
+                break
+            tokens = torch.cat([tokens, tokens.new_tensor([[nxt]])], dim=1)
+        return new
 
     def hook_names(self) -> list[str]:
         return [f"blocks.{l}.{h}" for l in range(self.arch.n_layers) for h in _BLOCK_HOOKS]

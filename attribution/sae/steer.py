@@ -107,25 +107,11 @@ class SteerResult:
 
 
 def _generate(model: HookedModel, tokens: Any, n_new: int) -> list[int]:
-    """Greedy continuation ids, with the KV cache (HookedModel.greedy): the steering hooks see the prompt
-    in the first pass and then each new position alone (see _first). A one-token prompt, whose first pass
-    would look like a cached step, recomputes the whole sequence each step."""
-    import torch
-
-    if tokens.shape[1] > 1 and hasattr(model, "greedy"):
-        return model.greedy(tokens, n_new)
-    new: list[int] = []
-    eos = getattr(model.tokenizer, "eos_token_id", None)
-    with torch.no_grad():
-        for _ in range(n_new):
-            if tokens.shape[1] >= model.arch.n_ctx:
-                break
-            nxt = int(model(tokens)[0, -1].argmax())
-            new.append(nxt)
-            if nxt == eos:
-                break
-            tokens = torch.cat([tokens, tokens.new_tensor([[nxt]])], dim=1)
-    return new
+    """Greedy continuation ids (HookedModel.greedy, TransformerLens' loop at the faster thread count): with
+    the KV cache the steering hooks see the prompt in the first pass and then each new position alone (see
+    _first). A one-token prompt, whose first pass would look like a cached step, recomputes the whole
+    sequence each step."""
+    return model.greedy(tokens, n_new, kv_cache=tokens.shape[1] > 1)
 
 
 MAX_NEW_TOKENS = 512  # greedy steps of one steering call (two continuations)

@@ -1,0 +1,132 @@
+"""Generation through workbench.decode (TransformerLens' KV-cache loop at the faster thread count): the same
+tokens as TransformerLens' own generate, hooks still steer, the thread choice, and prompt strings wherever
+TransformerLens takes them (HookedModel and the module underneath), with the model's BOS rule."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from workbench.decode import RECHECK_EVERY, ThreadChooser
+from workbench.errors import PromptError
+
+PROMPT = "the cat sat on a mat and the dog ran to"
+
+
+def _tl_generate(model, tokens, n: int) -> list[int]:
+    """The path generation took before workbench.decode: TransformerLens' generate, greedy, KV cache."""
+    eos = model.tokenizer.eos_token_id
+    with torch.no_grad():
+        out = model.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
+                                stop_at_eos=True, eos_token_id=eos, verbose=False, return_type="tokens")
+    new = [int(i) for i in out[0, tokens.shape[1]:]]
+    return new[: new.index(eos) + 1] if eos in new else new
+
+
+def test_greedy_equals_transformer_lens_generate(tiny_llama, tiny_gpt2, one_thread):
+    for model in (tiny_llama, tiny_gpt2):
+        tokens = model.to_tokens(PROMPT)
+        assert model.greedy(tokens, 12) == _tl_generate(model, tokens, 12)
+
+
+def test_greedy_equals_transformer_lens_at_two_threads(tiny_llama):
+    """With more than one thread the chooser switches counts between steps: the tokens stay the same."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tokens = tiny_llama.to_tokens(PROMPT)
+        assert tiny_llama.greedy(tokens, 10) == _tl_generate(tiny_llama, tokens, 10)
+        assert torch.get_num_threads() == 2  # restored after the loop
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_sample_equals_transformer_lens_with_a_seed(tiny_llama, one_thread):
+    tokens = tiny_llama.to_tokens(PROMPT)
+    torch.manual_seed(3)
+    ref = tiny_llama.tl.generate(tokens, max_new_tokens=8, temperature=1.0, verbose=False, use_past_kv_cache=True)
+    torch.manual_seed(3)
+    assert torch.equal(tiny_llama.sample(tokens, 8), ref)
+
+
+def test_a_steering_hook_changes_the_output(tiny_llama, one_thread):
+    tokens = tiny_llama.to_tokens(PROMPT)
+    clean = tiny_llama.greedy(tokens, 8)
+    push = tiny_llama.W_U[:, 500].detach() * 50.0  # pushes the residual towards token 500
+
+    def steer(act, hook):  # noqa: ARG001
+        return act + push
+
+    with tiny_llama.hooks(fwd_hooks=[("blocks.1.hook_resid_post", steer)]):
+        steered = tiny_llama.greedy(tokens, 8)
+        one_token = tiny_llama.greedy(tiny_llama.to_tokens("the"), 4, kv_cache=False)
+    assert steered != clean and steered[0] == 500
+    assert one_token[0] == 500
+    assert tiny_llama.greedy(tokens, 8) == clean  # the hook is gone after the block
+
+
+def test_thread_chooser_keeps_the_faster_count_and_rechecks():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        chooser = ThreadChooser()
+        seconds = {2: 0.5, 1: 0.1}  # one thread is the faster here (a busy machine)
+        counts = []
+        for _ in range(2 * RECHECK_EVERY):
+            counts.append(chooser.next_count())
+            chooser.record(seconds[chooser.current])
+        assert counts[:2] == [2, 1]  # each once
+        assert counts.count(2) == 3  # then the faster, with one recheck every RECHECK_EVERY steps
+        chooser.restore()
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+
+
+# -- prompt strings --------------------------------------------------------------------------------------
+
+def test_strings_wherever_transformer_lens_takes_them(tiny_llama):
+    m = tiny_llama
+    text = "The capital of France is"
+    tokens = m.to_tokens(text)
+    assert torch.equal(m.tl.to_tokens(text), tokens)
+    with torch.no_grad():
+        ref = m(tokens)
+        assert torch.equal(m(text), ref)
+        assert torch.equal(m.tl(text), ref)
+        logits, cache = m.run_with_cache(text, names_filter=["blocks.0.hook_resid_post"])
+        tl_logits, _ = m.tl.run_with_cache(text)
+    assert torch.equal(logits, ref) and torch.equal(tl_logits, ref)
+    assert cache["blocks.0.hook_resid_post"].shape[:2] == tokens.shape
+    assert torch.equal(m.logits(text), ref)
+    assert m.to_str_tokens(text) == m.to_str_tokens(tokens) == m.tl.to_str_tokens(text)
+    batch = m.to_tokens(["The cat sat", "The dog ran"])
+    assert batch.shape[0] == 2 and torch.equal(batch[:1], m.to_tokens("The cat sat"))
+    with pytest.raises(PromptError):
+        m.to_tokens(["The cat", "The dog ran far away"])
+
+
+def test_the_bos_rule_is_the_workbench_one_on_both_paths(tiny_llama_dir):
+    """A model whose rule is to prepend BOS (Gemma's, here forced on a tokenizer that does not add it):
+    TransformerLens' string paths add it too, once."""
+    from workbench.backends import build_backend
+
+    m = build_backend(tiny_llama_dir, "tiny-bos", prepend_bos=True)
+    tokens = m.to_tokens("The capital")
+    assert tokens[0, 0].item() == m.tokenizer.bos_token_id and tokens[0, 1].item() != m.tokenizer.bos_token_id
+    assert torch.equal(m.tl.to_tokens("The capital"), tokens)
+    assert m.to_str_tokens("The capital")[0] == m.tokenizer.bos_token
+
+
+# -- the real model ---------------------------------------------------------------------------------------
+
+@pytest.mark.real
+def test_real_greedy_and_tokens_equal_transformer_lens(smollm2):
+    for text in ["The capital of France is", "When Mary and John went to the store, John gave a drink to"]:
+        tokens = smollm2.to_tokens(text)
+        assert torch.equal(smollm2.tl.to_tokens(text), tokens)
+        assert smollm2.to_str_tokens(text)[:3] == smollm2.tl.to_str_tokens(text)[:3]
+        assert smollm2.greedy(tokens, 8) == _tl_generate(smollm2, tokens, 8)
+    assert smollm2.generate("The capital of France is", 1) == " Paris"
+    with torch.no_grad():
+        assert smollm2("The capital of France is")[0, -1].argmax().item() == smollm2.token_id(" Paris")
