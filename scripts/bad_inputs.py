@@ -1381,7 +1381,8 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
     env = {**os.environ, "WORKBENCH_RUNS": str(store), "PYTHONPATH": str(ROOT), "COLUMNS": "200", **case.env}
     env.pop("WORKBENCH_DEBUG", None)
     started = time.time()
-    if batch is not None:
+    # a case with its own environment gets its own process: libraries read some settings once, at import
+    if batch is not None and not case.env:
         answer = batch.run(args, store, cwd, case.timeout, case.env)
         if answer["rc"] is None:
             return {"class": "timeout", "rc": None, "seconds": answer["seconds"],
@@ -1422,8 +1423,8 @@ def classify(case: Case, args: list[str], out: str, err: str, rc: int | None, st
              planted: set[str]) -> dict[str, Any]:
     """The class of one case's outcome (see the module's docstring)."""
     lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    # "note:" lines (damaged runs skipped) and Streamlit-free warnings are not errors
-    error_lines = [ln for ln in lines if not ln.startswith("note:")]
+    # "note:" lines (damaged runs skipped) and progress lines ("looking up X ... (up to 5 s) ...") are not errors
+    error_lines = [ln for ln in lines if not ln.startswith("note:") and not ln.rstrip().endswith("...")]
     saved = runs_in(store) - before
     bad_store = next((x for x in all_non_finite(store) if x not in planted), None)
     detail = (error_lines[-1] if error_lines else out.strip()[:200])[:300]
