@@ -26,7 +26,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
@@ -355,7 +355,6 @@ class Checks:
     hints: dict[str, Any]
     extras: dict[str, Rule | Any] | Callable[[dict[str, Any]], dict[str, Any] | None] | None
     signature: inspect.Signature
-    extra_names: list[str] = field(default_factory=list)
 
 
 def checked(extras: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any] | None] | None = None,
@@ -372,8 +371,7 @@ def checked(extras: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any] |
         unknown_rule = set(rules) - set(sig.parameters)
         if unknown_rule:
             raise TypeError(f"{label}: rules for no parameter: {sorted(unknown_rule)}")
-        spec = Checks(label, rules, hints, extras, sig,
-                      sorted(extras) if isinstance(extras, dict) else [])
+        spec = Checks(label, rules, hints, extras, sig)
 
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
@@ -383,7 +381,11 @@ def checked(extras: dict[str, Any] | Callable[[dict[str, Any]], dict[str, Any] |
             except WorkbenchError as exc:
                 if isinstance(exc, (ValueError, TypeError)):
                     raise
-                raise _as_value_error(type(exc))(*exc.args).with_traceback(exc.__traceback__) from None
+                try:
+                    valued = _as_value_error(type(exc))(*exc.args)
+                except Exception:  # noqa: BLE001 - a class built with other arguments: raised as it is
+                    raise exc from None
+                raise valued.with_traceback(exc.__traceback__) from None
 
         run.__checks__ = spec  # type: ignore[attr-defined]
         return run
@@ -442,7 +444,7 @@ def _check_extras(spec: Checks, values: dict[str, Any], extra: dict[str, Any]) -
             _check_type(where, value, check)
 
 
-def _as_type_hint_ok(value: Any, hint: Any) -> bool:
+def _fits(value: Any, hint: Any) -> bool:
     """Whether ``value`` matches ``hint`` (shallow: containers by their kind and their items' kind)."""
     if hint is Any or hint is inspect.Parameter.empty or isinstance(hint, typing.TypeVar):
         return True
@@ -450,7 +452,7 @@ def _as_type_hint_ok(value: Any, hint: Any) -> bool:
         return value is None
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
-        return any(_as_type_hint_ok(value, h) for h in typing.get_args(hint))
+        return any(_fits(value, h) for h in typing.get_args(hint))
     if origin is typing.Literal:
         return value in typing.get_args(hint)
     if hint is float:
@@ -466,9 +468,9 @@ def _as_type_hint_ok(value: Any, hint: Any) -> bool:
             return False
         item_hints = typing.get_args(hint)
         if origin in (list, set, frozenset) and item_hints:
-            return all(_as_type_hint_ok(v, item_hints[0]) for v in value)
+            return all(_fits(v, item_hints[0]) for v in value)
         if origin is dict and len(item_hints) == 2:
-            return all(_as_type_hint_ok(k, item_hints[0]) and _as_type_hint_ok(v, item_hints[1])
+            return all(_fits(k, item_hints[0]) and _fits(v, item_hints[1])
                        for k, v in value.items())
         return True
     if isinstance(hint, type):
@@ -477,7 +479,7 @@ def _as_type_hint_ok(value: Any, hint: Any) -> bool:
 
 
 def _check_type(where: str, value: Any, hint: Any) -> None:
-    if not _as_type_hint_ok(value, hint):
+    if not _fits(value, hint):
         raise ArgumentTypeError(f"{where} must be {_hint_text(hint)} (got {_got(value)})")
 
 
@@ -495,7 +497,7 @@ def _hint_text(hint: Any) -> str:
 def type_refusals(hint: Any) -> list[Any]:
     """Values of a type ``hint`` refuses (for the tests): picked from a fixed assortment."""
     assortment: list[Any] = [object(), 12345, "some text", 2.5, [1, 2], {"a": 1}, None, b"bytes"]
-    return [v for v in assortment if not _as_type_hint_ok(v, hint)]
+    return [v for v in assortment if not _fits(v, hint)]
 
 
 @functools.cache
