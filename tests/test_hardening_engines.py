@@ -66,3 +66,43 @@ def test_an_image_file_holds_one_image(tmp_path, shape):
     np.save(f, np.full(shape, 0.5, dtype=np.float32))
     with pytest.raises(WorkbenchError, match="shape"):
         read_image(f)
+
+
+def test_prompt_files_refuse_nan_fields():
+    from workbench.errors import PromptError
+    from workbench.prompt_files import parse_prompts
+
+    good = '{"prompt": "a", "target": "b"}'
+    assert parse_prompts(good + "\n", "p.jsonl")[0]["target"] == "b"
+    for bad in ('{"prompt": "a", "target": "b", "w": NaN}', '{"prompt": "a", "target": "b", "w": -Infinity}'):
+        with pytest.raises(PromptError, match=r"p.jsonl:2: .*not a finite number"):
+            parse_prompts(good + "\n" + bad + "\n", "p.jsonl")
+
+
+def test_dataset_labels_are_strings(tmp_path):
+    import json
+
+    from attribution.probes.activations import load_dataset
+    from workbench.errors import DatasetError
+
+    f = tmp_path / "d.jsonl"
+    f.write_text("".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(8)))
+    with pytest.raises(DatasetError, match="label"):
+        load_dataset(f)
+
+
+@pytest.mark.parametrize("info, words", [({"kind": "bogus", "hook": "h"}, "bogus"), (None, "does not say its hook")])
+def test_a_dictionary_names_a_known_kind_and_its_hook(tmp_path, info, words):
+    import json
+
+    from attribution.sae.dictionary import check_dictionary_dir
+    from workbench.errors import ModelFileError
+
+    (tmp_path / "cfg.json").write_text(json.dumps({"d_in": 4, "d_sae": 8, "metadata": {}}))
+    if info is not None:
+        (tmp_path / "workbench.json").write_text(json.dumps(info))
+    with pytest.raises(ModelFileError, match=words):
+        check_dictionary_dir(tmp_path)
+    (tmp_path / "cfg.json").write_text(json.dumps({"d_in": 4, "d_sae": 8, "metadata": {"hook_name": "h"}}))
+    (tmp_path / "workbench.json").write_text(json.dumps({"kind": "topk"}))
+    check_dictionary_dir(tmp_path)  # SAELens' own metadata names the hook: enough
