@@ -35,6 +35,7 @@ class EdgeMethod:
     function: str = "score"
     per_layer: bool = False  # cost_per counts once per layer moved (embedding, each attention layer and MLP)
     choices: dict[str, tuple[str, ...]] = field(default_factory=dict)  # text parameter -> its allowed values
+    most: dict[str, int] = field(default_factory=dict)  # whole-number parameter -> its largest value, over _MOST
 
     def scorer(self) -> Callable[..., Any]:
         return getattr(import_module(self.module), self.function)
@@ -56,7 +57,7 @@ class EdgeMethod:
             have = ", ".join(self.params) or "none"
             raise MethodError(f"{self.name} has no parameter {', '.join(unknown)}; parameters: {have}")
         for key, value in params.items():
-            _check_param(self.name, key, value, self.params[key])
+            _check_param(self.name, key, value, self.params[key], self.most.get(key))
             allowed = self.choices.get(key)
             if allowed is not None and value not in allowed:  # refused here, before any model or prompt loads
                 raise MethodError(f"{self.name} parameter {key}={value!r} must be one of {', '.join(allowed)}")
@@ -68,18 +69,21 @@ _LEAST = {"steps": 1, "copies": 1, "sample": 0, "seed": 0}
 _MOST = {"steps": 10_000, "copies": 1024}
 
 
-def _check_param(method: str, key: str, value: Any, default: Any) -> None:
+def _check_param(method: str, key: str, value: Any, default: Any, most: int | None = None) -> None:
     """A parameter's value has its default's type (a whole number where the default is one, a number where it
-    is a float, text where it is text) and its bounds; MethodError (one line) otherwise."""
+    is a float, text where it is text) and its bounds (``most``: the method's own upper bound); MethodError
+    (one line) otherwise."""
     import math
+
+    bounds = {**_MOST, key: most} if most is not None else _MOST
 
     if isinstance(default, bool) or isinstance(default, str):
         ok = type(value) is type(default)
         want = "true or false" if isinstance(default, bool) else "text"
     elif isinstance(default, int):
         ok = isinstance(value, int) and not isinstance(value, bool)
-        ok = ok and _LEAST.get(key, -math.inf) <= value <= _MOST.get(key, math.inf)
-        want = f"a whole number >= {_LEAST.get(key, 0)}" + (f" and <= {_MOST[key]}" if key in _MOST else "")
+        ok = ok and _LEAST.get(key, -math.inf) <= value <= bounds.get(key, math.inf)
+        want = f"a whole number >= {_LEAST.get(key, 0)}" + (f" and <= {bounds[key]}" if key in bounds else "")
     else:
         ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
         want = "a finite number"
@@ -115,6 +119,12 @@ EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
     EdgeMethod("dpa_cf", "circuits.edges.dpa", "DPA with targets averaged over the clean and counterfactual runs",
                {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
                cost=4.0, label="DPA (counterfactual-aware)", function="score_cf", choices=_DPA_CHOICES),
+    EdgeMethod("dpa_path", "circuits.edges.dpa_path",
+               "DPA integrated along the counterfactual -> clean path: targets averaged over `steps` runs whose "
+               "embedding is interpolated (alpha = 1/steps .. 1, as EAP-IG); steps=1 is dpa",
+               {"steps": 4, "w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
+               cost=1.0, cost_per={"steps": 2.0}, label="DPA (path-integrated)", choices=_DPA_CHOICES,
+               most={"steps": 256}),
     EdgeMethod("edge_pruning", "circuits.edges.edge_pruning",
                "edge pruning: a hard-concrete mask over every edge learned on the prompts (Bhaskar et al. 2024)",
                {"steps": 20, "lr": 0.2, "l0": 0.01, "seed": 0, "loss": "kl"}, cost=8.0, cost_per={"steps": 11.0},
