@@ -59,9 +59,17 @@ def _split(dst: str, names: set[str]) -> tuple[str, str | None]:
     return dst, None
 
 
+WIDE_EM = {"…": 1.0, "M": 0.85, "W": 0.95, "m": 0.85, "w": 0.75, "@": 1.0, "%": 0.9}  # Arial's widest glyphs
+
+
 def text_width(text: str, font: float) -> float:
-    """An upper estimate of a label's width in px (plotly draws labels in Arial)."""
-    return len(text) * CHAR_EM * font
+    """An upper estimate of a label's width in px (plotly draws labels in Arial): CHAR_EM an ordinary character
+    (Arial's digits and lower case are 0.5-0.56 em), 0.75 em a capital, more for the widest glyphs (measured
+    in Chromium: "MLP" 0.69 em a character, "prepos…" 0.58)."""
+    import html as _html
+
+    text = _html.unescape(text)
+    return font * sum(WIDE_EM.get(c, 0.75 if c.isupper() else CHAR_EM) for c in text)
 
 
 def _column(name: str, kind: str) -> int | None:
@@ -87,10 +95,12 @@ def layout(nodes: list[dict[str, Any]]) -> dict[str, tuple[float, float]]:
     if all(c is not None for name, c in cols.items() if name not in {n["name"] for n in centred}):
         n_heads = max((c for c in cols.values() if c is not None and c >= 0), default=-1) + 1
         width = n_heads + (1 if any(c == -1 for c in cols.values()) else 0)
+        # the embeddings and logits sit between two middle columns, never on one (its labels under their edges)
+        centre = 0.5 + (0.5 / (width + 1) if width % 2 else 0.0)
         pos = {}
         for n in nodes:
             c = cols[n["name"]]
-            x = 0.5 if c is None else ((n_heads if c == -1 else c) + 1) / (width + 1)
+            x = centre if c is None else ((n_heads if c == -1 else c) + 1) / (width + 1)
             pos[n["name"]] = (x, float(rank[float(n["layer"])]))
         return pos
     rows: dict[float, list[str]] = {}
@@ -267,9 +277,9 @@ def _fit_labels(fig: go.Figure, n_rows: int) -> None:
         for side in ("top center", "bottom center"):
             same = [i for i in members if positions[i] == side]
             for a, b in zip(same, same[1:], strict=False):
-                chars = (len(nodes.text[a]) + len(nodes.text[b])) / 2
-                if chars:
-                    font = min(font, ((nodes.x[b] - nodes.x[a]) * px - 4) / (chars * CHAR_EM))
+                ems = (text_width(nodes.text[a], 1.0) + text_width(nodes.text[b], 1.0)) / 2  # width per px of font
+                if ems:
+                    font = min(font, ((nodes.x[b] - nodes.x[a]) * px - 4) / ems)
     row_px = ph / max(n_rows - 1 + 1.2, 1.0)  # the y range is [-0.6, n_rows - 0.4]
     font = min(font, (row_px - MARKER - 4) / 2 / 1.3)  # a label below one row and one above the next fit between
     if font < 7:  # too many nodes for labels at this size: hover names them
@@ -370,8 +380,14 @@ def short_label(node: dict[str, Any], labels: dict[str, list[str]], chars: int) 
     logits "logits", an embedding nothing (its token labels the column); each line at most ``chars``
     characters, escaped (plotly reads tags in labels)."""
 
-    def cut(text: str) -> str:
-        return html.escape(text if len(text) <= chars else text[: max(chars - 1, 1)] + "…", quote=False)
+    budget = chars * CHAR_EM * FEATURE_FONT  # px a line may take
+
+    def cut(text: str) -> str:  # by estimated width: capitals and the ellipsis are wider than CHAR_EM
+        if text_width(text, FEATURE_FONT) > budget:
+            while len(text) > 1 and text_width(text + "…", FEATURE_FONT) > budget:
+                text = text[:-1]
+            text = text.rstrip() + "…"
+        return html.escape(text, quote=False)
 
     if node["kind"] == "feature":
         text = (labels.get(node.get("dictionary") or "") or [])[node["feature"]:node["feature"] + 1]
@@ -522,7 +538,10 @@ def circuit_plot(res: Any, k: int | None = None, selected: str | None = None) ->
     else:
         what = "logit(target) − logit(foil)" if res.metric == "logit_diff" else "logit(target)"
     n = res.n_prompts
-    title = f"{res.method} circuit of {what} on {res.model}"
+    from circuits.edges import EDGE_METHODS
+
+    method = EDGE_METHODS[res.method].label if res.method in EDGE_METHODS else res.method
+    title = f"{method} circuit of {what} on {res.model}"
     subtitle = (f"top {k} of {res.graph.n_edges:,} edges by |score| · width ∝ |score|<br>edge score: the metric's "
                 f"drop when the edge alone is ablated ({res.ablation} ablation), summed over positions, averaged "
                 f"over {n} prompt{'s' if n != 1 else ''}")

@@ -3,8 +3,9 @@ their default size, name target and foil and what they aggregate, and every figu
 HTML (plotly.js beside it, not inlined) and JSON.
 
 Label boxes are estimated in pixel space from the figure's own width, height, margins and axis ranges: a
-label is ``len(line) x 0.6 em`` wide (an upper bound for Arial) and ``1.25 em`` a line tall, placed where its
-``textposition`` puts it next to its marker.
+label is as wide as its characters (0.6 em each, 0.75 a capital, up to 1 em the widest glyphs: upper bounds for
+Arial, checked against Chromium's own boxes) and ``1.25 em`` a line tall, placed where its ``textposition`` puts
+it next to its marker.
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ import torch
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 TOKENS = ["When", " Mary", " and", " John", " went", " to", " the", " store", ",", " John", " gave", " a",
           " drink", " to"]
+
+
+def width_em(text: str) -> float:
+    """An upper estimate of a line's width in em in Arial (measured in Chromium: digits and lower case 0.5-0.56,
+    capitals up to 0.72, 'm' 0.83, 'W' 0.94, the ellipsis 1.0)."""
+    wide = {"…": 1.0, "M": 0.85, "W": 0.95, "m": 0.85, "w": 0.75, "@": 1.0, "%": 0.9}
+    return sum(wide.get(c, 0.75 if c.isupper() else 0.6) for c in text)
 
 
 def label_boxes(fig) -> list[tuple[str, float, float, float, float]]:
@@ -36,7 +44,7 @@ def label_boxes(fig) -> list[tuple[str, float, float, float, float]]:
         if not text:
             continue
         lines = [html.unescape(line) for line in text.split("<br>")]
-        w, h = max(len(line) for line in lines) * 0.6 * font, len(lines) * 1.25 * font
+        w, h = max(width_em(line) for line in lines) * font, len(lines) * 1.25 * font
         cx = m.l + (nodes.x[i] - xa) / (xb - xa) * pw
         cy = m.t + (yb - nodes.y[i]) / (yb - ya) * ph
         r = float(sizes[i]) / 2
