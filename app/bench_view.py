@@ -16,7 +16,7 @@ import streamlit as st
 from app import common as C
 from app import shared as SH
 
-BEST = " ★"  # appended to the best cell of each task column (highest CPR, lowest CMD)
+BEST = " ★"  # appended to the best cell of each task column (highest CPR, lowest CMD) clear of random
 OLD_RUN = ("this run was saved before bench runs kept each cell's edge scores: run `workbench bench circuits` "
            "again to draw its circuits")
 
@@ -61,16 +61,34 @@ def _methods(result: dict[str, Any]) -> list[str]:
     return seen
 
 
+def _clear_of(cell: dict[str, Any], random: dict[str, Any] | None, key: str) -> bool | None:
+    """Whether ``cell``'s interval lies wholly on the better side of random's (above it for CPR, below for CMD);
+    None when the task has no random baseline."""
+    if random is None:
+        return None
+    lo, hi = cell[f"{key}_ci"]
+    r_lo, r_hi = random[f"{key}_ci"]
+    return lo > r_hi if key == "cpr" else hi < r_lo
+
+
 def table(result: dict[str, Any], level: str, key: str) -> Any:
-    """Methods x tasks of ``key`` (cpr or cmd) as "value [lo, hi]", the best per task marked with BEST."""
+    """Methods x tasks of ``key`` (cpr or cmd) as "value [lo, hi]". Per task the best method whose interval is
+    clear of random's is marked with BEST (a method whose interval overlaps random's is no winner, however high
+    its mean); ``frame.attrs["indistinguishable"]`` holds the (method, task) cells whose interval overlaps random's
+    (drawn grey by ``styled``)."""
     import pandas as pd
 
     methods, tasks = _methods(result), result["tasks"]
     data: dict[str, list[str]] = {"method": methods}
+    grey: set[tuple[str, str]] = set()
     for t in tasks:
         cells = {m: t["methods"].get(m, {}).get("levels", {}).get(level) for m in methods}
-        values = [c[key] for c in cells.values() if c]
-        best = (max if key == "cpr" else min)(values) if values else None
+        random = cells.get("random")
+        clear = {m: _clear_of(c, random, key) for m, c in cells.items() if c and m != "random"}
+        grey |= {(m, t["task"]) for m, ok in clear.items() if ok is False}
+        winners = [m for m, ok in clear.items() if ok is not False]  # no random baseline: every method competes
+        pick = max if key == "cpr" else min
+        best = pick(winners, key=lambda m: cells[m][key]) if winners else None
         column = []
         for m in methods:
             c = cells[m]
@@ -78,10 +96,22 @@ def table(result: dict[str, Any], level: str, key: str) -> Any:
                 column.append("-")
                 continue
             lo, hi = c[f"{key}_ci"]
-            column.append(f"{c[key]:.3f} [{lo:.2f}, {hi:.2f}]" + (BEST if c[key] == best else ""))
+            column.append(f"{c[key]:.3f} [{lo:.2f}, {hi:.2f}]" + (BEST if m == best else ""))
         data[t["task"]] = column
     frame = pd.DataFrame(data)
-    return frame[[c for c in frame.columns if c == "method" or (frame[c] != "-").any()]]
+    frame = frame[[c for c in frame.columns if c == "method" or (frame[c] != "-").any()]]
+    frame.attrs["indistinguishable"] = sorted(grey)
+    return frame
+
+
+def styled(frame: Any) -> Any:
+    """``table``'s frame with the cells indistinguishable from random in grey."""
+    grey = set(map(tuple, frame.attrs.get("indistinguishable", [])))
+
+    def colour(column: Any) -> list[str]:
+        return ["color: #9e9e9e" if (m, column.name) in grey else "" for m in frame["method"]]
+
+    return frame.style.apply(colour, axis=0)
 
 
 def seconds_table(result: dict[str, Any]) -> Any:
@@ -117,6 +147,20 @@ def agreement_table(result: dict[str, Any]) -> Any:
     return pd.DataFrame({"method": list(cells), **{t: [row.get(t, "-") for row in cells.values()] for t in tasks}})
 
 
+def decade_ticks(values: list[float]) -> dict[str, Any]:
+    """A log axis ticked at every power of ten the values span, each written in full ("0.001", "0.01", "0.1",
+    "1"), never plotly's minor digits between decades ("0.001, 2, 5, 0.01")."""
+    import math
+
+    pos = [v for v in values if v > 0 and math.isfinite(v)]
+    if not pos:
+        return {"type": "log"}
+    lo, hi = math.floor(math.log10(min(pos))), math.ceil(math.log10(max(pos)))
+    vals = [10.0**e for e in range(lo, max(hi, lo + 1) + 1)]
+    return {"type": "log", "tickmode": "array", "tickvals": vals, "ticktext": [f"{v:g}" if v >= 1e-4 else f"{v:.0e}"
+                                                                               for v in vals]}
+
+
 def curves_figure(result: dict[str, Any], task: str, level: str, key: str) -> Any:
     """Each method's faithfulness curve on ``task`` (``key``: the cpr curve, signed scores, or the cmd one,
     |scores|) against the fraction of the graph kept."""
@@ -124,17 +168,19 @@ def curves_figure(result: dict[str, Any], task: str, level: str, key: str) -> An
 
     t = next(t for t in result["tasks"] if t["task"] == task)
     fig = go.Figure()
+    fractions: list[float] = []
     for method, res in t["methods"].items():
         lv = res.get("levels", {}).get(level)
         if lv:
             c = lv["curves"][key]
+            fractions += [float(x) for x in c["fractions"]]
             fig.add_trace(go.Scatter(x=c["fractions"], y=c["faithfulness"], mode="lines+markers", name=method,
                                      customdata=c["edges_kept"],
                                      hovertemplate="%{x:.3f} of the graph (%{customdata} kept): %{y:.3f}"))
     fig.add_hline(y=1.0, line_dash="dot", line_color="grey")
     what = "signed scores (CPR)" if key == "cpr" else "|scores| (CMD)"
     fig.update_layout(title=f"{task}, {level} level: faithfulness by circuit size, {what}", height=380,
-                      xaxis={"type": "log", "title": "fraction of the graph kept"},
+                      xaxis={**decade_ticks(fractions), "title": "fraction of the graph kept"},
                       yaxis={"title": "normalised faithfulness"}, margin={"l": 10, "r": 10, "t": 50, "b": 10})
     return fig
 
@@ -169,9 +215,11 @@ def show_leaderboard(run: Any, prefix: str) -> bool:
     level = st.radio("Level", levels, horizontal=True, key=f"{prefix}_level") if len(levels) > 1 else levels[0]
     st.markdown("**CPR** (area under the faithfulness curve; higher is better; ★ best per task)",
                 help="MIB's CPR over its grid of circuit sizes, with a 95% bootstrap interval over the prompts.")
-    st.dataframe(table(result, level, "cpr"), hide_index=True, key=f"{prefix}_cpr")
+    st.dataframe(styled(table(result, level, "cpr")), hide_index=True, key=f"{prefix}_cpr")
     st.markdown("**CMD** (area between the curve and 1; lower is better; ★ best per task)")
-    st.dataframe(table(result, level, "cmd"), hide_index=True, key=f"{prefix}_cmd")
+    st.dataframe(styled(table(result, level, "cmd")), hide_index=True, key=f"{prefix}_cmd")
+    st.caption("★ marks the best method of a task only where its 95% interval is clear of random's; grey: an "
+               "interval that overlaps random's (indistinguishable from the random baseline on these prompts).")
     st.markdown("**Seconds** (scoring on train; evaluation of all curves in parentheses)")
     st.dataframe(seconds_table(result), hide_index=True, key=f"{prefix}_seconds")
     agree = agreement_table(result)

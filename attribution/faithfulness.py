@@ -241,7 +241,7 @@ class FaithfulnessResult:
         fig.update_layout(title=f"Disrupt (solid) / recover (dashed) · {self.model} · {self.level}",
                           xaxis_title="fraction of items", yaxis_title="100 · p(target) / p_clean(target)")
         if self.level != "token":
-            fig.update_xaxes(type="log")
+            fig.update_xaxes(type="log", dtick=1)  # every decade, written in full
         return fig
 
     def save(self, store=None):

@@ -84,7 +84,8 @@ def test_a_bench_run_opens_as_its_leaderboard_and_draws_a_cell(runs):
     assert all("2 tasks x 3 methods" in o for o in at.selectbox(key="bench_run").options)
     cpr = _table(at, "cpr")
     assert cpr.loc["eap", "ioi"] == "0.800 [0.70, 0.90] ★" and cpr.loc["random", "ioi"] == "0.100 [0.00, 0.20]"
-    assert cpr.loc["random", "facts"].endswith("★") and cpr.loc["activation_patching", "ioi"] == "-"
+    # facts: eap's interval [0.10, 0.30] overlaps random's [0.20, 0.40]: no winner, eap grey; random never wins
+    assert "★" not in "".join(cpr["facts"]) and cpr.loc["activation_patching", "ioi"] == "-"
     cmd = _table(at, "cmd")
     assert cmd.loc["eap", "ioi"].startswith("0.200") and cmd.loc["eap", "ioi"].endswith("★")  # lowest CMD
     assert _table(at, "seconds").loc["activation_patching", "facts"] == "9.0 (2)"
@@ -116,6 +117,20 @@ def _opened(page, key, run_id):
     assert not problems(at)
     assert _table(at, "cpr").loc["eap", "ioi"].startswith("0.800")
     return at
+
+
+def test_best_only_clear_of_random_and_the_rest_grey():
+    from app.bench_view import decade_ticks, styled, table
+
+    result = _result()
+    cpr = table(result, "edge", "cpr").set_index("method")
+    assert cpr.loc["eap", "ioi"].endswith("★") and not cpr.loc["eap", "facts"].endswith("★")
+    frame = table(result, "edge", "cpr")
+    assert frame.attrs["indistinguishable"] == [("eap", "facts")]
+    html = styled(frame).to_html()
+    assert html.count("color: #9e9e9e") == 1
+    axis = decade_ticks([0.001, 0.01, 0.1, 1.0])
+    assert axis["ticktext"] == ["0.001", "0.01", "0.1", "1"]
 
 
 def test_an_old_run_shows_its_tables_and_says_why_no_circuit(runs):

@@ -1,4 +1,4 @@
-"""Build a tuned lens for an LLM on the English corpus (``workbench lens train`` runs it).
+"""Build a tuned lens for an LLM on the English corpus (``workbench lens-train`` runs it).
 
 Two stages, both against the final distribution, position 0 (the attention sink) left out:
 

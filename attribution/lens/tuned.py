@@ -137,7 +137,7 @@ class TunedLens:
         if not (directory / "tuned.safetensors").exists() and not (directory / "tuned.safetensors").is_symlink():
             trained = sorted(p.parent.name for p in lens_dir("_").parent.glob("*/tuned.safetensors"))
             raise ModelFileError(f"no tuned lens for {model.name} (trained: {', '.join(trained) or 'none'}); "
-                                 "use --kind logit, or train one with `workbench lens train`")
+                                 f"use --kind logit, or train one with `workbench lens-train {model.name}`")
         lens = _cached(directory)
         a = model.arch
         if tuple(lens.weight.shape) != (a.n_layers, a.d_model, a.d_model):
