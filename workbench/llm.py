@@ -159,3 +159,66 @@ def load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None
 
     return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
                          prepend_bos=prepend_bos, remote=remote, dtype=dtype)
+
+
+# Families whose HookedTransformer context TransformerLens fixes whatever the config says (its
+# loading_from_pretrained, 3.9: "capped due to memory issues")
+TL_FIXED_N_CTX = {"MistralForCausalLM": 2048, "Qwen3ForCausalLM": 2048}
+
+
+def arch_from_config(config: dict[str, Any], n_ctx: int | None = None) -> Any:
+    """The ArchInfo the transformer_lens backend reports for a model, from its config.json alone (no torch,
+    no TransformerLens: ``workbench info`` in well under a second). Same fields and values as the loaded
+    model's ``arch`` for every family in workbench.families (tests/test_info_from_files.py holds them equal)."""
+    from types import SimpleNamespace
+
+    from workbench.arch import arch_from_cfg
+    from workbench.families import family_of
+
+    family = family_of(config, "config.json")
+    arch = family.architecture
+    if family.tl_config is not None:  # Gemma 2/3, OLMo-2: the workbench's own configs, plain dicts
+        cfg = family.tl_config(config)
+    elif arch == "GPT2LMHeadModel":
+        d_model = config["n_embd"]
+        cfg = {"n_layers": config["n_layer"], "n_heads": config["n_head"], "d_model": d_model,
+               "d_head": d_model // config["n_head"], "d_mlp": config.get("n_inner") or 4 * d_model,
+               "n_ctx": config.get("n_ctx") or config.get("n_positions", 1024), "normalization_type": "LN",
+               "positional_embedding_type": "standard", "act_fn": config.get("activation_function", "gelu_new")}
+    else:
+        d_model, heads = config["hidden_size"], config["num_attention_heads"]
+        neox = arch == "GPTNeoXForCausalLM"
+        kv = config.get("num_key_value_heads")
+        cfg = {"n_layers": config["num_hidden_layers"], "n_heads": heads, "d_model": d_model,
+               "d_head": config.get("head_dim") or d_model // heads, "d_mlp": config["intermediate_size"],
+               "n_key_value_heads": kv if kv and kv != heads else None,
+               "n_ctx": TL_FIXED_N_CTX.get(arch) or config.get("max_position_embeddings", 2048),
+               "normalization_type": "LN" if neox else "RMS", "positional_embedding_type": "rotary",
+               "act_fn": config.get("hidden_act", "silu"), "gated_mlp": not neox,
+               "parallel_attn_mlp": bool(neox and config.get("use_parallel_residual", True)),
+               "use_qk_norm": arch == "Qwen3ForCausalLM"}
+    defaults = {"attn_only": False, "gated_mlp": False, "n_key_value_heads": None, "original_architecture": arch,
+                "d_vocab": config["vocab_size"]}
+    ns = SimpleNamespace(**{**defaults, **cfg})
+    ns.n_ctx = min(n_ctx or ns.n_ctx, ns.n_ctx, 4096)  # as workbench.backends builds the model
+    return arch_from_cfg(ns)
+
+
+def describe(entry: Any) -> dict[str, Any] | None:
+    """``workbench info``'s facts of a language model from its files (config.json), without building it:
+    name, kind, backend and arch as the loaded transformer_lens model gives them. None when the model's
+    converted files are not there yet or it is not one of these loaders (the caller then loads it)."""
+    if entry.loader == "workbench.llm:load_smollm2":
+        path, n_ctx, ready = smollm2_cache_dir(), SMOLLM2_N_CTX, smollm2_ready()
+    elif entry.loader == "workbench.gemma:load":
+        from workbench import gemma
+
+        path, n_ctx, ready = gemma.cache_dir(), gemma.N_CTX, gemma.ready()
+    elif entry.loader == "workbench.llm:load_hf_dir" and entry.path:
+        path, n_ctx, ready = Path(entry.path), None, True
+    else:
+        return None
+    if not ready:
+        return None
+    arch = arch_from_config(read_config(path), n_ctx)
+    return {"name": entry.name, "kind": "llm", "backend": "transformer_lens", "arch": arch.to_dict()}

@@ -180,7 +180,7 @@ BACKENDS = ("transformer_lens", "bridge", "nnsight")
 def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
         "transformer_lens", help="transformer_lens, bridge or nnsight."), dtype: str = DTYPE_OPTION,
         as_json: bool = JSON_OPTION) -> None:
-    """Load a model and print its architecture facts."""
+    """Print a model's architecture facts (a language model's are read from its config.json, nothing built)."""
     import workbench as wb
     from workbench.cli import check_device
     from workbench.errors import MethodError
@@ -190,10 +190,20 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     llm = _is_llm(model)
     if not llm and backend != BACKENDS[0]:
         raise MethodError(f"--backend {backend} is for language models; {model} loads its own way")
-    m = wb.load(model, device=check_device(device), backend=backend, dtype=dtype) if llm else \
-        wb.load(model, device=check_device(device), dtype=dtype)
-    arch = m.arch.to_dict() if hasattr(m.arch, "to_dict") else dict(m.arch)
-    emit({"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}, as_json)
+    device = check_device(device)
+    facts = None
+    if llm and backend == BACKENDS[0]:
+        from workbench.llm import describe
+        from workbench.zoo import check_dtype, resolve
+
+        check_dtype(dtype)
+        facts = describe(resolve(model))  # None until a converted model's files exist: loading converts them
+    if facts is None:
+        m = wb.load(model, device=device, backend=backend, dtype=dtype) if llm else \
+            wb.load(model, device=device, dtype=dtype)
+        arch = m.arch.to_dict() if hasattr(m.arch, "to_dict") else dict(m.arch)
+        facts = {"name": m.name, "kind": m.kind, "backend": getattr(m, "backend", None), "arch": arch}
+    emit(facts, as_json)
 
 
 def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--max-new-tokens", callback=positive_int),
