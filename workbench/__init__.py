@@ -23,14 +23,14 @@ from workbench.arguments import (
     Float,
     Image,
     Int,
-    JobSpecArg,
     LoadedModel,
     PromptRows,
     Region,
+    Rule,
     Text,
     checked,
 )
-from workbench.errors import WorkbenchError
+from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
 from workbench.paths import version as _version
 
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
@@ -296,22 +296,50 @@ def jobs(root: str | os.PathLike | None = None):
 _jobs_facade = jobs
 
 
-def _spec_fields(args: dict[str, Any]) -> dict[str, Any]:
-    """The fields of job kind ``args["kind"]`` with their type hints (the spec class checks values itself)."""
+def _spec_fields(args: dict[str, Any]) -> dict[str, Any] | None:
+    """The fields of job kind ``args["kind"]`` with their type hints (the spec class checks values itself);
+    None for a kind registered at run time without a spec class (its job code reads its own dict)."""
     import typing
     from dataclasses import fields
 
     from workbench.jobs.specs import ALIASES, SPECS
 
-    cls = SPECS[ALIASES.get(args["kind"], args["kind"])]
+    cls = SPECS.get(ALIASES.get(args["kind"], args["kind"]))
+    if cls is None:
+        return None
     hints = typing.get_type_hints(cls)
     return {f.name: hints.get(f.name, Any) for f in fields(cls)}
 
 
 def _job_kinds() -> list[str]:
+    """Every job kind: the typed ones (workbench/jobs/specs.py), their old spellings, and kinds a plug-in or a
+    test registered at run time (workbench.jobs.kinds.KINDS)."""
+    from workbench.jobs.kinds import KINDS
     from workbench.jobs.specs import ALIASES, SPECS
 
-    return [*SPECS, *ALIASES]
+    return list(dict.fromkeys([*SPECS, *ALIASES, *KINDS]))
+
+
+class JobSpecArg(Rule):
+    """A spec made by ``wb.job_spec``, or a dict whose ``kind`` is a job kind (here, not in workbench/arguments.py:
+    the job specs live in the top layer, which only the facade may import)."""
+
+    def check(self, where: str, value: Any) -> Any:
+        from workbench.jobs.specs import JobSpec
+
+        if isinstance(value, JobSpec):
+            return value
+        if not isinstance(value, dict):
+            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got "
+                                    f"{type(value).__name__} {value!r:.60})")
+        kind = value.get("kind")
+        kinds = _job_kinds()
+        if not isinstance(kind, str) or kind not in kinds:
+            raise ArgumentError(f"{where} has kind {kind!r:.60}; kinds: {', '.join(kinds)}")
+        return value
+
+    def refused(self) -> list[Any]:
+        return [None, "faithfulness", {"kind": "nosuch"}, {}]
 
 
 @checked(extras=_spec_fields, kind=Choice(_job_kinds))

@@ -289,27 +289,6 @@ class PromptRows(Rule):
 
 
 @dataclass
-class JobSpecArg(Rule):
-    """A spec made by ``wb.job_spec`` or a dict with a known ``kind``."""
-
-    def check(self, where: str, value: Any) -> Any:
-        from workbench.jobs.specs import ALIASES, SPECS, JobSpec
-
-        if isinstance(value, JobSpec):
-            return value
-        if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got "
-                                    f"{_got(value)})")
-        kind = value.get("kind")
-        if not isinstance(kind, str) or (kind not in SPECS and kind not in ALIASES):
-            raise ArgumentError(f"{where} has kind {_show(kind)}; kinds: {', '.join(SPECS)}")
-        return value
-
-    def refused(self) -> list[Any]:
-        return [None, "faithfulness", {"kind": "nosuch"}, {}]
-
-
-@dataclass
 class Image(Rule):
     """An image: a path, a PIL image, or an array / tensor (its content is the engine's to judge)."""
 

@@ -117,7 +117,7 @@ def resolve(name: str) -> Path:
                 # offline look-ups (and `workbench models`) read
                 return Path(snapshot_download(repo, allow_patterns=PATTERNS))
             except Exception as exc:  # network, auth, missing repo: all end in the one line below
-                reason = _first_line(exc)
+                reason = first_line(exc)
                 if isinstance(exc, HubUnreachable):
                     break  # the next candidate would wait just as long
     raise not_fetchable(name, repos[0], reason)
@@ -175,7 +175,7 @@ def lookup(repo: str) -> str:
                              "not answer; WORKBENCH_HUB_TIMEOUT sets the wait")
     if error is not None:
         if _is_connection_error(error):
-            raise HubUnreachable(f"cannot reach {endpoint()}: {_first_line(error)}") from None
+            raise HubUnreachable(f"cannot reach {endpoint()}: {first_line(error)}") from None
         raise error
     sha = getattr(box.get("info"), "sha", None)
     if not sha:
@@ -197,7 +197,8 @@ def _is_connection_error(exc: BaseException) -> bool:
                          "OfflineModeIsEnabled"}) or isinstance(exc, OSError)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message (its class name when it has none), at most 160 characters."""
     text = str(exc).strip().splitlines()
     return (text[0] if text else type(exc).__name__)[:160]
 

@@ -245,11 +245,11 @@ def remote_model(repo_id: str, name: str | None = None) -> NNsightModel:
         try:
             hub.lookup(repo_id)
         except Exception as exc:  # unreachable, missing or gated: one line
-            raise hub.not_fetchable(repo_id, repo_id, hub._first_line(exc), fetch) from None
+            raise hub.not_fetchable(repo_id, repo_id, hub.first_line(exc), fetch) from None
     try:
         return NNsightModel(repo_id, tokenizer=None, name=name or repo_id, remote=True)
     except OSError as exc:
-        raise hub.not_fetchable(repo_id, repo_id, hub._first_line(exc), fetch) from None
+        raise hub.not_fetchable(repo_id, repo_id, hub.first_line(exc), fetch) from None
 
 
 def _config_cached(repo_id: str) -> bool:
