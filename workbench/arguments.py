@@ -44,8 +44,6 @@ def _got(value: Any) -> str:
     return "None" if value is None else f"{type(value).__name__} {_show(value)}"
 
 
-
-
 class Rule:
     """A check of one argument's value beyond its type hint; ``refused()`` lists values it refuses (tests)."""
 
@@ -380,14 +378,10 @@ def _bind(spec: Checks, args: tuple[Any, ...], kwargs: dict[str, Any]) -> inspec
         if unknown:
             raise ArgumentTypeError(f"{spec.name}() has no argument {', '.join(unknown)}; its arguments: "
                                     f"{', '.join(named) or 'none'}")
-    try:
+    try:  # a missing argument, or one given twice or too many positionally
         bound = spec.signature.bind(*args, **kwargs)
     except TypeError as exc:
         raise ArgumentTypeError(f"{spec.name}(): {exc}") from None
-    missing = [n for n, p in spec.signature.parameters.items() if p.default is _MISSING
-               and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL) and n not in bound.arguments]
-    if missing:
-        raise ArgumentTypeError(f"{spec.name}() needs {', '.join(missing)}")
     values = dict(bound.arguments)
     extra = values.pop(var_kw, {}) if var_kw else {}
     for pname, value in values.items():
