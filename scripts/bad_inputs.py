@@ -880,6 +880,9 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
             add(f"{name} {opt} an existing file", args + [opt, f["existing.txt"]], words=[opt, "not a directory"],
                 group=g)
         add(f"{name} {opt} ''", args + [opt, ""], words=[opt], group=g)
+        add(f"{name} {opt} ~nosuchuser/x", args + [opt, f"~nosuchuser/x{suffix}"], words=[opt, "home"], group=g)
+        add(f"{name} {opt} a 300-byte name", args + [opt, f"{OUT}/{'a' * 300}{suffix}"], words=[opt, "too long"],
+            group=g)
 
     g = "41.3 export"  # engineer A's command: its outputs go through the same check
     E = ["export", "{circuit}", "--format", "graph-json"]
@@ -963,6 +966,9 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     model_dir = f["model-copy"]
     add("info: a model path through '..' of a missing folder", ["info", f"/no-such-dir/..{model_dir}", "--json"],
         "ok", group=g, timeout=60)
+    add("info ~nosuchuser/model", ["info", "~nosuchuser/model"], words=["~nosuchuser/model"], group=g)
+    add("concepts --sae ~nosuchuser/x", ["concepts", "--model", TOY, "--dataset", f["dataset.jsonl"], "--sae",
+                                         "~nosuchuser/x"], group=g, timeout=60)
     add("vit-explain -dash.png (taken for an option)", ["vit-explain", "-dash.png"], words=["--", "-dash.png"],
         group=g)
     add("vit-explain -- -dash.png (a file that starts with '-')", ["vit-explain", "--json", "--", "-dash.png"],
@@ -1348,6 +1354,7 @@ def runs_in(store: Path) -> set[str]:
     return {p.name for p in store.iterdir() if p.is_dir() and not p.name.startswith(".") and p.name != "saes"}
 
 
+WORKER_DIED = "the worker process died"
 SENTINEL = "keep-me.txt"  # a user's file beside the work: no case may remove it
 OUTPUT_OPTIONS = ("--out", "--table")
 
@@ -1382,13 +1389,14 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
     env.pop("WORKBENCH_DEBUG", None)
     started = time.time()
     # a case with its own environment gets its own process: libraries read some settings once, at import
-    if batch is not None and not case.env:
-        answer = batch.run(args, store, cwd, case.timeout, case.env)
-        if answer["rc"] is None:
-            return {"class": "timeout", "rc": None, "seconds": answer["seconds"],
-                    "detail": f"no answer in {case.timeout:.0f} s"}
+    answer = batch.run(args, store, cwd, case.timeout, case.env) if batch is not None and not case.env else None
+    if answer is not None and answer["rc"] is None:
+        return {"class": "timeout", "rc": None, "seconds": answer["seconds"],
+                "detail": f"no answer in {case.timeout:.0f} s"}
+    if answer is not None and answer["err"] != WORKER_DIED:
         out, err, rc = answer["out"], answer["err"], answer["rc"]
-    else:
+    else:  # its own process (also when the shared worker died: the case is judged, not the worker)
+        started = time.time()
         try:
             proc = subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, env=env,
                                   capture_output=True, timeout=case.timeout,
@@ -1552,7 +1560,7 @@ class Batch:
         line = self.proc.stdout.readline()
         if not line:  # the worker died (a crash in native code, or it was killed)
             self.proc = None
-            return {"rc": -9, "out": "", "err": "the worker process died", "seconds": 0}
+            return {"rc": -9, "out": "", "err": WORKER_DIED, "seconds": 0}
         answer = json.loads(line)
         if answer["rc"] is None:  # timed out: a fresh worker for the next case
             self.close()

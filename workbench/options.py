@@ -257,7 +257,12 @@ def output_problem(path: str | os.PathLike, *, kind: str = "file") -> str | None
     text = os.fspath(path)
     if not str(text).strip():
         return "is empty: name a path"
-    p = Path(text).expanduser()
+    try:
+        p = _expand(text)
+    except RuntimeError:  # ~nosuchuser
+        return "names the home folder of a user this machine does not have"
+    if any(len(part.encode("utf-8", "surrogateescape")) > 255 for part in p.parts) or len(str(p)) > 4000:
+        return "is too long: a file name has at most 255 bytes"
     try:
         real = p.resolve()
     except (OSError, RuntimeError) as exc:  # a symlink loop
@@ -289,7 +294,11 @@ def check_output(what: str, path: str | os.PathLike | None, *, kind: str = "file
     why = output_problem(path, kind=kind)
     if why is not None:
         raise OutputError(f"{what} {os.fspath(path)} {why}")
-    return Path(os.fspath(path)).expanduser()
+    return _expand(os.fspath(path))
+
+
+def _expand(text: str) -> Path:
+    return Path(text).expanduser()
 
 
 # -- comma-separated lists ------------------------------------------------------------------------------------

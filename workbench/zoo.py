@@ -193,7 +193,10 @@ def resolve(name_or_path: str) -> ModelEntry:
     for entry in list_models():
         if entry.name == name_or_path:
             return entry
-    path = Path(name_or_path).expanduser()
+    try:
+        path = Path(name_or_path).expanduser()
+    except RuntimeError:  # ~nosuchuser/...: no such home, so no such path
+        path = Path(name_or_path)
     if not path.exists() and ".." in path.parts:  # 'gone/../models/x' names models/x, as a shell reads it
         path = Path(os.path.normpath(path))
     if path.exists():

@@ -59,7 +59,6 @@ def concepts(
             f"concept {concept!r} is not a label of {dataset}; labels: {', '.join(data.classes)}"
         )
 
-    from pathlib import Path
 
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
@@ -72,7 +71,7 @@ def concepts(
     spec = ConceptsSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
                         **dataset_spec(dataset, data), concept=concept, layers=layers, steer_layers=steer_layers,
                         pooling=pooling, scale=scale, n_steer=n_steer,
-                        saes=[str(Path(p).expanduser().resolve()) for p in sae or []])
+                        saes=[_sae_path(p) for p in sae or []])
     if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
         check_here(spec.to_dict())
     job, res = run_job(spec, 1, ray_address, save=save)
@@ -116,3 +115,13 @@ def concepts(
         )
 
     emit(out, as_json, human)
+
+
+def _sae_path(text: str) -> str:
+    """A --sae directory as an absolute path (a Ray worker's cwd differs); '~nosuchuser/x' stays as written."""
+    from pathlib import Path
+
+    try:
+        return str(Path(text).expanduser().resolve())
+    except RuntimeError:  # no such user's home: the job says the dictionary is missing
+        return text

@@ -82,8 +82,8 @@ def train(
                         sae_kind=kind, width=width, k=k, epochs=epochs, lr=lr, batch_size=batch_size, l1=l1, l0=l0,
                         ctx=ctx, corpus=corpus, out=str(Path(out).resolve()) if out else None, seed=seed,
                         keep_first=keep_first).to_dict()
-    check_out(out)  # before anything loads
-    check_output("--out", out, kind="dir")
+    check_output("--out", out, kind="dir")  # before anything loads
+    check_out(out)
     from attribution.sae.cache import check_token_hook
 
     check_token_hook(hook)
