@@ -102,6 +102,8 @@ def test_the_table_names_real_options_and_every_soft_limit_has_its_flag():
     ("/dev/x", "file", "/dev"),
     ("/nonexistent/dir/x.md", "file", "does not exist"),
     ("", "file", "empty"),
+    ("~nosuchuser/x", "dir", "home folder"),
+    ("/tmp/" + "a" * 300, "file", "too long"),
 ])
 def test_output_check_refuses(path, kind, words):
     with pytest.raises(OutputError, match="--out") as err:
