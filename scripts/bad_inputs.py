@@ -884,6 +884,14 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
         add(f"{name} {opt} a 300-byte name", args + [opt, f"{OUT}/{'a' * 300}{suffix}"], words=[opt, "too long"],
             group=g)
 
+    # a refusal after the work started (training diverged) leaves no partial output where --out named
+    add("train diverges with --out: nothing left", ["train", "ioi", "--out", f"{OUT}/diverged", "--lr", "1e30",
+                                                    "--steps", "3"], words=["diverged"], group=g, timeout=120)
+    add("sae train diverges with --out: nothing left", ST + ["--tokens", "512", "--width", "16", "--k", "4",
+                                                             "--epochs", "1", "--lr", "1e30", "--out",
+                                                             f"{OUT}/sae-diverged"], words=["not finite"], group=g,
+        timeout=120)
+
     g = "41.3 export"  # engineer A's command: its outputs go through the same check
     E = ["export", "{circuit}", "--format", "graph-json"]
     sound = damaged_circuit(f, lambda r: None)
