@@ -2,9 +2,11 @@
 
 Runs as a job (``workbench jobs list/show/cancel``; workbench/jobs/kind_bench.py): in this process, or with
 ``--workers N`` over N Ray workers that share out the (task, method) cells, each loading the model once.
-Writes the results document (Markdown and its JSON) and a run (which also keeps every cell's edge scores,
-for the app's Circuit benchmark page). Bad input (an unknown task or method, a split too small, a task
-without counterfactuals) is one line and exit 2, before any job starts or anything is saved.
+Saves a run (which also keeps every cell's edge scores, for the app's Circuit benchmark page) and, where
+``--out FILE.md`` says, the results document (Markdown and its JSON): never by default, so a run cannot write
+over the committed results/circuits/bench_<model>.md. Bad input (an unknown task or method, an empty or
+repeated list item, a vision model, an --out that cannot be written, a split too small, a task without
+counterfactuals) is one line and exit 2, before any job starts or anything is saved.
 """
 
 from __future__ import annotations
