@@ -12,7 +12,8 @@ width follows |score|, colour its sign (blue supports the target, red opposes it
 each node's name as customdata, so a click on it can be read back (Streamlit's on_select).
 
 Labels never overlap at the figure's own size (``layout.width`` x ``layout.height``, set on every graph
-figure): the layout estimates each label's box from its font size and length (``CHAR_EM`` em a character)
+figure): the layout estimates each label's box from its font size and characters (``text_width``: ``CHAR_EM``
+em an ordinary character, more for capitals and the widest glyphs)
 and staggers, shortens or shrinks labels until the boxes are apart; tests/test_figure_layout.py checks it.
 """
 
@@ -66,9 +67,7 @@ def text_width(text: str, font: float) -> float:
     """An upper estimate of a label's width in px (plotly draws labels in Arial): CHAR_EM an ordinary character
     (Arial's digits and lower case are 0.5-0.56 em), 0.75 em a capital, more for the widest glyphs (measured
     in Chromium: "MLP" 0.69 em a character, "prepos…" 0.58)."""
-    import html as _html
-
-    text = _html.unescape(text)
+    text = html.unescape(text)
     return font * sum(WIDE_EM.get(c, 0.75 if c.isupper() else CHAR_EM) for c in text)
 
 
