@@ -41,6 +41,29 @@ def test_greedy_equals_transformer_lens_at_two_threads(tiny_llama):
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("busy", [True, False])
+def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
+    """A busy machine: every pass at one thread. Otherwise the prompt pass at the process's count, then a
+    step at each count (the chooser); the count is restored afterwards."""
+    import workbench.decode
+
+    monkeypatch.setattr(workbench.decode, "busy", lambda: busy)
+    seen: list[int] = []
+
+    def count(act, hook):  # noqa: ARG001
+        seen.append(torch.get_num_threads())
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        with tiny_llama.hooks(fwd_hooks=[("blocks.0.hook_resid_pre", count)]):
+            tiny_llama.greedy(tiny_llama.to_tokens(PROMPT), 4)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert seen[:3] == ([1, 1, 1] if busy else [2, 2, 1])
+
+
 def test_sample_equals_transformer_lens_with_a_seed(tiny_llama, one_thread):
     tokens = tiny_llama.to_tokens(PROMPT)
     torch.manual_seed(3)

@@ -4,8 +4,10 @@ Why not TransformerLens' ``generate`` as it stands: a decode step is about 200 s
 products (smollm2-135m), each a parallel region that waits for its slowest thread. On a machine whose
 cores are shared (two cores, several busy processes), a thread that is descheduled holds every region
 up: measured on smollm2-135m at load 5-7, 2 threads took 0.6-3.5 s a token where 1 thread took
-60-270 ms; on an idle machine 2 threads are the faster. So the loop below times its steps and keeps
-the faster of the process's thread count and one thread, trying the other again now and then.
+60-270 ms; on an idle machine 2 threads are the faster. So when the load average says every core but
+one is taken (``busy``), the whole generation runs at one thread; otherwise the loop times its steps
+and keeps the faster of the process's thread count and one thread, trying the other again now and
+then (a step tried at the slower count costs one slow step; under load one such step cost 2 s).
 
 The loop is TransformerLens' own (HookedTransformer.generate 3.9, greedy and batch 1): the same calls
 with the same arguments (embedding of the whole sequence each step, the attention mask, the KV cache),
@@ -24,6 +26,20 @@ import torch
 
 # after this many steps at the chosen count, one step at the other count checks the choice still holds
 RECHECK_EVERY = 16
+
+
+def busy() -> bool:
+    """Whether the 1-minute load average leaves less than one idle core besides this process's."""
+    import os
+
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cores = os.cpu_count() or 1
+    try:
+        return os.getloadavg()[0] >= cores - 1
+    except OSError:  # no load average on this system
+        return False
 
 
 class ThreadChooser:
@@ -78,12 +94,18 @@ def decode(tl: Any, tokens: torch.Tensor, max_new_tokens: int, eos: int | None =
            temperature: float | None = None, adapt_threads: bool = True) -> list[int]:
     """New token ids after ``tokens`` [1, pos] from a HookedTransformer with a tokenizer, with the KV cache:
     greedy when ``temperature`` is None, else sampled (TransformerLens' sample_logits). Stops after
-    ``eos``. The first pass runs the whole prompt; each later one the newest position."""
+    ``eos``. The first pass runs the whole prompt; each later one the newest position. ``adapt_threads``:
+    one thread throughout on a busy machine, else the faster count step by step (the module docstring)."""
     from transformer_lens.cache.key_value_cache import TransformerLensKeyValueCache
     from transformer_lens.utilities import get_attention_mask, sample_logits
 
     cfg = tl.cfg
-    chooser = ThreadChooser() if adapt_threads and torch.get_num_threads() > 1 else None
+    saved = torch.get_num_threads()
+    adapt = adapt_threads and saved > 1
+    one_thread = adapt and busy()
+    if one_thread:
+        torch.set_num_threads(1)
+    chooser = ThreadChooser() if adapt and not one_thread else None
     step = timed_steps(chooser)
     device = tokens.device
     mask0 = None
@@ -123,6 +145,6 @@ def decode(tl: Any, tokens: torch.Tensor, max_new_tokens: int, eos: int | None =
                 seen = torch.cat([seen, nxt.view(1, 1)], dim=1)
                 embeds = torch.hstack([embeds, tl.embed(nxt.unsqueeze(-1))])
     finally:
-        if chooser is not None:
-            chooser.restore()
+        if torch.get_num_threads() != saved:
+            torch.set_num_threads(saved)
     return new
