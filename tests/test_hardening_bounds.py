@@ -16,6 +16,7 @@ from workbench.options import (
     BOUNDS,
     INT_CAP,
     bound_problem,
+    check_bound,
     check_long,
     check_memory,
     check_output,
@@ -169,3 +170,12 @@ def test_memory_and_dash_names():
 def test_cli_refuses_before_any_work(monkeypatch, capsys, args, words):
     code, _, err = run_cli(monkeypatch, capsys, *args)
     assert_bad(code, err, words)
+
+
+def test_check_bound_for_the_app_and_the_notebook():
+    assert check_bound("sae train", "--width", 4096) == 4096
+    with pytest.raises(CostError, match="--width"):
+        check_bound("sae train", "--width", 10**9)
+    with pytest.raises(CostError, match="allow-long"):
+        check_bound("train", "--steps", 10**6)
+    assert check_bound("train", "--steps", 10**6, allow_long=True) == 10**6

@@ -183,6 +183,22 @@ def bound_problem(ctx: Any, param: Any, value: Any, *, integer: bool = False) ->
     return None
 
 
+def check_bound(command: str, flag: str, value: Any, *, allow_long: bool = False) -> Any:
+    """``value`` if within the table's bound for ``flag`` of ``command`` ('sae train', '--width'), else CostError
+    naming the option: the same judgement the CLI makes, for the app and the notebook API."""
+    from types import SimpleNamespace
+
+    ctx = SimpleNamespace(info_name="workbench", parent=None)
+    for name in command.split():
+        ctx = SimpleNamespace(info_name=name, parent=ctx)
+    ctx.params = {"allow_long": allow_long}
+    ctx.command = SimpleNamespace(params=[SimpleNamespace(name="allow_long")])
+    why = bound_problem(ctx, SimpleNamespace(opts=[flag]), value, integer=isinstance(value, int))
+    if why is not None:
+        raise CostError(f"{flag} {why}")
+    return value
+
+
 def duration(seconds: float) -> str:
     """'40 min', '3.5 h', '12 days'."""
     if seconds < 90:
