@@ -2,6 +2,9 @@
 
     python scripts/build_bench_tasks.py [--model smollm2-135m] [--tasks ioi,facts,...] [--n 48] [--seed 0]
 
+A task may carry its parameters (``ioi:counterfactual=abc`` writes ioi.abc.jsonl; plain ``ioi`` is MIB's
+S2 -> IO flip and writes ioi.jsonl).
+
 Each task's generator and filter live in circuits/bench/tasks.py (a row is kept when the model answers the
 clean prompt top-1 and the counterfactual changes its answer); rows carry their split (train / validation /
 test, 3/8, 1/8, 1/2). Files are written atomically; a task that keeps fewer than --n rows says so.
@@ -20,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def main() -> None:
-    from circuits.bench.tasks import TASKS, build
+    from circuits.bench.tasks import TASKS, build, task_file_stem
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
@@ -46,7 +49,7 @@ def main() -> None:
         fd, tmp = tempfile.mkstemp(dir=out, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, out / f"{task}.jsonl")
+        os.replace(tmp, out / f"{task_file_stem(task)}.jsonl")
         counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "validation", "test")}
         print(f"{task}: {len(rows)} rows {counts} in {time.perf_counter() - started:.0f} s", flush=True)
 

@@ -53,11 +53,11 @@ def test_cells_split_over_workers_merge_to_the_runners_result(tiny_llama, tmp_pa
     tasks = [_task(tmp_path, "a"), _task(tmp_path, "b", swapped)]
     methods = ["random", "eap", "activation_patching"]
     cfg = BenchConfig(model=tiny_llama.name, tasks=tasks, methods=methods, levels=["edge", "node"], n_train=4,
-                      n_test=4, n_patch=4, n_boot=20, batch_size=4)
+                      n_test=4, n_patch=4, n_boot=20, batch_size=4, filter_rows=False)
     expected = run(cfg, model=tiny_llama)
 
     spec = BenchCircuitsSpec(model=tiny_llama.name, tasks=tasks, methods=methods, levels=["edge", "node"],
-                             n_train=4, n_test=4, n_patch=4, n_boot=20, batch_size=4).to_dict()
+                             n_train=4, n_test=4, n_patch=4, n_boot=20, batch_size=4, filter_rows=False).to_dict()
     job = BenchCircuitsJob()
     shards = job.shards(spec, 3)
     assert [len(s) for s in shards] == [2, 2, 2]  # 6 cells, contiguous: the middle worker has both tasks
@@ -114,7 +114,8 @@ def test_the_command_runs_as_a_job(monkeypatch, capsys, tmp_path, tiny_llama_dir
     out = tmp_path / "doc.md"
     code, stdout, err = run_cli(monkeypatch, capsys, "bench", "circuits", "--model", str(tiny_llama_dir),
                                 "--tasks", _task(tmp_path, "t"), "--methods", "random,eap", "--n-train", "4",
-                                "--n-test", "4", "--boot", "20", "--batch-size", "4", "--out", str(out), "--json")
+                                "--n-test", "4", "--boot", "20", "--batch-size", "4", "--out", str(out), "--json",
+                                "--no-filter")
     assert code == 0, err
     summary = json.loads(stdout)
     job = JobBoard().get(summary["job_id"])

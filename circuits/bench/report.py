@@ -9,12 +9,62 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+# What each task stands for in MIB's circuit-localization track (tasks mib-bench/ioi, copycolors_mcqa,
+# arithmetic_addition/_subtraction, arc_easy/_challenge), what matches and where it departs. Every task is
+# rebuilt per model here (no data set comes from a hub), so none uses MIB's rows.
+MIB_TASKS: dict[str, tuple[str, str, str]] = {  # task -> (MIB's task, what matches, where it departs)
+    "ioi": ("IOI (mib-bench/ioi)",
+            "Wang et al.'s templates; MIB's default counterfactual, the S2 -> IO flip (the subject's second mention "
+            "becomes the indirect object, so the answer flips); metric IO - S logit difference; CPR/CMD as MIB's",
+            "our own 5 templates and 22 names, rows kept only where the model answers top-1; "
+            "ioi:counterfactual=abc is MIB's ABC kind; ioi:counterfactual=names (both names replaced) is the "
+            "workbench's older counterfactual, the one the leaderboards shipped before issue 39 used"),
+    "mcqa": ("MCQA (mib-bench/copycolors_mcqa)",
+             "copy-colours questions with lettered options; the counterfactual permutes the options so the answer "
+             "letter changes; metric clean - counterfactual letter logit difference",
+             "2 options and one solved example, not MIB's 4 options zero-shot (small models answer no letter "
+             "without the example); our own colours and objects"),
+    "add": ("Arithmetic, addition (mib-bench/arithmetic_addition)",
+            "two operands; the counterfactual changes an operand so the answer changes; logit difference",
+            "two-digit operands with one solved example, the first digit of the result only (digits are single "
+            "tokens here); MIB scores Llama-3 on its own operand ranges"),
+    "sub": ("Arithmetic, subtraction (mib-bench/arithmetic_subtraction)", "as add", "as add"),
+    "greater_than": ("none: Hanna et al. 2023's greater-than (EAP-IG's task), not an MIB task",
+                     "Hanna et al.'s template and its 01 counterfactual; probability mass above minus below",
+                     "the decade is the next token (digit tokenizers); not in MIB's track"),
+    "facts": ("none: the workbench's own factual recall", "-", "not an MIB task"),
+    "induction": ("none: the workbench's own induction on random word sequences", "-", "not an MIB task"),
+}
+
+
+def mib_lines(tasks: list[str]) -> list[str]:
+    """The document's task-by-task correspondence with MIB, for the tasks of the run (a custom file: its own)."""
+    lines = ["", "## Tasks and MIB", "",
+             "What each task stands for in MIB's circuit-localization track, what matches MIB's definition and where "
+             "it departs (MIB's ARC-Easy / ARC-Challenge are not built here).", "",
+             "| task | MIB's task | matches | departs |", "|---|---|---|---|"]
+    for task in tasks:
+        mib_task, same, differs = MIB_TASKS.get(task.split(":")[0], ("none: a custom task file", "-", "-"))
+        lines.append(f"| {task} | {mib_task} | {same} | {differs} |")
+    return lines
+
 
 def _cell(level: dict[str, Any] | None, key: str) -> str:
+    """A figure with its interval; a curve whose every size below the full one pruned to no edge is said
+    ("empty"), not scored, and one with some empty sizes says how many."""
     if not level:
         return "-"
+    empty, below = empty_of(level, key)
+    if below and empty == below:
+        return f"empty ({empty}/{below} sizes)"
     lo, hi = level[f"{key}_ci"]
-    return f"{level[key]:.3f} [{lo:.2f}, {hi:.2f}]"
+    return f"{level[key]:.3f} [{lo:.2f}, {hi:.2f}]" + (f" ({empty} sizes empty)" if empty else "")
+
+
+def empty_of(level: dict[str, Any], key: str) -> tuple[int, int]:
+    """(sizes below the full one that pruned to no edge, sizes below the full one) of one curve."""
+    fractions = level.get("curves", {}).get(key, {}).get("fractions", [])
+    return int(level.get("empty", {}).get(key, 0)), sum(1 for f in fractions if f < 1.0)
 
 
 def leaderboard(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
@@ -26,13 +76,14 @@ def leaderboard(result: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
                 rows.append({"task": t["task"], "method": method, "level": level, "cpr": lv["cpr"],
                              "cpr_lo": lv["cpr_ci"][0], "cpr_hi": lv["cpr_ci"][1], "cmd": lv["cmd"],
                              "cmd_lo": lv["cmd_ci"][0], "cmd_hi": lv["cmd_ci"][1], "seconds": res["seconds"],
-                             "eval_seconds": lv["eval_seconds"]})
+                             "eval_seconds": lv["eval_seconds"], "empty_cpr": empty_of(lv, "cpr")[0],
+                             "empty_cmd": empty_of(lv, "cmd")[0]})
     return {"rows": rows}
 
 
 def markdown(result: dict[str, Any], reading: str = "") -> str:
     cfg = result["config"]
-    tasks = [t["task"] for t in result["tasks"]]
+    tasks = [t.get("label", t["task"]) for t in result["tasks"]]
     methods = cfg["methods"]
     split = cfg.get("eval_split", "test")  # where the curves were measured (validation: choosing variants)
     lines = [f"# Circuit benchmark (MIB metrics) on {result['model']}", "",
@@ -48,7 +99,8 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
              f"{result['seconds'] / 60:.1f} min.", ""]
     lines += ["| task | metric | source | train | test | m(full) | m(empty) |", "|---|---|---|---|---|---|---|"]
     for t in result["tasks"]:
-        lines.append(f"| {t['task']} | {t['metric']} | {t['source']} | {t['n_train']} | {t['n_test']} | "
+        lines.append(f"| {t.get('label', t['task'])} | {t['metric']} | {t['source']} | {t['n_train']} | "
+                     f"{t['n_test']} | "
                      f"{t['m_full']:.3f} | {t['m_empty']:.3f} |")
     for level in cfg["levels"]:
         for key, title in (("cpr", "CPR (higher is better)"), ("cmd", "CMD (lower is better)")):
@@ -59,6 +111,7 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
                 if all(c == "-" for c in cells):
                     continue
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += mib_lines(tasks)
     for level in cfg["levels"]:
         lines += _best_lines(result, level)
     lines += _agreement_lines(result, methods, tasks)

@@ -22,12 +22,13 @@ from typing import Any
 import torch
 
 from circuits.bench import metrics as mib
+from circuits.bench import tasks as bench_tasks
 from circuits.bench.agreement import attach, sample_patching
 from circuits.bench.cells import pack
 from circuits.bench.forward import node_patching, prompt_metrics
 from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
-from circuits.bench.tasks import TASKS, build, split_rows
+from circuits.bench.tasks import TASKS, build, is_task, keep_rows, parse_task, split_rows
 from circuits.bench.variants import split_variant
 from circuits.edges import EDGE_METHODS
 from circuits.graph import CircuitGraph
@@ -38,6 +39,7 @@ from workbench.paths import data_label, data_root
 METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
 NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
 EVAL_SPLITS = ("test", "validation")  # train is where circuits are found, so never where they are judged
+MAX_RANDOM_SEEDS = 100  # each draw of the random baseline is one more evaluation of every curve
 MIN_PROMPTS = 4  # the fewest prompts a split may give: fewer leave the bootstrap nothing to resample
 
 
@@ -57,6 +59,8 @@ class BenchConfig:
     seed: int = 0
     eval_split: str = "test"  # where the curves are measured: "validation" to choose variants, "test" to report
     patch_sample: int = 64  # edges activation patching scores exactly at edge level (0: none)
+    filter_rows: bool = True  # a custom task file's rows kept only where the model answers them (as built-in tasks)
+    random_seeds: int = 5  # the random baseline: its curves averaged over this many seeds
 
 
 def check_model_kind(kind: str, name: str) -> None:
@@ -69,9 +73,13 @@ def check_model_kind(kind: str, name: str) -> None:
 def check_config(cfg: BenchConfig) -> None:
     """Everything that can be refused before a model is loaded."""
     for task in cfg.tasks:
-        if task not in TASKS and not Path(task).suffix == ".jsonl":
-            raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} or give a .jsonl file")
-        if task not in TASKS and not Path(task).is_file():
+        if is_task(task):
+            parse_task(task)  # an unknown parameter or IOI counterfactual kind: one line
+            continue
+        if not Path(task).suffix == ".jsonl":
+            raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} (ioi:counterfactual="
+                              "s2_io|abc|names) or give a .jsonl file")
+        if not Path(task).is_file():
             raise PromptError(f"task file {task} does not exist")
     for what, items in (("task", cfg.tasks), ("method", cfg.methods), ("level", cfg.levels)):
         if not items:
@@ -92,6 +100,8 @@ def check_config(cfg: BenchConfig) -> None:
     for name in ("n_train", "n_test", "n_patch"):
         if getattr(cfg, name) < MIN_PROMPTS:
             raise MethodError(f"{name.replace('_', '-')} must be at least {MIN_PROMPTS}")
+    if not 1 <= cfg.random_seeds <= MAX_RANDOM_SEEDS:
+        raise MethodError(f"random-seeds must be from 1 to {MAX_RANDOM_SEEDS} (got {cfg.random_seeds})")
     if cfg.patch_sample < 0:
         raise MethodError(f"patch-sample must be 0 (none) or a number of edges (got {cfg.patch_sample})")
     if cfg.n_boot < 10:
@@ -99,23 +109,39 @@ def check_config(cfg: BenchConfig) -> None:
     mib.check_grid(cfg.grid)
 
 
-def load_rows(model: str, task: str) -> tuple[list[dict], str, str]:
-    """A task's rows, its metric and where they came from; a .jsonl path is a custom task (rows without a
-    split are split 3/8, 1/8, 1/2 in file order)."""
-    if task in TASKS:
-        path = data_root() / "bench" / model / f"{task}.jsonl"
+def task_label(task: str) -> str:
+    """A task's name in tables: a built-in task's spec (``ioi:counterfactual=abc``), a task file's stem."""
+    return task if is_task(task) else Path(task).stem
+
+
+def load_rows(model: str, task: str, seed: int = 0) -> tuple[list[dict], str, str]:
+    """A task's rows, its metric and where they came from. A built-in task reads data/bench/<model>/<stem>.jsonl
+    (``task_file_stem``: ``ioi.abc`` for ioi:counterfactual=abc), whose IOI rows must be the counterfactual kind
+    asked for. A .jsonl path is a custom task: rows that all carry a ``split`` keep it, otherwise they are
+    shuffled with ``seed`` and split 3/8, 1/8, 1/2 (train, validation, test); rows that claim an IOI
+    counterfactual kind (``"counterfactual"``) must be of it. A row that is not: PromptError (one line)."""
+    import random
+
+    if is_task(task):
+        name, params = parse_task(task)
+        path = data_root() / "bench" / model / f"{bench_tasks.task_file_stem(task)}.jsonl"
         if path.is_file():
             rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-            return rows, TASKS[task].metric, data_label(path)
-        return [], TASKS[task].metric, "built"
+            if name == "ioi":
+                bench_tasks.check_claimed_kinds(rows, data_label(path), params["counterfactual"])
+            return rows, TASKS[name].metric, data_label(path)
+        return [], TASKS[name].metric, "built"
     from workbench.prompt_files import read_prompts
 
     rows = read_prompts(task, None)
+    bench_tasks.check_claimed_kinds(rows, Path(task).name)
     if any("split" not in r for r in rows):
+        order = list(range(len(rows)))
+        random.Random(f"{Path(task).stem}-{seed}").shuffle(order)
         n = len(rows)
         cuts = (round(n * 3 / 8), round(n / 2))
-        rows = [dict(r, split="train" if i < cuts[0] else "validation" if i < cuts[1] else "test")
-                for i, r in enumerate(rows)]
+        rows = [dict(rows[j], split="train" if i < cuts[0] else "validation" if i < cuts[1] else "test")
+                for i, j in enumerate(order)]
     metric = "prob_diff" if all("good" in r for r in rows) else "logit_diff"
     return rows, metric, task
 
@@ -175,9 +201,18 @@ class TaskSetup:
 
 def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
     """A task's rows (built now when the model has no data file), prompts, references and its two ends."""
-    rows, metric, source = load_rows(model.name, task)
+    rows, metric, source = load_rows(model.name, task, cfg.seed)
     if source == "built":
         rows = build(model, task, n=48, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
+    elif not is_task(task) and cfg.filter_rows:  # a custom file, filtered as the built-in tasks' rows were built
+        kept = keep_rows(model, rows)
+        try:
+            check_task_rows(task, kept, cfg)
+        except PromptError as e:
+            raise PromptError(f"{e} (the filter kept {len(kept)} of {len(rows)} rows: those the model answers "
+                              "top-1 and whose counterfactual changes the answer; --no-filter keeps them all)"
+                              ) from None
+        rows = kept
     train, test = check_task_rows(task, rows, cfg)
     graph = CircuitGraph.of(model)
     p_train = task_prompts(model, train, metric, cfg.batch_size)
@@ -187,8 +222,8 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
     ends = prompt_metrics(model, graph, p_test, refs_test,
                           torch.stack([torch.ones(graph.n_edges, dtype=torch.bool),
                                        torch.zeros(graph.n_edges, dtype=torch.bool)]))
-    header: dict[str, Any] = {"task": task, "metric": metric, "source": source, "n_train": len(train),
-                              "n_test": len(test), "m_full": float(ends[0].mean()),
+    header: dict[str, Any] = {"task": task, "label": task_label(task), "metric": metric, "source": source,
+                              "n_train": len(train), "n_test": len(test), "m_full": float(ends[0].mean()),
                               "m_empty": float(ends[1].mean()), "ends_seconds": time.perf_counter() - started}
     mib.finite(header["m_full"] - header["m_empty"], f"task {task}'s span m(full) - m(empty)")
     if abs(header["m_full"] - header["m_empty"]) < 1e-9:
@@ -217,15 +252,23 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
             if on_step:
                 on_step(f"{task} {method} edge sample")
     else:
-        edge, chunks = score_edges(model, graph, method, setup.p_train, setup.refs_train, cfg.seed)
+        # the random baseline: cfg.random_seeds draws (seeds cfg.seed, cfg.seed + 1, ...), its figures their mean
+        draws = [score_edges(model, graph, method, setup.p_train, setup.refs_train, cfg.seed + k)
+                 for k in range(cfg.random_seeds if method == "random" else 1)]
+        edge, chunks = draws[0]
         node = mib.node_scores_of(graph, edge)
         res["n_scored"] = len(setup.train)
     res["seconds"] = time.perf_counter() - started
     for level in cfg.levels:
         if level == "edge" and edge is None:
             continue
-        res["levels"][level] = evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level,
-                                              edge, node, chunks, cfg)
+        if edge is not None and len(draws) > 1:
+            res["levels"][level] = mean_levels([
+                evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level, e,
+                               mib.node_scores_of(graph, e), c, cfg) for e, c in draws])
+        else:
+            res["levels"][level] = evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level,
+                                                  edge, node, chunks, cfg)
         if on_step:
             on_step(f"{task} {method} {level}")
     return res, edge
@@ -291,7 +334,42 @@ def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: Referenc
     ci = mib.bootstrap(per_prompt, full, empty, points[False], points[True], list(cfg.grid), cfg.n_boot, cfg.seed)
     return {"cpr": mib.finite(curves["cpr"].cpr, "CPR"), "cmd": mib.finite(curves["cmd"].cmd, "CMD"),
             "cpr_ci": ci["cpr"], "cmd_ci": ci["cmd"], "curves": {k: asdict(v) for k, v in curves.items()},
-            "n_forwards": len(todo), "eval_seconds": time.perf_counter() - started}
+            "n_forwards": len(todo), "eval_seconds": time.perf_counter() - started,
+            "empty": empty_sizes({k: asdict(v) for k, v in curves.items()})}
+
+
+def empty_sizes(curves: dict[str, dict[str, Any]]) -> dict[str, int]:
+    """Per ordering (cpr, cmd), how many grid sizes below the full one pruned to no edge at all: their
+    faithfulness is m(empty)'s by construction, not a circuit the method found (at node level a random choice
+    of nodes is rarely connected to the logits)."""
+    return {k: sum(1 for f, kept in zip(c["fractions"], c["edges_kept"], strict=True) if f < 1.0 and kept == 0)
+            for k, c in curves.items()}
+
+
+def mean_levels(levels: list[dict[str, Any]]) -> dict[str, Any]:
+    """One level's figures averaged over the random baseline's draws: CPR, CMD and each interval bound are the
+    draws' means, curves the pointwise means; ``seeds`` keeps every draw's CPR and CMD, ``empty`` counts the
+    sizes empty in every draw."""
+    n = len(levels)
+
+    def mean(values: list[float]) -> float:
+        return sum(values) / n
+
+    curves = {}
+    for key, c in levels[0]["curves"].items():
+        curves[key] = {**c, "faithfulness": [mean([lv["curves"][key]["faithfulness"][i] for lv in levels])
+                                             for i in range(len(c["faithfulness"]))],
+                       "edges_kept": [round(mean([lv["curves"][key]["edges_kept"][i] for lv in levels]))
+                                      for i in range(len(c["edges_kept"]))]}
+    return {"cpr": mean([lv["cpr"] for lv in levels]), "cmd": mean([lv["cmd"] for lv in levels]),
+            "cpr_ci": [mean([lv["cpr_ci"][i] for lv in levels]) for i in (0, 1)],
+            "cmd_ci": [mean([lv["cmd_ci"][i] for lv in levels]) for i in (0, 1)],
+            "curves": curves, "n_forwards": sum(lv["n_forwards"] for lv in levels),
+            "eval_seconds": sum(lv["eval_seconds"] for lv in levels),
+            "empty": {k: sum(1 for i, f in enumerate(c["fractions"]) if f < 1.0
+                             and all(lv["curves"][k]["edges_kept"][i] == 0 for lv in levels))
+                      for k, c in levels[0]["curves"].items()},
+            "seeds": [{"cpr": lv["cpr"], "cmd": lv["cmd"]} for lv in levels]}
 
 
 def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
@@ -299,7 +377,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
     check_config(cfg)
     # every task's rows are checked before the model loads or any method runs: bad input costs nothing
     for task in cfg.tasks:
-        rows, _, source = load_rows(cfg.model, task)
+        rows, _, source = load_rows(cfg.model, task, cfg.seed)
         if source != "built":
             check_task_rows(task, rows, cfg)
     if model is None:

@@ -10,7 +10,13 @@ the same token length, (2) target and foil are single, different tokens, (3) the
 clean prompt is the target and (4) its top-1 answer to the counterfactual is not (the counterfactual changes
 the answer). Kept rows are shuffled with a seed and split train / validation / test.
 
-- ioi: Wang et al. 2022 templates; the counterfactual replaces both names (data/prompts' convention).
+- ioi: Wang et al. 2022 templates, with MIB's counterfactual kinds as a task parameter
+  (``ioi:counterfactual=KIND``, ``parse_task``): ``s2_io`` (the default, MIB's default) replaces the
+  second mention of the subject by the indirect object, so the name mentioned once, the answer, flips to the
+  subject (the foil); ``abc`` replaces all three mentions by three new, different names (no answer is
+  favoured); ``names`` replaces both names consistently (data/prompts' convention, the shipped leaderboards'
+  IOI until issue 39). Each row says its kind (``"counterfactual"``) and ``check_counterfactual`` verifies
+  it word by word; the file of kind KIND is ``ioi.jsonl`` for s2_io, ``ioi.KIND.jsonl`` otherwise.
 - facts: capitals, languages, currencies, cities' countries; the counterfactual is the same template with
   another subject of the same kind whose answer differs.
 - add, sub: "12 + 21 = 33\n23 + 45 = " (one solved example first) -> first digit of the result (the
@@ -63,15 +69,67 @@ IOI_TEMPLATES = [
 ]
 
 
-def ioi_candidates(rng: random.Random, n: int) -> list[dict]:
+IOI_KINDS = ("s2_io", "abc", "names")  # MIB's S2 -> IO flip (default), MIB's ABC, both names replaced
+IOI_DEFAULT = "s2_io"
+
+
+def ioi_candidates(rng: random.Random, n: int, counterfactual: str = IOI_DEFAULT) -> list[dict]:
+    """IOI rows: A (the indirect object, the answer) named once, B (the subject, the foil) twice."""
+    check_ioi_kind(counterfactual)
     out = []
     for _ in range(n):
-        a, b, c, d = rng.sample(NAMES, 4)
+        a, b, c, d, e = rng.sample(NAMES, 5)
         template = rng.choice(IOI_TEMPLATES)
         fill = {"P": rng.choice(PLACES), "O": rng.choice(OBJECTS)}
-        out.append({"prompt": template.format(A=a, B=b, **fill), "corrupt": template.format(A=c, B=d, **fill),
-                    "target": " " + a, "foil": " " + b})
+        prompt = template.format(A=a, B=b, **fill)
+        if counterfactual == "s2_io":  # the second B becomes A: B is now the name mentioned once
+            head, _, tail = prompt.rpartition(f" {b} ")
+            corrupt = f"{head} {a} {tail}"
+        elif counterfactual == "abc":
+            corrupt = _three_names(template, c, d, e, fill)
+        else:
+            corrupt = template.format(A=c, B=d, **fill)
+        out.append({"prompt": prompt, "corrupt": corrupt, "target": " " + a, "foil": " " + b,
+                    "counterfactual": counterfactual})
     return out
+
+
+def _three_names(template: str, c: str, d: str, e: str, fill: dict[str, str]) -> str:
+    """The template with its A, first B and second B slots filled by three different names."""
+    first, _, rest = template.partition("{B}")
+    return (first + d + rest.replace("{B}", e, 1)).format(A=c, **fill)
+
+
+def check_ioi_kind(kind: str) -> str:
+    if kind not in IOI_KINDS:
+        raise MethodError(f"unknown IOI counterfactual {kind!r}; choose one of {', '.join(IOI_KINDS)}")
+    return kind
+
+
+def _words(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"[A-Za-z]+|\S", text)
+
+
+def check_counterfactual(row: dict, kind: str) -> bool:
+    """Whether an IOI row's counterfactual is of this kind, word by word: the answer (target) named once in
+    the prompt, the subject (foil) twice; s2_io changes only the subject's second mention, into the answer;
+    abc changes the three mentions into three new, different names; names changes them into two new names,
+    the subject's two mentions alike."""
+    check_ioi_kind(kind)
+    p, c = _words(row.get("prompt", "")), _words(row.get("corrupt", ""))
+    a, b = str(row.get("target", "")).strip(), str(row.get("foil", "")).strip()
+    if len(p) != len(c) or p.count(a) != 1 or p.count(b) != 2:
+        return False
+    slots = [p.index(a)] + [i for i, w in enumerate(p) if w == b]
+    differs = [i for i in range(len(p)) if p[i] != c[i]]
+    if kind == "s2_io":
+        return differs == [slots[2]] and c[slots[2]] == a
+    new = [c[i] for i in slots]
+    if sorted(differs) != sorted(slots) or {a, b} & set(new):
+        return False
+    return len(set(new)) == 3 if kind == "abc" else (new[1] == new[2] != new[0])
 
 
 # -- facts -------------------------------------------------------------------------------------------
@@ -213,7 +271,8 @@ def induction_candidates(rng: random.Random, n: int, length: int = 6) -> list[di
 
 
 TASKS: dict[str, Task] = {t.name: t for t in (
-    Task("ioi", "indirect object identification (names replaced)", ioi_candidates),
+    Task("ioi", "indirect object identification (MIB's S2 -> IO flip; ioi:counterfactual=abc|names)",
+         ioi_candidates),
     Task("facts", "factual recall (another subject of the same kind)", fact_candidates),
     Task("add", "two-operand addition, first digit (an operand changed)", add_candidates),
     Task("sub", "two-operand subtraction, first digit (an operand changed)", sub_candidates),
@@ -228,6 +287,60 @@ def get_task(name: str) -> Task:
     if name not in TASKS:
         raise MethodError(f"unknown task {name!r}; choose one of {', '.join(TASKS)}")
     return TASKS[name]
+
+
+TASK_PARAMS = {"ioi": {"counterfactual": IOI_KINDS}}  # a built-in task's parameters and their values
+
+
+def parse_task(spec: str) -> tuple[str, dict[str, str]]:
+    """(task, parameters) of ``NAME`` or ``NAME:key=value`` (``ioi:counterfactual=abc``); IOI's counterfactual
+    defaults to s2_io. Unknown tasks, parameters or values: MethodError (one line)."""
+    name, *pairs = spec.split(":")
+    get_task(name)
+    allowed = TASK_PARAMS.get(name, {})
+    params = {"counterfactual": IOI_DEFAULT} if name == "ioi" else {}
+    for pair in pairs:
+        key, eq, value = pair.partition("=")
+        if not eq or key not in allowed:
+            have = ", ".join(f"{k}=" + "|".join(v) for k, v in allowed.items()) or "none"
+            raise MethodError(f"task {spec!r}: {name} has no parameter {pair!r}; parameters: {have}")
+        if value not in allowed[key]:
+            raise MethodError(f"task {spec!r}: unknown {name} {key} {value!r}; choose one of "
+                              f"{', '.join(allowed[key])}")
+        params[key] = value
+    return name, params
+
+
+def is_task(spec: str) -> bool:
+    """Whether a spec names a built-in task (with or without parameters), not a .jsonl file."""
+    return spec.split(":")[0] in TASKS
+
+
+def task_file_stem(spec: str) -> str:
+    """The data file's stem of a built-in task spec: ``ioi`` for the default counterfactual, ``ioi.abc``."""
+    name, params = parse_task(spec)
+    kind = params.get("counterfactual", IOI_DEFAULT)
+    return name if kind == IOI_DEFAULT else f"{name}.{kind}"
+
+
+def check_claimed_kinds(rows: list[dict], source: str, kind: str | None = None) -> None:
+    """Each IOI row's counterfactual is the kind it claims (its ``counterfactual`` field) and, given ``kind``,
+    the kind asked for (rows without the field are checked against ``kind``); PromptError (one line) naming
+    the first row that is not."""
+    from workbench.errors import PromptError
+
+    for i, row in enumerate(rows, 1):
+        claimed = row.get("counterfactual", kind)
+        if claimed is None:
+            continue
+        if claimed not in IOI_KINDS:
+            raise PromptError(f"{source}: row {i} claims an unknown counterfactual kind {claimed!r}; "
+                              f"known: {', '.join(IOI_KINDS)}")
+        if kind is not None and claimed != kind:
+            raise PromptError(f"{source}: row {i} is a {claimed} counterfactual, not the {kind} asked for")
+        if not check_counterfactual(row, claimed):
+            raise PromptError(f"{source}: row {i}'s counterfactual is not the {claimed} kind it claims "
+                              f"({row.get('prompt')!r} -> {row.get('corrupt')!r})")
 
 
 # -- the filter --------------------------------------------------------------------------------------
@@ -245,7 +358,8 @@ def check_row(model: Any, row: dict) -> tuple[list[int], list[int]] | None:
         return None
     if "good" in row:
         return clean, bad
-    t, f = _single(model, row["target"]), _single(model, row["foil"])
+    t = _single(model, row["target"])
+    f = _single(model, row["foil"]) if row.get("foil") is not None else -1  # a custom row may have no foil
     if t is None or f is None or t == f:
         return None
     return clean, bad
@@ -287,15 +401,17 @@ def keep_rows(model: Any, rows: list[dict], batch_size: int = 32) -> list[dict]:
 
 def build(model: Any, task: str, n: int = 120, seed: int = 0, fractions: tuple[float, float, float] = (0.4, 0.2, 0.4),
           max_candidates: int = 3000) -> list[dict]:
-    """Up to ``n`` kept rows of a task, each with its split (shuffled with ``seed``)."""
-    spec = get_task(task)
-    rng = random.Random(f"{task}-{seed}")
+    """Up to ``n`` kept rows of a task (a spec: ``ioi:counterfactual=abc``), each with its split (shuffled with
+    ``seed``)."""
+    name, params = parse_task(task)
+    spec = get_task(name)
+    rng = random.Random(f"{task_file_stem(task)}-{seed}")
     seen: set[str] = set()
     kept: list[dict] = []
     tried = 0
     while len(kept) < n and tried < max_candidates:
         fresh = []
-        for row in spec.candidates(rng, 64):
+        for row in spec.candidates(rng, 64, **params):
             if row["prompt"] not in seen:
                 seen.add(row["prompt"])
                 fresh.append(row)

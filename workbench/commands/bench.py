@@ -35,7 +35,14 @@ def register(app: typer.Typer) -> None:
 def circuits(
     model: str = typer.Option("smollm2-135m", "--model", help="The model."),
     tasks: str = typer.Option(None, "--tasks", help="Comma-separated tasks (default: ioi, facts, add, "
-                              "greater_than, induction); a .jsonl path is a custom task."),
+                              "greater_than, induction); ioi is MIB's S2 -> IO counterfactual, "
+                              "ioi:counterfactual=abc MIB's ABC kind, ioi:counterfactual=names both names "
+                              "replaced. A FILE.jsonl is a custom task (rows {prompt, corrupt, target, foil?} or "
+                              "{..., good, bad}): split by its rows' `split` field when every row has one, "
+                              "otherwise shuffled with --seed and split 3/8 train, 1/8 validation, 1/2 test; "
+                              "filtered like the built-in tasks (kept where the model's top-1 answer is the "
+                              "target and the counterfactual changes it) unless --no-filter; named by the "
+                              "file's stem in the tables."),
     methods: str = typer.Option(None, "--methods", help="Comma-separated methods (default: random, eap, "
                                 "eap_ig, dpa; activation_patching: exact, node level and a sample of edges); "
                                 "NAME:key=value:key=value is a variant with parameters set (dpa:w_v=0.7)."),
@@ -52,6 +59,12 @@ def circuits(
                                    "or validation (choose variants; --n-test caps its prompts)."),
     boot: int = typer.Option(1000, "--boot", help="Bootstrap resamples for the intervals.", callback=positive_int),
     batch_size: int = typer.Option(8, "--batch-size", help="Prompts per forward.", callback=positive_int),
+    filter_rows: bool = typer.Option(True, "--filter/--no-filter", help="Filter a custom task file's rows "
+                                     "as the built-in tasks are (--no-filter: use them as given)."),
+    random_seeds: int = typer.Option(5, "--random-seeds", help="Draws of the random baseline, its figures "
+                                     "their mean (1-100).", callback=positive_int),
+    seed: int = typer.Option(0, "--seed", help="Seed of the random baseline's first draw and of a custom "
+                             "task file's shuffle.", callback=nonneg_int),
     workers: int = workers_option("the (task, method) cells"),
     ray_address: str = RAY_ADDRESS_OPTION,
     out: Path = typer.Option(None, "--out", help="Results document (.md; its .json beside it), e.g. "
@@ -91,10 +104,11 @@ def circuits(
                              levels=level_list, n_train=n_train, n_test=n_test, n_patch=n_patch,
                              patch_sample=patch_sample,
                              selection=selection, eval_split=eval_split, n_boot=boot,
-                             batch_size=batch_size)  # checks the config
+                             batch_size=batch_size, filter_rows=filter_rows, random_seeds=random_seeds,
+                             seed=seed)  # checks the config
     cfg = config(spec.to_dict())
     for task in cfg.tasks:  # every stored task's rows are checked before the job starts: bad input costs nothing
-        rows, _, source = load_rows(cfg.model, task)
+        rows, _, source = load_rows(cfg.model, task, cfg.seed)
         if source != "built":
             check_task_rows(task, rows, cfg)
     job, res = run_job(spec, workers, ray_address, save=save_run)

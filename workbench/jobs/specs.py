@@ -471,6 +471,8 @@ class BenchCircuitsSpec(ModelSpec):
     batch_size: int = 8
     seed: int = 0
     eval_split: str = "test"
+    filter_rows: bool = True  # a custom task file filtered like the built-in tasks (--no-filter: as given)
+    random_seeds: int = 5  # the random baseline's draws, averaged
     threads: int | None = None
 
     def check(self) -> None:
