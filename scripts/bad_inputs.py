@@ -18,11 +18,19 @@ Result classes:
 - accepted-bad     exit 0 on a bad input (no error at all)
 - refused-good     an error on an input that should succeed
 - saved-on-error   a clear error, but a run was saved anyway
+- left-files       a clear error, but a file was left in the case's folder or where its --out/--table named
+- deleted-outside  a file beside the case's store (a user's own) was removed
+- changed-outside  the case changed the checkout's results/ or data/ (the committed documents)
 - timeout / other-exit
 
 The catalogue also generates, for every numeric option of every command (found from the typer app),
-the negative / zero / NaN / Infinity / non-integer values that option must refuse.
-Exit status: 0 when no case is a traceback, internal error, silent non-finite, timeout or other failure.
+the negative / zero / NaN / Infinity / non-integer values and 10^9 / 10^30 (or 1e9 / 1e30) that option must
+refuse (a value its callback, with workbench/options.py's bounds table, accepts is left out).
+Issue 41's cases (issue41_cli_cases; store_cases and network_app_cases are engineers D's and F's): error cases
+must answer within 30 s; the tally counts those that did not. Everything a case writes goes into this script's
+temporary folder (its store, its working directory, files/out/), never the checkout.
+Exit status: 0 when no case is a traceback, internal error, silent non-finite, exit 0 on bad input, left file,
+removed or changed file outside, timeout or other failure.
 """
 
 from __future__ import annotations
