@@ -35,6 +35,69 @@ def read_result(run: Any) -> dict[str, Any]:
     return data
 
 
+SHIPPED = "shipped:"  # the page's choice of a shipped leaderboard: SHIPPED + the file's name
+
+
+def shipped_results() -> dict[str, Any]:
+    """The leaderboards that ship in results/circuits/ (``workbench.paths.results_root``): file name -> path, those
+    whose JSON is a benchmark result (tasks and config); read once per server."""
+    from workbench.paths import results_root
+
+    def find() -> dict[str, Any]:
+        found = {}
+        for path in sorted((results_root() / "circuits").glob("bench_*.json")):
+            try:
+                _check_result(_read_json(path, f"shipped {path.name}"), path.name)
+            except Exception:  # noqa: BLE001 - a supplement of another shape (bench_known.json) is not a leaderboard
+                continue
+            found[path.name] = path
+        return found
+
+    return SH.shared(("bench_shipped", str(results_root())), find)
+
+
+def _read_json(path: Any, what: str) -> Any:
+    from workbench.checks import read_json
+    from workbench.errors import RunStoreError
+
+    return read_json(path, what, RunStoreError)
+
+
+def _check_result(data: Any, what: str) -> dict[str, Any]:
+    from workbench.errors import RunStoreError
+
+    if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) \
+            or not isinstance(data.get("config"), dict):
+        raise RunStoreError(f"{what} is damaged: no tasks or config")
+    if not all(isinstance(t, dict) and isinstance(t.get("methods"), dict) for t in data["tasks"]):
+        raise RunStoreError(f"{what} is damaged: a task without methods")
+    return data
+
+
+def read_shipped(name: str) -> dict[str, Any]:
+    """A shipped leaderboard's result, checked; RunStoreError when it is absent or damaged."""
+    from workbench.errors import RunStoreError
+
+    path = shipped_results().get(name)
+    if path is None:
+        raise RunStoreError(f"no shipped leaderboard {name}")
+    return _check_result(_read_json(path, f"shipped {name}"), f"shipped {name}")
+
+
+def shipped_caption(name: str, result: dict[str, Any]) -> str:
+    """What a shipped leaderboard is and the settings it was measured under (an older one: its IOI was the
+    names counterfactual, its random baseline one draw)."""
+    cfg = result["config"]
+    text = (f"Shipped leaderboard results/circuits/{name} (committed, not a run of this store): "
+            f"{len(result['tasks'])} tasks x {len(cfg.get('methods') or [])} methods, levels "
+            f"{', '.join(cfg.get('levels') or [])}, {cfg.get('n_train')} train / {cfg.get('n_test')} test prompts, "
+            f"selection {cfg.get('selection')}, seed {cfg.get('seed')}.")
+    if "random_seeds" not in cfg:
+        text += (" Measured before issue 39: its ioi is the names counterfactual (ioi:counterfactual=names, not "
+                 "MIB's S2 -> IO flip) and its random baseline one draw.")
+    return text
+
+
 def shape_of(store: Any, run_id: str) -> str:
     """"5 tasks x 4 methods" of a stored bench run, from its arguments (read once per server)."""
 
@@ -206,6 +269,22 @@ def show_leaderboard(run: Any, prefix: str) -> bool:
                                                                           run))
     if result is None:
         return False
+    return show_result(result, prefix, run)
+
+
+def show_shipped(name: str, prefix: str) -> bool:
+    """A shipped leaderboard (results/circuits/NAME), marked as shipped with its settings; its circuits cannot be
+    drawn (a shipped document keeps no edge scores)."""
+    result = SH.shared(("bench_shipped_result", name),
+                       lambda: C.attempt("Cannot read the shipped leaderboard", read_shipped, name))
+    if result is None:
+        return False
+    st.info(C.esc(shipped_caption(name, result)))
+    return show_result(result, prefix, None)
+
+
+def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
+    """The leaderboard of a result (a run's, or a shipped one when ``run`` is None)."""
     cfg = result["config"]
     st.caption(f"{C.esc(result['model'])} · {len(result['tasks'])} tasks · {cfg.get('n_train')} train / "
                f"{cfg.get('n_test')} {cfg.get('eval_split', 'test')} prompts · selection "
@@ -236,7 +315,11 @@ def show_leaderboard(run: Any, prefix: str) -> bool:
     curve = c2.radio("Curve", ["cpr", "cmd"], horizontal=True, key=f"{prefix}_curve",
                      format_func=lambda k: "CPR (signed)" if k == "cpr" else "CMD (|score|)")
     st.plotly_chart(curves_figure(result, task, level, curve), key=f"{prefix}_curves")
-    _circuit(run, result, tasks, prefix)
+    if run is None:
+        st.caption("A shipped leaderboard keeps no edge scores, so its circuits cannot be drawn: run "
+                   "`workbench bench circuits` to get a run whose cells can be opened.")
+    else:
+        _circuit(run, result, tasks, prefix)
     return True
 
 
