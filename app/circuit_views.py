@@ -34,6 +34,54 @@ def circuit_edges(res: Any, k: int, selection: str, threshold: float = 0.0) -> l
     return edges
 
 
+def connected_edges(res: Any, budget: int) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The strongest connected circuit of at most ``budget`` edges (about: a single edge can join a larger
+    piece): grown from the logits by |score| (MIB's greedy) to the longest length whose embed -> logits
+    pruning keeps no more than ``budget`` edges, so the view is never empty when any path exists and never
+    a tangle. Returns (edges as ``top`` gives them, facts: grown length, share of all |score| mass drawn)."""
+    import torch
+
+    g, scores = res.graph, res.scores
+    n_all = g.n_edges
+    budget = max(1, min(int(budget), n_all))
+    memo: dict[int, torch.Tensor] = {}
+
+    def kept(n: int) -> torch.Tensor:
+        if n not in memo:
+            memo[n] = g.prune_connected(g.grow(scores, n, absolute=True))
+        return memo[n]
+
+    # exponential then binary search on the grown length: the pruned count only rises with it
+    lo, hi = 0, budget
+    while int(kept(hi).sum()) <= budget and hi < n_all:
+        lo, hi = hi, min(hi * 2, n_all)
+    if int(kept(hi).sum()) <= budget:
+        lo = hi
+    else:
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (mid, hi) if int(kept(mid).sum()) <= budget else (lo, mid)
+    mask = kept(lo) if lo and int(kept(lo).sum()) else torch.zeros(n_all, dtype=torch.bool)
+    if not int(mask.sum()):
+        # the first connected piece is already larger than the budget: its strongest edges, pruned again
+        first = kept(hi)
+        ids = torch.nonzero(first).flatten()
+        ids = ids[torch.argsort(scores[ids].abs(), descending=True, stable=True)][:budget]
+        trimmed = torch.zeros(n_all, dtype=torch.bool)
+        trimmed[ids] = True
+        trimmed = g.prune_connected(trimmed)
+        mask = trimmed if int(trimmed.sum()) else first
+    ids = torch.nonzero(mask).flatten()
+    ids = ids[torch.argsort(scores[ids].abs(), descending=True, stable=True)]
+    edges = []
+    for e in ids.tolist():
+        src, dst = g.edge_name(e)
+        edges.append({"src": src, "dst": dst, "score": float(scores[e])})
+    total = float(scores.abs().sum())
+    share = float(scores[ids].abs().sum()) / total if total > 0 else 0.0
+    return edges, {"grown": max(lo, 1), "share": share}
+
+
 def subgraphs(results: dict[str, Any], drawn: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Each method's drawn edges as a circuits.graph.Subgraph (what graph_view draws and inspects)."""
     return {m: results[m].subgraph(edges=edges) for m, edges in drawn.items()}
@@ -51,6 +99,35 @@ def faith_table(results: dict[str, Any]):
                      "metric intact": None if f is None else round(f.metric_full, 4),
                      "metric ablated": None if f is None else round(f.metric_empty, 4)})
     return pd.DataFrame(rows)
+
+
+def curve_note(curves: dict[str, Any], tolerance: float = 0.05) -> str | None:
+    """One note on faithfulness curves that go below zero or fall as the circuit grows, with what usually
+    causes it; None when every curve is non-negative and (within ``tolerance``) rising."""
+    negative = [m for m, f in curves.items() if min(f.normalized, default=0.0) < 0]
+    falling = [m for m, f in curves.items()
+               if any(b < a - tolerance for a, b in zip(f.normalized, f.normalized[1:], strict=False))]
+    if not negative and not falling:
+        return None
+    said = []
+    if negative:
+        said.append(f"{', '.join(negative)} scored below zero at some size: the circuit alone moves the metric "
+                    "further from the full model than ablating every edge does")
+    if falling:
+        said.append(f"{', '.join(falling)} fell as edges were added (non-monotone)")
+    f = curves[(negative or falling)[0]]
+    gap = f.metric_full - f.metric_empty
+    causes = ["mean ablation puts the edges outside the circuit off the model's distribution (their mean over "
+              "positions is no input the model ever saw): try corrupt ablation with a counterfactual"]
+    if gap <= 0 or abs(gap) < 0.1 * max(abs(f.metric_full), 1e-9):
+        causes.append(f"the empty circuit already scores the metric as well as the full model (metric ablated "
+                      f"{f.metric_empty:+.3f} vs intact {f.metric_full:+.3f}): the normalised score divides by "
+                      "that small or negative gap, so it swings or flips sign")
+    else:
+        causes.append(f"edges of opposite sign enter the circuit: an edge that pushes against the target lowers "
+                      f"the score until its partners join (metric ablated {f.metric_empty:+.3f}, intact "
+                      f"{f.metric_full:+.3f})")
+    return ("; ".join(said) + ". Usually: " + "; or ".join(causes) + ".")
 
 
 def edges_table(drawn: dict[str, list[dict[str, Any]]]):
@@ -126,7 +203,10 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
     corrupt = c1.text_input("Counterfactual prompt (optional, same number of tokens)", key=f"{key}_corrupt",
                             help="Edges are then scored against this run (corrupt ablation); without it, "
                                  "against zero.")
-    k = c2.slider("Edges kept (k)", 5, 300, 40, 5, key=f"{key}_k")
+    k = c2.slider("Edges drawn (at most)", 5, 100, 30, 5, key=f"{key}_k",
+                  help="The strongest circuit from the input to the logits that fits in this many edges: grown "
+                       "from the logits by |score| until one more edge would pass the cap, so the graph is "
+                       "never empty and never a tangle. Weak edges are drawn thin and faint.")
     row = {"prompt": prompt, "target": target, **({"foil": foil} if foil else {}),
            **({"corrupt": corrupt} if corrupt.strip() else {})}
     sig, held, scored = (loaded.name, repr(row)), st.session_state.get(f"_{key}_circuit"), False
@@ -147,7 +227,7 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         held, scored = (sig, res), True
         st.session_state[f"_{key}_circuit"] = held  # only the latest prompt
     res = held[1]
-    edges = circuit_edges(res, k, "greedy")
+    edges, facts = SH.shared(("prompt_circuit_edges", *sig, k), lambda: connected_edges(res, k))
     sub = res.subgraph(edges=edges)
     names = {n.id for n in sub.nodes}
     # The chart's own selection is lost when the figure changes (the clicked node is drawn larger), so the
@@ -160,9 +240,13 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
     node = st.session_state.get(f"_{key}_node")
     show_subgraph(sub, key=key, selected=node if node in names else None,
                   title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
-    st.caption(LEGEND_HELP + " Open the Circuits page for other methods, prompt sets and faithfulness.")
+    fits = f"within {k} edges" if len(edges) <= k else f"({len(edges)} edges: none smaller fits in {k})"
+    st.caption(f"The strongest connected circuit {fits} (grown from the logits over the "
+               f"{facts['grown']:,} strongest reachable edges): it holds {facts['share']:.1%} of the |score| of "
+               f"all {res.graph.n_edges:,} edges. " + LEGEND_HELP
+               + " Open the Circuits page for other methods, prompt sets and faithfulness.")
     if not edges:
-        st.caption("No edge connects the input to the logits at this k: raise k.")
+        st.caption("No edge path connects the input to the logits on this prompt.")
     if node in names:  # the clicked node's drill-down: pattern, direct logit effect, its edges
         st.markdown(f"**{C.esc(node)}** (the clicked node; click another to inspect it)")
         show_node(loaded, {"dpa": sub}, node, row, key=f"{key}_node")

@@ -230,6 +230,40 @@ def top_items(scores: Any, axes: tuple[str, ...], tokens: list[str], k: int = 20
     return pd.DataFrame([r for r in rows(ranked, axes, tokens, k) if r["score"] != 0.0 or r["position"] != 0])
 
 
+def neuron_figure(table: Any, tokens: list[str], n_layers: int | None = None) -> go.Figure:
+    """The top neurons of ``top_items``' table placed by layer (rows) and token position (columns): one marker
+    each, its area by |score|, blue for the target and red against it, labelled with the neuron's index."""
+    import math
+
+    rows = table.to_dict("records") if hasattr(table, "to_dict") else list(table)
+    top = max((abs(float(r["score"])) for r in rows), default=1.0) or 1.0
+    fig = go.Figure()
+    for sign, colour, name in ((1, "#2166ac", "supports the target"), (-1, "#b2182b", "opposes it")):
+        pick = [r for r in rows if (float(r["score"]) >= 0) == (sign > 0)]
+        if not pick:
+            continue
+        fig.add_trace(go.Scatter(
+            x=[int(r["position"]) for r in pick], y=[int(r["layer"]) for r in pick], mode="markers+text",
+            name=name, text=[f"n{int(r['neuron'])}" for r in pick], textposition="top center",
+            textfont={"size": 10},
+            marker={"size": [8 + 22 * math.sqrt(abs(float(r["score"])) / top) for r in pick], "color": colour,
+                    "opacity": 0.75, "line": {"width": 1, "color": "#333"}},
+            customdata=[[int(r["neuron"]), float(r["score"]), tokens[int(r["position"])]
+                         if int(r["position"]) < len(tokens) else ""] for r in pick],
+            hovertemplate="L%{y} neuron %{customdata[0]} at position %{x} (%{customdata[2]}): "
+                          "%{customdata[1]:+.4f}<extra></extra>"))
+    ticks = sorted({int(r["position"]) for r in rows})
+    layers = [int(r["layer"]) for r in rows]
+    fig.update_layout(
+        title="Top neurons by layer and position", height=380, margin={"l": 10, "r": 10, "t": 50, "b": 10},
+        legend={"orientation": "h", "y": -0.25},
+        xaxis={"title": "position (token)", "tickmode": "array", "tickvals": ticks,
+               "ticktext": [f"{tokens[i]!r}"[1:-1][:10] + f" {i}" if i < len(tokens) else str(i) for i in ticks]},
+        yaxis={"title": "layer", "dtick": 1,
+               "range": [-0.5, (n_layers or (max(layers, default=0) + 1)) - 0.5]})
+    return fig
+
+
 def tensor_figure(name: str, t: Any) -> go.Figure | None:
     """A quick look at a stored tensor: bar for 1-D, heatmap for 2-D, first slice for more."""
     s = _np(t)

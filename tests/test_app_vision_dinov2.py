@@ -27,7 +27,9 @@ def test_photograph_head_and_saliency_region():
     maps = heat(at)
     assert len(maps) == 2 and maps[0].shape == (224, 224)  # 16 x 16 patches of 14 px
     assert list(frame_with(at, "seconds")["method"]) == ["attention", "rollout"]
-    assert at.session_state["vit_head"] == "synthetic"
+    assert at.session_state["vit_head"] == "saliency"  # a photograph: the decoder's saliency, no synthetic head
+    at.sidebar.selectbox(key="vit_head").set_value("synthetic").run()
+    assert not problems(at), problems(at)
     at.sidebar.selectbox(key="vit_head").set_value("saliency").run()
     assert not problems(at), problems(at)
     assert any("mean saliency in the region" in c.value for c in at.caption)

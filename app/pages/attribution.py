@@ -295,7 +295,12 @@ with tabs[1]:
     if (detail, "neuron") in results:
         res = results[(detail, "neuron")]
         skip_neurons = V.first_token_toggle("attr_neurons_skip0")
-        st.dataframe(V.top_items(res.scores, res.axes, res.tokens, k=25, skip_first=skip_neurons), hide_index=True)
+        top_neurons = V.top_items(res.scores, res.axes, res.tokens, k=25, skip_first=skip_neurons)
+        n_left, n_right = st.columns([1, 1])
+        if len(top_neurons):
+            n_left.plotly_chart(V.neuron_figure(top_neurons, res.tokens, int(res.scores.shape[0])),
+                                key="attr_neurons_fig")
+        n_right.dataframe(top_neurons, hide_index=True)
         if skip_neurons:
             st.caption("Neurons at position 0 are left out of this ranking (turn the toggle off to include them).")
         S.share("attr_neurons", loaded.name, code_lines({(detail, "neuron"): res}, ("neuron",)), link("neuron"))

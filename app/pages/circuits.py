@@ -105,8 +105,8 @@ from circuits.graph import CircuitGraph  # noqa: E402
 from circuits.plot import faithfulness_figure  # noqa: E402
 
 show_saved()
-C.seed_from_query({"prompt": "circ_prompt", "target": "circ_target", "foil": "circ_foil", "corrupt": "circ_corrupt",
-                   "methods": "_circ_methods_q"})
+CI.mark_typed(C.seed_from_query({"prompt": "circ_prompt", "target": "circ_target", "foil": "circ_foil",
+                                 "corrupt": "circ_corrupt", "methods": "_circ_methods_q"}))
 if "_circ_methods_q" in st.session_state:  # ?methods=dpa,eap
     st.session_state["circ_methods"] = [m for m in st.session_state.pop("_circ_methods_q").split(",") if m]
 loaded = C.sidebar_model(("llm", "toy"), key="circ_model", default="smollm2-135m")
@@ -125,6 +125,9 @@ chosen = c1.multiselect("Methods", offered, key="circ_methods", on_change=C.reme
                         format_func=lambda m: EDGE_METHODS[m].title,
                         help="; ".join(f"{EDGE_METHODS[m].title}: {summaries[m]}" for m in offered))
 ablations = ["corrupt", "mean", "zero"] if all(r.get("corrupt") is not None for r in rows) else ["mean", "zero"]
+for held_key in ("circ_ablation", "circ_eval_ablation"):  # corrupt without a counterfactual: mean, which needs none
+    if held_key in st.session_state and st.session_state[held_key] not in ablations:
+        del st.session_state[held_key]
 ablation = c2.selectbox("Ablation", ablations, key="circ_ablation",
                         help="What an edge outside the circuit carries instead: the counterfactual run's value, "
                              "the mean over the prompts' positions, or zero.")
@@ -193,6 +196,9 @@ if e2.button(f"Evaluate circuit at k={k} ({selection})", key="circ_evaluate"):
 curves = {m: r.faithfulness for m, r in results.items() if r.faithfulness is not None}
 if curves:
     st.plotly_chart(faithfulness_figure(curves), key="circ_faith")
+    note = CV.curve_note(curves)
+    if note:
+        st.info(note)
 at_k = {m: faithfulness_at(r, k) for m, r in results.items()}
 if any(v is not None for v in at_k.values()):
     st.caption(f"Normalized faithfulness at k={k}: " + " · ".join(

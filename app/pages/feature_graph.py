@@ -11,6 +11,7 @@ from typing import Any
 
 import streamlit as st
 
+from app import circuit_inputs as CI
 from app import common as C
 from app import feature_view as FV
 from app.graph_view import LEGEND_HELP, follow_click, inspect_node, show_subgraph
@@ -124,13 +125,21 @@ prompt = st.text_input("Prompt", key="fg_prompt", on_change=C.remember("fg_promp
 c1, c2 = st.columns(2)
 C.keep("fg_target", " Mary")
 C.keep("fg_foil", " John")
-target = c1.text_input("Target", key="fg_target", on_change=C.remember("fg_target")) or None
-foil = c2.text_input("Foil (optional)", key="fg_foil", on_change=C.remember("fg_foil")) or None
+filled = CI.follow(loaded, prompt, "fg", ("target", "foil"))  # a new prompt: the model's top two tokens
+target = c1.text_input("Target", key="fg_target", on_change=CI.on_typed, args=("fg_target",),
+                       help="A new prompt fills it with the model's top prediction unless you typed one.") or None
+foil = c2.text_input("Foil (optional)", key="fg_foil", on_change=CI.on_typed, args=("fg_foil",),
+                     help="A new prompt fills it with the model's runner-up unless you typed one.") or None
+CI.followed_caption(filled)
+if not prompt.strip():
+    st.warning("The prompt is empty: type a prompt for the model to continue.")
+    st.stop()
 found = available(loaded.name)
 options = list(found)
 C.keep("fg_saes", [p for p, tc in found.items() if not tc][:4])  # the residual SAEs by default
 st.session_state["fg_saes"] = [p for p in st.session_state["fg_saes"] if p in options]
-chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"))
+chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"),
+                        format_func=lambda p: p.replace("\\", "/").rsplit("/", 1)[-1])  # by name, not path
 extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra")
 paths = list(chosen) + [p.strip() for p in (extra or "").split(",") if p.strip()]
 c1, c2, c3 = st.columns(3)

@@ -39,6 +39,14 @@ SINK_HELP = (
 
 
 @st.cache_data(show_spinner=False, ttl=30)
+def sidebar_name(name: str, model: str | None) -> str:
+    """A dictionary's name with what tells it apart first ("L12-resid-topk2304 · smollm2-135m"): the sidebar's
+    box cuts the end of a long name, and every shipped name starts with its model's."""
+    if model and name.startswith(f"{model}-") and len(name) > len(model) + 1:
+        return f"{name[len(model) + 1:]} · {model}"
+    return name
+
+
 def shipped() -> list[dict[str, Any]]:
     from attribution.sae.explore import summaries
 
@@ -331,7 +339,10 @@ C.keep("sae_source", options[0])
 if st.session_state["sae_source"] not in options:
     st.session_state["sae_source"] = options[0]
 with st.sidebar:
-    choice = st.selectbox("Dictionary", options, key="sae_source", on_change=C.remember("sae_source"))
+    choice = st.selectbox("Dictionary", options, key="sae_source", on_change=C.remember("sae_source"),
+                          format_func=lambda n: sidebar_name(n, by_name.get(n, {}).get("model")))
+    if choice in by_name:  # the whole name, wrapped: the box cuts a long one
+        st.caption(C.code(choice))
     model_name, spec = None, None
     if choice == NEURONS:
         model_name = C.model_picker(("llm", "toy"), key="sae_model", default="smollm2-135m")

@@ -106,7 +106,8 @@ if DINO:
     from attribution.vit import dinov2 as DV  # noqa: E402
 
     heads = DV.head_names()
-    C.keep("vit_head", DV.DEFAULT_HEAD if DV.DEFAULT_HEAD in heads else heads[0])
+    # real photographs by default, so the decoder's saliency (a synthetic-shape head calls a house "plus")
+    C.keep("vit_head", "saliency" if "saliency" in heads else DV.DEFAULT_HEAD if DV.DEFAULT_HEAD in heads else heads[0])
     head = st.sidebar.selectbox("Decision (head)", heads, key="vit_head", on_change=C.remember("vit_head"),
                                 help="Linear heads trained here on DINOv2's frozen class token (synthetic, hard), "
                                      "or saliency: the package decoder's mean saliency inside a region you pick.")
