@@ -43,13 +43,48 @@ def lent_models(spec: Any) -> dict[str, tuple[Any, Any]]:
     return {name: (loaded.model, loaded.lock)}
 
 
+def estimate_here(spec: Any, workers: int = 1) -> tuple[float, str] | None:
+    """(seconds, text) of ``spec`` on this machine, once per session and work: what an earlier job of its
+    shape measured, else, when this server already holds its model, one item measured now on that model (the
+    kind's ``measure``, under the model's lock); None when neither is possible (its model is not loaded here
+    and no job of its shape has run)."""
+    from workbench.jobs.board import spec_key
+    from workbench.jobs.kinds import JobEstimate, estimate, get_kind, lend
+    from workbench.jobs.specs import as_dict
+
+    memo = st.session_state.setdefault("_job_estimates", {})
+    sig = (spec_key(spec), workers)
+    if sig not in memo:
+        models = lent_models(spec)
+        try:
+            with lend(models):
+                cost = estimate(spec, workers, root=board().root, measure=bool(models))
+                plain = as_dict(spec)
+                kind = get_kind(plain.get("kind", ""))
+                if cost is None and models and hasattr(kind, "measure_lent"):
+                    per_item = kind.measure_lent(plain)
+                    if per_item is not None:
+                        cost = JobEstimate(items=int(kind.items(plain)), seconds_per_item=float(per_item),
+                                           parallel=len(kind.shards(plain, workers)),
+                                           source="measured now on the model this server holds")
+        except Exception:  # noqa: BLE001 - no estimate is no reason not to run
+            cost = None
+        memo[sig] = None if cost is None else (cost.seconds, cost.text())
+        while len(memo) > 32:
+            memo.pop(next(iter(memo)))
+    return memo[sig]
+
+
 def submit(spec: Any, key: str, workers: int = 1, seconds: float | None = None) -> Any | None:
-    """Start ``spec`` as a job, remembered under ``key`` in this session so the page shows it inline: in a
-    thread of this server on its loaded model when its estimate (``seconds``, if the page measured it) is
-    under the runner's threshold, else on a local Ray instance (or WORKBENCH_RAY_ADDRESS). None (after a
-    message) when it cannot start."""
+    """Start ``spec`` as a job, remembered under ``key`` in this session so the page shows it inline. Estimate
+    first (``seconds`` the page measured, else ``estimate_here``): under the runner's threshold (about 10 s)
+    it runs in a thread of this server on its loaded model, else on the warm local Ray instance (or
+    WORKBENCH_RAY_ADDRESS). None (after a message) when it cannot start."""
     import workbench.jobs
 
+    if seconds is None and workers == 1:
+        got = estimate_here(spec, workers)
+        seconds = None if got is None else got[0]
     job = C.attempt("Cannot start the job", workbench.jobs.submit, spec, workers=workers, board=board(),
                     models=lent_models(spec), seconds=seconds, warm_owner=os.getpid())  # the warm Ray instance
     if job is not None:
@@ -118,6 +153,17 @@ def live_panel(job_id: str, key: str) -> None:
 
 # -- the one job widget of a page's long work ------------------------------------------------------------
 THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user confirms
+# What the warm local Ray instance holds, measured on this 2-core machine (results/app/ray_footprint.md): its own
+# processes idle, then a model's worker that keeps the model loaded for the next job.
+RAY_FOOTPRINT = ("a warm local instance: 7 processes, about 0.5 GB idle, plus one worker of about 1.3 GB per "
+                 "model held for the next job; it ends after 10 min without a job")
+
+
+def local_limit() -> float:
+    """The runner's threshold for work in this server's process (about 10 s; more on a busy machine)."""
+    from workbench.jobs.runner import local_seconds
+
+    return local_seconds()
 ACTIVE = ("queued", "running")
 
 
@@ -166,22 +212,23 @@ def start_button(spec: Any, key: str, label: str, workers: int = 1, estimate: tu
     THRESHOLD_S the estimate is a warning and the button names it, so pressing it is the confirmation. Starts
     ``spec`` as a job (remembered under ``key``) and returns it; None when not pressed or it could not start."""
     if estimate is None:
-        from workbench.jobs.kinds import estimate as job_estimate
-
-        try:
-            cost = job_estimate(spec, workers, root=board().root, measure=False)
-        except Exception:  # no estimate is no reason not to run
-            cost = None
-        estimate = None if cost is None else (cost.seconds, cost.text())
+        estimate = estimate_here(spec, workers)
     if estimate is not None and estimate[0] > THRESHOLD_S:
-        st.warning(f"Estimate: {C.esc(estimate[1])}. It runs as a job outside this app, so every page stays usable; "
-                   "follow it here or on the Jobs page.")
+        where = (f"Under about {local_limit():.0f} s it runs as a job in this server, on the model it holds"
+                 if estimate[0] <= local_limit() else
+                 f"It runs as a job on Ray, outside this app ({RAY_FOOTPRINT})")
+        st.warning(f"Estimate: {C.esc(estimate[1])}. {where}, so every page stays usable; follow it here or on "
+                   "the Jobs page.")
         label = f"{label} (about {C.esc(estimate[1].rsplit('about ', 1)[-1])})"
     elif estimate is not None:
         st.caption(f"Estimate: {C.esc(estimate[1])}.")
+    else:
+        st.caption("No estimate yet (no job of this shape has run here and its model is not loaded in this "
+                   f"server): it runs on Ray ({RAY_FOOTPRINT}); later jobs of its shape are placed by this one's "
+                   "measured cost.")
     if not st.button(label, key=button or f"{key}_start", type="primary"):
         return None
-    return submit(spec, key, workers=workers)
+    return submit(spec, key, workers=workers, seconds=None if estimate is None else estimate[0])
 
 
 def job_result(spec: Any, key: str, widget: str, label: str, read: Any, note: str | None = None,

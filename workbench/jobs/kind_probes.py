@@ -94,6 +94,26 @@ class ProbeJob:
                                   spec.get("pooling", "last"), spec.get("n_boot", 1000), bool(spec.get("concept")),
                                   _bucket(spec))))
 
+    def measure_lent(self, spec: dict[str, Any]) -> float | None:
+        """(The app, on a model its server holds: see app/jobs_view.py estimate_here.) Seconds per item before
+        any job of this shape ran: the pooled activations of a few examples at the
+        job's hooks, timed (an item is one example pass; the later phases are taken to cost as much)."""
+        from attribution.probes.activations import LabeledSet, pooled_activations
+        from attribution.probes.run import probe_hooks
+        from workbench.jobs.kinds import model_lock
+
+        data = spec_data(spec)
+        m = min(8, len(data.texts))
+        if m == 0:
+            return None
+        few = LabeledSet(texts=data.texts[:m], labels=data.labels[:m], words=data.words[:m], marked=data.marked[:m])
+        model, _ = _load(spec)
+        with model_lock(spec):
+            hooks, _ = probe_hooks(model, spec.get("hook"), spec.get("layers", "all"))
+            started = time.perf_counter()
+            pooled_activations(model, few, hooks, spec.get("pooling", "last"))
+            return (time.perf_counter() - started) / m
+
     def run_shard(self, spec: dict[str, Any], shard: int, report: Any) -> Any:
         from attribution.probes.run import probe_hooks, run_probe
 

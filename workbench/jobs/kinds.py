@@ -115,6 +115,23 @@ class FaithfulnessJob:
         return "|".join(map(str, (spec["model"], ",".join(sorted(spec["methods"])), spec.get("level", "token"),
                                   spec.get("ablation", "zero"), prompt_length_bucket(spec["rows"]))))
 
+    def measure_lent(self, spec: dict[str, Any]) -> float | None:
+        """(The app, on a model its server holds: see app/jobs_view.py estimate_here.) Seconds per item before
+        any job of this shape ran: the protocol on the first prompt, timed (its
+        encoding of every row included, so a little over one item's cost)."""
+        import time
+
+        from attribution.faithfulness import evaluate_part
+
+        if not spec["rows"]:
+            return None
+        model = worker_model(spec)
+        with model_lock(spec):
+            started = time.perf_counter()
+            evaluate_part(model, spec["rows"], spec["methods"], [0], **_faith_args(spec),
+                          batch_size=spec.get("batch_size", 32))
+            return time.perf_counter() - started
+
     def run_shard(self, spec: dict[str, Any], shard: list[int], report: Any) -> Any:
         from attribution.faithfulness import evaluate_part
         from workbench.prompt_files import encode_rows

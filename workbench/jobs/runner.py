@@ -42,6 +42,13 @@ START_ATTEMPTS = 3  # tries at starting a local Ray instance (one when the job c
 # Work estimated under this many seconds runs in the caller's process: a Ray start and a worker's imports
 # and model load cost more than that on a busy machine. WORKBENCH_LOCAL_S overrides (0: always Ray).
 LOCAL_S = 10.0
+# A local instance starts no idle workers ahead of need (Ray prestarts one a CPU, each a Python process of about
+# 80 MB that a one-shard job never uses): workers start with the first task that needs one (about a second).
+# Measured on 2 cores: 9 processes and 651 MB RSS idle with prestart, 7 and 490 MB without
+# (results/app/ray_footprint.md).
+# WORKBENCH_RAY_PRESTART=1 restores Ray's prestarting (a first task a second sooner, for ~80 MB a core).
+LEAN_RAY = ({} if os.environ.get("WORKBENCH_RAY_PRESTART") == "1"
+            else {"prestart_worker_first_driver": False, "enable_worker_prestart": False})
 _RAY_LOCK = threading.Lock()
 _RAY_ADDRESS: list[str] = []  # the address this process's Ray connection was made with
 
@@ -192,7 +199,8 @@ def connect(address: str | None, attempts: int = START_ATTEMPTS, namespace: str 
         for attempt in range(attempts):
             try:
                 if want == "local":
-                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, **kwargs)
+                    ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, _system_config=LEAN_RAY,
+                             **kwargs)
                 else:
                     with _quiet_stderr():  # Ray's C++ client logs each failed try there
                         ray.init(address=want, **kwargs)

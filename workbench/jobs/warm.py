@@ -157,8 +157,10 @@ def host(root: str | Path, owner: int = 0) -> None:
     # At normal priority, in a session (a scheduling group) of its own: on a busy machine Ray's agents must
     # start within its limits, and its GCS answer a driver's connection within five seconds (with the group's
     # priority lowered, as a driver's is, both failed under a load of 10 on two cores).
+    from workbench.jobs.runner import LEAN_RAY  # no prestarted idle workers: they start as jobs need them
+
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
-             log_to_driver=False)
+             log_to_driver=False, _system_config=LEAN_RAY)
     address = ray.get_runtime_context().gcs_address
     from workbench.store import write_atomic
 
