@@ -155,8 +155,8 @@ def live_panel(job_id: str, key: str) -> None:
 THRESHOLD_S = 3.0  # work estimated above this runs as a job, after the user confirms
 # What the warm local Ray instance holds, measured on this 2-core machine (results/app/ray_footprint.md): its own
 # processes idle, then a model's worker that keeps the model loaded for the next job.
-RAY_FOOTPRINT = ("a warm local instance: 7 processes, about 0.5 GB idle, plus one worker of about 1.3 GB per "
-                 "model held for the next job; it ends after 10 min without a job")
+RAY_FOOTPRINT = ("a warm local Ray instance: about 0.6 GB in 8 processes of its own, plus about 1.2 GB for each "
+                 "model it keeps loaded for the next job (smollm2-135m); it ends after 10 min without a job")
 
 
 def local_limit() -> float:

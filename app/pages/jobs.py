@@ -73,9 +73,12 @@ def start_sleep() -> None:
 
 st.title("Jobs")
 address = os.environ.get("WORKBENCH_RAY_ADDRESS") or "a local Ray instance (started on demand)"
-st.caption(f"Work estimated under about 10 s runs as a job in this server, on the model it holds; longer work runs "
-           f"on {C.esc(address)}, outside this server: pages stay usable, a job survives a page reload, and Cancel "
-           "stops it within seconds. Results land in the run store.")
+st.caption(f"Work estimated under about {J.local_limit():.0f} s runs as a job in this server, on the model it holds "
+           "(the estimate comes first: an earlier job's cost, else one item measured on that model); longer work "
+           f"runs on {C.esc(address)}, outside this server: pages stay usable, a job survives a page reload, and "
+           "Cancel stops it within seconds. Results land in the run store."
+           + ("" if os.environ.get("WORKBENCH_RAY_ADDRESS") else f" Memory: {J.RAY_FOOTPRINT} "
+              "(results/app/ray_footprint.md)."))
 if C.engine("attribution.faithfulness", "faithfulness") is not None:
     start_faithfulness()
 if os.environ.get("WORKBENCH_JOBS_DEMO") == "1":
