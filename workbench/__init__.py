@@ -46,6 +46,16 @@ BACKENDS = ("transformer_lens", "bridge", "nnsight")
 # the keywords wb.load passes on to a model's loader (an LLM's backend; the DINOv2 wrapper's head and size)
 LOAD_EXTRAS: dict[str, Any] = {"backend": Choice(BACKENDS), "head": str | None, "image_size": Int(14, 4096)}
 TOP_K_MAX = 1000  # the lens' top tokens per cell: more is unreadable and costs a vocabulary-sized sort
+STEER_MAX_NEW_TOKENS = 512  # attribution.sae.steer.MAX_NEW_TOKENS (not imported here: torch), as `sae steer --tokens`
+
+
+def _cli_bound(flag: str) -> int:
+    """The CLI's upper bound for ``flag`` (workbench/options.py BOUNDS, else its cap on every count), so a count
+    means the same from a notebook, the app and the command line."""
+    from workbench import options
+
+    bound = getattr(options, "BOUNDS", {}).get(flag)
+    return int(bound.limit()) if bound is not None else int(getattr(options, "INT_CAP", 1_000_000))
 
 
 @checked()
@@ -168,8 +178,8 @@ def dla(model: Any, prompt: str, target: str | None = None, foil: str | None = N
     return direct_logit_attribution(model, prompt, target=target, foil=foil, position=position)
 
 
-@checked(extras=_method_keywords, model=LoadedModel(), prompts=PromptRows(), batch_size=Int(1, 4096),
-         limit=Int(1, None, optional=True))
+@checked(extras=_method_keywords, model=LoadedModel(), prompts=PromptRows(),
+         batch_size=Int(1, _cli_bound("--batch-size")), limit=Int(1, None, optional=True))
 def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", level: str = "token",
                   use_foil: bool = True, batch_size: int = 16, limit: int | None = None, **kwargs: Any):
     """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs
@@ -185,7 +195,7 @@ def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", le
                           **kwargs)
 
 
-@checked(extras=_circuit_keywords, model=LoadedModel(), prompts=PromptRows(), edges=Int(1, 10_000_000))
+@checked(extras=_circuit_keywords, model=LoadedModel(), prompts=PromptRows(), edges=Int(1, _cli_bound("--edges")))
 def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: int = 100, **kwargs: Any):
     """Edge-level circuit discovery on a prompt set (a JSONL path or rows {"prompt", "target", "foil"?,
     "corrupt"?}): scores every edge with ``method`` (eap, eap_ig, dpa, activation_patching), keeps the top
@@ -258,7 +268,8 @@ def sae_dashboards(sae: str, model: Any | None = None):
     return open_dashboards(resolve(sae, model))
 
 
-@checked(sae=Text(), feature=Int(0, None, optional=True), model=LoadedModel(optional=True), limit=Int(1, 100_000))
+@checked(sae=Text(), feature=Int(0, _cli_bound("--feature"), optional=True), model=LoadedModel(optional=True),
+         limit=Int(1, _cli_bound("--limit")))
 def sae_features(sae: str, token: str | None = None, label: str | None = None, feature: int | None = None,
                  model: Any | None = None, limit: int = 50) -> list[dict]:
     """Features of a dictionary that fire on an exact token (``feature``, ``label``, ``max_activation``),
@@ -268,8 +279,9 @@ def sae_features(sae: str, token: str | None = None, label: str | None = None, f
     return find_features(sae_dashboards(sae, model), token=token, label=label, feature=feature, limit=limit)
 
 
-@checked(model=LoadedModel(), sae=Text(), feature=Int(0, None), prompt=Text(), alpha=Float(-1e6, 1e6, optional=True),
-         clamp=Float(-1e6, 1e6, optional=True), n_new=Int(1, 1024))
+@checked(model=LoadedModel(), sae=Text(), feature=Int(0, _cli_bound("--feature")), prompt=Text(),
+         alpha=Float(-1e6, 1e6, optional=True), clamp=Float(-1e6, 1e6, optional=True),
+         n_new=Int(0, STEER_MAX_NEW_TOKENS))
 def sae_steer(model: Any, sae: str, feature: int, prompt: str, alpha: float | None = None,
               clamp: float | None = None, target: str | None = None, n_new: int = 20):
     """Steer with one feature (add ``alpha`` x its decoder direction, or ``clamp`` it; clamp=0 ablates):
@@ -352,7 +364,7 @@ def job_spec(kind: str, **fields: Any):
     return parse({"kind": kind, **fields})
 
 
-@checked(spec=JobSpecArg(), workers=Int(1, 1024))
+@checked(spec=JobSpecArg(), workers=Int(1, _cli_bound("--workers")))
 def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: bool = True):
     """Run long work as a job to its end: (job, result). ``spec`` is a ``job_spec(...)`` (or a dict with a
     ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
@@ -362,7 +374,7 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
     return run(spec, workers=workers, address=ray_address, save=save)
 
 
-@checked(spec=JobSpecArg(), workers=Int(1, 1024))
+@checked(spec=JobSpecArg(), workers=Int(1, _cli_bound("--workers")))
 def estimate_job(spec: Any, workers: int = 1):
     """What a job will cost here before it starts (``.seconds``, ``.text()``): its items x the seconds per
     item an earlier job of the same shape measured (or the kind measures now); None when nothing is known."""
@@ -371,7 +383,7 @@ def estimate_job(spec: Any, workers: int = 1):
     return estimate(spec, workers)
 
 
-@checked(spec=JobSpecArg(), workers=Int(1, 1024))
+@checked(spec=JobSpecArg(), workers=Int(1, _cli_bound("--workers")))
 def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     """Start a job and return at once; follow it with ``wb.jobs().get(job.id)``. Work estimated under about
     10 s runs in a thread of this process, longer work on Ray (workbench/jobs/runner.py ``submit``)."""
@@ -380,7 +392,8 @@ def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     return submit(spec, workers=workers, address=ray_address)
 
 
-@checked(model=LoadedModel(names_too=True), image=Image(), region=Region(), target=Int(0, None, optional=True))
+@checked(model=LoadedModel(names_too=True), image=Image(), region=Region(),
+         target=Int(0, _cli_bound("--target"), optional=True))
 def vit_explain(model: Any, image: Any, method: str = "dap", head: str | None = None, region: Any = None,
                 target: int | None = None):
     """One image explained by one ViT method, as ``workbench vit-explain``: an ImageExplanation
