@@ -20,7 +20,7 @@ Result classes:
 - saved-on-error   a clear error, but a run was saved anyway
 - left-files       a clear error, but a file was left in the case's folder or where its --out/--table named
 - deleted-outside  a file beside the case's store (a user's own) was removed
-- changed-outside  the case changed the checkout's results/ or data/ (the committed documents)
+- changed-outside  the case changed the checkout's committed outputs (results/circuits, data/models, ...)
 - timeout / other-exit
 
 The catalogue also generates, for every numeric option of every command (found from the typer app),
@@ -1288,9 +1288,15 @@ def generated_numeric_cases() -> list[Case]:
         for name, prm in inspect.signature(fn).parameters.items():
             info, h = prm.default, hints.get(name)
             base = typing.get_args(h)[0] if typing.get_origin(h) is list else h
-            if base not in (int, float) or not hasattr(info, "param_decls"):
+            if not hasattr(info, "param_decls"):
                 continue
-            flag = next((d for d in info.param_decls if d.startswith("--")), "--" + name.replace("_", "-"))
+            flag = next((d for d in info.param_decls or () if d.startswith("--")), "--" + name.replace("_", "-"))
+            if getattr(info.callback, "__name__", "") == "nonempty":  # '' is a mistake, never "not given"
+                for raw in ("", "  "):
+                    cases.append(Case(f"{' '.join(path)} {flag} {raw!r}", path + [f"{flag}={raw}"], "error",
+                                      (flag,), "empty text options (generated)", timeout=ANSWER_WITHIN_S))
+            if base not in (int, float):
+                continue
             # for whole-number options, click's own type check answers every non-integer alike: one suffices
             big = ("1000000000", "1" + "0" * 30) if base is int else ("1e9", "1e30")
             for raw in (("-1", "0", "nan") if base is int else ("-1", "0", "nan", "inf", "-inf", "1e999")) + big:
@@ -1592,10 +1598,16 @@ class Batch:
             self.proc = None
 
 
+# Where a command writes when not told otherwise (bench documents, checkpoints, dictionaries, corpus, lenses,
+# neuron dashboards): the checkout's committed files a case must never change. (Not all of results/ and data/:
+# others' scripts write there while the catalogue runs.)
+WATCHED = ("results/circuits", "data/models", "data/saes", "data/corpus", "data/lenses", "data/neurons")
+
+
 def snapshot() -> dict[str, tuple[int, int]]:
-    """(mtime, size) of every file under the checkout's results/ and data/ (what a case must never write)."""
+    """(mtime, size) of every file under WATCHED (what a case must never write)."""
     found = {}
-    for top in (ROOT / "results", ROOT / "data"):
+    for top in (ROOT / w for w in WATCHED):
         for p in top.rglob("*") if top.is_dir() else []:
             try:
                 st = p.lstat()
@@ -1648,7 +1660,7 @@ def main() -> int:
         watched = snapshot()
         case.result = run_case(case, work, i, batch)
         changed = sorted({p for p, _ in set(snapshot().items()) ^ set(watched.items())})
-        if changed:  # the checkout's results/ and data/ (the committed documents) are not a case's to write
+        if changed:  # the checkout's committed outputs (WATCHED) are not a case's to write
             case.result = {**case.result, "class": "changed-outside", "detail": ", ".join(changed)[:300]}
         r = case.result
         print(f"[{i + 1:3d}/{len(cases)}] {r['class']:18s} {r.get('seconds', 0):6.1f}s  {case.name}"

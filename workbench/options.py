@@ -480,3 +480,15 @@ def dash_name_hint(argv: list[str]) -> str:
         if arg.startswith("-") and not arg.startswith("--") and len(arg) > 2 and ("." in arg or "/" in arg):
             return f" (if {arg!r} is a file name, put it after --, which ends the options: ... -- {arg})"
     return ""
+
+
+def nonempty(ctx, param, value):
+    """typer callback for an optional text option whose absence means a default: given empty ('' or spaces)
+    it is a mistake, never read as "not given"."""
+    import typer
+
+    if value is None or getattr(ctx, "resilient_parsing", False):
+        return value
+    if not str(value).strip():
+        raise typer.BadParameter("is empty: give a value or leave the option out")
+    return value

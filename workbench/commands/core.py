@@ -8,7 +8,7 @@ import sys
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
-from workbench.options import int_range, positive_int
+from workbench.options import int_range, nonempty, positive_int
 from workbench.options import port as port_option
 
 
@@ -45,8 +45,8 @@ def models(as_json: bool = JSON_OPTION) -> None:
 
 
 def runs_list(
-    kind: str = typer.Option(None, help="Only runs of this kind (attribute, faithfulness, ...)."),
-    model: str = typer.Option(None, help="Only runs on this model."),
+    kind: str = typer.Option(None, help="Only runs of this kind (attribute, faithfulness, ...).", callback=nonempty),
+    model: str = typer.Option(None, help="Only runs on this model.", callback=nonempty),
     damaged: bool = typer.Option(False, "--damaged", help="List the damaged entries instead (unreadable "
                                  "or malformed meta.json, symlinks): id, reason, path. Remove one with "
                                  "`workbench runs rm ID`."),

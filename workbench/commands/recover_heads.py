@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit
-from workbench.options import allow_long_option, int_range, nonneg_float, nonneg_int, positive_int
+from workbench.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -26,12 +26,13 @@ def recover_heads(
     seed: int = typer.Option(0, "--seed", help="Seed of the random instance and of the query bases.",
                              callback=nonneg_int),
     model: str = typer.Option(None, "--model", help="A toy model from the zoo (attention layer as oracle); "
-                                                     "'tiny-attn' trains a tiny one on the spot."),
+                                                     "'tiny-attn' trains a tiny one on the spot.",
+                              callback=nonempty),
     layer: int = typer.Option(0, "--layer", help="Attention layer of --model.", callback=nonneg_int),
     oracle: str = typer.Option(None, "--oracle", help="Your own oracle: module:function or file.py:function "
                                                       "mapping an (N, d) array to a scalar. This imports and "
                                                       "runs that Python code, by design: name only code you "
-                                                      "trust."),
+                                                      "trust.", callback=nonempty),
     oversample: int = typer.Option(0, "--oversample", help="Extra k values per experiment (least squares; "
                                                            "reports its own, larger query count).",
                                                            callback=nonneg_int),

@@ -8,7 +8,15 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import allow_long_option, check_output, nonneg_float, nonneg_int, positive_float, positive_int
+from workbench.options import (
+    allow_long_option,
+    check_output,
+    nonempty,
+    nonneg_float,
+    nonneg_int,
+    positive_float,
+    positive_int,
+)
 
 sae_app = typer.Typer(
     help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
@@ -53,7 +61,7 @@ def train(
     l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind).", callback=nonneg_float),
     l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind).", callback=nonneg_float),
     ctx: int = typer.Option(128, "--ctx", help="Context window for caching.", callback=positive_int),
-    corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus)."),
+    corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus).", callback=nonempty),
     out: str = typer.Option(None, "--out", help="Where to save the SAE (default: under the run store)."),
     seed: int = typer.Option(0, "--seed", callback=nonneg_int),
     keep_first: bool = typer.Option(False, "--keep-first", help="Also train on position 0 (the "
@@ -148,7 +156,8 @@ def cache(
                               "blocks.6.hook_resid_post,blocks.6.ln2.hook_normalized."),
     tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache per hook.", callback=positive_int),
     split: str = typer.Option("train", "--split", help="Corpus split: train or heldout."),
-    corpus: str = typer.Option(None, "--corpus", help="English corpus file (default data/corpus/english.jsonl.gz)."),
+    corpus: str = typer.Option(None, "--corpus", help="English corpus file (default data/corpus/english.jsonl.gz).",
+                               callback=nonempty),
     out: str = typer.Option(None, "--out", help="Shard directory (default: the one `sae train` reads, under "
                             "~/.cache/workbench/acts/)."),
     ctx: int = typer.Option(128, "--ctx", help="Context window.", callback=positive_int),
@@ -226,11 +235,11 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
 
 def evaluate(
     sae: str = typer.Option(..., "--sae", help="SAE directory (SAELens format)."),
-    model: str = typer.Option(None, "--model", help="Model (default: the SAE's own)."),
-    hook: str = typer.Option(None, "--hook", help="Hook (default: the SAE's own)."),
+    model: str = typer.Option(None, "--model", help="Model (default: the SAE's own).", callback=nonempty),
+    hook: str = typer.Option(None, "--hook", help="Hook (default: the SAE's own).", callback=nonempty),
     tokens: int = typer.Option(8192, "--tokens", help="Fresh tokens to evaluate on.", callback=positive_int),
     windows: int = typer.Option(8, "--windows", help="Windows for the spliced next-token loss.", callback=positive_int),
-    corpus: str = typer.Option(None, "--corpus"),
+    corpus: str = typer.Option(None, "--corpus", callback=nonempty),
     seed: int = typer.Option(1, "--seed", help="Sampling seed for toy-model inputs.", callback=nonneg_int),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
-from workbench.options import positive_int
+from workbench.options import nonempty, positive_int
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.py's group
@@ -21,7 +21,8 @@ def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.
 def explain(
     sae: list[str] = typer.Option(..., "--sae", help="Dictionary directory or name, or neurons:LAYER; repeat for "
                                   "several (one shared forward pass). Its dashboards must be built."),
-    model: str = typer.Option(None, "--model", help="Model (default: the dictionary's own; needed for neurons)."),
+    model: str = typer.Option(None, "--model", help="Model (default: the dictionary's own; needed for neurons).",
+                              callback=nonempty),
     windows: int = typer.Option(256, "--windows", help="Fresh held-out windows: half to choose each rule on, "
                                 "half to score it on.", callback=positive_int),
     batch_size: int = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int),

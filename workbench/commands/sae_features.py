@@ -13,10 +13,11 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
-from workbench.options import finite_float, nonneg_int, positive_int
+from workbench.options import finite_float, nonempty, nonneg_int, positive_int
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
-MODEL_OPTION = typer.Option(None, "--model", help="Model (default: the dictionary's own; needed for neurons:LAYER).")
+MODEL_OPTION = typer.Option(None, "--model", callback=nonempty,
+                            help="Model (default: the dictionary's own; needed for neurons:LAYER).")
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the commands join sae.py's group
@@ -101,8 +102,8 @@ def dashboards_of(spec: str, model: str | None) -> Any:
 
 
 def list_dictionaries(
-    root: str = typer.Option(None, "--root", help="Directory of dictionaries (default data/saes)."),
-    model: str = typer.Option(None, "--model", help="Only dictionaries of this model."),
+    root: str = typer.Option(None, "--root", help="Directory of dictionaries (default data/saes).", callback=nonempty),
+    model: str = typer.Option(None, "--model", help="Only dictionaries of this model.", callback=nonempty),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Every shipped or trained dictionary with its held-out metrics (damaged entries are skipped
@@ -187,8 +188,9 @@ def dashboards(
 
 def features(
     sae: str = SAE_OPTION,
-    token: str = typer.Option(None, "--token", help='Features that fire on this exact token (e.g. " John").'),
-    label: str = typer.Option(None, "--label", help="Features whose label contains this text."),
+    token: str = typer.Option(None, "--token", help='Features that fire on this exact token (e.g. " John").',
+                              callback=nonempty),
+    label: str = typer.Option(None, "--label", help="Features whose label contains this text.", callback=nonempty),
     feature: int = typer.Option(None, "--feature", help="One feature's full dashboard.", callback=nonneg_int),
     limit: int = typer.Option(50, "--limit", help="At most this many rows.", callback=positive_int),
     model: str = MODEL_OPTION,

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit, progress
-from workbench.options import allow_long_option, nonneg_float, nonneg_int, positive_float, positive_int
+from workbench.options import allow_long_option, nonempty, nonneg_float, nonneg_int, positive_float, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -43,7 +43,7 @@ def train(
     task_param: list[str] = typer.Option(
         None, "--task-param", help="Task parameter key=value (repeatable), e.g. p=53."
     ),
-    name: str = typer.Option(None, "--name", help="Zoo name (default: the directory name)."),
+    name: str = typer.Option(None, "--name", help="Zoo name (default: the directory name).", callback=nonempty),
     threads: int = typer.Option(1, "--threads", help="torch threads (1 or 2 on shared machines).",
                                 callback=positive_int),
     force: bool = typer.Option(False, "--force", help="Overwrite an existing checkpoint in --out."),

@@ -6,7 +6,7 @@ import typer
 
 from workbench.cli import JSON_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import allow_long_option, nonneg_int, positive_float, positive_int
+from workbench.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
 
@@ -115,7 +115,7 @@ def vit_eval(
     n: int = typer.Option(200, "--n", help="Number of held-out images.", callback=positive_int),
     seed: int = typer.Option(2, "--seed", help="Image seed (2 = held-out test set; 1 = validation).",
                              callback=nonneg_int),
-    dataset: str = typer.Option(None, "--dataset",
+    dataset: str = typer.Option(None, "--dataset", callback=nonempty,
                                 help="synthetic, hard (several objects, decoys, clutter, occlusion; "
                                      "model vit-synth-hard) or digits. Default: synthetic, or the set "
                                      "dinov2-small's head was trained on."),
