@@ -111,3 +111,21 @@ def test_information_flow_shows_a_capped_circuit_and_the_neurons_figure(tiny_lla
     neurons = chart(at, "attr_neurons_fig")
     assert neurons["layout"]["title"]["text"] == "Top neurons by layer and position"
     assert sum(len(t["x"]) for t in neurons["data"]) == 25  # the table's 25 neurons, each placed
+
+
+@pytest.mark.slow  # the SAE page imports SAELens (about 10 s)
+def test_sae_names_lead_with_what_tells_them_apart():
+    at = open_page("sae", {"sae_source": "other directory…", "sae_path": ""})
+    assert not at.exception
+    shown = at.sidebar.selectbox(key="sae_source").options
+    if any("smollm2-135m" in o for o in shown):  # the shipped dictionaries
+        assert "L6-resid-topk2304 · smollm2-135m" in shown
+
+
+def test_the_toolbar_is_minimal():
+    from app.launch import with_minimal_toolbar
+
+    argv = with_minimal_toolbar(["app.launch", "run", "app/main.py", "--server.port", "8501"])
+    assert argv[-2:] == ["--client.toolbarMode", "minimal"]  # no Deploy button
+    chosen = ["x", "run", "m.py", "--client.toolbarMode=viewer"]
+    assert with_minimal_toolbar(chosen) == chosen  # a mode the caller chose stays
