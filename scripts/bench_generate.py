@@ -87,7 +87,14 @@ def main() -> None:
     ap.add_argument("--dtypes", default="float32,bfloat16")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "results" / "models" / "generation.md"))
+    ap.add_argument("--render-only", action="store_true", help="rewrite the document from its JSON twin")
     args = ap.parse_args()
+    out = Path(args.out)
+    if args.render_only:
+        data = json.loads(out.with_suffix(".json").read_text())
+        out.write_text(render(data["meta"], data["rows"]))
+        print(f"wrote {out}")
+        return
     rows = []
     for name in args.models.split(","):
         for dtype in args.dtypes.split(","):
@@ -99,7 +106,6 @@ def main() -> None:
             summary = {k: round(min(r["ms_per_token"] for r in v), 1) for k, v in res["runs"].items()}
             print(name, dtype, "min ms/token", summary, "load", os.getloadavg()[0], flush=True)
             del model
-    out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
             "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
@@ -134,7 +140,36 @@ def render(meta: dict, rows: list[dict]) -> str:
             lines.append(f"| {row['model']} | {row['dtype']} | {load} | {path} ({threads}) "
                          f"| {_cell(runs, 'ms_per_token', 1)} | {_cell(runs, 'ratio', 1)} | {_cell(runs, 'first_ms')} "
                          f"| {row['tokens_equal']} |")
+    lines += ["", READING]
     return "\n".join(lines) + "\n"
+
+
+READING = """## Reading
+
+- **Where the time went.** TransformerLens' `generate` (the *before* path) spends its time in about 200
+  small matrix-vector products a decode step (smollm2-135m), each a parallel region over torch's threads
+  (two here, one a core). On this machine the two cores are shared by several busy processes (the load
+  column): a region waits for whichever of its threads is descheduled, so a token at two threads took a
+  median 0.56-1.5 s where one thread took 68-195 ms (*before* against *one thread*). cProfile on the
+  *before* path (smollm2, load 1.8) put 64 % of a step in `F.linear` and much of the rest in the same
+  wait (a softmax over 9 heads' scores of one position took 3 ms a call). Not the cause: the weights'
+  layout (TransformerLens copies `W.T.contiguous()` each forward in its gated MLP and unembedding, but the
+  converted models hold their weights as transposed views, so those copies are no-ops), tokenizer
+  decoding, sampling, or `inference_mode` (TransformerLens' `generate` already runs under it).
+- **The fix** (workbench/decode.py, used by `HookedModel.greedy`/`sample`, hence `workbench generate`,
+  `wb.generate`, steering continuations, the SAE sample corpus and the app's generation): TransformerLens'
+  own loop, call for call (the *tokens equal* column: 33 greedy tokens, every path), run at one thread when
+  the load average leaves no idle core besides ours, else at whichever of the process's count and one
+  thread its steps measure faster. Hooks fire as before (steering acts on every cached step).
+- **The goal** (50 ms a token for smollm2-135m on two cores) is not met at this load: the *after* minimum
+  is about the *one thread* figure, and at one thread the floor is the products themselves (the model's
+  weights read once a token: 540 MB in float32; timed alone at load 6, the 211 products of a step took
+  60-67 ms of a 105-112 ms step). The rest (~40 %) is TransformerLens' per-module Python (hook points,
+  einops, rotary offsets, norms), which a leaner decode forward would remove. With a free second core the
+  products run faster (the *before* path made 46 ms a token in a quiet moment of an exploratory run).
+- **bfloat16** does not help on this CPU: torch's bfloat16 matrix-vector products are slower than float32
+  ones here (timed alone: 97-109 ms against 59-67 ms a step's worth), so generate in float32.
+"""
 
 
 if __name__ == "__main__":
