@@ -111,8 +111,10 @@ def curve_note(curves: dict[str, Any], tolerance: float = 0.05) -> str | None:
         return None
     said = []
     if negative:
-        said.append(f"{', '.join(negative)} scored below zero at some size: the circuit alone moves the metric "
-                    "further from the full model than ablating every edge does")
+        ks = sorted({k for m in negative for k, v in zip(curves[m].k, curves[m].normalized, strict=False) if v < 0})
+        said.append(f"{', '.join(negative)} scored below zero (at k = {', '.join(map(str, ks[:6]))}"
+                    f"{', ...' if len(ks) > 6 else ''}): there the circuit alone gives the metric a value further "
+                    "from the full model's than ablating every edge does")
     if falling:
         said.append(f"{', '.join(falling)} fell as edges were added (non-monotone)")
     f = curves[(negative or falling)[0]]

@@ -32,6 +32,9 @@ def show_saved() -> None:
         show_subgraph(res.subgraph(), key="circ_saved_graph", title=f"saved {res.method} circuit")
         if res.faithfulness is not None:
             st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
+            note = CV.curve_note({res.method: res.faithfulness})
+            if note:
+                st.info(note)
         st.dataframe(res.table(), hide_index=True)
 
 
