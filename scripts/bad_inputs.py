@@ -1,10 +1,11 @@
 """Replay the bad-input catalogue against the `workbench` CLI and classify every outcome.
 
-    python scripts/bad_inputs.py [--json] [--only SUBSTRING] [--skip-slow] [--list]
+    python scripts/bad_inputs.py [--json] [--only SUBSTRING] [--skip-slow] [--list] [--per-process]
 
-Each case runs `python -m workbench.cli ...` in a subprocess with its own empty run store
-(WORKBENCH_RUNS in a temporary directory) and a timeout; the files it reads (prompt sets, datasets,
-images, damaged runs, model folders) are made here in a temporary directory. Fast toy models
+Each case runs the CLI (workbench.cli.main in one worker process that imported torch once; with
+--per-process, `python -m workbench.cli ...` in a subprocess of its own) with its own empty run store
+(WORKBENCH_RUNS in a temporary directory), its own working directory and a timeout; the files it reads
+(prompt sets, datasets, images, damaged runs, model folders) are made here in a temporary directory. Fast toy models
 (ioi-attn-1l2h, vit-synth) carry almost every case; smollm2-135m is loaded by a few (marked slow).
 
 Result classes:
@@ -1377,6 +1378,20 @@ def runs_in(store: Path) -> set[str]:
 
 
 WORKER_DIED = "the worker process died"
+_STARTUP: list[float] = []
+
+
+def startup_seconds() -> float:
+    """What a process of its own spends importing before a command starts (measured once)."""
+    if not _STARTUP:
+        t = time.time()
+        subprocess.run([sys.executable, "-c", "import torch, transformer_lens, workbench.cli"], cwd=ROOT,
+                       capture_output=True, timeout=300)
+        _STARTUP.append(time.time() - t)
+    return _STARTUP[0]
+
+
+STARTUP_S = 60  # a case in a process of its own first imports torch and TransformerLens (~10 s, more when loaded)
 SENTINEL = "keep-me.txt"  # a user's file beside the work: no case may remove it
 OUTPUT_OPTIONS = ("--out", "--table")
 
@@ -1421,7 +1436,7 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
         started = time.time()
         try:
             proc = subprocess.run([sys.executable, "-m", "workbench.cli", *args], cwd=cwd, env=env,
-                                  capture_output=True, timeout=case.timeout,
+                                  capture_output=True, timeout=case.timeout + STARTUP_S,
                                   input=(case.stdin or "").encode(), )
         except subprocess.TimeoutExpired:
             return {"class": "timeout", "rc": None, "seconds": round(time.time() - started, 1),
@@ -1429,7 +1444,8 @@ def run_case(case: Case, work: Path, i: int, batch: Batch | None = None) -> dict
         out = proc.stdout.decode("utf-8", "replace")
         err = proc.stderr.decode("utf-8", "replace")
         rc = proc.returncode
-    seconds = round(time.time() - started, 1)
+        started += startup_seconds()  # the answer's time, not the imports every process of its own pays first
+    seconds = round(max(0.0, time.time() - started), 1)
     result = classify(case, args, out, err, rc, store, before, planted)
     if result["class"] == "clear-error":  # refused: nothing may be left behind, in its folder or where --out named
         left = sorted(p.name for p in cwd.iterdir() if p.name not in kept)
@@ -1626,10 +1642,11 @@ def main() -> int:
     ap.add_argument("--no-generated", action="store_true", help="Skip the generated numeric-option cases.")
     ap.add_argument("--list", action="store_true", help="List the cases and exit.")
     ap.add_argument("--keep", action="store_true", help="Keep the temporary directory.")
-    ap.add_argument("--batch", action="store_true",
-                    help="Run the cases in one worker process through workbench.cli.main (torch imported once; "
-                         "each case still gets its own run store and directory) instead of one `python -m "
-                         "workbench.cli` per case. For loaded machines; the default is one process per case.")
+    ap.add_argument("--batch", action="store_true", help="(the default now) Run the cases in one worker process "
+                    "through workbench.cli.main (torch imported once; each case still gets its own run store and "
+                    "directory; a case with its own environment, or whose worker died, gets its own process).")
+    ap.add_argument("--per-process", action="store_true", help="One `python -m workbench.cli` per case (each "
+                    "pays the ~10 s of imports: case timeouts get STARTUP_S more).")
     ap.add_argument("--budget", type=float, default=0, help="Start no case after this many seconds (the rest "
                     "are reported as not-run).")
     ap.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -1652,7 +1669,7 @@ def main() -> int:
         shutil.rmtree(work, ignore_errors=True)
         return 0
     started = time.time()
-    batch = Batch() if opts.batch else None
+    batch = None if opts.per_process else Batch()
     for i, case in enumerate(cases):
         if opts.budget and time.time() - started > opts.budget:
             case.result = {"class": "not-run", "detail": f"--budget {opts.budget:.0f} s spent"}
@@ -1673,7 +1690,7 @@ def main() -> int:
         counts[c.result["class"]] = counts.get(c.result["class"], 0) + 1
     slow = [c for c in cases if c.expect == "error" and c.result.get("seconds", 0) > ANSWER_WITHIN_S]
     failures = [c for c in cases if c.result["class"] not in GOOD_CLASSES]
-    mode = "one worker process (--batch)" if opts.batch else "one process per case"
+    mode = "one process per case" if opts.per_process else "one worker process"
     summary = (f"{len(cases)} cases in {time.time() - started:.0f} s ({mode}): "
                + ", ".join(f"{k} {v}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
                + f"; tracebacks {counts.get('traceback', 0)}, internal errors {counts.get('internal-error', 0)}, "
