@@ -144,6 +144,7 @@ def test_the_bos_rule_is_the_workbench_one_on_both_paths(tiny_llama_dir):
 # -- the real model ---------------------------------------------------------------------------------------
 
 @pytest.mark.real
+@pytest.mark.slow
 def test_real_greedy_and_tokens_equal_transformer_lens(smollm2):
     for text in ["The capital of France is", "When Mary and John went to the store, John gave a drink to"]:
         tokens = smollm2.to_tokens(text)
@@ -153,3 +154,22 @@ def test_real_greedy_and_tokens_equal_transformer_lens(smollm2):
     assert smollm2.generate("The capital of France is", 1) == " Paris"
     with torch.no_grad():
         assert smollm2("The capital of France is")[0, -1].argmax().item() == smollm2.token_id(" Paris")
+
+
+@pytest.mark.real
+@pytest.mark.slow
+def test_real_gemma_bos_rule_on_both_paths():
+    """Gemma's tokenizer adds BOS: the workbench's ids and TransformerLens' string path both start with it, once."""
+    from workbench.gemma import ready
+
+    if not ready():
+        pytest.skip("gemma3-270m is not converted here (workbench prepare --model gemma3-270m)")
+    from workbench.zoo import load
+
+    gemma = load("gemma3-270m")
+    for text in ["The capital of France is", " hello  world"]:
+        tokens = gemma.to_tokens(text)
+        assert tokens[0, 0].item() == gemma.tokenizer.bos_token_id != tokens[0, 1].item()
+        assert torch.equal(gemma.tl.to_tokens(text), tokens)
+        assert gemma.to_str_tokens(text)[0] == gemma.tokenizer.bos_token
+        assert gemma.greedy(tokens, 8) == _tl_generate(gemma, tokens, 8)
