@@ -1,6 +1,7 @@
-"""Jobs in the app: long work runs as a job on Ray (outside this server process), so the page, and every
-other session, stays usable. One widget shows a job (progress, time left, cancel, open the result); the
-Jobs page lists them all, and pages that start long work show theirs inline.
+"""Jobs in the app: long work runs as a job, placed by its estimate (made first): under the runner's threshold
+(about 10 s) in a thread of this server on the model it holds, else on Ray (outside this server process), so
+the page, and every other session, stays usable. One widget shows a job (progress, time left, cancel, open the
+result); the Jobs page lists them all, and pages that start long work show theirs inline.
 
 Each widget that polls is an ``st.fragment(run_every=...)``: only it reruns while its job is active.
 """
