@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from cli_helpers import run_cli
+from cli_helpers import assert_bad, run_cli
 from family_models import save_family
 
 import workbench as wb
@@ -35,6 +35,18 @@ def test_info_builds_nothing(tiny_llama_dir, tiny_llama, monkeypatch, capsys):
     code, out, err = run_cli(monkeypatch, capsys, "info", str(tiny_llama_dir), "--json")
     assert code == 0, err
     assert json.loads(out)["arch"] == tiny_llama.arch.to_dict()
+
+
+def test_a_config_that_cannot_describe_the_model_is_one_line(tiny_llama_dir, tmp_path, monkeypatch, capsys):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_llama_dir, bad)
+    config = json.loads((bad / "config.json").read_text())
+    del config["intermediate_size"]
+    (bad / "config.json").write_text(json.dumps(config))
+    code, out, err = run_cli(monkeypatch, capsys, "info", str(bad))
+    assert_bad(code, err, "intermediate_size")
 
 
 @pytest.mark.real

@@ -7,7 +7,7 @@ import importlib.util
 import json
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -220,5 +220,11 @@ def describe(entry: Any) -> dict[str, Any] | None:
         return None
     if not ready:
         return None
-    arch = arch_from_config(read_config(path), n_ctx)
+    with damaged_cache_hint(entry.name) if entry.loader != "workbench.llm:load_hf_dir" else nullcontext():
+        _check_hf_dir(path)  # the files a load would read: config, weights present and whole
+        try:
+            arch = arch_from_config(read_config(path), n_ctx)
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:
+            raise ModelFileError(f"{path}/config.json cannot describe the model: {type(exc).__name__} "
+                                 f"{str(exc)[:120]}") from None
     return {"name": entry.name, "kind": "llm", "backend": "transformer_lens", "arch": arch.to_dict()}
