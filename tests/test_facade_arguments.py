@@ -162,6 +162,18 @@ def test_issue_cases(m):
         assert_typed(info, word)
 
 
+def test_store_and_board_lookups_are_typed(tmp_path):
+    """The objects the facade returns refuse a non-name in one typed line too (wb.runs().get(None) was a
+    TypeError from pathlib)."""
+    from workbench.errors import RunStoreError
+
+    for bad in (None, 5, "", "../x"):
+        with pytest.raises(RunStoreError, match="no run"):
+            wb.runs(str(tmp_path / "runs")).get(bad)
+    with pytest.raises(WorkbenchError):
+        wb.jobs(str(tmp_path / "runs")).get(None)
+
+
 def test_engine_refusals_are_value_errors_too(m):
     """An engine's own WorkbenchError (a token that is not one, an unknown method or model) leaves the facade as
     its class, made also a ValueError."""

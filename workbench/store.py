@@ -660,10 +660,12 @@ class RunStore:
 
     def _entry(self, run_id: str) -> Path:
         """The store entry named ``run_id`` (a directory or a symlink); RunStoreError when there is none."""
-        bad_name = (not run_id or run_id.startswith(".") or run_id.startswith(INDEX)
-                    or "/" in run_id or "\\" in run_id or "\0" in run_id)
+        bad_name = (not isinstance(run_id, str) or not run_id or run_id.startswith(".")
+                    or run_id.startswith(INDEX) or "/" in run_id or "\\" in run_id or "\0" in run_id)
+        if bad_name:  # before the path is built: None or a number is no name (wb.runs().get(None))
+            raise RunStoreError(f"no run {run_id!r} in {self.root}")
         path = self.root / run_id
-        if bad_name or not (path.is_symlink() or path.is_dir()):
+        if not (path.is_symlink() or path.is_dir()):
             raise RunStoreError(f"no run {run_id!r} in {self.root}")
         return path
 
