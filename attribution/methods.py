@@ -87,6 +87,9 @@ def _add(name: str, impl: str, levels: tuple[str, ...], help: str, **caps: Any) 
 _add("dpa", "attribution.dpa.engine:dpa_scores", ("token", "head", "edge", "neuron"),
      "Dual Path Attribution: one forward + one top-down target propagation",
      one_pass="attribution.dpa.engine:dpa_levels", complete=True, position=True)
+_add("dpa_path", "attribution.dpa.path:dpa_path_scores", ("token",),
+     "DPA's targets averaged over `steps` points of the baseline -> input embedding path (integrated gradients' "
+     "path; steps, baseline: zero|mean|bos|ID); steps=1 with the zero baseline is dpa", position=True)
 _add("random", "attribution.baselines.random:random_scores", ("token", "head", "edge", "neuron"),
      "uniform random scores (a floor)")
 _add("gradient", "attribution.baselines.gradient:gradient_scores", ("token", "head", "neuron"),

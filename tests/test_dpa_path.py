@@ -125,3 +125,41 @@ def test_steps_bounded_before_any_model():
             method.check_params({"steps": bad})
         with pytest.raises(MethodError, match="steps"):
             dpa_path.check_steps(bad)
+
+
+def test_points_grouped_or_one_at_a_time_agree(tiny, monkeypatch):
+    """The path's points go through the model ROWS prompt rows at a time: one point per pass or all in one pass
+    gives the same scores (the caches of a group are the copies' own, rows in copy order)."""
+    for m in tiny:
+        g, ps, refs = _setup(m)
+        together = dpa_path.score(m, g, ps, refs, steps=5)
+        monkeypatch.setattr(dpa_path, "ROWS", 1)
+        apart = dpa_path.score(m, g, ps, refs, steps=5)
+        monkeypatch.setattr(dpa_path, "ROWS", 64)
+        assert torch.allclose(together, apart, atol=1e-5 * float(apart.abs().max())), m.name
+
+
+def test_token_level_one_step_is_dpa_and_more_steps_move_it(tiny):
+    """workbench faithfulness' dpa_path (attribution/dpa/path.py): steps=1 with the zero baseline is DPA's token
+    score bit for bit; more steps average the targets over the embedding path (finite, different); bad input is
+    a MethodError; the method table lists it at token level."""
+    from attribution.dpa.engine import dpa_scores
+    from attribution.dpa.path import dpa_path_scores
+    from attribution.methods import METHODS
+
+    assert METHODS["dpa_path"].levels == ("token",)
+    for m in tiny:
+        enc = m.encode(ROWS[0]["prompt"], ROWS[0]["target"], ROWS[0]["foil"])
+        want = dpa_scores(m, enc, "token")
+        one = dpa_path_scores(m, enc, "token", steps=1)
+        assert torch.equal(one.scores, want.scores) and one.target_logit == want.target_logit
+        more = dpa_path_scores(m, enc, "token", steps=6, internal_batch_size=4)
+        assert bool(torch.isfinite(more.scores).all()) and more.scores.shape == want.scores.shape
+        assert not torch.allclose(more.scores, want.scores, atol=1e-3 * float(want.scores.abs().max()))
+        batched = dpa_path_scores(m, enc, "token", steps=6, internal_batch_size=6)
+        assert torch.allclose(more.scores, batched.scores, atol=1e-5 * float(more.scores.abs().max()))
+        for bad in ({"steps": 0}, {"steps": 257}, {"steps": 2.5}, {"internal_batch_size": 0}):
+            with pytest.raises(MethodError):
+                dpa_path_scores(m, enc, "token", **bad)
+        with pytest.raises(MethodError, match="tokens only"):
+            dpa_path_scores(m, enc, "head")

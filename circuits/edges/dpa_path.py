@@ -27,9 +27,11 @@ gives the same targets and the score is the exact effect of patching the edge; w
 attention-only model without norms DPA's target is the gradient, and ``dpa_path`` equals ``eap_ig`` at the
 same steps (tests/test_dpa_path.py checks all three).
 
-Cost per batch: one forward of the clean and reference prompts (as dpa), ``steps - 1`` forwards at the
-interior points (no gradient), ``steps`` top-down passes and ``steps`` rounds of edge products; the points
-are taken one at a time, so memory is dpa's whatever ``steps`` is. ``steps`` runs from 1 to ``MAX_STEPS``.
+Cost per batch: one forward of the clean and reference prompts (as dpa), the ``steps - 1`` interior points'
+forwards (no gradient) and top-down passes, and the edge products. Points are taken ``ROWS`` prompt rows at a
+time: one forward and one top-down pass for a group of points (the prompts repeated, one interpolation per
+copy), the group's targets summed before one round of products; on smollm2 this costs much less than a pass
+per point, and memory is bounded by the group whatever ``steps`` is. ``steps`` runs from 1 to ``MAX_STEPS``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ from circuits.intervene import EdgeProducts, References
 from workbench.errors import MethodError
 
 MAX_STEPS = 256  # points on the path: each is a forward and a top-down pass per batch
+ROWS = 64  # prompt rows per forward and top-down pass over a group of points
 
 
 def check_steps(steps: Any) -> int:
@@ -79,25 +82,53 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
         diff.mul_(batch.real()[None, :, :, None])
         acc = EdgeProducts(graph, diff, out=total)
         del out, diff
-        for k in range(steps, 0, -1):  # alpha = 1 (the clean cache above) first, then down the path
-            point = cache if k == steps else _path_cache(model, batch, ref_embed, k / steps, p)
-            for n_up, cols, T in receiver_targets(model, graph, batch, point, p):
-                acc.add(n_up, cols, T / steps if steps > 1 else T)
-            acc.flush()
-            del point
+        if steps == 1:  # dpa's own computation, bit for bit
+            for n_up, cols, T in receiver_targets(model, graph, batch, cache, p):
+                acc.add(n_up, cols, T)
+        else:
+            _add_path_targets(model, graph, batch, cache, ref_embed, steps, p, acc)
+        acc.flush()
         if on_step:
             on_step(batch.size)
     return (graph.flat(total) / prompts.n_prompts).float()
 
 
-def _path_cache(model: Any, batch: PromptBatch, ref_embed: torch.Tensor, alpha: float,
+def _add_path_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, clean: dict[str, torch.Tensor],
+                      ref_embed: torch.Tensor, steps: int, p: DPAParams, acc: EdgeProducts) -> None:
+    """Add the mean over the path's points of every receiver's target to ``acc``: the points in groups of
+    ``ROWS // batch`` copies of the batch, each group one forward (the interior points) and one top-down pass,
+    its targets summed over the copies; alpha = 1 takes the clean run's cache."""
+    alphas = [k / steps for k in range(steps, 0, -1)]  # alpha = 1 first: the clean run
+    per = max(1, ROWS // batch.size)
+    for start in range(0, steps, per):
+        group = alphas[start:start + per]
+        interior = [a for a in group if a != 1.0]
+        caches = [clean] if len(interior) < len(group) else []
+        if interior:
+            caches.append(_path_cache(model, batch, ref_embed, interior, p))
+        copies = len(group)
+        cache = caches[0] if len(caches) == 1 else {k: torch.cat([c[k] for c in caches]) for k in caches[0]}
+        big = PromptBatch(tokens=batch.tokens.repeat(copies, 1), last=batch.last.repeat(copies),
+                          target=batch.target.repeat(copies),
+                          foil=None if batch.foil is None else batch.foil.repeat(copies), corrupt=None, rows=[])
+        for n_up, cols, T in receiver_targets(model, graph, big, cache, p):
+            T = T.view(T.shape[0], copies, batch.size, *T.shape[2:]).sum(1)
+            acc.add(n_up, cols, T / steps)
+        acc.flush()  # before the next group: one flush must not name a receiver twice (its += keeps one)
+        del cache, caches
+
+
+def _path_cache(model: Any, batch: PromptBatch, ref_embed: torch.Tensor, alphas: list[float],
                 p: DPAParams) -> dict[str, torch.Tensor]:
-    """DPA's cache (patterns, norm scales, MLP pre-activations) of the run whose residual stream starts from
-    ``ref_embed + alpha (clean embedding - ref_embed)``."""
+    """DPA's cache (patterns, norm scales, MLP pre-activations) of the runs whose residual stream starts from
+    ``ref_embed + alpha (clean embedding - ref_embed)``, one copy of the batch per alpha (copy-major rows)."""
     cache: dict[str, torch.Tensor] = {}
+    copies = len(alphas)
+    alpha = torch.tensor(alphas, device=ref_embed.device).repeat_interleave(batch.size)[:, None, None]
+    start = ref_embed if ref_embed.shape[0] == 1 else ref_embed.repeat(copies, 1, 1)
 
     def interpolate(x, hook):
-        return (ref_embed + alpha * (x.float() - ref_embed)).to(x.dtype)
+        return (start + alpha * (x.float() - start)).to(x.dtype)
 
     def keep(x, hook):
         cache[hook.name] = x.float()
@@ -105,5 +136,5 @@ def _path_cache(model: Any, batch: PromptBatch, ref_embed: torch.Tensor, alpha: 
     hooks = [("blocks.0.hook_resid_pre", interpolate)]  # first, so a cached resid_pre is the interpolated one
     hooks += [(name, keep) for name in hook_names(model, p, ("head",))]
     with torch.no_grad():
-        model.run_with_hooks(batch.tokens, fwd_hooks=hooks, return_type=None)
+        model.run_with_hooks(batch.tokens.repeat(copies, 1), fwd_hooks=hooks, return_type=None)
     return cache
