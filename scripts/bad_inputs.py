@@ -1213,7 +1213,7 @@ def network_app_cases(f: dict[str, str]) -> list[Case]:
         C.append(Case(name, list(args), expect, tuple(words), group, timeout=timeout, **kw))
 
     silent = start_silent_server()
-    hf_home = tempfile.mkdtemp(prefix="bad-inputs-hf-")  # an empty Hugging Face cache
+    hf_home = tempfile.mkdtemp(prefix="hf-", dir=Path(f["outdir"]).parent)  # an empty HF cache, in this run's folder
     hub = ["info", "someorg/somemodel"]
     add("hub look-up, endpoint never answers", hub, words=["within 5 s", "hf download someorg/somemodel"],
         env={"HF_HOME": hf_home, "HF_ENDPOINT": silent})
@@ -1655,6 +1655,16 @@ def main() -> int:
         return worker()
 
     work = Path(tempfile.mkdtemp(prefix="bad-inputs-"))
+    try:  # everything the run makes lives in work/, removed however the run ends (unless --keep)
+        return run_catalogue(opts, work)
+    finally:
+        if not opts.keep:
+            shutil.rmtree(work, ignore_errors=True)
+        else:
+            print(f"kept {work}", file=sys.stderr)
+
+
+def run_catalogue(opts: argparse.Namespace, work: Path) -> int:
     (work / SENTINEL).write_text("a file beside every case's store")
     files = make_files(work / "files")
     files["http"] = start_http_server()
@@ -1666,7 +1676,6 @@ def main() -> int:
     if opts.list:
         for c in cases:
             print(f"{c.group:28s} {c.name:55s} workbench {' '.join(c.args)}")
-        shutil.rmtree(work, ignore_errors=True)
         return 0
     started = time.time()
     batch = None if opts.per_process else Batch()
@@ -1715,10 +1724,6 @@ def main() -> int:
         if failures:
             print(f"not as expected: {len(failures)}: " + "; ".join(f"{c.name} ({c.result['class']})"
                                                                  for c in failures))
-    if not opts.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    else:
-        print(f"kept {work}", file=sys.stderr)
     return 1 if any(c.result["class"] in FAILURE_CLASSES for c in cases) else 0
 
 
