@@ -64,6 +64,16 @@ def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
     assert seen[:3] == ([1, 1, 1] if busy else [2, 2, 1])
 
 
+def test_busy_reads_the_machine(monkeypatch):
+    import os
+
+    from workbench.decode import busy
+
+    assert isinstance(busy(), bool)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(1024)), raising=False)
+    assert busy() is False  # 1024 cores are never all taken
+
+
 def test_sample_equals_transformer_lens_with_a_seed(tiny_llama, one_thread):
     tokens = tiny_llama.to_tokens(PROMPT)
     torch.manual_seed(3)

@@ -4,8 +4,8 @@ Why not TransformerLens' ``generate`` as it stands: a decode step is about 200 s
 products (smollm2-135m), each a parallel region that waits for its slowest thread. On a machine whose
 cores are shared (two cores, several busy processes), a thread that is descheduled holds every region
 up: measured on smollm2-135m at load 5-7, 2 threads took 0.6-3.5 s a token where 1 thread took
-60-270 ms; on an idle machine 2 threads are the faster. So when the load average says every core but
-one is taken (``busy``), the whole generation runs at one thread; otherwise the loop times its steps
+60-270 ms; on an idle machine 2 threads are the faster. So when every core but one is taken by other
+work (``busy``), the whole generation runs at one thread; otherwise the loop times its steps
 and keeps the faster of the process's thread count and one thread, trying the other again now and
 then (a step tried at the slower count costs one slow step; under load one such step cost 2 s).
 
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -29,7 +30,10 @@ RECHECK_EVERY = 16
 
 
 def busy() -> bool:
-    """Whether the 1-minute load average leaves less than one idle core besides this process's."""
+    """Whether other work leaves this process less than two idle cores' worth: at this instant every core
+    but one runs another task (/proc/loadavg's runnable count, less this one), or over the last minute the
+    load average exceeded the cores by one. The instant count keeps a generation's own recent load (a
+    dedicated machine generating for a minute) from reading as someone else's."""
     import os
 
     try:
@@ -37,9 +41,15 @@ def busy() -> bool:
     except AttributeError:  # not Linux
         cores = os.cpu_count() or 1
     try:
-        return os.getloadavg()[0] >= cores - 1
-    except OSError:  # no load average on this system
-        return False
+        fields = Path("/proc/loadavg").read_text().split()
+        load, others_now = float(fields[0]), int(fields[3].split("/")[0]) - 1
+    except (OSError, ValueError, IndexError):
+        try:
+            load = os.getloadavg()[0]
+        except OSError:  # no load average on this system
+            return False
+        others_now = load
+    return others_now >= cores - 1 or load >= cores + 1
 
 
 class ThreadChooser:
