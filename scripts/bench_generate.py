@@ -159,8 +159,9 @@ READING = """## Reading
 - **The fix** (workbench/decode.py, used by `HookedModel.greedy`/`sample`, hence `workbench generate`,
   `wb.generate`, steering continuations, the SAE sample corpus and the app's generation): TransformerLens'
   own loop, call for call (the *tokens equal* column: 33 greedy tokens, every path), run at one thread when
-  the load average leaves no idle core besides ours, else at whichever of the process's count and one
-  thread its steps measure faster. Hooks fire as before (steering acts on every cached step).
+  other work takes every core but one (`decode.busy`: the runnable count now, or a minute's load above
+  cores + 1; at the load of these runs, always), else at whichever of the process's count and one thread
+  its steps measure faster. Hooks fire as before (steering acts on every cached step).
 - **The goal** (50 ms a token for smollm2-135m on two cores) is not met at this load: the *after* minimum
   is about the *one thread* figure, and at one thread the floor is the products themselves (the model's
   weights read once a token: 540 MB in float32; timed alone at load 6, the 211 products of a step took
