@@ -848,6 +848,19 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("bench circuits --boot 10^9", ["bench", "circuits", "--model", TOY, "--boot", big, "--out", f"{OUT}/b.md"],
         words=["--boot"], group=g)
     add("app --max-upload-mb 10^9", ["app", "--max-upload-mb", big], words=["--max-upload-mb"], group=g)
+    add("attribute --param steps=10^9 (ig)", A + ["--method", "ig", "--param", f"steps={big}"], words=["steps"],
+        group=g)
+    add("attribute --param internal_batch_size=10^9", A + ["--method", "ig", "--param",
+                                                            f"internal_batch_size={big}"], words=["batch_size"],
+        group=g)
+    add("faithfulness --param ig.steps=10^9", FA + ["--methods", "ig", "--param", f"ig.steps={big}"],
+        words=["ig.steps"], group=g)
+    add("circuit discover --param steps=10^9", ["circuit", "discover", "--model", TOY, "--prompts", "task",
+                                                "--method", "eap_ig", "--param", f"steps={big}"], words=["steps"],
+        group=g)
+    add("bench circuits activation_patching:sample=10^9", ["bench", "circuits", "--model", TOY, "--tasks", "ioi",
+                                                            "--methods", f"activation_patching:sample={big}",
+                                                            "--out", f"{OUT}/b.md"], words=["sample"], group=g)
     add("icl-readout --n 10^6 --n-train 10^6 (hours)", ["icl-readout", "--n", "1000000", "--n-train", "1000000"],
         words=["--allow-long"], group=g)
     add("recover-heads --oversample 10^6", ["recover-heads", "--d", "3", "--heads", "2", "--oversample",

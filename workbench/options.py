@@ -391,18 +391,21 @@ def layers_option(ctx, param, value):
     return value
 
 
-# Method parameters that count something (integration steps, batch sizes, samples): whole numbers >= 1.
-COUNT_PARAMS = frozenset({"steps", "internal_batch_size", "batch_size", "sample", "samples", "n_samples"})
+# Method parameters that count something (integration steps, batch sizes, samples): whole numbers from 1 to
+# their bound (10,000 integration steps, as circuits.edges allows; a batch as --batch-size; samples as --n).
+COUNT_PARAMS = {"steps": 10_000, "internal_batch_size": 65_536, "batch_size": 65_536, "sample": INT_CAP,
+                "samples": INT_CAP, "n_samples": INT_CAP}
 
 
 def finite_param(option: str, key: str, value: Any) -> Any:
     """A ``--param`` value: numbers must be finite (``w_q=nan``, ``steps=inf`` are refused), and a count
-    (COUNT_PARAMS: ``steps=1.5``, ``steps=0``) a whole number >= 1."""
+    (COUNT_PARAMS: ``steps=1.5``, ``steps=0``, ``steps=10**9``) a whole number from 1 to its bound."""
     if isinstance(value, float) and not math.isfinite(value):
         raise NonFiniteError(f"{option} {key}={value}: not a finite number")
-    if key.rpartition(".")[2] in COUNT_PARAMS and not isinstance(value, bool) and isinstance(value, (int, float)) \
-            and (value != int(value) or value < 1):
-        raise WorkbenchError(f"{option} {key}={value}: must be a whole number >= 1")
+    most = COUNT_PARAMS.get(key.rpartition(".")[2])
+    if most is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
+            and (value != int(value) or not 1 <= value <= most):
+        raise WorkbenchError(f"{option} {key}={value}: must be a whole number >= 1 and <= {most:,}")
     if isinstance(value, (list, tuple)):
         for v in value:
             finite_param(option, key, v)
