@@ -861,6 +861,9 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("bench circuits activation_patching:sample=10^9", ["bench", "circuits", "--model", TOY, "--tasks", "ioi",
                                                             "--methods", f"activation_patching:sample={big}",
                                                             "--out", f"{OUT}/b.md"], words=["sample"], group=g)
+    add("icl-readout --iters 10^6", ["icl-readout", "--iters", "1000000"], words=["--iters"], group=g)
+    add("recover-heads --dps 100000", ["recover-heads", "--d", "2", "--heads", "1", "--dps", "100000"],
+        words=["--dps"], group=g)
     add("icl-readout --n 10^6 --n-train 10^6 (hours)", ["icl-readout", "--n", "1000000", "--n-train", "1000000"],
         words=["--allow-long"], group=g)
     add("recover-heads --oversample 10^6", ["recover-heads", "--d", "3", "--heads", "2", "--oversample",
