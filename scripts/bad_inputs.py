@@ -861,6 +861,16 @@ def issue41_cli_cases(f: dict[str, str]) -> list[Case]:
     add("bench circuits activation_patching:sample=10^9", ["bench", "circuits", "--model", TOY, "--tasks", "ioi",
                                                             "--methods", f"activation_patching:sample={big}",
                                                             "--out", f"{OUT}/b.md"], words=["sample"], group=g)
+    add("sae cache --ctx past the model's context", ["sae", "cache", "--model", "smollm2-135m", "--hooks",
+                                                     "blocks.0.hook_resid_post", "--ctx", "100000", "--out",
+                                                     f"{OUT}/cache"], words=["--ctx", "context"], group=g)
+    add("sae cache --batch-size 4096 windows", ["sae", "cache", "--model", "smollm2-135m", "--hooks",
+                                                "blocks.0.hook_resid_post", "--batch-size", "4096"],
+        words=["--batch-size"], group=g)
+    add("lens-train --batch-windows 10^5", ["lens-train", "smollm2-135m", "--batch-windows", "100000"],
+        words=["--batch-windows"], group=g)
+    add("faithfulness --batch-size 10^5", FA + ["--methods", "dpa", "--batch-size", "100000"],
+        words=["--batch-size"], group=g)
     add("icl-readout --iters 10^6", ["icl-readout", "--iters", "1000000"], words=["--iters"], group=g)
     add("recover-heads --dps 100000", ["recover-heads", "--d", "2", "--heads", "1", "--dps", "100000"],
         words=["--dps"], group=g)

@@ -196,6 +196,11 @@ def cache(
     entry = zoo.resolve(model)
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
+    from workbench.llm import describe
+
+    n_ctx = ((describe(entry) or {}).get("arch") or {}).get("n_ctx")  # from config.json: nothing loads
+    if n_ctx and ctx > n_ctx:
+        raise RangeError(f"--ctx {ctx} is longer than {entry.name}'s context of {n_ctx} tokens")
     check_output("--out", out, kind="dir")
     target = Path(out) if out else shards_root(entry.name) / split
     from workbench.jobs.specs import SaeCacheSpec
