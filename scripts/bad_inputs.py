@@ -1685,9 +1685,20 @@ def main() -> int:
         return run_catalogue(opts, work)
     finally:
         if not opts.keep:
+            unmount_under(work)  # the full-disk cases' tmpfs mounts, or their mount points stay behind
             shutil.rmtree(work, ignore_errors=True)
         else:
             print(f"kept {work}", file=sys.stderr)
+
+
+def unmount_under(folder: Path) -> None:
+    """Unmount every filesystem mounted inside ``folder`` (deepest first)."""
+    try:
+        points = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines() if len(line.split()) > 1]
+    except OSError:
+        return
+    for point in sorted((p for p in points if p.startswith(str(folder) + "/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=10)
 
 
 def run_catalogue(opts: argparse.Namespace, work: Path) -> int:
