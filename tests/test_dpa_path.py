@@ -163,3 +163,15 @@ def test_token_level_one_step_is_dpa_and_more_steps_move_it(tiny):
                 dpa_path_scores(m, enc, "token", **bad)
         with pytest.raises(MethodError, match="tokens only"):
             dpa_path_scores(m, enc, "head")
+
+
+def test_mean_and_zero_ablation_paths_start_at_the_reference(tiny):
+    """Without counterfactuals the path starts at the reference embedding (the mean, or zero), as EAP-IG's."""
+    rows = [{k: v for k, v in r.items() if k != "corrupt"} for r in ROWS]
+    m = tiny[1]
+    g = CircuitGraph.of(m)
+    for ablation in ("mean", "zero"):
+        ps = prepare(m, rows, ablation=ablation)
+        refs = References(m, g, ps)
+        assert torch.equal(dpa_path.score(m, g, ps, refs, steps=1), dpa_edges.score(m, g, ps, refs))
+        assert bool(torch.isfinite(dpa_path.score(m, g, ps, refs, steps=3)).all())
