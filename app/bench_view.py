@@ -117,6 +117,12 @@ def levels_of(result: dict[str, Any]) -> list[str]:
     return [lv for lv in result["config"].get("levels", []) if lv in found] or sorted(found)
 
 
+def column_names(result: dict[str, Any]) -> dict[str, str]:
+    """Each task's column name: its label (a task file's stem) when the labels are distinct, else the task."""
+    labels = {t["task"]: t.get("label") or t["task"] for t in result["tasks"]}
+    return labels if len(set(labels.values())) == len(labels) else {k: k for k in labels}
+
+
 def _methods(result: dict[str, Any]) -> list[str]:
     seen: list[str] = []
     for t in result["tasks"]:
@@ -141,14 +147,14 @@ def table(result: dict[str, Any], level: str, key: str) -> Any:
     (drawn grey by ``styled``)."""
     import pandas as pd
 
-    methods, tasks = _methods(result), result["tasks"]
+    methods, tasks, names = _methods(result), result["tasks"], column_names(result)
     data: dict[str, list[str]] = {"method": methods}
     grey: set[tuple[str, str]] = set()
     for t in tasks:
         cells = {m: t["methods"].get(m, {}).get("levels", {}).get(level) for m in methods}
         random = cells.get("random")
         clear = {m: _clear_of(c, random, key) for m, c in cells.items() if c and m != "random"}
-        grey |= {(m, t["task"]) for m, ok in clear.items() if ok is False}
+        grey |= {(m, names[t["task"]]) for m, ok in clear.items() if ok is False}
         winners = [m for m, ok in clear.items() if ok is not False]  # no random baseline: every method competes
         pick = max if key == "cpr" else min
         best = pick(winners, key=lambda m: cells[m][key]) if winners else None
@@ -160,7 +166,7 @@ def table(result: dict[str, Any], level: str, key: str) -> Any:
                 continue
             lo, hi = c[f"{key}_ci"]
             column.append(f"{c[key]:.3f} [{lo:.2f}, {hi:.2f}]" + (BEST if m == best else ""))
-        data[t["task"]] = column
+        data[names[t["task"]]] = column
     frame = pd.DataFrame(data)
     frame = frame[[c for c in frame.columns if c == "method" or (frame[c] != "-").any()]]
     frame.attrs["indistinguishable"] = sorted(grey)
@@ -192,7 +198,7 @@ def seconds_table(result: dict[str, Any]) -> Any:
                 continue
             ev = sum(lv.get("eval_seconds", 0.0) for lv in res.get("levels", {}).values())
             column.append(f"{res['seconds']:.1f} ({ev:.0f})")
-        data[t["task"]] = column
+        data[column_names(result)[t["task"]]] = column
     return pd.DataFrame(data)
 
 

@@ -51,3 +51,14 @@ def test_nothing_shipped_and_no_run_says_so(monkeypatch, tmp_path):
     at = open_page("benchmark")
     assert not problems(at)
     assert any("No benchmark runs yet" in i for i in _infos(at))
+
+
+def test_task_files_are_columns_by_their_stem():
+    from app.bench_view import column_names, table
+
+    level = {"cpr": 0.5, "cpr_ci": [0.4, 0.6]}
+    result = {"config": {}, "tasks": [{"task": "/data/x.jsonl", "label": "x",
+                                       "methods": {"eap": {"levels": {"edge": level}}}}]}
+    assert table(result, "edge", "cpr").columns.tolist() == ["method", "x"]
+    result["tasks"].append({"task": "/other/x.jsonl", "label": "x", "methods": {}})
+    assert column_names(result) == {"/data/x.jsonl": "/data/x.jsonl", "/other/x.jsonl": "/other/x.jsonl"}
