@@ -20,7 +20,16 @@ from workbench.zoo import ModelEntry
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"
 ROWS = [{"prompt": P, "target": " N1", "foil": " N2"}]
-PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(getattr(wb, n)))
+
+
+def facade(name: str):
+    """wb.NAME as the facade defines it: once the ``workbench.jobs`` package is imported (by any earlier test), the
+    attribute ``wb.jobs`` is that package (callable, forwarding to the facade's function, kept as _jobs_facade)."""
+    fn = getattr(wb, name)
+    return wb._jobs_facade if name == "jobs" and not inspect.isfunction(fn) else fn
+
+
+PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(facade(n)))
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +84,19 @@ def test_every_public_function_is_checked_and_listed():
     assert defined <= set(wb.__all__), sorted(defined - set(wb.__all__))
     assert len(PUBLIC) >= 24
     for name in PUBLIC:
-        assert hasattr(getattr(wb, name), "__checks__"), f"wb.{name} has no @checked"
+        assert hasattr(facade(name), "__checks__"), f"wb.{name} has no @checked"
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_unknown_keyword(name, m):
     with pytest.raises(ArgumentTypeError) as info:
-        getattr(wb, name)(**valid(name, m), no_such_argument=1)
+        facade(name)(**valid(name, m), no_such_argument=1)
     assert_typed(info, f"wb.{name}", "no_such_argument")
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_missing_and_surplus_arguments(name, m):
-    fn = getattr(wb, name)
+    fn = facade(name)
     sig = inspect.signature(fn)
     required = [p.name for p in sig.parameters.values()
                 if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
@@ -105,7 +114,7 @@ def test_missing_and_surplus_arguments(name, m):
 
 def _spoilers(name: str) -> list[tuple[str, object]]:
     """(argument, a value it must refuse) for every named argument and every declared extra keyword."""
-    checks = getattr(wb, name).__checks__
+    checks = facade(name).__checks__
     out = []
     for pname, param in checks.signature.parameters.items():
         if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
@@ -123,7 +132,7 @@ def _spoilers(name: str) -> list[tuple[str, object]]:
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_wrong_types_and_out_of_range(name, m):
-    fn = getattr(wb, name)
+    fn = facade(name)
     good = valid(name, m)
     for pname, value in _spoilers(name):
         with pytest.raises((ArgumentTypeError, ArgumentError)) as info:

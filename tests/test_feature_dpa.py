@@ -174,7 +174,7 @@ def test_cli_feature_graph_json(setup, monkeypatch, capsys):
     ("other_model", ("trained on",)),
     ("bad_hook", ("blocks.1.attn.hook_z",)),
     ("no_hook", ("blocks.9",)),
-    ("twice", ("twice",)),
+    ("twice", ("--saes", "more than once")),
 ])
 def test_cli_bad_inputs_exit_2(setup, tmp_path, monkeypatch, capsys, which, words):
     _, model_dir, paths, _ = setup
