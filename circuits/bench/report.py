@@ -95,7 +95,8 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
              "",
              f"Settings: {cfg['n_train']} train prompts per task (node-level activation patching: "
              f"{cfg['n_patch']}), {cfg['n_test']} {split} prompts (at most), selection `{cfg['selection']}`, "
-             f"{cfg['n_boot']} bootstrap resamples, batch size {cfg['batch_size']}; whole run "
+             f"{cfg['n_boot']} bootstrap resamples, batch size {cfg['batch_size']}, random baseline the mean of "
+             f"{cfg.get('random_seeds', 1)} draw{'s' if cfg.get('random_seeds', 1) != 1 else ''}; whole run "
              f"{result['seconds'] / 60:.1f} min.", ""]
     lines += ["| task | metric | source | train | test | m(full) | m(empty) |", "|---|---|---|---|---|---|---|"]
     for t in result["tasks"]:
