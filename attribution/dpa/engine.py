@@ -123,8 +123,8 @@ def dpa_batch(model: HookedModel, encs: Sequence[Encoding], levels: Iterable[str
         started = time.perf_counter()
         with torch.no_grad():
             tokens = _right_pad([e.tokens[0] for e in chunk])
-            cache = _forward(model, tokens, p, levels)
-            done = _propagate(model, chunk, cache, p, levels, keep_targets)
+            cache = clean_forward(model, tokens, p, levels)
+            done = propagate(model, chunk, cache, p, levels, keep_targets)
         seconds = (time.perf_counter() - started) / len(chunk)
         for i, trace in zip(picked, done, strict=True):
             trace.seconds = seconds
@@ -178,8 +178,8 @@ def _gib(n: float) -> str:
 
 
 # -- forward -------------------------------------------------------------------------------------
-def _forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
-             levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def clean_forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
+                  levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
     names = hook_names(model, p, levels)
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
@@ -189,7 +189,7 @@ def _forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
 
 
 # -- top-down pass -------------------------------------------------------------------------------
-def _propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor], p: DPAParams,
+def propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor], p: DPAParams,
                levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
     """The top-down pass for a right-padded batch: t is [batch, pos, d_model] throughout."""
     a = model.arch

@@ -32,7 +32,7 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
     target logit."""
     from attribution.baselines.common import check_target
     from attribution.baselines.integrated_gradients import baseline_embedding
-    from attribution.dpa.engine import _forward, _propagate
+    from attribution.dpa.engine import clean_forward, propagate
     from attribution.dpa.linear import check_supported
     from attribution.dpa.params import DPAParams
     from attribution.dpa.steps import hook_names
@@ -56,7 +56,7 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
         tokens = enc.tokens.expand(len(group), -1)
         with torch.no_grad():
             if group == [1.0]:  # DPA's own forward (steps=1: dpa bit for bit)
-                cache = _forward(model, tokens, p, ("token",))
+                cache = clean_forward(model, tokens, p, ("token",))
             else:
                 cache = _path_forward(model, tokens, base, group, hook_names(model, p, ("token",)))
             if embed is None:
@@ -65,7 +65,7 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
             # the products with (e - b) are linear in t: put them where DPA's token score reads the embedding
             cache["hook_embed"] = (embed - base).expand(len(group), -1, -1).contiguous()
             cache.pop("clean_embed", None)
-            traces = _propagate(model, [enc] * len(group), cache, p, ("token",), False)
+            traces = propagate(model, [enc] * len(group), cache, p, ("token",), False)
         if target_logit is None:
             target_logit = traces[0].target_logit  # alpha = 1
         for trace in traces:  # token scores = (e - b) . t(alpha); their mean over the points

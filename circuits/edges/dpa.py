@@ -68,11 +68,11 @@ def _score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     for batch in prompts.batches:
         if prompts.ablation == "corrupt":  # DPA needs no gradient: clean and counterfactual share one forward
-            out, cache = _forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p,
+            out, cache = edge_forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p,
                                   2 * batch.size if cf else batch.size)
             diff = out[:, :batch.size].sub_(out[:, batch.size:])
         else:
-            out, cache = _forward(model, graph, batch.tokens, p, batch.size)
+            out, cache = edge_forward(model, graph, batch.tokens, p, batch.size)
             diff = out.sub_(refs.of(batch))  # in place: the buffer is ours
         diff.mul_(batch.real()[None, :, :, None])
         acc = EdgeProducts(graph, diff, out=total)
@@ -101,7 +101,7 @@ def _rows(cache: dict[str, torch.Tensor], n: int, rows: slice) -> dict[str, torc
     return {k: _take(v, n, rows) for k, v in cache.items()}
 
 
-def _forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams,
+def edge_forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams,
              rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
     """One forward: the sender outputs of every row, and DPA's cache (patterns, norm scales, MLP
     pre-activations) of the first ``rows`` (the clean prompts, then for dpa_cf their counterfactuals)."""

@@ -45,7 +45,7 @@ from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
 from attribution.dpa.steps import hook_names
 from circuits.counterfactual import PromptBatch, PromptSet
-from circuits.edges.dpa import _forward, receiver_targets
+from circuits.edges.dpa import edge_forward, receiver_targets
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References
 from workbench.errors import MethodError
@@ -71,11 +71,11 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     for batch in prompts.batches:
         if prompts.ablation == "corrupt":  # clean and counterfactual in one forward, as dpa
-            out, cache = _forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p, batch.size)
+            out, cache = edge_forward(model, graph, torch.cat([batch.tokens, batch.corrupt]), p, batch.size)
             ref_embed = out[0, batch.size:].clone()  # the counterfactual's embedding: the path's start
             diff = out[:, :batch.size].sub_(out[:, batch.size:])
         else:
-            out, cache = _forward(model, graph, batch.tokens, p, batch.size)
+            out, cache = edge_forward(model, graph, batch.tokens, p, batch.size)
             ref = refs.of(batch)
             ref_embed = ref[0]
             diff = out.sub_(ref)
