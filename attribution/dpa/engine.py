@@ -190,7 +190,7 @@ def clean_forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
 
 # -- top-down pass -------------------------------------------------------------------------------
 def propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor], p: DPAParams,
-               levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
+              levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
     """The top-down pass for a right-padded batch: t is [batch, pos, d_model] throughout."""
     a = model.arch
     n_batch, seq = cache["hook_embed"].shape[:2]
