@@ -2,7 +2,9 @@
 docs/figures/ (redo them with ``.venv/bin/python scripts/paper_figures.py``).
 
 For each model: ``wb.circuit(...).plot()`` (DPA edge scores of the one prompt, its top ``--edges`` edges) and,
-where dictionaries of the model ship under data/saes, ``wb.feature_graph(...).plot()`` over its residual SAEs
+where dictionaries of the model ship under data/saes (or lie in a ``--saes-root`` folder: gemma3-270m's two
+residual SAEs are trained into the user's cache by the commands in docs/figures/README.md, never committed),
+``wb.feature_graph(...).plot()`` over its residual SAEs
 (built with the app's budget: every node and edge kept, then pruned per layer by the figure, as the app's
 Feature graph page does). The PNGs are drawn at ``--scale`` (1.25: sharp at the README's width, about 250 kB
 each) and re-encoded with zlib's best effort.
@@ -36,10 +38,13 @@ def small_png(path: Path) -> int:
     return len(buf.getvalue())
 
 
-def residual_saes(model: str) -> list[str]:
+def residual_saes(model: str, roots: list[str]) -> list[str]:
     from attribution.sae.dictionary import list_dictionaries
 
-    return [str(d.path) for d in list_dictionaries(model=model) if not d.is_transcoder]
+    found = []
+    for root in [None, *roots]:  # data/saes, then folders of dictionaries trained into the user's cache
+        found += [str(d.path) for d in list_dictionaries(root, model=model) if not d.is_transcoder]
+    return found
 
 
 def main() -> None:
@@ -48,6 +53,9 @@ def main() -> None:
     ap.add_argument("--out", default="docs/figures")
     ap.add_argument("--edges", type=int, default=50, help="Edges in the circuit figure.")
     ap.add_argument("--scale", type=float, default=1.25, help="PNG pixels per layout pixel.")
+    ap.add_argument("--saes-root", action="append", default=[],
+                    help="Also use the dictionaries in this folder (gemma3-270m's are trained into the user's cache, "
+                         "never committed: Gemma Terms of Use).")
     args = ap.parse_args()
 
     import workbench as wb
@@ -62,7 +70,7 @@ def main() -> None:
         circuit = wb.circuit(model, [row], method="dpa", edges=args.edges, evaluate=False)
         path = save_figure(circuit.plot(), out / f"{name}-circuit.png", scale=args.scale)
         print(f"{path}: {small_png(path) / 1e3:.0f} kB ({time.perf_counter() - t0:.1f} s)")
-        saes = residual_saes(name)
+        saes = residual_saes(name, args.saes_root)
         if not saes:
             print(f"{name}: no dictionaries under data/saes (`workbench sae list`): no feature graph")
             continue
