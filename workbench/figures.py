@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -82,27 +81,10 @@ def browser_path() -> str:
 
 
 def _atomic_write(path: Path, data: bytes | str) -> None:
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as exc:
-        raise FigureError(f"cannot save a figure to {str(path)!r}: {exc.strerror or exc}") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise FigureError(f"cannot save a figure to {str(path)!r}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """The store's writer: a temporary beside ``path``, then a rename; a full disk is one line."""
+    from workbench.store import write_atomic
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    write_atomic(path, data, "the figure", FigureError)
 
 
 def _size(fig: Any) -> tuple[int, int]:

@@ -342,7 +342,7 @@ def follow_umask(path: Path) -> None:
                 os.chmod(entry, mode)
 
 
-def write_atomic(path: Path, content: str, what: str, error: type[WorkbenchError]) -> None:
+def write_atomic(path: Path, content: str | bytes, what: str, error: type[WorkbenchError]) -> None:
     """Write ``path`` whole: a temporary file beside it (named by ``temp_prefix()``), then renamed over it (a
     symlink at ``path`` is replaced, never written through). ``error`` (one line) when it cannot be written;
     out of space it says "no space left on device at FOLDER". No temporary is left behind either way."""
@@ -353,8 +353,8 @@ def write_atomic(path: Path, content: str, what: str, error: type[WorkbenchError
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=temp_prefix(), suffix=".tmp", dir=path.parent)
         os.fchmod(fd, 0o666 & ~umask())  # mkstemp's 0600 would keep the file from the group the umask allows
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(content)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(content.encode("utf-8") if isinstance(content, str) else content)
         os.replace(tmp, path)
         tmp = None
     except OSError as exc:

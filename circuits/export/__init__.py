@@ -16,7 +16,6 @@ circuit-tracer / Neuronpedia graph JSON into a feature-graph run.
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -66,25 +65,10 @@ def check_out(path: str | Path, overwrite: bool = False, what: str = "the output
 
 
 def write_atomic(out: Path, data: bytes) -> None:
-    """``data`` into ``out`` through a temporary file beside it and a rename: a reader never sees half a file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent if str(out.parent) else ".")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, out)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        raise ExportError(f"cannot write {out}: {exc.strerror or exc}") from None
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    """``data`` into ``out`` whole: the store's writer (a temporary beside it, then a rename; a full disk: one line)."""
+    from workbench.store import write_atomic as write_whole
 
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+    write_whole(out, data, "the export", ExportError)
 
 
 def kind_of(obj: Any) -> str:
