@@ -210,6 +210,12 @@ def test_dashboards_features_and_list_commands(dash_cli, sae_dir, monkeypatch, c
     assert len(listed) == 1 and listed[0]["dashboards"] is True
     assert {"path", "model", "hook", "layer", "kind", "explained_variance", "explained_variance_no_top2", "l0",
             "dead_fraction", "ce_loss_delta"} <= set(listed[0])
+    # without --json the result is on stdout (`| grep`, `> file`) and stderr holds no result
+    for args, needle in ((("features", "--sae", str(sae_dir), "--feature", "2"), "feature 2"),
+                         (("features", "--sae", str(sae_dir), "--token", "the"), str(rows[0]["feature"])),
+                         (("list", "--root", str(sae_dir.parent)), sae_dir.name)):
+        code, out, err = cli(monkeypatch, capsys, "sae", *args)
+        assert code == 0 and needle in out and err == "", (args, out, err)
 
 
 def test_steer_command(sae_dir, monkeypatch, capsys):
@@ -219,6 +225,9 @@ def test_steer_command(sae_dir, monkeypatch, capsys):
     res = json.loads(out)
     assert res["mode"] == "add" and res["target"] == "good" and isinstance(res["logit_change"], float)
     assert len(res["clean_text"].split()) == 3
+    code, out, err = cli(monkeypatch, capsys, "sae", "steer", "--sae", str(sae_dir), "--feature", "1", "--alpha",
+                         "5", "--prompt", "the movie was", "--target", "good", "--tokens", "3")
+    assert code == 0 and "steered:" in out and "target 'good'" in out and "steered" not in err, (out, err)
 
 
 @pytest.fixture(scope="module")

@@ -93,6 +93,14 @@ def console():
     return Console(stderr=True)
 
 
+def result_console():
+    """A rich console on stdout for a command's human-readable result (so `| grep` and `> file` see it);
+    progress, logs and warnings stay on console() (stderr)."""
+    from rich.console import Console
+
+    return Console()
+
+
 def progress():
     """A rich progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 from workbench.figures import check_figure_path, png_option, save_figure
 
 
@@ -61,7 +61,7 @@ def ablate(
         res = ablation.ablate_prompts(m, prompt, target, foil, comps, method)
 
     def human(r):
-        c = console()
+        c = result_console()
         c.print(f"{r['method']} ablation on {model}; intact: {r['base']}")
         for comp, s in zip(r["components"], r["scores"], strict=False):
             c.print(f"  {comp:14s} " + ", ".join(f"{k} {v:.4f}" for k, v in s.items()))
@@ -112,7 +112,7 @@ def patch(
         out["png"] = str(save_figure(res.plot(), png))
 
     def human(r):
-        c = console()
+        c = result_console()
         c.print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}; effect by {r['axes']}:")
         for i, row in enumerate(r["effect"] if isinstance(r["effect"][0], list) else [r["effect"]]):
             c.print(f"  {i:3d} " + " ".join(f"{v:6.2f}" for v in row))

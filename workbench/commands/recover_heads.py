@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import JSON_OPTION, console, emit
+from workbench.cli import JSON_OPTION, emit, result_console
 from workbench.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
 
 
@@ -77,7 +77,7 @@ def recover_heads(
         out["run"] = RunStore().save(draft).id
 
     def human(r):
-        c = console()
+        c = result_console()
         c.print(f"queries {r['queries']} (formula {r['expected_queries']}), longest {r['max_query_length']}")
         c.print(f"heads: true {r['heads_true']}, recovered {r['heads_recovered']}")
         c.print(f"max relative error: W {r['max_rel_error_W']}, v {r['max_rel_error_v']}")

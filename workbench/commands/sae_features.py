@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 from workbench.options import finite_float, nonempty, nonneg_int, positive_int
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
@@ -130,7 +130,7 @@ def list_dictionaries(
             t.add_row(r["name"], r["hook"], r["kind"], f(r, "explained_variance"), f(r, "explained_variance_no_top2"),
                       f(r, "l0", ".1f"), f(r, "dead_fraction", ".1%"), f(r, "ce_loss_delta"),
                       "yes" if r["dashboards"] else "-")
-        console().print(t)
+        result_console().print(t)
 
     emit(rows, as_json, human)
 
@@ -213,12 +213,13 @@ def features(
     rows = find_features(db, token=token, label=label, limit=limit)
 
     def human(rows):
+        c = result_console()
         for r in rows:
             sim = f"sim {r['score']:.2f}  " if r.get("score") is not None else ""
-            console().print(f"{r['feature']:>6}  {r['max_activation']:8.3f}  {sim}{r.get('explanation') or r['label']}",
-                            highlight=False, markup=False)
+            c.print(f"{r['feature']:>6}  {r['max_activation']:8.3f}  {sim}{r.get('explanation') or r['label']}",
+                    highlight=False, markup=False)
         if not rows:
-            console().print("no features")
+            c.print("no features")
 
     emit(rows, as_json, human)
 
@@ -226,7 +227,7 @@ def features(
 def _print_card(card) -> None:
     from attribution.sae.render import context_text
 
-    c = console()
+    c = result_console()
     c.print(f"feature {card['feature']}  {card['label']}", markup=False, highlight=False)
     if card.get("explanation"):
         sim = "–" if card["score"] is None else f"{card['score']:.2f}"
@@ -274,7 +275,7 @@ def steer(
     def human(o):
         from attribution.sae.render import visible
 
-        c = console()
+        c = result_console()
         how = "ablated (clamped to 0)" if o["mode"] == "ablate" else f"{o['mode']} {o['strength']:+g}"
         c.print(f"{o['dictionary']} feature {o['feature']}: {how} "
                 f"(its activation at the last position: {o['clean_activation']:.3f})", markup=False)
