@@ -101,6 +101,28 @@ def result_console():
     return Console()
 
 
+def print_table(columns: list[str], rows: list[list[str]], whole: tuple[str, ...] = (),
+                numbers: tuple[str, ...] = ()) -> None:
+    """A result table on stdout that fits the terminal (80 columns too) without cutting what a user must
+    type: a column in ``whole`` (ids, names) keeps its cells' first lines whole (a second line under the name
+    may wrap), one in ``numbers`` never wraps; the other, descriptive columns fold (never vanish)."""
+    from rich.table import Table
+
+    table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
+    for i, name in enumerate(columns):
+        widest = max([len(name)] + [len(row[i].split("\n")[0]) for row in rows])
+        if name in whole:
+            table.add_column(name, overflow="fold", min_width=widest)
+        elif name in numbers:
+            table.add_column(name, no_wrap=True, min_width=widest)
+        else:
+            table.add_column(name, overflow="fold", min_width=min(widest, 6))
+    table.header_style = "bold underline"
+    for row in rows:
+        table.add_row(*row)
+    result_console().print(table, highlight=False, markup=False)
+
+
 def progress():
     """A rich progress bar on stderr."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn

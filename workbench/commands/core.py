@@ -67,13 +67,12 @@ def runs_list(
     bad = store.damaged()
 
     def human(rows):
-        from rich.console import Console
-        from rich.table import Table
+        from workbench.cli import print_table
 
-        table = Table("id", "created", "kind", "model", "method")
-        for r in rows:
-            table.add_row(r["id"], r["created"], r["kind"] or "", r["model"] or "", r["method"] or "")
-        Console().print(table)
+        # the id whole (what `runs show` takes), the time to the minute (the id holds the seconds)
+        print_table(["id", "created", "kind", "model", "method"],
+                    [[r["id"], (r["created"] or "")[:16].replace("T", " "), r["kind"] or "", r["model"] or "",
+                      r["method"] or ""] for r in rows], whole=("id",), numbers=("created",))
         if bad:
             print(f"damaged ({len(bad)}; skipped, remove with `workbench runs rm ID`):")
             for r in bad:

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
 from workbench.options import finite_float, nonempty, nonneg_int, positive_int
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
@@ -120,17 +120,16 @@ def list_dictionaries(
             print(f"warning: {w.message}", file=sys.stderr)
 
     def human(rows):
-        from rich.table import Table
-
-        t = Table("name", "hook", "kind", "EV", "EV-top2", "L0", "dead", "ΔCE", "dash")
         def f(r, k, spec=".3f"):
             return "-" if r.get(k) is None else format(r[k], spec)
 
-        for r in rows:
-            t.add_row(r["name"], r["hook"], r["kind"], f(r, "explained_variance"), f(r, "explained_variance_no_top2"),
-                      f(r, "l0", ".1f"), f(r, "dead_fraction", ".1%"), f(r, "ce_loss_delta"),
-                      "yes" if r["dashboards"] else "-")
-        result_console().print(t)
+        numbers = ("EV", "EV-top2", "L0", "dead", "ΔCE", "dash")
+        # hook and kind on a second line under the name: the name (what --sae takes) stays whole at 80 columns
+        print_table(["name", *numbers],
+                    [[f"{r['name']}\n  {r['hook']} · {r['kind']}", f(r, "explained_variance"),
+                      f(r, "explained_variance_no_top2"), f(r, "l0", ".1f"), f(r, "dead_fraction", ".1%"),
+                      f(r, "ce_loss_delta"), "yes" if r["dashboards"] else "-"] for r in rows],
+                    whole=("name",), numbers=numbers)
 
     emit(rows, as_json, human)
 
