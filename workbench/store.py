@@ -205,6 +205,18 @@ class Run:
         return getattr(importlib.import_module(module), name)(self, fmt, path, table=table, overwrite=overwrite)
 
 
+def unique_prefix(ref: str, ids: Any, what: str, where: str, error: type[Exception]) -> str:
+    """The one id in ``ids`` that starts with ``ref`` (as git takes a commit's prefix); ``error`` in one line
+    naming the candidates when several match, or saying none does."""
+    found = sorted(i for i in ids if i.startswith(ref))
+    if not found:
+        raise error(f"no {what} {ref!r} in {where} (nor one whose id starts with it)")
+    if len(found) > 1:
+        raise error(f"{ref!r} is the start of {len(found)} {what} ids ({', '.join(found[:3])}"
+                    f"{', ...' if len(found) > 3 else ''}); give more of it")
+    return found[0]
+
+
 @dataclass
 class RunDraft:
     """What a caller hands the store: everything is written in one atomic step."""
@@ -678,6 +690,25 @@ class RunStore:
                 raise RunStoreError(f"no run {run_id!r} in {self.root}")
             raise RunStoreError(f"run {run_id} is damaged: {why} (remove it with `workbench runs rm {run_id}`)")
         return Run(run_id, path, meta)
+
+    def resolve_id(self, ref: str) -> str:
+        """The id of the entry named ``ref`` (sound or damaged), else of the one run whose id starts with
+        ``ref``, as git takes a commit's prefix; RunStoreError naming the candidates when it is ambiguous."""
+        ref = ref.strip() if isinstance(ref, str) else ref
+        if not ref:
+            raise RunStoreError("give a run id (or a unique prefix of one)")
+        try:
+            self._entry(ref)
+            return ref
+        except RunStoreError:
+            if not isinstance(ref, str) or "/" in ref or "\\" in ref or ref.startswith("."):
+                raise
+        ids = {r["id"] for r in self.list()} | {r["id"] for r in self.damaged()}
+        return unique_prefix(ref, ids, "run", str(self.root), RunStoreError)
+
+    def resolve(self, ref: str) -> Run:
+        """A sound run by id or by a unique prefix of its id (``resolve_id``)."""
+        return self.get(self.resolve_id(ref))
 
     def remove(self, run_id: str) -> None:
         """Remove a run, sound or damaged; a symlink is removed, never what it points to."""

@@ -171,24 +171,3 @@ def run_bytes(run: Any, fmt: str, table: str = "edges") -> tuple[bytes, str]:
     data, _ = render(load_run(run), fmt, table, slug=run.id)
     stem = run.id if fmt not in ("csv", "parquet") or table == "edges" else f"{run.id}.nodes"
     return data, f"{stem}{'.mib' if fmt == 'mib' else ''}{SUFFIX[fmt]}"
-
-
-def resolve_run(store: Any, ref: str) -> Any:
-    """A run by id or by a unique prefix of its id; ExportError naming the candidates when ambiguous."""
-    from workbench.errors import RunStoreError
-
-    ref = (ref or "").strip()
-    if not ref:
-        raise RunStoreError("give a run id (or a unique prefix of one)")
-    try:
-        return store.get(ref)
-    except RunStoreError:
-        if "/" in ref or ref.startswith("."):
-            raise
-    found = [r["id"] for r in store.list() if r["id"].startswith(ref)]
-    if not found:
-        raise RunStoreError(f"no run {ref!r} in {store.root} (nor one whose id starts with it)")
-    if len(found) > 1:
-        raise RunStoreError(f"{ref!r} is the start of {len(found)} run ids ({', '.join(found[:3])}"
-                            f"{', ...' if len(found) > 3 else ''}); give more of it")
-    return store.get(found[0])

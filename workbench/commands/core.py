@@ -83,20 +83,24 @@ def runs_list(
         print(f"note: {len(bad)} damaged run(s) skipped; see `workbench runs list --damaged`", file=sys.stderr)
 
 
-def runs_show(run_id: str, as_json: bool = JSON_OPTION) -> None:
+def runs_show(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+              as_json: bool = JSON_OPTION) -> None:
     """Show one run's metadata, tables and result."""
     from workbench.store import RunStore
 
-    run = RunStore().get(run_id)
+    run = RunStore().resolve(run_id)
     emit({"meta": run.meta, "path": str(run.path), "tables": run.tables(), "result": run.result()},
          as_json)
 
 
-def runs_rm(run_id: str, as_json: bool = JSON_OPTION) -> None:
+def runs_rm(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+            as_json: bool = JSON_OPTION) -> None:
     """Remove one run (a damaged one too; a symlink is removed, never what it points to)."""
     from workbench.store import RunStore
 
-    RunStore().remove(run_id)
+    store = RunStore()
+    run_id = store.resolve_id(run_id)
+    store.remove(run_id)
     emit({"removed": run_id}, as_json, lambda r: print(f"removed {r['removed']}"))
 
 

@@ -30,12 +30,12 @@ def export(
 
     if table not in ("edges", "nodes"):
         raise ExportError(f"unknown --table {table!r}; choose edges or nodes")
-    from circuits.export import check_format, check_kind, check_out, export_run, resolve_run
+    from circuits.export import check_format, check_kind, check_out, export_run
     from workbench.store import RunStore
 
     check_format(fmt)
     check_out(out, force, "--out")  # before any work: a bad path fails first
-    found = resolve_run(RunStore(), run)
+    found = RunStore().resolve(run)
     check_kind(found.kind, fmt, f"run {found.id}")
     result = export_run(found, fmt, out, table=table, overwrite=force)
 

@@ -71,11 +71,13 @@ def jobs_list(
               file=sys.stderr)
 
 
-def jobs_show(job_id: str, as_json: bool = JSON_OPTION) -> None:
+def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
+              as_json: bool = JSON_OPTION) -> None:
     """One job: its spec, state, progress, error and log."""
     from workbench.jobs import JobBoard
 
-    job = JobBoard().get(job_id).public()
+    board = JobBoard()
+    job = board.get(board.resolve_id(job_id)).public()
     if isinstance(job["spec"].get("rows"), list):  # a prompt set inline: its size is enough here
         job["spec"] = {**job["spec"], "rows": f"{len(job['spec']['rows'])} rows"}
 
@@ -93,11 +95,13 @@ def jobs_show(job_id: str, as_json: bool = JSON_OPTION) -> None:
     emit(job, as_json, human)
 
 
-def jobs_cancel(job_id: str, as_json: bool = JSON_OPTION) -> None:
+def jobs_cancel(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
+                as_json: bool = JSON_OPTION) -> None:
     """Cancel a queued or running job: its workers stop within a couple of seconds; nothing is saved."""
     from workbench.jobs import JobBoard
 
-    job = JobBoard().request_cancel(job_id)
+    board = JobBoard()
+    job = board.request_cancel(board.resolve_id(job_id))
     emit({"cancelling": job.id}, as_json, lambda r: print(f"cancelling {r['cancelling']}"))
 
 

@@ -271,6 +271,17 @@ class JobBoard:
             raise JobError(f"unknown job {job_id!r} (see `workbench jobs list`)")
         return self._check_driver(check_record(file, job_id))
 
+    def resolve_id(self, ref: str) -> str:
+        """The id of the job named ``ref``, else of the one job whose id starts with it (store.unique_prefix)."""
+        ref = ref.strip() if isinstance(ref, str) else ref
+        if not isinstance(ref, str) or not ref or "/" in ref or ref.startswith("."):
+            return ref  # get() says what is wrong with it
+        if JOB_ID.match(ref) and (self._file(ref).exists() or self._file(ref).is_symlink()):
+            return ref
+        jobs, damaged = self.scan()
+        ids = {j.id for j in jobs} | {d["id"] for d in damaged}
+        return run_store.unique_prefix(ref, ids, "job", f"{self.root} (see `workbench jobs list`)", JobError)
+
     def scan(self) -> tuple[list[Job], list[dict[str, str]]]:
         """(sound jobs newest first, damaged records by id), in one pass over the board."""
         jobs, damaged = [], []
