@@ -112,11 +112,39 @@ def patch(
         out["png"] = str(save_figure(res.plot(), png))
 
     def human(r):
-        c = result_console()
-        c.print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}; effect by {r['axes']}:")
-        for i, row in enumerate(r["effect"] if isinstance(r["effect"][0], list) else [r["effect"]]):
-            c.print(f"  {i:3d} " + " ".join(f"{v:6.2f}" for v in row))
+        print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}")
+        print("effect of patching each site (1 = it alone gives the corrupted run's):")
+        print("\n".join(effect_table(r)))
         if "png" in r:
-            c.print(f"figure saved to {r['png']}")
+            print(f"figure saved to {r['png']}")
 
     emit(out, as_json, human)
+
+
+def effect_table(r: dict, width: int | None = None) -> list[str]:
+    """A patching result as text lines with a header: the first axis (layers) as rows, the second (positions
+    labelled by their tokens, or heads) as columns, in blocks of columns that fit ``width`` (the terminal's);
+    labels are cut to the cell, numbers never."""
+    import shutil
+
+    width = width or shutil.get_terminal_size((80, 24)).columns
+    axes, labels, effect = r["axes"], r.get("labels") or {}, r["effect"]
+    if not isinstance(effect[0], list):  # one axis (mlps: a layer each): one row
+        effect, rows, cols, corner = [effect], ["effect"], labels.get(axes[0]), axes[0]
+    else:
+        rows, cols, corner = labels.get(axes[0]), labels.get(axes[1]), f"{axes[0]}\\{axes[1]}"
+    rows = rows or [str(i) for i in range(len(effect))]
+    cols = [" ".join(c.split()) or "␣" for c in (cols or [str(j) for j in range(len(effect[0]))])]
+    cell = max(7, *(len(f"{v:.2f}") for row in effect for v in row))
+    first = max(len(corner), *(len(x) for x in rows))
+    per_block = max(1, (width - first) // (cell + 1))
+    lines: list[str] = []
+    for start in range(0, len(cols), per_block):
+        block = range(start, min(len(cols), start + per_block))
+        if start:
+            lines.append("")
+        lines.append(f"{corner:<{first}}" + "".join(
+            f" {cols[j] if len(cols[j]) <= cell else cols[j][:cell - 1] + '…':>{cell}}" for j in block))
+        lines += [f"{name:<{first}}" + "".join(f" {effect[i][j]:>{cell}.2f}" for j in block)
+                  for i, name in enumerate(rows)]
+    return lines
