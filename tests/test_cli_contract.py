@@ -112,3 +112,16 @@ def test_jobs_show_takes_a_unique_prefix(monkeypatch, capsys):
     assert code == 0 and json.loads(out)["id"] == a.id, err
     assert_bad(*run_cli(monkeypatch, capsys, "jobs", "show", a.id[:9])[::2], "start of 2 job ids", a.id, b.id)
     assert_bad(*run_cli(monkeypatch, capsys, "jobs", "cancel", a.id[:-2])[::2], "only a queued or running job")
+
+
+def test_lens_cells_hold_top_k_tokens(monkeypatch, capsys):
+    args = ("lens", "ioi-attn-1l2h", IOI[0], "--top-k", "3", "--no-save")
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    topk = json.loads(out)["topk_tokens"]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    rows = [line for line in out.splitlines() if " | " in line][1:]  # after the header
+    assert len(rows) == 3 * len(topk)  # k lines a layer
+    for rank in range(3):  # the embed layer's k-th tokens at position 0, one a line
+        assert rows[rank].split(" | ")[1].startswith(repr(topk[0][0][rank]))

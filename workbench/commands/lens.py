@@ -59,9 +59,14 @@ def lens(
         width = max(len(x) for x in r["layers"])
         cols = [f"{i}:{t!r}"[:14] for i, t in enumerate(r["tokens"])]
         print(" " * width + " | " + " | ".join(f"{x:14}" for x in cols))
-        for name, tops, probs in zip(r["layers"], r["top_tokens"], r["probs"], strict=True):
-            cells = [f"{t!r:.9} {p:.2f}"[:14] for t, p in zip(tops, probs, strict=True)]
-            print(f"{name:>{width}} | " + " | ".join(f"{x:14}" for x in cells))
+        # each cell holds the layer's k tokens at that position, one a line (rank 1 on the layer's line)
+        tops_k = r.get("topk_tokens") or [[[t] for t in row] for row in r["top_tokens"]]
+        probs_k = r.get("topk_probs") or [[[p] for p in row] for row in r["probs"]]
+        for name, tops, probs in zip(r["layers"], tops_k, probs_k, strict=True):
+            for rank in range(max(len(t) for t in tops)):
+                cells = [f"{t[rank]!r:.9} {p[rank]:.2f}"[:14] if rank < len(t) else ""
+                         for t, p in zip(tops, probs, strict=True)]
+                print(f"{name if rank == 0 else '':>{width}} | " + " | ".join(f"{x:14}" for x in cells))
         if "target_rank" in r:
             c.print(f"target {r['target']!r} at position {r['position']}: rank per layer {r['target_rank']}")
         if "run" in r:
