@@ -66,7 +66,7 @@ def _png(path, array: np.ndarray) -> str:
 def test_image_of_wrong_size(monkeypatch, capsys, tmp_path, vit_dir):
     img = _png(tmp_path / "big.png", np.zeros((40, 40, 3), dtype=np.uint8))
     code, _, err = cli(monkeypatch, capsys, "vit-explain", img, "--model", vit_dir)
-    assert_bad(code, err, "40", "expects")
+    assert_bad(code, err, "40x40", "32x32", "--model dinov2-small")  # says which model takes a photograph
 
 
 def test_image_of_wrong_channels(monkeypatch, capsys, tmp_path, vit_dir):

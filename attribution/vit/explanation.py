@@ -121,6 +121,14 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
             vit = load(model)
         else:
             vit = model
+        size = getattr(getattr(vit, "cfg", None), "image_size", None)
+        if isinstance(size, int) and raw.ndim == 3 and tuple(raw.shape[1:]) != (size, size):
+            from attribution.vit.model import ImageError
+
+            # a photograph on the 32x32 synthetic default: say which model fits instead of a shape error
+            raise ImageError(f"{label} is {int(raw.shape[2])}x{int(raw.shape[1])} pixels but {name} takes "
+                             f"{size}x{size} images only; for a photograph use the model dinov2-small "
+                             "(`--model dinov2-small`: any RGB image, resized to 224 px)")
         x = vit.check_images(raw)
     if head == "saliency" and target is None:
         target = 0  # the decision is "salient" (the mean in the region), whatever side of 0.5 it falls
