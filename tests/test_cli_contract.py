@@ -125,3 +125,14 @@ def test_lens_cells_hold_top_k_tokens(monkeypatch, capsys):
     assert len(rows) == 3 * len(topk)  # k lines a layer
     for rank in range(3):  # the embed layer's k-th tokens at position 0, one a line
         assert rows[rank].split(" | ")[1].startswith(repr(topk[0][0][rank]))
+
+
+@pytest.mark.parametrize("args, header", [
+    (("attribute", "ioi-attn-1l2h", IOI[0], "--target", "N1"), "dpa"),
+    (("lens", "ioi-attn-1l2h", IOI[0]), "logit lens"),
+])
+def test_whole_result_on_stdout(monkeypatch, capsys, args, header):
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    assert header in out and "saved run" in out  # the header and the run id, not only the table
+    assert header not in err and "saved run" not in err, err

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
 from workbench.commands.jobs import workers_option
 from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import any_int, positive_int
@@ -135,7 +135,7 @@ def attribute(
         out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
-        c = console()
+        c = result_console()
         c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
                 + (f" vs {r['foil']!r}" if r["foil"] else "")
                 + ("" if r["position"] is None else f" · at position {r['position']} {r['tokens'][r['position']]!r}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 
@@ -64,7 +64,7 @@ def attribute_set(
         out["run"] = job.run_id
 
     def human(r):
-        c = console()
+        c = result_console()
         c.print(f"{r['method']} · {r['level']} · {r['n_prompts']} prompts · {r['seconds']:.2f} s "
                 f"({r['seconds_per_prompt']:.3f} s per prompt, batch {r['batch_size']})")
         print(result.table().to_string(index=False, max_colwidth=48))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import finite_float, layers_option, positive_int
 
@@ -108,8 +108,8 @@ def concepts(
                 f(s.get("sae")),
                 f(s.get("random")),
             )
-        console().print(t)
-        console().print(
+        result_console().print(t)
+        result_console().print(
             f"concept {o['concept']!r} vs {o['other']!r}; steering = logit movement toward the "
             f"concept at scale {o['scale']}"
         )

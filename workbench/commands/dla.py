@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import any_int, positive_int
 
@@ -57,7 +57,7 @@ def dla(
     def human(r: dict[str, Any]) -> None:
         import torch
 
-        c = console()
+        c = result_console()
         c.print(f"dla · target {r['target']!r}" + (f" vs {r['foil']!r}" if r["foil"] else "")
                 + f" at {r['position']}:{r['tokens'][r['position']]!r} · logit diff {r['logit_diff']:.3f}"
                 + f" (offset {r['offset']:.3g})")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 from workbench.prompt_files import read_prompts
@@ -119,8 +119,8 @@ def faithfulness(
     def human(_):
         from rich.markdown import Markdown
 
-        console().print(Markdown(result.markdown()))
+        result_console().print(Markdown(result.markdown()))
         if save:
-            console().print(f"saved run {out['run_id']}")
+            result_console().print(f"saved run {out['run_id']}")
 
     emit(out, as_json, human)

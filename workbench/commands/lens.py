@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
 from workbench.figures import check_figure_path, png_option, save_figure
 from workbench.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
 
@@ -54,7 +54,7 @@ def lens(
         out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
-        c = console()
+        c = result_console()
         c.print(f"{r['kind']} lens · {r['model']} · {len(r['tokens'])} tokens · {r['seconds']:.2f} s")
         width = max(len(x) for x in r["layers"])
         cols = [f"{i}:{t!r}"[:14] for i, t in enumerate(r["tokens"])]

@@ -6,7 +6,7 @@ import time
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from workbench.options import (
     allow_long_option,
@@ -98,7 +98,7 @@ def probe(
                 f"{r['selectivity']:+.3f}",
                 "" if r["gdv"] is None else f"{r['gdv']:.3f}",
             )
-        c = console()
+        c = result_console()
         c.print(t)
         c.print(f"best layer: {o['best_layer']}" + (f"  (run {o['run']})" if "run" in o else ""))
 
@@ -156,7 +156,7 @@ def icl_readout(
     def human(o):
         from rich.table import Table
 
-        c = console()
+        c = result_console()
         t = Table("layer", "probe R^2", "MSE")
         for name, r2, mse in zip(o["layers"], o["probe_r2"], o["layer_mse"], strict=False):
             t.add_row(name, f"{r2:.3f}", f"{mse:.4f}")

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from workbench.options import (
     allow_long_option,
@@ -134,13 +134,13 @@ def train(
 
     def human(o):
         if "explained_variance_no_top2" in o:
-            console().print(
+            result_console().print(
                 f"{o['kind']} saved to {o['path']} (run {o['run']})\n"
                 f"explained variance {o['explained_variance']:.3f} ({o['explained_variance_no_top2']:.3f} "
                 f"without the top two dimensions)  L0 {o['l0']:.1f}  dead {o['dead_fraction']:.1%}  "
                 f"next-token loss change {o['ce_loss_delta']:+.4f} nats")
             return
-        console().print(
+        result_console().print(
             f"SAE saved to {o['path']} (run {o['run']})\n"
             f"explained variance {o['explained_variance']:.3f}  L0 {o['l0']:.1f}  "
             f"dead {o['dead_fraction']:.1%}  MSE {o['mse']:.4g}  "
@@ -212,8 +212,8 @@ def cache(
     result = {**res.to_json(), "run": job.run_id, "job_id": job.id}
 
     def human(o):
-        console().print(f"{o['shards']} shard(s), {o['tokens']:,} tokens x {len(o['hooks'])} hook(s) in {o['out']} "
-                        f"(run {o['run']})")
+        result_console().print(f"{o['shards']} shard(s), {o['tokens']:,} tokens x {len(o['hooks'])} hook(s) in "
+                               f"{o['out']} (run {o['run']})")
 
     emit(result, as_json, human)
 

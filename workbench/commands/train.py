@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from workbench.cli import JSON_OPTION, console, emit, progress
+from workbench.cli import JSON_OPTION, emit, progress, result_console
 from workbench.options import allow_long_option, nonempty, nonneg_float, nonneg_int, positive_float, positive_int
 
 
@@ -143,7 +143,7 @@ def train(
     }
 
     def human(r):
-        c = console()
+        c = result_console()
         score = ", ".join(f"{k} {v:.4f}" for k, v in r["test"].items())
         c.print(f"trained {r['name']} in {r['seconds']} s; test: {score}")
         c.print(f"saved to {r['out']}")
