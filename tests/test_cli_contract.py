@@ -136,3 +136,13 @@ def test_whole_result_on_stdout(monkeypatch, capsys, args, header):
     assert code == 0, err
     assert header in out and "saved run" in out  # the header and the run id, not only the table
     assert header not in err and "saved run" not in err, err
+
+
+def test_models_names_whole_at_80_columns(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    code, out, err = run_cli(monkeypatch, capsys, "models", "--json")
+    names = [r["name"] for r in json.loads(out)]
+    code, out, err = run_cli(monkeypatch, capsys, "models")
+    assert code == 0 and all(len(line) <= 80 for line in out.splitlines()), out
+    firsts = [line.split()[0] for line in out.splitlines() if line and not line.startswith(" ")]
+    assert set(names) <= set(firsts), (names, out)

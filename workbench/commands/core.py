@@ -33,13 +33,11 @@ def models(as_json: bool = JSON_OPTION) -> None:
     rows = [e.public() for e in list_models()]
 
     def human(rows):
-        from rich.console import Console
-        from rich.table import Table
+        from workbench.cli import print_table
 
-        table = Table("name", "kind", "params", "source")
-        for r in rows:
-            table.add_row(r["name"], r["kind"], f"{r['params']:,}", r["source"])
-        Console().print(table)
+        print_table(["name", "kind", "params", "source"],
+                    [[r["name"], r["kind"], f"{r['params']:,}", r["source"]] for r in rows],
+                    whole=("name",), numbers=("kind", "params"))
 
     emit(rows, as_json, human)
 
