@@ -107,6 +107,7 @@ def print_table(columns: list[str], rows: list[list[str]], whole: tuple[str, ...
     type: a column in ``whole`` (ids, names) keeps its cells' first lines whole (a second line under the name
     may wrap), one in ``numbers`` never wraps; the other, descriptive columns fold (never vanish)."""
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
     for i, name in enumerate(columns):
@@ -119,8 +120,8 @@ def print_table(columns: list[str], rows: list[list[str]], whole: tuple[str, ...
             table.add_column(name, overflow="fold", min_width=min(widest, 6))
     table.header_style = "bold underline"
     for row in rows:
-        table.add_row(*row)
-    result_console().print(table, highlight=False, markup=False)
+        table.add_row(*(Text(cell) for cell in row))  # as written: "[x]" in a name is no markup
+    result_console().print(table, highlight=False)
 
 
 def progress():
