@@ -105,7 +105,7 @@ def test_jobs_cli_and_bad_input(monkeypatch, capsys, tmp_path):
     assert rows[0]["state"] == "done" and rows[0]["fraction"] == 1.0
     code, out, err = cli(monkeypatch, capsys, "jobs", "show", rows[0]["id"], "--json")
     assert code == 0 and json.loads(out)["run_id"] == rows[0]["run_id"]
-    assert_bad(*cli(monkeypatch, capsys, "jobs", "show", "20260101-000000-sleep-abcdef")[::2], "unknown job")
+    assert_bad(*cli(monkeypatch, capsys, "jobs", "show", "20260101-000000-sleep-abcdef")[::2], "no job")
     assert_bad(*cli(monkeypatch, capsys, "jobs", "cancel", "../etc/passwd")[::2], "unknown job")
     assert_bad(*cli(monkeypatch, capsys, "jobs", "cancel", rows[0]["id"])[::2], "only a queued or running")
     prompts = tmp_path / "p.jsonl"
