@@ -14,7 +14,7 @@ from workbench.store import RunStore  # noqa: E402
 
 
 def _toy() -> str | None:
-    from workbench.zoo import list_models
+    from workbench.models.zoo import list_models
 
     names = [e.name for e in list_models() if e.kind == "toy" and e.loader.startswith("circuits.")]
     return "ioi-attn-1l2h" if "ioi-attn-1l2h" in names else (names[0] if names else None)

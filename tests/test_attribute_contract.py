@@ -99,7 +99,8 @@ def test_one_metric_function():
 
 
 def test_no_tl_outside_workbench():
-    # scripts/bench_generate.py times TransformerLens' own generate loop against workbench/decode.py: it must reach it
+    # scripts/bench_generate.py times TransformerLens' own generate loop against workbench/models/decode.py:
+    # it must reach it
     out = subprocess.run(["grep", "-rnE", r"\.tl\b", "--include=*.py", "--exclude=bench_generate.py", "app",
                           "attribution", "circuits", "scripts"],
                          cwd=ROOT, capture_output=True, text=True).stdout
@@ -107,13 +108,13 @@ def test_no_tl_outside_workbench():
 
 
 def test_toy_models_build_without_the_deprecation_warning():
-    """TransformerLens 3.9 deprecates HookedTransformer; we keep it (see workbench/backends.py) and silence
+    """TransformerLens 3.9 deprecates HookedTransformer; we keep it (see workbench/models/backends.py) and silence
     that one warning where we build it, and nothing else."""
     import warnings
 
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.hooked import hooked_transformer
+    from workbench.models.hooked import hooked_transformer
 
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=5, attn_only=True)
     with warnings.catch_warnings(record=True) as got:

@@ -12,7 +12,7 @@ from test_baselines_tiny import make_examples, tiny_llama
 
 from attribution import attribute
 from attribution.prompt_set import attribute_set
-from workbench import zoo
+from workbench.models import zoo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = ("attribute-set", "--model", "tiny-llama-set")

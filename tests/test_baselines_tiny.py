@@ -17,8 +17,8 @@ PROMPT = "A B C D B E ="
 def _wrap(cfg_kwargs: dict, seed: int, name: str):
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.hooked import HookedModel, hooked_transformer
-    from workbench.tokens import SymbolTokenizer
+    from workbench.models.hooked import HookedModel, hooked_transformer
+    from workbench.models.tokens import SymbolTokenizer
 
     cfg = HookedTransformerConfig(d_vocab=len(VOCAB), n_ctx=32, seed=seed, device="cpu", **cfg_kwargs)
     tl = hooked_transformer(cfg, move_to_device=False)

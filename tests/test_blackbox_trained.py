@@ -54,7 +54,7 @@ def test_absent_zoo_model_and_rotary_refused():
 
     from attribution.blackbox.trained import attention_oracle, load_toy
     from workbench.errors import MethodError
-    from workbench.hooked import hooked_transformer
+    from workbench.models.hooked import hooked_transformer
 
     with pytest.raises(UnknownModelError):
         load_toy("no-such-toy-model")

@@ -29,8 +29,8 @@ def _attn_only(seed: int, uniform: bool):
     from transformer_lens import HookedTransformerConfig
 
     from attribution.dpa.tiny import WORDS
-    from workbench.hooked import HookedModel, hooked_transformer
-    from workbench.tokens import SymbolTokenizer
+    from workbench.models.hooked import HookedModel, hooked_transformer
+    from workbench.models.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
     cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_heads=2, d_head=8, d_vocab=len(vocab), n_ctx=32,

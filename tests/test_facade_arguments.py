@@ -15,7 +15,7 @@ import pytest
 import workbench as wb
 from workbench.arguments import Rule, type_refusals
 from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
-from workbench.zoo import ModelEntry
+from workbench.models.zoo import ModelEntry
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"
@@ -23,10 +23,11 @@ ROWS = [{"prompt": P, "target": " N1", "foil": " N2"}]
 
 
 def facade(name: str):
-    """wb.NAME as the facade defines it: once the ``workbench.jobs`` package is imported (by any earlier test), the
-    attribute ``wb.jobs`` is that package (callable, forwarding to the facade's function, kept as _jobs_facade)."""
+    """wb.NAME as the facade defines it: ``wb.models`` is the package workbench.models, and ``wb.jobs`` once the
+    ``workbench.jobs`` package is imported (by any earlier test); both are callable, forwarding to the facade's
+    function, kept as _models_facade / _jobs_facade (workbench/callable_package.py)."""
     fn = getattr(wb, name)
-    return wb._jobs_facade if name == "jobs" and not inspect.isfunction(fn) else fn
+    return getattr(wb, f"_{name}_facade") if name in ("jobs", "models") and not inspect.isfunction(fn) else fn
 
 
 PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(facade(n)))

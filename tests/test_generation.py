@@ -1,4 +1,4 @@
-"""Generation through workbench.decode (TransformerLens' KV-cache loop at the faster thread count): the same
+"""Generation through workbench.models.decode (TransformerLens' KV-cache loop at the faster thread count): the same
 tokens as TransformerLens' own generate, hooks still steer, the thread choice, and prompt strings wherever
 TransformerLens takes them (HookedModel and the module underneath), with the model's BOS rule."""
 
@@ -7,14 +7,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.decode import RECHECK_EVERY, ThreadChooser
 from workbench.errors import PromptError
+from workbench.models.decode import RECHECK_EVERY, ThreadChooser
 
 PROMPT = "the cat sat on a mat and the dog ran to"
 
 
 def _tl_generate(model, tokens, n: int) -> list[int]:
-    """The path generation took before workbench.decode: TransformerLens' generate, greedy, KV cache."""
+    """The path generation took before workbench.models.decode: TransformerLens' generate, greedy, KV cache."""
     eos = model.tokenizer.eos_token_id
     with torch.no_grad():
         out = model.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
@@ -45,9 +45,9 @@ def test_greedy_equals_transformer_lens_at_two_threads(tiny_llama):
 def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
     """A busy machine: every pass at one thread. Otherwise the prompt pass at the process's count, then a
     step at each count (the chooser); the count is restored afterwards."""
-    import workbench.decode
+    import workbench.models.decode
 
-    monkeypatch.setattr(workbench.decode, "busy", lambda: busy)
+    monkeypatch.setattr(workbench.models.decode, "busy", lambda: busy)
     seen: list[int] = []
 
     def count(act, hook):  # noqa: ARG001
@@ -67,7 +67,7 @@ def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
 def test_busy_reads_the_machine(monkeypatch):
     import os
 
-    from workbench.decode import busy
+    from workbench.models.decode import busy
 
     assert isinstance(busy(), bool)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(1024)), raising=False)
@@ -142,7 +142,7 @@ def test_strings_wherever_transformer_lens_takes_them(tiny_llama):
 def test_the_bos_rule_is_the_workbench_one_on_both_paths(tiny_llama_dir):
     """A model whose rule is to prepend BOS (Gemma's, here forced on a tokenizer that does not add it):
     TransformerLens' string paths add it too, once."""
-    from workbench.backends import build_backend
+    from workbench.models.backends import build_backend
 
     m = build_backend(tiny_llama_dir, "tiny-bos", prepend_bos=True)
     tokens = m.to_tokens("The capital")
@@ -170,11 +170,11 @@ def test_real_greedy_and_tokens_equal_transformer_lens(smollm2):
 @pytest.mark.slow
 def test_real_gemma_bos_rule_on_both_paths():
     """Gemma's tokenizer adds BOS: the workbench's ids and TransformerLens' string path both start with it, once."""
-    from workbench.gemma import ready
+    from workbench.models.gemma import ready
 
     if not ready():
         pytest.skip("gemma3-270m is not converted here (workbench prepare --model gemma3-270m)")
-    from workbench.zoo import load
+    from workbench.models.zoo import load
 
     gemma = load("gemma3-270m")
     for text in ["The capital of France is", " hello  world"]:

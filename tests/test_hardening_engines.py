@@ -42,7 +42,7 @@ def test_greedy_generation_of_a_toy_to_its_context(toy):
 
 
 def test_text_engines_refuse_a_vision_model():
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     with pytest.raises(MethodError, match="vision model"):
         check_text_model("vit-synth", "probe")

@@ -524,7 +524,7 @@ CHECKPOINT_DAMAGE = {
 
 @pytest.mark.parametrize("how", list(CHECKPOINT_DAMAGE))
 def test_damaged_toy_checkpoint_is_one_line(tmp_path, monkeypatch, capsys, how):
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     d = tmp_path / "toy"
     shutil.copytree(DATA_DIR / "models" / TOY, d)

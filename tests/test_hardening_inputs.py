@@ -78,8 +78,8 @@ def test_model_dir_cannot_choose_a_module(tmp_path, monkeypatch, capsys):
 
 def test_data_models_entry_cannot_choose_a_module(tmp_path, monkeypatch):
     import workbench as wb
-    from workbench import zoo
     from workbench.errors import ModelFileError
+    from workbench.models import zoo
 
     marker = _evil_module(tmp_path, monkeypatch)
     models = tmp_path / "data" / "models"
@@ -104,7 +104,7 @@ def test_data_models_entry_cannot_choose_a_module(tmp_path, monkeypatch):
 
 
 def test_every_shipped_checkpoint_names_a_registered_loader():
-    from workbench import zoo
+    from workbench.models import zoo
 
     for e in zoo.list_models():
         assert e.loader in zoo.LOADERS, e

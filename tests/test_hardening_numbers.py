@@ -67,7 +67,7 @@ def _nan_model(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     dst = tmp_path / "nan-model"
     shutil.copytree(DATA_DIR / "models" / "ioi-attn-1l2h", dst)

@@ -63,7 +63,7 @@ CASES = [
 def no_work(monkeypatch, tmp_path):
     """Loading a model, or training, is a test failure: every case must stop at the options."""
     import workbench
-    import workbench.zoo as zoo
+    import workbench.models.zoo as zoo
 
     def boom(*a, **k):
         raise AssertionError("work started before the options were checked")

@@ -82,7 +82,7 @@ def test_transformer_lens_short_names(offline):
 
 
 def test_models_lists_cached_supported_models(offline):
-    from workbench.zoo import list_models
+    from workbench.models.zoo import list_models
 
     names = {e.name: e for e in list_models()}
     assert {"tiny-org/tiny-llama", "EleutherAI/pythia-70m", "openai-community/gpt2"} <= set(names)

@@ -102,7 +102,7 @@ def test_lookup_answers_and_refusals(monkeypatch, capsys):
     from huggingface_hub import constants
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    from workbench import hub
+    from workbench.models import hub
 
     class Hub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the handler's name

@@ -160,3 +160,19 @@ def test_dpa_top_down_loop_is_written_once():
 def test_circuit_tools_know_nothing_of_the_zoo():
     """circuits/tools/ works on any hooked model; the zoo (circuits/toy/) builds on it, never the other way."""
     assert not (found := imports_into("circuits.tools", "circuits.toy")), found
+
+
+def test_model_layer_has_its_own_room():
+    """workbench/models/ holds the model wrappers and stands on nothing of the workbench but errors and paths; the
+    store, facade, commands and jobs stay out of it, and no model module is left loose in the workbench root."""
+    allowed = ("workbench.models", "workbench.errors", "workbench.paths", "workbench.callable_package")
+    wrong = []
+    for module, (path, tree) in sources().items():
+        if not within(module, "workbench.models"):
+            continue
+        for target, _name, line in imports(module, path, tree):
+            if target.split(".")[0] == "workbench" and not any(within(target, ok) for ok in allowed):
+                wrong.append(f"{where(path, line)} {module} imports {target}")
+    assert not wrong, "\n".join(wrong)
+    loose = {p.stem for p in (ROOT / "workbench").glob("*.py")} & {"hooked", "backends", "remote", "hub", "zoo", "llm"}
+    assert not loose, f"model modules outside workbench/models/: {sorted(loose)}"

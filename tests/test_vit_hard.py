@@ -67,7 +67,7 @@ def test_metrics_score_the_decisive_objects_mask():
 
 
 def test_shipped_hard_model_loads_and_beats_chance():
-    from workbench.zoo import load, resolve
+    from workbench.models.zoo import load, resolve
 
     entry = resolve("vit-synth-hard")
     assert entry.kind == "vit" and entry.params < 500_000

@@ -13,9 +13,9 @@ Heavy libraries (torch, TransformerLens, nnsight, SAELens) are imported only whe
 from __future__ import annotations
 
 import os
+import sys as _sys
 from typing import Any
 
-from workbench import zoo as _zoo
 from workbench.arguments import (
     Choice,
     Device,
@@ -31,6 +31,7 @@ from workbench.arguments import (
     checked,
 )
 from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from workbench.models import zoo as _zoo
 from workbench.paths import version as _version
 
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
@@ -122,10 +123,16 @@ def models():
     return pd.DataFrame([e.public() for e in list_models()])
 
 
+# the package workbench.models (the model layer) is callable as this function; the name is the package's again
+# so that ``workbench.models.hooked`` resolves as an attribute path (workbench/callable_package.py)
+_models_facade = models
+models = _sys.modules["workbench.models"]  # noqa: F811
+
+
 @checked(repo_id=Text())
 def remote_model(repo_id: str, name: str | None = None):
-    """A model hosted on NDIF, traced remotely through nnsight (see workbench/remote.py)."""
-    from workbench.remote import remote_model as _remote
+    """A model hosted on NDIF, traced remotely through nnsight (see workbench/models/remote.py)."""
+    from workbench.models.remote import remote_model as _remote
 
     return _remote(repo_id, name)
 

@@ -187,7 +187,7 @@ class LoadedModel(Rule):
 
 
 def _is_model(value: Any) -> bool:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
     if isinstance(value, HookedModel):
         return True

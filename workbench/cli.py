@@ -30,7 +30,7 @@ DEVICE_OPTION = typer.Option("cpu", "--device", help="cpu (default) or cuda when
 
 def _dtype_option(value: str) -> str:
     from workbench.errors import ModelFileError
-    from workbench.zoo import check_dtype
+    from workbench.models.zoo import check_dtype
 
     try:
         return check_dtype(value)

@@ -18,7 +18,7 @@ SPLITS = ("train", "heldout")
 
 
 def english_path() -> Path:
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     return DATA_DIR / "corpus" / "english.jsonl.gz"
 

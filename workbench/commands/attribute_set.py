@@ -46,7 +46,7 @@ def attribute_set(
     params = parse_params(param)
     rows = read_prompts(prompts, limit)
     device = check_device(device)
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "attribute-set")  # before the job starts
 

@@ -95,7 +95,7 @@ def circuits(
     from workbench.commands.jobs import run_job
     from workbench.jobs.kind_bench import config
     from workbench.jobs.specs import BenchCircuitsSpec
-    from workbench.zoo import resolve
+    from workbench.models.zoo import resolve
 
     check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one

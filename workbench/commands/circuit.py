@@ -114,7 +114,7 @@ def discover(
 
         rows = read_prompts(prompts, limit)
     device = check_device(device)
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "circuit discover")  # before anything loads or the job starts
     if rows is None:  # a toy model's own task: its rows come from the model (small, quick to load)

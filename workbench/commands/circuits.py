@@ -36,7 +36,7 @@ def ablate(
     from circuits.tools import ablation
     from workbench.cli import check_device
     from workbench.errors import MethodError
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "ablate")
     m = wb.load(model, device=check_device(device), dtype=dtype)
@@ -102,7 +102,7 @@ def patch(
         if foil is None:
             raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
         corrupted = patching.swap_names(clean, target, foil)
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "patch")
     m = wb.load(model, device=check_device(device), dtype=dtype)

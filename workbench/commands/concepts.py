@@ -65,7 +65,7 @@ def concepts(
     from workbench.commands.probe import threads_here
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
     from workbench.jobs.specs import ConceptsSpec
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "concepts")  # before the job starts
     spec = ConceptsSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),

@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 def models(as_json: bool = JSON_OPTION) -> None:
     """List every model you can load now: name, kind, parameter count, source."""
-    from workbench.zoo import list_models
+    from workbench.models.zoo import list_models
 
     rows = [e.public() for e in list_models()]
 
@@ -158,7 +158,7 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if the ca
     """Convert the built-in models' registry packages once into the local cache (~/.cache/workbench)."""
     import time
 
-    from workbench import prepare as preparers
+    from workbench.models import prepare as preparers
 
     rows = []
     for name in [model] if model else preparers.names():
@@ -195,8 +195,8 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     device = check_device(device)
     facts = None
     if llm and backend == BACKENDS[0]:
-        from workbench.llm import describe
-        from workbench.zoo import check_dtype, resolve
+        from workbench.models.llm import describe
+        from workbench.models.zoo import check_dtype, resolve
 
         check_dtype(dtype)
         facts = describe(resolve(model))  # None until a converted model's files exist: loading converts them
@@ -229,6 +229,6 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
 
 
 def _is_llm(model: str) -> bool:
-    from workbench.zoo import resolve
+    from workbench.models.zoo import resolve
 
     return resolve(model).kind == "llm"

@@ -103,7 +103,7 @@ def faithfulness(
 
     from workbench.commands.jobs import run_job
     from workbench.jobs.specs import FaithfulnessSpec
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "faithfulness")  # before the job starts
     spec = FaithfulnessSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,

@@ -75,7 +75,7 @@ def feature_graph(
     dicts = load_dictionaries(",".join(split_list("--saes", saes)))
     import workbench as wb
     from circuits.feature_graph import feature_graph as build
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "feature-graph")
     m = wb.load(model, device=check_device(device), dtype=dtype)

@@ -72,7 +72,7 @@ def probe(
     from workbench.commands.jobs import run_job
     from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
     from workbench.jobs.specs import ProbeSpec
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "probe")  # before the job starts
     spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
@@ -129,7 +129,7 @@ def icl_readout(
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     started = time.time()
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "icl-readout")
     m = workbench.load(model)

@@ -95,7 +95,7 @@ def train(
     from attribution.sae.cache import check_token_hook
 
     check_token_hook(hook)
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "sae train")
     shards = from_shards(spec)
@@ -110,8 +110,8 @@ def train(
     if width is not None and kind in ("topk", "batchtopk", "transcoder") and not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
     if resolve_address(ray_address) is not None:
-        from workbench import zoo
         from workbench.commands.jobs import run_job
+        from workbench.models import zoo
 
         zoo.resolve(model)  # an unknown model fails here, not in a worker
         job, res = run_job(spec, 1, ray_address)
@@ -177,11 +177,11 @@ def cache(
     `sae train` and scripts/build_dictionaries.py train from). --workers N splits the shards over N Ray
     workers, each holding the model once; the files are the ones a single process writes."""
     from attribution.sae.build import shards_root
-    from workbench import zoo
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
     from workbench.corpus import SPLITS, english_path
     from workbench.errors import DatasetError, RangeError
+    from workbench.models import zoo
     from workbench.options import split_list
 
     names = split_list("--hooks", hooks)
@@ -196,7 +196,7 @@ def cache(
     entry = zoo.resolve(model)
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
-    from workbench.llm import describe
+    from workbench.models.llm import describe
 
     n_ctx = ((describe(entry) or {}).get("arch") or {}).get("n_ctx")  # from config.json: nothing loads
     if n_ctx and ctx > n_ctx:
@@ -230,7 +230,7 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
     hook = hook or meta.hook_name
     if not model or not hook:
         raise ModelFileError(f"SAE {sae_path!r} does not say its model and hook: give --model and --hook")
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     check_text_model(model, "a dictionary")
     m = workbench.load(model, device=check_device(device), dtype=dtype)

@@ -51,7 +51,7 @@ def explain(
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     dbs = [dashboards_of(s, model) for s in sae]  # first: a missing dashboard fails before the model loads
     load_threads()
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     name = model or names.pop()
     check_text_model(name, "sae explain")

@@ -74,7 +74,7 @@ def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     from workbench.cli import check_device
 
     load_threads()
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     name = model_of(spec, model)
     check_text_model(name, "a dictionary")
@@ -165,7 +165,7 @@ def dashboards(
     if len({Path(n).name for n in names}) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     load_threads()
-    from workbench.zoo import check_text_model
+    from workbench.models.zoo import check_text_model
 
     name = model or names.pop()
     check_text_model(name, "sae dashboards")

@@ -20,7 +20,7 @@ def register(app: typer.Typer) -> None:
 def _vit_entry(model: str):
     """The zoo entry, refused unless a ViT (nothing heavy is loaded)."""
     from workbench.errors import WorkbenchError
-    from workbench.zoo import resolve
+    from workbench.models.zoo import resolve
 
     entry = resolve(model)
     if entry.kind != "vit":
@@ -31,7 +31,7 @@ def _vit_entry(model: str):
 
 def _load_vit(model: str, device: str = "cpu"):
     """Resolve first, so a non-ViT model is refused before anything heavy is loaded."""
-    from workbench.zoo import load
+    from workbench.models.zoo import load
 
     _vit_entry(model)
     return load(model, device=device)
@@ -51,7 +51,7 @@ def _check_shape(model: str, batch) -> None:
     from pathlib import Path
 
     from workbench.jobs.kind_vit import check_fits
-    from workbench.zoo import resolve
+    from workbench.models.zoo import resolve
 
     entry = resolve(model)
     try:

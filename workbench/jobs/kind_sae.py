@@ -200,8 +200,8 @@ def from_shards(spec: dict[str, Any]) -> bool:
 
 
 def is_toy(model: str) -> bool:
-    from workbench import zoo
     from workbench.errors import WorkbenchError
+    from workbench.models import zoo
 
     try:
         return zoo.resolve(model).kind != "llm"

@@ -65,7 +65,7 @@ def worker_model(spec: dict[str, Any]) -> Any:
     if key not in _MODELS:
         import torch
 
-        from workbench.zoo import load
+        from workbench.models.zoo import load
 
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))

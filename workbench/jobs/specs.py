@@ -31,7 +31,7 @@ class SpecError(JobError):
 def model_ref(model: str) -> str:
     """A zoo name as given; a local model directory as an absolute path (a Ray worker's cwd differs, and the
     same directory typed two ways is the same model)."""
-    from workbench.zoo import list_models
+    from workbench.models.zoo import list_models
 
     path = Path(model).expanduser()
     if any(e.name == model for e in list_models()) or not path.exists():

@@ -1,7 +1,7 @@
 """Architecture facts of a hooked model (ArchInfo) and how they follow from a TransformerLens config.
 
 Kept free of torch and TransformerLens so that ``workbench info`` can state them from a config.json
-alone; workbench.hooked re-exports both names.
+alone; workbench.models.hooked re-exports both names.
 """
 
 from __future__ import annotations

