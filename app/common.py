@@ -185,7 +185,7 @@ def sidebar_model(kinds: tuple[str, ...], key: str, default: str | None = None, 
 
 
 def zoo(kinds: tuple[str, ...] | None = None) -> list[Any]:
-    from workbench.zoo import list_models
+    from workbench.models.zoo import list_models
 
     return [e for e in list_models() if kinds is None or e.kind in kinds]
 

@@ -12,8 +12,8 @@ from attribution.result import TOKEN_AXES, AttributionResult
 from workbench.errors import MethodError, RangeError, TokenError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 __all__ = ["attribute", "attribute_levels", "AttributionResult", "METHODS", "LEVEL_AXES", "get_method",
            "result_for", "run_encoded", "Scored", "encode_at"]

@@ -19,8 +19,8 @@ import torch
 from workbench.text import duration
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 SLOW_METHODS = ("activation_patching",)
 _PER_ITEM: dict[tuple[str, str, int], float] = {}  # (model, level, seq_len) -> seconds per item

@@ -22,8 +22,8 @@ from workbench.errors import MethodError
 if TYPE_CHECKING:
     from jaxtyping import Float
 
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 
 @dataclass

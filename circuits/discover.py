@@ -228,7 +228,7 @@ def _finite(value: float, what: str) -> float:
 
 def _model(model: Any) -> Any:
     if isinstance(model, str):
-        from workbench.zoo import load
+        from workbench.models.zoo import load
 
         return load(model)
     return model

@@ -50,7 +50,7 @@ from workbench.errors import RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
     from workbench.store import Run, RunStore
 
 KIND = "feature-graph"

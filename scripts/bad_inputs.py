@@ -99,7 +99,7 @@ def make_files(d: Path) -> dict[str, str]:
     from PIL import Image
     from safetensors.torch import load_file, save_file
 
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     d.mkdir(parents=True, exist_ok=True)
     f: dict[str, str] = {}
@@ -287,7 +287,7 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
         fn(copy / "dashboards.safetensors")
         f[f"dash-{name}"] = str(copy)
 
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     for name, fn in {"layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["model"].update(layers=10**9)),
                      "weights-garbage": lambda p: _garbage(p / "model.safetensors")}.items():

@@ -1,4 +1,4 @@
-"""Benchmark: greedy generation in ms a token, before and after workbench.decode (issue 40 item 4).
+"""Benchmark: greedy generation in ms a token, before and after workbench.models.decode (issue 40 item 4).
 
     python scripts/bench_generate.py [--models smollm2-135m,gemma3-270m] [--dtypes float32,bfloat16]
                                      [--reps 3] [--out results/models/generation.md]
@@ -6,7 +6,7 @@
 For each model and dtype, one process-wide setting (torch's default threads: one a core), and three paths:
 
 - before: TransformerLens' ``generate`` (greedy, KV cache), as HookedModel.greedy called it until now;
-- after: HookedModel.greedy (workbench.decode: the same loop at the faster thread count, step by step);
+- after: HookedModel.greedy (workbench.models.decode: the same loop at the faster thread count, step by step);
 - one thread: TransformerLens' ``generate`` with torch.set_num_threads(1), for reference.
 
 A figure is ms a token beyond the first: (time of 33 new tokens - time of 1) / 32, both measured in the same
@@ -50,7 +50,7 @@ def _tl_generate(model, tokens, n: int, threads: int | None = None) -> list[int]
 
 
 def _after(model, tokens, n: int) -> list[int]:
-    from workbench.decode import decode
+    from workbench.models.decode import decode
 
     return decode(model.tl, tokens, n, eos=None)  # no stop: every run makes n tokens
 
@@ -156,7 +156,7 @@ READING = """## Reading
   layout (TransformerLens copies `W.T.contiguous()` each forward in its gated MLP and unembedding, but the
   converted models hold their weights as transposed views, so those copies are no-ops), tokenizer
   decoding, sampling, or `inference_mode` (TransformerLens' `generate` already runs under it).
-- **The fix** (workbench/decode.py, used by `HookedModel.greedy`/`sample`, hence `workbench generate`,
+- **The fix** (workbench/models/decode.py, used by `HookedModel.greedy`/`sample`, hence `workbench generate`,
   `wb.generate`, steering continuations, the SAE sample corpus and the app's generation): TransformerLens'
   own loop, call for call (the *tokens equal* column: 33 greedy tokens, every path), run at one thread when
   other work takes every core but one (`decode.busy`: the runnable count now, or a minute's load above

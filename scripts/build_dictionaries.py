@@ -56,8 +56,8 @@ def main() -> None:
 
     from attribution.sae.build import HELDOUT_TOKENS, BuildSpec, build_dictionary, rethreshold, shards_root
     from attribution.sae.shards import cache_shards
-    from workbench import zoo
     from workbench.corpus import english_texts
+    from workbench.models import zoo
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")

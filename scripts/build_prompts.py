@@ -135,7 +135,7 @@ def main() -> None:
 
     import torch
 
-    from workbench.zoo import load
+    from workbench.models.zoo import load
 
     torch.set_num_threads(1)
     model = load(args.model)

@@ -20,8 +20,8 @@ from attribution.methods import Scored
 from workbench.errors import MethodError, PromptError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 
 def atp_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:

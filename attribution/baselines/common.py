@@ -13,8 +13,8 @@ from workbench.errors import MethodError
 from workbench.metric import logit_diff
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 
 def metric(logits_last: torch.Tensor, enc: Encoding) -> torch.Tensor:

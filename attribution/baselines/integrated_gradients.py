@@ -33,8 +33,8 @@ from jaxtyping import Float
 from attribution.baselines.common import check_target, grads, last_logits, metric
 from attribution.methods import Scored
 from workbench.errors import MethodError
-from workbench.hooked import HookedModel  # at run time: the tests check these signatures (tests/conftest.py)
-from workbench.tokens import Encoding
+from workbench.models.hooked import HookedModel  # at run time: the tests check these signatures (tests/conftest.py)
+from workbench.models.tokens import Encoding
 
 BASELINES = ("zero", "mean", "pad", "bos", "eos")  # or a token id
 SCHEDULES = ("uniform", "cubic")

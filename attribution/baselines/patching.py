@@ -24,8 +24,8 @@ from attribution.methods import Scored
 from workbench.errors import MethodError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 ABLATION_LEVELS = ("token", "head", "neuron")
 

@@ -47,7 +47,7 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
     import torch
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.hooked import hooked_transformer
+    from workbench.models.hooked import hooked_transformer
 
     torch.manual_seed(seed)
     cfg = HookedTransformerConfig(n_layers=1, d_model=d_model, n_ctx=n_ctx, d_head=d_model // n_heads,
@@ -76,11 +76,11 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
 def load_toy(name: str):
     """A HookedTransformer from the zoo (the module under ``workbench.load(name)``) or the built-in ``tiny-attn``."""
     if name == TINY:
-        from workbench.zoo import list_models
+        from workbench.models.zoo import list_models
 
         if TINY not in {e.name for e in list_models()}:
             return train_tiny_attn()
-    from workbench.zoo import load, resolve
+    from workbench.models.zoo import load, resolve
 
     entry = resolve(name)  # UnknownModelError for an absent name
     if entry.kind != "toy":

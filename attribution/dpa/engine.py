@@ -29,8 +29,8 @@ from attribution.methods import Scored
 from workbench.errors import MethodError, RangeError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 LEVELS = ("token", "head", "edge", "neuron")
 

@@ -27,8 +27,8 @@ from attribution.features.scores import hooks_of
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 GRID = (1, 2, 5, 10, 20, 50)
 METHODS = ("dpa", "gradient", "random")

@@ -25,7 +25,7 @@ from workbench.errors import MethodError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 TC_IN = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")

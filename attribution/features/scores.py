@@ -30,8 +30,8 @@ from attribution.features.placement import Placement, Sources, check_dictionarie
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 
 @dataclass

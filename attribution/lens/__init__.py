@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 __all__ = ["LENSES", "LensResult", "lens", "lens_logits", "residual_stack", "layer_labels"]
 

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float, Int
 
-    from workbench.hooked import HookedModel
-    from workbench.tokens import Encoding
+    from workbench.models.hooked import HookedModel
+    from workbench.models.tokens import Encoding
 
 AXES = ("layer", "position", "rank")
 

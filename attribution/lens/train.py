@@ -30,7 +30,7 @@ import torch
 from attribution.lens.tuned import TunedLens
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 @dataclass

@@ -20,13 +20,13 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 def lens_dir(model_name: str) -> Path:
     """Where a model's tuned lens lives: data/lenses/<name> for a zoo model, <directory>/lens beside a model
     loaded from a local directory."""
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     if "/" in model_name or "\\" in model_name:
         return Path(model_name) / "lens"

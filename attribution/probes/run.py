@@ -197,7 +197,7 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
     import json
     from pathlib import Path
 
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     found: dict[str, str] = {}
     for cfg in sorted((DATA_DIR / "saes").glob("*/cfg.json")):

@@ -47,8 +47,8 @@ def tiny_model(
     """A random HookedModel over a whitespace vocabulary."""
     import torch
 
-    from workbench.hooked import HookedModel, hooked_transformer
-    from workbench.tokens import SymbolTokenizer
+    from workbench.models.hooked import HookedModel, hooked_transformer
+    from workbench.models.tokens import SymbolTokenizer
 
     vocab = list(vocab or DEFAULT_VOCAB)
     torch.manual_seed(seed)

@@ -202,7 +202,7 @@ def model_texts(
     of an SAE trained here do not reuse its training text; toy models then draw a new seed."""
     import torch
 
-    from workbench.tokens import SymbolTokenizer
+    from workbench.models.tokens import SymbolTokenizer
 
     if not isinstance(model.tokenizer, SymbolTokenizer):
         from attribution.sae.corpus import load_corpus
@@ -223,6 +223,6 @@ def model_texts(
 
 
 def default_corpus() -> Path:
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     return DATA_DIR / "corpus"

@@ -37,7 +37,7 @@ from workbench.errors import DatasetError, ModelFileError, RangeError, TokenErro
 if TYPE_CHECKING:
     import torch
 
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 FILE = "dashboards.safetensors"
 VERSION = 1
@@ -298,7 +298,7 @@ def held_out_windows(model: HookedModel, n_tokens: int, ctx: int = 128, texts: l
     tokens (positions 1..L-1 of each window)."""
     import torch
 
-    from workbench.tokens import SymbolTokenizer
+    from workbench.models.tokens import SymbolTokenizer
 
     ctx = min(ctx, int(model.arch.n_ctx))
     if texts is None:

@@ -207,7 +207,7 @@ def load_dictionary(path: str | Path) -> Dictionary:
 
 
 def dictionaries_root() -> Path:
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     return DATA_DIR / "saes"
 

@@ -27,7 +27,7 @@ from workbench.errors import DatasetError, ModelFileError
 
 if TYPE_CHECKING:
     from attribution.sae.dashboard import Dashboards
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 FILE = "explanations.json.gz"
 VERSION = 1

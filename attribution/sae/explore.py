@@ -11,7 +11,7 @@ from workbench.errors import RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dashboard import Dashboards
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 SUMMARY_KEYS = ("path", "model", "hook", "layer", "kind", "explained_variance", "explained_variance_no_top2",
                 "l0", "dead_fraction", "ce_loss_delta")

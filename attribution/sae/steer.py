@@ -21,7 +21,7 @@ from workbench.errors import RangeError
 from workbench.options import check_number
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 def _first(act: Any, skip_first: int) -> int:

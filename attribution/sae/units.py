@@ -21,11 +21,11 @@ from workbench.errors import RangeError
 if TYPE_CHECKING:
     import torch
 
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 def neurons_root() -> Path:
-    from workbench.zoo import DATA_DIR
+    from workbench.models.zoo import DATA_DIR
 
     return DATA_DIR / "neurons"
 

@@ -381,7 +381,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         if source != "built":
             check_task_rows(task, rows, cfg)
     if model is None:
-        from workbench.zoo import load
+        from workbench.models.zoo import load
 
         model = load(cfg.model)
     check_model_kind(getattr(model, "kind", None) or ("vit" if "ViT" in type(model).__name__ else "llm"), cfg.model)

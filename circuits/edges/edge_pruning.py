@@ -58,7 +58,7 @@ def ablation_matrix(graph: CircuitGraph, keep: torch.Tensor) -> torch.Tensor:
 @contextmanager
 def frozen(model: Any) -> Iterator[None]:
     """The model's weights take no gradient for the duration (only the gates learn); restored after. The
-    loader already freezes them (workbench.backends); this holds for a model handed over unfrozen."""
+    loader already freezes them (workbench.models.backends); this holds for a model handed over unfrozen."""
     module = getattr(model, "tl", model)
     params = list(module.parameters()) if isinstance(module, torch.nn.Module) else []
     before = [p.requires_grad for p in params]

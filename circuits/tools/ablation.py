@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import MethodError, RangeError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 METHODS = ("zero", "mean", "resample")
 

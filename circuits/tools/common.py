@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import PromptError, RangeError, TokenError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 @dataclass

@@ -16,7 +16,7 @@ from circuits.tools.common import frame, heatmap
 from workbench.errors import RangeError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 KINDS = ("q", "k", "v")
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import RangeError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 def fourier_basis(p: int):

@@ -10,7 +10,7 @@ from circuits.tools.common import as_tokens, frame, heatmap
 from workbench.errors import PromptError
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 @dataclass

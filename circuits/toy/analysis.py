@@ -12,7 +12,7 @@ from circuits.toy.checkpoints import read_config, snapshots
 from circuits.toy.train import evaluate
 
 if TYPE_CHECKING:
-    from workbench.hooked import HookedModel
+    from workbench.models.hooked import HookedModel
 
 
 def ablate_task(
