@@ -98,8 +98,10 @@ class DLAResult:
                           height=420 + 14 * n_layers + 300, showlegend=False)
         return fig
 
-    def _repr_html_(self) -> str:
-        return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:  # noqa: ANN001
+        # notebooks show the figure through plotly's own renderer (its plotly.js ships with Jupyter's extension;
+        # an HTML page that loads plotly.js from a CDN is blank offline)
+        return self.plot()._repr_mimebundle_(include, exclude)
 
     def save_figure(self, path: Any) -> Any:
         """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""

@@ -192,8 +192,10 @@ class AttributionResult:
 
         return save_figure(self.plot(), path)
 
-    def _repr_html_(self) -> str:  # notebooks show the figure
-        return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:  # noqa: ANN001
+        # notebooks show the figure through plotly's own renderer (its plotly.js ships with Jupyter's extension;
+        # an HTML page that loads plotly.js from a CDN is blank offline)
+        return self.plot()._repr_mimebundle_(include, exclude)
 
     def save(self, store=None):
         """Store as a run (kind "attribute"); returns the Run."""

@@ -115,8 +115,10 @@ class LensResult:
         fig.update_layout(title=f"{self.target!r} at {self.position}:{self.tokens[self.position]!r} per layer")
         return fig
 
-    def _repr_html_(self) -> str:  # notebooks show the figure
-        return self.plot().to_html(include_plotlyjs="cdn", full_html=False)
+    def _repr_mimebundle_(self, include=None, exclude=None) -> dict:  # noqa: ANN001
+        # notebooks show the figure through plotly's own renderer (its plotly.js ships with Jupyter's extension;
+        # an HTML page that loads plotly.js from a CDN is blank offline)
+        return self.plot()._repr_mimebundle_(include, exclude)
 
     def save_figure(self, path: Any, skip_first: bool = False) -> Any:
         """Save ``plot(skip_first)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
