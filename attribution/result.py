@@ -186,6 +186,27 @@ class AttributionResult:
         fig.update_layout(title=title, width=900, height=max(420, 18 * (s.shape[0] if s.dim() > 1 else 0) + 220))
         return fig
 
+    def colored_tokens(self, skip_first: bool = False) -> Any:
+        """A token-level result as coloured text (CircuitsVis' colored_tokens): a ColoredTokens that shows
+        itself as HTML in a notebook; ``.html`` the fragment, ``.figure()`` a plotly version. Blue raises the
+        target (minus the foil), red lowers it; ``skip_first`` leaves position 0 out of the colour scale."""
+        from attribution.colored_tokens import ColoredTokens
+
+        if self.axes != ("token",):
+            raise WorkbenchError(f"coloured tokens need token-level scores; this {self.method} result is at level "
+                                 f"{self.level!r} (axes {list(self.axes)}): use .plot()")
+        what = f"{self.target!r}" + (f" − {self.foil!r}" if self.foil else "")
+        return ColoredTokens(self.tokens, self.scores.detach().float().cpu().tolist(),
+                             f"{self.method} attribution of {what} on {self.model}", skip_first)
+
+    def html(self, skip_first: bool = False) -> str:
+        """The coloured-token HTML fragment of a token-level result (see colored_tokens)."""
+        return self.colored_tokens(skip_first).html
+
+    def plot_tokens(self, skip_first: bool = False, per_line: int = 12):
+        """The coloured tokens as a plotly figure (see colored_tokens), ``per_line`` tokens a row."""
+        return self.colored_tokens(skip_first).figure(per_line)
+
     def save_figure(self, path: Any) -> Any:
         """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
         from workbench.figures import save_figure

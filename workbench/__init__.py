@@ -40,7 +40,7 @@ from workbench.paths import version as _version
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
            "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
            "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes", "sae_dashboards", "sae_features",
-           "sae_steer", "vit_explain"]
+           "sae_steer", "vit_explain", "attention"]
 __version__ = _version()  # the installed distribution's (importlib.metadata)
 
 BACKENDS = ("transformer_lens", "bridge", "nnsight")
@@ -174,6 +174,17 @@ def lens(model: Any, prompt: str, kind: str = "logit", target: str | None = None
     from attribution.lens import lens as _lens
 
     return _lens(model, prompt, kind=kind, target=target, top_k=top_k, position=position)
+
+
+@checked(model=LoadedModel(), prompt=Text())
+def attention(model: Any, prompt: str, layers: list[int] | None = None):
+    """Every head's attention pattern on ``prompt`` (CircuitsVis' attention_heads): an AttentionResult with
+    ``.pattern`` [layer, head, query, key], ``.plot()`` (a layer's heads in a grid with a layer menu; or
+    ``.plot(layer, head)``), ``.head(l, h)``, ``.top_heads(query, key)``, ``.table()``, ``.save()``. ``layers``
+    keeps only those layers (default all)."""
+    from attribution.attention import attention as _attention
+
+    return _attention(model, prompt, layers=layers)
 
 
 @checked(model=LoadedModel(), prompt=Text())
