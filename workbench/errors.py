@@ -31,6 +31,10 @@ class MethodError(WorkbenchError):
     """Unknown method, or a level the method does not provide."""
 
 
+class BackendError(MethodError):
+    """An engine that does not run on a model's backend, or an unknown backend: one line naming both."""
+
+
 class RunStoreError(WorkbenchError):
     """Missing run, or a run store that cannot be written."""
 

@@ -15,7 +15,11 @@ from workbench.errors import MethodError
 
 def check_supported(model: Any) -> None:
     """Refuse architectures whose forward pass has pieces DPA does not linearise (yet)."""
-    cfg = getattr(getattr(model, "tl", None), "cfg", None)
+    from workbench.models.hooked import require
+
+    require(model, "dpa")
+    # a TransformerLens module's config, or the facts a backend without one states (NNsightModel.cfg)
+    cfg = getattr(getattr(model, "tl", None), "cfg", None) or getattr(model, "cfg", None)
     if cfg is None:
         raise MethodError(f"dpa needs a TransformerLens-style hooked model; {model!r} has no config")
     problems = {

@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 
-from workbench.errors import PromptError, RangeError, TokenError, check_range
+from workbench.errors import BackendError, PromptError, RangeError, TokenError, check_range
 from workbench.models.arch import POST_NORM_FAMILIES, ArchInfo, arch_from_cfg  # noqa: F401 - re-exported
 from workbench.models.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
 
@@ -78,6 +78,20 @@ def _recompute_greedy(tl: Any, tokens: torch.Tensor, n: int, eos: int | None) ->
     return new
 
 
+def require(model: Any, engine: str) -> None:
+    """A BackendError in one line, naming the engine and the backend, unless ``engine`` runs on ``model``'s
+    backend (``model.refusal(engine)``: None where it runs, else what it needs)."""
+    refusal = getattr(model, "refusal", None)
+    why = refusal(engine) if callable(refusal) else None
+    if why:
+        raise BackendError(f"{engine} does not run on the {model.backend} backend ({model.name}): it needs {why}; "
+                           "load the model with backend='transformer_lens'")
+
+
+# What TransformerLens' TransformerBridge (3.9, compatibility mode) lacks for an engine: engine -> what it needs
+BRIDGE_REFUSALS: dict[str, str] = {}
+
+
 @dataclass(frozen=True)
 class NormSite:
     """One frozen norm of a block: the hook of its scale (1/rms or 1/std divides by it), weight, bias."""
@@ -110,6 +124,10 @@ class HookedModel:
     @property
     def device(self) -> torch.device:
         return next(self.tl.parameters()).device
+
+    def refusal(self, engine: str) -> str | None:
+        """Why ``engine`` does not run on this model's backend (what it needs), or None when it runs."""
+        return BRIDGE_REFUSALS.get(engine) if self.backend == "bridge" else None
 
     # -- tokens ---------------------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
