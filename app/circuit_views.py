@@ -87,6 +87,19 @@ def subgraphs(results: dict[str, Any], drawn: dict[str, list[dict[str, Any]]]) -
     return {m: results[m].subgraph(edges=edges) for m, edges in drawn.items()}
 
 
+def union(subs: dict[str, Any]) -> Any:
+    """One Subgraph with every method's nodes (the first method's edges and provenance): what the shared pins,
+    supernodes and suggestions of the Circuits page are made on."""
+    from dataclasses import replace
+
+    first = next(iter(subs.values()))
+    seen: dict[str, Any] = {}
+    for sub in subs.values():
+        for n in sub.nodes:
+            seen.setdefault(n.id, n)
+    return replace(first, nodes=list(seen.values()))
+
+
 def faith_table(results: dict[str, Any]):
     import pandas as pd
 
@@ -177,6 +190,8 @@ def show_node(loaded: Any, graphs: dict[str, Any], node: str, row: dict[str, Any
                                                   skip_first=skip), key="circ_pattern")
         elif mlp:
             st.caption("An MLP has no attention pattern: its direct logit effect and edges are on the right.")
+        elif node.startswith("⊕ "):
+            st.caption(f"{C.esc(node[2:])} is a supernode: its members' edges are summed on the right.")
         else:
             st.caption(f"{C.esc(node)} is the graph's {'input' if node == 'embed' else 'output'}: its edges are on the "
                        "right.")
@@ -240,8 +255,16 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         if picked is not None:
             st.session_state[f"_{key}_node"] = picked
     node = st.session_state.get(f"_{key}_node")
-    show_subgraph(sub, key=key, selected=node if node in names else None,
-                  title=f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges ({res.ablation} ablation)")
+    from app import graph_interact as GI
+
+    view = GI.controls(key, sub, current=node if node in names or node in GI.supernode_ids(key) else None)
+    pruned, drawn = view.apply(sub)
+    names = {n.id for n in drawn.nodes}
+    fig = GI.circuit_figure(pruned, drawn, f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges "
+                            f"({res.ablation} ablation)", selected=node if node in names else None,
+                            pinned=view.annotations.pinned, top=GI.top_logits(loaded, prompt), target=target)
+    show_subgraph(drawn, key=key, figure=fig)
+    st.caption(GI.caption(view, sub, pruned, drawn))
     fits = f"within {k} edges" if len(edges) <= k else f"({len(edges)} edges: none smaller fits in {k})"
     st.caption(f"The strongest connected circuit {fits} (grown from the logits over the "
                f"{facts['grown']:,} strongest reachable edges): it holds {facts['share']:.1%} of the |score| of "
@@ -251,5 +274,5 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
         st.caption("No edge path connects the input to the logits on this prompt.")
     if node in names:  # the clicked node's drill-down: pattern, direct logit effect, its edges
         st.markdown(f"**{C.esc(node)}** (the clicked node; click another to inspect it)")
-        show_node(loaded, {"dpa": sub}, node, row, key=f"{key}_node")
+        show_node(loaded, {"dpa": drawn}, node, row, key=f"{key}_node")
     return scored

@@ -53,9 +53,10 @@ def dashboards(path: str, _stamp: float) -> Any | None:
     return Dashboards.load(path)
 
 
-def all_labels(graph: Any) -> dict[str, list[str]]:
+def all_labels(graph: Any, full: bool = False) -> dict[str, list[str]]:
     """Dictionary name -> its features' short explanations with their simulation scores (their automatic
-    token labels where no explanations are built; from the stored dashboards, cached; empty without them)."""
+    token labels where no explanations are built; from the stored dashboards, cached; empty without them).
+    ``full``: each feature's whole explanation (the graph cuts it to the node's column, hover shows it all)."""
     from pathlib import Path
 
     from circuits.plot import feature_labels
@@ -64,7 +65,34 @@ def all_labels(graph: Any) -> dict[str, list[str]]:
         stored = Path(path) / "dashboards.safetensors"
         return dashboards(path, stored.stat().st_mtime if stored.exists() else 0.0)
 
-    return feature_labels(graph.dictionaries, load)
+    if not full:
+        return feature_labels(graph.dictionaries, load)
+    out = {}
+    for d in graph.dictionaries:
+        stored = Path(str(d.get("path") or "")) / "dashboards.safetensors"
+        out[d["name"]] = list(_full(str(d["path"]), stored.stat().st_mtime)) if d.get("path") and stored.exists() \
+            else []
+    return out
+
+
+@st.cache_resource(show_spinner=False, max_entries=16)
+def _full(path: str, _stamp: float) -> tuple[str, ...]:
+    """Every feature's whole explanation (``Dashboards.describe``) of a dictionary directory, cached."""
+    db = dashboards(path, _stamp)
+    return tuple(db.describe(f) for f in range(db.n_units)) if db is not None else ()
+
+
+def explanations(graph: Any, labels: dict[str, list[str]]) -> dict[str, str]:
+    """Node id -> its feature's explanation (an imported graph's own ``clerp`` where it has one)."""
+    out = {}
+    for n in graph.nodes:
+        if n["kind"] != "feature":
+            continue
+        names = labels.get(n.get("dictionary") or "") or []
+        f = n.get("feature")
+        text = names[f] if isinstance(f, int) and 0 <= f < len(names) else ""
+        out[n["id"]] = text or str(n.get("clerp") or "")
+    return out
 
 
 def dashboard_card(graph: Any, node: dict[str, Any]) -> None:

@@ -12,6 +12,7 @@ from app import circuit_inputs as CI
 from app import circuit_jobs as CJ
 from app import circuit_views as CV
 from app import common as C
+from app import graph_interact as GI
 from app import share as S
 from app.graph_view import LEGEND_HELP, follow_click, show_subgraph
 
@@ -29,7 +30,17 @@ def show_saved() -> None:
             return
         st.caption(f"{C.esc(res.model)} · {C.esc(res.method)} · {res.n_prompts} prompts · {C.esc(res.ablation)} "
                    f"ablation · {C.esc(res.selection)} selection · top {res.edges} edges")
-        show_subgraph(res.subgraph(), key="circ_saved_graph", title=f"saved {res.method} circuit")
+        sub = res.subgraph()
+        current = st.session_state.get("_circ_saved_graph_node")
+        view = GI.controls("circ_saved", sub, run=run, current=current)
+        pruned, drawn = view.apply(sub)
+        fig = GI.circuit_figure(pruned, drawn, f"saved {res.method} circuit", selected=current,
+                                pinned=view.annotations.pinned)
+        picked = show_subgraph(drawn, key="circ_saved_graph", figure=fig)
+        if picked is not None and picked != current:
+            st.session_state["_circ_saved_graph_node"] = picked
+            st.rerun()
+        st.caption(GI.caption(view, sub, pruned, drawn))
         if res.faithfulness is not None:
             st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
             note = CV.curve_note({res.method: res.faithfulness})
@@ -172,20 +183,34 @@ if not results:
 
 drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}
 subs = CV.subgraphs(results, drawn)
-shown = {n.id for sub in subs.values() for n in sub.nodes}
-options = [NONE] + [n.name for n in graph.nodes if n.name in shown]
 graph_keys = [f"circ_graph_{m}" for m in results]
-follow_click(graph_keys, "circ_node", options)
+# pins, supernodes and the pruning threshold (app/graph_interact.py): one set for every method's graph
+union = CV.union(subs)
+follow_click(graph_keys, "circ_node", [NONE] + [n.id for n in union.nodes] + GI.supernode_ids("circ"))
+held_node = st.session_state["circ_node"]
+view = GI.controls("circ", union, saved_keys=[f"circ_save_{m}_saved" for m in results],
+                   current=None if held_node == NONE else held_node)
+shown_subs = {m: view.apply(sub) for m, sub in subs.items()}
+shown = {n.id for _, sub in shown_subs.values() for n in sub.nodes}
+options = [NONE] + [n.name for n in graph.nodes if n.name in shown] + sorted(i for i in shown if i.startswith("⊕ "))
+if st.session_state["circ_node"] not in options:  # pruned away or grouped: nothing to inspect
+    st.session_state["circ_node"] = NONE
 selected = None if st.session_state["circ_node"] == NONE else st.session_state["circ_node"]
+top = GI.top_logits(loaded, rows[0]["prompt"]) if len(rows) == 1 else []
 panes = st.columns(len(results)) if len(results) <= 2 else st.tabs(list(results))
 for pane, method, key in zip(panes, results, graph_keys, strict=True):
     with pane:
         edges = drawn[method]
-        show_subgraph(subs[method], key=key, selected=selected,
-                      title=f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, {selection})")
+        pruned, shown_sub = shown_subs[method]
+        fig = GI.circuit_figure(pruned, shown_sub, f"{method}: {len(edges)} of {graph.n_edges:,} edges (k={k}, "
+                                f"{selection})", selected=selected, pinned=view.annotations.pinned, top=top,
+                                target=rows[0].get("target"))
+        show_subgraph(shown_sub, key=key, figure=fig)
+        st.caption(GI.caption(view, subs[method], pruned, shown_sub))
         if not edges:
             st.caption("No edge of this circuit connects the input to the logits at this k: raise k.")
 st.caption(LEGEND_HELP)
+subs = {m: shown_subs[m][1] for m in subs}  # the inspector reads what is drawn (supernodes too)
 node = st.selectbox("Inspect node (or click it in the graph)", options, key="circ_node")
 if node != NONE:
     CV.show_node(loaded, subs, node, rows[0])

@@ -14,6 +14,7 @@ import streamlit as st
 from app import circuit_inputs as CI
 from app import common as C
 from app import feature_view as FV
+from app import graph_interact as GI
 from app.graph_view import LEGEND_HELP, follow_click, inspect_node, show_subgraph
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -45,7 +46,7 @@ def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths:
     return FV.readable(full, per_row, edges)
 
 
-def show(graph: Any, key: str) -> None:
+def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = None, loaded: Any = None) -> None:
     st.caption(f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
                + (f" minus {C.quoted(graph.foil)}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
@@ -55,18 +56,34 @@ def show(graph: Any, key: str) -> None:
     if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
         features = [n for n in graph.nodes if n["kind"] == "feature"] or graph.nodes
         st.session_state[f"{key}_node"] = max(features, key=lambda n: float(n["influence"]))["id"]
-    follow_click([key], f"{key}_node", ids)
+    follow_click([key], f"{key}_node", ids + GI.supernode_ids(key))
     chosen = st.session_state.get(f"{key}_node")
-    left, right = st.columns([5, 2])
     sub = graph.subgraph()
+    labels = FV.all_labels(graph, full=True)  # each feature's whole explanation: cut on the node, whole on hover
+    view = GI.controls(key, sub, run=run, saved_keys=saved_keys, current=chosen,
+                       explanations=FV.explanations(graph, labels))
+    pruned, drawn = view.apply(sub)
+    shown = [n.id for n in drawn.nodes]
+    if chosen not in shown:  # pruned away or grouped: the most influential node drawn
+        chosen = st.session_state[f"{key}_node"] = max(drawn.nodes, key=lambda n: float(
+            n.metadata.get("influence") or 0.0) if n.kind != "logits" else -1.0).id
+    top = GI.top_logits(loaded, graph.prompt) if loaded is not None and loaded.name == graph.model else []
+    left, right = st.columns([5, 2])
     with left:
-        show_subgraph(sub, key, figure=FV.figure(graph, FV.all_labels(graph), selected=chosen))
+        fig = GI.feature_figure(graph, drawn, labels, selected=chosen, pinned=view.annotations.pinned, top=top)
+        show_subgraph(drawn, key, figure=fig)
+        st.caption(GI.caption(view, sub, pruned, drawn))
         st.caption(LEGEND_HELP + " Rows: the input embeddings at the bottom, each dictionary at its layer (a "
                    "transcoder half a layer below the residual SAE of its layer), the logits on top; columns: "
-                   "token positions. Labels: feature id and the first token of its label (hover for all).")
+                   "token positions. Labels: feature id and its explanation, cut to its column (hover for all). "
+                   "Beside the logits: the model's next most probable tokens.")
     with right:
-        chosen = st.selectbox("Node", ids, key=f"{key}_node", help="Click a node of the graph, or pick it here.")
-        inspect_node({"dpa": sub}, chosen, key, extra=lambda _: inspect(graph, graph.node(chosen)))
+        chosen = st.selectbox("Node", shown, key=f"{key}_node", help="Click a node of the graph, or pick it here.")
+        picked = next(n for n in drawn.nodes if n.id == chosen)
+        inspect_node({"dpa": drawn}, chosen, key,
+                     extra=lambda _: inspect(graph, graph.node(chosen)) if picked.kind != "supernode" else
+                     st.caption(f"A supernode of {len(picked.metadata.get('members') or [])} nodes: "
+                                + C.esc(", ".join(picked.metadata.get("members") or []))))
     with st.expander("All nodes"):
         st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score",
                                     "influence"]], hide_index=True)
@@ -117,7 +134,7 @@ with st.expander("Open a saved feature graph"):
                        "8 most influential nodes and the 120 strongest edges among them.")
             saved = FV.readable(saved, 8, 120)
         if saved is not None:
-            show(saved, "fg_saved_graph")
+            show(saved, "fg_saved_graph", run=run)
 
 loaded = C.sidebar_model(("llm",), key="fg_model", default="smollm2-135m")
 C.keep("fg_prompt", DEFAULT_PROMPT)
@@ -162,7 +179,7 @@ elif st.button("Build the feature graph", key="fg_run", type="primary"):
 if held is not None:
     if held[0] != sig:
         st.caption("The inputs changed since this graph was built: press the button to rebuild it.")
-    show(held[1], "fg_graph")
+    show(held[1], "fg_graph", saved_keys=["fg_save_saved"], loaded=loaded)
     C.save_button(lambda: held[1], key="fg_save")
 elif paths:
     st.caption("Press the button to build the graph (seconds on smollm2-135m with four dictionaries).")

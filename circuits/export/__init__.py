@@ -90,8 +90,10 @@ def kind_of(obj: Any) -> str:
                       "attribution result")
 
 
-def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None) -> tuple[bytes, dict[str, Any]]:
-    """(file content, what it holds) of ``obj`` in ``fmt``."""
+def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None,
+           annotations: Any = None) -> tuple[bytes, dict[str, Any]]:
+    """(file content, what it holds) of ``obj`` in ``fmt``; ``annotations``: a run's pins and supernodes (the
+    graph JSON's qParams)."""
     import json
 
     from circuits.export import graph_json, mib, tables
@@ -101,7 +103,7 @@ def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None) ->
     if table not in TABLES:
         raise ExportError(f"unknown table {table!r}; choose edges or nodes")
     if fmt == "graph-json":
-        doc = graph_json.document(obj, slug=slug)
+        doc = graph_json.document(obj, slug=slug, annotations=annotations)
         return (json.dumps(doc, allow_nan=False, ensure_ascii=False).encode(),
                 {"nodes": len(doc["nodes"]), "links": len(doc["links"])})
     if fmt == "mib":
@@ -123,6 +125,15 @@ def export(obj: Any, fmt: str, path: str | Path, table: str = "edges", overwrite
     data, info = render(obj, fmt, table, slug)
     write_atomic(out, data)
     return {"path": str(out), "format": fmt, "bytes": len(data), **info}
+
+
+def _annotations(run: Any, fmt: str) -> Any:
+    """The pins and supernodes kept with ``run`` (circuits.interact), for a graph JSON; None otherwise."""
+    if fmt != "graph-json" or getattr(run, "path", None) is None:
+        return None
+    from circuits.interact import load
+
+    return load(run)
 
 
 def load_run(run: Any) -> Any:
@@ -160,7 +171,7 @@ def export_run(run: Any, fmt: str, path: str | Path, table: str = "edges", overw
     """Write a stored run as ``fmt`` at ``path`` (kind and path checked before the run is read)."""
     check_kind(run.kind, fmt, f"run {run.id}")
     out = check_out(path, overwrite)
-    data, info = render(load_run(run), fmt, table, slug=run.id)
+    data, info = render(load_run(run), fmt, table, slug=run.id, annotations=_annotations(run, fmt))
     write_atomic(out, data)
     return {"run": run.id, "kind": run.kind, "path": str(out), "format": fmt, "bytes": len(data), **info}
 
@@ -168,6 +179,6 @@ def export_run(run: Any, fmt: str, path: str | Path, table: str = "edges", overw
 def run_bytes(run: Any, fmt: str, table: str = "edges") -> tuple[bytes, str]:
     """(content, file name) of a stored run in ``fmt``: what the app's download button serves."""
     check_kind(run.kind, fmt, f"run {run.id}")
-    data, _ = render(load_run(run), fmt, table, slug=run.id)
+    data, _ = render(load_run(run), fmt, table, slug=run.id, annotations=_annotations(run, fmt))
     stem = run.id if fmt not in ("csv", "parquet") or table == "edges" else f"{run.id}.nodes"
     return data, f"{stem}{'.mib' if fmt == 'mib' else ''}{SUFFIX[fmt]}"

@@ -107,16 +107,17 @@ def slugify(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]+", "-", text).strip("-")[:100] or "graph"
 
 
-def document(obj: Any, slug: str | None = None) -> dict[str, Any]:
-    """The graph JSON of a FeatureGraph, a CircuitResult (its top edges) or a Subgraph."""
+def document(obj: Any, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
+    """The graph JSON of a FeatureGraph, a CircuitResult (its top edges) or a Subgraph; ``annotations`` (a
+    run's pins and supernodes, circuits.interact.Annotations) go into its ``qParams``."""
     from circuits.discover import CircuitResult
     from circuits.feature_graph import FeatureGraph
 
     if isinstance(obj, FeatureGraph):
-        return from_feature_graph(obj, slug)
+        return from_feature_graph(obj, slug, annotations)
     if isinstance(obj, CircuitResult):
-        return from_circuit(obj, slug=slug)
-    return from_subgraph(obj, slug)
+        return from_circuit(obj, slug=slug, annotations=annotations)
+    return from_subgraph(obj, slug, annotations=annotations)
 
 
 def cumulative(influence: dict[str, float]) -> dict[str, float]:
@@ -130,8 +131,17 @@ def cumulative(influence: dict[str, float]) -> dict[str, float]:
     return out
 
 
-def _qparams(pinned: list[str]) -> dict[str, Any]:
-    return {"pinnedIds": pinned, "supernodes": [], "linkType": "both", "clickedId": "", "sg_pos": ""}
+def _qparams(pinned: list[str], annotations: Any = None, ct_id: dict[str, str] | None = None) -> dict[str, Any]:
+    """qParams: the logit pinned, then a run's own pins and supernodes (``[label, node_id, ...]``) in the
+    export's node ids."""
+    groups: list[list[str]] = []
+    if annotations is not None:
+        from circuits.interact import qparams
+
+        kept = qparams(annotations, ct_id or {})
+        pinned = list(dict.fromkeys([*pinned, *kept["pinnedIds"]]))
+        groups = kept["supernodes"]
+    return {"pinnedIds": pinned, "supernodes": groups, "linkType": "both", "clickedId": "", "sg_pos": ""}
 
 
 def _node(node_id: str, feature: int, layer: str, ctx: int, feature_type: str, js: str, clerp: str = "",
@@ -162,7 +172,7 @@ def _feature_clerps(fg: Any) -> dict[str, list[str]]:
     return out
 
 
-def from_feature_graph(fg: Any, slug: str | None = None) -> dict[str, Any]:
+def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
     """A workbench (or imported) feature graph as graph JSON."""
     tags = {d.get("tag"): d for d in fg.dictionaries}
     logit_rows = [float(n["row"]) for n in fg.nodes if n["kind"] == "logits"]
@@ -258,16 +268,16 @@ def from_feature_graph(fg: Any, slug: str | None = None) -> dict[str, Any]:
         "info": {"generator": {"name": "workbench", "method": "feature-level DPA" if not imported else "import"}},
     }
     logit = [nd["node_id"] for nd in nodes if nd["feature_type"] == "logit"]
-    return {"metadata": meta, "qParams": _qparams(logit[:1]), "nodes": nodes, "links": links}
+    return {"metadata": meta, "qParams": _qparams(logit[:1], annotations, ct_id), "nodes": nodes, "links": links}
 
 
 def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None,
-                  n_heads: int | None = None) -> dict[str, Any]:
+                  n_heads: int | None = None, annotations: Any = None) -> dict[str, Any]:
     """A Subgraph as graph JSON: a feature graph's through ``from_feature_graph``, a circuit's component by
     component (see the module's docstring)."""
     kinds = {n.kind for n in sub.nodes}
     if kinds & {"feature", "error", "token"}:
-        return from_feature_graph(_as_feature_graph(sub), slug)
+        return from_feature_graph(_as_feature_graph(sub), slug, annotations)
     layers = [int(n.layer) for n in sub.nodes if n.kind in ("head", "mlp")]
     heads = [int(n.metadata.get("head", 0)) for n in sub.nodes if n.kind == "head"]
     n_layers = n_layers if n_layers is not None else (max(layers) + 1 if layers else 0)
@@ -328,12 +338,12 @@ def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None
         "n_prompts": len(p.prompts), "params": p.params,
     }
     logit = [nd["node_id"] for nd in nodes if nd["feature_type"] == "logit"]
-    return {"metadata": meta, "qParams": _qparams(logit[:1]), "nodes": nodes, "links": links}
+    return {"metadata": meta, "qParams": _qparams(logit[:1], annotations, ct_id), "nodes": nodes, "links": links}
 
 
-def from_circuit(cr: Any, k: int | None = None, slug: str | None = None) -> dict[str, Any]:
+def from_circuit(cr: Any, k: int | None = None, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
     """A circuit's top ``k`` edges (its saved K by default) as a component graph JSON."""
-    return from_subgraph(cr.subgraph(k), slug, cr.graph.n_layers, cr.graph.n_heads)
+    return from_subgraph(cr.subgraph(k), slug, cr.graph.n_layers, cr.graph.n_heads, annotations)
 
 
 def _as_feature_graph(sub: Any) -> Any:

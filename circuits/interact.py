@@ -1,0 +1,409 @@
+"""What a researcher does to a drawn graph (circuit-tracer's and Neuronpedia's graph view is the model): prune it
+by cumulative influence, pin nodes into a subgraph, group nodes into labelled supernodes, take or leave
+suggested groups, and keep pins and supernodes with the run they were made on.
+
+Everything here works on a ``circuits.graph.Subgraph`` and returns a new one, so a circuit, the information
+flow and a feature graph go through the same steps; the app (app/graph_interact.py) draws the result.
+
+- ``prune(sub, threshold)``: the smallest set of nodes, most influential first, that holds ``threshold`` of the
+  influence on the logits (circuit-tracer's node threshold; its frontend's slider), then only what still
+  lies on a path to the logits. The logits and the input embeddings always stay.
+- ``group(sub, supernodes)``: each supernode's members become one node (kind ``supernode``), edges between
+  the group and the rest summed, edges inside it dropped.
+- ``pinned_only(sub, pinned)``: the pinned nodes and the edges among them.
+- ``suggest(sub, explanations)``: groups of features (or heads) whose edge profiles into and out of the graph
+  are alike, and whose explanations share words (average-linkage clustering of the two similarities).
+- ``load`` / ``keep``: pins and supernodes as ``supernodes.json`` in the run's directory, written whole by
+  the store's writer, and only into a run the workbench's store saved (``workbench.store``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from circuits.graph import GraphEdge, GraphNode, Subgraph
+from workbench.errors import ArgumentError, RunStoreError
+
+ANNOTATIONS = "supernodes.json"  # a run's pins and supernodes, beside its meta.json
+KEPT = ("logits", "embed", "token")  # kinds pruning never drops: the graph's two ends
+GROUPABLE = ("feature", "head", "mlp", "error", "supernode")  # kinds a supernode may hold
+SUPER = "supernode"
+MAX_NAME = 80  # characters of a supernode's label
+STOP = frozenset("the a an and or of to in on at for with by from is are was be as it its this that these those "
+                 "token tokens word words text after before when which who whom into about like also sim "
+                 "feature features fires mostly often promotes".split())
+
+
+@dataclass
+class Supernode:
+    """A labelled group of node ids (the node ids of the graph it was made on)."""
+
+    name: str
+    members: list[str]
+    reason: str = ""  # why a suggestion grouped them (empty for a group made by hand)
+
+    @property
+    def id(self) -> str:
+        return supernode_id(self.name)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "members": list(self.members)}
+
+
+def supernode_id(name: str) -> str:
+    return f"⊕ {name}"
+
+
+@dataclass
+class Annotations:
+    """What a user keeps with a graph: pinned node ids and supernodes."""
+
+    pinned: list[str] = field(default_factory=list)
+    supernodes: list[Supernode] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"version": 1, "pinned": list(self.pinned), "supernodes": [s.to_json() for s in self.supernodes]}
+
+    @classmethod
+    def from_json(cls, d: Any, what: str = "the annotations") -> Annotations:
+        """Read ``to_json``'s layout back; anything else is a RunStoreError naming what is wrong."""
+        if not isinstance(d, dict):
+            raise RunStoreError(f"{what} are damaged: not a JSON object")
+        pinned, groups = d.get("pinned", []), d.get("supernodes", [])
+        if not isinstance(pinned, list) or not all(isinstance(p, str) for p in pinned):
+            raise RunStoreError(f"{what} are damaged: 'pinned' is not a list of node ids")
+        if not isinstance(groups, list):
+            raise RunStoreError(f"{what} are damaged: 'supernodes' is not a list")
+        out = []
+        for g in groups:
+            ok = (isinstance(g, dict) and isinstance(g.get("name"), str) and isinstance(g.get("members"), list)
+                  and all(isinstance(m, str) for m in g["members"]))
+            if not ok:
+                raise RunStoreError(f"{what} are damaged: a supernode is not {{name, members}}")
+            out.append(Supernode(g["name"], list(g["members"])))
+        return cls(list(pinned), out)
+
+
+# -- checks (bad input is one typed line) ----------------------------------------------------------------------
+def check_threshold(value: Any) -> float:
+    """A pruning threshold: a number in (0, 1]; ArgumentError otherwise."""
+    try:
+        t = float(value)
+    except (TypeError, ValueError):
+        raise ArgumentError(f"the pruning threshold must be a number in (0, 1] (got {value!r})") from None
+    if not math.isfinite(t) or not 0.0 < t <= 1.0:
+        raise ArgumentError(f"the pruning threshold must be in (0, 1]: the share of the influence on the logits "
+                            f"the drawn nodes keep (got {t:g})")
+    return t
+
+
+def check_supernode(name: str, members: list[str], present: set[str] | None = None,
+                    taken: list[Supernode] | None = None) -> Supernode:
+    """A supernode a user asked for: members given (at least one), a label (at most MAX_NAME characters, not
+    one already used), members that are nodes of the graph (``present``) and in no other group (``taken``)."""
+    name = " ".join(str(name or "").split())
+    if not members:
+        raise ArgumentError("a supernode needs at least one member: pick the nodes to group")
+    if not name:
+        raise ArgumentError("a supernode needs a label: name what its members do together")
+    if len(name) > MAX_NAME:
+        raise ArgumentError(f"a supernode's label has at most {MAX_NAME} characters (got {len(name)})")
+    members = list(dict.fromkeys(members))
+    if present is not None:
+        missing = [m for m in members if m not in present]
+        if missing:
+            raise ArgumentError(f"not in the graph: {', '.join(missing[:3])}")
+    for other in taken or []:
+        if other.name == name:
+            raise ArgumentError(f"there is already a supernode labelled {name!r}")
+        shared = set(other.members) & set(members)
+        if shared:
+            raise ArgumentError(f"{sorted(shared)[0]} is already in the supernode {other.name!r}: ungroup it first")
+    return Supernode(name, members)
+
+
+# -- influence and pruning -------------------------------------------------------------------------------------
+def influence(sub: Subgraph) -> dict[str, float]:
+    """Each node's influence on the logits (circuit-tracer's: every node's |incoming edges| normalised to one,
+    propagated down from the logits nodes)."""
+    from circuits.feature_graph import node_influence
+
+    rows: dict[str, dict[str, float]] = {}
+    for e in sub.edges:
+        if e.source == e.target:
+            continue
+        row = rows.setdefault(e.target, {})
+        row[e.source] = row.get(e.source, 0.0) + float(e.score)
+    roots = {n.id: 1.0 for n in sub.nodes if n.kind == "logits"}
+    return node_influence(rows, roots) if roots else {}
+
+
+def prune(sub: Subgraph, threshold: float) -> Subgraph:
+    """The nodes holding ``threshold`` of the influence on the logits (most influential first; the logits and
+    the embeddings always), the edges among them, and then only nodes on a path to the logits."""
+    threshold = check_threshold(threshold)
+    infl = influence(sub)
+    ranked = sorted((n for n in sub.nodes if n.kind not in KEPT), key=lambda n: -infl.get(n.id, 0.0))
+    total = sum(max(infl.get(n.id, 0.0), 0.0) for n in ranked)
+    keep = {n.id for n in sub.nodes if n.kind in KEPT}
+    if threshold >= 1.0 or total <= 0:
+        keep |= {n.id for n in ranked}
+    else:
+        run = 0.0
+        for n in ranked:
+            if run >= threshold * total - 1e-12:
+                break
+            keep.add(n.id)
+            run += max(infl.get(n.id, 0.0), 0.0)
+    edges = [e for e in sub.edges if e.source in keep and e.target in keep]
+    return _to_logits(replace(sub, nodes=[n for n in sub.nodes if n.id in keep], edges=edges))
+
+
+def _to_logits(sub: Subgraph) -> Subgraph:
+    """Only the nodes with a path to the logits (the ends stay), and the edges among them."""
+    reach = {n.id for n in sub.nodes if n.kind == "logits"}
+    if not reach:
+        return sub
+    changed = True
+    while changed:
+        changed = False
+        for e in sub.edges:
+            if e.target in reach and e.source not in reach:
+                reach.add(e.source)
+                changed = True
+    keep = reach | {n.id for n in sub.nodes if n.kind in KEPT}
+    return replace(sub, nodes=[n for n in sub.nodes if n.id in keep],
+                   edges=[e for e in sub.edges if e.source in keep and e.target in keep])
+
+
+# -- pins and supernodes ---------------------------------------------------------------------------------------
+def pinned_only(sub: Subgraph, pinned: list[str]) -> Subgraph:
+    """The pinned nodes (a supernode holding a pinned node counts as pinned) and the edges among them."""
+    keep = set(pinned)
+    for n in sub.nodes:
+        if n.kind == SUPER and set(n.metadata.get("members") or []) & keep:
+            keep.add(n.id)
+    return replace(sub, nodes=[n for n in sub.nodes if n.id in keep],
+                   edges=[e for e in sub.edges if e.source in keep and e.target in keep])
+
+
+def group(sub: Subgraph, supernodes: list[Supernode], infl: dict[str, float] | None = None) -> Subgraph:
+    """Each supernode's members drawn as one node: placed where its most influential member is (the same row
+    and position), its edges to the rest of the graph summed per neighbour, the edges among its members
+    dropped. A supernode none of whose members is in ``sub`` is left out."""
+    if not supernodes:
+        return sub
+    infl = influence(sub) if infl is None else infl
+    by_id = {n.id: n for n in sub.nodes}
+    owner: dict[str, str] = {}
+    new_nodes: list[GraphNode] = []
+    for s in supernodes:
+        members = [by_id[m] for m in s.members if m in by_id]
+        if not members:
+            continue
+        rep = max(members, key=lambda n: (infl.get(n.id, 0.0), -n.layer))
+        for m in members:
+            owner[m.id] = s.id
+        total = sum(infl.get(m.id, 0.0) for m in members)
+        acts = [m.metadata.get("activation") for m in members if isinstance(m.metadata.get("activation"), int | float)]
+        new_nodes.append(GraphNode(s.id, SUPER, rep.layer, rep.position, s.name, {
+            "members": [m.id for m in members], "rep": rep.id, "influence": total,
+            "activation": max(acts) if acts else None, "clerp": f"{s.name}: " + ", ".join(m.id for m in members),
+            "token": rep.metadata.get("token")}))
+    nodes = [n for n in sub.nodes if n.id not in owner]
+    placed: dict[str, int] = {}
+    for i, n in enumerate(sub.nodes):  # a supernode takes its first member's place in the node order
+        if n.id in owner and owner[n.id] not in placed:
+            placed[owner[n.id]] = i
+    order = {n.id: i for i, n in enumerate(sub.nodes)}
+    nodes = sorted(nodes + new_nodes, key=lambda n: order.get(n.id, placed.get(n.id, 0)))
+    summed: dict[tuple[str, str, str | None], float] = {}
+    for e in sub.edges:
+        src, dst = owner.get(e.source, e.source), owner.get(e.target, e.target)
+        if src == dst:
+            continue
+        role = e.role if dst == e.target else None  # a head's q/k/v input is no input of a group
+        summed[(src, dst, role)] = summed.get((src, dst, role), 0.0) + float(e.score)
+    edges = [GraphEdge(s, d, v, r) for (s, d, r), v in summed.items() if v != 0.0]
+    return replace(sub, nodes=nodes, edges=edges)
+
+
+# -- suggested groups ------------------------------------------------------------------------------------------
+def words(text: str) -> set[str]:
+    """The content words of an explanation (lower case, three letters or more, no stop words or scores)."""
+    text = re.sub(r"·\s*sim\s*[-\d.]+", " ", str(text or "").lower())
+    return {w for w in re.findall(r"[a-z][a-z'-]{2,}", text) if w not in STOP}
+
+
+def _cosine(a: dict[str, float], b: dict[str, float]) -> float:
+    dot = sum(v * b.get(k, 0.0) for k, v in a.items())
+    na = math.sqrt(sum(v * v for v in a.values()))
+    nb = math.sqrt(sum(v * v for v in b.values()))
+    return dot / (na * nb) if na > 0 and nb > 0 else 0.0
+
+
+def similarity(sub: Subgraph, explanations: dict[str, str] | None = None,
+               text_weight: float = 0.4) -> tuple[list[str], dict[tuple[str, str], float]]:
+    """(candidate node ids, their pairwise similarity): the cosine of their edge profiles (signed weights in
+    from and out to every other node, each side normalised so in and out weigh alike), blended with the
+    Jaccard overlap of their explanations' words where both have one."""
+    cands = [n.id for n in sub.nodes if n.kind in ("feature", "head", "mlp")]
+    inc: dict[str, dict[str, float]] = {c: {} for c in cands}
+    out: dict[str, dict[str, float]] = {c: {} for c in cands}
+    for e in sub.edges:
+        if e.target in inc:
+            inc[e.target][e.source] = inc[e.target].get(e.source, 0.0) + float(e.score)
+        if e.source in out:
+            out[e.source][e.target] = out[e.source].get(e.target, 0.0) + float(e.score)
+
+    def unit(d: dict[str, float]) -> dict[str, float]:
+        norm = math.sqrt(sum(v * v for v in d.values()))
+        return {k: v / norm for k, v in d.items()} if norm > 0 else {}
+
+    profile = {c: {**{f"in:{k}": v for k, v in unit(inc[c]).items()},
+                   **{f"out:{k}": v for k, v in unit(out[c]).items()}} for c in cands}
+    bags = {c: words((explanations or {}).get(c, "")) for c in cands}
+    sims = {}
+    for i, a in enumerate(cands):
+        for b in cands[i + 1:]:
+            s = _cosine(profile[a], profile[b])
+            if bags[a] and bags[b]:
+                jac = len(bags[a] & bags[b]) / len(bags[a] | bags[b])
+                s = (1 - text_weight) * s + text_weight * jac
+            sims[(a, b)] = sims[(b, a)] = s
+    return cands, sims
+
+
+def suggest(sub: Subgraph, explanations: dict[str, str] | None = None, min_similarity: float = 0.6,
+            max_size: int = 8, text_weight: float = 0.4) -> list[Supernode]:
+    """Suggested supernodes: average-linkage clusters of features (or heads and MLPs) whose ``similarity`` is
+    at least ``min_similarity``, two to ``max_size`` members each, strongest first; each named by the words its
+    members' explanations share (else by what they are) and saying why it was suggested."""
+    cands, sims = similarity(sub, explanations, text_weight)
+    clusters: list[list[str]] = [[c] for c in cands]
+
+    def link(a: list[str], b: list[str]) -> float:
+        return sum(sims[(x, y)] for x in a for y in b) / (len(a) * len(b))
+
+    while len(clusters) > 1:
+        best, pair = -1.0, None
+        for i in range(len(clusters)):
+            for j in range(i + 1, len(clusters)):
+                if len(clusters[i]) + len(clusters[j]) > max_size:
+                    continue
+                s = link(clusters[i], clusters[j])
+                if s > best:
+                    best, pair = s, (i, j)
+        if pair is None or best < min_similarity:
+            break
+        i, j = pair
+        clusters[i] = clusters[i] + clusters[j]
+        del clusters[j]
+    def cohesion(c: list[str]) -> float:  # mean similarity over the group's pairs
+        pairs = [(a, b) for i, a in enumerate(c) for b in c[i + 1:]]
+        return sum(sims[p] for p in pairs) / len(pairs)
+
+    groups = sorted((c for c in clusters if len(c) >= 2), key=lambda c: -cohesion(c) * len(c))
+    out, used = [], set()
+    by_id = {n.id: n for n in sub.nodes}
+    for c in groups:
+        name = _name(c, by_id, explanations or {}, used)
+        used.add(name)
+        pairs = [(a, b) for i, a in enumerate(c) for b in c[i + 1:]]
+        mean = cohesion(c)
+        out.append(Supernode(name, c, f"mean similarity {mean:.2f} over {len(pairs)} pairs (edge profiles"
+                                      f"{' and explanations' if explanations else ''})"))
+    return out
+
+
+def _name(members: list[str], by_id: dict[str, GraphNode], explanations: dict[str, str], used: set[str]) -> str:
+    """A suggested group's label: the words most of its members' explanations share, else what the members are
+    (``L3 heads``, ``features at ' John'``)."""
+    counts: dict[str, int] = {}
+    for m in members:
+        for w in words(explanations.get(m, "")):
+            counts[w] = counts.get(w, 0) + 1
+    common = sorted((w for w, k in counts.items() if k * 2 >= len(members) and k > 1), key=lambda w: (-counts[w], w))
+    if common:
+        name = " ".join(common[:2])
+    else:
+        nodes = [by_id[m] for m in members if m in by_id]
+        tokens = {n.metadata.get("token") for n in nodes}
+        layers = {int(n.layer) for n in nodes}
+        if len(tokens) == 1 and None not in tokens:
+            name = f"features at {next(iter(tokens))!r}"
+        elif len(layers) == 1 and all(n.kind == "head" for n in nodes):
+            name = f"L{next(iter(layers))} heads"
+        else:
+            name = f"group of {len(members)}"
+    base, k = name[:MAX_NAME - 4], 2
+    while name in used:
+        name = f"{base} {k}"
+        k += 1
+    return name
+
+
+def matches(suggested: list[list[str]], reference: list[list[str]], min_jaccard: float = 0.5) -> dict[str, Any]:
+    """How well suggested groups match reference groups made by hand: for each reference group its best
+    suggestion's Jaccard overlap; matched when it is at least ``min_jaccard``; precision over suggestions."""
+    def jac(a: list[str], b: list[str]) -> float:
+        return len(set(a) & set(b)) / len(set(a) | set(b)) if a or b else 0.0
+
+    best = [max((jac(r, s) for s in suggested), default=0.0) for r in reference]
+    hit = [max((jac(r, s) for r in reference), default=0.0) >= min_jaccard for s in suggested]
+    return {"reference": len(reference), "suggested": len(suggested), "best_jaccard": best,
+            "recall": sum(b >= min_jaccard for b in best) / len(reference) if reference else 0.0,
+            "precision": sum(hit) / len(suggested) if suggested else 0.0}
+
+
+# -- kept with the run -----------------------------------------------------------------------------------------
+def _writable(run: Any) -> None:
+    """Refuse a run the workbench's store did not save (RunStoreError): its folder must be a marked store, its
+    name a run id as save() makes it, itself a sound run directory."""
+    from workbench.store import RUN_ID, check_run_dir, is_marked
+
+    path = getattr(run, "path", None)
+    if path is None or not RUN_ID.match(str(getattr(run, "id", ""))) or not is_marked(path.parent):
+        raise RunStoreError(f"run {getattr(run, 'id', run)} was not saved by the workbench's run store: its "
+                            "supernodes are not written into it")
+    meta, why = check_run_dir(path)
+    if meta is None:
+        raise RunStoreError(f"run {run.id} is damaged ({why}): its supernodes are not written into it")
+
+
+def load(run: Any) -> Annotations:
+    """The pins and supernodes kept with ``run`` (none when it has no ``supernodes.json``)."""
+    file = run.path / ANNOTATIONS
+    if file.is_symlink():
+        raise RunStoreError(f"run {run.id}: {ANNOTATIONS} is a symlink; refusing to read it")
+    if not file.exists():
+        return Annotations()
+    from workbench.checks import read_json
+
+    return Annotations.from_json(read_json(file, f"run {run.id}'s {ANNOTATIONS}", RunStoreError),
+                                 f"run {run.id}'s supernodes")
+
+
+def keep(run: Any, annotations: Annotations) -> None:
+    """Write ``annotations`` into ``run``'s directory, whole (the store's atomic writer), only into a run the
+    workbench's store saved."""
+    from workbench.store import write_atomic
+
+    _writable(run)
+    for s in annotations.supernodes:
+        if not s.members:
+            raise ArgumentError(f"the supernode {s.name!r} has no members: not kept")
+    write_atomic(run.path / ANNOTATIONS, json.dumps(annotations.to_json(), ensure_ascii=False, indent=1),
+                 f"run {run.id}'s supernodes", RunStoreError)
+
+
+def qparams(annotations: Annotations, ids: dict[str, str]) -> dict[str, Any]:
+    """circuit-tracer's qParams fields for ``annotations``, with workbench node ids mapped to the export's
+    (``ids``): ``pinnedIds`` and ``supernodes`` as ``[label, node_id, ...]``; nodes the export lacks are left out."""
+    pinned = [ids[p] for p in annotations.pinned if p in ids]
+    groups = [[s.name, *[ids[m] for m in s.members if m in ids]] for s in annotations.supernodes]
+    return {"pinnedIds": pinned, "supernodes": [g for g in groups if len(g) > 1]}
