@@ -106,9 +106,20 @@ def print_table(columns: list[str], rows: list[list[str]], whole: tuple[str, ...
     """A result table on stdout that fits the terminal (80 columns too) without cutting what a user must
     type: a column in ``whole`` (ids, names) keeps its cells' first lines whole (a second line under the name
     may wrap), one in ``numbers`` never wraps; the other, descriptive columns fold (never vanish)."""
+    import textwrap
+
     from rich.table import Table
     from rich.text import Text
 
+    # rich measures a cell by its longest word and crops the line (never folds) when those minima exceed the
+    # width, so a long word in a descriptive column is broken here, to the width the other columns leave it
+    width = result_console().width
+    fixed = [i for i, name in enumerate(columns) if name in whole or name in numbers]
+    fold = [i for i in range(len(columns)) if i not in fixed]
+    taken = sum(max([len(columns[i])] + [len(row[i].split("\n")[0]) for row in rows]) for i in fixed)
+    room = max(6, (width - taken - 2 * (len(columns) - 1)) // max(1, len(fold)))
+    rows = [[("\n".join("\n".join(textwrap.wrap(line, room) or [""]) for line in cell.split("\n"))
+              if i in fold else cell) for i, cell in enumerate(row)] for row in rows]
     table = Table(box=None, padding=(0, 1), pad_edge=False, show_edge=False)
     for i, name in enumerate(columns):
         widest = max([len(name)] + [len(row[i].split("\n")[0]) for row in rows])

@@ -67,10 +67,10 @@ def runs_list(
     def human(rows):
         from workbench.cli import print_table
 
-        # the id whole (what `runs show` takes), the time to the minute (the id holds the seconds)
-        print_table(["id", "created", "kind", "model", "method"],
-                    [[r["id"], (r["created"] or "")[:16].replace("T", " "), r["kind"] or "", r["model"] or "",
-                      r["method"] or ""] for r in rows], whole=("id",), numbers=("created",))
+        # id and model whole (what `runs show` and `--model` take); the id already says when and what kind
+        # (DATE-TIME-KIND-HASH), so neither has a column of its own that would squeeze the model at 80 columns
+        print_table(["id", "model", "method"],
+                    [[r["id"], r["model"] or "", r["method"] or ""] for r in rows], whole=("id", "model"))
         if bad:
             print(f"damaged ({len(bad)}; skipped, remove with `workbench runs rm ID`):")
             for r in bad:
