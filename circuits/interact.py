@@ -35,7 +35,7 @@ SUPER = "supernode"
 MAX_NAME = 80  # characters of a supernode's label
 STOP = frozenset("the a an and or of to in on at for with by from is are was be as it its this that these those "
                  "token tokens word words text after before when which who whom into about like also sim "
-                 "feature features fires mostly often promotes".split())
+                 "feature features fires mostly often promotes more".split())
 
 
 @dataclass
@@ -234,9 +234,13 @@ def group(sub: Subgraph, supernodes: list[Supernode], infl: dict[str, float] | N
 
 # -- suggested groups ------------------------------------------------------------------------------------------
 def words(text: str) -> set[str]:
-    """The content words of an explanation (lower case, three letters or more, no stop words or scores)."""
-    text = re.sub(r"·\s*sim\s*[-\d.]+", " ", str(text or "").lower())
-    return {w for w in re.findall(r"[a-z][a-z'-]{2,}", text) if w not in STOP}
+    """What an explanation says a unit reads: its quoted tokens (“to”, any length) and content words (lower case,
+    three letters or more, no stop words), before what it promotes (the tokens it raises are mostly noise
+    here) and without its score."""
+    text = re.sub(r"·\s*sim\s*[-\d.]+", " ", str(text or "").lower()).split("; promotes")[0]
+    quoted = {f"“{t.strip()}”" for t in re.findall(r"“([^”]*)”", text) if t.strip()}
+    text = re.sub(r"“[^”]*”", " ", text)
+    return quoted | {w for w in re.findall(r"[a-z][a-z'-]{2,}", text) if w not in STOP}
 
 
 def _cosine(a: dict[str, float], b: dict[str, float]) -> float:
@@ -246,11 +250,13 @@ def _cosine(a: dict[str, float], b: dict[str, float]) -> float:
     return dot / (na * nb) if na > 0 and nb > 0 else 0.0
 
 
-def similarity(sub: Subgraph, explanations: dict[str, str] | None = None,
-               text_weight: float = 0.4) -> tuple[list[str], dict[tuple[str, str], float]]:
+def similarity(sub: Subgraph, explanations: dict[str, str] | None = None, text_weight: float = 0.5,
+               position_weight: float = 0.2) -> tuple[list[str], dict[tuple[str, str], float]]:
     """(candidate node ids, their pairwise similarity): the cosine of their edge profiles (signed weights in
     from and out to every other node, each side normalised so in and out weigh alike), blended with the
-    Jaccard overlap of their explanations' words where both have one."""
+    Jaccard overlap of their explanations' words (``text_weight``, where both have one) and whether they sit at
+    the same token position (``position_weight``: circuit-tracer's supernodes are mostly one position's
+    features across layers)."""
     cands = [n.id for n in sub.nodes if n.kind in ("feature", "head", "mlp")]
     inc: dict[str, dict[str, float]] = {c: {} for c in cands}
     out: dict[str, dict[str, float]] = {c: {} for c in cands}
@@ -267,23 +273,27 @@ def similarity(sub: Subgraph, explanations: dict[str, str] | None = None,
     profile = {c: {**{f"in:{k}": v for k, v in unit(inc[c]).items()},
                    **{f"out:{k}": v for k, v in unit(out[c]).items()}} for c in cands}
     bags = {c: words((explanations or {}).get(c, "")) for c in cands}
+    where = {n.id: n.position for n in sub.nodes}
     sims = {}
     for i, a in enumerate(cands):
         for b in cands[i + 1:]:
+            same = float(where[a] is not None and where[a] == where[b])
             s = _cosine(profile[a], profile[b])
             if bags[a] and bags[b]:
                 jac = len(bags[a] & bags[b]) / len(bags[a] | bags[b])
-                s = (1 - text_weight) * s + text_weight * jac
+                s = (1 - text_weight - position_weight) * s + text_weight * jac + position_weight * same
+            else:
+                s = (1 - position_weight) * s + position_weight * same
             sims[(a, b)] = sims[(b, a)] = s
     return cands, sims
 
 
-def suggest(sub: Subgraph, explanations: dict[str, str] | None = None, min_similarity: float = 0.6,
-            max_size: int = 8, text_weight: float = 0.4) -> list[Supernode]:
+def suggest(sub: Subgraph, explanations: dict[str, str] | None = None, min_similarity: float = 0.5,
+            max_size: int = 8, text_weight: float = 0.5, position_weight: float = 0.2) -> list[Supernode]:
     """Suggested supernodes: average-linkage clusters of features (or heads and MLPs) whose ``similarity`` is
     at least ``min_similarity``, two to ``max_size`` members each, strongest first; each named by the words its
     members' explanations share (else by what they are) and saying why it was suggested."""
-    cands, sims = similarity(sub, explanations, text_weight)
+    cands, sims = similarity(sub, explanations, text_weight, position_weight)
     clusters: list[list[str]] = [[c] for c in cands]
 
     def link(a: list[str], b: list[str]) -> float:

@@ -1,7 +1,8 @@
 """Graph interaction in headless Chromium (issue 37 item 4), on the Circuits page with the tiny Llama: hovering a
 node lights its neighbours and edges (and dims the rest) and leaving it restores the graph; a clicked node is
 pinned (drawn as a diamond); two nodes are grouped into a labelled supernode (one hexagon instead of them);
-the pruning threshold lowered draws fewer nodes."""
+the pruning threshold lowered draws fewer nodes. And a researcher's own prompt (issue 37 item 1) typed on
+Circuits, Attribution and Feature graph draws a graph with no field fixed by hand."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 from test_app_browser import assert_no_errors, settle
-from test_app_browser_clicks import POINT_JS, app_in_chromium, click_point
+from test_app_browser_clicks import POINT_JS, app_in_chromium, chart_titled, click_point
+from test_app_feature_graph import tiny  # noqa: F401 - a tiny Llama and two residual SAEs (L1, L2)
 
 from app.serving import CHROMIUM
 
@@ -98,4 +100,46 @@ def test_hover_pin_group_and_threshold(tmp_path, tiny_llama_dir):
         assert len(pruned) < n_before, (pruned, n_before)
         page.get_by_text(re.compile(r"Drawn at threshold 0\.2: \d+ of \d+ nodes")).first.wait_for(timeout=10_000)
         page.screenshot(path=str(tmp_path / "interact.png"), full_page=True)
+        assert_no_errors(page)
+
+
+FACT = "The Eiffel Tower is located in the city of"
+
+
+def test_own_prompt_draws_a_graph_on_three_pages(tmp_path, tiny):  # noqa: F811
+    model_dir, saes = tiny
+    model = urllib.parse.quote(str(model_dir))
+    with app_in_chromium(tmp_path, 2400) as (page, port):
+
+        def type_prompt(name: str = "Prompt", enter: str = "Control+Enter") -> None:
+            box = page.get_by_role("textbox", name=name, exact=True).first
+            box.fill(FACT)
+            box.press(enter)
+            settle(page)
+
+        page.goto(f"http://127.0.0.1:{port}/circuits?model={model}", timeout=60_000)
+        settle(page)
+        type_prompt()
+        page.get_by_text("Filled from the model's prediction").first.wait_for(timeout=30_000)
+        chart_titled(page, "dpa:").wait_for(timeout=60_000)
+        assert "Mary" not in page.get_by_role("textbox", name="Target token").input_value()
+        assert_no_errors(page)  # no "Bad prompts" for the IOI example's leftover fields
+        page.goto(f"http://127.0.0.1:{port}/?model={model}", timeout=60_000)
+        settle(page)
+        type_prompt()
+        page.get_by_role("tab", name="Information flow").click()
+        settle(page)
+        chart_titled(page, "DPA circuit").wait_for(timeout=60_000)
+        assert_no_errors(page)
+        page.goto(f"http://127.0.0.1:{port}/feature_graph?model={model}", timeout=60_000)
+        settle(page)
+        type_prompt(enter="Enter")
+        box = page.get_by_role("textbox", name="More dictionary directories (comma-separated)", exact=True)
+        box.fill(",".join(str(p) for p in saes))
+        box.press("Enter")
+        settle(page)
+        assert page.get_by_role("textbox", name="Target", exact=True).input_value() not in ("", " Mary")
+        page.get_by_role("button", name="Build the feature graph").click()
+        settle(page)
+        chart_titled(page, "Feature graph").wait_for(timeout=60_000)
         assert_no_errors(page)
