@@ -284,3 +284,17 @@ def test_readme_python_block_names_exist():
         compile(block, "README.md", "exec")
         for name in set(re.findall(r"\bwb\.(\w+)", block)):
             assert hasattr(wb, name), f"README's python block calls wb.{name}, which does not exist"
+
+
+# ---- vit-explain without --model: the model that fits the image -----------------------------------
+
+
+def test_vit_explain_picks_the_model_that_fits_the_image(readme_env, capsys):
+    from workbench.commands.vit import pick_vit
+
+    assert pick_vit(readme_env["IMAGE.png"], None, None) == "vit-synth"
+    assert capsys.readouterr().err == ""
+    assert pick_vit(readme_env["photo.jpg"], None, None) == "dinov2-small"  # a real photograph, 640x427
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "dinov2-small" in err and "640x427" in err and "32x32" in err
+    assert pick_vit(readme_env["IMAGE.png"], None, "0,0,8,8") == "dinov2-small"  # a region is dinov2's

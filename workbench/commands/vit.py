@@ -205,7 +205,10 @@ def _check_head_fits(head: str, dataset: str) -> None:
 
 def vit_explain(
     image: str = typer.Argument(..., help="PNG/JPEG (RGB) or .npy (C,H,W or H,W,C) in [0,1] or [0,255]."),
-    model: str = typer.Option("vit-synth", "--model"),
+    model: str = typer.Option(None, "--model", callback=nonempty,
+                              help="A kind 'vit' model. Default: the one that fits the image: vit-synth for a "
+                                   "32x32 image, else the pretrained dinov2-small (a photograph: its saliency "
+                                   "head unless --head says)."),
     method: str = typer.Option("dap", "--method", help=ALL),
     target: int = typer.Option(None, "--target", help="Class index (default: the predicted class).",
                                callback=nonneg_int),
@@ -220,6 +223,10 @@ def vit_explain(
     from attribution.vit.methods import method_module
 
     method_module(method)  # unknown method: refused before loading anything
+    if model is None:
+        model = pick_vit(image, head, region)
+        if model == PRETRAINED and head is None:
+            head = "saliency"  # a photograph has none of the synthetic shapes the linear heads know
     head = _head(model, head, region)
     from attribution.vit.explanation import explain_image
 
@@ -233,6 +240,35 @@ def vit_explain(
             print(" ".join(f"{v:8.4f}" for v in row))
 
     emit(out, as_json, human)
+
+
+SYNTH = "vit-synth"
+PRETRAINED = "dinov2-small"
+
+
+def pick_vit(image: str, head: str | None, region: str | None) -> str:
+    """The model that fits the image when --model is not given: vit-synth takes exactly its own size (32x32,
+    the synthetic shapes it was trained on); anything else, or a dinov2 head or region, goes to the pretrained
+    dinov2-small (any RGB image, resized to 224 px). The choice is one line on stderr."""
+    import json
+    import sys
+    from pathlib import Path
+
+    from attribution.vit.images import read_image
+    from workbench.models.zoo import resolve
+
+    if head is not None or region is not None:
+        return PRETRAINED
+    height, width = (int(v) for v in read_image(image).shape[-2:])  # a bad image is refused here, in one line
+    try:
+        size = int(json.loads((Path(resolve(SYNTH).path) / "config.json").read_text())["model"]["image_size"])
+    except (OSError, ValueError, KeyError, TypeError):
+        size = 32
+    if (height, width) == (size, size):
+        return SYNTH
+    print(f"model: {PRETRAINED}, head saliency (the image is {width}x{height}; {SYNTH} takes {size}x{size} "
+          "only; --model and --head choose)", file=sys.stderr)
+    return PRETRAINED
 
 
 def train_vit(
