@@ -52,13 +52,25 @@ def jobs_list(
     rows = [j.summary() for j in jobs]
 
     def human(rows: list[dict[str, Any]]) -> None:
+        from workbench.cli import print_table
+
         if not rows:
             print("no jobs")
-        for r in rows:
-            left = f" · {r['eta_s']:.0f} s left" if r["eta_s"] is not None and r["state"] == "running" else ""
-            done = f" · {r['done']}/{r['total']}" if r["total"] else ""
-            run = f" · run {r['run_id']}" if r["run_id"] else ""
-            print(f"{r['id']}  {r['state']:<9} {100 * r['fraction']:5.1f}%{done}{left}{run}  {r['label']}")
+        else:
+            # 80 columns: the job id whole with its label under it, the run by its shortest unique prefix
+            # (every command takes one), not the 35-character id beside a 35-character job id
+            prefix = _run_prefixes([r["run_id"] for r in rows if r["run_id"]])
+            import textwrap
+
+            id_width = max(len(r["id"]) for r in rows)
+            table = []
+            for r in rows:
+                label = "\n".join(textwrap.wrap(r["label"], id_width, initial_indent="  ", subsequent_indent="  "))
+                left = f" {r['eta_s']:.0f}s left" if r["eta_s"] is not None and r["state"] == "running" else ""
+                done = f" {r['done']}/{r['total']}" if r["total"] else ""
+                table.append([f"{r['id']}\n{label}", r["state"], f"{100 * r['fraction']:.0f}%{done}{left}",
+                              prefix.get(r["run_id"], "") if r["run_id"] else ""])
+            print_table(["id", "state", "progress", "run"], table, whole=("id", "run"))
         if bad:
             print(f"damaged ({len(bad)}; skipped):")
             for r in bad:
@@ -69,6 +81,24 @@ def jobs_list(
     if bad and as_json:
         print(f"note: {len(bad)} damaged job record(s) skipped; see `workbench jobs list --damaged`",
               file=sys.stderr)
+
+
+def _run_prefixes(run_ids: list[str], shortest: int = 15) -> dict[str, str]:
+    """Each run id's shortest prefix (at least its date and time) that no other stored run id starts with."""
+    from workbench.store import RunStore
+
+    try:
+        store = RunStore()
+        ids = {r["id"] for r in store.list()} | {r["id"] for r in store.damaged()}
+    except Exception:  # the board must list even when the store cannot be read; ids are then whole
+        return {r: r for r in run_ids}
+    out = {}
+    for run_id in run_ids:
+        n = min(shortest, len(run_id))
+        while n < len(run_id) and any(i != run_id and i.startswith(run_id[:n]) for i in ids):
+            n += 1
+        out[run_id] = run_id[:n]
+    return out
 
 
 def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
