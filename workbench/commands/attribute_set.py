@@ -67,8 +67,28 @@ def attribute_set(
         c = result_console()
         c.print(f"{r['method']} · {r['level']} · {r['n_prompts']} prompts · {r['seconds']:.2f} s "
                 f"({r['seconds_per_prompt']:.3f} s per prompt, batch {r['batch_size']})")
-        print(result.table().to_string(index=False, max_colwidth=48))
+        print_result_table(result.table())
         if "run" in r:
             c.print(f"saved run {r['run']}")
 
     emit(out, as_json, human)
+
+
+# The per-prompt table's columns at 80 columns: short headers, numbers rounded; seconds (one batch's share,
+# in the header line above) stay in --json and the stored table.
+SHOWN = {"prompt": "prompt", "target": "target", "foil": "foil", "n_tokens": "tokens", "target_logit": "logit",
+         "top_item": "top item", "top_score": "score"}
+
+
+def print_result_table(df) -> None:
+    from workbench.cli import print_table
+
+    cols = [c for c in SHOWN if c in df.columns]
+
+    def cell(v) -> str:
+        if isinstance(v, float):
+            return f"{v:.3f}"
+        return "" if v is None else str(v)
+
+    print_table([SHOWN[c] for c in cols], [[cell(v) for v in row] for row in df[cols].itertuples(index=False)],
+                whole=("target", "foil"), numbers=("tokens", "logit", "score"))
