@@ -176,7 +176,9 @@ def vit_eval(
     out["markdown"] = res.markdown()
 
     def human(o):
-        print(o["markdown"])
+        from workbench.cli import result_console
+
+        print("\n".join(metrics_lines(res.table(), result_console().width)))
         if o.get("cost"):
             c = o["cost"]
             print(f"\nDAP cost: {c['dap_over_forward_backward']:.2f}x one forward+backward "
@@ -184,6 +186,25 @@ def vit_eval(
         print(f"accuracy {o['accuracy']:.3f} on {n} images" + (f"; run {o['run']}" if "run" in o else ""))
 
     emit(out, as_json, human)
+
+
+def metrics_lines(table, width: int = 80) -> list[str]:
+    """vit-eval's table for a terminal: a metric a row, a method a column, in blocks of columns that fit
+    ``width`` (the markdown table, a method a row, needs 190 columns; it stays in --json)."""
+    metrics = [c for c in table.columns if c != "method"]
+    methods = [str(m) for m in table["method"]]
+    name_w = max(len("metric"), *(len(m) for m in metrics))
+    cell_w = max(8, *(len(m) for m in methods))
+    per = max(1, (width - name_w) // (cell_w + 1))
+    lines: list[str] = []
+    for start in range(0, len(methods), per):
+        block = list(range(start, min(start + per, len(methods))))
+        lines.append("metric".ljust(name_w) + "".join(f" {methods[i]:>{cell_w}}" for i in block))
+        for metric in metrics:
+            values = table[metric].tolist()
+            lines.append(metric.ljust(name_w) + "".join(f" {float(values[i]):>{cell_w}.4f}" for i in block))
+        lines.append("")
+    return lines[:-1]
 
 
 def _check_head_fits(head: str, dataset: str) -> None:
