@@ -1,5 +1,6 @@
 """Screenshots of graph interaction (issue 37 item 4) for the README, in headless Chromium, written small to
-docs/screenshots/: on each model, the Circuits page's DPA circuit with a node hovered (its edges lit, the rest
+docs/screenshots/: on each model, a DPA circuit (smollm2: the Circuits page; gemma3, whose circuit the Circuits
+page would run as a job: the Attribution page's Information flow) with a node hovered (its edges lit, the rest
 dimmed), a node pinned and two heads grouped into a supernode; on smollm2-135m also the Feature graph (labels
 carrying explanations, the top output tokens beside the logits, a suggested group accepted).
 
@@ -50,12 +51,18 @@ def hover_busiest(page, graph, kind: str = ".H") -> str:
     return name
 
 
-def circuits(page, base: str, model: str, out: Path) -> None:
-    page.goto(f"{base}/circuits?model={model}", timeout=120_000)
+def circuits(page, base: str, model: str, out: Path, flow: bool = False) -> None:
+    """The Circuits page's DPA circuit (``flow``: the Attribution page's Information flow, which runs in the
+    app's process where the Circuits page would start a job)."""
+    page.goto(f"{base}/{'' if flow else 'circuits'}?model={model}", timeout=120_000)
     settle(page)
+    if flow:
+        page.get_by_role("tab", name="Information flow").click()
+        settle(page)
+    title = re.compile(r"DPA circuit: \d+ of" if flow else r"dpa: \d+ of")
 
     def graph():
-        g = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text=re.compile(r"dpa: \d+ of"))).first
+        g = page.locator(".js-plotly-plot", has=page.locator(".gtitle", has_text=title)).first
         g.wait_for(timeout=600_000)
         return g
 
@@ -89,8 +96,9 @@ def circuits(page, base: str, model: str, out: Path) -> None:
     settle(page)
     g = graph()
     hover_busiest(page, g)
-    save_small(out / f"interact-circuits-{model}.png", clip(page, g))
-    print(out / f"interact-circuits-{model}.png", flush=True)
+    name = f"interact-{'flow' if flow else 'circuits'}-{model}.png"
+    save_small(out / name, clip(page, g))
+    print(out / name, flush=True)
 
 
 def feature_graph(page, base: str, model: str, out: Path) -> None:
@@ -131,7 +139,8 @@ def main() -> None:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": 1500, "height": 1400})
             for model in args.models.split(","):
-                circuits(page, base, model, out)
+                # smollm2's circuit runs in the page; gemma3's would start a job: its Information flow instead
+                circuits(page, base, model, out, flow=model != "smollm2-135m")
                 if model == "smollm2-135m":
                     feature_graph(page, base, model, out)
             browser.close()
