@@ -146,11 +146,13 @@ def prune(sub: Subgraph, threshold: float) -> Subgraph:
     """The nodes holding ``threshold`` of the influence on the logits (most influential first; the logits and
     the embeddings always), the edges among them, and then only nodes on a path to the logits."""
     threshold = check_threshold(threshold)
+    if threshold >= 1.0:  # every node, as drawn (a small circuit shows its nodes without edges too)
+        return sub
     infl = influence(sub)
     ranked = sorted((n for n in sub.nodes if n.kind not in KEPT), key=lambda n: -infl.get(n.id, 0.0))
     total = sum(max(infl.get(n.id, 0.0), 0.0) for n in ranked)
     keep = {n.id for n in sub.nodes if n.kind in KEPT}
-    if threshold >= 1.0 or total <= 0:
+    if total <= 0:
         keep |= {n.id for n in ranked}
     else:
         run = 0.0

@@ -27,7 +27,8 @@ def results(at) -> dict:
 
 
 def nodes_drawn(at, method: str = "dpa") -> list[str]:
-    return list(chart(at, f"circ_graph_{method}")["data"][-1]["customdata"])
+    """The graph's nodes (not the top output tokens drawn beside the logits, ``logit ' the'``)."""
+    return [n for n in chart(at, f"circ_graph_{method}")["data"][-1]["customdata"] if not n.startswith("logit ")]
 
 
 def test_the_default_circuit_is_drawn_on_open(page):
