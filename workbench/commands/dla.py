@@ -66,10 +66,21 @@ def dla(
             print(f"{name:14} {v:+.4f}")
         heads = torch.tensor(r["head_scores"])
         best = heads.flatten().abs().topk(min(top, heads.numel())).indices.tolist()
-        print("top heads: " + ", ".join(f"L{i // heads.shape[1]}H{i % heads.shape[1]} {heads.flatten()[i]:+.3f}"
-                                        for i in best))
-        print("accumulated: " + ", ".join(f"{n} {v:+.2f}" for n, v in zip(r["accumulated"], r["accumulated_scores"],
-                                                                          strict=True)))
+        def listing(title: str, items: list[str]) -> None:
+            """Items packed into lines of the terminal's width (80 columns too), never split inside one."""
+            line = title
+            for k, item in enumerate(items):
+                piece = item + ("," if k < len(items) - 1 else "")
+                if len(line) + 1 + len(piece) > max(40, c.width) and line.strip():
+                    print(line)
+                    line = " "
+                line += " " + piece
+            print(line)
+
+        listing("top heads:", [f"L{i // heads.shape[1]}H{i % heads.shape[1]} {heads.flatten()[i]:+.3f}"
+                               for i in best])
+        listing("accumulated:", [f"{n} {v:+.2f}" for n, v in zip(r["accumulated"], r["accumulated_scores"],
+                                                                  strict=True)])
         if "run" in r:
             c.print(f"saved run {r['run']}")
         if "png" in r:
