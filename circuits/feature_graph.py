@@ -151,7 +151,7 @@ class FeatureGraph:
                  for n in self.nodes]  # clerp: an imported graph's explanation of the node
         edges = [GraphEdge(e["src"], e["dst"], float(e["score"])) for e in self.edges]
         prompt = {"prompt": self.prompt, "target": self.target, "foil": self.foil}
-        return Subgraph(nodes, edges, Provenance(self.model, "dpa", KIND, [prompt],
+        return Subgraph(nodes, edges, Provenance(self.model, str(self.params.get("method", "dpa")), KIND, [prompt],
                                                  {**self.params, "dictionaries": self.dictionaries}))
 
     def drawable(self) -> list[dict[str, Any]]:
@@ -242,16 +242,43 @@ def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer],
     return out
 
 
+METHODS = ("dpa", "gradient")
+
+
+def check_thresholds(node_threshold: float | None, edge_threshold: float | None) -> None:
+    """Pruning thresholds are shares of cumulative influence: in (0, 1] (circuit-tracer's 0.8 and 0.98)."""
+    import math
+
+    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
+        if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and 0 < v <= 1):
+            raise RangeError(f"{name} must be in (0, 1] (got {v}); circuit-tracer's defaults are node 0.8, edge 0.98")
+
+
 def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary], target: str | None = None,
                   foil: str | None = None, per_layer: int = 16, max_nodes: int = 40, max_edges: int = 120,
-                  keep_first: bool = False, batch_size: int = 32, **params: Any) -> FeatureGraph:
-    """Build and prune the feature graph of ``prompt`` (target minus foil) over ``dictionaries``."""
+                  keep_first: bool = False, batch_size: int = 32, method: str = "dpa",
+                  node_threshold: float | None = None, edge_threshold: float | None = None,
+                  **params: Any) -> FeatureGraph:
+    """Build and prune the feature graph of ``prompt`` (target minus foil) over ``dictionaries``.
+
+    method "dpa": DPA top-down passes (the module's docstring); "gradient": the plain backward pass through the
+    replacement model of a transcoder set (circuits/replacement.py: attention patterns and norm scales frozen,
+    every edge an exact linear effect). node_threshold / edge_threshold: prune by cumulative node and edge
+    influence first (circuit-tracer's prune_graph; its defaults 0.8 and 0.98), then cap at max_nodes / max_edges."""
     from workbench.options import check_finite
 
     for name, v in (("per_layer", per_layer), ("max_nodes", max_nodes), ("max_edges", max_edges),
                     ("batch_size", batch_size)):
         if int(v) < 1:
             raise RangeError(f"{name} must be at least 1 (got {v})")
+    check_thresholds(node_threshold, edge_threshold)
+    if method not in METHODS:
+        raise RangeError(f"unknown feature-graph method {method!r}: {', '.join(METHODS)}")
+    if method == "gradient":
+        if params:
+            raise RangeError(f"DPA parameters ({', '.join(params)}) do not apply to the gradient graph")
+        return _gradient_feature_graph(model, prompt, list(dictionaries), target, foil, per_layer, max_nodes,
+                                       max_edges, keep_first, node_threshold, edge_threshold)
     p = DPAParams.from_kwargs(**params)
     enc = model.encode(prompt, target, foil)
     places = check_dictionaries(model, list(dictionaries))
@@ -292,7 +319,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
         probs = model.logits(enc.tokens)[0, -1].double().softmax(-1)
     target_id = enc.target_id if enc.target_id is not None else int(probs.argmax())
     seconds = time.perf_counter() - started
-    nodes, kept = _prune(edges, influence, max_nodes, max_edges)
+    nodes, kept = prune(edges, influence, max_nodes, max_edges, node_threshold, edge_threshold)
     check_finite("the target logit", logit)
     info = _node_info(layers, full, enc.str_tokens, model.arch.n_layers)
     node_list = [dict(info[n], id=n, influence=influence.get(n, 0.0)) for n in nodes]
@@ -306,10 +333,151 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
                                            "hook": d.hook, "hook_out": d.hook_out}
                                           for d, pl in zip(dicts, places, strict=True)],
         nodes=node_list, edges=edge_list, seconds=seconds, n_passes=n_passes,
-        params={"per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges, "keep_first": keep_first,
-                **p.to_dict()},
+        params={"method": "dpa", "per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges,
+                "keep_first": keep_first, "node_threshold": node_threshold, "edge_threshold": edge_threshold,
+                "top_logits": _top_logits(model, probs), **p.to_dict()},
         scores=scores, token_ids=[int(t) for t in enc.tokens[0].tolist()], target_id=target_id,
         target_prob=float(probs[target_id]))
+
+
+def _top_logits(model: HookedModel, probs: torch.Tensor, k: int = 10, mass: float = 0.95) -> list[dict[str, Any]]:
+    """The next tokens by probability until ``mass`` of it or ``k`` of them (circuit-tracer's logit nodes)."""
+    top = probs.topk(k)
+    out, total = [], 0.0
+    for p, i in zip(top.values.tolist(), top.indices.tolist(), strict=True):
+        out.append({"token": model.decode([int(i)]), "id": int(i), "prob": float(p)})
+        total += p
+        if total >= mass:
+            break
+    return out
+
+
+def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Dictionary], target: str | None,
+                            foil: str | None, per_layer: int, max_nodes: int, max_edges: int, keep_first: bool,
+                            node_threshold: float | None, edge_threshold: float | None) -> FeatureGraph:
+    """The replacement-model graph by backward passes (circuits/replacement.py) as a FeatureGraph."""
+    from circuits.replacement import build_replacement, gradient_graph
+    from workbench.errors import MethodError
+    from workbench.options import check_finite
+
+    enc = model.encode(prompt, target, foil)
+    places = check_dictionaries(model, dicts)
+    by_layer: dict[int, Dictionary] = {}
+    for d, pl in zip(dicts, places, strict=True):
+        if pl.mlp is None:
+            raise MethodError(f"{d.name} is a residual SAE: the gradient (replacement-model) graph takes transcoders "
+                              "(a set from `workbench sae build-set`); use --method dpa for residual SAEs")
+        by_layer[pl.mlp] = d
+    started = time.perf_counter()
+    with torch.no_grad():
+        probs = model.logits(enc.tokens)[0, -1].double().softmax(-1)
+    target_id = enc.target_id if enc.target_id is not None else int(probs.argmax())
+    direction = torch.zeros(probs.shape[0])
+    direction[target_id] += 1.0
+    if enc.foil_id is not None:
+        direction[enc.foil_id] -= 1.0
+    else:  # circuit-tracer's logit node: the logit minus the mean logit
+        direction -= 1.0 / probs.shape[0]
+    rep = build_replacement(model, enc.tokens, by_layer, keep_first)
+    g = gradient_graph(model, rep, direction, per_layer)
+    targets = set(g.rows)
+    edges: dict[str, dict[str, float]] = {}
+    for dst, r in g.rows.items():
+        idx = torch.nonzero(r, as_tuple=True)[0].tolist()
+        edges[dst] = {rep.source_names[i]: float(r[i]) for i in idx
+                      if rep.source_kinds[i] != "feature" or rep.source_names[i] in targets}
+    influence = _influence(edges, {"logits": 1.0})
+    scores = graph_scores(edges)
+    nodes, kept = prune(edges, influence, max_nodes, max_edges, node_threshold, edge_threshold)
+    logit = g.target_value["logits"]
+    check_finite("the target logit", logit)
+    direct = edges["logits"]
+    info = _replacement_info(rep, list(enc.str_tokens), model.arch.n_layers, direct)
+    node_list = [dict(info[n], id=n, influence=influence.get(n, 0.0)) for n in nodes]
+    node_list.sort(key=lambda n: (n["row"], n["position"] if n["position"] is not None else 10**9))
+    edge_list = [{"src": s, "dst": d, "score": v} for (s, d), v in kept.items()]
+    for e in edge_list:
+        check_finite(f"edge {e['src']} -> {e['dst']}", e["score"])
+    missing = [x for x in range(model.arch.n_layers) if x not in by_layer]
+    return FeatureGraph(
+        model=model.name, prompt=prompt, tokens=list(enc.str_tokens), target=target, foil=foil, target_logit=logit,
+        dictionaries=[{"name": d.name, "path": str(d.path), "tag": pl.tag, "kind": d.kind, "hook": d.hook,
+                       "hook_out": d.hook_out} for d, pl in zip(dicts, places, strict=True)],
+        nodes=node_list, edges=edge_list, seconds=time.perf_counter() - started, n_passes=g.n_passes,
+        params={"method": "gradient", "per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges,
+                "keep_first": keep_first, "node_threshold": node_threshold, "edge_threshold": edge_threshold,
+                "mlp_as_error": missing, "top_logits": _top_logits(model, probs)},
+        scores=scores, token_ids=[int(t) for t in enc.tokens[0].tolist()], target_id=target_id,
+        target_prob=float(probs[target_id]))
+
+
+def _replacement_info(rep: Any, tokens: list[str], n_layers: int,
+                      direct: dict[str, float]) -> dict[str, dict[str, Any]]:
+    """Node descriptions of a replacement-model graph (as _node_info); score = the node's direct effect on the
+    logit node."""
+    info: dict[str, dict[str, Any]] = {"logits": {"kind": "logits", "row": n_layers, "position": None,
+                                                  "token": None, "dictionary": None, "feature": None,
+                                                  "activation": None, "score": None, "label": "logits"}}
+    for q, tok in enumerate(tokens):
+        info[f"emb@p{q}"] = {"kind": "token", "row": -1, "position": q, "token": tok, "dictionary": None,
+                             "feature": None, "activation": None, "score": direct.get(f"emb@p{q}"),
+                             "label": f"{tok!r}@{q}"}
+    for layer in range(n_layers):
+        lay = rep.layers.get(layer)
+        tag = lay["tag"] if lay else f"L{layer}M"
+        name = lay["dic"].name if lay else None
+        for q, tok in enumerate(tokens):
+            n = f"{tag}.err@p{q}"
+            info[n] = {"kind": "error", "row": layer - 0.5, "position": q, "token": tok, "dictionary": name,
+                       "feature": None, "activation": None, "score": direct.get(n, 0.0), "label": f"{tag}.err@{q}"}
+        if lay is None:
+            continue
+        for j, (q, f) in enumerate(zip(lay["pos"].tolist(), lay["feat"].tolist(), strict=True)):
+            n = f"{tag}.f{f}@p{q}"
+            info[n] = {"kind": "feature", "row": layer - 0.5, "position": q, "token": tokens[q], "dictionary": name,
+                       "feature": f, "activation": float(lay["acts"][j].detach()), "score": direct.get(n, 0.0),
+                       "label": f"{tag}.f{f}@{q}"}
+    return info
+
+
+def prune(edges: dict[str, dict[str, float]], influence: dict[str, float], max_nodes: int, max_edges: int,
+          node_threshold: float | None = None, edge_threshold: float | None = None,
+          ) -> tuple[list[str], dict[tuple[str, str], float]]:
+    """circuit-tracer's prune_graph when thresholds are given (features and error nodes kept while their
+    cumulative share of node influence stays within ``node_threshold``, token and logit nodes always; then
+    edges by cumulative edge influence in the pruned graph up to ``edge_threshold``), then ``_prune``'s caps
+    (max_nodes by influence, max_edges, only what reaches the logits)."""
+    if node_threshold is None and edge_threshold is None:
+        return _prune(edges, influence, max_nodes, max_edges)
+    kept_nodes = {n for n in influence if _kind(n) in ("token", "logits")} | {"logits"}
+    ranked = sorted(((v, n) for n, v in influence.items() if _kind(n) in ("feature", "error", "token")),
+                    reverse=True)
+    total = sum(v for v, _ in ranked)
+    cum = 0.0
+    for v, n in ranked:
+        if total > 0 and cum / total >= (node_threshold or 1.0):
+            break
+        kept_nodes.add(n)
+        cum += v
+    pruned = {dst: {s: v for s, v in row.items() if s in kept_nodes} for dst, row in edges.items()
+              if dst in kept_nodes}
+    infl = _influence(pruned, {"logits": 1.0})
+    scored = []
+    for dst, row in pruned.items():
+        mass = sum(abs(v) for v in row.values()) or 1.0
+        for src, v in row.items():
+            if v != 0.0:
+                scored.append((infl.get(dst, 0.0) * abs(v) / mass, src, dst))
+    scored.sort(reverse=True)
+    total_e = sum(x for x, _, _ in scored)
+    chosen: dict[str, dict[str, float]] = {}
+    cum = 0.0
+    for x, src, dst in scored:
+        if total_e > 0 and cum / total_e >= (edge_threshold or 1.0):
+            break
+        chosen.setdefault(dst, {})[src] = pruned[dst][src]
+        cum += x
+    return _prune(chosen, influence, max_nodes, max_edges)
 
 
 def _kind(node_id: str) -> str:

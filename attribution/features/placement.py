@@ -178,7 +178,8 @@ def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc
 
 
 def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
-    """Dictionaries from "PATH,PATH" (or a list of paths, names under data/saes, or Dictionary objects)."""
+    """Dictionaries from "PATH,PATH" (or a list of paths, names under data/saes, ``set:NAME`` for every layer of a
+    dictionary set, or Dictionary objects)."""
     from pathlib import Path
 
     from attribution.sae.dictionary import Dictionary, dictionaries_root, load_dictionary
@@ -190,6 +191,11 @@ def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
     for item in items:
         if isinstance(item, Dictionary):
             out.append(item)
+            continue
+        if isinstance(item, str) and item.startswith("set:"):  # a transcoder set (workbench sae build-set)
+            from attribution.sae.sets import load_set
+
+            out += load_set(item[4:])
             continue
         path = Path(item)
         if not path.exists() and not path.is_absolute() and (dictionaries_root() / path).is_dir():

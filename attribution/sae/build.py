@@ -112,7 +112,7 @@ def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_
 
 def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progress | None = None,
                      train_shards: ShardSet | None = None, heldout_shards: ShardSet | None = None,
-                     eval_windows: int = 48, half: bool = False) -> dict[str, Any]:
+                     eval_windows: int = 48, half: bool = False, eval_bf16: bool = False) -> dict[str, Any]:
     """Train one dictionary and save it to ``out`` (atomically); returns its workbench.json."""
     from attribution.sae.dictionary import load_dictionary
     from attribution.sae.evaluate import evaluate_dictionary
@@ -163,7 +163,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     dic.info.update({"hook": spec.hook, "hook_out": spec.hook_out})
     if on_progress:
         on_progress("evaluate", 0, 1)
-    metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first)
+    metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first, eval_bf16)
     try:
         check_trained(dic.sae, metrics)
     except BaseException:

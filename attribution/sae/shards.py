@@ -179,12 +179,8 @@ def write_shard(model: Any, manifest: dict[str, Any], out: Path, index: int, win
     """Cache one planned shard (``windows``, the corpus's windows from ``first_window`` on) as the
     ``index``-th shard of ``out``; its manifest entry. ``on_batch(tokens so far)`` after each batch. A
     complete file already there for these very windows is kept (a resumed job)."""
-    import contextlib
-
     import torch
     from safetensors.torch import save_file
-
-    from attribution.sae.cache import stop_layer
 
     hooks, ctx, skip_first = manifest["hooks"], manifest["ctx"], manifest["skip_first"]
     name = f"shard_{index:05d}.safetensors"
@@ -197,10 +193,28 @@ def write_shard(model: Any, manifest: dict[str, Any], out: Path, index: int, win
         if on_batch:
             on_batch(n_tokens)
         return entry
+    tensors = shard_tensors(model, hooks, windows, pad, first_window, skip_first, manifest["bf16"], batch_size,
+                            on_batch)
+    write_atomic(out / name, lambda p: save_file(tensors, str(p)))
+    return entry
+
+
+def shard_tensors(model: Any, hooks: list[str], windows: list[list[int]], pad: Any, first_window: int,
+                  skip_first: int, bf16: bool, batch_size: int,
+                  on_batch: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """One shard's tensors (every hook's [n, d] float16 activations, ``where``, ``windows``) from forwards
+    over ``windows`` (``pad``: them as one [w, ctx] tensor, -1 = padding); write_shard and the transcoder
+    set's per-layer writer (attribution/sae/sets.py) both store these."""
+    import contextlib
+
+    import torch
+
+    from attribution.sae.cache import stop_layer
+
     stops = [stop_layer(h) for h in hooks]
     kwargs = {} if None in stops or not getattr(model, "can_stop_at_layer", False) else {
         "stop_at_layer": max(stops)}
-    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if manifest["bf16"] else contextlib.nullcontext()
+    autocast = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
     buf: dict[str, list] = {h: [] for h in hooks}
     where, done = [], 0
     for s in range(0, len(windows), batch_size):
@@ -220,8 +234,7 @@ def write_shard(model: Any, manifest: dict[str, Any], out: Path, index: int, win
     tensors = {h: torch.cat(buf[h]).contiguous() for h in hooks}
     tensors["where"] = torch.cat(where).int().contiguous()
     tensors["windows"] = pad.int().contiguous()
-    write_atomic(out / name, lambda p: save_file(tensors, str(p)))
-    return entry
+    return tensors
 
 
 def _same_windows(path: Path, pad: Any) -> bool:

@@ -20,7 +20,8 @@ def _human(r: dict[str, Any]) -> None:
     c.print(f"feature graph of {r['prompt']!r} -> {r['target']!r}"
             + (f" minus {r['foil']!r}" if r.get("foil") else "")
             + f" on {r['model']}: {len(r['nodes'])} nodes, {len(r['edges'])} edges, "
-            f"{r['n_passes']} DPA passes, {r['seconds']:.2f} s")
+            f"{r['n_passes']} {'backward' if (r.get('params') or {}).get('method') == 'gradient' else 'DPA'} "
+            f"passes, {r['seconds']:.2f} s")
     sc = r.get("scores") or {}
     if sc:  # circuit-tracer's two scores (circuits.feature_graph.graph_scores)
         fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
@@ -43,7 +44,14 @@ def feature_graph(
     target: str = typer.Option(None, "--target", help="Target token (default: the model's top prediction)."),
     foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil."),
     saes: str = typer.Option(..., "--saes", help="Dictionary directories (or names under data/saes), comma-"
-                             "separated: residual SAEs and/or transcoders of this model."),
+                             "separated: residual SAEs and/or transcoders of this model; set:NAME for every "
+                             "layer of a transcoder set (workbench sae build-set)."),
+    method: str = typer.Option("dpa", "--method", help="dpa (DPA passes) or gradient (backward passes through "
+                               "the replacement model of a transcoder set, as circuit-tracer)."),
+    node_threshold: float = typer.Option(None, "--node-threshold", help="Prune by cumulative node influence "
+                                         "(circuit-tracer: 0.8), in (0, 1]."),
+    edge_threshold: float = typer.Option(None, "--edge-threshold", help="Prune by cumulative edge influence "
+                                         "(circuit-tracer: 0.98), in (0, 1]."),
     nodes: int = typer.Option(40, "--nodes", help="Keep at most this many nodes (by influence on the logits).",
                               callback=positive_int),
     edges: int = typer.Option(120, "--edges", help="Keep at most this many edges among them.",
@@ -69,6 +77,12 @@ def feature_graph(
     from attribution.dpa.params import DPAParams
 
     DPAParams.from_kwargs(**params)  # bad parameters fail before anything loads
+    from circuits.feature_graph import METHODS, check_thresholds
+    from workbench.errors import RangeError
+
+    check_thresholds(node_threshold, edge_threshold)
+    if method not in METHODS:
+        raise RangeError(f"--method {method!r}: {', '.join(METHODS)}")
     from attribution.features.placement import load_dictionaries
     from workbench.options import split_list
 
@@ -80,7 +94,8 @@ def feature_graph(
     check_text_model(model, "feature-graph")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,
-                  max_edges=edges, keep_first=keep_first, **params)
+                  max_edges=edges, keep_first=keep_first, method=method, node_threshold=node_threshold,
+                  edge_threshold=edge_threshold, **params)
     out = graph.to_json()
     if save:
         out["run"] = graph.save().id

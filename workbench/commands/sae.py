@@ -28,6 +28,7 @@ def register(app: typer.Typer) -> None:
     sae_app.command("cache")(cache)
     sae_app.command("eval")(evaluate)
     sae_app.command("corpus")(corpus)
+    sae_app.command("build-set")(build_set)
     app.add_typer(sae_app, name="sae")
 
 
@@ -286,3 +287,90 @@ def corpus(
         docs = model_samples(workbench.load(model), samples)
     summary = build_corpus(Path(out) if out else default_corpus(), max_chars=chars, samples=docs)
     emit(summary, as_json)
+
+
+def build_set(
+    model: str = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus)."),
+    kind: str = typer.Option("transcoder", "--kind", help="transcoder (one per layer: MLP input -> MLP output)."),
+    layers: str = typer.Option("all", "--layers", help="all, a range 0-5, or layers 3,7,11."),
+    width: int = typer.Option(1152, "--width", help="Features per transcoder.", callback=positive_int),
+    k: int = typer.Option(32, "--k", help="Active features per token while training (TopK).", callback=positive_int),
+    tokens: int = typer.Option(200_000, "--tokens", help="Training tokens per layer (cached once for all).",
+                               callback=positive_int),
+    name: str = typer.Option(None, "--name", help="The set's name (default MODEL-transcoders-wWIDTH), under "
+                             "~/.cache/workbench/sets/.", callback=nonempty),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the cost estimate and what is built; train nothing."),
+    threads: int = typer.Option(1, "--threads", help="torch CPU threads.", callback=positive_int),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Train one transcoder per layer into a named dictionary set in the user's cache (never the repository):
+    the cost estimate first, then progress; a layer already built is skipped, an interrupted one resumes from
+    its checkpoint, each is saved atomically. Use it as `--saes set:NAME` (feature-graph, feature commands)."""
+    import sys
+
+    from attribution.sae.sets import SetSpec, built_layers, default_name, estimate, parse_layers, sets_root
+    from workbench.errors import RangeError
+    from workbench.models import zoo
+
+    if kind != "transcoder":
+        raise RangeError(f"--kind {kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
+    if not 0 < k <= width:
+        raise RangeError(f"--k {k} must be between 1 and the width {width}")
+    if "/" in (name or "") or (name or "").startswith("."):
+        raise RangeError(f"--name {name!r}: a set's name is a plain folder name")
+    entry = zoo.resolve(model)
+    if entry.kind != "llm":
+        raise RangeError(f"{model} is not a language model: a transcoder set trains on the English corpus")
+    import torch
+
+    torch.set_num_threads(threads)
+    import workbench as wb
+
+    m = wb.load(model)
+    spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens)
+    spec.check()
+    root = sets_root() / (name or default_name(m.name, width))
+    todo = [x for x in spec.layers if x not in built_layers(root)]
+    est = estimate(spec, m.n_params(), m.arch.d_model, m.arch.n_layers, todo)
+    print(f"set {root.name}: {len(spec.layers)} layer(s), {len(spec.layers) - len(todo)} built, {len(todo)} to build; "
+          f"estimate {est['total_s'] / 60:.0f} min on {threads} thread(s) (cache {est['cache_s'] / 60:.0f}, "
+          f"train {est['train_s'] / 60:.0f}, eval {est['eval_s'] / 60:.0f}), {est['disk_gb']:.1f} GB of "
+          f"activations at the peak", file=sys.stderr, flush=True)
+    if dry_run:
+        emit({"name": root.name, "path": str(root), "layers": spec.layers, "todo": todo, "estimate": est},
+             as_json)
+        return
+    import time
+
+    from attribution.sae.sets import build_set as run
+
+    last = {"t": 0.0, "stage": ""}
+    started = time.time()
+
+    def progress(stage: str, done: int, total: int) -> None:
+        now = time.time()  # one line every 15 s (or on a new stage): a log file stays readable
+        if stage != last["stage"] or now - last["t"] > 15 or done >= total:
+            last.update(t=now, stage=stage)
+            print(f"[{now - started:7.0f} s] {stage} {done:,}/{total:,}", file=sys.stderr, flush=True)
+
+    def layer_done(layer: int, info: dict) -> None:
+        q = info.get("metrics") or {}
+        print(f"[{time.time() - started:7.0f} s] layer {layer} built: EV {q.get('explained_variance', 0):.3f} "
+              f"L0 {q.get('l0', 0):.1f} dead {q.get('dead_fraction', 0):.1%} "
+              f"loss change {q.get('ce_loss_delta', 0):+.4f}", file=sys.stderr, flush=True)
+
+    out = run(m, spec, root=root, on_progress=progress, on_layer=layer_done)
+
+    def human(o):
+        c = result_console()
+        c.print(f"set {o['name']} ({o['model']}): {len(o['quality'])}/{len(o['layers'])} layers built in {o['path']}"
+                + ("" if o["complete"] else f"; missing {o['missing']}"))
+        for r in o["quality"]:
+            if r.get("damaged"):
+                c.print(f"  L{r['layer']:<3} damaged")
+                continue
+            c.print(f"  L{r['layer']:<3} EV {r['explained_variance']:.3f}  L0 {r['l0']:5.1f}  "
+                    f"dead {r['dead_fraction']:.1%}  loss change {r['ce_loss_delta'] or 0:+.4f}  "
+                    f"{r['seconds'] or 0:.0f} s")
+
+    emit(out, as_json, human)

@@ -1,0 +1,344 @@
+"""A dictionary set: one transcoder per layer of a model, built as one resumable job into the user's cache
+(``~/.cache/workbench/sets/<name>/``, never the repository), and read back by name wherever dictionaries are
+taken (``--saes set:<name>``, ``load_set``).
+
+Layout: ``set.json`` (model, kind, width, k, tokens, the layers asked for, per-layer seconds) and one
+dictionary directory per layer, ``L0``, ``L1``, ... in SAELens' format with its workbench.json (metrics
+measured on held-out text). A layer counts as built when its directory loads; each is written to a temporary
+name and renamed (build_dictionary), so an interrupted build leaves whole layers or none, and running the same
+command again skips the built layers and resumes the one in progress from its training checkpoint.
+
+Activations are cached once for every layer still to build, in a single forward pass per batch (one model
+pass serves all 2 x L hooks), into one shard directory per layer (``.acts/train/L5``...), so a layer's shards
+are read alone while it trains and deleted once it is built (the peak disk is the cache of the layers left).
+Documents are shuffled (seeded) before windowing: the corpus is stored source after source, and a few hundred
+thousand tokens from its start would be one book.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ModelFileError, RangeError
+
+SET_FILE = "set.json"
+Progress = Callable[[str, int, int], None]
+
+# Throughputs measured on this machine with one torch thread (scripts: see results/sae/replacement.md):
+# a bfloat16 forward of smollm2-135m runs ~89 GFLOP/s (2 x params FLOPs per token); a transcoder training
+# step ~50 GFLOP/s (6 x batch x (2 d W + d^2) FLOPs: forward, backward, skip term).
+FORWARD_FLOPS = 89e9
+TRAIN_FLOPS = 50e9
+
+
+@dataclass
+class SetSpec:
+    """What a transcoder set is trained with (the same for every layer)."""
+
+    model: str
+    layers: list[int]
+    kind: str = "transcoder"
+    width: int = 1152
+    k: int = 32
+    tokens: int = 200_000
+    heldout_tokens: int = 8_192
+    batch_size: int = 512
+    lr: float = 7e-4
+    seed: int = 0
+    eval_windows: int = 6
+    shard_tokens: int = 16_384
+    ctx: int = 128
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if self.kind != "transcoder":
+            raise RangeError(f"--kind {self.kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
+        if not self.layers:
+            raise RangeError("a dictionary set needs at least one layer")
+        if not 0 < self.k <= self.width:
+            raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
+        if self.tokens < self.batch_size:
+            raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
+
+    def same_training(self) -> dict[str, Any]:
+        """The fields two builds of one set must agree on."""
+        return {k: getattr(self, k) for k in ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed")}
+
+
+def sets_root() -> Path:
+    base = Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+    return base / "sets"
+
+
+def default_name(model: str, width: int) -> str:
+    return f"{Path(str(model)).name}-transcoders-w{width}"
+
+
+def parse_layers(text: str, n_layers: int) -> list[int]:
+    """``all``, ``0-5``, ``3,7,11`` (or mixed) as sorted layer indices, each checked against ``n_layers``."""
+    text = str(text).strip()
+    if text == "all":
+        return list(range(n_layers))
+    out: set[int] = set()
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                out.update(range(a, b + 1))
+            else:
+                out.add(int(part))
+        except ValueError:
+            raise RangeError(f"--layers {text!r}: give 'all', a range like 0-5 or layers like 3,7,11") from None
+    bad = [x for x in sorted(out) if not 0 <= x < n_layers]
+    if bad or not out:
+        raise RangeError(f"--layers {text!r}: layers run 0..{n_layers - 1}")
+    return sorted(out)
+
+
+def layer_dir(root: Path, layer: int) -> Path:
+    return root / f"L{layer}"
+
+
+def built_layers(root: Path) -> list[int]:
+    """Layers whose dictionary directory is complete (a workbench.json with metrics: written last)."""
+    out = []
+    for d in root.glob("L*") if root.is_dir() else []:
+        if d.name[1:].isdigit() and (d / "workbench.json").is_file() and (d / "sae_weights.safetensors").is_file():
+            out.append(int(d.name[1:]))
+    return sorted(out)
+
+
+def estimate(spec: SetSpec, n_params: float, d_model: int, n_layers: int, todo: list[int]) -> dict[str, Any]:
+    """Seconds and disk a build of the ``todo`` layers will take on one thread here (rough: see the constants)."""
+    if not todo:
+        return {"layers": 0, "cache_s": 0.0, "train_s": 0.0, "eval_s": 0.0, "total_s": 0.0, "disk_gb": 0.0}
+    depth = (max(todo) + 1) / n_layers
+    cache_tokens = spec.tokens + spec.heldout_tokens
+    cache_s = cache_tokens * 2 * n_params * depth / FORWARD_FLOPS
+    steps = spec.tokens // spec.batch_size
+    step_flops = 6 * spec.batch_size * (2 * d_model * spec.width + d_model * d_model)
+    train_s = len(todo) * steps * step_flops / TRAIN_FLOPS
+    eval_tokens = 2 * spec.eval_windows * spec.ctx  # clean + spliced forwards per layer
+    eval_s = len(todo) * (eval_tokens * 2 * n_params / FORWARD_FLOPS + 3.0)
+    disk = cache_tokens * len(todo) * 2 * d_model * 2 / 1e9
+    return {"layers": len(todo), "cache_s": round(cache_s), "train_s": round(train_s), "eval_s": round(eval_s),
+            "total_s": round(cache_s + train_s + eval_s), "disk_gb": round(disk, 2)}
+
+
+def _hooks(layer: int) -> list[str]:
+    return [f"blocks.{layer}.ln2.hook_normalized", f"blocks.{layer}.hook_mlp_out"]
+
+
+def _write_json(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(data, indent=1, default=str) + "\n")
+    tmp.replace(path)
+
+
+def read_set(root: Path) -> dict[str, Any]:
+    from workbench.checks import read_json
+
+    if not (root / SET_FILE).is_file():
+        raise ModelFileError(f"{str(root)!r} is not a dictionary set (no {SET_FILE})")
+    data = read_json(root / SET_FILE, f"{root}/{SET_FILE}", ModelFileError)
+    if not isinstance(data, dict) or not isinstance(data.get("layers"), list) or not isinstance(data.get("model"), str):
+        raise ModelFileError(f"{root}/{SET_FILE} is damaged: no model or layers")
+    return data
+
+
+def resolve_set(name: str) -> Path:
+    """A set by name (under sets_root()) or by its directory."""
+    path = Path(name).expanduser()
+    if not (path / SET_FILE).is_file():
+        path = sets_root() / name
+    if not (path / SET_FILE).is_file():
+        have = sorted(p.name for p in sets_root().iterdir() if (p / SET_FILE).is_file()) if sets_root().is_dir() else []
+        raise ModelFileError(f"no dictionary set {name!r} (sets: {', '.join(have) or 'none built'}; build one with "
+                             "`workbench sae build-set`)")
+    return path
+
+
+def load_set(name: str, layers: Iterable[int] | None = None, complete: bool = True) -> list[Any]:
+    """The set's dictionaries, by layer. ``complete``: every layer the set was asked for must be built (a set
+    missing a layer is refused, naming them); a damaged layer is a ModelFileError naming it."""
+    from attribution.sae.dictionary import load_dictionary
+
+    root = resolve_set(name)
+    info = read_set(root)
+    want = sorted(int(x) for x in (layers if layers is not None else info["layers"]))
+    have = set(built_layers(root))
+    missing = [x for x in want if x not in have]
+    if missing and complete:
+        raise ModelFileError(f"dictionary set {root.name!r} is missing layer(s) {_ranges(missing)}: run `workbench "
+                             f"sae build-set --model {info['model']} --name {root.name}` to finish it")
+    out = []
+    for layer in want:
+        if layer not in have:
+            continue
+        try:
+            out.append(load_dictionary(layer_dir(root, layer)))
+        except ModelFileError as exc:
+            raise ModelFileError(f"dictionary set {root.name!r}, layer {layer}: {exc}") from None
+    return out
+
+
+def _ranges(xs: list[int]) -> str:
+    parts, start = [], None
+    for i, x in enumerate(xs):
+        if start is None:
+            start = x
+        if i + 1 == len(xs) or xs[i + 1] != x + 1:
+            parts.append(str(start) if start == x else f"{start}-{x}")
+            start = None
+    return ",".join(parts)
+
+
+def _shuffled_docs(split: str, seed: int) -> list[str]:
+    from workbench.corpus import english_texts
+
+    docs = english_texts(split)
+    random.Random(seed).shuffle(docs)
+    return docs
+
+
+def cache_layers(model: Any, layers: list[int], texts: Iterable[Any], out: Path, n_tokens: int, ctx: int = 128,
+                 batch_size: int = 16, shard_tokens: int = 16_384, skip_first: int = 1, bf16: bool = True,
+                 on_progress: Callable[[int, int], None] | None = None) -> dict[int, Any]:
+    """Cache every layer's transcoder hooks (MLP input, MLP output) in one forward per batch, into one shard
+    directory per layer (``out/L5``: a ShardSet of its two hooks); resumes after the last shard all layers hold."""
+    from safetensors.torch import save_file
+
+    from attribution.sae.shards import MANIFEST, ShardSet, open_manifest, plan_shards, shard_tensors, write_atomic
+
+    manifests = {lay: open_manifest(model, _hooks(lay), out / f"L{lay}", ctx, skip_first, bf16) for lay in layers}
+    n_done = min(len(m["shards"]) for m in manifests.values())
+    ref = min(manifests.values(), key=lambda m: len(m["shards"]))
+    for m in manifests.values():  # a layer ahead of the others (interrupted mid-shard) steps back to them
+        m["shards"] = m["shards"][:n_done]
+        m["windows_done"] = ref["windows_done"]
+    got = sum(s["n_tokens"] for s in ref["shards"])
+    windows, plan = plan_shards(model, texts, ref, n_tokens, ctx, batch_size, shard_tokens)
+    import torch
+
+    hooks = [h for lay in layers for h in _hooks(lay)]
+    for a, b, _ in plan:
+        chunk = windows[a:b]
+        pad = torch.full((len(chunk), ctx), -1, dtype=torch.long)
+        for i, w in enumerate(chunk):
+            pad[i, : len(w)] = torch.tensor(w)
+
+        def report(n: int, before: int = got) -> None:
+            if on_progress:
+                on_progress(min(before + n, n_tokens), n_tokens)
+
+        first = ref["windows_done"]
+        tensors = shard_tensors(model, hooks, chunk, pad, first, skip_first, bf16, batch_size, report)
+        index = len(ref["shards"])
+        entry = {"file": f"shard_{index:05d}.safetensors", "n_tokens": int(tensors["where"].shape[0]),
+                 "n_windows": len(chunk)}
+        for lay, m in manifests.items():
+            part = {h: tensors[h] for h in _hooks(lay)} | {"where": tensors["where"], "windows": tensors["windows"]}
+            d = out / f"L{lay}"
+            write_atomic(d / entry["file"], lambda p, part=part: save_file(part, str(p)))
+            if m is not ref:
+                m["shards"].append(dict(entry))
+                m["windows_done"] = first + len(chunk)
+        ref["shards"].append(dict(entry))
+        ref["windows_done"] = first + len(chunk)
+        for lay, m in manifests.items():
+            write_atomic(out / f"L{lay}" / MANIFEST, lambda p, m=m: p.write_text(json.dumps(m, indent=1)))
+        got += entry["n_tokens"]
+    return {lay: ShardSet.open(out / f"L{lay}") for lay in layers}
+
+
+def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | None = None,
+              on_progress: Progress | None = None, on_layer: Callable[[int, dict[str, Any]], None] | None = None,
+              texts: dict[str, Iterable[Any]] | None = None, half: bool = True) -> dict[str, Any]:
+    """Build (or finish) the set: cache the layers still to build, train and measure each, atomically per
+    layer; the set's summary (set.json plus every layer's metrics). ``texts``: {"train": ..., "heldout": ...}
+    (default: the English corpus, documents shuffled)."""
+    from attribution.sae.build import BuildSpec, build_dictionary
+
+    spec.check()
+    root = root or sets_root() / (name or default_name(spec.model, spec.width))
+    if root.exists() and (root / SET_FILE).exists():
+        old = read_set(root)
+        theirs = old.get("training") or {}
+        ours = spec.same_training()
+        diff = [k for k in ours if k in theirs and theirs[k] != ours[k]]
+        if diff:
+            what = ", ".join(f"{k} {theirs[k]} (not {ours[k]})" for k in diff)
+            raise RangeError(f"dictionary set {root.name!r} was built with {what}: resume it with those settings "
+                             "or give another --name")
+        layers = sorted(set(old["layers"]) | set(spec.layers))
+        seconds = dict(old.get("seconds") or {})
+    else:
+        layers, seconds = list(spec.layers), {}
+    root.mkdir(parents=True, exist_ok=True)
+    meta = {"model": spec.model, "kind": spec.kind, "layers": layers, "training": spec.same_training(),
+            "spec": asdict(spec), "seconds": seconds}
+    _write_json(root / SET_FILE, meta)
+    todo = [x for x in spec.layers if x not in built_layers(root)]
+    acts = root / ".acts"
+    t0 = time.time()
+    if todo:
+        src = texts or {}
+        train_texts = src.get("train") or _shuffled_docs("train", spec.seed)
+        held_texts = src.get("heldout") or _shuffled_docs("heldout", spec.seed)
+
+        def cache_report(stage: str) -> Callable[[int, int], None]:
+            return lambda done, total: on_progress(stage, done, total) if on_progress else None
+
+        train = cache_layers(model, todo, train_texts, acts / "train", spec.tokens, spec.ctx,
+                             shard_tokens=spec.shard_tokens, on_progress=cache_report("cache train"))
+        held = cache_layers(model, todo, held_texts, acts / "heldout", spec.heldout_tokens, spec.ctx,
+                            shard_tokens=spec.shard_tokens, on_progress=cache_report("cache heldout"))
+        seconds["cache"] = round(seconds.get("cache", 0.0) + time.time() - t0, 1)
+        meta["seconds"] = seconds
+        _write_json(root / SET_FILE, meta)
+        for layer in todo:
+            t1 = time.time()
+            bs = BuildSpec(hook=_hooks(layer)[0], kind="transcoder", width=spec.width, k=spec.k, tokens=spec.tokens,
+                           batch_size=spec.batch_size, lr=spec.lr, seed=spec.seed)
+            info = build_dictionary(model, bs, layer_dir(root, layer), on_progress=on_progress,
+                                    train_shards=train[layer], heldout_shards=held[layer],
+                                    eval_windows=spec.eval_windows, half=half, eval_bf16=True)
+            shutil.rmtree(acts / "train" / f"L{layer}", ignore_errors=True)  # its shards are spent
+            shutil.rmtree(acts / "heldout" / f"L{layer}", ignore_errors=True)
+            seconds[f"L{layer}"] = round(time.time() - t1, 1)
+            meta["seconds"] = seconds
+            _write_json(root / SET_FILE, meta)
+            if on_layer:
+                on_layer(layer, info)
+    if set(built_layers(root)) >= set(layers):
+        shutil.rmtree(acts, ignore_errors=True)
+    return summary(root)
+
+
+def summary(root: Path) -> dict[str, Any]:
+    """The set's set.json plus a quality row per built layer (EV, L0, dead, spliced loss change, seconds)."""
+    meta = read_set(root)
+    rows = []
+    for layer in built_layers(root):
+        try:
+            info = json.loads((layer_dir(root, layer) / "workbench.json").read_text())
+        except (OSError, ValueError):
+            rows.append({"layer": layer, "damaged": True})
+            continue
+        m = info.get("metrics") or {}
+        rows.append({"layer": layer, "explained_variance": m.get("explained_variance"), "l0": m.get("l0"),
+                     "dead_fraction": m.get("dead_fraction"), "ce_loss_delta": m.get("ce_loss_delta"),
+                     "seconds": (meta.get("seconds") or {}).get(f"L{layer}")})
+    missing = [x for x in meta["layers"] if x not in built_layers(root)]
+    return {"name": root.name, "path": str(root), "model": meta["model"], "kind": meta["kind"],
+            "layers": meta["layers"], "missing": missing, "complete": not missing, "training": meta.get("training"),
+            "seconds": meta.get("seconds"), "quality": rows}
