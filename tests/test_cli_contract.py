@@ -121,7 +121,9 @@ def test_lens_cells_hold_top_k_tokens(monkeypatch, capsys):
     topk = json.loads(out)["topk_tokens"]
     code, out, err = run_cli(monkeypatch, capsys, *args)
     assert code == 0, err
-    rows = [line for line in out.splitlines() if " | " in line][1:]  # after the header
+    first_block = out.split("\n\n")[0]  # positions come in blocks that fit 80 columns
+    assert all(len(line) <= 80 for line in out.splitlines()), out
+    rows = [line for line in first_block.splitlines() if " | " in line][1:]  # after the header
     assert len(rows) == 3 * len(topk)  # k lines a layer
     for rank in range(3):  # the embed layer's k-th tokens at position 0, one a line
         assert rows[rank].split(" | ")[1].startswith(repr(topk[0][0][rank]))

@@ -58,15 +58,20 @@ def lens(
         c.print(f"{r['kind']} lens · {r['model']} · {len(r['tokens'])} tokens · {r['seconds']:.2f} s")
         width = max(len(x) for x in r["layers"])
         cols = [f"{i}:{t!r}"[:14] for i, t in enumerate(r["tokens"])]
-        print(" " * width + " | " + " | ".join(f"{x:14}" for x in cols))
         # each cell holds the layer's k tokens at that position, one a line (rank 1 on the layer's line)
         tops_k = r.get("topk_tokens") or [[[t] for t in row] for row in r["top_tokens"]]
         probs_k = r.get("topk_probs") or [[[p] for p in row] for row in r["probs"]]
-        for name, tops, probs in zip(r["layers"], tops_k, probs_k, strict=True):
-            for rank in range(max(len(t) for t in tops)):
-                cells = [f"{t[rank]!r:.9} {p[rank]:.2f}"[:14] if rank < len(t) else ""
-                         for t, p in zip(tops, probs, strict=True)]
-                print(f"{name if rank == 0 else '':>{width}} | " + " | ".join(f"{x:14}" for x in cells))
+        per = max(1, (c.width - width - 3) // 17)  # positions a block, so that a block fits the terminal
+        for start in range(0, len(cols), per):
+            shown = slice(start, start + per)
+            if start:
+                print()
+            print(" " * width + " | " + " | ".join(f"{x:14}" for x in cols[shown]).rstrip())
+            for name, tops, probs in zip(r["layers"], tops_k, probs_k, strict=True):
+                for rank in range(max(len(t) for t in tops)):
+                    cells = [f"{t[rank]!r:.9} {p[rank]:.2f}"[:14] if rank < len(t) else ""
+                             for t, p in zip(tops[shown], probs[shown], strict=True)]
+                    print((f"{name if rank == 0 else '':>{width}} | " + " | ".join(f"{x:14}" for x in cells)).rstrip())
         if "target_rank" in r:
             c.print(f"target {r['target']!r} at position {r['position']}: rank per layer {r['target_rank']}")
         if "run" in r:
