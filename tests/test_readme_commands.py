@@ -231,6 +231,9 @@ def test_readme_command_runs(cmd: Command, readme_env, monkeypatch, capsys, one_
     assert out.strip(), f"README line {cmd.line}: `{cmd.text}` printed no result on stdout (stderr: {err[-500:]})"
     assert not PROGRESS_ON_STDOUT.search(out), f"README line {cmd.line}: progress on stdout: {out[:1000]}"
     assert "Traceback" not in out + err
+    # tables fit 80 columns (a line with a run of blanks is a table's); a sentence may run on, as prose does
+    wide = [line for line in out.splitlines() if len(line) > 80 and "  " in line.strip()]
+    assert not wide, f"README line {cmd.line}: a table wider than 80 columns: {wide[:3]}"
 
 
 def _free_port() -> int:

@@ -257,8 +257,15 @@ def vit_explain(
         print(f"{o['method']}: predicted {o['predicted']}, explaining {o['target']}"
               + (f" (mean saliency in the region {o['saliency_in_region']:.3f})" if "saliency_in_region" in o
                  else ""))
-        for row in o["map"]:
-            print(" ".join(f"{v:8.4f}" for v in row))
+        cells = [v for row in o["map"] for v in row]
+        if len(o["map"][0]) <= 8:  # a 32x32 image's 8x8 patches: the scores themselves fit 80 columns
+            for row in o["map"]:
+                print(" ".join(f"{v:8.4f}" for v in row))
+        else:  # dinov2's 16x16 patches: per cent of the largest score, 4 columns a patch (64 in all)
+            top = max(abs(v) for v in cells) or 1.0
+            print(f"patch scores, % of the largest ({top:.4g}); --json has the scores:")
+            for row in o["map"]:
+                print(" ".join(f"{100 * v / top:3.0f}" for v in row))
 
     emit(out, as_json, human)
 
