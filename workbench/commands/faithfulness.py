@@ -117,10 +117,28 @@ def faithfulness(
         out["run_id"] = job.run_id
 
     def human(_):
-        from rich.markdown import Markdown
-
-        result_console().print(Markdown(result.markdown()))
+        print_report(result.markdown())
         if save:
             result_console().print(f"saved run {out['run_id']}")
 
     emit(out, as_json, human)
+
+
+# Short headers so that the table fits 80 columns with the method names whole (they are what --methods takes)
+SHORT = {"disrupt_auc": "disrupt", "recover_auc": "recover", "total_std": "std", "attribution_seconds": "seconds",
+         "recall_at_10": "recall@10", "convergence_gap": "gap"}
+
+
+def print_report(markdown: str) -> None:
+    """The report's title and its table through cli.print_table (rich's Markdown cut headers to fit)."""
+    import textwrap
+
+    from workbench.cli import print_table, result_console
+
+    lines = markdown.splitlines()
+    rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines if line.startswith("| ")]
+    title = " ".join(line for line in lines if line and not line.startswith("|"))
+    print("\n".join(textwrap.wrap(title, max(40, result_console().width))))
+    if rows:
+        header = [SHORT.get(c, c) for c in rows[0]]
+        print_table(header, rows[1:], whole=("method",), numbers=tuple(h for h in header if h != "method"))
