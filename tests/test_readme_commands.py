@@ -236,6 +236,21 @@ def test_readme_command_runs(cmd: Command, readme_env, monkeypatch, capsys, one_
     assert not wide, f"README line {cmd.line}: a table wider than 80 columns: {wide[:3]}"
 
 
+JSON_RUN = [c for c in RUN if "--out" not in c.args and c.args[1:3] != ("runs", "rm")]  # no second file or removal
+
+
+@pytest.mark.parametrize("cmd", JSON_RUN, ids=lambda c: c.id)
+def test_readme_command_json(cmd: Command, readme_env, monkeypatch, capsys, one_thread):
+    """The same line with --json: one JSON document alone on stdout (after the lines above ran: RUN exists)."""
+    import json
+
+    monkeypatch.setenv("WORKBENCH_RUNS", str(readme_env["runs"]))
+    monkeypatch.chdir(ROOT)
+    code, out, err = run_cli(monkeypatch, capsys, *_filled(cmd.args, readme_env), "--json")
+    assert code == 0, f"README line {cmd.line} with --json exited {code}: {err[-2000:]}"
+    json.loads(out)  # nothing but the JSON
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
