@@ -46,7 +46,7 @@ def test_discover_contract_and_evaluate(cli, toy_prompts):
     assert f["k"] == [2, 4, 8, 12] and len(f["normalized"]) == 4 and f["normalized"][-1] == pytest.approx(1.0)
     assert 0.0 <= f["auc"] <= 1.2
 
-    again = cli(["circuit", "evaluate", "--run", out["run"], "--grid", "2,4,8,12", "--json"])
+    again = cli(["circuit", "evaluate", "--run", out["run"][:-2], "--grid", "2,4,8,12", "--json"])  # a prefix
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["faithfulness"]["normalized"] == pytest.approx(f["normalized"], abs=1e-5)
 

@@ -145,7 +145,8 @@ def discover(
 
 
 def evaluate(
-    run: str = typer.Option(..., "--run", help="A saved circuit run id (`workbench runs list --kind circuit`)."),
+    run: str = typer.Option(..., "--run", help="A saved circuit run id or a unique prefix of one "
+                            "(`workbench runs list --kind circuit`)."),
     edges: int = typer.Option(None, "--edges", help="K to print (default: the run's).", callback=positive_int),
     ablation: str = typer.Option(None, "--ablation", help="corrupt, mean or zero (default: the run's)."),
     selection: str = typer.Option("topk", "--selection", help="topk or greedy."),
@@ -173,6 +174,7 @@ def evaluate(
         pairs.append((src.strip(), dst.strip()))
     from circuits.discover import CircuitResult
 
+    run = RunStore().resolve_id(run)  # a unique prefix, as every command that takes a run id
     res = CircuitResult.from_run(RunStore().get(run))
     for s, d in pairs:
         res.graph.edge_id(s, d)  # unknown edge names fail before the model loads
