@@ -176,8 +176,10 @@ class FeatureGraph:
 
         return pd.DataFrame(self.nodes)
 
-    def save(self, root: str | RunStore | None = None, method: str = "dpa") -> Run:
+    def save(self, root: str | RunStore | None = None, method: str | None = None) -> Run:
         from workbench.store import RunDraft, RunStore
+
+        method = method or str(self.params.get("method", "dpa"))
 
         store = root if isinstance(root, RunStore) else RunStore(root)
         result = self.to_json()

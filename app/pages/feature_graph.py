@@ -50,7 +50,8 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
     st.caption(f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
                + (f" minus {C.quoted(graph.foil)}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
-               f"{graph.n_passes} DPA passes in {graph.seconds:.2f} s")
+               f"{graph.n_passes} {'backward' if graph.params.get('method') == 'gradient' else 'DPA'} passes in "
+               f"{graph.seconds:.2f} s")
     st.caption(FV.scores_caption(graph))
     ids = [n["id"] for n in graph.nodes]
     if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
