@@ -179,6 +179,24 @@ def test_parse_only_lines_parse(cmd: Command, monkeypatch, capsys):
     click_cmd.make_context(" ".join(["workbench", *path]), list(rest))  # raises on an unknown option or value
 
 
+def test_inline_commands_in_the_prose_exist():
+    """`workbench ...` spans in the README's sentences: the command exists and takes the options named."""
+    import typer.main
+
+    from workbench.cli import app
+
+    spans = set(re.findall(r"`(workbench [^`]*)`", README.read_text()))
+    assert spans
+    root = typer.main.get_command(app)
+    for span in spans:
+        words = [w.strip("[]") for w in shlex.split(span)]
+        cmd, path, _rest = _click_command(tuple(words))
+        assert path or words[1:2] == ["--version"], f"README: `{span}` names no command"
+        known = {o for param in cmd.params + root.params for o in param.opts + param.secondary_opts}
+        for opt in (w.split("=")[0] for w in words if w.startswith("--")):
+            assert opt in known, f"README: `{span}`: {' '.join(path)} has no option {opt}"
+
+
 # ---- the commands that run ------------------------------------------------------------------------
 
 
