@@ -757,8 +757,27 @@ def catalogue(f: dict[str, str]) -> list[Case]:
         timeout=600)
     add("smollm2 ok", S + ["--target", " Paris", "--json", "--no-save"], "ok", group=g, slow=True, timeout=600)
     # issue 41's classes; D's and F's cases go in functions of their own, called here the same way
-    for more in (issue41_cli_cases, store_cases, network_app_cases):
+    for more in (issue41_cli_cases, store_cases, network_app_cases, replacement_graph_cases):
         C.extend(more(f))
+    return C
+
+
+def replacement_graph_cases(f: dict[str, str]) -> list[Case]:
+    """Issue 38: transcoder sets and the replacement-model graph (refused before any model loads)."""
+    C: list[Case] = []
+    FG = ["feature-graph", "--model", "smollm2-135m", "--prompt", "a b", "--no-save"]
+    for name, args, words in (
+        ("build-set --kind topk", ["sae", "build-set", "--model", "smollm2-135m", "--kind", "topk"], ["transcoder"]),
+        ("build-set --name a/b", ["sae", "build-set", "--model", "smollm2-135m", "--name", "a/b"], ["--name"]),
+        ("feature-graph --node-threshold 0", FG + ["--saes", "smollm2-135m-L6-transcoder2304", "--node-threshold",
+                                                   "0"], ["node_threshold"]),
+        ("feature-graph --edge-threshold 1.5", FG + ["--saes", "smollm2-135m-L6-transcoder2304",
+                                                     "--edge-threshold", "1.5"], ["edge_threshold"]),
+        ("feature-graph --method ig", FG + ["--saes", "smollm2-135m-L6-transcoder2304", "--method", "ig"],
+         ["--method"]),
+        ("feature-graph set:missing", FG + ["--saes", "set:no-such-set"], ["no dictionary set"]),
+    ):
+        C.append(Case(name, args, "error", tuple(words), "38 sets", timeout=60))
     return C
 
 
