@@ -284,9 +284,10 @@ def test_readme_app_answers(cmd: Command, tmp_path):
         args[args.index("--port") + 1] = str(port)
     else:
         args += ["--port", str(port)]
-    exe = Path(sys.executable).parent / "workbench"
+    exe = Path(sys.executable).parent / "workbench"  # the installed entry point, else the same main()
+    command = [str(exe)] if exe.exists() else [sys.executable, "-c", "from workbench.cli import main; main()"]
     env = dict(os.environ, WORKBENCH_RUNS=str(tmp_path))
-    proc = subprocess.Popen([str(exe), *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*command, *args], env=env, cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, start_new_session=True)
     try:
         deadline = time.monotonic() + 60
