@@ -36,13 +36,14 @@ BUDGET = {"max_nodes": 100_000, "max_edges": 1_000_000}  # the engine keeps all;
 
 
 def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths: list[str], per_row: int,
-          edges: int, per_layer: int) -> Any:
+          edges: int, per_layer: int, method: str = "dpa") -> Any:
     from attribution.features.placement import load_dictionaries
     from circuits.feature_graph import feature_graph
 
     dicts = load_dictionaries(paths)
     with loaded.lock:
-        full = feature_graph(loaded.model, prompt, dicts, target=target, foil=foil, per_layer=per_layer, **BUDGET)
+        full = feature_graph(loaded.model, prompt, dicts, target=target, foil=foil, per_layer=per_layer,
+                             method=method, **BUDGET)
     return FV.readable(full, per_row, edges)
 
 
@@ -158,7 +159,8 @@ C.keep("fg_saes", [p for p, tc in found.items() if not tc][:4])  # the residual 
 st.session_state["fg_saes"] = [p for p in st.session_state["fg_saes"] if p in options]
 chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"),
                         format_func=lambda p: p.replace("\\", "/").rsplit("/", 1)[-1])  # by name, not path
-extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra")
+extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra",
+                      help="Directories, or set:NAME for every layer of a transcoder set (workbench sae build-set).")
 paths = list(chosen) + [p.strip() for p in (extra or "").split(",") if p.strip()]
 c1, c2, c3 = st.columns(3)
 n_nodes = c1.slider("Nodes per layer", 2, 24, 8, key="fg_nodes",
@@ -166,15 +168,18 @@ n_nodes = c1.slider("Nodes per layer", 2, 24, 8, key="fg_nodes",
                          "logits, at most three at one position.")
 n_edges = c2.slider("Edges kept", 5, 400, 120, key="fg_edges")
 per_layer = c3.slider("Features expanded per dictionary", 1, 64, 16, key="fg_per_layer")
+method = st.radio("Edges by", ["dpa", "gradient"], key="fg_method", horizontal=True,
+                  help="dpa: DPA top-down passes; gradient: backward passes through the replacement model of a "
+                       "transcoder set (attention and norms frozen, every edge exact, as circuit-tracer).")
 
-sig = (loaded.name, prompt, target, foil, tuple(paths), n_nodes, n_edges, per_layer)
+sig = (loaded.name, prompt, target, foil, tuple(paths), n_nodes, n_edges, per_layer, method)
 held = st.session_state.get("_fg_result")
 if not paths:
     st.info("Pick at least one dictionary of this model (none under data/saes? give a directory).")
 elif st.button("Build the feature graph", key="fg_run", type="primary"):
     with st.spinner("One forward pass, then one DPA top-down pass per expanded feature…"):
         graph = C.attempt("Cannot build the feature graph", build, loaded, prompt, target, foil, paths, n_nodes,
-                          n_edges, per_layer)
+                          n_edges, per_layer, method)
     if graph is not None:
         st.session_state["_fg_result"] = held = (sig, graph)
 if held is not None:
