@@ -220,8 +220,12 @@ def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: i
     ``edges`` and measures the faithfulness curve. Returns a CircuitResult (``.plot()``,
     ``.plot_faithfulness()``, ``.table()``, ``.save()``); see circuits/discover.py for the options."""
     from circuits.discover import circuit as _circuit
+    from workbench.progress import Bar
 
-    return _circuit(model, prompts, method=method, edges=edges, **kwargs)
+    with Bar(f"{method} circuit", unit="prompt") as bar:  # a bar only in a notebook
+        kwargs.setdefault("on_total", bar.total)
+        kwargs.setdefault("on_step", bar.step)
+        return _circuit(model, prompts, method=method, edges=edges, **kwargs)
 
 
 @checked(extras=lambda args: _dpa_keywords(), model=LoadedModel(), prompt=Text())
@@ -238,13 +242,16 @@ def feature_attribution(model: Any, prompt: str, saes: str | list, target: str |
                                 keep_first=keep_first, **kwargs)
 
 
-@checked(extras=lambda args: _dpa_keywords("per_layer", "max_nodes", "max_edges", "keep_first", "batch_size"),
+@checked(extras=lambda args: _dpa_keywords("per_layer", "max_nodes", "max_edges", "keep_first", "batch_size",
+                                           "method", "node_threshold", "edge_threshold"),
          model=LoadedModel(), prompt=Text())
 def feature_graph(model: Any, prompt: str, saes: str | list, target: str | None = None, foil: str | None = None,
                   **kwargs: Any):
     """The feature graph (features -> features -> logits, error nodes, pruned): a FeatureGraph with
-    ``.nodes``, ``.edges``, ``.plot()``, ``.save()``; options max_nodes, max_edges, per_layer, keep_first
-    and DPA's path weights (circuits/feature_graph.py)."""
+    ``.nodes``, ``.edges``, ``.plot()``, ``.save()``, ``.replacement_score``, ``.completeness_score``; options
+    max_nodes, max_edges, per_layer, keep_first, DPA's path weights, method ("dpa" or "gradient": the
+    replacement model of a transcoder set, ``saes="set:NAME"``), node_threshold and edge_threshold
+    (circuits/feature_graph.py)."""
     from attribution.features.placement import load_dictionaries
     from circuits.feature_graph import feature_graph as _feature_graph
 
@@ -261,8 +268,11 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
     ``.table()``). ``circuits.tools.patching.swap_names`` builds an IOI-style corrupted prompt."""
     from circuits.tools.patching import patch as _patch
     from workbench.options import check_finite
+    from workbench.progress import Bar
 
-    res = _patch(model, clean, corrupted, target, foil, site=site, **kwargs)
+    with Bar(f"patching {site}", unit="forward") as bar:  # a bar only in a notebook
+        kwargs.setdefault("on_step", bar.to)
+        res = _patch(model, clean, corrupted, target, foil, site=site, **kwargs)
     check_finite(f"{site} patching effects", res.effect)
     return res
 
@@ -388,8 +398,11 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
     ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
     HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
     from workbench.jobs import run
+    from workbench.progress import Bar
 
-    return run(spec, workers=workers, address=ray_address, save=save)
+    with Bar("job", unit="item") as bar:  # a bar only in a notebook
+        return run(spec, workers=workers, address=ray_address, save=save,
+                   on_progress=lambda job: bar.to(job.done, job.total or None))
 
 
 @checked(spec=JobSpecArg(), workers=Int(1, _cli_bound("--workers")))
