@@ -85,6 +85,9 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
         return {lv: attribute(model, prompt, target, foil, method=spec.name, level=lv, position=position, **params)
                 for lv in levels}
     enc = encode_at(model, prompt, target, foil, position)
+    from workbench.models.hooked import require
+
+    require(model, spec.name)
     started = time.perf_counter()
     outs = _load(spec.one_pass)(model, *_for_method(spec, enc), tuple(levels), **params)
     seconds = time.perf_counter() - started
@@ -96,6 +99,9 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
 def run_encoded(model: HookedModel, method: str, fn: Method, enc: Encoding, level: str, params: dict[str, Any],
                 prompt: str | None) -> AttributionResult:
     """One method (its name and implementation from get_method) on an encoding already made, timed."""
+    from workbench.models.hooked import require
+
+    require(model, canonical(method))  # one line naming the method and the backend, where it does not run
     started = time.perf_counter()
     out = fn(model, *_for_method(METHODS[canonical(method)], enc), level, **params)
     seconds = time.perf_counter() - started

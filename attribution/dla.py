@@ -160,8 +160,9 @@ def _direction(model: HookedModel, enc: Encoding, logits_at: torch.Tensor) -> tu
 
 def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
     """DLA on an encoding already made (Encoding.position: the explained position)."""
-    if model.backend != "transformer_lens":
-        raise MethodError(f"dla reads a TransformerLens ActivationCache; {model.name} runs on {model.backend}")
+    from workbench.models.hooked import require
+
+    require(model, "dla")  # it reads a TransformerLens ActivationCache
     if getattr(model, "W_U", None) is None or model.kind == "vit":
         raise MethodError(f"{model.name} has no unembedding: direct logit attribution needs one")
     p = enc.query

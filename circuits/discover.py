@@ -310,6 +310,9 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
         raise MethodError(f"unknown selection {selection!r}; choose topk or greedy")
     p = spec.check_params(params)
     model = _model(model)
+    from workbench.models.hooked import require
+
+    require(model, "circuit")  # per-head inputs: TransformerLens' split q/k/v inputs
     graph = CircuitGraph.of(model)
     edges = check_k(edges, graph.n_edges)
     rows = _rows(prompts, limit)

@@ -148,8 +148,10 @@ def feature_attribution(model: HookedModel, prompt: str, dictionaries: list[Dict
                         target: str | None = None, foil: str | None = None, keep_first: bool = False,
                         **params: Any) -> FeatureAttribution:
     """Feature-level DPA of ``prompt`` over ``dictionaries`` (sorted by depth); DPA parameters as dpa's."""
+    from workbench.models.hooked import require
     from workbench.options import check_finite
 
+    require(model, "feature attribution")
     p = DPAParams.from_kwargs(**params)
     enc = model.encode(prompt, target, foil)
     places = check_dictionaries(model, list(dictionaries))

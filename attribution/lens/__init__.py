@@ -57,6 +57,9 @@ def check_readable(model: HookedModel) -> None:
     if getattr(model, "kind", None) == "vit" or type(model).__name__ == "HookedViT":
         raise MethodError(f"{name} is a vision model: the logit and tuned lenses are not for vision models "
                           "(they read residuals through a token unembedding)")
+    from workbench.models.hooked import require
+
+    require(model, "lens")
     if getattr(model, "W_U", None) is None:
         raise MethodError(f"{name} has no unembedding to read a lens through")
 

@@ -155,6 +155,9 @@ def run_probe(
 ) -> ProbeRun:
     """Logistic probes with a control task at every hook (see attribution/probes/probe.py); with ``concept``
     also class-mean and probe concept vectors from the same activations (no steering)."""
+    from workbench.models.hooked import require
+
+    require(model, "probe")
     names = names or {h: h for h in hooks}
     n = len(data)
     if on_total is not None:
@@ -263,7 +266,9 @@ def run_concepts(
     """Class-mean, probe and SAE concept vectors at ``hooks`` (SAEs from data/saes for the model plus the
     ``saes`` directories), their cosines, and steering with each at ``steer`` against a random vector."""
     from attribution.sae.train import check_fits, load_sae
+    from workbench.models.hooked import require
 
+    require(model, "concept vectors")
     n = len(data)
     if on_total is not None:
         on_total(CONCEPT_PHASES * n)

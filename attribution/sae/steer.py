@@ -131,8 +131,10 @@ def steer(model: HookedModel, d: Any, unit: int, prompt: str, alpha: float | Non
     target's logit and probability at the last prompt position both ways."""
     import torch
 
+    from workbench.models.hooked import require
     from workbench.options import check_finite
 
+    require(model, "sae steering")
     hooks = steering_hooks(d, unit, alpha, value, skip_first)
     check_new_tokens(n_new)
     tokens = model.to_tokens(prompt)  # generation stops at the model's context (_generate)

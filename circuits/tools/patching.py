@@ -289,6 +289,10 @@ def path_patch(
     to the logits. Returns the patched logit difference and the normalized effect."""
     import torch
 
+    from workbench.models.hooked import require
+
+    require(model, "path patching")
+
     if via not in ("q", "k", "v"):
         raise RangeError(f"via must be q, k or v, not {via!r}")
     ls, hs = model.check_layer(sender[0]), model.check_head(sender[1])
@@ -377,6 +381,9 @@ def patch(
     """Activation patching of one kind of site (``SITES``) from ``corrupted`` into ``clean``."""
     if site not in SITES:
         raise RangeError(f"unknown site {site!r}: {', '.join(SITES)}")
+    from workbench.models.hooked import require
+
+    require(model, "patch (heads)" if site == "heads" else "patch (resid, attn, mlp, mlps)")
     if site == "heads":
         return patch_heads(model, clean, corrupted, target, foil, pos=pos, on_step=on_step)
     if site == "mlps":

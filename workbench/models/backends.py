@@ -22,8 +22,10 @@ import logging
 import warnings
 from pathlib import Path
 
-from workbench.errors import ModelFileError
+from workbench.errors import BackendError
 from workbench.models.hooked import HookedModel, hooked_transformer
+
+BACKENDS = ("transformer_lens", "bridge", "nnsight")
 
 
 def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "transformer_lens",
@@ -35,6 +37,8 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
 
     hf_logging.disable_progress_bar()
 
+    if backend not in BACKENDS:  # before anything loads
+        raise BackendError(f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
     if backend == "nnsight":
         from workbench.models.remote import NNsightModel
 
@@ -51,8 +55,6 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         prepend_bos = tokenizer_adds_bos(tokenizer)
     if backend == "bridge":
         return _bridge(path, hf, tokenizer, name, device, prepend_bos)
-    if backend != "transformer_lens":
-        raise ModelFileError(f"unknown backend {backend!r}: transformer_lens, bridge or nnsight")
     return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype)
 
 

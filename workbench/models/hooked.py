@@ -89,7 +89,9 @@ def require(model: Any, engine: str) -> None:
 
 
 # What TransformerLens' TransformerBridge (3.9, compatibility mode) lacks for an engine: engine -> what it needs
-BRIDGE_REFUSALS: dict[str, str] = {}
+_SPLIT = ("per-head q/k/v inputs (split_qkv_input), which the bridge does not honour for grouped-query "
+          "attention (a shape error)")
+BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT, "path patching": _SPLIT}
 
 
 @dataclass(frozen=True)
@@ -207,7 +209,35 @@ class HookedModel:
         """The module's forward (logits [batch, pos, vocab], or what stop_at_layer/return_type ask for);
         with start_at_layer, ``tokens`` is the residual stream [batch, pos, d_model] (toy regression models
         read vectors [batch, pos, d_in]). A prompt string (or a list of them) is tokenized by ``to_tokens``."""
+        if self.backend == "bridge" and ("start_at_layer" in kwargs or "stop_at_layer" in kwargs):
+            return self._bridge_partial(self._tokens(tokens), **kwargs)
         return self.tl(self._tokens(tokens), **kwargs)
+
+    def _bridge_partial(self, x: Any, start_at_layer: int | None = None, stop_at_layer: int | None = None,
+                        **kwargs: Any) -> Any:
+        """TransformerLens' start_at_layer / stop_at_layer on a TransformerBridge, which runs HF's own layer
+        loop and takes neither: the residual replaces block ``start_at_layer``'s input in a forward on
+        placeholder ids of its shape (positions are the same), and the residual entering block
+        ``stop_at_layer`` is what comes back (the rest of the forward runs, unread). Gradients flow through."""
+        hooks: list[tuple[str, Callable]] = []
+        if start_at_layer is not None:
+            resid = x
+            pad = getattr(self.tokenizer, "pad_token_id", None)
+            x = torch.full(resid.shape[:2], 1 if pad == 0 else 0, dtype=torch.long, device=resid.device)
+            hooks.append((f"blocks.{self.check_layer(start_at_layer)}.hook_resid_pre",
+                          lambda act, hook: resid.to(act.dtype)))
+        kept: dict[str, Any] = {}
+        if stop_at_layer is not None:
+            stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
+            name = "hook_embed" if stop == 0 else f"blocks.{stop - 1}.hook_resid_post"
+
+            def keep(act: Any, hook: Any) -> Any:
+                kept["resid"] = act
+                return act
+
+            hooks.append((name, keep))
+        logits = self.tl.run_with_hooks(x, fwd_hooks=hooks, **kwargs)
+        return kept["resid"] if stop_at_layer is not None else logits
 
     def logits(self, tokens: ModelInput) -> Float[torch.Tensor, "batch pos vocab"]:
         with torch.no_grad():
@@ -408,7 +438,12 @@ class HookedModel:
 
     def attn_scale(self, layer: int) -> float:
         """The divisor of a layer's attention scores (sqrt(d_head) unless the model says otherwise)."""
-        return float(self.tl.blocks[self.check_layer(layer)].attn.attn_scale)
+        attn = self.tl.blocks[self.check_layer(layer)].attn
+        if hasattr(attn, "attn_scale"):
+            return float(attn.attn_scale)
+        # TransformerBridge: its HF attention's own factor (Gemma's query_pre_attn_scalar included)
+        scaling = getattr(getattr(attn, "original_component", None), "scaling", None)
+        return 1.0 / float(scaling) if scaling else float(self.arch.d_head) ** 0.5
 
     def rope(self, layer: int, seq_len: int) -> tuple[Float[torch.Tensor, "pos rot"], Float[torch.Tensor, "pos rot"],
                                                       bool, int] | None:
@@ -418,6 +453,11 @@ class HookedModel:
             return None
         attn = self.tl.blocks[self.check_layer(layer)].attn
         cfg = self.tl.cfg
+        if not hasattr(attn, "rotary_cos") and hasattr(self.tl, "rotary_emb"):  # TransformerBridge: HF's tables
+            pos = torch.arange(seq_len, device=self.device)[None]
+            with torch.no_grad():
+                cos, sin = self.tl.rotary_emb(torch.zeros(1, seq_len, self.arch.d_head, device=self.device), pos)
+            return cos[0], sin[0], False, int(cos.shape[-1])
         return (attn.rotary_cos[:seq_len], attn.rotary_sin[:seq_len], bool(cfg.rotary_adjacent_pairs),
                 int(cfg.rotary_dim))
 
