@@ -68,6 +68,14 @@ class AttentionResult:
         """One head's pattern [query, key]."""
         return self.pattern[self._row(layer), self._head(head)]
 
+    def select(self, layers: Any) -> AttentionResult:
+        """The result of ``layers`` only (model layer indices; e.g. ``range(20, 30)``): a smaller figure."""
+        rows = [self._row(int(lay)) for lay in layers]
+        if not rows:
+            raise RangeError("select() needs at least one layer")
+        return AttentionResult(model=self.model, tokens=self.tokens, layers=[self.layers[r] for r in rows],
+                               pattern=self.pattern[rows], prompt=self.prompt, seconds=self.seconds)
+
     def top_heads(self, query: int, key: int, k: int = 10) -> list[dict[str, Any]]:
         """The k heads that put the most weight from position ``query`` on position ``key`` (negative
         positions count from the end): [{"layer", "head", "weight"}], largest first."""

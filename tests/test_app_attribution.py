@@ -37,6 +37,7 @@ def page(tiny_llama_dir):
 def test_dpa_views_render_and_follow_the_prompt(page):
     at = page
     assert not problems(at)
+    check_attention_tab_and_coloured_tokens(at)
     target = at.text_input(key="attr_target").value
     assert target, "target is suggested from the model's top prediction"
     before = token_scores(at)
@@ -155,3 +156,16 @@ def test_smollm2_dpa_page_on_30_token_prompts(server_threads):
         assert previous is None or not np.allclose(scores, previous)  # a new prompt, a new result
         previous = scores
         assert chart(at, "attr_head_grid") and chart(at, "attr_flow")  # every DPA view is drawn
+
+
+def check_attention_tab_and_coloured_tokens(at) -> None:
+    """The Attention tab (wb.attention's grid, then one head) and the coloured tokens under the token chart;
+    called from the test above, which has the page open already (a page open costs 15-40 s)."""
+    grid = chart(at, "attn_fig")  # a layer's heads (the tiny Llama: 4), tokens on both axes
+    assert len(grid["data"]) == 4 and len(grid["data"][0]["x"]) == 11
+    at.selectbox(key="attn_layer").set_value(1).run()
+    at.selectbox(key="attn_head").set_value(2).run()
+    one = chart(at, "attn_fig")
+    assert not problems(at) and len(one["data"]) == 1 and "L1H2" in one["layout"]["title"]["text"]
+    html = [el.proto.body for el in at.get("html")]
+    assert any("wb-colored-tokens" in body and "\u00b7Mary" in body for body in html), html

@@ -94,6 +94,9 @@ def test_grid_has_a_layer_picker_and_one_head_draws_large():
     assert "L2H1" in one.layout.title.text
     with pytest.raises(WorkbenchError, match="layer"):
         res.plot(head=1)
+    part = res.select([2, 1])
+    assert part.layers == [2, 1] and torch.equal(part.head(2, 1), res.head(2, 1))
+    assert len(part.plot(layer=2).data) == 4
     # skip_first: the colour scale tops at the largest weight off the sink column
     sk = res.plot(layer=2, head=1, skip_first=True)
     assert sk.data[0].zmax == pytest.approx(float(res.head(2, 1)[:, 1:].max()), abs=1e-6)
@@ -143,3 +146,16 @@ def test_attribution_draws_coloured_tokens(m):
     heads = wb.attribute(m, P, target="N3", foil="N7", level="head")
     with pytest.raises(WorkbenchError, match="token-level"):
         heads.colored_tokens()
+
+
+def test_progress_bars_show_only_when_asked_or_in_a_notebook(capsys):
+    from workbench.progress import Bar, in_notebook
+
+    assert not in_notebook()
+    with Bar("quiet", total=3) as bar:  # outside a kernel: nothing drawn
+        bar.step()
+    with Bar("patching heads", show=True) as bar:
+        bar.to(2, 4)
+        bar.to(4, 4)
+    err = capsys.readouterr().err
+    assert "quiet" not in err and "patching heads" in err and "4/4" in err

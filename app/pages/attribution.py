@@ -277,9 +277,14 @@ st.plotly_chart(
     V.token_heatmap({m: r.scores for m, r in token_results.items()}, first.tokens, skip_first=skip_tokens),
     key="attr_tokens",
 )
+with st.expander("Coloured tokens", expanded=True):  # the same scores as text (CircuitsVis' colored_tokens)
+    from app.attention_view import show_colored_tokens
+
+    show_colored_tokens(token_results, skip_tokens)
 S.share("attr_tokens", loaded.name, code_lines(results, ("token",)), link("token"))
 
-TABS = ["Heads", "Neurons", "Information flow", "Direct logit attribution", "Patching", "Disrupt / recover", "Save"]
+TABS = ["Heads", "Attention", "Neurons", "Information flow", "Direct logit attribution", "Patching",
+        "Disrupt / recover", "Save"]
 level_q = st.session_state.pop("_attr_level_q", None)
 default_tab = {"head": "Heads", "neuron": "Neurons", "edge": "Information flow"}.get(level_q or "")
 tabs = st.tabs(TABS, default=default_tab)
@@ -292,6 +297,10 @@ with tabs[0]:
     else:
         st.info(f"{detail} gives no head scores; pick another method for components.")
 with tabs[1]:
+    from app.attention_view import show_attention
+
+    show_attention(loaded, prompt)
+with tabs[2]:
     if (detail, "neuron") in results:
         res = results[(detail, "neuron")]
         skip_neurons = V.first_token_toggle("attr_neurons_skip0")
@@ -306,26 +315,26 @@ with tabs[1]:
         S.share("attr_neurons", loaded.name, code_lines({(detail, "neuron"): res}, ("neuron",)), link("neuron"))
     else:
         st.info(f"{detail} gives no neuron scores.")
-with tabs[2]:
+with tabs[3]:
     started = time.perf_counter()
     if position is not None:
         st.info("The information-flow circuit explains the last position; click the last token above to see it.")
     elif CV.prompt_circuit(loaded, prompt, target, foil, key="attr_flow"):
         TIMES["circuit"] = time.perf_counter() - started
-with tabs[3]:
+with tabs[4]:
     from app.dla_view import show_dla
 
     show_dla(loaded, prompt, target, foil, position)
-with tabs[4]:
+with tabs[5]:
     from app.patching_view import show_patching
 
     show_patching(loaded, prompt, target, foil, position=position)
-with tabs[5]:
+with tabs[6]:
     if position is not None:
         st.info("Disrupt / recover curves are for the last position; click the last token above to see them.")
     else:
         show_faithfulness(loaded, prompt, target, foil, methods)
-with tabs[6]:
+with tabs[7]:
     st.write(f"{len(results)} results: " + ", ".join(f"{m}·{lv}" for m, lv in results))
     sig = (loaded.name, prompt, target, foil, position, tuple(results))
     st.button(
