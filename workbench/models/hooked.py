@@ -224,8 +224,12 @@ class HookedModel:
             resid = x
             pad = getattr(self.tokenizer, "pad_token_id", None)
             x = torch.full(resid.shape[:2], 1 if pad == 0 else 0, dtype=torch.long, device=resid.device)
-            hooks.append((f"blocks.{self.check_layer(start_at_layer)}.hook_resid_pre",
-                          lambda act, hook: resid.to(act.dtype)))
+            start = self.check_layer(start_at_layer)
+            # replaced where it is made (the block before's output), so that hooks a caller put on this
+            # block's hook_resid_pre (a patch) still act on it afterwards
+            at = f"blocks.{start - 1}.hook_resid_post" if start > 0 else \
+                ("hook_embed" if self.arch.positional != "learned" else "blocks.0.hook_resid_pre")
+            hooks.append((at, lambda act, hook: resid.to(act.dtype)))
         kept: dict[str, Any] = {}
         if stop_at_layer is not None:
             stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
