@@ -63,7 +63,8 @@ def run_cells(model: Any, cfg: BenchConfig, todo: list[Cell],
         parts.append({"task": task, "method": method, "header": dict(setup.header), "result": res,
                       "scores": scores, "scale": scale, "model": model.name, "started": started,
                       "finished": time.time(), "graph": {"n_layers": g.n_layers, "n_heads": g.n_heads,
-                                                         "has_mlp": g.has_mlp, "parallel": g.parallel}})
+                                                         "has_mlp": g.has_mlp, "parallel": g.parallel,
+                                                         "d_model": int(model.arch.d_model)}})  # MIB's files
     return parts
 
 
