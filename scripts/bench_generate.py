@@ -49,13 +49,17 @@ def _tl_generate(model, tokens, n: int, threads: int | None = None) -> list[int]
     return [int(i) for i in out[0, tokens.shape[1]:]]
 
 
-def _after(model, tokens, n: int) -> list[int]:
+def _decode(model, tokens, n: int, lean: bool) -> list[int]:
     from workbench.models.decode import decode
 
-    return decode(model.tl, tokens, n, eos=None)  # no stop: every run makes n tokens
+    return decode(model.tl, tokens, n, eos=None, lean=lean)  # no stop: every run makes n tokens
 
 
-PATHS = {"before": lambda m, t, n: _tl_generate(m, t, n), "after": _after,
+# "tl loop": the previous session's decode (TransformerLens' loop at the faster thread count, 84 ms/token on
+# smollm2 f32 under load); "lean": this session's lean forward (HookedModel.greedy's path now)
+PATHS = {"before": lambda m, t, n: _tl_generate(m, t, n),
+         "tl loop": lambda m, t, n: _decode(m, t, n, lean=False),
+         "lean": lambda m, t, n: _decode(m, t, n, lean=True),
          "one thread": lambda m, t, n: _tl_generate(m, t, n, threads=1)}
 
 
@@ -100,9 +104,11 @@ def main() -> None:
         for dtype in args.dtypes.split(","):
             model = wb.load(name, dtype=dtype)
             load_before = os.getloadavg()
+            uptime_before = _uptime()
             res = measure(model, args.reps)
             rows.append({"model": name, "dtype": dtype, "threads": torch.get_num_threads(),
-                         "load_before": load_before, "load_after": os.getloadavg(), **res})
+                         "load_before": load_before, "load_after": os.getloadavg(),
+                         "uptime_before": uptime_before, "uptime_after": _uptime(), **res})
             summary = {k: round(min(r["ms_per_token"] for r in v), 1) for k, v in res["runs"].items()}
             print(name, dtype, "min ms/token", summary, "load", os.getloadavg()[0], flush=True)
             del model
@@ -113,6 +119,15 @@ def main() -> None:
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     out.write_text(render(meta, rows))
     print(f"wrote {out}")
+
+
+def _uptime() -> str:
+    import subprocess
+
+    try:
+        return subprocess.run(["uptime"], capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "uptime unavailable"
 
 
 def _cell(runs: list[dict], key: str, digits: int = 0) -> str:
@@ -135,8 +150,8 @@ def render(meta: dict, rows: list[dict]) -> str:
     for row in rows:
         load = f"{row['load_before'][0]:.1f}, {row['load_after'][0]:.1f}"
         for path, runs in row["runs"].items():
-            threads = {"before": f"{row['threads']} threads", "after": f"{row['threads']} or 1 thread a step",
-                       "one thread": "1 thread"}[path]
+            threads = {"before": f"{row['threads']} threads", "tl loop": f"{row['threads']} or 1 thread a step",
+                       "lean": f"{row['threads']} or 1 thread a step", "one thread": "1 thread"}[path]
             lines.append(f"| {row['model']} | {row['dtype']} | {load} | {path} ({threads}) "
                          f"| {_cell(runs, 'ms_per_token', 1)} | {_cell(runs, 'ratio', 1)} | {_cell(runs, 'first_ms')} "
                          f"| {row['tokens_equal']} |")

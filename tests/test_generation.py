@@ -1,4 +1,4 @@
-"""Generation through workbench.models.decode (TransformerLens' KV-cache loop at the faster thread count): the same
+"""Generation through workbench.models.decode (the lean forward, or TransformerLens' KV-cache loop; the faster thread count): the same
 tokens as TransformerLens' own generate, hooks still steer, the thread choice, and prompt strings wherever
 TransformerLens takes them (HookedModel and the module underneath), with the model's BOS rule."""
 
@@ -183,3 +183,78 @@ def test_real_gemma_bos_rule_on_both_paths():
         assert torch.equal(gemma.tl.to_tokens(text), tokens)
         assert gemma.to_str_tokens(text)[0] == gemma.tokenizer.bos_token
         assert gemma.greedy(tokens, 8) == _tl_generate(gemma, tokens, 8)
+
+
+# -- the lean decode forward (workbench.models.decode.LeanDecoder) ------------------------------------------
+
+LEAN_FAMILIES = ("qwen3", "gemma2", "gemma3")  # qk-norm; soft-caps and windows; post norms, local/global rotary
+
+
+@pytest.fixture(scope="module")
+def family_models(tmp_path_factory):
+    from family_models import save_family
+
+    import workbench as wb
+
+    root = tmp_path_factory.mktemp("lean")
+    return {f: wb.load(str(save_family(root / f, f, seed=i))) for i, f in enumerate(LEAN_FAMILIES + ("olmo2",))}
+
+
+@pytest.mark.parametrize("family", LEAN_FAMILIES)
+def test_lean_equals_transformer_lens_on_families(family_models, family, one_thread):
+    """Past the sliding window (4 positions): the same greedy ids as TransformerLens' loop, and the logits of a
+    cached step equal its forward of the whole sequence."""
+    from family_models import IDS
+
+    from workbench.models.decode import LeanDecoder, decode, lean_refusal
+
+    tl = family_models[family].tl
+    tokens = torch.tensor([IDS])
+    assert lean_refusal(tl) is None
+    lean = decode(tl, tokens, 12, adapt_threads=False)
+    assert lean == decode(tl, tokens, 12, adapt_threads=False, lean=False)
+    seq = torch.tensor([IDS + lean[:3]])
+    with torch.inference_mode():
+        decoder = LeanDecoder(tl, 1, seq.shape[1], seq.device)
+        decoder.step(seq[:, :-1], 0)
+        last = decoder.step(seq[:, -1:], seq.shape[1] - 1)
+        ref = tl(seq)[:, -1]
+    assert torch.allclose(last, ref, atol=1e-4, rtol=1e-4)
+
+
+def test_lean_refuses_what_it_does_not_reproduce(family_models, tiny_gpt2, tiny_llama):
+    from workbench.models.decode import lean_refusal
+
+    assert "post-norm" in lean_refusal(family_models["olmo2"].tl)
+    assert "positions" in lean_refusal(tiny_gpt2.tl)
+    assert lean_refusal(tiny_llama.tl) is None
+    assert lean_refusal(tiny_llama.tl, torch.tensor([[1, 1, 0]])) == "a prompt with padding"
+    with tiny_llama.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda act, hook: act)]):
+        assert lean_refusal(tiny_llama.tl) == "a hook on blocks.0.attn.hook_pattern"
+
+
+def test_lean_hooks_see_what_transformer_lens_hooks_see(tiny_llama, one_thread):
+    """Every hook point the lean forward fires gets the tensors TransformerLens' loop gives it, call for call;
+    a hook elsewhere (the pattern) sends the generation to that loop, and it still fires."""
+    from workbench.models.decode import LEAN_HOOKS, decode
+
+    tokens = tiny_llama.to_tokens(PROMPT)
+    names = [name.format(l=layer) for layer in range(tiny_llama.arch.n_layers) for name in LEAN_HOOKS]
+
+    def record(lean: bool) -> dict[str, list[torch.Tensor]]:
+        seen: dict[str, list[torch.Tensor]] = {name: [] for name in names}
+        hooks = [(name, lambda act, hook: seen[hook.name].append(act.clone())) for name in names]
+        with tiny_llama.hooks(fwd_hooks=hooks):
+            decode(tiny_llama.tl, tokens, 5, adapt_threads=False, lean=lean)
+        return seen
+
+    lean, ref = record(True), record(False)
+    for name in names:
+        assert len(lean[name]) == len(ref[name]) == 5, name
+        for a, b in zip(lean[name], ref[name], strict=True):
+            assert a.shape == b.shape and torch.allclose(a, b, atol=1e-5), name
+    patterns: list[int] = []
+    with tiny_llama.hooks(fwd_hooks=[("blocks.0.attn.hook_pattern", lambda act, hook: patterns.append(1))]):
+        greedy = tiny_llama.greedy(tokens, 4)
+    assert len(patterns) == 4  # the prompt pass and three cached steps, in TransformerLens' loop
+    assert greedy == _tl_generate(tiny_llama, tokens, 4)
