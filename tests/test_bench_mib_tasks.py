@@ -159,6 +159,8 @@ def test_random_baseline_is_the_mean_of_its_draws_and_empty_sizes_are_said(tiny_
         assert lv["cpr_ci"][0] <= lv["cpr_ci"][1] and lv["cmd_ci"][0] <= lv["cmd_ci"][1]
     text = markdown(result)
     assert "| cats |" in text and "## Tasks and MIB" in text and "a custom task file" in text
+    lv = result["tasks"][0]["methods"]["random"]["levels"]["edge"]  # the document gives the interval widths
+    assert "## Interval widths" in text and f"| edge CPR | {lv['cpr_ci'][1] - lv['cpr_ci'][0]:.3f} (" in text
     # a curve whose every size below the full one pruned to nothing is said, not scored as 0
     curve = {"fractions": [0.1, 0.5, 1.0], "edges_kept": [0, 0, 80], "faithfulness": [0.0, 0.0, 1.0]}
     lv = {"cpr": 0.25, "cmd": 0.75, "cpr_ci": [0.25, 0.25], "cmd_ci": [0.75, 0.75],

@@ -112,6 +112,7 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
                 if all(c == "-" for c in cells):
                     continue
                 lines.append(f"| {m} | " + " | ".join(cells) + " |")
+    lines += width_lines(result)
     lines += mib_lines(tasks)
     for level in cfg["levels"]:
         lines += _best_lines(result, level)
@@ -131,6 +132,27 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
     if reading:
         lines += ["", "## Reading", "", reading.strip()]
     return "\n".join(lines) + "\n"
+
+
+def interval_widths(result: dict[str, Any], level: str, key: str) -> list[list[float]]:
+    """Per task, the widths (hi - lo) of every method's 95% interval of CPR or CMD at one level."""
+    return [[lv[f"{key}_ci"][1] - lv[f"{key}_ci"][0] for res in t["methods"].values()
+             if (lv := res.get("levels", {}).get(level)) is not None] for t in result["tasks"]]
+
+
+def width_lines(result: dict[str, Any]) -> list[str]:
+    """How wide the intervals are: per task and (level, metric), the median width over methods (the widest)."""
+    tasks = [t.get("label", t["task"]) for t in result["tasks"]]
+    lines = ["", "## Interval widths (95% bootstrap interval hi - lo: median over methods, widest in parentheses)",
+             "", "| level, metric | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
+    for level in result["config"]["levels"]:
+        for key in ("cpr", "cmd"):
+            cells = []
+            for widths in interval_widths(result, level, key):
+                w = sorted(widths)
+                cells.append(f"{w[len(w) // 2]:.3f} ({w[-1]:.3f})" if w else "-")
+            lines.append(f"| {level} {key.upper()} | " + " | ".join(cells) + " |")
+    return lines
 
 
 def best_per_task(result: dict[str, Any], level: str) -> dict[str, dict[str, dict[str, Any]]]:
