@@ -25,7 +25,20 @@ app = typer.Typer(
 )
 
 JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on stdout.")
-DEVICE_OPTION = typer.Option("cpu", "--device", help="cpu (default) or cuda when present.")
+
+
+def _device_option(value: str) -> str:
+    """--device checked as it is parsed: one line and exit 2 for an unknown device or cuda without CUDA."""
+    from workbench.errors import DeviceError
+    from workbench.models.zoo import check_device
+
+    try:
+        return check_device(value)
+    except DeviceError as exc:
+        raise typer.BadParameter(str(exc)) from None
+
+
+DEVICE_OPTION = typer.Option("cpu", "--device", callback=_device_option, help="cpu (default) or cuda when present.")
 
 
 def _dtype_option(value: str) -> str:
@@ -144,14 +157,10 @@ def progress():
 
 
 def check_device(device: str) -> str:
-    if device not in ("cpu", "cuda") and not device.startswith("cuda:"):
-        raise WorkbenchError(f"unknown device {device!r}: use cpu or cuda")
-    if device.startswith("cuda"):
-        import torch
+    """The device's name, or DeviceError (workbench.models.zoo.check_device)."""
+    from workbench.models.zoo import check_device as check
 
-        if not torch.cuda.is_available():
-            raise WorkbenchError("device cuda requested but no CUDA device is present")
-    return device
+    return check(device)
 
 
 def _print_version(value: bool) -> None:

@@ -35,6 +35,10 @@ class BackendError(MethodError):
     """An engine that does not run on a model's backend, or an unknown backend: one line naming both."""
 
 
+class DeviceError(WorkbenchError):
+    """A device that is unknown, or absent here (``cuda`` on a machine without CUDA)."""
+
+
 class RunStoreError(WorkbenchError):
     """Missing run, or a run store that cannot be written."""
 

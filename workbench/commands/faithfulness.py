@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from workbench.options import positive_int
 from workbench.prompt_files import read_prompts
@@ -69,7 +69,7 @@ def faithfulness(
                              "paper scripts' figures."),
     batch_size: int = typer.Option(32, "--batch-size", help="Ablated forwards per batch.", callback=positive_int),
     threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
-    device: str = typer.Option("cpu", "--device", help="cpu (default) or cuda when present."),
+    device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
     workers: int = WORKERS_OPTION,

@@ -14,11 +14,12 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ModelFileError, UnknownModelError
+from workbench.errors import DeviceError, ModelFileError, UnknownModelError
 from workbench.paths import data_root
 
 # The data folder (checkout data/ or the installed workbench_data); tests may point it elsewhere.
@@ -259,9 +260,34 @@ def check_dtype(dtype: str | None) -> str:
     return name
 
 
+def check_device(device: Any) -> str:
+    """The device's name (cpu, cuda, cuda:N or mps), or DeviceError in one line: unknown, or cuda without CUDA here
+    (torch's own message is an AssertionError from deep inside the first tensor move). Imports torch for cuda only."""
+    name = str(device).strip()
+    if name != "cpu" and not re.fullmatch(r"cuda(:\d+)?|mps", name):
+        raise DeviceError(f"unknown device {device!r}: use cpu, cuda, cuda:N or mps")
+    if name == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise DeviceError("device mps requested but this machine's torch has no MPS device; use --device cpu")
+    if name.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DeviceError(f"device {name} requested but this machine has no CUDA device "
+                              f"(torch {torch.__version__}); use --device cpu")
+        index = int(name.partition(":")[2] or 0)
+        if index >= torch.cuda.device_count():
+            raise DeviceError(f"device {name} requested but this machine has {torch.cuda.device_count()} CUDA "
+                              "device(s)")
+    return name
+
+
 def load(name_or_path: str, device: str = "cpu", dtype: str | None = None, **kwargs: Any):
     """Load a model from the zoo, a local directory or a Hugging Face hub id, ready for the engines.
     ``dtype`` (float32 | bfloat16 | float16) is the LLMs' weight precision; engines accumulate in float32."""
+    device = check_device(device)
     name = check_dtype(dtype)
     entry = resolve(name_or_path)
     if name != "float32":
