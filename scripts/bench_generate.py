@@ -115,10 +115,23 @@ def main() -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "cpus": os.cpu_count(),
             "cpu": platform.processor() or platform.machine(), "torch": torch.__version__,
-            "reps": args.reps, "prompt": PROMPT, "new_tokens": N}
+            "reps": args.reps, "prompt": PROMPT, "new_tokens": N,
+            "command": "python scripts/bench_generate.py " + " ".join(sys.argv[1:])}
     out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     out.write_text(render(meta, rows))
     print(f"wrote {out}")
+
+
+def _goal(rows: list[dict]) -> str:
+    """Whether the lean path's min reaches the issue's goal (50 ms a token, smollm2-135m) in any dtype."""
+    figures = {row["dtype"]: min(r["ms_per_token"] for r in row["runs"]["lean"])
+               for row in rows if row["model"] == "smollm2-135m" and "lean" in row["runs"]}
+    if not figures:
+        return "Goal (<= 50 ms a token, smollm2-135m): not measured in this run."
+    best = min(figures.values())
+    said = ", ".join(f"{d} {v:.1f} ms" for d, v in figures.items())
+    return (f"**Goal (<= 50 ms a token, smollm2-135m, lean path, min over runs): "
+            f"{'met' if best <= 50 else 'not met'}** ({said}).")
 
 
 def _uptime() -> str:
@@ -143,6 +156,15 @@ def render(meta: dict, rows: list[dict]) -> str:
         f"torch {meta['torch']}, prompt {meta['prompt']!r}, {meta['new_tokens']} new tokens against 1 in the "
         f"same run, {meta['reps']} runs a path after a warm-up. Cells: min / median over the runs.",
         "",
+        f"Command: `{meta.get('command', 'python scripts/bench_generate.py')}`. The machine's 2 cores are shared "
+        "with other engineers' processes during the run (load averages below, `uptime` before and after each "
+        "model/dtype); the min over runs is the figure least disturbed by them.",
+        "",
+        *[f"- {row['model']} {row['dtype']}: `{row.get('uptime_before', '?')}` / `{row.get('uptime_after', '?')}`"
+          for row in rows],
+        "",
+        _goal(rows),
+        "",
         "| model | dtype | load (1 min) before, after | path | ms a token | ratio 33:1 | first token ms "
         "| tokens equal |",
         "|---|---|---|---|---|---|---|---|",
@@ -161,30 +183,37 @@ def render(meta: dict, rows: list[dict]) -> str:
 
 READING = """## Reading
 
-- **Where the time went.** TransformerLens' `generate` (the *before* path) spends its time in about 200
-  small matrix-vector products a decode step (smollm2-135m), each a parallel region over torch's threads
-  (two here, one a core). On this machine the two cores are shared by several busy processes (the load
-  column): a region waits for whichever of its threads is descheduled, so a token at two threads took a
-  median 0.56-1.5 s where one thread took 68-195 ms (*before* against *one thread*). cProfile on the
-  *before* path (smollm2, load 1.8) put 64 % of a step in `F.linear` and much of the rest in the same
-  wait (a softmax over 9 heads' scores of one position took 3 ms a call). Not the cause: the weights'
-  layout (TransformerLens copies `W.T.contiguous()` each forward in its gated MLP and unembedding, but the
-  converted models hold their weights as transposed views, so those copies are no-ops), tokenizer
-  decoding, sampling, or `inference_mode` (TransformerLens' `generate` already runs under it).
-- **The fix** (workbench/models/decode.py, used by `HookedModel.greedy`/`sample`, hence `workbench generate`,
-  `wb.generate`, steering continuations, the SAE sample corpus and the app's generation): TransformerLens'
-  own loop, call for call (the *tokens equal* column: 33 greedy tokens, every path), run at one thread when
-  other work takes every core but one (`decode.busy`: the runnable count now, or a minute's load above
-  cores + 1; at the load of these runs, always), else at whichever of the process's count and one thread
-  its steps measure faster. Hooks fire as before (steering acts on every cached step).
-- **The goal** (50 ms a token for smollm2-135m on two cores) is not met at this load: the *after* minimum
-  is about the *one thread* figure, and at one thread the floor is the products themselves (the model's
-  weights read once a token: 540 MB in float32; timed alone at load 6, the 211 products of a step took
-  60-67 ms of a 105-112 ms step). The rest (~40 %) is TransformerLens' per-module Python (hook points,
-  einops, rotary offsets, norms), which a leaner decode forward would remove. With a free second core the
-  products run faster (the *before* path made 46 ms a token in a quiet moment of an exploratory run).
-- **bfloat16** does not help on this CPU: torch's bfloat16 matrix-vector products are slower than float32
-  ones here (timed alone: 97-109 ms against 59-67 ms a step's worth), so generate in float32.
+- **Paths.** *before*: TransformerLens' `generate` (greedy, KV cache) at torch's 2 threads. *tl loop*: the
+  previous session's workbench/models/decode.py (TransformerLens' loop, call for call, at the faster of 2 and 1
+  threads). *lean*: this session's decode (what `HookedModel.greedy`/`sample` run now, hence `workbench
+  generate`, `wb.generate`, steering continuations, the SAE sample corpus and the app). *one thread*:
+  TransformerLens' `generate` at 1 thread. The *tokens equal* column compares 33 greedy ids of every path.
+- **Where the time went** (cProfile, smollm2-135m float32, 1 thread, 17 tokens): in TransformerLens' loop
+  1.5 s of 3.1 s was `F.linear` (the 7 products a block and the unembedding); the rest was Python around
+  them: 16k module calls (hook points, norms, rotary), einops, rotary applied again to every cached key at
+  every step, causal masks built each step, and the unembedding of every prompt position. With the lean
+  forward, `F.linear` is about 60 % of a step (4.1 of 6.9 s in a profile at load 11); rotary (0.5 s), the
+  norms (0.6 s) and the attention's own Python (0.6 s) are most of the rest. Not the cause: weight copies
+  (TransformerLens' `W.T.contiguous()` are views here), `inference_mode` (already on), tokenizer or sampling.
+- **The lean forward** (`workbench.models.decode.LeanDecoder`): the same products on the module's own weight
+  tensors (views, no copies, nothing cached between calls, so edited weights are seen), a preallocated KV
+  cache holding rotated keys (rotation is elementwise: a key rotated once equals the one TransformerLens
+  rotates again each step), masks only where a window or the prompt needs them, and the unembedding of the
+  last position only. Rotary, RMSNorm (qk-norm, Gemma's norms after attention and MLP), local/global
+  windows, soft-caps and GQA are covered (Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3); anything else, a
+  padded prompt, or a hook on a point it does not pass (e.g. `attn.hook_pattern`) sends the generation to
+  TransformerLens' loop (`decode.lean_refusal` says why). Hooks on the residual stream, `attn.hook_z`, the
+  MLP's hook_pre/pre_linear/post and hook_attn_out/mlp_out fire with the tensors TransformerLens gives them
+  (tests/test_generation.py compares them call for call), so steering works on the fast path. Logits agree
+  with TransformerLens' to 3e-5 (float32; exactly in bfloat16); greedy tokens are equal on both real models
+  and on seven tiny families.
+- **Load.** Two cores shared by ~8 engineers: a product waits for whichever of its threads is descheduled,
+  so at this load the 2-thread *before* path is 5-15x slower than one thread, and every figure here is an
+  upper bound for an idle machine. Step-by-step thread choice (kept from last session) runs the lean path
+  at one thread when the machine is busy.
+- **bfloat16** halves the bytes read, but torch's bfloat16 products on this CPU are no faster than float32
+  ones (micro-benchmark, 211 products of a smollm2 step: 113-170 ms against 127-143 ms at load 4-5), so
+  float32 stays the recommendation for generation on CPU.
 """
 
 
