@@ -444,7 +444,7 @@ def test_ctrl_c_during_a_job_exits_130_with_a_line(tmp_path):
 
     rng = random.Random(0)
     rows = []
-    for _ in range(400):
+    for _ in range(4000):  # enough work that it cannot end before the signal, even on a fast machine
         a, b = rng.sample(range(20), 2)
         rows.append({"prompt": f"N{a} and N{b} then N{b}", "target": f"N{a}", "foil": f"N{b}"})
     prompts = tmp_path / "p.jsonl"
@@ -461,6 +461,7 @@ def test_ctrl_c_during_a_job_exits_130_with_a_line(tmp_path):
         while time.monotonic() < deadline and not any(j.state == "running" for j in board.list()):
             assert proc.poll() is None, proc.communicate()
             time.sleep(0.1)
+        assert any(j.state == "running" for j in board.list()), "the job never started running"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
