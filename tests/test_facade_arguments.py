@@ -20,6 +20,7 @@ from workbench.models.zoo import ModelEntry
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"
 ROWS = [{"prompt": P, "target": " N1", "foil": " N2"}]
+PROBE_ROWS = [{"text": f"N{i} and N{i + 1}", "label": ("even", "odd")[i % 2]} for i in range(1, 9)]
 
 
 def facade(name: str):
@@ -59,6 +60,8 @@ def valid(name: str, m) -> dict:
         "attribute_set": {"model": m, "prompts": ROWS},
         "circuit": {"model": m, "prompts": ROWS},
         "patch": {"model": m, "clean": P, "corrupted": "N2 and N1 then N1", "target": " N1"},
+        "path_patch": {"model": m, "clean": P, "corrupted": "N2 and N1 then N1", "target": " N1"},
+        "probe": {"model": m, "data": PROBE_ROWS},
         "feature_attribution": {**model_prompt, "saes": "no-such-sae"},
         "feature_graph": {**model_prompt, "saes": "no-such-sae"},
         "sae_dashboards": {"sae": "no-such-sae"}, "sae_features": {"sae": "no-such-sae"},
@@ -203,3 +206,7 @@ def test_checked_calls_still_work(m):
     assert wb.lens(m, P, top_k=3) is not None and wb.dla(m, P) is not None
     assert len(wb.attribute_set(m, ROWS, method="random", limit=1).results) == 1
     assert wb.job_spec("sleep", seconds=0.01, steps=2).steps == 2
+    path = wb.path_patch(m, P, "N2 and N1 then N1", " N1", " N2", sender=(0, 1))
+    assert set(path) >= {"effect"} and path["effect"] == path["effect"]  # a finite number
+    probe = wb.probe(m, PROBE_ROWS, n_boot=10)
+    assert probe.to_json()["classes"] == ["even", "odd"] and len(probe.to_json()["layers"]) == m.arch.n_layers

@@ -38,8 +38,8 @@ from workbench.paths import version as _version
 # argument is an ArgumentTypeError (a TypeError), a value out of range an ArgumentError (a ValueError), and an
 # engine's own refusal leaves as its WorkbenchError class made also a ValueError; one line each.
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model", "circuit", "patch", "feature_attribution", "feature_graph", "jobs", "run_job",
-           "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes", "sae_dashboards", "sae_features",
+           "remote_model", "circuit", "patch", "path_patch", "probe", "feature_attribution", "feature_graph", "jobs",
+           "run_job", "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes", "sae_dashboards", "sae_features",
            "sae_steer", "vit_explain", "attention"]
 __version__ = _version()  # the installed distribution's (importlib.metadata)
 
@@ -275,6 +275,47 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
         res = _patch(model, clean, corrupted, target, foil, site=site, **kwargs)
     check_finite(f"{site} patching effects", res.effect)
     return res
+
+
+@checked(model=LoadedModel(), clean=Text(), corrupted=Text(), target=Text(), via=Choice(("q", "k", "v")))
+def path_patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None = None,
+               sender: tuple[int, int] = (0, 0), receivers: list[tuple[int, int]] | None = None, via: str = "q",
+               pos: int = -1) -> dict[str, Any]:
+    """Path patching: the corrupted output of head ``sender`` (layer, head) only along its direct paths into
+    the ``via`` input of the ``receivers`` heads (None: straight to the logits), everything else frozen clean.
+    Returns the patched logit difference and the normalized effect (1 = the path alone carries the change)."""
+    from circuits.tools.patching import path_patch as _path_patch
+
+    return _path_patch(model, clean, corrupted, target, foil, sender=tuple(sender),
+                       receivers=[tuple(r) for r in receivers] if receivers is not None else None, via=via, pos=pos)
+
+
+@checked(model=LoadedModel(), pooling=Choice(("last", "mean", "marked")), test_frac=Float(0.05, 0.8),
+         seed=Int(0, None), n_boot=Int(10, 100_000))
+def probe(model: Any, data: str | os.PathLike | list[dict], layers: str | list[int] = "all",
+          hooks: list[str] | None = None, pooling: str = "last", test_frac: float = 0.3, seed: int = 0,
+          n_boot: int = 1000, concept: str | None = None):
+    """Layer-wise logistic probes with a control task (as ``workbench probe``): ``data`` is a JSONL path or rows
+    ``{"text", "label", "word"?}``; residual stream after ``layers`` unless ``hooks`` names hooks. Returns a
+    ProbeRun (held-out and control accuracy, selectivity, 95% CI per hook; ``.save()``); with ``concept`` (one
+    of the labels) also its concept vectors."""
+    import tempfile
+    from pathlib import Path
+
+    from attribution.probes.activations import load_dataset, resid_hooks
+    from attribution.probes.run import run_probe
+
+    if isinstance(data, (str, os.PathLike)):
+        labelled = load_dataset(data, min_per_class=4)
+    else:  # rows go through the same checks as a file
+        import json
+
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "rows.jsonl"
+            path.write_text("".join(json.dumps(r) + "\n" for r in data))
+            labelled = load_dataset(path, min_per_class=4)
+    return run_probe(model, labelled, hooks or resid_hooks(model, layers), pooling=pooling, test_frac=test_frac,
+                     seed=seed, n_boot=n_boot, concept=concept)
 
 
 @checked()
