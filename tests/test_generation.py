@@ -1,4 +1,5 @@
-"""Generation through workbench.models.decode (the lean forward, or TransformerLens' KV-cache loop; the faster thread count): the same
+"""Generation through workbench.models.decode (the lean forward, or TransformerLens' KV-cache loop; the faster thread
+count): the same
 tokens as TransformerLens' own generate, hooks still steer, the thread choice, and prompt strings wherever
 TransformerLens takes them (HookedModel and the module underneath), with the model's BOS rule."""
 
