@@ -183,8 +183,7 @@ class PrefixReuse:
 
     def run_with_hooks(self, tokens: torch.Tensor, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
         copies = tokens.shape[0] // self._prefix.shape[0]
-        group = 1 if self._model.tl.cfg.n_key_value_heads is None else \
-            self._model.tl.cfg.n_heads // self._model.tl.cfg.n_key_value_heads
+        group = self._model.arch.n_heads // self._model.arch.n_kv_heads  # query heads a kv-head serves
         entries = [_PrefixEntry(k.repeat(copies, 1, 1, 1), v.repeat(copies, 1, 1, 1), group, frozen=True)
                    for k, v in self._cache]
         cache = _cache(entries, torch.ones_like(self._prefix).repeat(copies, 1))
