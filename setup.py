@@ -24,7 +24,7 @@ setup(
     package_dir=SHIPPED,
     package_data={
         "workbench_data": ["**/*"],
-        "workbench_results": ["**/*.md", "**/*.json", "**/*.csv"],
+        "workbench_results": ["**/*.md", "**/*.json", "**/*.jsonl", "**/*.csv"],
         "app": ["static/*"],
     },
     exclude_package_data={"workbench_data": NOT_SHIPPED},
