@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -172,8 +173,29 @@ def _only_marker(root: Path) -> None:
     assert left in ([], [S.MARKER], [S.MARKER, ".jobs"]), left
 
 
+@pytest.fixture
+def _real_save_file_after(monkeypatch):
+    """A module first imported while save_file is patched binds the fake (``from safetensors.torch import
+    save_file``: transformers' modeling_utils, for one): put the real one back in every module afterwards, or
+    later tests that save weights fail with 'No space left on device' depending on test order."""
+    import safetensors.torch
+
+    real = safetensors.torch.save_file
+    yield
+    monkeypatch.undo()  # the test's own patches first
+    for module in list(sys.modules.values()):
+        names = vars(module) if isinstance(module, types.ModuleType) else {}
+        for name, value in list(names.items()):
+            if type(value) is types.FunctionType and value.__qualname__ in ("_no_space", FULL_QUALNAME) \
+                    and module is not sys.modules[__name__] and "save" in name:
+                setattr(module, name, real)
+
+
+FULL_QUALNAME = "test_full_disk_during_attribute_is_one_line_and_saves_nothing.<locals>.full"
+
+
 @pytest.mark.parametrize("where", ["tensors", "meta", "rename", "safetensors-message"])
-def test_full_disk_during_attribute_is_one_line_and_saves_nothing(monkeypatch, capsys, where):
+def test_full_disk_during_attribute_is_one_line_and_saves_nothing(monkeypatch, capsys, where, _real_save_file_after):
     import safetensors.torch
 
     root = Path(os.environ["WORKBENCH_RUNS"])
