@@ -480,10 +480,13 @@ def test_ctrl_c_during_a_job_exits_130_with_a_line(tmp_path):
     try:
         deadline = time.monotonic() + 60
         board = JobBoard(runs / ".jobs")
-        while time.monotonic() < deadline and not any(j.state == "running" for j in board.list()):
+        def mid_work() -> bool:  # running, with progress made and more to come: the signal lands in the work
+            return any(j.state == "running" and 0 < (j.done or 0) < (j.total or 0) for j in board.list())
+
+        while time.monotonic() < deadline and not mid_work():
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.1)
-        assert any(j.state == "running" for j in board.list()), "the job never started running"
+            time.sleep(0.05)
+        assert mid_work(), f"the job never got under way: {[(j.state, j.done, j.total) for j in board.list()]}"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=60)
     finally:
