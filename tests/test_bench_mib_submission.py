@@ -52,3 +52,37 @@ def test_importances_and_nine_circuits_in_mibs_layout(tmp_path):
     assert kept > 0  # 50% of a connected ranking keeps something
     with pytest.raises(ExportError, match="d_model"):
         submission(_Run(g, scores, d_model=None), tmp_path / "d")
+
+
+def test_the_command_writes_a_stored_bench_run_in_mibs_layout(monkeypatch, capsys, tmp_path, tiny_llama_dir):
+    """`workbench bench mib-submission RUN --out DIR` over a real (tiny) bench run; a non-bench run, an existing
+    folder and an unknown run are one line, exit 2, nothing written."""
+    from cli_helpers import assert_bad, run_cli
+
+    rows = [{"prompt": f"The cat number {i} sat on the mat", "corrupt": f"The dog number {i} sat on the mat",
+             "target": " and", "foil": " or", "split": "train" if i < 5 else "test"} for i in range(10)]
+    task = tmp_path / "t.jsonl"
+    task.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "circuits", "--model", str(tiny_llama_dir), "--tasks",
+                             str(task), "--methods", "eap,dpa", "--n-train", "4", "--n-test", "4", "--boot", "20",
+                             "--batch-size", "4", "--no-filter", "--json")
+    assert code == 0, err
+    run = json.loads(out)["run"]
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "mib-submission", run, "--out", str(tmp_path / "sub"),
+                             "--json")
+    assert code == 0, err
+    files = json.loads(out)["files"]
+    # the task file (recorded by its absolute path) by its stem, the model folder by its name: one component
+    assert sorted(files) == [f"{m}/t_{tiny_llama_dir.name}/importances.json" for m in ("dpa", "eap")]
+    for name in files:
+        doc = json.loads((tmp_path / "sub" / name).read_text())
+        assert doc["cfg"]["d_model"] > 0 and doc["edges"]
+    code, out, err = run_cli(monkeypatch, capsys, "bench", "mib-submission", run, "--out", str(tmp_path / "c"),
+                             "--circuits", "--json")
+    assert code == 0 and len(json.loads(out)["files"]) == 18, err
+    assert sorted(p.name for p in (tmp_path / "c").iterdir()) == ["dpa", "eap"]  # nothing outside --out
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "mib-submission", run, "--out", str(tmp_path / "sub"))
+    assert_bad(code, err, "already exists")
+    code, _, err = run_cli(monkeypatch, capsys, "bench", "mib-submission", "nosuchrun", "--out",
+                           str(tmp_path / "x"))
+    assert code == 2 and not (tmp_path / "x").exists(), err

@@ -108,11 +108,20 @@ SUBMISSION_PERCENTS = (0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50)
 
 
 def submission_folder(task: str, model: str) -> str:
-    """MIB's TASK_MODEL folder name of a bench cell (``ioi:counterfactual=abc`` -> ``ioi-abc``)."""
-    name, _, params = task.partition(":")
+    """MIB's TASK_MODEL folder name of a bench cell (``ioi:counterfactual=abc`` -> ``ioi-abc``); a custom task
+    file is named by its stem and a model given as a folder by the folder's name, so the result is always one
+    path component (a bench run records a task file by its absolute path)."""
+    from pathlib import PurePath
+
+    if task.endswith(".jsonl"):
+        name, params = PurePath(task).stem, ""
+    else:
+        name, _, params = task.partition(":")
     base = MIB_TASK.get(name, name)
     kind = params.partition("=")[2]
-    return f"{base}-{kind}_{model}" if kind and kind != "s2_io" else f"{base}_{model}"
+    model = PurePath(model.rstrip("/")).name or model
+    folder = f"{base}-{kind}_{model}" if kind and kind != "s2_io" else f"{base}_{model}"
+    return folder.replace("/", "-").replace("\\", "-")
 
 
 def submission(run: Any, out: Any, circuits: bool = False, d_model: int | None = None) -> list[str]:

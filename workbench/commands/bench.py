@@ -29,6 +29,7 @@ DEFAULT_TASKS = ["ioi", "facts", "add", "greater_than", "induction"]
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Benchmarks.", no_args_is_help=True)
     group.command("circuits")(circuits)
+    group.command("mib-submission")(mib_submission)
     app.add_typer(group, name="bench")
 
 
@@ -62,7 +63,10 @@ def circuits(
     filter_rows: bool = typer.Option(True, "--filter/--no-filter", help="Filter a custom task file's rows "
                                      "as the built-in tasks are (--no-filter: use them as given)."),
     random_seeds: int = typer.Option(5, "--random-seeds", help="Draws of the random baseline, its figures "
-                                     "their mean (1-100).", callback=positive_int),
+                                     "their mean (1-100); grid sizes that prune to no edge in every draw (most "
+                                     "node-level sizes) are counted in the tables as 'N sizes empty', or "
+                                     "'empty' when all are, not passed off as a circuit.",
+                                     callback=positive_int),
     seed: int = typer.Option(0, "--seed", help="Seed of the random baseline's first draw and of a custom "
                              "task file's shuffle.", callback=nonneg_int),
     workers: int = workers_option("the (task, method) cells"),
@@ -132,3 +136,35 @@ def _human(r: dict[str, Any]) -> None:
         c.print(f"  {row['task']:>13} {row['method']:>20} {row['level']:>4}  CPR {row['cpr']:.3f} "
                 f"[{row['cpr_lo']:.2f}, {row['cpr_hi']:.2f}]  CMD {row['cmd']:.3f} "
                 f"[{row['cmd_lo']:.2f}, {row['cmd_hi']:.2f}]  {row['seconds']:.1f} s")
+
+
+def mib_submission(
+    run: str = typer.Argument(..., help="A bench run's id, or a unique prefix of one (`workbench runs list`)."),
+    out: Path = typer.Option(..., "--out", help="The folder to write into (created; must not exist yet)."),
+    circuits: bool = typer.Option(False, "--circuits", help="Write the 9 binary circuits edges_P.json (at most "
+                                  "P = 0.1, 0.2, 0.5, 1, 2, 5, 10, 20, 50 % of the edges, top signed scores, "
+                                  "pruned to connected edges) instead of one importances.json of every edge."),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """A stored `bench circuits` run's edge scores in MIB's circuit-track submission layout:
+    OUT/METHOD/TASK_MODEL/importances.json (EAP-IG graph JSON), or with --circuits its 9 circuits; MIB's task
+    names for ioi, mcqa, add (arithmetic-addition) and sub (arithmetic-subtraction), the workbench's own
+    name otherwise. Methods without edge scores (node-level patching) are skipped."""
+    from circuits.export.mib import submission
+    from workbench.errors import ExportError
+    from workbench.options import output_problem
+    from workbench.store import RunStore
+
+    if out.exists() or out.is_symlink():
+        raise ExportError(f"--out {out} already exists; choose a new folder (nothing is written over)")
+    why = output_problem(out, kind="dir")
+    if why is not None:
+        raise ExportError(f"--out {out} {why}")
+    found = RunStore().resolve(run)
+    if found.kind != "bench":
+        raise ExportError(f"run {found.id} is a {found.kind} run; mib-submission reads a `bench circuits` run")
+    written = submission(found, out, circuits=circuits)
+    summary = {"run": found.id, "model": found.meta.get("model"), "out": str(out), "files": written,
+               "layout": "circuits" if circuits else "importances"}
+    emit(summary, as_json, lambda r: console().print(
+        f"run {r['run']} ({r['model']}) in MIB's submission layout: {len(r['files'])} files under {r['out']}"))
