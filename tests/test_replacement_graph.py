@@ -124,3 +124,37 @@ def test_cli_bad_inputs_exit_2(built, monkeypatch, capsys, tmp_path):
     assert_bad(code, err, "edge_threshold must be in (0, 1]")
     code, _, err = cli(monkeypatch, capsys, *base, "--saes", "set:no-such-set")
     assert_bad(code, err, "no dictionary set 'no-such-set'")
+
+
+def _tree(root):
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
+
+
+def test_cli_bad_sets_exit_2_and_nothing_lost(built, monkeypatch, capsys, tmp_path):
+    """A set missing a layer or holding a damaged one: one line, exit 2, the set untouched, no run saved."""
+    root, _, _ = built
+    runs = tmp_path / "runs"
+    monkeypatch.setenv("WORKBENCH_RUNS", str(runs))
+    part, bad = tmp_path / "part", tmp_path / "bad"
+    shutil.copytree(root, part)
+    shutil.rmtree(part / "L1")
+    shutil.copytree(root, bad)
+    (bad / "L0" / "sae_weights.safetensors").write_bytes(b"\0" * 64)
+    base = ["feature-graph", "--model", "smollm2-135m", "--prompt", "a b", "--method", "gradient"]
+    for where, words in ((part, (r"missing layer(s) 1",)), (bad, ("layer 0",))):
+        before = _tree(where)
+        code, _, err = cli(monkeypatch, capsys, *base, "--saes", f"set:{where}")
+        assert_bad(code, err, *words)
+        assert _tree(where) == before
+    assert not runs.exists() or not any(runs.rglob("*.json"))
+    code, _, err = cli(monkeypatch, capsys, *base, "--saes", f"set:{root}", "--node-threshold", "0")
+    assert_bad(code, err, "node_threshold must be in (0, 1]")
+
+
+def test_set_for_another_model_is_refused(built):
+    from circuits.feature_graph import feature_graph
+
+    other = tiny_model(layers=2, d_model=16, n_ctx=32, name="tiny-other")
+    for method in ("gradient", "dpa"):
+        with pytest.raises(ModelFileError, match="trained on tiny, not tiny-other"):
+            feature_graph(other, PROMPT, load_set(str(built[0])), method=method)
