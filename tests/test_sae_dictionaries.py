@@ -81,9 +81,8 @@ def test_transcoder_normalization_folds_into_saved_weights(tmp_path):
         for p in tc.params.values():
             p.add_(torch.randn_like(p) * 0.3)
     s_in, s_out = 3.0, 0.25
-    p = {n: v.detach() for n, v in tc.params.items()}
-    weights = {"W_enc": p["W_enc"] * s_in, "b_enc": p["b_enc"], "W_dec": p["W_dec"] / s_out,
-               "b_dec": p["b_dec"] / s_out, "W_skip": p["W_skip"] * s_in / s_out, "k": width}
+    tc.standardize(torch.randn(200, d) * torch.rand(d) * 4 + torch.randn(d) * 5)  # the encoder's own scaling
+    weights = tc.folded(s_in, s_out)
     save_transcoder(weights, 0.0, tmp_path, "m", "blocks.0.ln2.hook_normalized", "blocks.0.hook_mlp_out")
     dic = load_dictionary(tmp_path)
     x = torch.randn(20, d)
@@ -91,6 +90,23 @@ def test_transcoder_normalization_folds_into_saved_weights(tmp_path):
     assert dic.is_transcoder and dic.hook_out == "blocks.0.hook_mlp_out"
     assert torch.allclose(dic.encode(x), f, atol=1e-5)
     assert torch.allclose(dic.reconstruct(x), y_scaled / s_out, atol=1e-4)
+
+
+def test_transcoder_encoder_standardizes_an_outlier_dimension():
+    """An input whose first dimension is large and nearly constant (gemma3-270m's MLP inputs): unstandardized,
+    a few features win TopK on every token; standardized, most features win somewhere from the start."""
+    gen = torch.Generator().manual_seed(0)
+    x = torch.randn(2000, 16, generator=gen)
+    x[:, 0] = 60 + 0.5 * torch.randn(2000, generator=gen)
+    tc = _TopKSkipTranscoder(16, 16, 64, k=4, seed=0)
+
+    def winners() -> int:
+        _, f, _ = tc.forward(x)
+        return int((f > 0).any(0).sum())
+
+    plain = winners()
+    tc.standardize(x)
+    assert plain <= 16 and winners() >= 48
 
 
 def test_transcoder_training_resumes_from_checkpoint(shards, tmp_path):

@@ -8,7 +8,9 @@ record it in workbench.json as ``activation_scale``.
 A transcoder is trained with TopK and saved as SAELens' ``JumpReLUSkipTranscoder``: one threshold
 per feature, set to the mean k-th largest pre-activation over held-out batches (how SAELens turns
 BatchTopK into JumpReLU), so the saved file runs in stock SAELens; its metrics are measured on
-the saved form.
+the saved form. Its encoder reads the input standardized per dimension (mean and spread of the first
+50,000 tokens; folded into W_enc and b_enc when saved): without it, an input with one large, nearly constant
+dimension (gemma3-270m's MLP inputs) left 85-95% of the features dead.
 """
 
 from __future__ import annotations
@@ -112,9 +114,33 @@ class _TopKSkipTranscoder:
             "b_dec": torch.zeros(d_out, requires_grad=True),
             "W_skip": torch.zeros(d_out, d_in, requires_grad=True),
         }
+        # the encoder reads its input standardized per dimension (set by standardize): gemma3's MLP input has
+        # one dimension with ~80% of the energy and almost constant, so random encoder directions all read
+        # that dimension, the same features win TopK on every token and 85-95% of them die
+        self.mu = torch.zeros(d_in)
+        self.sigma = torch.ones(d_in)
+
+    def standardize(self, x) -> None:
+        """Per-dimension mean and spread of (a sample of) the scaled input, for the encoder only."""
+        import torch
+
+        x = x.float()
+        sd = x.std(0)
+        self.mu = x.mean(0)
+        self.sigma = torch.clamp(sd, min=1e-3 * float(sd.mean()) + 1e-12)
 
     def pre(self, x):
-        return x @ self.params["W_enc"] + self.params["b_enc"]
+        return ((x - self.mu) / self.sigma) @ self.params["W_enc"] + self.params["b_enc"]
+
+    def folded(self, s_in: float, s_out: float) -> dict[str, Any]:
+        """Raw-unit weights: the input and output scales and the encoder's standardization folded in."""
+        p = {n: v.detach() for n, v in self.params.items()}
+        w_enc = p["W_enc"] / self.sigma[:, None]
+        return {
+            "W_enc": w_enc * s_in, "b_enc": p["b_enc"] - self.mu @ w_enc, "W_dec": p["W_dec"] / s_out,
+            "b_dec": p["b_dec"] / s_out, "W_skip": p["W_skip"] * s_in / s_out,
+            "scale_in": s_in, "scale_out": s_out, "k": self.k,
+        }
 
     def forward(self, x, dead=None, k_aux: int = 256):
         import torch
@@ -156,6 +182,7 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         sol = torch.linalg.lstsq(torch.cat([xs, torch.ones(len(xs), 1)], 1), ys).solution
         tc.params["W_skip"].copy_(sol[:-1].T)
         tc.params["b_dec"].copy_(sol[-1])
+    tc.standardize(xs)
     opt = torch.optim.Adam(tc.params.values(), lr=lr, betas=(0.9, 0.999))
     step = 0
     state_file = ckpt / "transcoder_state.safetensors"
@@ -165,6 +192,9 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         with torch.no_grad():
             for name, p in tc.params.items():
                 p.copy_(saved[name])
+        # a checkpoint from before the standardization trained on the plain input: resume it that way
+        tc.mu = saved.get("enc_mu", torch.zeros(d_in)).float()
+        tc.sigma = saved.get("enc_sigma", torch.ones(d_in)).float()
         last_fired = saved["last_fired"].long()
         step = int(saved["step"])
         opt = torch.optim.Adam(tc.params.values(), lr=lr)  # moments restart; weights resume
@@ -193,17 +223,12 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
             ckpt.mkdir(parents=True, exist_ok=True)
             tensors = {n: p.detach().contiguous().clone() for n, p in tc.params.items()}
             tensors["last_fired"] = last_fired.clone()
+            tensors["enc_mu"], tensors["enc_sigma"] = tc.mu.contiguous(), tc.sigma.contiguous()
             tensors["step"] = torch.tensor(step)
             tmp = state_file.with_suffix(".tmp")
             save_file(tensors, str(tmp))
             tmp.replace(state_file)
-    p = {n: v.detach() for n, v in tc.params.items()}
-    # fold the scales: features are unchanged, outputs come back in raw units
-    return {
-        "W_enc": p["W_enc"] * s_in, "b_enc": p["b_enc"], "W_dec": p["W_dec"] / s_out,
-        "b_dec": p["b_dec"] / s_out, "W_skip": p["W_skip"] * s_in / s_out,
-        "scale_in": s_in, "scale_out": s_out, "k": k,
-    }
+    return tc.folded(s_in, s_out)  # features unchanged, outputs back in raw units
 
 
 def save_transcoder(weights: dict[str, Any], threshold: float, path: Path, model: str,
