@@ -1,6 +1,6 @@
 """Build the circuit benchmark's task files for one model: data/bench/<model>/<task>.jsonl.
 
-    python scripts/build_bench_tasks.py [--model smollm2-135m] [--tasks ioi,facts,...] [--n 48] [--seed 0]
+    python scripts/build_bench_tasks.py [--model smollm2-135m] [--tasks ioi,facts,...] [--n 128] [--seed 0]
 
 A task may carry its parameters (``ioi:counterfactual=abc`` writes ioi.abc.jsonl; plain ``ioi`` is MIB's
 S2 -> IO flip and writes ioi.jsonl).
@@ -28,9 +28,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--tasks", default=",".join(TASKS))
-    parser.add_argument("--n", type=int, default=48)
+    parser.add_argument("--n", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--max-candidates", type=int, default=2048)
+    parser.add_argument("--max-candidates", type=int, default=8192)
     parser.add_argument("--out", default=str(ROOT / "data" / "bench"))
     args = parser.parse_args()
 

@@ -68,6 +68,8 @@ def test_tiny_end_to_end_every_method_both_levels(tiny_llama, tmp_path):
 
     text = markdown(result)
     assert "Edge level: CPR" in text and "Node level: CMD" in text and "activation_patching" in text
+    assert result["tasks"][0]["rows"] == {"train": 5, "validation": 0, "test": 5}  # the file's rows per split
+    assert "| t | logit_diff | " in text and " | 5 / 0 / 5 | 4 | 4 | " in text
 
 
 def test_edge_patching_sample_is_the_truth_the_methods_are_checked_against(tiny_llama, tmp_path):

@@ -190,3 +190,14 @@ def test_help_says_how_custom_files_are_read(monkeypatch, capsys):
     for words in ("shuffled with --seed", "`split` field", "--no-filter", "stem", "ioi:counterfactual=abc",
                   "--random-seeds"):
         assert words in text, words
+
+
+def test_last_logits_are_the_forwards_last_position(tiny_llama):
+    """The filter's last-position logits (blocks, then the head on one position) equal the full forward's."""
+    import torch
+
+    from circuits.bench.tasks import last_logits
+
+    tokens = tiny_llama.to_tokens("When Mary and John went to the store, John gave a drink to")
+    tokens = torch.cat([tokens, tokens.flip(-1)])
+    assert torch.allclose(last_logits(tiny_llama, tokens), tiny_llama.logits(tokens)[:, -1], atol=1e-5)

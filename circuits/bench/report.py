@@ -98,11 +98,15 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
              f"{cfg['n_boot']} bootstrap resamples, batch size {cfg['batch_size']}, random baseline the mean of "
              f"{cfg.get('random_seeds', 1)} draw{'s' if cfg.get('random_seeds', 1) != 1 else ''}; whole run "
              f"{result['seconds'] / 60:.1f} min.", ""]
-    lines += ["| task | metric | source | train | test | m(full) | m(empty) |", "|---|---|---|---|---|---|---|"]
+    lines += ["Rows: the task's rows per split (train / validation / test; a custom file's after the filter); "
+              f"train and {split}: the prompts this run used.", "",
+              f"| task | metric | source | rows | train | {split} | m(full) | m(empty) |",
+              "|---|---|---|---|---|---|---|---|"]
     for t in result["tasks"]:
-        lines.append(f"| {t.get('label', t['task'])} | {t['metric']} | {t['source']} | {t['n_train']} | "
-                     f"{t['n_test']} | "
-                     f"{t['m_full']:.3f} | {t['m_empty']:.3f} |")
+        rows = t.get("rows")
+        held = " / ".join(str(rows.get(s, 0)) for s in ("train", "validation", "test")) if rows else "-"
+        lines.append(f"| {t.get('label', t['task'])} | {t['metric']} | {t['source']} | {held} | {t['n_train']} | "
+                     f"{t['n_test']} | {t['m_full']:.3f} | {t['m_empty']:.3f} |")
     for level in cfg["levels"]:
         for key, title in (("cpr", "CPR (higher is better)"), ("cmd", "CMD (lower is better)")):
             lines += ["", f"## {level.capitalize()} level: {title}", "",

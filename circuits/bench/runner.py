@@ -203,7 +203,7 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
     """A task's rows (built now when the model has no data file), prompts, references and its two ends."""
     rows, metric, source = load_rows(model.name, task, cfg.seed)
     if source == "built":
-        rows = build(model, task, n=48, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
+        rows = build(model, task, n=128, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
     elif not is_task(task) and cfg.filter_rows:  # a custom file, filtered as the built-in tasks' rows were built
         kept = keep_rows(model, rows)
         try:
@@ -223,7 +223,9 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
                           torch.stack([torch.ones(graph.n_edges, dtype=torch.bool),
                                        torch.zeros(graph.n_edges, dtype=torch.bool)]))
     header: dict[str, Any] = {"task": task, "label": task_label(task), "metric": metric, "source": source,
-                              "n_train": len(train), "n_test": len(test), "m_full": float(ends[0].mean()),
+                              "n_train": len(train), "n_test": len(test),
+                              "rows": {s: sum(1 for r in rows if r.get("split") == s) for s in bench_tasks.SPLITS},
+                              "m_full": float(ends[0].mean()),
                               "m_empty": float(ends[1].mean()), "ends_seconds": time.perf_counter() - started}
     mib.finite(header["m_full"] - header["m_empty"], f"task {task}'s span m(full) - m(empty)")
     if abs(header["m_full"] - header["m_empty"]) < 1e-9:

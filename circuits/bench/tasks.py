@@ -19,7 +19,7 @@ the answer). Kept rows are shuffled with a seed and split train / validation / t
   it word by word; the file of kind KIND is ``ioi.jsonl`` for s2_io, ``ioi.KIND.jsonl`` otherwise.
 - facts: capitals, languages, currencies, cities' countries; the counterfactual is the same template with
   another subject of the same kind whose answer differs.
-- add, sub: "12 + 21 = 33\n23 + 45 = " (one solved example first) -> first digit of the result (the
+- add, sub: "12 + 21 = 33\n23 + 45 = " (one solved example first, one of four) -> first digit of the result (the
   tokenizer writes digits one by one); the counterfactual changes one operand so that this digit changes
   (MIB's arithmetic counterfactual).
 - mcqa: copy-colours multiple choice with lettered options after one solved example ("Question: The pen
@@ -138,20 +138,58 @@ FACTS = {
                  "Russia": "Moscow", "China": "Beijing", "England": "London", "Egypt": "Cairo",
                  "Greece": "Athens", "Austria": "Vienna", "Ireland": "Dublin", "Portugal": "Lisbon",
                  "Poland": "Warsaw", "Norway": "Oslo", "Cuba": "Havana", "Kenya": "Nairobi",
-                 "Thailand": "Bangkok", "Canada": "Ottawa", "Hungary": "Budapest", "Peru": "Lima"},
-                ["The capital of {X} is", "The capital city of {X} is", "{X}'s capital city is"]),
+                 "Thailand": "Bangkok", "Canada": "Ottawa", "Hungary": "Budapest", "Peru": "Lima",
+                 "Sweden": "Stockholm", "Finland": "Helsinki", "Denmark": "Copenhagen", "Belgium": "Brussels",
+                 "Turkey": "Ankara", "Iran": "Tehran", "Iraq": "Baghdad", "Chile": "Santiago",
+                 "Colombia": "Bogota", "Venezuela": "Caracas", "Australia": "Canberra", "Syria": "Damascus",
+                 "Lebanon": "Beirut", "Israel": "Jerusalem", "Ukraine": "Kyiv", "Romania": "Bucharest",
+                 "Bulgaria": "Sofia", "Serbia": "Belgrade", "Croatia": "Zagreb", "Vietnam": "Hanoi",
+                 "Indonesia": "Jakarta", "Pakistan": "Islamabad", "Afghanistan": "Kabul", "Morocco": "Rabat",
+                 "Scotland": "Edinburgh", "Wales": "Cardiff", "Iceland": "Reykjavik", "Latvia": "Riga",
+                 "Belarus": "Minsk", "Nepal": "Kathmandu", "Bangladesh": "Dhaka", "Qatar": "Doha",
+                 "Jordan": "Amman", "Uganda": "Kampala", "Sudan": "Khartoum", "Libya": "Tripoli",
+                 "Tunisia": "Tunis", "Algeria": "Algiers", "Senegal": "Dakar", "Ecuador": "Quito",
+                 "Uruguay": "Montevideo", "Jamaica": "Kingston", "Cyprus": "Nicosia", "Albania": "Tirana",
+                 "Slovakia": "Bratislava", "Georgia": "Tbilisi", "Armenia": "Yerevan", "Ghana": "Accra"},
+                ["The capital of {X} is", "The capital city of {X} is", "{X}'s capital city is",
+                 "{X}'s capital is", "The capital of {X} is the city of", "The government of {X} sits in"]),
     "language": ({"France": "French", "Germany": "German", "Italy": "Italian", "Spain": "Spanish",
                   "Japan": "Japanese", "Russia": "Russian", "China": "Chinese", "Portugal": "Portuguese",
                   "Greece": "Greek", "Poland": "Polish", "Sweden": "Swedish", "Turkey": "Turkish",
-                  "Korea": "Korean", "Netherlands": "Dutch", "Finland": "Finnish"},
-                 ["The official language of {X} is", "People in {X} speak", "In {X}, most people speak"]),
+                  "Korea": "Korean", "Netherlands": "Dutch", "Finland": "Finnish", "Brazil": "Portuguese",
+                  "Mexico": "Spanish", "Austria": "German", "Denmark": "Danish", "Norway": "Norwegian",
+                  "Israel": "Hebrew", "Iran": "Persian", "Egypt": "Arabic", "Vietnam": "Vietnamese",
+                  "Thailand": "Thai", "Hungary": "Hungarian", "Ukraine": "Ukrainian", "Romania": "Romanian",
+                  "Indonesia": "Indonesian", "Iceland": "Icelandic", "Chile": "Spanish", "Peru": "Spanish",
+                  "Cuba": "Spanish", "England": "English", "Australia": "English", "Argentina": "Spanish",
+                  "Colombia": "Spanish", "Syria": "Arabic", "Iraq": "Arabic", "Bulgaria": "Bulgarian",
+                  "Croatia": "Croatian", "Serbia": "Serbian", "Albania": "Albanian", "Latvia": "Latvian"},
+                 ["The official language of {X} is", "People in {X} speak", "In {X}, most people speak",
+                  "The main language spoken in {X} is", "In {X}, people speak", "The language of {X} is"]),
     "currency": ({"Japan": "yen", "England": "pound", "India": "rupee", "Russia": "ruble", "Mexico": "peso",
-                  "Germany": "euro", "China": "yuan"},
-                 ["The currency of {X} is the", "In {X}, people pay with the"]),
+                  "Germany": "euro", "China": "yuan", "Thailand": "baht", "Korea": "won", "Poland": "zloty",
+                  "Sweden": "krona", "Brazil": "real", "Switzerland": "franc", "Israel": "shekel",
+                  "Vietnam": "dong", "Turkey": "lira", "Hungary": "forint", "America": "dollar",
+                  "Canada": "dollar", "Nigeria": "naira", "Iran": "rial", "France": "euro", "Italy": "euro",
+                  "Spain": "euro", "Australia": "dollar", "Argentina": "peso", "Chile": "peso"},
+                 ["The currency of {X} is the", "In {X}, people pay with the", "The official currency of {X} is the",
+                  "The money used in {X} is the", "In {X}, prices are given in the"]),
     "country": ({"Paris": "France", "Berlin": "Germany", "Rome": "Italy", "Madrid": "Spain", "Tokyo": "Japan",
                  "Moscow": "Russia", "London": "England", "Cairo": "Egypt", "Athens": "Greece",
-                 "Toronto": "Canada", "Sydney": "Australia", "Mumbai": "India", "Vienna": "Austria"},
-                ["{X} is a city in the country of", "The city of {X} is in"]),
+                 "Toronto": "Canada", "Sydney": "Australia", "Mumbai": "India", "Vienna": "Austria",
+                 "Barcelona": "Spain", "Munich": "Germany", "Milan": "Italy", "Osaka": "Japan",
+                 "Shanghai": "China", "Beijing": "China", "Delhi": "India", "Lyon": "France", "Hamburg": "Germany",
+                 "Naples": "Italy", "Venice": "Italy", "Kyoto": "Japan", "Seoul": "Korea", "Bangkok": "Thailand",
+                 "Istanbul": "Turkey", "Dublin": "Ireland", "Lisbon": "Portugal", "Warsaw": "Poland",
+                 "Stockholm": "Sweden", "Oslo": "Norway", "Budapest": "Hungary", "Melbourne": "Australia",
+                 "Vancouver": "Canada", "Montreal": "Canada", "Havana": "Cuba", "Lima": "Peru",
+                 "Nairobi": "Kenya", "Manchester": "England", "Liverpool": "England", "Edinburgh": "Scotland",
+                 "Glasgow": "Scotland", "Geneva": "Switzerland", "Zurich": "Switzerland", "Brussels": "Belgium",
+                 "Copenhagen": "Denmark", "Helsinki": "Finland", "Santiago": "Chile", "Tehran": "Iran",
+                 "Baghdad": "Iraq", "Karachi": "Pakistan", "Lagos": "Nigeria", "Jakarta": "Indonesia",
+                 "Hanoi": "Vietnam", "Marseille": "France", "Seville": "Spain", "Florence": "Italy"},
+                ["{X} is a city in the country of", "The city of {X} is in", "{X} is located in the country of",
+                 "The city of {X} lies in", "{X} is a large city in"]),
 }
 
 
@@ -169,7 +207,9 @@ def fact_candidates(rng: random.Random, n: int) -> list[dict]:
 
 
 # -- arithmetic --------------------------------------------------------------------------------------
-ARITH_SHOT = {"+": "12 + 21 = 33\n", "-": "35 - 12 = 23\n"}  # one solved example: 0-shot, smollm2 kept 5 of 640
+# one solved example first, drawn from a few (0-shot, smollm2 kept 5 of 640; the pool widens the prompts)
+ARITH_SHOTS = {"+": ("12 + 21 = 33\n", "24 + 15 = 39\n", "31 + 42 = 73\n", "53 + 26 = 79\n"),
+               "-": ("35 - 12 = 23\n", "47 - 21 = 26\n", "68 - 35 = 33\n", "89 - 54 = 35\n")}
 
 
 def _arith(rng: random.Random, n: int, op: str) -> list[dict]:
@@ -192,7 +232,7 @@ def _arith(rng: random.Random, n: int, op: str) -> list[dict]:
                 a2, b2 = a, rng.randint(1, 9) * 10 + b % 10
             v2 = a2 + b2 if op == "+" else a2 - b2
             if 10 <= v2 <= 99 and str(v2)[0] != str(value)[0]:
-                shot = ARITH_SHOT[op]
+                shot = rng.choice(ARITH_SHOTS[op])
                 out.append({"prompt": f"{shot}{a} {op} {b} = ", "corrupt": f"{shot}{a2} {op} {b2} = ",
                             "target": str(value)[0], "foil": str(v2)[0]})
                 break
@@ -365,6 +405,18 @@ def check_row(model: Any, row: dict) -> tuple[list[int], list[int]] | None:
     return clean, bad
 
 
+def last_logits(model: Any, tokens: Any) -> Any:
+    """The last position's logits [batch, vocab]: the blocks, then the final norm and the unembedding of that
+    position only where the model can stop before its head (the unembedding of every position is most of a
+    forward with a large vocabulary: gemma3's 262k), else the whole forward's last position."""
+    import torch
+
+    with torch.no_grad():
+        if getattr(model, "can_stop_at_layer", False) and hasattr(model, "final_logits"):
+            return model.final_logits(model(tokens, stop_at_layer=model.arch.n_layers))
+        return model.logits(tokens)[:, -1]
+
+
 def keep_rows(model: Any, rows: list[dict], batch_size: int = 32) -> list[dict]:
     """Rows whose invariants hold and whose clean answer is the model's top-1 while the counterfactual's
     top-1 is not (greater-than: the clean top-1 decade is above the start decade, the counterfactual's is
@@ -381,8 +433,7 @@ def keep_rows(model: Any, rows: list[dict], batch_size: int = 32) -> list[dict]:
         top: dict[int, tuple[int, int]] = {}
         for idx in by_len.values():
             tokens = torch.tensor([chunk[i][1][0] for i in idx] + [chunk[i][1][1] for i in idx], device=model.device)
-            with torch.no_grad():
-                best = model.logits(tokens)[:, -1].argmax(-1).tolist()
+            best = last_logits(model, tokens).argmax(-1).tolist()
             for j, i in enumerate(idx):
                 top[i] = (best[j], best[j + len(idx)])
         for i, (row, _) in enumerate(chunk):
