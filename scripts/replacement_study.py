@@ -1,73 +1,165 @@
-"""Replacement and completeness scores, intervention agreement and cost of feature graphs on smollm2-135m:
-the 4-layer residual-SAE graph (DPA) against the per-layer transcoder set's graph (DPA and gradient).
-Writes JSON lines to --out; results/sae/replacement.md reads them.
+"""Replacement and completeness scores, intervention agreement and cost of feature graphs: the residual-SAE
+graph (DPA) against the per-layer transcoder set's graph (DPA and gradient), on one model's IOI and facts rows.
+Writes JSON lines to --out (one per prompt x graph); ``--report FILE`` prints the summary table of such a file.
 
-    python scripts/replacement_study.py --set smollm2-135m-transcoders-w1152 --ioi 3 --facts 3 --out /tmp/rs.jsonl
+    python scripts/replacement_study.py --model smollm2-135m --set smollm2-135m-transcoders-w1152 \\
+        --source bench --ioi 4 --facts 4 --out results/sae/replacement_bench.jsonl
+    python scripts/replacement_study.py --report results/sae/replacement_bench.jsonl
+
+--source bench: the test rows of data/bench/<model>/{ioi,facts}.jsonl (each answered top-1 by that model);
+--source prompts: data/prompts/{ioi,facts}.jsonl (the first study's rows). The README's IOI prompt comes first.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 
 README_IOI = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary",
               "foil": " John", "set": "readme"}
-SAE4 = [f"smollm2-135m-L{x}-resid-topk2304" for x in (6, 12, 18, 24)]
+RESID = {"smollm2-135m": [f"smollm2-135m-L{x}-resid-topk2304" for x in (6, 12, 18, 24)],
+         # no gemma3 dictionary ships (Gemma Terms of Use): the one trained into the user's cache
+         # (docs/figures/README.md)
+         "gemma3-270m": [str(Path.home() / ".cache/workbench/saes/gemma3-270m-L6-resid-topk2560")]}
 
 
-def main() -> None:
+def prompts(model: str, source: str, n_ioi: int, n_facts: int) -> list[dict]:
+    out = [README_IOI]
+    for name, n in (("ioi", n_ioi), ("facts", n_facts)):
+        path = Path(f"data/bench/{model}/{name}.jsonl") if source == "bench" else Path(f"data/prompts/{name}.jsonl")
+        rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+        if source == "bench":
+            rows = [r for r in rows if r.get("split") == "test"]
+        out += [{"prompt": r["prompt"], "target": r["target"], "foil": r.get("foil"), "set": name} for r in rows[:n]]
+    return out
+
+
+def prompts_of(path: str, n_ioi: int, n_facts: int) -> list[dict]:
+    """The prompts of an earlier run's JSON lines, in order (so every graph of a model reads the same rows)."""
+    seen: dict[str, dict] = {}
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line) if line.strip() else None
+        if r and r["prompt"] not in seen:
+            seen[r["prompt"]] = {k: r[k] for k in ("prompt", "target", "foil", "set")}
+    rows = list(seen.values())
+    return [r for r in rows if r["set"] == "readme"] + [r for r in rows if r["set"] == "ioi"][:n_ioi] + \
+        [r for r in rows if r["set"] == "facts"][:n_facts]
+
+
+def run(args: argparse.Namespace) -> None:
     import torch
 
     torch.set_num_threads(1)
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--set", default="smollm2-135m-transcoders-w1152")
-    ap.add_argument("--ioi", type=int, default=3)
-    ap.add_argument("--facts", type=int, default=3)
-    ap.add_argument("--per-layer", type=int, default=8)
-    ap.add_argument("--top", type=int, default=10)
-    ap.add_argument("--out", default="/tmp/replacement_study.jsonl")
-    args = ap.parse_args()
     import workbench as wb
     from attribution.features.placement import load_dictionaries
-    from circuits.feature_graph import feature_graph
+    from circuits.feature_graph import feature_graph, node_influence, prune
     from circuits.replacement import intervention_check
 
-    model = wb.load("smollm2-135m")
-    prompts = [README_IOI]
-    for name, n in (("ioi", args.ioi), ("facts", args.facts)):
-        rows = [json.loads(x) for x in Path(f"data/prompts/{name}.jsonl").read_text().splitlines() if x.strip()]
-        prompts += [dict(r, set=name) for r in rows[:n]]
-    configs = [("sae4", "dpa", load_dictionaries(SAE4)), ("set", "dpa", load_dictionaries(f"set:{args.set}")),
-               ("set", "gradient", load_dictionaries(f"set:{args.set}"))]
+    model = wb.load(args.model)
+    resid = load_dictionaries(args.resid.split(",") if args.resid else RESID[args.model])
+    label = f"{len(resid)} residual SAE{'s' if len(resid) > 1 else ''} (L{','.join(str(d.layer) for d in resid)})"
+    want = args.graphs.split(",")
+    tcs = load_dictionaries(f"set:{args.set}") if any(w.startswith("set") for w in want) else []
+    configs = [c for c in [("resid", "dpa", resid), ("set", "dpa", tcs), ("set", "gradient", tcs)]
+               if f"{c[0]}-{c[1]}" in want]
     with open(args.out, "a") as fh:
-        for p in prompts:
+        rows = (prompts_of(args.prompts_from, args.ioi, args.facts) if args.prompts_from
+                else prompts(args.model, args.source, args.ioi, args.facts))
+        for p in rows:
             for dicts_name, method, dicts in configs:
                 t0 = time.perf_counter()
                 kw = dict(target=p["target"], foil=p.get("foil"), method=method,
-                          per_layer=args.per_layer if dicts_name == "set" else 16, max_nodes=80, max_edges=400)
-                # circuit-tracer's pruning (node 0.8, edge 0.98) for the graph shown; the scores are the unpruned
-                # graph's either way
-                g = feature_graph(model, p["prompt"], dicts, node_threshold=0.8, edge_threshold=0.98, **kw)
+                          per_layer=args.per_layer if dicts_name == "set" else 16)
+                # one unpruned graph: the scores are computed on it either way, the intervention check reads it
+                # (at node 0.8 the per-layer graphs keep a feature or two), and circuit-tracer's pruning (node
+                # 0.8, edge 0.98, then at most 80 nodes / 400 edges) of its edges gives the features kept
+                capped = feature_graph(model, p["prompt"], dicts, **kw, max_nodes=100_000, max_edges=10**6)
                 built = time.perf_counter() - t0
-                # the intervention check reads the unpruned graph: at node 0.8 (or top 80 nodes) the per-layer
-                # graphs keep a feature or two (error and token nodes hold most of the influence)
-                capped = feature_graph(model, p["prompt"], dicts, **{**kw, "max_nodes": 100_000, "max_edges": 10**6})
+                edges: dict[str, dict[str, float]] = {}
+                for e in capped.edges:
+                    edges.setdefault(e["dst"], {})[e["src"]] = e["score"]
+                kinds = {n["id"]: n["kind"] for n in capped.nodes}
+                kept, _ = prune(edges, node_influence(edges, {"logits": 1.0}), 80, 400, 0.8, 0.98)
                 t1 = time.perf_counter()
                 check = intervention_check(model, capped, dicts, top=args.top)
-                row = {"prompt": p["prompt"], "set": p["set"], "dicts": dicts_name, "method": method,
-                       **{k: g.graph_scores().get(k) for k in ("replacement", "completeness")},
-                       "seconds": round(built, 1), "check_seconds": round(time.perf_counter() - t1, 1),
-                       "n_passes": g.n_passes, "nodes": len(g.nodes), "edges": len(g.edges),
-                       "features_kept": sum(n["kind"] == "feature" for n in g.nodes),
+                row = {"model": args.model, "source": args.source, "prompt": p["prompt"], "target": p["target"],
+                       "foil": p.get("foil"), "set": p["set"], "dicts": dicts_name,
+                       "label": label if dicts_name == "resid" else f"{len(tcs)} transcoders ({args.set})",
+                       "method": method, **{k: capped.graph_scores().get(k) for k in ("replacement", "completeness")},
+                       "seconds": round(capped.seconds, 1), "wall_seconds": round(built, 1),
+                       "check_seconds": round(time.perf_counter() - t1, 1),
+                       "n_passes": capped.n_passes, "nodes": len(kept),
+                       "features_kept": sum(kinds.get(n) == "feature" for n in kept),
                        "correlation": check["correlation"], "mean_abs_error": check["mean_abs_error"],
                        "mean_abs_real": check["mean_abs_real"], "pairs": check["pairs"]}
-                if p["set"] == "readme":
-                    row["run"] = g.save().id
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 print(json.dumps({k: v for k, v in row.items() if k != "pairs"}), flush=True)
+
+
+def _pearson(xs: list[float], ys: list[float]) -> float | None:
+    n = len(xs)
+    if n < 3:
+        return None
+    mx, my = sum(xs) / n, sum(ys) / n
+    sx = math.sqrt(sum((x - mx) ** 2 for x in xs))
+    sy = math.sqrt(sum((y - my) ** 2 for y in ys))
+    return None if sx == 0 or sy == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True)) / (sx * sy)
+
+
+def report(path: str) -> None:
+    """Markdown summary per model x prompt set x graph x method ('ioi' includes the README prompt), over the
+    prompts on which every graph of the model was run."""
+    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    graphs: dict[str, set] = {}  # only the prompts every graph of the model was run on
+    for r in rows:
+        graphs.setdefault(r["model"], set()).add((r["dicts"], r["method"]))
+    done = {(r["model"], r["prompt"]) for r in rows
+            if sum(q["model"] == r["model"] and q["prompt"] == r["prompt"] for q in rows) == len(graphs[r["model"]])}
+    rows = [r for r in rows if (r["model"], r["prompt"]) in done]
+    fmt = lambda v, d=3: "n/a" if v is None else f"{v:.{d}f}"  # noqa: E731
+    print("| model | prompt set | graph | method | n | mean replacement | mean completeness | pooled intervention r "
+          "| mean abs error | mean abs real | mean build s |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
+    keys = sorted({(r["model"], r["dicts"], r["method"]) for r in rows}, key=lambda k: (k[0], k[1] != "resid", k[2]))
+    for model, dicts, method in keys:
+        for pset in ("ioi", "facts", "all"):
+            rs = [r for r in rows if (r["model"], r["dicts"], r["method"]) == (model, dicts, method)
+                  and (pset == "all" or r["set"] == pset or (pset == "ioi" and r["set"] == "readme"))]
+            if not rs:
+                continue
+            pairs = [q for r in rs for q in r["pairs"]]
+            r_pool = _pearson([q["predicted"] for q in pairs], [q["real"] for q in pairs])
+            mean = lambda k, rs=rs: sum(r[k] for r in rs) / len(rs)  # noqa: E731
+            err = sum(abs(q["predicted"] - q["real"]) for q in pairs) / max(1, len(pairs))
+            real = sum(abs(q["real"]) for q in pairs) / max(1, len(pairs))
+            print(f"| {model} | {pset} | {rs[0]['label']} | {method} | {len(rs)} | {mean('replacement'):.3f} | "
+                  f"{mean('completeness'):.3f} | {fmt(r_pool, 2)} ({len(pairs)} features) | {err:.3f} | {real:.3f} | "
+                  f"{mean('seconds'):.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--set", default="smollm2-135m-transcoders-w1152")
+    ap.add_argument("--resid", default="", help="residual SAEs, comma-separated (default: the model's own)")
+    ap.add_argument("--source", choices=("bench", "prompts"), default="bench")
+    ap.add_argument("--ioi", type=int, default=3)
+    ap.add_argument("--facts", type=int, default=3)
+    ap.add_argument("--graphs", default="resid-dpa,set-dpa,set-gradient", help="which graphs, comma-separated")
+    ap.add_argument("--prompts-from", default="", help="the prompts of an earlier run's JSON lines")
+    ap.add_argument("--per-layer", type=int, default=8)
+    ap.add_argument("--top", type=int, default=10)
+    ap.add_argument("--out", default="/tmp/replacement_study.jsonl")
+    ap.add_argument("--report", default="", help="print the summary table of this JSON-lines file and stop")
+    args = ap.parse_args()
+    if args.report:
+        report(args.report)
+    else:
+        run(args)
 
 
 if __name__ == "__main__":
