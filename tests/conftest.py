@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -112,3 +113,38 @@ def vit_dir(tmp_path_factory) -> str:
     save_checkpoint(model, path, {"name": "tiny-vit", "kind": "vit", "params": 1,
                                   "loader": "attribution.vit.model:load_checkpoint"})
     return str(path)
+
+
+# -- two xdist workers (./dev test with WORKBENCH_TEST_WORKERS=2) ------------------------------------------------
+# Files whose tests wait on wall-clock deadlines (a browser, a Streamlit server, Ray, signals, a fresh venv) run one
+# after another on one worker, so two of them never share the two cores; every other file goes whole to one worker
+# (as --dist loadfile does, which keeps module fixtures on one worker).
+TIMED_FILES = ("test_app_browser", "test_jobs", "test_hardening_ray", "test_hardening_store2", "test_wheel",
+               "test_notebooks")
+
+
+def timed_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to: "timed" for the timed files, its file otherwise."""
+    path = nodeid.split("::", 1)[0]
+    return "timed" if Path(path).stem.startswith(TIMED_FILES) else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """--dist loadfile with the timed files as one unit (xdist's loadgroup marks do not reach pytest 9's node
+    ids, so the grouping is done in the scheduler, by xdist's own hook)."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class TimedTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return timed_unit(nodeid)
+
+    return TimedTogether(config, log)
+
+
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # two workers on two cores: torch's second thread in each only spins against the other worker
+    import torch
+
+    torch.set_num_threads(1)
