@@ -45,8 +45,10 @@ def prompts_of(path: str, n_ioi: int, n_facts: int) -> list[dict]:
         if r and r["prompt"] not in seen:
             seen[r["prompt"]] = {k: r[k] for k in ("prompt", "target", "foil", "set")}
     rows = list(seen.values())
-    return [r for r in rows if r["set"] == "readme"] + [r for r in rows if r["set"] == "ioi"][:n_ioi] + \
-        [r for r in rows if r["set"] == "facts"][:n_facts]
+    ioi, facts = [r for r in rows if r["set"] == "ioi"][:n_ioi], [r for r in rows if r["set"] == "facts"][:n_facts]
+    mixed = [r for pair in zip(ioi, facts, strict=False) for r in pair]  # alternated: a run cut short has both
+    rest = ioi[len(facts):] + facts[len(ioi):]
+    return [r for r in rows if r["set"] == "readme"] + mixed + rest
 
 
 def run(args: argparse.Namespace) -> None:
