@@ -28,7 +28,10 @@ def test_candidates_satisfy_their_invariants(tiny_llama, task):
     rows = get_task(task).candidates(random.Random(0), 40)
     assert rows
     ok = [r for r in rows if check_row(tiny_llama, r) is not None]
-    assert len(ok) >= len(rows) // 2, f"{task}: most candidates should already be well formed"
+    # facts draws two subjects of one table at random; with 40-70 subjects a table, many pairs differ in
+    # token length (the filter drops them), so a quarter is the floor there, half elsewhere
+    floor = len(rows) // 4 if task == "facts" else len(rows) // 2
+    assert len(ok) >= floor, f"{task}: {len(ok)} of {len(rows)} candidates are well formed"
     for r in ok:
         clean, bad = check_row(tiny_llama, r)
         assert len(clean) == len(bad) and clean != bad
