@@ -349,8 +349,11 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
 
     def _save() -> None:
         try:
+            from workbench.store import RunDraft
+
             obj = draft_fn()  # a RunDraft, or an engine result that saves itself
-            run = obj.save(store()) if hasattr(obj, "save") else store().save(obj)
+            # Not hasattr(obj, "save"): once nnsight is imported every object has a .save (its trace marker).
+            run = store().save(obj) if isinstance(obj, RunDraft) else obj.save(store())
             st.session_state[f"{key}_saved"] = run.id
         except Exception as exc:
             st.session_state[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
