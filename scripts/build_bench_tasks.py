@@ -49,6 +49,7 @@ def main() -> None:
         fd, tmp = tempfile.mkstemp(dir=out, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             f.write("".join(json.dumps(r) + "\n" for r in rows))
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would leave a data file only its builder can read
         os.replace(tmp, out / f"{task_file_stem(task)}.jsonl")
         counts = {s: sum(r["split"] == s for r in rows) for s in ("train", "validation", "test")}
         print(f"{task}: {len(rows)} rows {counts} in {time.perf_counter() - started:.0f} s", flush=True)

@@ -85,6 +85,21 @@ def test_shipped_ioi_files_are_the_kind_their_name_says():
             check_claimed_kinds(rows, source, kind)
 
 
+def test_shipped_task_files_hold_mib_sized_splits():
+    """Issue 39's split sizes: every built-in task of both models ships at least 64 test and 16 validation
+    prompts (rows the model answers top-1 and whose counterfactual flips), with train, validation and test
+    disjoint."""
+    from circuits.bench.tasks import TASKS, split_rows
+
+    for model in ("smollm2-135m", "gemma3-270m"):
+        for task in TASKS:
+            rows, _, source = load_rows(model, task)
+            test, validation, train = (split_rows(rows, s) for s in ("test", "validation", "train"))
+            assert len(test) >= 64 and len(validation) >= 16 and len(train) >= 16, (source, len(rows))
+            prompts = [r["prompt"] for r in train + validation + test]
+            assert len(set(prompts)) == len(prompts), source
+
+
 def test_a_row_that_is_not_its_claimed_kind_is_refused(tmp_path):
     row = ioi_candidates(random.Random(2), 1, "names")[0]
     with pytest.raises(PromptError, match="row 1's counterfactual is not the s2_io kind it claims"):
