@@ -9,6 +9,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from circuits.bench.goal import goal_lines
+
 # What each task stands for in MIB's circuit-localization track (tasks mib-bench/ioi, copycolors_mcqa,
 # arithmetic_addition/_subtraction, arc_easy/_challenge), what matches and where it departs. Every task is
 # rebuilt per model here (no data set comes from a hub), so none uses MIB's rows.
@@ -120,6 +122,7 @@ def markdown(result: dict[str, Any], reading: str = "") -> str:
     lines += mib_lines(tasks)
     for level in cfg["levels"]:
         lines += _best_lines(result, level)
+    lines += goal_lines(result)
     lines += _agreement_lines(result, methods, tasks)
     lines += ["", "## Seconds (scoring on train; evaluation of all curves in parentheses)", "",
               "| method | " + " | ".join(tasks) + " |", "|---" * (len(tasks) + 1) + "|"]
