@@ -202,6 +202,26 @@ def seconds_table(result: dict[str, Any]) -> Any:
     return pd.DataFrame(data)
 
 
+def goal_table(result: dict[str, Any], level: str) -> Any:
+    """Tasks: the DPA variants best or tied best by intervals on CPR and on CMD, their scoring time against
+    EAP-IG's in the same run, and which meets both within a third of its cost (circuits/bench/goal.py); None
+    where the run has no EAP-IG or no DPA variant at ``level``."""
+    import pandas as pd
+
+    from circuits.bench.goal import dpa_goal
+
+    goal = dpa_goal(result, level)
+    if not goal:
+        return None
+    rows = goal.values()
+    return pd.DataFrame({"task": list(goal),
+                         "best or tied on CPR": [", ".join(r["cpr"]) or "-" for r in rows],
+                         "on CMD": [", ".join(r["cmd"]) or "-" for r in rows],
+                         "time / EAP-IG's": [", ".join(f"{m} {c:.2f}" for m, c in r["cost"].items() if c is not None)
+                                             for r in rows],
+                         "goal met by": [", ".join(r["met"]) or "no" for r in rows]})
+
+
 def agreement_table(result: dict[str, Any]) -> Any:
     """Methods x tasks: "Spearman / Pearson" of each method's edge scores against activation patching on a
     sample of edges (circuits/bench/agreement.py); None when the run patched no sample."""
@@ -307,6 +327,12 @@ def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
                "interval that overlaps random's (indistinguishable from the random baseline on these prompts).")
     st.markdown("**Seconds** (scoring on train; evaluation of all curves in parentheses)")
     st.dataframe(seconds_table(result), hide_index=True, key=f"{prefix}_seconds")
+    goal = goal_table(result, level)
+    if goal is not None:
+        st.markdown("**DPA against EAP-IG**: variants best or tied best by intervals, at what share of EAP-IG's "
+                    "scoring time", help="The goal: a DPA variant best, or tied best (its 95% interval overlaps "
+                    "the best's), on both CPR and CMD, at no more than 1/3 of EAP-IG's scoring time.")
+        st.dataframe(goal, hide_index=True, key=f"{prefix}_goal")
     agree = agreement_table(result)
     if agree is not None:
         n = next(t["patching_agreement"]["n_edges"] for t in result["tasks"] if t.get("patching_agreement"))

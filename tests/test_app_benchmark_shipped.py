@@ -28,6 +28,8 @@ def test_a_fresh_store_opens_the_shipped_leaderboards():
     frames = [d.value for d in at.dataframe if "ioi" in d.value.columns]
     assert frames and any(str(v).startswith("0.") for v in frames[0]["ioi"])  # CPR figures, not blanks
     assert any("keeps no edge scores" in c for c in texts(at, "caption"))
+    goal = next(d.value for d in at.dataframe if "goal met by" in d.value.columns)  # DPA against EAP-IG
+    assert "ioi" in set(goal["task"]) and all(v == "no" or "dpa" in v for v in goal["goal met by"])
 
 
 def test_a_new_run_sits_beside_the_shipped_ones():
