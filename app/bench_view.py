@@ -333,6 +333,9 @@ def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
                     "scoring time", help="The goal: a DPA variant best, or tied best (its 95% interval overlaps "
                     "the best's), on both CPR and CMD, at no more than 1/3 of EAP-IG's scoring time.")
         st.dataframe(goal, hide_index=True, key=f"{prefix}_goal")
+        from circuits.bench.goal import dpa_goal, goal_summary
+
+        st.caption(goal_summary(dpa_goal(result, level)))
     agree = agreement_table(result)
     if agree is not None:
         n = next(t["patching_agreement"]["n_edges"] for t in result["tasks"] if t.get("patching_agreement"))

@@ -30,6 +30,7 @@ def test_a_fresh_store_opens_the_shipped_leaderboards():
     assert any("keeps no edge scores" in c for c in texts(at, "caption"))
     goal = next(d.value for d in at.dataframe if "goal met by" in d.value.columns)  # DPA against EAP-IG
     assert "ioi" in set(goal["task"]) and all(v == "no" or "dpa" in v for v in goal["goal met by"])
+    assert any(c.value.startswith("Goal met in ") and "fixed in advance" in c.value for c in at.caption)
 
 
 def test_a_new_run_sits_beside_the_shipped_ones():

@@ -3,7 +3,7 @@ than a third of EAP-IG's scoring time."""
 
 from __future__ import annotations
 
-from circuits.bench.goal import dpa_goal, goal_lines, is_dpa
+from circuits.bench.goal import dpa_goal, goal_lines, is_dpa, met_by_variant
 from circuits.bench.report import markdown
 
 
@@ -36,11 +36,13 @@ def test_variants_tied_by_interval_and_the_cost_limit():
     assert ioi["met"] == ["dpa_cf"]  # dpa_path is tied on both but costs 1.33x EAP-IG
     assert abs(ioi["cost"]["dpa_path:steps=16"] - 40 / 30) < 1e-12
     assert goal["sub"]["cpr"] == ["dpa"] and goal["sub"]["cmd"] == [] and goal["sub"]["met"] == []
+    assert met_by_variant(goal) == {"dpa": 0, "dpa_cf": 1, "dpa_path:steps=16": 0}
 
 
 def test_the_document_says_how_many_tasks_meet_it():
     lines = goal_lines(_result())
-    assert lines[-1] == "Goal met in 1 of 2 tasks; a DPA variant best or tied on both metrics at any cost in 1 of 2."
+    assert lines[-1] == ("Goal met in 1 of 2 tasks; a DPA variant best or tied on both metrics at any cost in 1 of 2. "
+                         "By one variant fixed in advance: dpa 0, dpa_cf 1, dpa_path:steps=16 0.")
     assert "## Edge level: the DPA goal" in markdown(_result())
 
 
