@@ -20,7 +20,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from circuits.bench.report import best_per_task, write_atomic  # noqa: E402
+from circuits.bench.report import best_per_task  # noqa: E402
+from workbench.errors import OutputError  # noqa: E402
+from workbench.store import write_atomic  # noqa: E402
 
 RESULTS = ROOT / "results" / "circuits"
 
@@ -171,7 +173,7 @@ def main() -> None:
     lines += goal_lines(test)
     if args.reading:
         lines += ["## Reading", "", args.reading.read_text().strip(), ""]
-    write_atomic(args.out, "\n".join(lines))
+    write_atomic(args.out, "\n".join(lines), "the variants report", OutputError)
     print(args.out, "chosen:", chosen, "verdicts:", verdicts)
 
 

@@ -49,3 +49,24 @@ def test_the_document_says_how_many_tasks_meet_it():
 def test_what_counts_as_a_dpa_variant():
     assert all(map(is_dpa, ("dpa", "dpa_cf", "dpa_path:steps=4", "dpa:w_v=0.7")))
     assert not any(map(is_dpa, ("eap", "eap_ig", "dpaX", "random")))
+
+
+def test_the_document_is_written_with_the_umask_modes_and_fails_in_one_line(tmp_path):
+    import os
+    import stat
+
+    import pytest
+
+    from circuits.bench.report import write_document
+    from workbench.errors import OutputError
+
+    md, js = write_document(_result(), tmp_path / "bench.md")
+    mask = os.umask(0)
+    os.umask(mask)
+    for path in (md, js):  # not mkstemp's private 0600: a shared results folder stays readable
+        assert stat.S_IMODE(path.stat().st_mode) == 0o666 & ~mask
+    assert "Goal met in 1 of 2 tasks" in md.read_text()
+    (tmp_path / "blocked").write_text("a file where the folder should be")
+    with pytest.raises(OutputError, match="cannot write the benchmark's JSON"):
+        write_document(_result(), tmp_path / "blocked" / "bench.md")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bench.json", "bench.md", "blocked"]

@@ -4,12 +4,12 @@ seconds per level, the settings they were measured under, and the raw figures as
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 from circuits.bench.goal import goal_lines
+from workbench.errors import OutputError
+from workbench.store import write_atomic
 
 # What each task stands for in MIB's circuit-localization track (tasks mib-bench/ioi, copycolors_mcqa,
 # arithmetic_addition/_subtraction, arc_easy/_challenge), what matches and where it departs. Every task is
@@ -229,18 +229,11 @@ def _agreement_lines(result: dict[str, Any], methods: list[str], tasks: list[str
     return lines
 
 
-def write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def write_document(result: dict[str, Any], path: Path, reading: str = "") -> tuple[Path, Path]:
     """The Markdown document at ``path`` and its JSON (same stem) beside it."""
     path = Path(path)
     json_path = path.with_suffix(".json")
-    write_atomic(json_path, json.dumps(result, indent=1, allow_nan=False))
-    write_atomic(path, markdown(result, reading))
+    # the store's writer: the umask's modes (not mkstemp's 0600), no temporary left, a one-line OutputError
+    write_atomic(json_path, json.dumps(result, indent=1, allow_nan=False), "the benchmark's JSON", OutputError)
+    write_atomic(path, markdown(result, reading), "the benchmark document", OutputError)
     return path, json_path
