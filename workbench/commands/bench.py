@@ -20,8 +20,9 @@ from workbench.cli import JSON_OPTION, console, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from workbench.options import nonneg_int, positive_int
 
-# The defaults measured: 5 tasks x these 4 methods at edge level, 16 train / 12 test prompts, took 33 min with
-# --workers 3 on the shared 2-core machine (results/circuits/bench_smollm2-135m.md).
+# The defaults: 5 tasks x these 4 methods at edge level took 33 min at 12 test prompts with --workers 3 on a shared
+# 2-core machine (results/circuits/bench_smollm2-135m.md); at today's 48, the per-cell seconds of
+# results/circuits/bench_mib_smollm2-135m.md (64 prompts, alone) scale to about 25 min (derived, not timed).
 DEFAULT_METHODS = ["random", "eap", "eap_ig", "dpa"]
 DEFAULT_TASKS = ["ioi", "facts", "add", "greater_than", "induction"]
 
@@ -49,7 +50,9 @@ def circuits(
                                 "NAME:key=value:key=value is a variant with parameters set (dpa:w_v=0.7)."),
     levels: str = typer.Option(None, "--levels", help="edge, node or edge,node (default: edge)."),
     n_train: int = typer.Option(16, "--n-train", help="Train prompts per task (scoring).", callback=positive_int),
-    n_test: int = typer.Option(12, "--n-test", help="Test prompts per task (curves).", callback=positive_int),
+    n_test: int = typer.Option(48, "--n-test", callback=positive_int,
+                                help="Test prompts per task (curves), at most: the built-in tasks hold 64; 48 "
+                                     "keeps the seven-method leaderboard within 60 min on 2 cores."),
     n_patch: int = typer.Option(4, "--n-patch", help="Prompts for node-level activation patching.",
                                 callback=positive_int),
     patch_sample: int = typer.Option(64, "--patch-sample", help="Edges activation patching scores exactly at "

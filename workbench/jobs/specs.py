@@ -463,7 +463,7 @@ class BenchCircuitsSpec(ModelSpec):
     methods: list[str]
     levels: list[str] = field(default_factory=lambda: ["edge"])
     n_train: int = 16
-    n_test: int = 12
+    n_test: int = 48  # as circuits/bench/runner.py BenchConfig
     n_patch: int = 4
     patch_sample: int = 64
     selection: str = "topk"
