@@ -26,7 +26,8 @@ def _nothing_saved(tmp_path, out):
     assert not [r for r in RunStore().list() if r.kind == "bench"]
 
 
-@pytest.mark.parametrize("case", ["unknown_task", "no_counterfactual", "split_too_small", "unknown_method"])
+@pytest.mark.parametrize("case", ["unknown_task", "no_counterfactual", "split_too_small", "unknown_method",
+                                  "steps_zero", "steps_absurd"])
 def test_bad_input_is_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_path, case):
     out = tmp_path / "doc.md"
     args = ["bench", "circuits", "--model", "smollm2-135m", "--out", str(out), "--n-train", "4", "--n-test", "4"]
@@ -41,6 +42,10 @@ def test_bad_input_is_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_pat
         path = _write(tmp_path / "small.jsonl", ROWS[:5])
         code, _, err = run_cli(monkeypatch, capsys, *args, "--tasks", path)
         assert_bad(code, err, "split", "at least")
+    elif case.startswith("steps"):  # dpa_path's steps are bounded before any model loads
+        steps = "0" if case == "steps_zero" else "1000000"
+        code, _, err = run_cli(monkeypatch, capsys, *args, "--methods", f"eap_ig,dpa_path:steps={steps}")
+        assert_bad(code, err, "steps")
     else:
         code, _, err = run_cli(monkeypatch, capsys, *args, "--methods", "eap,acdc")
         assert_bad(code, err, "unknown method", "acdc")
