@@ -202,17 +202,12 @@ def seconds_table(result: dict[str, Any]) -> Any:
     return pd.DataFrame(data)
 
 
-def goal_table(result: dict[str, Any], level: str) -> Any:
-    """Tasks: the DPA variants best or tied best by intervals on CPR and on CMD, their scoring time against
-    EAP-IG's in the same run, and which meets both within a third of its cost (circuits/bench/goal.py); None
-    where the run has no EAP-IG or no DPA variant at ``level``."""
+def goal_table(goal: dict[str, dict[str, Any]]) -> Any:
+    """Tasks of ``dpa_goal`` (circuits/bench/goal.py): the DPA variants best or tied best by intervals on CPR and
+    on CMD, their scoring time against EAP-IG's in the same run, and which meets both within a third of its
+    cost."""
     import pandas as pd
 
-    from circuits.bench.goal import dpa_goal
-
-    goal = dpa_goal(result, level)
-    if not goal:
-        return None
     rows = goal.values()
     return pd.DataFrame({"task": list(goal),
                          "best or tied on CPR": [", ".join(r["cpr"]) or "-" for r in rows],
@@ -327,15 +322,15 @@ def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
                "interval that overlaps random's (indistinguishable from the random baseline on these prompts).")
     st.markdown("**Seconds** (scoring on train; evaluation of all curves in parentheses)")
     st.dataframe(seconds_table(result), hide_index=True, key=f"{prefix}_seconds")
-    goal = goal_table(result, level)
-    if goal is not None:
+    from circuits.bench.goal import dpa_goal, goal_summary
+
+    goal = dpa_goal(result, level)  # empty where the run has no EAP-IG or no DPA variant at this level
+    if goal:
         st.markdown("**DPA against EAP-IG**: variants best or tied best by intervals, at what share of EAP-IG's "
                     "scoring time", help="The goal: a DPA variant best, or tied best (its 95% interval overlaps "
                     "the best's), on both CPR and CMD, at no more than 1/3 of EAP-IG's scoring time.")
-        st.dataframe(goal, hide_index=True, key=f"{prefix}_goal")
-        from circuits.bench.goal import dpa_goal, goal_summary
-
-        st.caption(goal_summary(dpa_goal(result, level)))
+        st.dataframe(goal_table(goal), hide_index=True, key=f"{prefix}_goal")
+        st.caption(goal_summary(goal))
     agree = agreement_table(result)
     if agree is not None:
         n = next(t["patching_agreement"]["n_edges"] for t in result["tasks"] if t.get("patching_agreement"))
