@@ -1,14 +1,15 @@
 """Which files the distribution holds (the metadata lives in pyproject.toml).
 
 pyproject.toml cannot say this: data/ and results/ install as the packages ``workbench_data`` and
-``workbench_results`` (a top-level ``data`` package would clash with anything), beside ``workbench``,
+``workbench_results`` (a top-level ``data`` package would clash with anything), beside ``core``, ``workbench``,
 ``attribution``, ``circuits`` and the app (``app``, with its pages and static files), so a wheel carries
-everything a checkout has. workbench/paths.py finds them in both layouts.
+everything a checkout has. core/paths.py finds them in both layouts.
 """
 
 from setuptools import find_namespace_packages, setup
 
-CODE = find_namespace_packages(include=["workbench", "workbench.*", "attribution", "attribution.*", "circuits",
+CODE = find_namespace_packages(include=["core", "core.*", "workbench", "workbench.*", "attribution", "attribution.*",
+                                        "circuits",
                                         "circuits.*", "app", "app.*"], exclude=["*.__pycache__"])
 # Gemma-derived weights are never shipped (Gemma Terms of Use), even when a local build has trained them.
 NOT_SHIPPED = ["lenses/gemma3-270m/*", "lenses/gemma3-270m/**/*", "**/__pycache__/*", "**/*.pyc"]

@@ -23,8 +23,8 @@ OLD_RUN = ("this run was saved before bench runs kept each cell's edge scores: r
 
 def read_result(run: Any) -> dict[str, Any]:
     """The run's full benchmark result (results.json), checked as JSON; RunStoreError when absent or damaged."""
-    from workbench.checks import read_json
-    from workbench.errors import RunStoreError
+    from core.checks import read_json
+    from core.errors import RunStoreError
 
     file = run.path / "results.json"
     if not file.is_file():
@@ -39,9 +39,9 @@ SHIPPED = "shipped:"  # the page's choice of a shipped leaderboard: SHIPPED + th
 
 
 def shipped_results() -> dict[str, Any]:
-    """The leaderboards that ship in results/circuits/ (``workbench.paths.results_root``): file name -> path, those
+    """The leaderboards that ship in results/circuits/ (``core.paths.results_root``): file name -> path, those
     whose JSON is a benchmark result (tasks and config); read once per server."""
-    from workbench.paths import results_root
+    from core.paths import results_root
 
     def find() -> dict[str, Any]:
         found = {}
@@ -57,14 +57,14 @@ def shipped_results() -> dict[str, Any]:
 
 
 def _read_json(path: Any, what: str) -> Any:
-    from workbench.checks import read_json
-    from workbench.errors import RunStoreError
+    from core.checks import read_json
+    from core.errors import RunStoreError
 
     return read_json(path, what, RunStoreError)
 
 
 def _check_result(data: Any, what: str) -> dict[str, Any]:
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     if not isinstance(data, dict) or not isinstance(data.get("tasks"), list) \
             or not isinstance(data.get("config"), dict):
@@ -76,7 +76,7 @@ def _check_result(data: Any, what: str) -> dict[str, Any]:
 
 def read_shipped(name: str) -> dict[str, Any]:
     """A shipped leaderboard's result, checked; RunStoreError when it is absent or damaged."""
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     path = shipped_results().get(name)
     if path is None:

@@ -10,7 +10,7 @@ import streamlit as st
 from app import common as C
 from app.prompt_source import pick_rows
 from circuits.tools.patching import swap_names  # noqa: F401 - the pages' one swap (IOI names)
-from workbench.errors import PromptError
+from core.errors import PromptError
 
 DEFAULT = {
     "circ_prompt": "When Mary and John went to the store, John gave a drink to",

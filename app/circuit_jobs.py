@@ -24,7 +24,7 @@ MEASURE_ROWS = 4  # ... unless its prompts are this few: then one masked forward
 def discover_spec(model: str, rows: list[dict], method: str, params: dict, ablation: str,
                   selection: str) -> Any:
     """The spec `workbench circuit discover` builds for the same work (so a command's circuit opens here)."""
-    from workbench.jobs.specs import CircuitDiscoverSpec
+    from workbench.scheduler.specs import CircuitDiscoverSpec
 
     return CircuitDiscoverSpec(model=model, rows=rows, method=method, params=params, edges=EDGES,
                                ablation=ablation, selection=selection)
@@ -60,7 +60,7 @@ def _estimate(loaded: Any, graph: Any, prepared: Any, rows: list[dict], method: 
     graph is big and the prompts many, else what earlier jobs of this shape measured, else None."""
     if graph.n_edges <= BIG_GRAPH or len(rows) <= MEASURE_ROWS:
         return seconds(loaded, graph, prepared, method, params, key)
-    from workbench.jobs.kinds import estimate
+    from workbench.scheduler.kinds import estimate
 
     try:
         cost = estimate(spec, 1, root=J.board().root, measure=False)
@@ -77,7 +77,7 @@ def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict
     in the page now; up to the runner's local threshold (about 10 s) it starts at once as a job in this
     server (a thread on the loaded model: no Ray, and the circuit is stored); longer, or unknown, methods
     share one Run button that starts them as jobs on Ray."""
-    from workbench.jobs.runner import local_seconds
+    from workbench.scheduler.runner import local_seconds
 
     cache = st.session_state.setdefault("_circ_cache", {})
     here: dict[str, dict] = {}

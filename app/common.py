@@ -20,7 +20,7 @@ from typing import Any
 
 import streamlit as st
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 # -- text from users, files and runs ----------------------------------------------------------------
 # Streamlit renders Markdown (and, in it, images, links, colour directives and formulas) in st.markdown,
@@ -185,7 +185,7 @@ def sidebar_model(kinds: tuple[str, ...], key: str, default: str | None = None, 
 
 
 def zoo(kinds: tuple[str, ...] | None = None) -> list[Any]:
-    from workbench.models.zoo import list_models
+    from core.models.zoo import list_models
 
     return [e for e in list_models() if kinds is None or e.kind in kinds]
 
@@ -336,7 +336,7 @@ def read_upload(upload: Any, read: Callable[[Any], Any], what: str) -> Any | Non
 
 # -- run store ----------------------------------------------------------------------------------------
 def store():
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     return RunStore()
 
@@ -349,7 +349,7 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
 
     def _save() -> None:
         try:
-            from workbench.store import RunDraft
+            from core.store import RunDraft
 
             obj = draft_fn()  # a RunDraft, or an engine result that saves itself
             # Not hasattr(obj, "save"): once nnsight is imported every object has a .save (its trace marker).

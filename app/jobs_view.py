@@ -26,14 +26,14 @@ def badge(state: str) -> str:
 
 
 def board():
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     return JobBoard(C.store().root / ".jobs")
 
 
 def lent_models(spec: Any) -> dict[str, tuple[Any, Any]]:
     """The spec's model when this server already holds it, with its lock: a job that runs in this process
-    (see workbench/jobs/runner.py placement) uses it instead of loading a copy."""
+    (see workbench/scheduler/runner.py placement) uses it instead of loading a copy."""
     name = getattr(spec, "model", None) if not isinstance(spec, dict) else spec.get("model")
     if not isinstance(name, str) or name not in C.HELD:
         return {}
@@ -49,9 +49,9 @@ def estimate_here(spec: Any, workers: int = 1) -> tuple[float, str] | None:
     shape measured, else, when this server already holds its model, one item measured now on that model (the
     kind's ``measure``, under the model's lock); None when neither is possible (its model is not loaded here
     and no job of its shape has run)."""
-    from workbench.jobs.board import spec_key
-    from workbench.jobs.kinds import JobEstimate, estimate, get_kind, lend
-    from workbench.jobs.specs import as_dict
+    from workbench.scheduler.board import spec_key
+    from workbench.scheduler.kinds import JobEstimate, estimate, get_kind, lend
+    from workbench.scheduler.specs import as_dict
 
     memo = st.session_state.setdefault("_job_estimates", {})
     sig = (spec_key(spec), workers)
@@ -81,12 +81,12 @@ def submit(spec: Any, key: str, workers: int = 1, seconds: float | None = None) 
     first (``seconds`` the page measured, else ``estimate_here``): under the runner's threshold (about 10 s)
     it runs in a thread of this server on its loaded model, else on the warm local Ray instance (or
     WORKBENCH_RAY_ADDRESS). None (after a message) when it cannot start."""
-    import workbench.jobs
+    import workbench.scheduler
 
     if seconds is None and workers == 1:
         got = estimate_here(spec, workers)
         seconds = None if got is None else got[0]
-    job = C.attempt("Cannot start the job", workbench.jobs.submit, spec, workers=workers, board=board(),
+    job = C.attempt("Cannot start the job", workbench.scheduler.submit, spec, workers=workers, board=board(),
                     models=lent_models(spec), seconds=seconds, warm_owner=os.getpid())  # the warm Ray instance
     if job is not None:
         st.session_state[key] = job.id
@@ -162,7 +162,7 @@ RAY_FOOTPRINT = ("a warm local Ray instance: about 0.6 GB in 8 processes of its 
 
 def local_limit() -> float:
     """The runner's threshold for work in this server's process (about 10 s; more on a busy machine)."""
-    from workbench.jobs.runner import local_seconds
+    from workbench.scheduler.runner import local_seconds
 
     return local_seconds()
 ACTIVE = ("queued", "running")
@@ -173,7 +173,7 @@ def held_job(spec: Any, key: str) -> Any | None:
     work, else the newest finished job that any session (or a command) ran for the same work (the same
     normalised key) and whose run is still stored, so a new session, or the app after a restart, opens the
     result at once; else one that another session is running for it."""
-    from workbench.jobs.board import spec_key
+    from workbench.scheduler.board import spec_key
 
     want = spec_key(spec)
     held = st.session_state.get(key)
@@ -277,7 +277,7 @@ def level_jobs(loaded: Any, prompt: str, target: str, foil: str | None, method: 
     any session (or ``workbench attribute``) finished for the same prompt and level opens at once; a failed or
     cancelled one can be started again. One worker: the server keeps the other core for the sessions' own
     work."""
-    from workbench.jobs.specs import AttributeSpec
+    from workbench.scheduler.specs import AttributeSpec
 
     results: dict[tuple[str, str], Any] = {}
     for level, cost in slow.items():

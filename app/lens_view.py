@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from app import views as V
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 def tuned_available(model: Any) -> str | None:

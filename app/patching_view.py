@@ -20,7 +20,7 @@ PER_POSITION = ("resid", "attn", "mlp")
 
 def _swap(key: str, prompt: str, target: str, foil: str | None) -> None:
     from circuits.tools.patching import swap_names
-    from workbench.errors import PromptError
+    from core.errors import PromptError
 
     try:
         value = swap_names(prompt, target, foil or "")
@@ -134,7 +134,7 @@ def show_patching(loaded: Any, prompt: str, target: str, foil: str | None, key: 
 
 def _draft(model: str, prompt: str, corrupted: str, target: str, foil: str | None, site: str, res: Any,
            seconds: float):
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     return RunDraft(kind="patch", model=model, method=f"patch-{site}",
                     args={"prompt": prompt, "corrupted": corrupted, "target": target, "foil": foil, "site": site},

@@ -7,7 +7,7 @@ from typing import Any
 import streamlit as st
 
 from app import common as C
-from workbench.paths import data_root
+from core.paths import data_root
 
 PROMPTS = data_root() / "prompts"
 UPLOAD = "upload a JSONL file…"
@@ -18,7 +18,7 @@ def pick_rows(limit: int, key: str = "sets") -> tuple[str, list[dict[str, Any]]]
 
     Widgets are keyed ``{key}_file`` and ``{key}_upload``.
     """
-    from workbench.prompt_files import parse_prompts, read_prompts
+    from core.prompt_files import parse_prompts, read_prompts
 
     files = sorted(p.relative_to(PROMPTS).as_posix() for p in PROMPTS.rglob("*.jsonl"))  # MODEL/*.jsonl too
     choice = st.selectbox("Prompt file", files + [UPLOAD], key=f"{key}_file",

@@ -44,7 +44,7 @@ def metric_columns(table: Any) -> dict[str, Any]:
 
 def bench_spec(model: str, methods: list[str], dataset: str, n: int) -> Any:
     """The job spec `workbench vit-eval` makes for the same choices (so a command's run opens here too)."""
-    from workbench.jobs.specs import VitEvalSpec
+    from workbench.scheduler.specs import VitEvalSpec
 
     return VitEvalSpec(model=model, methods=list(methods), n=int(n), seed=SEED, dataset=dataset, batch_size=BATCH)
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any
 
 from attribution.methods import LEVEL_AXES, METHODS, Method, MethodSpec, Scored, as_scored, canonical
 from attribution.result import TOKEN_AXES, AttributionResult
-from workbench.errors import MethodError, RangeError, TokenError
+from core.errors import MethodError, RangeError, TokenError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 __all__ = ["attribute", "attribute_levels", "AttributionResult", "METHODS", "LEVEL_AXES", "get_method",
            "result_for", "run_encoded", "Scored", "encode_at"]
@@ -54,7 +54,7 @@ def encode_at(model: HookedModel, prompt: str | list[int], target: str | int | N
     """The prompt's encoding with ``position`` resolved to an index from the start (None stays None: the
     last). The default target at a position before the last is the token that follows it in the prompt."""
     if not hasattr(model, "encode"):  # a vision model has no tokens to encode
-        from workbench.errors import MethodError
+        from core.errors import MethodError
 
         raise MethodError(f"{getattr(model, 'name', type(model).__name__)} is a vision model: this needs a language "
                           "model (a text prompt, a target token)")
@@ -85,7 +85,7 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
         return {lv: attribute(model, prompt, target, foil, method=spec.name, level=lv, position=position, **params)
                 for lv in levels}
     enc = encode_at(model, prompt, target, foil, position)
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, spec.name)
     started = time.perf_counter()
@@ -99,7 +99,7 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
 def run_encoded(model: HookedModel, method: str, fn: Method, enc: Encoding, level: str, params: dict[str, Any],
                 prompt: str | None) -> AttributionResult:
     """One method (its name and implementation from get_method) on an encoding already made, timed."""
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, canonical(method))  # one line naming the method and the backend, where it does not run
     started = time.perf_counter()
@@ -151,6 +151,6 @@ def result_for(model: HookedModel, method: str, level: str, enc: Encoding, score
 
 
 def target_logit(model: HookedModel, enc: Encoding) -> float:
-    from workbench.metric import logit_diff
+    from core.metric import logit_diff
 
     return float(logit_diff(model.logits(enc.tokens)[:, enc.query], enc.target_id, enc.foil_id)[0])

@@ -10,13 +10,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import MethodError, RangeError, WorkbenchError
+from core.errors import MethodError, RangeError, WorkbenchError
 
 if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 AXES = ("layer", "head", "query", "key")
 GRID_COLUMNS = 4  # heads a row in the grid view; a 9-head layer is three rows
@@ -188,8 +188,8 @@ class AttentionResult:
         return fig
 
     def save_figure(self, path: Any, layer: int | None = None, head: int | None = None) -> Any:
-        """Save ``plot(layer, head)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot(layer, head)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(layer, head), path)
 
@@ -199,7 +199,7 @@ class AttentionResult:
 
     def save(self, store=None):
         """Store as a run (kind "attention"; the pattern as a tensor); returns the Run."""
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         return store.save(RunDraft(
@@ -218,7 +218,7 @@ def attention(model: HookedModel, prompt: str | list[int], layers: list[int] | N
 
     import torch
 
-    from workbench.options import check_finite
+    from core.options import check_finite
 
     started = time.perf_counter()
     name = getattr(model, "name", type(model).__name__)

@@ -16,11 +16,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workbench.text import duration
+from core.text import duration
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 SLOW_METHODS = ("activation_patching",)
 _PER_ITEM: dict[tuple[str, str, int], float] = {}  # (model, level, seq_len) -> seconds per item

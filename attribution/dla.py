@@ -17,13 +17,13 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 if TYPE_CHECKING:
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 @dataclass
@@ -104,14 +104,14 @@ class DLAResult:
         return self.plot()._repr_mimebundle_(include, exclude)
 
     def save_figure(self, path: Any) -> Any:
-        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(), path)
 
     def save(self, store=None):
         """Store as a run (kind "dla"); returns the Run."""
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         return store.save(RunDraft(
@@ -160,7 +160,7 @@ def _direction(model: HookedModel, enc: Encoding, logits_at: torch.Tensor) -> tu
 
 def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
     """DLA on an encoding already made (Encoding.position: the explained position)."""
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "dla")  # it reads a TransformerLens ActivationCache
     if getattr(model, "W_U", None) is None or model.kind == "vit":

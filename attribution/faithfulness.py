@@ -41,8 +41,8 @@ from attribution.baselines.common import last_logits
 from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
 from attribution.methods import METHODS, as_scored, canonical
 from attribution.result import CONVERGED_REL_TOL
-from workbench.errors import MethodError
-from workbench.prompt_files import encode_rows
+from core.errors import MethodError
+from core.prompt_files import encode_rows
 
 LEVELS = ("token", "head", "neuron")
 RANKS = ("signed", "abs")
@@ -247,7 +247,7 @@ class FaithfulnessResult:
     def save(self, store=None):
         import pandas as pd
 
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         return store.save(RunDraft(

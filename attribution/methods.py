@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 LEVEL_AXES: dict[str, tuple[str, ...]] = {
     "token": ("token",),

@@ -13,8 +13,8 @@ from typing import Any
 
 from attribution import LEVEL_AXES, get_method, result_for, run_encoded
 from attribution.result import AttributionResult
-from workbench.errors import MethodError
-from workbench.prompt_files import encode_rows
+from core.errors import MethodError
+from core.prompt_files import encode_rows
 
 
 @dataclass
@@ -85,9 +85,9 @@ class AttributionSet:
     @classmethod
     def from_run(cls, run: Any) -> AttributionSet:
         """The set back from its run (``save``): each prompt's result from the run's summary and its tensor
-        (a damaged run is a RunStoreError, workbench/checks.py)."""
-        from workbench.checks import reading
-        from workbench.errors import RunStoreError
+        (a damaged run is a RunStoreError, core/checks.py)."""
+        from core.checks import reading
+        from core.errors import RunStoreError
 
         data, tensors = run.result(), run.tensors()
         with reading(f"run {run.id}", RunStoreError):
@@ -103,7 +103,7 @@ class AttributionSet:
 
     def save(self, store=None):
         """One run (kind "attribute_set"): scores of prompt i under tensor "scores.i", the per-prompt table."""
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         result = self.to_json()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 if TYPE_CHECKING:
     import torch
@@ -208,8 +208,8 @@ class AttributionResult:
         return self.colored_tokens(skip_first).figure(per_line)
 
     def save_figure(self, path: Any) -> Any:
-        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(), path)
 
@@ -220,7 +220,7 @@ class AttributionResult:
 
     def save(self, store=None):
         """Store as a run (kind "attribute"); returns the Run."""
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         return store.save(RunDraft(

@@ -20,8 +20,8 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 
-from workbench.errors import MethodError, PromptError, WorkbenchError
-from workbench.metric import logit_diff
+from core.errors import MethodError, PromptError, WorkbenchError
+from core.metric import logit_diff
 
 ABLATIONS = ("corrupt", "mean", "zero")
 METRICS = ("logit_diff", "target_logit")

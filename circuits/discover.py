@@ -22,8 +22,8 @@ from circuits.edges import EDGE_METHODS, get_method
 from circuits.evaluate import DEFAULT_GRID, Faithfulness, check_grid, faithfulness, select
 from circuits.graph import CircuitGraph, GraphEdge, Provenance, Subgraph, check_k
 from circuits.intervene import References, run_masked
-from workbench.checks import Fields
-from workbench.errors import MethodError, RangeError, WorkbenchError
+from core.checks import Fields
+from core.errors import MethodError, RangeError, WorkbenchError
 
 PATCHING_LIMIT_EDGES = 5000  # above this, path patching needs an explicit sample
 # A saved circuit's graph is rebuilt from its meta.json: sizes beyond these are damage, refused before allocating.
@@ -108,8 +108,8 @@ class CircuitResult:
         return circuit_plot(self, k, selected)
 
     def save_figure(self, path: Any, k: int | None = None) -> Any:
-        """Save ``plot(k)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot(k)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(k), path)
 
@@ -147,7 +147,7 @@ class CircuitResult:
         return self.faithfulness
 
     def save(self, store: Any = None):
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         figures = {"graph": self.plot()}
@@ -175,12 +175,12 @@ class CircuitResult:
     @classmethod
     def from_run(cls, run: Any) -> CircuitResult:
         """Rebuild a saved circuit (``workbench circuit evaluate``, the app). Everything read is checked
-        (workbench/checks.py): a damaged run is a RunStoreError naming what is wrong, and the graph's size is
+        (core/checks.py): a damaged run is a RunStoreError naming what is wrong, and the graph's size is
         bounded before anything is allocated from it."""
         from circuits.counterfactual import ABLATIONS, METRICS
         from circuits.edges import EDGE_METHODS
         from circuits.evaluate import SELECTIONS
-        from workbench.errors import RunStoreError
+        from core.errors import RunStoreError
 
         if run.kind != "circuit":
             raise WorkbenchError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit")
@@ -228,7 +228,7 @@ def _finite(value: float, what: str) -> float:
 
 def _model(model: Any) -> Any:
     if isinstance(model, str):
-        from workbench.models.zoo import load
+        from core.models.zoo import load
 
         return load(model)
     return model
@@ -243,7 +243,7 @@ def _check_model(model: Any, result: CircuitResult) -> None:
 
 
 def _rows(prompts: Any, limit: int | None) -> list[dict]:
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     if limit is not None and int(limit) < 1:
         raise RangeError(f"limit must be at least 1 (got {limit})")
@@ -310,7 +310,7 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
         raise MethodError(f"unknown selection {selection!r}; choose topk or greedy")
     p = spec.check_params(params)
     model = _model(model)
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "circuit")  # per-head inputs: TransformerLens' split q/k/v inputs
     graph = CircuitGraph.of(model)

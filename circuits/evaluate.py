@@ -21,7 +21,7 @@ from jaxtyping import Bool, Float
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph, check_k
 from circuits.intervene import References, run_masked
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 DEFAULT_GRID = (10, 20, 50, 100, 200, 500, 1000, 2000)
 SELECTIONS = ("topk", "greedy")
@@ -45,8 +45,8 @@ class Faithfulness:
     def from_json(cls, data: Any, what: str = "faithfulness", error: type[Exception] | None = None) -> Faithfulness:
         """A curve read back from a file: every field checked (lists of equal length, finite numbers, sizes
         >= 1, no unknown key); ``error`` (default RangeError) names what is wrong."""
-        from workbench.checks import Fields
-        from workbench.errors import RangeError
+        from core.checks import Fields
+        from core.errors import RangeError
 
         f = Fields(data, what, error or RangeError).only(cls.__dataclass_fields__)
         ks = f.items("k", int)

@@ -46,12 +46,12 @@ from attribution.features.placement import (
 )
 from attribution.features.scores import dpa_feature_scores, hooks_of
 from circuits.graph import GraphEdge, GraphNode, Provenance, Subgraph
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.models.hooked import HookedModel
-    from workbench.store import Run, RunStore
+    from core.models.hooked import HookedModel
+    from core.store import Run, RunStore
 
 KIND = "feature-graph"
 
@@ -127,7 +127,7 @@ class FeatureGraph:
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FeatureGraph:
-        from workbench.errors import RunStoreError
+        from core.errors import RunStoreError
 
         try:
             return cls(**{k: d[k] for k in ("model", "prompt", "tokens", "target", "foil", "target_logit",
@@ -166,8 +166,8 @@ class FeatureGraph:
         return feature_graph_plot(self, per_row, max_edges, title=title)
 
     def save_figure(self, path: Any, **plot_args: Any) -> Any:
-        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(**plot_args), path)
 
@@ -177,7 +177,7 @@ class FeatureGraph:
         return pd.DataFrame(self.nodes)
 
     def save(self, root: str | RunStore | None = None, method: str | None = None) -> Run:
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         method = method or str(self.params.get("method", "dpa"))
 
@@ -194,9 +194,9 @@ class FeatureGraph:
 
     @classmethod
     def load(cls, run_id: str, root: str | None = None) -> FeatureGraph:
-        from workbench.checks import reading
-        from workbench.errors import RunStoreError
-        from workbench.store import RunStore
+        from core.checks import reading
+        from core.errors import RunStoreError
+        from core.store import RunStore
 
         run = RunStore(root).get(run_id)
         if run.kind != KIND:
@@ -267,7 +267,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
     replacement model of a transcoder set (circuits/replacement.py: attention patterns and norm scales frozen,
     every edge an exact linear effect). node_threshold / edge_threshold: prune by cumulative node and edge
     influence first (circuit-tracer's prune_graph; its defaults 0.8 and 0.98), then cap at max_nodes / max_edges."""
-    from workbench.options import check_finite
+    from core.options import check_finite
 
     for name, v in (("per_layer", per_layer), ("max_nodes", max_nodes), ("max_edges", max_edges),
                     ("batch_size", batch_size)):
@@ -359,8 +359,8 @@ def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Diction
                             node_threshold: float | None, edge_threshold: float | None) -> FeatureGraph:
     """The replacement-model graph by backward passes (circuits/replacement.py) as a FeatureGraph."""
     from circuits.replacement import build_replacement, gradient_graph
-    from workbench.errors import MethodError
-    from workbench.options import check_finite
+    from core.errors import MethodError
+    from core.options import check_finite
 
     enc = model.encode(prompt, target, foil)
     places = check_dictionaries(model, dicts)

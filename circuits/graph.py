@@ -33,13 +33,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from jaxtyping import Bool, Float
 
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-    from workbench.store import Run
+    from core.store import Run
 
 ROLES = ("q", "k", "v")
 
@@ -370,8 +370,8 @@ class Subgraph:
         return graph_figure(nodes, edges, selected=selected, title=title, subtitle=subtitle)
 
     def save_figure(self, path: Any, **plot_args: Any) -> Any:
-        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(**plot_args), path)
 
@@ -404,8 +404,8 @@ class Subgraph:
         """Read ``to_json``'s layout back; anything else is a RunStoreError naming what is wrong."""
         import math
 
-        from workbench.checks import reading
-        from workbench.errors import RunStoreError
+        from core.checks import reading
+        from core.errors import RunStoreError
 
         with reading(what, RunStoreError):
             nodes = [GraphNode(str(n["id"]), str(n["kind"]), float(n["layer"]), _position(n.get("position")),
@@ -425,7 +425,7 @@ class Subgraph:
         """Save as a run of kind ``subgraph`` (its figure, its JSON and the edge table), atomically."""
         import json
 
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         store = store if isinstance(store, RunStore) else RunStore(store)
         p = self.provenance
@@ -438,8 +438,8 @@ class Subgraph:
     def from_run(cls, run: Any) -> Subgraph:
         """The subgraph of a stored run: a ``circuit`` run (its saved top edges), a ``feature-graph`` run or a
         ``subgraph`` run, including those saved before this type existed."""
-        from workbench.checks import reading
-        from workbench.errors import RunStoreError
+        from core.checks import reading
+        from core.errors import RunStoreError
 
         if run.kind == "circuit":
             from circuits.discover import CircuitResult  # the readers live above: lazy, no import cycle

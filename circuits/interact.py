@@ -14,7 +14,7 @@ flow and a feature graph go through the same steps; the app (app/graph_interact.
 - ``suggest(sub, explanations)``: groups of features (or heads) whose edge profiles into and out of the graph
   are alike, and whose explanations share words (average-linkage clustering of the two similarities).
 - ``load`` / ``keep``: pins and supernodes as ``supernodes.json`` in the run's directory, written whole by
-  the store's writer, and only into a run the workbench's store saved (``workbench.store``).
+  the store's writer, and only into a run the workbench's store saved (``core.store``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from circuits.graph import GraphEdge, GraphNode, Subgraph
-from workbench.errors import ArgumentError, RunStoreError
+from core.errors import ArgumentError, RunStoreError
 
 ANNOTATIONS = "supernodes.json"  # a run's pins and supernodes, beside its meta.json
 KEPT = ("logits", "embed", "token")  # kinds pruning never drops: the graph's two ends
@@ -376,7 +376,7 @@ def matches(suggested: list[list[str]], reference: list[list[str]], min_jaccard:
 def _writable(run: Any) -> None:
     """Refuse a run the workbench's store did not save (RunStoreError): its folder must be a marked store, its
     name a run id as save() makes it, itself a sound run directory."""
-    from workbench.store import RUN_ID, check_run_dir, is_marked
+    from core.store import RUN_ID, check_run_dir, is_marked
 
     path = getattr(run, "path", None)
     if path is None or not RUN_ID.match(str(getattr(run, "id", ""))) or not is_marked(path.parent):
@@ -394,7 +394,7 @@ def load(run: Any) -> Annotations:
         raise RunStoreError(f"run {run.id}: {ANNOTATIONS} is a symlink; refusing to read it")
     if not file.exists():
         return Annotations()
-    from workbench.checks import read_json
+    from core.checks import read_json
 
     return Annotations.from_json(read_json(file, f"run {run.id}'s {ANNOTATIONS}", RunStoreError),
                                  f"run {run.id}'s supernodes")
@@ -403,7 +403,7 @@ def load(run: Any) -> Annotations:
 def keep(run: Any, annotations: Annotations) -> None:
     """Write ``annotations`` into ``run``'s directory, whole (the store's atomic writer), only into a run the
     workbench's store saved."""
-    from workbench.store import write_atomic
+    from core.store import write_atomic
 
     _writable(run)
     for s in annotations.supernodes:

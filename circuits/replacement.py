@@ -27,7 +27,7 @@ import torch
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 @dataclass

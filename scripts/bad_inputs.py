@@ -26,7 +26,7 @@ Result classes:
 
 The catalogue also generates, for every numeric option of every command (found from the typer app),
 the negative / zero / NaN / Infinity / non-integer values and 10^9 / 10^30 (or 1e9 / 1e30) that option must
-refuse (a value its callback, with workbench/options.py's bounds table, accepts is left out).
+refuse (a value its callback, with core/options.py's bounds table, accepts is left out).
 Issue 41's cases (issue41_cli_cases; store_cases and network_app_cases are engineers D's and F's): error cases
 must answer within 30 s; the tally counts those that did not. Everything a case writes goes into this script's
 temporary folder (its store, its working directory, files/out/), never the checkout.
@@ -99,7 +99,7 @@ def make_files(d: Path) -> dict[str, str]:
     from PIL import Image
     from safetensors.torch import load_file, save_file
 
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     d.mkdir(parents=True, exist_ok=True)
     f: dict[str, str] = {}
@@ -287,7 +287,7 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
         fn(copy / "dashboards.safetensors")
         f[f"dash-{name}"] = str(copy)
 
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     for name, fn in {"layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["model"].update(layers=10**9)),
                      "weights-garbage": lambda p: _garbage(p / "model.safetensors")}.items():

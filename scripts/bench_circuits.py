@@ -183,7 +183,7 @@ def main() -> None:
 
     import workbench as wb
     from circuits.graph import CircuitGraph
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     model = wb.load(args.model)
     graph = CircuitGraph.of(model)

@@ -15,7 +15,7 @@ import torch
 
 def main() -> None:
     from circuits.bench import forward, runner
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     torch.set_num_threads(1)
     name, task, n_test = sys.argv[1], sys.argv[2], int(sys.argv[3])

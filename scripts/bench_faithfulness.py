@@ -94,7 +94,7 @@ def memory_check(model_name: str, n_tokens: int = 200) -> dict:
     code = f"""
 import resource, time, torch
 torch.set_num_threads(1)
-from workbench.models.zoo import load
+from core.models.zoo import load
 from attribution import attribute
 m = load({model_name!r})
 words = (" the cat sat on a mat and then it ran to the door") * 40
@@ -254,7 +254,7 @@ def main() -> None:
 
     import torch
 
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     torch.set_num_threads(args.threads)
     model = load(args.model)

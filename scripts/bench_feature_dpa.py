@@ -45,7 +45,7 @@ def main() -> None:
     from attribution.features.faithfulness import METHODS, curve_figure, feature_curve
     from attribution.features.placement import load_dictionaries
     from attribution.sae.dictionary import list_dictionaries
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     model = wb.load("smollm2-135m")
     if args.saes:  # in the order given

@@ -46,7 +46,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as tmp:
             env = {"WORKBENCH_CACHE": tmp}
             started = time.perf_counter()
-            subprocess.run([PY, "-c", "from workbench.models.llm import prepare_smollm2; prepare_smollm2()"],
+            subprocess.run([PY, "-c", "from core.models.llm import prepare_smollm2; prepare_smollm2()"],
                            env={**os.environ, **env}, check=True, capture_output=True)
             report["cold_convert_s"] = round(time.perf_counter() - started, 1)
             report["first_load_after_convert_s"] = round(timed(LOAD, env)["s"], 2)

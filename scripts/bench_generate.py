@@ -1,4 +1,4 @@
-"""Benchmark: greedy generation in ms a token, before and after workbench.models.decode (issue 40 item 4).
+"""Benchmark: greedy generation in ms a token, before and after core.models.decode (issue 40 item 4).
 
     python scripts/bench_generate.py [--models smollm2-135m,gemma3-270m] [--dtypes float32,bfloat16]
                                      [--reps 3] [--out results/models/generation.md]
@@ -6,7 +6,7 @@
 For each model and dtype, one process-wide setting (torch's default threads: one a core), and three paths:
 
 - before: TransformerLens' ``generate`` (greedy, KV cache), as HookedModel.greedy called it until now;
-- after: HookedModel.greedy (workbench.models.decode: the same loop at the faster thread count, step by step);
+- after: HookedModel.greedy (core.models.decode: the same loop at the faster thread count, step by step);
 - one thread: TransformerLens' ``generate`` with torch.set_num_threads(1), for reference.
 
 A figure is ms a token beyond the first: (time of 33 new tokens - time of 1) / 32, both measured in the same
@@ -50,7 +50,7 @@ def _tl_generate(model, tokens, n: int, threads: int | None = None) -> list[int]
 
 
 def _decode(model, tokens, n: int, lean: bool) -> list[int]:
-    from workbench.models.decode import decode
+    from core.models.decode import decode
 
     return decode(model.tl, tokens, n, eos=None, lean=lean)  # no stop: every run makes n tokens
 
@@ -187,7 +187,7 @@ def render(meta: dict, rows: list[dict]) -> str:
 READING = """## Reading
 
 - **Paths.** *before*: TransformerLens' `generate` (greedy, KV cache) at torch's 2 threads. *tl loop*: the
-  previous session's workbench/models/decode.py (TransformerLens' loop, call for call, at the faster of 2 and 1
+  previous session's core/models/decode.py (TransformerLens' loop, call for call, at the faster of 2 and 1
   threads). *lean*: this session's decode (what `HookedModel.greedy`/`sample` run now, hence `workbench
   generate`, `wb.generate`, steering continuations, the SAE sample corpus and the app). *one thread*:
   TransformerLens' `generate` at 1 thread. The *tokens equal* column compares 33 greedy ids of every path.
@@ -198,7 +198,7 @@ READING = """## Reading
   forward, `F.linear` is about 60 % of a step (4.1 of 6.9 s in a profile at load 11); rotary (0.5 s), the
   norms (0.6 s) and the attention's own Python (0.6 s) are most of the rest. Not the cause: weight copies
   (TransformerLens' `W.T.contiguous()` are views here), `inference_mode` (already on), tokenizer or sampling.
-- **The lean forward** (`workbench.models.decode.LeanDecoder`): the same products on the module's own weight
+- **The lean forward** (`core.models.decode.LeanDecoder`): the same products on the module's own weight
   tensors (views, no copies, nothing cached between calls, so edited weights are seen), a preallocated KV
   cache holding rotated keys (rotation is elementwise: a key rotated once equals the one TransformerLens
   rotates again each step), masks only where a window or the prompt needs them, and the unembedding of the

@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from workbench.store import pid_alive  # noqa: E402
+from core.store import pid_alive  # noqa: E402
 
 PROMPT_30 = ("When Mary and John went to the store on a sunny Saturday morning to buy some bread, fresh milk "
              "and two red apples, John gave a drink to")  # 30 smollm2 tokens
@@ -46,8 +46,8 @@ def _numbers(result) -> dict[str, float]:
 
 
 def sharding(n_prompts: int, methods: list[str]) -> dict:
-    from workbench.jobs import run
-    from workbench.prompt_files import read_prompts
+    from workbench.scheduler import run
+    from core.prompt_files import read_prompts
 
     rows = read_prompts(str(ROOT / "data/prompts/ioi.jsonl"), n_prompts)
     spec = {"kind": "faithfulness", "model": "smollm2-135m", "rows": rows, "methods": methods, "level": "token",
@@ -66,7 +66,7 @@ def sharding(n_prompts: int, methods: list[str]) -> dict:
 
 def responsiveness() -> dict:
     import workbench as wb
-    from workbench.jobs import JobBoard, submit
+    from workbench.scheduler import JobBoard, submit
 
     model = wb.load("smollm2-135m")
     enc = model.encode(PROMPT_30, " Mary", " John")
@@ -98,9 +98,9 @@ def responsiveness() -> dict:
 
 
 def killed_worker() -> dict:
-    from workbench.jobs import JobBoard, submit
-    from workbench.prompt_files import read_prompts
-    from workbench.store import RunStore
+    from workbench.scheduler import JobBoard, submit
+    from core.prompt_files import read_prompts
+    from core.store import RunStore
 
     rows = read_prompts(str(ROOT / "data/prompts/ioi.jsonl"), 20)
     spec = {"kind": "faithfulness", "model": "smollm2-135m", "rows": rows, "methods": ["dpa", "gradient"],

@@ -122,7 +122,7 @@ def main() -> None:
         import tempfile
 
         from app.testing import open_page, problems
-        from workbench.jobs.runner import running_here, wait_here
+        from workbench.scheduler.runner import running_here, wait_here
 
         os.environ["WORKBENCH_RUNS"] = tempfile.mkdtemp(prefix="bench-views-runs-")  # never the user's store
         names = sorted(p.stem for p in (ROOT / "app" / "pages").glob("*.py"))

@@ -27,7 +27,7 @@ def cell(params, noise, seed, oversample, exact=False):
     from attribution.blackbox.noisy import noisy_mha_oracle
     from attribution.blackbox.oracle import mha_oracle
     from attribution.blackbox.recovery import recover
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     oracle = mha_oracle(params, exact=True) if exact else noisy_mha_oracle(params, noise, seed=seed)
     try:

@@ -36,7 +36,7 @@ def main() -> None:
 
     import torch
 
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     torch.set_num_threads(2)
     model = load(args.model)

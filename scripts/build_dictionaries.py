@@ -8,7 +8,7 @@ One forward pass caches all twelve hooks (residual stream, MLP input, MLP output
 resumable shards under ~/.cache/workbench/acts/smollm2-135m-english/; each dictionary then trains
 from disk and resumes from its checkpoint if the script is stopped and started again. A finished
 dictionary is skipped unless --force. ``--workers N`` (or ``--ray-address``) caches the shards as
-``sae_cache`` jobs on Ray first (the same files; see workbench/jobs/kind_sae.py).
+``sae_cache`` jobs on Ray first (the same files; see workbench/scheduler/kind_sae.py).
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ def main() -> None:
 
     from attribution.sae.build import HELDOUT_TOKENS, BuildSpec, build_dictionary, rethreshold, shards_root
     from attribution.sae.shards import cache_shards
-    from workbench.corpus import english_texts
-    from workbench.models import zoo
+    from core.corpus import english_texts
+    from core.models import zoo
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="smollm2-135m")
@@ -116,11 +116,11 @@ def main() -> None:
 
 
 def cache_as_jobs(args, hooks: list[str], root: Path) -> None:
-    """Both splits cached by the sae_cache job (workbench/jobs/kind_sae.py) with cache_shards' defaults, so
+    """Both splits cached by the sae_cache job (workbench/scheduler/kind_sae.py) with cache_shards' defaults, so
     the files are the ones the single pass writes."""
     from attribution.sae.build import HELDOUT_TOKENS
-    from workbench.corpus import english_path
-    from workbench.jobs import run
+    from core.corpus import english_path
+    from workbench.scheduler import run
 
     for split, tokens in (("heldout", HELDOUT_TOKENS), ("train", args.cache_tokens)):
         spec = {"kind": "sae_cache", "model": args.model, "hooks": hooks, "split": split,

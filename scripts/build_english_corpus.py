@@ -240,7 +240,7 @@ def main() -> None:
     args = ap.parse_args()
     stats = build(args.work, args.out)
     if args.count_tokens:
-        from workbench.models import zoo
+        from core.models import zoo
 
         tok = zoo.load("smollm2-135m").tokenizer
         n = {"train": 0, "heldout": 0}

@@ -99,7 +99,7 @@ def keep_correct(model, rows: list[dict], facts: bool) -> list[dict]:
     """The filter: single-token target (and foil), answered top-1 by the model."""
     import torch
 
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     kept = []
     for row in rows:
@@ -135,7 +135,7 @@ def main() -> None:
 
     import torch
 
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     torch.set_num_threads(1)
     model = load(args.model)

@@ -24,7 +24,7 @@ def main() -> None:
 
     import workbench as wb
     from attribution.dpa import COMPLETE, dpa_all
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     model = wb.load(args.model, dtype=args.dtype)
     errors, seconds = [], []

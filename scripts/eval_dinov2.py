@@ -102,7 +102,7 @@ def main() -> None:
         torch.set_num_threads(args.threads)
         maps = None
         if args.run:  # a stored `workbench vit-eval` run: its maps (all images), its head
-            from workbench.store import RunStore
+            from core.store import RunStore
 
             run = RunStore().get(args.run)
             maps = {k[4:]: v for k, v in run.tensors().items() if k.startswith("map_")}

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from attribution.faithfulness import evaluate
-from workbench.models.zoo import load
+from core.models.zoo import load
 
 PROMPTS = Path(__file__).resolve().parent.parent / "data" / "prompts" / "ioi.jsonl"
 

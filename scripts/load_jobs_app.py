@@ -106,7 +106,7 @@ def main() -> None:
     args = ap.parse_args()
     from playwright.sync_api import sync_playwright
 
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     if not Path(CHROMIUM).exists():
         sys.exit(f"{CHROMIUM} is missing")

@@ -40,7 +40,7 @@ def main() -> None:
         import torch  # noqa: F401 - what a served app already holds
 
     from app.testing import open_page, problems
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     store = RunStore()
     runs = store.list(kind="bench")

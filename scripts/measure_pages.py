@@ -43,7 +43,7 @@ def fill_store(root: Path, filler: int) -> str:
 
     import workbench as wb
     from circuits.discover import circuit
-    from workbench.store import RunDraft, RunStore
+    from core.store import RunDraft, RunStore
 
     store = RunStore(root)
     model = wb.load("smollm2-135m")
@@ -84,7 +84,7 @@ def main() -> None:
 
     root = Path(args.store or tempfile.mkdtemp(prefix="wb-runs-"))
     started = time.perf_counter()
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     home = RunStore().root  # the default store, before fill_store points WORKBENCH_RUNS at the new one
     run_id = fill_store(root, args.filler)

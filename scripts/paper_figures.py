@@ -59,7 +59,7 @@ def main() -> None:
     args = ap.parse_args()
 
     import workbench as wb
-    from workbench.figures import save_figure
+    from core.figures import save_figure
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

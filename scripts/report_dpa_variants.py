@@ -21,8 +21,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from circuits.bench.report import best_per_task  # noqa: E402
-from workbench.errors import OutputError  # noqa: E402
-from workbench.store import write_atomic  # noqa: E402
+from core.errors import OutputError  # noqa: E402
+from core.store import write_atomic  # noqa: E402
 
 RESULTS = ROOT / "results" / "circuits"
 

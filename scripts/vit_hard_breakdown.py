@@ -31,7 +31,7 @@ def main(run_ids: list[str]) -> None:
 
     import workbench as wb
     from attribution.vit import data
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     store = RunStore()
     runs = [store.get(r) for r in run_ids]

@@ -33,7 +33,7 @@ def here_and_on_two_workers(monkeypatch, capsys, *args: str) -> tuple[dict, dict
     two local Ray workers: (here, on_ray). Both must succeed; the job must have run both shards."""
     import json
 
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     code, out, err = run_cli(monkeypatch, capsys, *args, "--threads", "1")
     assert code == 0, err

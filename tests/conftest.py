@@ -12,7 +12,7 @@ from jaxtyping import install_import_hook
 # The engine contract fails loudly in tests: every function and dataclass of these modules checks its
 # annotated argument and return types, tensor shapes included (jaxtyping dims such as "batch pos d_model"
 # must agree within a call), with beartype. Installed before any test imports them.
-CHECKED_MODULES = ("workbench.models.hooked", "workbench.metric", "circuits.counterfactual",
+CHECKED_MODULES = ("core.models.hooked", "core.metric", "circuits.counterfactual",
                    "attribution.baselines.integrated_gradients")
 install_import_hook(CHECKED_MODULES, "beartype.beartype")
 
@@ -20,7 +20,7 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 
 
 def _smollm2_tokenizer_dir() -> Path:
-    from workbench.models.llm import prepare_smollm2
+    from core.models.llm import prepare_smollm2
 
     return prepare_smollm2()
 

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 
 def fake_submit(monkeypatch) -> list:
-    """Replace workbench.jobs.submit (what app/jobs_view.py calls) for this test; returns the jobs made."""
-    import workbench.jobs
-    from workbench.jobs import runner
+    """Replace workbench.scheduler.submit (what app/jobs_view.py calls) for this test; returns the jobs made."""
+    import workbench.scheduler
+    from workbench.scheduler import runner
 
     made = []
 
     def submit(spec, workers=1, address=None, board=None, **_):  # models, seconds: where it would run
-        made.append(runner.create(spec, workers, "local", board or workbench.jobs.JobBoard()))
+        made.append(runner.create(spec, workers, "local", board or workbench.scheduler.JobBoard()))
         return made[-1]
 
-    monkeypatch.setattr(workbench.jobs, "submit", submit)
+    monkeypatch.setattr(workbench.scheduler, "submit", submit)
     return made

@@ -12,7 +12,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 pytestmark = pytest.mark.skipif(
     not (Path(__file__).resolve().parents[1] / "attribution" / "dpa" / "engine.py").exists(),

@@ -32,8 +32,8 @@ def recorded(monkeypatch):
 
 
 def test_slow_levels_ask_first_run_as_jobs_and_are_shared(recorded, tiny_llama_dir):
-    from workbench.jobs import JobBoard
-    from workbench.jobs.runner import drive
+    from workbench.scheduler import JobBoard
+    from workbench.scheduler.runner import drive
 
     board = JobBoard()
     at = open_page("attribution", state(tiny_llama_dir))

@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from app.testing import chart, open_page, problems, texts  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 TASKS = ["ioi", "facts"]
 METHODS = ["random", "eap", "activation_patching"]

@@ -37,7 +37,7 @@ def test_a_new_run_sits_beside_the_shipped_ones():
     from test_app_benchmark import _result
 
     from circuits.bench.cells import BenchResult
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = BenchResult(_result()).save(RunStore())
     at = open_page("benchmark")
@@ -48,9 +48,9 @@ def test_a_new_run_sits_beside_the_shipped_ones():
 
 
 def test_nothing_shipped_and_no_run_says_so(monkeypatch, tmp_path):
-    import workbench.paths
+    import core.paths
 
-    monkeypatch.setattr(workbench.paths, "results_root", lambda: tmp_path)
+    monkeypatch.setattr(core.paths, "results_root", lambda: tmp_path)
     at = open_page("benchmark")
     assert not problems(at)
     assert any("No benchmark runs yet" in i for i in _infos(at))

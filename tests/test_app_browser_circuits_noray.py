@@ -19,7 +19,7 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow, pytest.mark.real,
 
 
 def test_smollm2_circuit_and_curve_without_ray_in_chromium(tmp_path):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     board = JobBoard(Path(os.environ["WORKBENCH_RUNS"]) / ".jobs")
     env = {"RAY_ADDRESS": "127.0.0.1:1", "WORKBENCH_RAY_WARM": "0"}

@@ -49,7 +49,7 @@ def start_sleep_job(page, seconds: int, steps: int) -> None:
 
 
 def test_jobs_start_progress_cancel_restart_open_in_chromium(tmp_path, tiny_llama_dir):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     board = JobBoard(Path(os.environ["WORKBENCH_RUNS"]) / ".jobs")  # the app's store: it inherits this env
     started = time.time()
@@ -110,7 +110,7 @@ def test_jobs_start_progress_cancel_restart_open_in_chromium(tmp_path, tiny_llam
             header = page.get_by_test_id("stMarkdownContainer").filter(has_text=f"{again.run_id} · kind sleep")
             header.first.wait_for(timeout=10_000)
             # the short job ran in the server's own process (under the threshold): one worker, its four steps
-            from workbench.store import RunStore
+            from core.store import RunStore
 
             assert RunStore().get(again.run_id).result() == {"steps": 4, "workers": 1}
             assert any("runs in this process" in line for line in again.log), again.log

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at t
 from job_helpers import fake_submit  # noqa: E402
 
 from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 
 @pytest.fixture
@@ -131,7 +131,7 @@ def _no_ray(monkeypatch) -> None:
     popen = subprocess.Popen
 
     def no_driver(cmd, *args, **kwargs):
-        if "workbench.jobs" in list(map(str, cmd)):
+        if "workbench.scheduler" in list(map(str, cmd)):
             raise AssertionError(f"a job driver process was started: {cmd}")
         return popen(cmd, *args, **kwargs)
 
@@ -141,8 +141,8 @@ def _no_ray(monkeypatch) -> None:
 
 
 def _wait_for_jobs_here() -> list:
-    from workbench.jobs import JobBoard
-    from workbench.jobs.runner import wait_here
+    from workbench.scheduler import JobBoard
+    from workbench.scheduler.runner import wait_here
 
     jobs = JobBoard().list()
     for job in jobs:
@@ -239,8 +239,8 @@ def test_long_discovery_runs_as_a_job_and_a_new_session_opens_it(one_thread, mon
     button with its measured estimate; the finished job's stored circuit opens in a new session at once."""
     from app import jobs_view
     from circuits.discover import CircuitResult
-    from workbench.jobs import JobBoard
-    from workbench.jobs.runner import drive
+    from workbench.scheduler import JobBoard
+    from workbench.scheduler.runner import drive
 
     monkeypatch.setattr(jobs_view, "THRESHOLD_S", 0.0)
     monkeypatch.setenv("WORKBENCH_LOCAL_S", "0")  # nothing runs in the server's process either

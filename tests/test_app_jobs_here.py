@@ -19,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at t
 from test_app_probes import upload_session  # noqa: E402
 
 from app.testing import open_page, problems  # noqa: E402
-from workbench.jobs import JobBoard  # noqa: E402
+from workbench.scheduler import JobBoard  # noqa: E402
 
 
 @pytest.fixture
@@ -34,7 +34,7 @@ def no_ray(monkeypatch):
     popen = subprocess.Popen
 
     def no_driver(cmd, *args, **kwargs):
-        assert "workbench.jobs" not in list(map(str, cmd)), f"a job driver process was started: {cmd}"
+        assert "workbench.scheduler" not in list(map(str, cmd)), f"a job driver process was started: {cmd}"
         return popen(cmd, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", no_driver)

@@ -48,7 +48,7 @@ def upload_session(tiny_dir):
 
 @pytest.fixture
 def page(tiny_dir, monkeypatch):
-    from workbench.jobs import JobBoard, run
+    from workbench.scheduler import JobBoard, run
 
     made = fake_submit(monkeypatch)
     at = upload_session(tiny_dir)
@@ -100,7 +100,7 @@ def test_unreadable_dataset_is_a_message(tiny_dir):
 
 
 def test_failed_job_says_why_and_offers_a_rerun(tiny_dir, monkeypatch):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     made = fake_submit(monkeypatch)
     at = upload_session(tiny_dir)

@@ -12,7 +12,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at t
 from job_helpers import fake_submit  # noqa: E402
 
 from app.testing import chart, frame_with, open_page, problems  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 
 def state(model_dir) -> dict:
@@ -51,8 +51,8 @@ def test_a_slow_set_runs_as_a_job_and_any_session_opens_its_result(page, monkeyp
     """Over the threshold the page shows the measured estimate and a job button instead of running here; the
     finished job's run is read back in this session and opened at once by a new one."""
     import app.jobs_view as J
-    from workbench.jobs import JobBoard
-    from workbench.jobs.runner import drive
+    from workbench.scheduler import JobBoard
+    from workbench.scheduler.runner import drive
 
     board = JobBoard()
     started = fake_submit(monkeypatch)  # the job's record, not its Ray driver

@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from app.testing import open_page, problems  # noqa: E402
-from workbench.store import RunDraft, RunStore  # noqa: E402
+from core.store import RunDraft, RunStore  # noqa: E402
 
 
 @pytest.fixture

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from streamlit.testing.v1 import AppTest
 
-from workbench.store import RunStore
+from core.store import RunStore
 
 
 def _page() -> None:
     import app.common as C
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     C.save_button(lambda: RunDraft(kind="patch", model="m", result={"x": 1.0}), key="save_here")
 

@@ -10,11 +10,11 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from app.testing import array, chart, frame_with, open_page, problems  # noqa: E402
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 
 def _toy() -> str | None:
-    from workbench.models.zoo import list_models
+    from core.models.zoo import list_models
 
     names = [e.name for e in list_models() if e.kind == "toy" and e.loader.startswith("circuits.")]
     return "ioi-attn-1l2h" if "ioi-attn-1l2h" in names else (names[0] if names else None)

@@ -58,7 +58,7 @@ def test_benchmark_runs_as_a_job_and_a_new_session_opens_its_run(vit_dir, monkey
     import time
 
     from app.vit_bench import bench_spec
-    from workbench.jobs import JobBoard, run
+    from workbench.scheduler import JobBoard, run
 
     made = fake_submit(monkeypatch)
     state = {"vit_model": str(vit_dir), "vit_methods": METHODS, "vit_bench_methods": ["rollout", "random"],

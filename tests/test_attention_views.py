@@ -11,7 +11,7 @@ import torch
 import workbench as wb
 from attribution.attention import AttentionResult, token_labels
 from attribution.colored_tokens import ColoredTokens, color, html_view
-from workbench.errors import RangeError, WorkbenchError
+from core.errors import RangeError, WorkbenchError
 
 TOY = "ioi-attn-1l2h"
 P = "N3 and N7 then N7"
@@ -103,7 +103,7 @@ def test_grid_has_a_layer_picker_and_one_head_draws_large():
 
 
 def test_save_and_read_back(att, tmp_path):
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     store = RunStore(tmp_path / "runs")
     run = att.save(store)
@@ -149,7 +149,7 @@ def test_attribution_draws_coloured_tokens(m):
 
 
 def test_progress_bars_show_only_when_asked_or_in_a_notebook(capsys):
-    from workbench.progress import Bar, in_notebook
+    from core.progress import Bar, in_notebook
 
     assert not in_notebook()
     with Bar("quiet", total=3) as bar:  # outside a kernel: nothing drawn

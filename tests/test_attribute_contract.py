@@ -12,7 +12,7 @@ from test_baselines_tiny import PROMPT, tiny_llama
 
 from attribution import AttributionResult, attribute, attribute_levels
 from attribution.methods import METHODS
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -84,7 +84,7 @@ def test_result_round_trips_through_json_and_checks_its_axes(llama):
 
 def test_one_metric_function():
     from circuits.tools.common import Prompts, logit_diff
-    from workbench.metric import logit_diff as metric
+    from core.metric import logit_diff as metric
 
     logits = torch.randn(3, 5, 7)
     t, f = torch.tensor([1, 2, 3]), torch.tensor([0, 6, 5])
@@ -95,11 +95,11 @@ def test_one_metric_function():
     # written once: the engines' metrics all call it
     for path in ("attribution/baselines/common.py", "attribution/__init__.py", "circuits/tools/common.py",
                  "circuits/counterfactual.py"):
-        assert "from workbench.metric import logit_diff" in (ROOT / path).read_text(), path
+        assert "from core.metric import logit_diff" in (ROOT / path).read_text(), path
 
 
 def test_no_tl_outside_workbench():
-    # scripts/bench_generate.py times TransformerLens' own generate loop against workbench/models/decode.py:
+    # scripts/bench_generate.py times TransformerLens' own generate loop against core/models/decode.py:
     # it must reach it
     out = subprocess.run(["grep", "-rnE", r"\.tl\b", "--include=*.py", "--exclude=bench_generate.py", "app",
                           "attribution", "circuits", "scripts"],
@@ -108,13 +108,13 @@ def test_no_tl_outside_workbench():
 
 
 def test_toy_models_build_without_the_deprecation_warning():
-    """TransformerLens 3.9 deprecates HookedTransformer; we keep it (see workbench/models/backends.py) and silence
+    """TransformerLens 3.9 deprecates HookedTransformer; we keep it (see core/models/backends.py) and silence
     that one warning where we build it, and nothing else."""
     import warnings
 
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.models.hooked import hooked_transformer
+    from core.models.hooked import hooked_transformer
 
     cfg = HookedTransformerConfig(n_layers=1, d_model=8, n_ctx=8, d_head=4, n_heads=2, d_vocab=5, attn_only=True)
     with warnings.catch_warnings(record=True) as got:
@@ -133,7 +133,7 @@ def test_shapes_are_checked_at_run_time_in_the_tests(llama):
     from jaxtyping import TypeCheckError
 
     from attribution.baselines.integrated_gradients import path_points
-    from workbench.metric import logit_diff
+    from core.metric import logit_diff
 
     with pytest.raises(TypeCheckError):
         llama.final_logits(torch.zeros(2, llama.arch.d_model))  # no position axis

@@ -12,7 +12,7 @@ from test_baselines_tiny import make_examples, tiny_llama
 
 from attribution import attribute
 from attribution.prompt_set import attribute_set
-from workbench.models import zoo
+from core.models import zoo
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TINY = ("attribute-set", "--model", "tiny-llama-set")
@@ -70,7 +70,7 @@ def test_cli_json_and_run(monkeypatch, capsys, prompts, rows):
     assert abs(first["top"][0]["score"]) >= abs(first["top"][-1]["score"])
     code, out, err = cli(monkeypatch, capsys, "runs", "show", data["run"], "--json")
     assert code == 0 and json.loads(out)["meta"]["kind"] == "attribute_set"
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     tensors = RunStore().get(data["run"]).tensors()
     assert set(tensors) == {f"scores.{i}" for i in range(len(rows))}
@@ -106,7 +106,7 @@ def test_notebook_entry_reads_a_file(prompts, rows):
 
 
 def test_bad_row_is_named(rows):
-    from workbench.errors import TokenError
+    from core.errors import TokenError
 
     bad = [rows[0], {"prompt": rows[1]["prompt"], "target": rows[1]["target"], "foil": rows[1]["target"]}]
     with pytest.raises(TokenError, match="prompt 2: foil"):

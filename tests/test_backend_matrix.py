@@ -15,7 +15,7 @@ import torch
 from cli_helpers import run_cli
 
 import workbench as wb
-from workbench.errors import BackendError
+from core.errors import BackendError
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
@@ -112,7 +112,7 @@ def test_engine_on_backend(models, reference, engine, backend):
 
 # -- nnsight remote: the same trace code, only the transport swapped ------------------------------
 def test_remote_runs_the_local_trace_code(models, monkeypatch):
-    import workbench.models.remote as remote
+    import core.models.remote as remote
 
     nn = models["nnsight"]
     calls: list[tuple[bool, tuple]] = []
@@ -158,7 +158,7 @@ def test_remote_without_network_is_one_line_in_seconds(models, monkeypatch):
 
 
 def test_unknown_backend_is_one_line(tiny_llama_dir, monkeypatch, capsys):
-    from workbench.models.backends import build_backend
+    from core.models.backends import build_backend
 
     with pytest.raises(BackendError, match="unknown backend 'nnsite'"):
         build_backend(tiny_llama_dir, "tiny", backend="nnsite")

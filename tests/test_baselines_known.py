@@ -9,7 +9,7 @@ from test_baselines_tiny import PROMPT, VOCAB, tiny_llama
 from attribution import attribute
 from attribution.baselines.atp import corrupt_tokens
 from attribution.baselines.attention import rollout
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,7 +8,7 @@ import torch
 
 from attribution import attribute
 from attribution.methods import LEVEL_AXES, METHODS
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 VOCAB = ["A", "B", "C", "D", "E", "F", "G", "H", "I", "J", "K", "L", "M", "N", "O", "P", "=", ".", "x", "y"]
 PROMPT = "A B C D B E ="
@@ -17,8 +17,8 @@ PROMPT = "A B C D B E ="
 def _wrap(cfg_kwargs: dict, seed: int, name: str):
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.models.hooked import HookedModel, hooked_transformer
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.hooked import HookedModel, hooked_transformer
+    from core.models.tokens import SymbolTokenizer
 
     cfg = HookedTransformerConfig(d_vocab=len(VOCAB), n_ctx=32, seed=seed, device="cpu", **cfg_kwargs)
     tl = hooked_transformer(cfg, move_to_device=False)

@@ -20,7 +20,7 @@ def _write(path, rows):
 
 
 def _nothing_saved(tmp_path, out):
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     assert not out.exists() and not out.with_suffix(".json").exists()
     assert not [r for r in RunStore().list() if r.kind == "bench"]

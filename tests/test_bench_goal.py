@@ -58,7 +58,7 @@ def test_the_document_is_written_with_the_umask_modes_and_fails_in_one_line(tmp_
     import pytest
 
     from circuits.bench.report import write_document
-    from workbench.errors import OutputError
+    from core.errors import OutputError
 
     md, js = write_document(_result(), tmp_path / "bench.md")
     mask = os.umask(0)

@@ -1,4 +1,4 @@
-"""The circuit benchmark as a job (workbench/jobs/kind_bench.py, circuits/bench/cells.py): its (task, method)
+"""The circuit benchmark as a job (workbench/scheduler/kind_bench.py, circuits/bench/cells.py): its (task, method)
 cells split over workers and merged back equal the in-process runner's result; each cell's edge scores are kept
 in the run and draw its circuit; the spec checks and keys its fields; the command runs as a job."""
 
@@ -43,11 +43,11 @@ class _Report:
 
 def test_cells_split_over_workers_merge_to_the_runners_result(tiny_llama, tmp_path, one_thread):
     from circuits.bench.cells import cell_scores, cell_subgraph
-    from workbench.errors import RunStoreError
-    from workbench.jobs.kind_bench import BenchCircuitsJob
-    from workbench.jobs.kinds import lend
-    from workbench.jobs.specs import BenchCircuitsSpec
-    from workbench.store import RunStore
+    from core.errors import RunStoreError
+    from workbench.scheduler.kind_bench import BenchCircuitsJob
+    from workbench.scheduler.kinds import lend
+    from workbench.scheduler.specs import BenchCircuitsSpec
+    from core.store import RunStore
 
     swapped = [dict(r, target=" or", foil=" and") for r in ROWS]  # a second task: the same prompts, flipped
     tasks = [_task(tmp_path, "a"), _task(tmp_path, "b", swapped)]
@@ -91,8 +91,8 @@ def test_cells_split_over_workers_merge_to_the_runners_result(tiny_llama, tmp_pa
 
 
 def test_spec_checks_and_keys(tmp_path):
-    from workbench.errors import WorkbenchError
-    from workbench.jobs.specs import SPECS, BenchCircuitsSpec, key_of, parse
+    from core.errors import WorkbenchError
+    from workbench.scheduler.specs import SPECS, BenchCircuitsSpec, key_of, parse
 
     assert SPECS["bench_circuits"] is BenchCircuitsSpec
     a = BenchCircuitsSpec(model="smollm2-135m", tasks=["ioi", "facts"], methods=["eap", "random"])
@@ -109,7 +109,7 @@ def test_spec_checks_and_keys(tmp_path):
 
 
 def test_the_command_runs_as_a_job(monkeypatch, capsys, tmp_path, tiny_llama_dir):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     out = tmp_path / "doc.md"
     code, stdout, err = run_cli(monkeypatch, capsys, "bench", "circuits", "--model", str(tiny_llama_dir),
@@ -128,7 +128,7 @@ def test_the_command_runs_as_a_job(monkeypatch, capsys, tmp_path, tiny_llama_dir
 def test_bad_input_starts_no_job(monkeypatch, capsys, tmp_path):
     from cli_helpers import assert_bad
 
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     small = _task(tmp_path, "small", ROWS[:6])  # 5 train rows but a test split of 1
     code, _, err = run_cli(monkeypatch, capsys, "bench", "circuits", "--model", "smollm2-135m", "--tasks", small,

@@ -8,7 +8,7 @@ import torch
 
 from circuits.bench import metrics as mib
 from circuits.graph import CircuitGraph
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def test_cpr_cmd_equal_their_definitions_on_hand_built_curves():

@@ -32,7 +32,7 @@ class _Run:  # what submission reads of a stored bench run
 
 def test_importances_and_nine_circuits_in_mibs_layout(tmp_path):
     from circuits.export.mib import submission
-    from workbench.errors import ExportError
+    from core.errors import ExportError
 
     g = CircuitGraph(3, 2, True)
     scores = torch.randn(g.n_edges, generator=torch.Generator().manual_seed(0))

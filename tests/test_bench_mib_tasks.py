@@ -23,7 +23,7 @@ from circuits.bench.tasks import (
     parse_task,
     task_file_stem,
 )
-from workbench.errors import MethodError, PromptError
+from core.errors import MethodError, PromptError
 
 
 def _names(text: str) -> list[str]:
@@ -144,7 +144,7 @@ def test_cli_bad_kind_is_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_
         path.write_text("".join(json.dumps(r) + "\n" for r in rows))
         code, _, err = run_cli(monkeypatch, capsys, *args, "--tasks", str(path))
         assert_bad(code, err, "not the s2_io kind it claims")
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     assert not out.exists() and not [r for r in RunStore().list() if r.kind == "bench"]
 

@@ -7,7 +7,7 @@ import torch
 
 from circuits.bench.select import SELECTIONS, bootstrapped_scores, is_connected, select_edges
 from circuits.graph import CircuitGraph
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 @pytest.fixture

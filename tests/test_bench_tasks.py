@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from circuits.bench.tasks import SPLITS, TASKS, build, check_row, get_task, keep_rows
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 DATA = Path(__file__).resolve().parent.parent / "data" / "bench" / "smollm2-135m"
 

@@ -10,7 +10,7 @@ from cli_helpers import assert_bad, run_cli
 
 from circuits.bench.runner import BenchConfig, check_config, total_steps
 from circuits.bench.variants import split_variant
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 ROWS = [{"prompt": f"The cat number {i} sat on the mat", "corrupt": f"The dog number {i} sat on the mat",
          "target": " and", "foil": " or"} for i in range(16)]  # split 6 / 2 / 8: validation too small

@@ -26,7 +26,7 @@ def test_json_keys_counts_and_saved_run(tmp_path):
     assert out["queries"] == out["expected_queries"] == 4 * 3 * 9 - 6 + 1
     assert out["max_query_length"] == 7 and out["heads_true"] == out["heads_recovered"] == 2
     assert out["max_rel_error_W"] < 1e-6 and out["max_rel_error_v"] < 1e-6
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = RunStore(tmp_path).get(out["run"])
     assert run.kind == "recover-heads" and set(run.tensors()) >= {"W", "v", "W_true", "v_true"}
@@ -89,7 +89,7 @@ def test_user_oracle_file_runs(tmp_path, monkeypatch):
                   monkeypatch)
     assert out["heads_recovered"] == 1 and out["queries"] == 4 * 4 - 2 + 1
     assert out["heads_true"] is None  # a user oracle has no known truth
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     W = RunStore(tmp_path).get(out["run"]).tensors()["W"][0]
     assert abs(W - __import__("torch").eye(2, dtype=W.dtype)).max() < 1e-6

@@ -11,7 +11,7 @@ from attribution.blackbox.noisy import noise_sweep, noisy_mha_oracle
 from attribution.blackbox.oracle import Oracle, mha_oracle, random_mha
 from attribution.blackbox.recovery import HeadCountError, NoiseBreakdownError, recover
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 @pytest.mark.parametrize("exact", [True, False])

@@ -6,7 +6,7 @@ import pytest
 
 from attribution.blackbox.noisy import noise_sweep, noisy_mha_oracle
 from attribution.blackbox.oracle import random_mha
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 def test_error_is_linear_in_noise_below_breakdown():

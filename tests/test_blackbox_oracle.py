@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from attribution.blackbox.oracle import Oracle, OracleError, check_dims, mha_oracle, mha_value, random_mha
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 def test_counts_queries_and_longest_query():

@@ -6,7 +6,7 @@ import pytest
 from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.oracle import Oracle, OracleError, mha_oracle, random_mha
 from attribution.blackbox.recovery import expected_queries, recover
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 @pytest.mark.parametrize("d,H", [(8, 2), (6, 3)])

@@ -6,7 +6,7 @@ import pytest
 from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.oracle import mha_value
 from attribution.blackbox.recovery import expected_queries, recover
-from workbench.errors import UnknownModelError
+from core.errors import UnknownModelError
 
 pytest.importorskip("transformer_lens")
 
@@ -53,8 +53,8 @@ def test_absent_zoo_model_and_rotary_refused():
     from transformer_lens import HookedTransformerConfig
 
     from attribution.blackbox.trained import attention_oracle, load_toy
-    from workbench.errors import MethodError
-    from workbench.models.hooked import hooked_transformer
+    from core.errors import MethodError
+    from core.models.hooked import hooked_transformer
 
     with pytest.raises(UnknownModelError):
         load_toy("no-such-toy-model")

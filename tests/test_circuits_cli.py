@@ -34,7 +34,7 @@ def test_models_lists_toys_and_loads_them():
     for name in ("ioi-attn-1l2h", "ioi-attn-2l1h"):
         assert rows[name]["kind"] == "toy" and rows[name]["params"] > 0
     import workbench as wb
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
     m = wb.load("ioi-attn-1l2h")
     assert isinstance(m, HookedModel) and m.kind == "toy" and m.arch.mlp == "none" and m.arch.norm == "none"
@@ -68,7 +68,7 @@ def test_bad_input_exit_2(tmp_path, capsys, monkeypatch, args, needle):
 def test_missing_weights_is_a_model_file_error(tmp_path, capsys, monkeypatch):
     import shutil
 
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     dst = tmp_path / "broken"
     shutil.copytree(DATA_DIR / "models" / "ioi-attn-1l2h", dst)

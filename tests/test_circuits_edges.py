@@ -14,7 +14,7 @@ from circuits.edges.reference import dpa_edge_reference
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, head_slot
 from circuits.toy.prompts import task_rows
-from workbench.errors import MethodError, PromptError, RangeError
+from core.errors import MethodError, PromptError, RangeError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 METHODS = ("eap", "eap_ig", "dpa", "activation_patching")

@@ -9,7 +9,7 @@ from circuits.tools import ablation, composition, dla, fourier, patching, patter
 from circuits.toy.analysis import ablate_task, spectra_over_training
 from circuits.toy.models import ModelSpec, build_model, hooked
 from circuits.toy.tasks import get_task
-from workbench.errors import MethodError, RangeError
+from core.errors import MethodError, RangeError
 
 
 def make(ffn="dense", layers=2, heads=2, task="modadd", norm="LN", **kw):

@@ -47,7 +47,7 @@ def test_recover_heads_result_on_stdout(monkeypatch, capsys, tmp_path):
 
 
 def _save(store, kind: str, model: str):
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     return store.save(RunDraft(kind=kind, model=model, method="integrated-gradients-long-method", args={},
                                result={"v": 1}))
@@ -55,7 +55,7 @@ def _save(store, kind: str, model: str):
 
 @pytest.fixture()
 def store(tmp_path, monkeypatch):
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
     return RunStore()
@@ -72,7 +72,7 @@ def test_runs_list_ids_whole_at_80_columns(store, monkeypatch, capsys):
 
 
 def test_sae_list_names_whole_at_80_columns(monkeypatch, capsys):
-    from workbench.paths import data_root
+    from core.paths import data_root
 
     root = data_root() / "saes"
     if not root.is_dir():
@@ -104,7 +104,7 @@ def test_runs_show_and_rm_take_a_unique_prefix(store, monkeypatch, capsys):
 
 
 def test_jobs_show_takes_a_unique_prefix(monkeypatch, capsys):
-    from workbench.jobs import run
+    from workbench.scheduler import run
 
     a, _ = run({"kind": "sleep", "seconds": 0.01, "steps": 1})
     b, _ = run({"kind": "sleep", "seconds": 0.01, "steps": 1})

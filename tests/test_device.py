@@ -9,7 +9,7 @@ import sys
 import pytest
 import torch
 
-from workbench.errors import DeviceError, WorkbenchError
+from core.errors import DeviceError, WorkbenchError
 
 
 @pytest.fixture
@@ -20,7 +20,7 @@ def no_cuda(monkeypatch):
 def test_the_api_says_it_in_one_line(no_cuda):
     """The facade (its argument rules) and the model layer under it (zoo.load, which jobs and the app call)."""
     import workbench as wb
-    from workbench.models.zoo import check_device, load
+    from core.models.zoo import check_device, load
 
     for device in ("cuda", "cuda:0"):
         with pytest.raises(WorkbenchError, match="no CUDA device") as info:

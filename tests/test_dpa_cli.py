@@ -35,7 +35,7 @@ def test_json_contract_and_saved_run(model_dir, monkeypatch, capsys):
     assert out["tokens"] == ["The", "capital", "of", "France", "is"]
     assert len(out["scores"]) == 2 and len(out["scores"][0]) == 4 and len(out["scores"][0][0]) == 5
     assert out["params"] == {"w_q": 0} and out["seconds"] > 0
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     runs = RunStore().list()
     assert [r["id"] for r in runs] == [out["run"]] and runs[0]["method"] == "dpa"

@@ -9,7 +9,7 @@ from attribution.dpa import COMPLETE, LEVELS, dpa_all, dpa_batch, dpa_scores, me
 from attribution.dpa.reference import dpa_reference
 from attribution.dpa.tiny import save_tiny_llama, tiny_gpt2
 from attribution.methods import LEVEL_AXES
-from workbench.errors import MethodError, RangeError
+from core.errors import MethodError, RangeError
 
 PROMPT_LLAMA = "The capital of France is a b c"
 PROMPT_SYM = "a b c d e f"

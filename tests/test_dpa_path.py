@@ -14,7 +14,7 @@ from circuits.edges import dpa as dpa_edges
 from circuits.edges import dpa_path, eap_ig, get_method, patching
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROWS = [{"prompt": "The capital of France is", "target": " Paris", "foil": " Rome",
@@ -29,8 +29,8 @@ def _attn_only(seed: int, uniform: bool):
     from transformer_lens import HookedTransformerConfig
 
     from attribution.dpa.tiny import WORDS
-    from workbench.models.hooked import HookedModel, hooked_transformer
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.hooked import HookedModel, hooked_transformer
+    from core.models.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
     cfg = HookedTransformerConfig(n_layers=2, d_model=16, n_heads=2, d_head=8, d_vocab=len(vocab), n_ctx=32,

@@ -14,7 +14,7 @@ from circuits.counterfactual import prepare
 from circuits.edges import dpa as dpa_edges
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROW = {"prompt": "The capital of France is", "target": " Paris", "foil": " Rome",

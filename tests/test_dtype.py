@@ -9,7 +9,7 @@ from family_models import FOIL, IDS, TARGET, save_family
 
 import workbench as wb
 from attribution.dpa import COMPLETE, dpa_all
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from circuits.graph import CircuitGraph
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -14,7 +14,7 @@ from circuits.edges.ifr import shares
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, run_masked
 from circuits.toy.prompts import task_rows
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROW = {"prompt": "The capital of France is", "target": " Paris", "foil": " Rome"}

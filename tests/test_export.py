@@ -17,7 +17,7 @@ from cli_helpers import run_cli as cli
 
 from circuits.export import graph_json, mib
 from circuits.graph import CircuitGraph
-from workbench.store import RunStore
+from core.store import RunStore
 
 ROW = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John"}
 PROMPT = "The capital of France is"
@@ -304,7 +304,7 @@ def test_bad_exports_are_one_line_and_write_nothing(circuit_result, feature_grap
         code, _, err = cli(monkeypatch, capsys, *args)
         assert_bad(code, err, *words)
         _nothing_written(out)
-    attribution = store.save(__import__("workbench.store", fromlist=["RunDraft"]).RunDraft(kind="attribute"))
+    attribution = store.save(__import__("core.store", fromlist=["RunDraft"]).RunDraft(kind="attribute"))
     code, _, err = cli(monkeypatch, capsys, "export", attribution.id, "--format", "graph-json", "--out",
                        str(out / "a.json"))
     assert_bad(code, err, "attribute run", "graph-json cannot hold")

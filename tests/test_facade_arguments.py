@@ -14,8 +14,8 @@ import pytest
 
 import workbench as wb
 from workbench.arguments import Rule, type_refusals
-from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
-from workbench.models.zoo import ModelEntry
+from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from core.models.zoo import ModelEntry
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"
@@ -24,11 +24,8 @@ PROBE_ROWS = [{"text": f"N{i} and N{i + 1}", "label": ("even", "odd")[i % 2]} fo
 
 
 def facade(name: str):
-    """wb.NAME as the facade defines it: ``wb.models`` is the package workbench.models, and ``wb.jobs`` once the
-    ``workbench.jobs`` package is imported (by any earlier test); both are callable, forwarding to the facade's
-    function, kept as _models_facade / _jobs_facade (workbench/callable_package.py)."""
-    fn = getattr(wb, name)
-    return getattr(wb, f"_{name}_facade") if name in ("jobs", "models") and not inspect.isfunction(fn) else fn
+    """wb.NAME as the facade defines it (every public name is a plain function)."""
+    return getattr(wb, name)
 
 
 PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(facade(n)))
@@ -178,7 +175,7 @@ def test_issue_cases(m):
 def test_store_and_board_lookups_are_typed(tmp_path):
     """The objects the facade returns refuse a non-name in one typed line too (wb.runs().get(None) was a
     TypeError from pathlib)."""
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     for bad in (None, 5, "", "../x"):
         with pytest.raises(RunStoreError, match="no run"):
@@ -190,7 +187,7 @@ def test_store_and_board_lookups_are_typed(tmp_path):
 def test_engine_refusals_are_value_errors_too(m):
     """An engine's own WorkbenchError (a token that is not one, an unknown method or model) leaves the facade as
     its class, made also a ValueError."""
-    from workbench.errors import MethodError, TokenError, UnknownModelError
+    from core.errors import MethodError, TokenError, UnknownModelError
 
     for call, cls in [(lambda: wb.attribute(m, P, target="not a token at all"), TokenError),
                       (lambda: wb.attribute(m, P, target=" N1", method="nosuch"), MethodError),

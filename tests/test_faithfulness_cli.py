@@ -9,7 +9,7 @@ from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 from test_baselines_tiny import make_examples, tiny_llama
 
-from workbench.models import zoo
+from core.models import zoo
 
 TINY = ("faithfulness", "--model", "tiny-llama-faith")
 

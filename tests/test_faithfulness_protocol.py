@@ -17,7 +17,7 @@ from attribution.faithfulness import (
     recall_at_k,
     trapezoid,
 )
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -117,7 +117,7 @@ def test_recall_at_k():
 
 def test_saved_run(model, examples, monkeypatch, tmp_path):
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path))
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     res = evaluate(model, examples[:3], ["random", "gradient"], level="token")
     run = res.save()

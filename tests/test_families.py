@@ -15,7 +15,7 @@ import workbench as wb
 from attribution.dpa import COMPLETE, LEVELS, dpa_all
 from attribution.dpa.reference import dpa_reference
 from attribution.methods import METHODS
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 FAMILIES = ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,7 +40,7 @@ def _load(path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_loads_and_dpa_equals_reference(family_dirs, family):
-    from workbench.models.llm import load_hf_model
+    from core.models.llm import load_hf_model
 
     path = family_dirs[family]
     m = _load(path)

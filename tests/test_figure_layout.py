@@ -205,7 +205,7 @@ def test_attribution_heatmaps_name_their_sums_and_centre_signed_scores():
 def test_save_figure_rejects_unknown_suffix_and_missing_folder(tmp_path):
     import plotly.graph_objects as go
 
-    from workbench.figures import FigureError, save_figure
+    from core.figures import FigureError, save_figure
 
     fig = go.Figure(go.Scatter(x=[0, 1], y=[1, 0]))
     with pytest.raises(FigureError, match="must end in .png"):
@@ -228,7 +228,7 @@ def test_save_figures_writes_png_svg_pdf_html_and_json(tmp_path):
     """One browser draws the three static formats (about 3 s); HTML loads plotly.js from beside it."""
     import plotly.io as pio
 
-    from workbench.figures import save_figures
+    from core.figures import save_figures
 
     fig = busy_circuit().plot(k=40)
     paths = save_figures(fig, [tmp_path / f"circuit.{ext}" for ext in ("png", "svg", "pdf", "html", "json")])

@@ -20,7 +20,7 @@ def test_ioi_ranks_mary_first(smollm2):
 def test_tokenizer_special_ids_match_gguf(smollm2):
     import json
 
-    from workbench.models.llm import smollm2_cache_dir
+    from core.models.llm import smollm2_cache_dir
 
     meta = json.loads((smollm2_cache_dir() / "workbench.json").read_text())["gguf_special_tokens"]
     assert smollm2.tokenizer.bos_token_id == meta["bos_token_id"] == 1

@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.errors import RunStoreError
-from workbench.store import RunDraft, RunStore
+from core.errors import RunStoreError
+from core.store import RunDraft, RunStore
 
 
 def _draft(i: int) -> RunDraft:
@@ -69,7 +69,7 @@ def test_killed_writer_leaves_no_partial_run(tmp_path):
     # A writer that stalls in the middle of writing a big tensor, then gets SIGKILLed.
     script = textwrap.dedent(f"""
         import time, torch, pandas as pd
-        from workbench.store import RunStore, RunDraft
+        from core.store import RunStore, RunDraft
         class Slow:
             def to_csv(self, path, index=False):
                 open(path, "w").write("a\\n1\\n")

@@ -1,4 +1,4 @@
-"""Generation through workbench.models.decode (the lean forward, or TransformerLens' KV-cache loop; the faster thread
+"""Generation through core.models.decode (the lean forward, or TransformerLens' KV-cache loop; the faster thread
 count): the same
 tokens as TransformerLens' own generate, hooks still steer, the thread choice, and prompt strings wherever
 TransformerLens takes them (HookedModel and the module underneath), with the model's BOS rule."""
@@ -8,14 +8,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from workbench.errors import PromptError
-from workbench.models.decode import RECHECK_EVERY, ThreadChooser
+from core.errors import PromptError
+from core.models.decode import RECHECK_EVERY, ThreadChooser
 
 PROMPT = "the cat sat on a mat and the dog ran to"
 
 
 def _tl_generate(model, tokens, n: int) -> list[int]:
-    """The path generation took before workbench.models.decode: TransformerLens' generate, greedy, KV cache."""
+    """The path generation took before core.models.decode: TransformerLens' generate, greedy, KV cache."""
     eos = model.tokenizer.eos_token_id
     with torch.no_grad():
         out = model.tl.generate(tokens, max_new_tokens=n, do_sample=False, use_past_kv_cache=True,
@@ -46,9 +46,9 @@ def test_greedy_equals_transformer_lens_at_two_threads(tiny_llama):
 def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
     """A busy machine: every pass at one thread. Otherwise the prompt pass at the process's count, then a
     step at each count (the chooser); the count is restored afterwards."""
-    import workbench.models.decode
+    import core.models.decode
 
-    monkeypatch.setattr(workbench.models.decode, "busy", lambda: busy)
+    monkeypatch.setattr(core.models.decode, "busy", lambda: busy)
     seen: list[int] = []
 
     def count(act, hook):  # noqa: ARG001
@@ -68,7 +68,7 @@ def test_thread_counts_of_the_steps(tiny_llama, monkeypatch, busy):
 def test_busy_reads_the_machine(monkeypatch):
     import os
 
-    from workbench.models.decode import busy
+    from core.models.decode import busy
 
     assert isinstance(busy(), bool)
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(1024)), raising=False)
@@ -143,7 +143,7 @@ def test_strings_wherever_transformer_lens_takes_them(tiny_llama):
 def test_the_bos_rule_is_the_workbench_one_on_both_paths(tiny_llama_dir):
     """A model whose rule is to prepend BOS (Gemma's, here forced on a tokenizer that does not add it):
     TransformerLens' string paths add it too, once."""
-    from workbench.models.backends import build_backend
+    from core.models.backends import build_backend
 
     m = build_backend(tiny_llama_dir, "tiny-bos", prepend_bos=True)
     tokens = m.to_tokens("The capital")
@@ -171,11 +171,11 @@ def test_real_greedy_and_tokens_equal_transformer_lens(smollm2):
 @pytest.mark.slow
 def test_real_gemma_bos_rule_on_both_paths():
     """Gemma's tokenizer adds BOS: the workbench's ids and TransformerLens' string path both start with it, once."""
-    from workbench.models.gemma import ready
+    from core.models.gemma import ready
 
     if not ready():
         pytest.skip("gemma3-270m is not converted here (workbench prepare --model gemma3-270m)")
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     gemma = load("gemma3-270m")
     for text in ["The capital of France is", " hello  world"]:
@@ -186,7 +186,7 @@ def test_real_gemma_bos_rule_on_both_paths():
         assert gemma.greedy(tokens, 8) == _tl_generate(gemma, tokens, 8)
 
 
-# -- the lean decode forward (workbench.models.decode.LeanDecoder) ------------------------------------------
+# -- the lean decode forward (core.models.decode.LeanDecoder) ------------------------------------------
 
 LEAN_FAMILIES = ("qwen3", "gemma2", "gemma3")  # qk-norm; soft-caps and windows; post norms, local/global rotary
 
@@ -207,7 +207,7 @@ def test_lean_equals_transformer_lens_on_families(family_models, family, one_thr
     cached step equal its forward of the whole sequence."""
     from family_models import IDS
 
-    from workbench.models.decode import LeanDecoder, decode, lean_refusal
+    from core.models.decode import LeanDecoder, decode, lean_refusal
 
     tl = family_models[family].tl
     tokens = torch.tensor([IDS])
@@ -224,7 +224,7 @@ def test_lean_equals_transformer_lens_on_families(family_models, family, one_thr
 
 
 def test_lean_refuses_what_it_does_not_reproduce(family_models, tiny_gpt2, tiny_llama):
-    from workbench.models.decode import lean_refusal
+    from core.models.decode import lean_refusal
 
     assert "post-norm" in lean_refusal(family_models["olmo2"].tl)
     assert "positions" in lean_refusal(tiny_gpt2.tl)
@@ -237,7 +237,7 @@ def test_lean_refuses_what_it_does_not_reproduce(family_models, tiny_gpt2, tiny_
 def test_lean_hooks_see_what_transformer_lens_hooks_see(tiny_llama, one_thread):
     """Every hook point the lean forward fires gets the tensors TransformerLens' loop gives it, call for call;
     a hook elsewhere (the pattern) sends the generation to that loop, and it still fires."""
-    from workbench.models.decode import LEAN_HOOKS, decode
+    from core.models.decode import LEAN_HOOKS, decode
 
     tokens = tiny_llama.to_tokens(PROMPT)
     names = [name.format(l=layer) for layer in range(tiny_llama.arch.n_layers) for name in LEAN_HOOKS]

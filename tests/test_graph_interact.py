@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at t
 
 from circuits import interact as I  # noqa: E402
 from circuits.graph import GraphEdge, GraphNode, Provenance, Subgraph  # noqa: E402
-from workbench.errors import ArgumentError, RunStoreError  # noqa: E402
+from core.errors import ArgumentError, RunStoreError  # noqa: E402
 
 
 def circuit() -> Subgraph:
@@ -100,7 +100,7 @@ def test_suggestions_follow_edge_profiles_and_explanations():
 
 def _feature_run(tmp_path):
     from circuits.feature_graph import FeatureGraph
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     fg = FeatureGraph(model="toy", prompt="a b", tokens=["a", " b"], target=" c", foil=None, target_logit=1.0,
                       dictionaries=[{"name": "sae-L1", "tag": "L1", "path": None, "kind": "sae"}],
@@ -141,7 +141,7 @@ def test_supernodes_kept_with_the_run_and_in_the_export(tmp_path):
 
 
 def test_supernodes_are_never_written_into_foreign_folders(tmp_path):
-    from workbench.store import Run
+    from core.store import Run
 
     _fg, _store, run = _feature_run(tmp_path)
     foreign = tmp_path / "elsewhere" / run.id

@@ -1,4 +1,4 @@
-"""Issue 41, classes 2, 3, 9 and 13: the bounds table (workbench/options.py BOUNDS), the one output-path check
+"""Issue 41, classes 2, 3, 9 and 13: the bounds table (core/options.py BOUNDS), the one output-path check
 (check_output) and comma lists (split_list), unit-tested; plus a few CLI refusals that answer before anything
 loads. The whole catalogue runs in scripts/bad_inputs.py, not here."""
 
@@ -11,8 +11,8 @@ from types import SimpleNamespace
 import pytest
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import CostError, OutputError, WorkbenchError
-from workbench.options import (
+from core.errors import CostError, OutputError, WorkbenchError
+from core.options import (
     BOUNDS,
     INT_CAP,
     bound_problem,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from workbench.errors import MethodError, RangeError, WorkbenchError
+from core.errors import MethodError, RangeError, WorkbenchError
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"
@@ -42,7 +42,7 @@ def test_greedy_generation_of_a_toy_to_its_context(toy):
 
 
 def test_text_engines_refuse_a_vision_model():
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     with pytest.raises(MethodError, match="vision model"):
         check_text_model("vit-synth", "probe")
@@ -69,8 +69,8 @@ def test_an_image_file_holds_one_image(tmp_path, shape):
 
 
 def test_prompt_files_refuse_nan_fields():
-    from workbench.errors import PromptError
-    from workbench.prompt_files import parse_prompts
+    from core.errors import PromptError
+    from core.prompt_files import parse_prompts
 
     good = '{"prompt": "a", "target": "b"}'
     assert parse_prompts(good + "\n", "p.jsonl")[0]["target"] == "b"
@@ -83,7 +83,7 @@ def test_dataset_labels_are_strings(tmp_path):
     import json
 
     from attribution.probes.activations import load_dataset
-    from workbench.errors import DatasetError
+    from core.errors import DatasetError
 
     f = tmp_path / "d.jsonl"
     f.write_text("".join(json.dumps({"text": f"t{i}", "label": i % 2}) + "\n" for i in range(8)))
@@ -96,7 +96,7 @@ def test_a_dictionary_names_a_known_kind_and_its_hook(tmp_path, info, words):
     import json
 
     from attribution.sae.dictionary import check_dictionary_dir
-    from workbench.errors import ModelFileError
+    from core.errors import ModelFileError
 
     (tmp_path / "cfg.json").write_text(json.dumps({"d_in": 4, "d_sae": 8, "metadata": {}}))
     if info is not None:

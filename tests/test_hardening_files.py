@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import ModelFileError, RunStoreError
+from core.errors import ModelFileError, RunStoreError
 
 TOY = "ioi-attn-1l2h"
 
@@ -68,7 +68,7 @@ def circuit_store(tmp_path_factory):
     import workbench as wb
     from circuits.discover import circuit
     from circuits.toy.prompts import task_rows
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     torch.set_num_threads(1)
     m = wb.load(TOY)
@@ -134,7 +134,7 @@ def test_damaged_circuit_run_is_one_line(circuit_copy, monkeypatch, capsys, how)
     assert any(w in err for w in ("damaged", "symlink", "no prompts.jsonl")), err
     # the API: a typed error, never a KeyError, TypeError or allocation
     from circuits.discover import CircuitResult
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     with pytest.raises(RunStoreError):
         CircuitResult.from_run(RunStore().get(run_id))
@@ -142,7 +142,7 @@ def test_damaged_circuit_run_is_one_line(circuit_copy, monkeypatch, capsys, how)
 
 def test_sound_circuit_run_reads_back(circuit_copy):
     from circuits.discover import CircuitResult
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     _run, run_id = circuit_copy
     res = CircuitResult.from_run(RunStore().get(run_id))
@@ -161,7 +161,7 @@ def test_keep_on_prompts_equal_to_their_counterfactuals(circuit_copy, monkeypatc
 def test_damaged_tensors_of_any_run_kind(tmp_path, monkeypatch):
     """Run.tensors / result / rows (what every run kind's reader uses) refuse damage with RunStoreError."""
     from attribution.prompt_set import AttributionSet
-    from workbench.store import RunDraft, RunStore
+    from core.store import RunDraft, RunStore
 
     store = RunStore(tmp_path)
     for how, fn in SAFETENSORS_DAMAGE.items():
@@ -206,7 +206,7 @@ JOB_DAMAGE = {
 
 @pytest.mark.parametrize("how", list(JOB_DAMAGE))
 def test_damaged_job_record_is_listed_and_skipped(monkeypatch, capsys, how):
-    from workbench.jobs import JobBoard, run
+    from workbench.scheduler import JobBoard, run
 
     good, _ = run({"kind": "sleep", "seconds": 0.02, "steps": 2})
     board = JobBoard()
@@ -229,7 +229,7 @@ def test_damaged_job_record_is_listed_and_skipped(monkeypatch, capsys, how):
 
 
 def test_costs_table_with_non_finite_entries_is_ignored(tmp_path):
-    from workbench.jobs import costs
+    from workbench.scheduler import costs
 
     (tmp_path / costs.FILE).write_text('{"a": Infinity, "b": NaN, "c": "x", "d": true, "e": 2.5}')
     assert costs._read(tmp_path) == {"e": 2.5}
@@ -524,7 +524,7 @@ CHECKPOINT_DAMAGE = {
 
 @pytest.mark.parametrize("how", list(CHECKPOINT_DAMAGE))
 def test_damaged_toy_checkpoint_is_one_line(tmp_path, monkeypatch, capsys, how):
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     d = tmp_path / "toy"
     shutil.copytree(DATA_DIR / "models" / TOY, d)

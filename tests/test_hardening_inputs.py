@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
-from workbench.errors import PromptError
-from workbench.prompt_files import parse_prompts, read_prompts
+from core.errors import PromptError
+from core.prompt_files import parse_prompts, read_prompts
 
 ODD = "a\u2028b\u2029c\u0085d"  # separators str.splitlines() splits at, legal inside a JSON string
 
@@ -78,8 +78,8 @@ def test_model_dir_cannot_choose_a_module(tmp_path, monkeypatch, capsys):
 
 def test_data_models_entry_cannot_choose_a_module(tmp_path, monkeypatch):
     import workbench as wb
-    from workbench.errors import ModelFileError
-    from workbench.models import zoo
+    from core.errors import ModelFileError
+    from core.models import zoo
 
     marker = _evil_module(tmp_path, monkeypatch)
     models = tmp_path / "data" / "models"
@@ -104,7 +104,7 @@ def test_data_models_entry_cannot_choose_a_module(tmp_path, monkeypatch):
 
 
 def test_every_shipped_checkpoint_names_a_registered_loader():
-    from workbench.models import zoo
+    from core.models import zoo
 
     for e in zoo.list_models():
         assert e.loader in zoo.LOADERS, e

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import NonFiniteError
+from core.errors import NonFiniteError
 
 PROMPT = "N1 and N2 then N2"
 
@@ -67,7 +67,7 @@ def _nan_model(tmp_path):
 
     from safetensors.torch import load_file, save_file
 
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     dst = tmp_path / "nan-model"
     shutil.copytree(DATA_DIR / "models" / "ioi-attn-1l2h", dst)
@@ -81,7 +81,7 @@ def _nan_model(tmp_path):
 
 def test_nan_weights_refused(tmp_path, monkeypatch, capsys):
     import workbench as wb
-    from workbench.errors import ModelFileError
+    from core.errors import ModelFileError
 
     d = _nan_model(tmp_path)
     with pytest.raises(ModelFileError, match="non-finite weights"):
@@ -127,7 +127,7 @@ def test_emit_is_strict_json(capsys):
 
 
 def test_store_refuses_non_finite(tmp_path):
-    from workbench.store import RunDraft, RunStore
+    from core.store import RunDraft, RunStore
 
     store = RunStore(tmp_path / "runs")
     for draft in (RunDraft(kind="t", result={"a": [1.0, float("inf")]}),

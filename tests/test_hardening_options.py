@@ -1,4 +1,4 @@
-"""Numeric options are range-checked at parse time (workbench/options.py): one line, exit 2, before any
+"""Numeric options are range-checked at parse time (core/options.py): one line, exit 2, before any
 model is loaded or any work is done."""
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ CASES = [
 def no_work(monkeypatch, tmp_path):
     """Loading a model, or training, is a test failure: every case must stop at the options."""
     import workbench
-    import workbench.models.zoo as zoo
+    import core.models.zoo as zoo
 
     def boom(*a, **k):
         raise AssertionError("work started before the options were checked")
@@ -88,8 +88,8 @@ def test_non_utf8_argument(no_work, monkeypatch, capsys):
 
 
 def test_layer_spec():
-    from workbench.errors import RangeError
-    from workbench.options import parse_layer_spec
+    from core.errors import RangeError
+    from core.options import parse_layer_spec
 
     assert parse_layer_spec("all") is None
     assert parse_layer_spec("0,2-4, 3") == [0, 2, 3, 4]
@@ -99,8 +99,8 @@ def test_layer_spec():
 
 
 def test_number_checks():
-    from workbench.errors import NonFiniteError, WorkbenchError
-    from workbench.options import check_number
+    from core.errors import NonFiniteError, WorkbenchError
+    from core.options import check_number
 
     assert check_number("x", 3, integer=True, lo=1) == 3
     with pytest.raises(NonFiniteError):

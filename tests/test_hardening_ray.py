@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.jobs import JobError
+from workbench.scheduler import JobError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -39,7 +39,7 @@ def http_server():
 
 
 def test_an_http_server_is_not_a_ray_head(http_server, monkeypatch, capsys):
-    from workbench.jobs.runner import check_reachable
+    from workbench.scheduler.runner import check_reachable
 
     started = time.monotonic()
     with pytest.raises(JobError, match="not as a Ray head"):
@@ -68,7 +68,7 @@ def test_unusable_addresses_are_one_line(monkeypatch, capsys, address, words):
 def test_ray_address_in_the_environment_is_named(monkeypatch):
     import ray
 
-    from workbench.jobs.runner import connect
+    from workbench.scheduler.runner import connect
 
     if ray.is_initialized():
         pytest.skip("this process is already connected to Ray")
@@ -83,7 +83,7 @@ def test_agents_of_a_killed_driver_are_ended(tmp_path):
     alone the record of a live driver and a pid that was reused."""
     import psutil
 
-    from workbench.jobs.runner import AGENTS, sweep_agents
+    from workbench.scheduler.runner import AGENTS, sweep_agents
 
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()
@@ -108,8 +108,8 @@ def test_agents_of_a_killed_driver_are_ended(tmp_path):
 
 DRIVER = textwrap.dedent("""
     import json, os, sys, threading, time
-    from workbench.errors import WorkbenchError
-    from workbench.jobs import JobBoard, run
+    from core.errors import WorkbenchError
+    from workbench.scheduler import JobBoard, run
 
     board = JobBoard()
 

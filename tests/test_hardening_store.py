@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import RunStoreError
-from workbench.store import RunDraft, RunStore
+from core.errors import RunStoreError
+from core.store import RunDraft, RunStore
 
 
 def _save(store: RunStore, i: int = 0):
@@ -116,7 +116,7 @@ def test_rm_leaves_no_trash_when_index_fails(store, monkeypatch):
 
 def test_leftovers_are_swept(store):
     run = _save(store, 1)
-    from workbench import store as S
+    from core import store as S
 
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True).stdout.strip()
@@ -138,7 +138,7 @@ def test_leftovers_are_swept(store):
 
 
 def test_save_names_tmp_with_host_and_pid(store, monkeypatch):
-    from workbench import store as S
+    from core import store as S
 
     seen = []
     real = S.tempfile.mkdtemp

@@ -20,10 +20,10 @@ from pathlib import Path
 import pytest
 
 from tests.cli_helpers import assert_bad, run_cli
-from workbench import store as S
-from workbench.errors import DiskFullError, RunStoreError
-from workbench.jobs import JobBoard
-from workbench.store import RunDraft, RunStore
+from core import store as S
+from core.errors import DiskFullError, RunStoreError
+from workbench.scheduler import JobBoard
+from core.store import RunDraft, RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ATTRIBUTE = ("attribute", "ioi-attn-1l2h", "N1 and N2 then N2", "--target", "N1")
@@ -386,7 +386,7 @@ def test_a_record_is_running_only_while_its_driver_provably_is(monkeypatch, caps
 
 
 def test_a_live_driver_with_its_start_time_reads_running():
-    from workbench.jobs.board import process_started
+    from workbench.scheduler.board import process_started
 
     board = JobBoard()
     me = {"host": socket.gethostname(), "pid": os.getpid(), "started": process_started(os.getpid())}
@@ -397,7 +397,7 @@ def test_a_live_driver_with_its_start_time_reads_running():
 
 
 def test_process_start_without_psutil_matches_psutil(monkeypatch):
-    from workbench.jobs import board as B
+    from workbench.scheduler import board as B
 
     with_psutil = B.process_started(os.getpid())
     assert abs(B._proc_started(os.getpid()) - with_psutil) < 0.5
@@ -414,8 +414,8 @@ def test_nested_job_record_and_costs_file_are_contained(monkeypatch, capsys):
     code, out, err = run_cli(monkeypatch, capsys, "jobs", "list", "--json")
     assert code == 0 and [j["id"] for j in json.loads(out)] == [ok.id], err
     assert_bad(*run_cli(monkeypatch, capsys, "jobs", "show", bad.stem)[::2], "nested")
-    from workbench.jobs import costs
-    from workbench.jobs.kinds import get_kind
+    from workbench.scheduler import costs
+    from workbench.scheduler.kinds import get_kind
 
     assert costs.per_item(board.root, get_kind("sleep"), {"kind": "sleep", "seconds": 1, "steps": 2}) is None
 
@@ -426,7 +426,7 @@ def test_a_symlinked_jobs_folder_is_not_written_through(tmp_path):
     outside = tmp_path / "outside"
     outside.mkdir()
     (root / ".jobs").symlink_to(outside, target_is_directory=True)
-    from workbench.jobs import JobError
+    from workbench.scheduler import JobError
 
     with pytest.raises(JobError, match="symlink"):
         JobBoard().create({"kind": "sleep"}, "sleep")
@@ -435,10 +435,10 @@ def test_a_symlinked_jobs_folder_is_not_written_through(tmp_path):
 
 # -- class 13: sessions, signals, Ray settings ----------------------------------------------------------------
 def test_wb_jobs_works_every_time():
-    code = ("import workbench as wb, workbench.jobs, inspect\n"
+    code = ("import workbench as wb, workbench.scheduler, inspect\n"
             "a = wb.jobs(); b = wb.jobs(); c = wb.jobs()\n"
             "assert type(a).__name__ == type(c).__name__ == 'JobBoard'\n"
-            "assert callable(workbench.jobs.submit) and str(inspect.signature(wb.jobs)).startswith('(root')\n"
+            "assert callable(workbench.scheduler.submit) and str(inspect.signature(wb.jobs)).startswith('(root')\n"
             "print('ok')")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr

@@ -14,7 +14,7 @@ import torch
 from family_models import IDS, save_family
 
 import workbench as wb
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 
@@ -82,7 +82,7 @@ def test_transformer_lens_short_names(offline):
 
 
 def test_models_lists_cached_supported_models(offline):
-    from workbench.models.zoo import list_models
+    from core.models.zoo import list_models
 
     names = {e.name: e for e in list_models()}
     assert {"tiny-org/tiny-llama", "EleutherAI/pythia-70m", "openai-community/gpt2"} <= set(names)

@@ -74,7 +74,7 @@ def test_offline_setting_answers_at_once(tmp_path):
 
 REMOTE = """
 import workbench as wb
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 try:
     wb.remote_model("openai-community/gpt2")
 except ModelFileError as exc:
@@ -102,7 +102,7 @@ def test_lookup_answers_and_refusals(monkeypatch, capsys):
     from huggingface_hub import constants
     from huggingface_hub.errors import RepositoryNotFoundError
 
-    from workbench.models import hub
+    from core.models import hub
 
     class Hub(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802 - the handler's name

@@ -11,7 +11,7 @@ from test_baselines_tiny import PROMPT, tiny_llama
 
 from attribution import attribute
 from attribution.baselines.integrated_gradients import ConvergenceWarning, path_points
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

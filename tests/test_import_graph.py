@@ -17,7 +17,7 @@ from cli_helpers import run_cli as cli
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
-from workbench.store import RunStore  # noqa: E402
+from core.store import RunStore  # noqa: E402
 
 FIXTURE = Path(__file__).parent / "data" / "circuit_tracer_gemma2_graph.json"
 
@@ -186,7 +186,7 @@ def test_absurd_sizes_are_refused_before_anything_is_built(monkeypatch, capsys, 
     with open(big, "wb") as fh:
         fh.truncate(importer.MAX_BYTES + 1)  # sparse: no disk, no time
     with monkeypatch.context() as m:
-        m.setattr("workbench.checks.read_json", lambda *a, **k: pytest.fail("read a file over the bound"))
+        m.setattr("core.checks.read_json", lambda *a, **k: pytest.fail("read a file over the bound"))
         code, _, err = cli(monkeypatch, capsys, "import", "graph-json", str(big))
     assert_bad(code, err, "bytes, more than")
     monkeypatch.setattr(importer, "MAX_NODES", 20)

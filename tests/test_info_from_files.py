@@ -10,8 +10,8 @@ from cli_helpers import assert_bad, run_cli
 from family_models import save_family
 
 import workbench as wb
-from workbench.models.llm import describe
-from workbench.models.zoo import resolve
+from core.models.llm import describe
+from core.models.zoo import resolve
 
 FAMILIES = ("gpt2", "gpt_neox", "llama", "mistral", "qwen2", "qwen3", "gemma2", "gemma3", "phi3", "olmo2")
 
@@ -25,12 +25,12 @@ def test_facts_from_the_config_equal_the_loaded_model(tmp_path, family, one_thre
 
 
 def test_info_builds_nothing(tiny_llama_dir, tiny_llama, monkeypatch, capsys):
-    import workbench.models.zoo
+    import core.models.zoo
 
     def refuse(*args, **kwargs):
         raise AssertionError("info built the model")
 
-    monkeypatch.setattr(workbench.models.zoo, "load", refuse)
+    monkeypatch.setattr(core.models.zoo, "load", refuse)
     monkeypatch.setattr(wb, "load", refuse)
     code, out, err = run_cli(monkeypatch, capsys, "info", str(tiny_llama_dir), "--json")
     assert code == 0, err

@@ -1,4 +1,4 @@
-"""Typed job specs (workbench/jobs/specs.py): checks, the normalised key, old dict specs, and the promise
+"""Typed job specs (workbench/scheduler/specs.py): checks, the normalised key, old dict specs, and the promise
 that a result computed by a command is found by the page that asks for the same work (circuit discovery,
 faithfulness, attribution), which opens it without computing it again."""
 
@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at t
 
 from job_helpers import fake_submit  # noqa: E402
 
-from workbench.jobs import JobBoard  # noqa: E402
-from workbench.jobs.specs import (  # noqa: E402
+from workbench.scheduler import JobBoard  # noqa: E402
+from workbench.scheduler.specs import (  # noqa: E402
     AttributeSpec,
     CircuitDiscoverSpec,
     FaithfulnessSpec,
@@ -45,7 +45,7 @@ IOI = Path(__file__).resolve().parents[1] / "data" / "prompts" / "ioi.jsonl"
     (lambda: parse({"kind": "attribute", "model": "m"}), ["attribute", "incomplete"]),
 ])
 def test_a_bad_spec_is_one_line_naming_the_field(make, words):
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     with pytest.raises(SpecError) as err:  # a WorkbenchError: one line and exit 2 from the CLI
         make()
@@ -104,8 +104,8 @@ def test_old_dict_specs_still_read_and_unknown_kinds_stay_dicts():
 
 
 def test_a_job_recorded_before_specs_were_typed_is_still_found():
-    from workbench.jobs import run
-    from workbench.jobs.specs import SleepSpec
+    from workbench.scheduler import run
+    from workbench.scheduler.specs import SleepSpec
 
     board = JobBoard()
     job, _ = run({"kind": "sleep", "seconds": 0.02, "steps": 2})
@@ -132,7 +132,7 @@ def test_circuit_command_result_opens_on_the_circuits_page(recorded, monkeypatch
     from app import circuit_jobs as CJ
     from app.testing import open_page, problems
     from circuits.discover import CircuitResult
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     code, out, err = cli(monkeypatch, capsys, "circuit", "discover", "--model", "ioi-attn-2l1h", "--prompts",
                          "task", "--limit", "32", "--method", "dpa", "--selection", "greedy", "--json")

@@ -1,4 +1,4 @@
-"""Jobs (workbench/jobs): records, progress, cancel, failure, the CLI, and sharding on Ray with two local
+"""Jobs (workbench/scheduler): records, progress, cancel, failure, the CLI, and sharding on Ray with two local
 workers giving the single-process numbers."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import assert_bad, here_and_on_two_workers
 from cli_helpers import run_cli as cli
 
-from workbench.jobs import JobBoard, JobCancelled, JobError, run
-from workbench.store import RunStore, pid_alive
+from workbench.scheduler import JobBoard, JobCancelled, JobError, run
+from core.store import RunStore, pid_alive
 
 
 def _wait(pred, timeout: float = 60.0) -> None:
@@ -137,7 +137,7 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
         for key in set(m) - {"attribution_seconds"}:  # every number but the time
             assert on_ray["methods"][name][key] == pytest.approx(m[key], rel=1e-9, abs=1e-9), (name, key)
 
-    from workbench.jobs import submit
+    from workbench.scheduler import submit
 
     # to Ray whatever the load: the threshold for running here grows with it (60 s fits under 10 s x 10)
     monkeypatch.setenv("WORKBENCH_LOCAL_S", "0")

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.jobs import JobBoard
-from workbench.store import RunStore
+from workbench.scheduler import JobBoard
+from core.store import RunStore
 
 RAY = Path(sys.executable).with_name("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RAY.exists(), reason="ray is not installed")]
@@ -148,8 +148,8 @@ DRIVER = textwrap.dedent("""
     import json, sys
     import torch
     torch.set_num_threads(1)  # as a Ray worker runs: bit-identical numbers need equal thread counts
-    from workbench.errors import WorkbenchError
-    from workbench.jobs import run
+    from core.errors import WorkbenchError
+    from workbench.scheduler import run
 
     address, model, rows_file = sys.argv[1:4]
     rows = [json.loads(line) for line in open(rows_file)]

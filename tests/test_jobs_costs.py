@@ -9,11 +9,11 @@ import json
 import pytest
 from cli_helpers import run_cli as cli
 
-from workbench.jobs import JobBoard, run
-from workbench.jobs.board import spec_key
-from workbench.jobs.costs import FILE, record
-from workbench.jobs.kinds import estimate, get_kind
-from workbench.store import RunStore
+from workbench.scheduler import JobBoard, run
+from workbench.scheduler.board import spec_key
+from workbench.scheduler.costs import FILE, record
+from workbench.scheduler.kinds import estimate, get_kind
+from core.store import RunStore
 
 
 def test_spec_key_is_order_free_and_tells_specs_apart():
@@ -51,7 +51,7 @@ class _Counted:
 
 
 def test_a_finished_job_gives_the_next_one_its_estimate(monkeypatch):
-    from workbench.jobs import kinds
+    from workbench.scheduler import kinds
 
     monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
     board = JobBoard()
@@ -70,7 +70,7 @@ def test_a_finished_job_gives_the_next_one_its_estimate(monkeypatch):
 
 
 def test_a_damaged_cost_table_is_ignored(monkeypatch):
-    from workbench.jobs import kinds
+    from workbench.scheduler import kinds
 
     monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
     board = JobBoard()
@@ -98,7 +98,7 @@ def test_faithfulness_prints_its_estimate_the_second_time(monkeypatch, capsys, t
 
 def test_notebook_estimate_job(monkeypatch):
     import workbench as wb
-    from workbench.jobs import kinds
+    from workbench.scheduler import kinds
 
     monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
     spec = {"kind": "counted", "seconds": 0.1, "steps": 2}
@@ -108,8 +108,8 @@ def test_notebook_estimate_job(monkeypatch):
 
 
 def test_a_new_job_carries_its_estimate(monkeypatch):
-    from workbench.jobs import kinds
-    from workbench.jobs.runner import create
+    from workbench.scheduler import kinds
+    from workbench.scheduler.runner import create
 
     monkeypatch.setitem(kinds.KINDS, "counted", _Counted())
     board = JobBoard()

@@ -16,9 +16,9 @@ import pytest
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
-from workbench.jobs import JobBoard, JobCancelled, JobError, run, submit
-from workbench.jobs.runner import placement, wait_here
-from workbench.store import RunStore
+from workbench.scheduler import JobBoard, JobCancelled, JobError, run, submit
+from workbench.scheduler.runner import placement, wait_here
+from core.store import RunStore
 
 
 def _wait(pred, timeout: float = 60.0) -> None:
@@ -41,7 +41,7 @@ def no_ray(monkeypatch):
     popen = subprocess.Popen
 
     def no_driver(cmd, *args, **kwargs):
-        assert "workbench.jobs" not in list(map(str, cmd)), f"a job driver process was started: {cmd}"
+        assert "workbench.scheduler" not in list(map(str, cmd)), f"a job driver process was started: {cmd}"
         return popen(cmd, *args, **kwargs)
 
     monkeypatch.setattr(subprocess, "Popen", no_driver)
@@ -131,7 +131,7 @@ def test_a_killed_driver_reads_failed_and_jobs_list_shows_no_live_job(monkeypatc
     process (a reboot reused it) reads failed too."""
     board = JobBoard()
     job = board.create(DRIVER_SPEC, "sleep 60 s")
-    child = subprocess.Popen([sys.executable, "-m", "workbench.jobs", str(board.root), job.id],
+    child = subprocess.Popen([sys.executable, "-m", "workbench.scheduler", str(board.root), job.id],
                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                              start_new_session=True)  # the driver lowers its session group's priority
     try:
@@ -159,7 +159,7 @@ def test_a_killed_driver_reads_failed_and_jobs_list_shows_no_live_job(monkeypatc
 
 def test_cancel_reaches_a_job_in_a_thread_between_shards(no_ray):
     """A cancel request made before a shard starts stops the job there (nothing runs, nothing is saved)."""
-    from workbench.jobs.runner import create, drive
+    from workbench.scheduler.runner import create, drive
 
     board = JobBoard()
     job = create({"kind": "sleep", "seconds": 0.1, "steps": 2}, 1, None, board)

@@ -36,7 +36,7 @@ def data_file(tmp_path_factory):
 
 def _spec(kind: str, tiny: str, data_file: str, **extra):
     from attribution.probes.activations import load_dataset
-    from workbench.jobs.kind_probes import dataset_spec
+    from workbench.scheduler.kind_probes import dataset_spec
 
     base = {"kind": kind, "model": tiny, "device": "cpu", **dataset_spec(data_file, load_dataset(data_file))}
     if kind == "probe":
@@ -52,8 +52,8 @@ def test_probe_job_matches_engine_and_is_found_by_spec(tiny, data_file, one_thre
     import workbench
     from attribution.probes.activations import load_dataset
     from attribution.probes.run import ProbeRun, probe_hooks, run_probe
-    from workbench.jobs import JobBoard, run
-    from workbench.store import RunStore
+    from workbench.scheduler import JobBoard, run
+    from core.store import RunStore
 
     spec = _spec("probe", tiny, data_file, concept="positive", n_boot=100, keep_activations=True)
     totals, steps = [], []
@@ -79,7 +79,7 @@ def test_concepts_job_matches_engine(tiny, data_file, one_thread):
     import workbench
     from attribution.probes.activations import load_dataset
     from attribution.probes.run import concept_hooks, run_concepts
-    from workbench.jobs import run
+    from workbench.scheduler import run
 
     model = workbench.load(tiny)
     hooks, steer = concept_hooks(model, "all", None)
@@ -90,7 +90,7 @@ def test_concepts_job_matches_engine(tiny, data_file, one_thread):
 
 
 def test_cli_records_a_job_and_estimates_the_next(tiny, data_file, monkeypatch, capsys, one_thread):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     args = ["probe", "--model", tiny, "--dataset", data_file, "--layers", "1", "--json"]
     code, out, err = cli(monkeypatch, capsys, *args)
@@ -106,7 +106,7 @@ def test_cli_records_a_job_and_estimates_the_next(tiny, data_file, monkeypatch, 
 
 @pytest.mark.parametrize("case", ["pooling", "missing", "concept", "hook", "layers"])
 def test_bad_input_exit_2(case, tiny, data_file, tmp_path, monkeypatch, capsys):
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     command = "concepts" if case == "concept" else "probe"
     args = [command, "--model", tiny, "--dataset", data_file, "--no-save"]

@@ -26,7 +26,7 @@ def test_patching_ranges_add_up_to_the_whole(tiny_llama, one_thread, level, per_
     import torch
 
     from attribution.baselines.patching import item_shape, patching_scores
-    from workbench.jobs.kinds import split
+    from workbench.scheduler.kinds import split
 
     enc = _enc(tiny_llama)
     args = dict(level=level, per_position=per_position, batch_size=2)
@@ -47,8 +47,8 @@ def test_attribute_job_parts_merge_to_the_single_run(tiny_llama_dir, one_thread)
     import torch
 
     import workbench as wb
-    from workbench.jobs.kinds import get_kind
-    from workbench.jobs.runner import Report
+    from workbench.scheduler.kinds import get_kind
+    from workbench.scheduler.runner import Report
 
     model = wb.load(str(tiny_llama_dir))
     enc = _enc(model)
@@ -103,9 +103,9 @@ def test_sae_cache_shards_written_apart_are_the_single_pass_files(tiny_llama_dir
     second job asking for more tokens extends the cache as one pass would."""
     import workbench as wb
     from attribution.sae.shards import cache_shards
-    from workbench.corpus import english_texts
-    from workbench.jobs.kinds import get_kind
-    from workbench.jobs.runner import Report
+    from core.corpus import english_texts
+    from workbench.scheduler.kinds import get_kind
+    from workbench.scheduler.runner import Report
 
     model = wb.load(str(tiny_llama_dir))
     kind = get_kind("sae_cache")
@@ -124,7 +124,7 @@ def test_sae_cache_shards_written_apart_are_the_single_pass_files(tiny_llama_dir
 
 def test_sae_cache_command_runs_a_job_and_refuses_bad_input(tiny_llama_dir, corpus, tmp_path, monkeypatch, capsys,
                                                             one_thread):
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     base = ("sae", "cache", "--model", str(tiny_llama_dir), "--corpus", str(corpus), "--ctx", "32",
             "--tokens", "600", "--shard-tokens", "200", "--out", str(tmp_path / "c"))
@@ -144,8 +144,8 @@ def test_sae_cache_command_runs_a_job_and_refuses_bad_input(tiny_llama_dir, corp
 def test_sae_train_job_counts_training_steps(tmp_path, one_thread):
     """sae_train as a job (here): progress is training steps, and the run is the one `sae train` saves."""
     from attribution.probes.tiny import save_tiny
-    from workbench.jobs import run
-    from workbench.store import RunStore
+    from workbench.scheduler import run
+    from core.store import RunStore
 
     tiny = str(save_tiny(tmp_path / "tiny", layers=2))
     spec = {"kind": "sae_train", "model": tiny, "hook": "blocks.1.hook_resid_post", "tokens": 600,
@@ -164,7 +164,7 @@ def test_two_ray_workers_match_one_process(tiny_llama_dir, corpus, tmp_path, mon
     in-process scores; SAE caching over two workers writes exactly the one-process files; sae train runs
     as a job with --ray-address."""
     import workbench as wb
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     model = wb.load(str(tiny_llama_dir))
     enc = _enc(model)
@@ -181,7 +181,7 @@ def test_two_ray_workers_match_one_process(tiny_llama_dir, corpus, tmp_path, mon
     assert job.state == "done" and job.total == 8 and sum("started (pid" in line for line in job.log) == 2
 
     from attribution.sae.shards import cache_shards
-    from workbench.corpus import english_texts
+    from core.corpus import english_texts
 
     spec = _cache_spec(tiny_llama_dir, corpus, tmp_path / "one")
     cache_shards(model, HOOKS, english_texts("train", corpus), tmp_path / "one", spec["tokens"], ctx=32,

@@ -11,7 +11,7 @@ import torch
 from cli_helpers import assert_bad, here_and_on_two_workers
 from cli_helpers import run_cli as cli
 
-from workbench.jobs import JobBoard, run
+from workbench.scheduler import JobBoard, run
 
 TOY = "ioi-attn-2l1h"
 VIT_METHODS = ["dap", "rollout", "random"]
@@ -30,7 +30,7 @@ def test_vit_kind_matches_the_engine_and_shards_combine(vit_dir, one_thread):
     import workbench as wb
     from attribution.vit import data
     from attribution.vit.evaluate import evaluate
-    from workbench.jobs.kinds import get_kind
+    from workbench.scheduler.kinds import get_kind
 
     spec = {"kind": "vit_eval", "model": vit_dir, "methods": VIT_METHODS, "n": 6, "seed": 2,
             "dataset": "synthetic", "batch_size": 4}
@@ -56,7 +56,7 @@ def test_circuit_kinds_match_the_engine(tmp_path, one_thread):
     import workbench as wb
     from circuits.discover import CircuitResult, circuit
     from circuits.toy.prompts import task_rows
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     model = wb.load(TOY)
     rows = task_rows(model, 12)

@@ -14,7 +14,7 @@ from test_baselines_tiny import tiny_llama as toy_llama
 
 from attribution import attribute
 from attribution.dpa.tiny import save_tiny_llama
-from workbench.errors import RangeError, TokenError
+from core.errors import RangeError, TokenError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -130,7 +130,7 @@ def test_logit_lens_last_layer_is_the_models_output_and_identity_tuned_is_logit(
 
 def test_lens_result_fields_and_save(llama):
     from attribution.lens import lens
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     res = lens(llama, PROMPT, target="C", top_k=3)
     n = llama.arch.n_layers + 1

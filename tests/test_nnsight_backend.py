@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import workbench as wb
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"

@@ -10,7 +10,7 @@ import torch
 
 from circuits.tools import patching
 from tests.cli_helpers import assert_bad, run_cli
-from workbench.errors import PromptError, RangeError
+from core.errors import PromptError, RangeError
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 

@@ -49,7 +49,7 @@ def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):
         assert {"layer", "accuracy", "control_accuracy", "selectivity", "gdv", "ci_low", "ci_high"} <= set(r)
         assert r["selectivity"] == pytest.approx(r["accuracy"] - r["control_accuracy"])
     assert res["best_layer"] in (0, 1)
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = RunStore().get(res["run"])
     assert (run.path / "curve.plotly.json").exists() and "rsa" in run.tables()

@@ -11,7 +11,7 @@ import torch
 from attribution.probes.activations import load_dataset, parse_layers, word_type
 from attribution.probes.geometry import gdv, rdm, rsa, rsa_matrix
 from attribution.probes.probe import bootstrap_ci, control_labels, probe_layers, split_examples
-from workbench.errors import DatasetError, RangeError
+from core.errors import DatasetError, RangeError
 
 
 def _blobs(n=160, d=12, sep=3.0, seed=0):

@@ -14,7 +14,7 @@ from cli_helpers import run_cli as cli
 
 from attribution.probes.tiny import tiny_model
 from attribution.sae.sets import SetSpec, build_set, load_set
-from workbench.errors import ModelFileError, RangeError
+from core.errors import ModelFileError, RangeError
 
 
 def _texts(n: int, seed: int = 0):

@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 import torch
 
-from workbench.store import RunDraft, RunStore, umask, write_atomic
+from core.store import RunDraft, RunStore, umask, write_atomic
 
 
 @pytest.fixture
@@ -50,7 +50,7 @@ def test_saved_run_follows_umask(tmp_path, with_umask, mask, want_dir, want_file
 
 
 def test_write_atomic_follows_umask(tmp_path, with_umask):
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     for mask, want in ((0o022, 0o644), (0o077, 0o600)):
         with_umask(mask)

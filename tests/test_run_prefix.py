@@ -7,8 +7,8 @@ import pytest
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
-from workbench.errors import WorkbenchError
-from workbench.store import RunDraft, RunStore
+from core.errors import WorkbenchError
+from core.store import RunDraft, RunStore
 
 
 def test_a_prefix_of_two_runs_is_refused_by_name(monkeypatch, capsys):

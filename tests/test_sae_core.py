@@ -15,7 +15,7 @@ from attribution.sae.train import (
     save_sae,
     training_sae,
 )
-from workbench.errors import ModelFileError, RangeError
+from core.errors import ModelFileError, RangeError
 
 
 def _sparse_data(n, seed=0, d=16, n_feat=40):

@@ -14,7 +14,7 @@ from attribution.probes.tiny import save_tiny
 from attribution.sae.dashboard import BEFORE, Dashboards, build_dashboards
 from attribution.sae.render import context_html, context_text, visible
 from attribution.sae.units import neuron_dictionary, open_dictionary
-from workbench.errors import ModelFileError, RangeError, TokenError
+from core.errors import ModelFileError, RangeError, TokenError
 
 HOOK = "blocks.1.hook_resid_post"
 TEXTS = [

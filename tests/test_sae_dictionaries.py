@@ -17,7 +17,7 @@ from attribution.sae.train_shards import (
     save_transcoder,
     train_topk_transcoder,
 )
-from workbench.errors import DatasetError, ModelFileError, RangeError
+from core.errors import DatasetError, ModelFileError, RangeError
 
 HOOKS = ["blocks.1.hook_resid_post", "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"]
 

@@ -13,7 +13,7 @@ from cli_helpers import run_cli as cli
 from attribution.sae.dashboard import N_TOP, Dashboards
 from attribution.sae.explain import Text, informative_weights, pearson, render, score_rule, simulate
 from attribution.sae.explanations import explain_units, load_explanations, read_explanations, save_explanations
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 VOCAB = [" the", " dog", " ran", " to", " park", ",", ".", " and", " big", " Mr", " John", " Mary", " Thomas",
          " Anna", " Peter", " Lisa", "ing", " house"]

@@ -15,7 +15,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from circuits.graph import Subgraph  # noqa: E402
-from workbench.store import RunDraft, RunStore  # noqa: E402
+from core.store import RunDraft, RunStore  # noqa: E402
 
 ROW = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John"}
 
@@ -56,7 +56,7 @@ def test_saved_subgraph_and_circuit_runs_reopen(eap, tmp_path):
 
 
 def test_a_damaged_subgraph_run_is_a_typed_error(eap, tmp_path):
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     store = RunStore(tmp_path)
     doc = eap.subgraph(3).to_json()

@@ -28,7 +28,7 @@ def test_vit_eval_json_and_run(monkeypatch, capsys, vit_dir):
     assert res["methods"]["rollout"]["class_sensitivity"] == 1.0  # rollout ignores the class
     assert res["cost"]["dap_over_forward_backward"] > 0
     assert "| dap |" in res["markdown"]
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = RunStore().get(res["run"])
     assert run.kind == "vit_eval"

@@ -144,7 +144,7 @@ def test_bad_input_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_path):
     import numpy as np
     from PIL import Image
 
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     gray = _png(tmp_path / "gray.png", np.zeros((64, 64), np.uint8))
     tiny = _png(tmp_path / "tiny.png", np.zeros((10, 30, 3), np.uint8))

@@ -8,7 +8,7 @@ import torch
 
 from attribution.vit import data
 from attribution.vit import metrics as M
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 torch.set_num_threads(1)
 
@@ -67,7 +67,7 @@ def test_metrics_score_the_decisive_objects_mask():
 
 
 def test_shipped_hard_model_loads_and_beats_chance():
-    from workbench.models.zoo import load, resolve
+    from core.models.zoo import load, resolve
 
     entry = resolve("vit-synth-hard")
     assert entry.kind == "vit" and entry.params < 500_000

@@ -61,7 +61,7 @@ def _head(d: int, n: int = 3) -> LinearHead:
 
 
 def _ours(kind, hf_dirs, **kw):
-    from workbench.models.zoo import load, resolve
+    from core.models.zoo import load, resolve
 
     entry = resolve(str(hf_dirs[kind]))
     assert entry.kind == "vit"
@@ -129,7 +129,7 @@ def test_dpa_exact_when_linearised(hf_dirs, kind):
 
 
 def test_vision_model_by_hub_id_from_the_local_cache(hf_dirs, tmp_path, monkeypatch):
-    """A hub id resolves through the local HF cache (the LLMs' resolution, workbench.models.hub) to the same ViT."""
+    """A hub id resolves through the local HF cache (the LLMs' resolution, core.models.hub) to the same ViT."""
     import shutil
 
     from huggingface_hub import constants

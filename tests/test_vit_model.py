@@ -10,7 +10,7 @@ import torch
 from attribution.vit import data
 from attribution.vit import metrics as M
 from attribution.vit.model import HookedViT, ImageError, ViTConfig, load_checkpoint, save_checkpoint
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 torch.set_num_threads(1)
 SMALL = ViTConfig(image_size=16, patch_size=4, d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4)

@@ -42,7 +42,7 @@ print(json.dumps(out))
 """
 WHERE = """
 import json, app, workbench
-from workbench import paths
+from core import paths
 print(json.dumps({"workbench": workbench.__file__, "app": list(app.__path__), "data": str(paths.data_root()),
                   "installed": paths.installed(), "version": workbench.__version__}))
 """

@@ -30,9 +30,9 @@ from workbench.arguments import (
     Text,
     checked,
 )
-from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
-from workbench.models import zoo as _zoo
-from workbench.paths import version as _version
+from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from core.models import zoo as _zoo
+from core.paths import version as _version
 
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
 # argument is an ArgumentTypeError (a TypeError), a value out of range an ArgumentError (a ValueError), and an
@@ -51,9 +51,9 @@ STEER_MAX_NEW_TOKENS = 512  # attribution.sae.steer.MAX_NEW_TOKENS (not imported
 
 
 def _cli_bound(flag: str) -> int:
-    """The CLI's upper bound for ``flag`` (workbench/options.py BOUNDS, else its cap on every count), so a count
+    """The CLI's upper bound for ``flag`` (core/options.py BOUNDS, else its cap on every count), so a count
     means the same from a notebook, the app and the command line."""
-    from workbench import options
+    from core import options
 
     bound = getattr(options, "BOUNDS", {}).get(flag)
     return int(bound.limit()) if bound is not None else int(getattr(options, "INT_CAP", 1_000_000))
@@ -123,16 +123,10 @@ def models():
     return pd.DataFrame([e.public() for e in list_models()])
 
 
-# the package workbench.models (the model layer) is callable as this function; the name is the package's again
-# so that ``workbench.models.hooked`` resolves as an attribute path (workbench/callable_package.py)
-_models_facade = models
-models = _sys.modules["workbench.models"]  # noqa: F811
-
-
 @checked(repo_id=Text())
 def remote_model(repo_id: str, name: str | None = None):
-    """A model hosted on NDIF, traced remotely through nnsight (see workbench/models/remote.py)."""
-    from workbench.models.remote import remote_model as _remote
+    """A model hosted on NDIF, traced remotely through nnsight (see core/models/remote.py)."""
+    from core.models.remote import remote_model as _remote
 
     return _remote(repo_id, name)
 
@@ -140,7 +134,7 @@ def remote_model(repo_id: str, name: str | None = None):
 @checked()
 def runs(root: str | os.PathLike | None = None):
     """The run store (``wb.runs().list()``)."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     return RunStore(root)
 
@@ -154,7 +148,7 @@ def attribute(model: Any, prompt: str, target: str | None = None, method: str = 
     position: explain the next-token prediction made at that position (negative counts from the end;
     default the last); its default target is the prompt's next token there."""
     from attribution import attribute as _attribute
-    from workbench.options import check_finite, finite_param
+    from core.options import check_finite, finite_param
 
     for key, value in kwargs.items():
         finite_param("parameter", key, value)
@@ -203,8 +197,8 @@ def attribute_set(model: Any, prompts: str | list[dict], method: str = "dpa", le
     """One method over a prompt set (a JSONL path or rows {"prompt", "target", "foil"?}); DPA runs
     batch_size prompts per pass. Returns an AttributionSet (``.results``, ``.table()``, ``.plot()``, ``.save()``)."""
     from attribution.prompt_set import attribute_set as _attribute_set
-    from workbench.options import finite_param
-    from workbench.prompt_files import read_prompts
+    from core.options import finite_param
+    from core.prompt_files import read_prompts
 
     for key, value in kwargs.items():
         finite_param("parameter", key, value)
@@ -220,7 +214,7 @@ def circuit(model: Any, prompts: str | list[dict], method: str = "eap", edges: i
     ``edges`` and measures the faithfulness curve. Returns a CircuitResult (``.plot()``,
     ``.plot_faithfulness()``, ``.table()``, ``.save()``); see circuits/discover.py for the options."""
     from circuits.discover import circuit as _circuit
-    from workbench.progress import Bar
+    from core.progress import Bar
 
     with Bar(f"{method} circuit", unit="prompt") as bar:  # a bar only in a notebook
         kwargs.setdefault("on_total", bar.total)
@@ -267,8 +261,8 @@ def patch(model: Any, clean: str, corrupted: str, target: str, foil: str | None 
     (``.effect``: 1 = the patch alone flips the logit difference to the corrupted run's; ``.plot()``,
     ``.table()``). ``circuits.tools.patching.swap_names`` builds an IOI-style corrupted prompt."""
     from circuits.tools.patching import patch as _patch
-    from workbench.options import check_finite
-    from workbench.progress import Bar
+    from core.options import check_finite
+    from core.progress import Bar
 
     with Bar(f"patching {site}", unit="forward") as bar:  # a bar only in a notebook
         kwargs.setdefault("on_step", bar.to)
@@ -367,14 +361,10 @@ def sae_steer(model: Any, sae: str, feature: int, prompt: str, alpha: float | No
 def jobs(root: str | os.PathLike | None = None):
     """The job board (``wb.jobs().list()``, ``.get(id)``, ``.request_cancel(id)``): long work started from
     the app, the CLI or a notebook."""
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     return JobBoard(root)
 
-
-# Importing the package workbench.jobs rebinds the name ``jobs`` here to it (a package becomes an attribute of
-# its parent); the package is callable and calls this function, kept under this name (workbench/jobs/__init__.py).
-_jobs_facade = jobs
 
 
 def _spec_fields(args: dict[str, Any]) -> dict[str, Any] | None:
@@ -383,7 +373,7 @@ def _spec_fields(args: dict[str, Any]) -> dict[str, Any] | None:
     import typing
     from dataclasses import fields
 
-    from workbench.jobs.specs import ALIASES, SPECS
+    from workbench.scheduler.specs import ALIASES, SPECS
 
     cls = SPECS.get(ALIASES.get(args["kind"], args["kind"]))
     if cls is None:
@@ -393,10 +383,10 @@ def _spec_fields(args: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def _job_kinds() -> list[str]:
-    """Every job kind: the typed ones (workbench/jobs/specs.py), their old spellings, and kinds a plug-in or a
-    test registered at run time (workbench.jobs.kinds.KINDS)."""
-    from workbench.jobs.kinds import KINDS
-    from workbench.jobs.specs import ALIASES, SPECS
+    """Every job kind: the typed ones (workbench/scheduler/specs.py), their old spellings, and kinds a plug-in or a
+    test registered at run time (workbench.scheduler.kinds.KINDS)."""
+    from workbench.scheduler.kinds import KINDS
+    from workbench.scheduler.specs import ALIASES, SPECS
 
     return list(dict.fromkeys([*SPECS, *ALIASES, *KINDS]))
 
@@ -406,7 +396,7 @@ class JobSpecArg(Rule):
     the job specs live in the top layer, which only the facade may import)."""
 
     def check(self, where: str, value: Any) -> Any:
-        from workbench.jobs.specs import JobSpec
+        from workbench.scheduler.specs import JobSpec
 
         if isinstance(value, JobSpec):
             return value
@@ -425,10 +415,10 @@ class JobSpecArg(Rule):
 
 @checked(extras=_spec_fields, kind=Choice(_job_kinds))
 def job_spec(kind: str, **fields: Any):
-    """The typed spec of a job (workbench/jobs/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
+    """The typed spec of a job (workbench/scheduler/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
     methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; the kinds are the names in
-    ``workbench.jobs.specs.SPECS``."""
-    from workbench.jobs.specs import parse
+    ``workbench.scheduler.specs.SPECS``."""
+    from workbench.scheduler.specs import parse
 
     return parse({"kind": kind, **fields})
 
@@ -438,8 +428,8 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
     """Run long work as a job to its end: (job, result). ``spec`` is a ``job_spec(...)`` (or a dict with a
     ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
     HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
-    from workbench.jobs import run
-    from workbench.progress import Bar
+    from workbench.scheduler import run
+    from core.progress import Bar
 
     with Bar("job", unit="item") as bar:  # a bar only in a notebook
         return run(spec, workers=workers, address=ray_address, save=save,
@@ -450,7 +440,7 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
 def estimate_job(spec: Any, workers: int = 1):
     """What a job will cost here before it starts (``.seconds``, ``.text()``): its items x the seconds per
     item an earlier job of the same shape measured (or the kind measures now); None when nothing is known."""
-    from workbench.jobs.kinds import estimate
+    from workbench.scheduler.kinds import estimate
 
     return estimate(spec, workers)
 
@@ -458,8 +448,8 @@ def estimate_job(spec: Any, workers: int = 1):
 @checked(spec=JobSpecArg(), workers=Int(1, _cli_bound("--workers")))
 def submit_job(spec: Any, workers: int = 1, ray_address: str | None = None):
     """Start a job and return at once; follow it with ``wb.jobs().get(job.id)``. Work estimated under about
-    10 s runs in a thread of this process, longer work on Ray (workbench/jobs/runner.py ``submit``)."""
-    from workbench.jobs import submit
+    10 s runs in a thread of this process, longer work on Ray (workbench/scheduler/runner.py ``submit``)."""
+    from workbench.scheduler import submit
 
     return submit(spec, workers=workers, address=ray_address)
 

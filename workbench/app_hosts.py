@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 ANY_INTERFACE = ("0.0.0.0", "::", "")

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
 
 _MISSING = inspect.Parameter.empty
 
@@ -187,7 +187,7 @@ class LoadedModel(Rule):
 
 
 def _is_model(value: Any) -> bool:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
     if isinstance(value, HookedModel):
         return True

@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 app = typer.Typer(
     name="workbench",
@@ -29,8 +29,8 @@ JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on st
 
 def _device_option(value: str) -> str:
     """--device checked as it is parsed: one line and exit 2 for an unknown device or cuda without CUDA."""
-    from workbench.errors import DeviceError
-    from workbench.models.zoo import check_device
+    from core.errors import DeviceError
+    from core.models.zoo import check_device
 
     try:
         return check_device(value)
@@ -42,8 +42,8 @@ DEVICE_OPTION = typer.Option("cpu", "--device", callback=_device_option, help="c
 
 
 def _dtype_option(value: str) -> str:
-    from workbench.errors import ModelFileError
-    from workbench.models.zoo import check_dtype
+    from core.errors import ModelFileError
+    from core.models.zoo import check_dtype
 
     try:
         return check_dtype(value)
@@ -84,8 +84,8 @@ def to_json(result: Any) -> str:
     except ValueError as exc:
         if "not JSON compliant" not in str(exc):
             raise
-        from workbench.errors import NonFiniteError
-        from workbench.options import first_non_finite
+        from core.errors import NonFiniteError
+        from core.options import first_non_finite
 
         where = first_non_finite(json.loads(json.dumps(result, default=_json_default)))
         raise NonFiniteError(f"the result is not finite ({where or exc}); nothing printed") from None
@@ -157,15 +157,15 @@ def progress():
 
 
 def check_device(device: str) -> str:
-    """The device's name, or DeviceError (workbench.models.zoo.check_device)."""
-    from workbench.models.zoo import check_device as check
+    """The device's name, or DeviceError (core.models.zoo.check_device)."""
+    from core.models.zoo import check_device as check
 
     return check(device)
 
 
 def _print_version(value: bool) -> None:
     if value:
-        from workbench.paths import version
+        from core.paths import version
 
         print(f"workbench {version()}")
         raise typer.Exit()
@@ -176,7 +176,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_print_versi
                                        help="Print the installed version and exit.")) -> None:
     """Mechanistic-interpretability workbench: attribution, circuits, probes, SAEs."""
     if "--help" not in sys.argv:
-        from workbench.store import check_settings
+        from core.store import check_settings
 
         check_settings()  # WORKBENCH_RUNS / WORKBENCH_JOBS empty or relative: one line before any work
 
@@ -196,7 +196,7 @@ _register_commands()
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     try:
-        from workbench.options import check_argv
+        from core.options import check_argv
 
         check_argv(sys.argv[1:])
         if app(standalone_mode=False) == 130:  # typer turns Ctrl-C into Exit(130) and, not standalone, returns it
@@ -211,7 +211,7 @@ def main() -> None:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             message = exc.format_message()
             if message and message.startswith("No such option"):
-                from workbench.options import dash_name_hint
+                from core.options import dash_name_hint
 
                 message += dash_name_hint(sys.argv[1:])
             if message:
@@ -219,7 +219,7 @@ def main() -> None:
             sys.exit(exc.exit_code)
         if type(exc).__name__ == "Exit" and hasattr(exc, "exit_code"):
             sys.exit(exc.exit_code)
-        from workbench.checks import disk_full
+        from core.checks import disk_full
 
         if disk_full(exc):  # a writer without a check of its own (store and job writes say so themselves)
             where = getattr(exc, "filename", None)

@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import common as C
 from app import jobs_view as J
-from workbench.paths import data_root
+from core.paths import data_root
 
 PROMPTS = data_root() / "prompts"
 SHOWN = 25
@@ -38,8 +38,8 @@ def start_faithfulness() -> None:
             if not methods:
                 st.warning("Pick at least one method.")
                 return
-            from workbench.jobs.specs import FaithfulnessSpec
-            from workbench.prompt_files import read_prompts
+            from workbench.scheduler.specs import FaithfulnessSpec
+            from core.prompt_files import read_prompts
 
             rows = C.attempt("Cannot read the prompt set", read_prompts, str(PROMPTS / prompts), int(limit))
             if rows is None:
@@ -66,7 +66,7 @@ def start_sleep() -> None:
         seconds = c1.number_input("Seconds", 1, 3600, 60, key="jobs_sleep_seconds")
         steps = c2.number_input("Steps", 1, 10_000, 120, key="jobs_sleep_steps")
         if st.form_submit_button("Start sleep job"):
-            from workbench.jobs.specs import SleepSpec
+            from workbench.scheduler.specs import SleepSpec
 
             J.submit(SleepSpec(seconds=int(seconds), steps=int(steps)), "jobs_last")
 

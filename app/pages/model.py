@@ -95,7 +95,7 @@ S.share("model_gen", loaded.name, [f"print({S.call('m.generate', prompt, max_new
 
 
 def _draft():
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     return RunDraft(
         kind="generate",

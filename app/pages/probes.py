@@ -8,7 +8,7 @@ import streamlit as st
 
 from app import common as C
 from app import jobs_view as J
-from workbench.paths import data_root
+from core.paths import data_root
 
 DATA = data_root() / "concepts"
 
@@ -45,8 +45,8 @@ JOB_KEY = "_probe_job"  # this session's probe job (app/jobs_view.py held_job)
 def probe_spec(model: str, data: Any, name: str, pooling: str, concept: str) -> Any:
     """The job that probes every layer and builds concept vectors (no steering) from the same activations,
     keeping them for the PCA and steering views. Equal specs are one result: any session opens it."""
-    from workbench.jobs.kind_probes import dataset_spec
-    from workbench.jobs.specs import ProbeSpec, model_ref
+    from workbench.scheduler.kind_probes import dataset_spec
+    from workbench.scheduler.specs import ProbeSpec, model_ref
 
     return ProbeSpec(model=model_ref(model), device="cpu", **dataset_spec(None, data, name=name), hook=None,
                      layers="all", pooling=pooling, test_frac=0.3, seed=0, n_boot=200, concept=concept,
@@ -63,7 +63,7 @@ def read_run(root: str, run_id: str):
 
 def shown_run(run_id: str):
     """``read_run`` of this store, refused when it lacks what this page shows (then it offers to run again)."""
-    from workbench.errors import RunStoreError
+    from core.errors import RunStoreError
 
     out = read_run(str(C.store().root), run_id)
     if out.concepts is None or not out.acts:

@@ -90,7 +90,7 @@ sig = (loaded.name, name, method, level, limit, use_foil, batch)
 # outside this server (every session stays usable), after the user confirms; a cheap one runs here at once.
 cost = per_prompt_seconds(loaded, rows[0], method, level, use_foil)
 estimate = None if cost is None else cost * len(rows)
-from workbench.jobs.specs import AttributeSetSpec  # noqa: E402
+from workbench.scheduler.specs import AttributeSetSpec  # noqa: E402
 
 spec = AttributeSetSpec(model=loaded.name, rows=rows, method=method, level=level, use_foil=use_foil,
                         batch_size=batch, prompts_file=name)

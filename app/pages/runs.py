@@ -86,7 +86,7 @@ def describe(store: Any, run_id: str) -> dict[str, Any]:
 def listing(root: str, names: tuple[str, ...]) -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """(sound runs, damaged entries) of the store, read again only when its entries change (a run saved or
     removed); ``names`` is the key (the folder's mtime changes on every read: the index's journal)."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     del names  # the cache key only
     store = RunStore(root)

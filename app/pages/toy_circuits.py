@@ -90,7 +90,7 @@ def variants_table(entries: list[Any]):
 
 
 def _draft(kind: str, method: str, res: Any, model_name: str, seed: int):
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     return RunDraft(
         kind=f"toy-{kind}",

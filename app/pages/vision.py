@@ -279,7 +279,7 @@ if table is not None:
 
 
 def _draft():
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     return RunDraft(
         kind="vit-explain",

@@ -17,11 +17,11 @@ import torch
 
 from attribution.baselines.common import check_target, grads, hook_names, layout
 from attribution.methods import Scored
-from workbench.errors import MethodError, PromptError
+from core.errors import MethodError, PromptError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 def atp_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:

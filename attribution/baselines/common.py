@@ -9,12 +9,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from workbench.errors import MethodError
-from workbench.metric import logit_diff
+from core.errors import MethodError
+from core.metric import logit_diff
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 def metric(logits_last: torch.Tensor, enc: Encoding) -> torch.Tensor:

@@ -16,8 +16,8 @@ from attribution.baselines.common import check_target, grads, hook_names, layout
 from attribution.methods import Scored
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 def _scores(model: HookedModel, enc: Encoding, level: str, kind: str) -> Scored:

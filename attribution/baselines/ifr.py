@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 CHUNK_BYTES = 256 * 2**20  # per-query chunks keep [chunk, head, key, d_model] under this
 

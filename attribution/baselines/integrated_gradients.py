@@ -32,9 +32,9 @@ from jaxtyping import Float
 
 from attribution.baselines.common import check_target, grads, last_logits, metric
 from attribution.methods import Scored
-from workbench.errors import MethodError
-from workbench.models.hooked import HookedModel  # at run time: the tests check these signatures (tests/conftest.py)
-from workbench.models.tokens import Encoding
+from core.errors import MethodError
+from core.models.hooked import HookedModel  # at run time: the tests check these signatures (tests/conftest.py)
+from core.models.tokens import Encoding
 
 BASELINES = ("zero", "mean", "pad", "bos", "eos")  # or a token id
 SCHEDULES = ("uniform", "cubic")

@@ -21,11 +21,11 @@ import torch
 
 from attribution.baselines.common import check_target, last_logits, level_shape, metric
 from attribution.methods import Scored
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 ABLATION_LEVELS = ("token", "head", "neuron")
 

@@ -9,8 +9,8 @@ import torch
 from attribution.baselines.common import level_shape, prompt_seed
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 def random_scores(model: HookedModel, enc: Encoding, level: str, seed: int | None = None) -> torch.Tensor:

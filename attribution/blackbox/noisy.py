@@ -15,7 +15,7 @@ import numpy as np
 from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.oracle import MHAParams, Oracle, mha_value
 from attribution.blackbox.recovery import recover
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 def noisy_mha_oracle(params: MHAParams, noise: float, *, seed: int = 0) -> Oracle:

@@ -19,7 +19,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 class OracleError(WorkbenchError):

@@ -26,7 +26,7 @@ from mpmath import mp
 
 from attribution.blackbox.oracle import Oracle, OracleError, check_dims
 from attribution.blackbox.rational import RationalFit, fit_auto, fit_link, fit_main
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 def expected_queries(d: int, bound: int) -> int:

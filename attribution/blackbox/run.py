@@ -13,7 +13,7 @@ import numpy as np
 from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.oracle import Oracle, check_dims, mha_oracle, random_mha
 from attribution.blackbox.recovery import Recovery, expected_queries, recover
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 TRAINED_TOL = 1e-4  # the relative error a trained-layer run must reach to count as recovered
 DEFAULT_SWEEP = [1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4]
@@ -104,7 +104,7 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
         dps: int = 50, merged: int = 0, zero: int = 0, exact: bool = True, layer: int = 0,
         sweep: list[float] | None = None, basis_scale: float | None = None) -> tuple[dict[str, Any], Any]:
     """Returns (the command's JSON object, a RunDraft for the store)."""
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     t0 = time.perf_counter()
     oracle, truth, d, heads, scale, extra = _build(d, heads, bound, noise, seed, model, oracle_spec,
@@ -176,7 +176,7 @@ def run_ffn(*, d: int, heads: int, seed: int = 0, hidden: int | None = None, eps
             n_fresh: int = 200) -> tuple[dict[str, Any], Any]:
     """The FFN extension on a random attention + bias-free ReLU FFN layer."""
     from attribution.blackbox.ffn import random_ffn, recover_ffn
-    from workbench.store import RunDraft
+    from core.store import RunDraft
 
     t0 = time.perf_counter()
     check_dims(d, heads)

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from attribution.blackbox.oracle import MHAParams, Oracle
-from workbench.errors import MethodError, RangeError, UnknownModelError
+from core.errors import MethodError, RangeError, UnknownModelError
 
 TINY = "tiny-attn"  # built-in recipe: a tiny attention-only model trained on the spot
 
@@ -47,7 +47,7 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
     import torch
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.models.hooked import hooked_transformer
+    from core.models.hooked import hooked_transformer
 
     torch.manual_seed(seed)
     cfg = HookedTransformerConfig(n_layers=1, d_model=d_model, n_ctx=n_ctx, d_head=d_model // n_heads,
@@ -76,11 +76,11 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
 def load_toy(name: str):
     """A HookedTransformer from the zoo (the module under ``workbench.load(name)``) or the built-in ``tiny-attn``."""
     if name == TINY:
-        from workbench.models.zoo import list_models
+        from core.models.zoo import list_models
 
         if TINY not in {e.name for e in list_models()}:
             return train_tiny_attn()
-    from workbench.models.zoo import load, resolve
+    from core.models.zoo import load, resolve
 
     entry = resolve(name)  # UnknownModelError for an absent name
     if entry.kind != "toy":

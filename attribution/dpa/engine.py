@@ -26,11 +26,11 @@ from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
 from attribution.dpa.steps import OFFSET_KEYS, At, bsum, hook_names, init_target, top_down
 from attribution.methods import Scored
-from workbench.errors import MethodError, RangeError
+from core.errors import MethodError, RangeError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 LEVELS = ("token", "head", "edge", "neuron")
 

@@ -10,12 +10,12 @@ from typing import Any
 
 import torch
 
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def check_supported(model: Any) -> None:
     """Refuse architectures whose forward pass has pieces DPA does not linearise (yet)."""
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "dpa")
     # a TransformerLens module's config, or the facts a backend without one states (NNsightModel.cfg)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 ACT_MODES = ("ratio", "derivative")
 NORM_MODES = ("frozen", "aware")

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from attribution.methods import Scored
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 MAX_STEPS = 256
 

@@ -25,8 +25,8 @@ from attribution.dpa.params import DPAParams
 from attribution.dpa.steps import At, Point, hook_names, init_target, rank, top_down, without_grad
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 def dpa_cache(model: HookedModel, tokens: torch.Tensor, p: DPAParams,

@@ -4,7 +4,7 @@ sublayer pull-backs (MLP, attention) with the norms around them, and the one top
 the edge scorer (``circuits/edges/dpa.py``) all walk that loop and differ only in what they collect.
 
 Every step is the transpose of one frozen piece of the forward pass (shared/specs/dpa.md). Beyond the
-paper's Llama block, the steps handle what the supported families add (workbench/models/families.py):
+paper's Llama block, the steps handle what the supported families add (core/models/families.py):
 norms after a sublayer's output (Gemma 2/3's post-norms, OLMo-2's only norms), per-head or
 whole-projection q/k norms (Gemma 3, Qwen3, OLMo-2), attention soft-capping (Gemma 2; its exact local
 derivative on the q/k paths), parallel attention and MLP (GPT-NeoX: the engine feeds both the same
@@ -23,7 +23,7 @@ from attribution.dpa.linear import act_slope, norm_back, rope_tables, rope_trans
 from attribution.dpa.params import DPAParams
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel, NormSite
+    from core.models.hooked import HookedModel, NormSite
 
 OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
                "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")

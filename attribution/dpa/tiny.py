@@ -46,8 +46,8 @@ def tiny_gpt2(seed: int = 0, act_fn: str = "gelu_new", layers: int = 2, normaliz
     import torch
     from transformer_lens import HookedTransformerConfig
 
-    from workbench.models.hooked import HookedModel, hooked_transformer
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.hooked import HookedModel, hooked_transformer
+    from core.models.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
     cfg = HookedTransformerConfig(n_layers=layers, d_model=32, n_heads=4, d_head=8, d_mlp=64,

@@ -27,8 +27,8 @@ from attribution.features.scores import hooks_of
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 GRID = (1, 2, 5, 10, 20, 50)
 METHODS = ("dpa", "gradient", "random")
@@ -137,7 +137,7 @@ def feature_curve(model: HookedModel, rows: list[dict[str, Any]], d: Dictionary,
                   keep_first: bool = False, use_foil: bool = True, seed: int = 0,
                   on_step: Callable[[int], None] | None = None, **params: Any) -> FeatureCurve:
     """The curve of one dictionary over prompt rows {"prompt", "target", "foil"?}."""
-    from workbench.errors import DatasetError
+    from core.errors import DatasetError
 
     if not rows:
         raise DatasetError("no prompts to evaluate")

@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from attribution.dpa.steps import Point, rank
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 RESID = re.compile(r"^blocks\.(\d+)\.hook_resid_(pre|mid|post)$")
 TC_IN = re.compile(r"^blocks\.(\d+)\.ln2\.hook_normalized$")

@@ -30,8 +30,8 @@ from attribution.features.placement import Placement, Sources, check_dictionarie
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 
 @dataclass
@@ -148,8 +148,8 @@ def feature_attribution(model: HookedModel, prompt: str, dictionaries: list[Dict
                         target: str | None = None, foil: str | None = None, keep_first: bool = False,
                         **params: Any) -> FeatureAttribution:
     """Feature-level DPA of ``prompt`` over ``dictionaries`` (sorted by depth); DPA parameters as dpa's."""
-    from workbench.models.hooked import require
-    from workbench.options import check_finite
+    from core.models.hooked import require
+    from core.options import check_finite
 
     require(model, "feature attribution")
     p = DPAParams.from_kwargs(**params)

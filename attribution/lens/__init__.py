@@ -15,13 +15,13 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from attribution.lens.result import LensResult
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 __all__ = ["LENSES", "LensResult", "lens", "lens_logits", "residual_stack", "layer_labels"]
 
@@ -57,7 +57,7 @@ def check_readable(model: HookedModel) -> None:
     if getattr(model, "kind", None) == "vit" or type(model).__name__ == "HookedViT":
         raise MethodError(f"{name} is a vision model: the logit and tuned lenses are not for vision models "
                           "(they read residuals through a token unembedding)")
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "lens")
     if getattr(model, "W_U", None) is None:

@@ -8,7 +8,7 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 def readout(model: HookedModel, resid: Float[torch.Tensor, "layer *batch d_model"]

@@ -10,8 +10,8 @@ if TYPE_CHECKING:
     import torch
     from jaxtyping import Float, Int
 
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import Encoding
+    from core.models.hooked import HookedModel
+    from core.models.tokens import Encoding
 
 AXES = ("layer", "position", "rank")
 
@@ -121,14 +121,14 @@ class LensResult:
         return self.plot()._repr_mimebundle_(include, exclude)
 
     def save_figure(self, path: Any, skip_first: bool = False) -> Any:
-        """Save ``plot(skip_first)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot(skip_first)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(skip_first), path)
 
     def save(self, store=None):
         """Store as a run (kind "lens"); returns the Run."""
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         tensors = {"topk_ids": self.topk_ids, "topk_probs": self.topk_probs.float()}
         if self.target is not None:
@@ -153,8 +153,8 @@ def read(model: HookedModel, kind: str, enc: Encoding, resid: Float[torch.Tensor
     import torch
 
     from attribution.lens import layer_labels
-    from workbench.errors import RangeError
-    from workbench.options import check_finite
+    from core.errors import RangeError
+    from core.options import check_finite
 
     started = time.perf_counter()
     n = enc.seq_len

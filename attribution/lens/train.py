@@ -30,7 +30,7 @@ import torch
 from attribution.lens.tuned import TunedLens
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 @dataclass
@@ -60,7 +60,7 @@ def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, se
     random.Random(seed).shuffle(order)
     buf: list[int] = []
     given = 0
-    from workbench.errors import DatasetError
+    from core.errors import DatasetError
 
     if not callable(model.tokenizer) or window > model.arch.n_ctx:
         raise DatasetError(f"{model.name} cannot read {window}-token windows of English text")
@@ -75,7 +75,7 @@ def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, se
 
 
 def _batches(model: HookedModel, split: str, n_tokens: int, cfg: TrainConfig) -> Iterator[torch.Tensor]:
-    from workbench.corpus import english_texts
+    from core.corpus import english_texts
 
     rows: list[torch.Tensor] = []
     for w in windows(model, english_texts(split), n_tokens, cfg.window, cfg.seed):

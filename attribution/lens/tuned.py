@@ -14,19 +14,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 def lens_dir(model_name: str) -> Path:
     """Where a model's tuned lens lives: data/lenses/<name> for a zoo model, <directory>/lens beside a model
     loaded from a local directory."""
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     if "/" in model_name or "\\" in model_name:
         return Path(model_name) / "lens"
@@ -98,10 +98,10 @@ class TunedLens:
 
     @classmethod
     def load(cls, directory: str | Path) -> TunedLens:
-        """A tuned lens read back as possibly damaged (workbench/checks.py): ModelFileError for a symlink, a
+        """A tuned lens read back as possibly damaged (core/checks.py): ModelFileError for a symlink, a
         truncated, zeroed or garbage file, a missing tensor, shapes that do not fit, NaN or Infinity, or a
         tuned.json that is not an object naming its model."""
-        from workbench.checks import Fields, read_json, read_tensors, t_finite
+        from core.checks import Fields, read_json, read_tensors, t_finite
 
         directory = Path(directory)
         what = f"the tuned lens in {directory}"

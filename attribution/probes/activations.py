@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError, RangeError
+from core.errors import DatasetError, RangeError
 
 POOLINGS = ("last", "mean", "marked")
 
@@ -112,7 +112,7 @@ def resid_hooks(model: Any, layers: str | list[int] = "all") -> list[str]:
 
 def parse_layers(spec: str, n_layers: int) -> list[int]:
     """'all', '3', '0,5,10' or '4-8' -> layer indices."""
-    from workbench.options import parse_layer_spec
+    from core.options import parse_layer_spec
 
     out = parse_layer_spec(spec)
     if out is None:

@@ -253,7 +253,7 @@ def icl_readout(
     info = model.info.get("task") or {}
     task = model.info.get("task_source")
     if info.get("task") != "icl-regression" or task is None:
-        from workbench.errors import MethodError
+        from core.errors import MethodError
 
         raise MethodError(f"{model.name} is not an in-context regression model (task {info.get('task')!r})")
     test = task.sample(n, seed, "test")

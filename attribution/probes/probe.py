@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 
 @dataclass

@@ -82,7 +82,7 @@ class ProbeRun:
         import torch
 
         from attribution.probes.geometry import projection_figure, rsa_matrix
-        from workbench.store import RunDraft
+        from core.store import RunDraft
 
         res, acts, pooling = self.probe, self.acts, self.args.get("pooling", "last")
         best = res.best
@@ -117,8 +117,8 @@ class ProbeRun:
     @classmethod
     def from_run(cls, run: Any) -> ProbeRun:
         """A probe run read back from the store (activations only if it kept them)."""
-        from workbench.checks import reading
-        from workbench.errors import RunStoreError
+        from core.checks import reading
+        from core.errors import RunStoreError
 
         data = run.result()
         if run.kind != "probe" or "layers" not in data:
@@ -155,7 +155,7 @@ def run_probe(
 ) -> ProbeRun:
     """Logistic probes with a control task at every hook (see attribution/probes/probe.py); with ``concept``
     also class-mean and probe concept vectors from the same activations (no steering)."""
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "probe")
     names = names or {h: h for h in hooks}
@@ -200,7 +200,7 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
     import json
     from pathlib import Path
 
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     found: dict[str, str] = {}
     for cfg in sorted((DATA_DIR / "saes").glob("*/cfg.json")):
@@ -215,7 +215,7 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
     for path in extra or []:
         cfg = Path(path) / "cfg.json"
         if not cfg.exists():
-            from workbench.errors import ModelFileError
+            from core.errors import ModelFileError
 
             raise ModelFileError(f"{path!r} is not an SAE directory (no cfg.json)")
         hook = json.loads(cfg.read_text()).get("metadata", {}).get("hook_name")
@@ -238,7 +238,7 @@ class ConceptsRun:
         return self.concepts.to_json() | {"saes": dict(self.sae_paths)}
 
     def save(self, store: Any) -> Any:
-        from workbench.store import RunDraft
+        from core.store import RunDraft
 
         res = self.concepts
         return store.save(RunDraft(
@@ -266,7 +266,7 @@ def run_concepts(
     """Class-mean, probe and SAE concept vectors at ``hooks`` (SAEs from data/saes for the model plus the
     ``saes`` directories), their cosines, and steering with each at ``steer`` against a random vector."""
     from attribution.sae.train import check_fits, load_sae
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "concept vectors")
     n = len(data)

@@ -47,8 +47,8 @@ def tiny_model(
     """A random HookedModel over a whitespace vocabulary."""
     import torch
 
-    from workbench.models.hooked import HookedModel, hooked_transformer
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.hooked import HookedModel, hooked_transformer
+    from core.models.tokens import SymbolTokenizer
 
     vocab = list(vocab or DEFAULT_VOCAB)
     torch.manual_seed(seed)
@@ -95,9 +95,9 @@ def save_tiny(
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader of a saved tiny model; its config and weights are read as possibly damaged
-    (workbench/checks.py): sizes bounded before the model is built, a sound safetensors file."""
-    from workbench.checks import Fields, read_json, read_tensors
-    from workbench.errors import ModelFileError
+    (core/checks.py): sizes bounded before the model is built, a sound safetensors file."""
+    from core.checks import Fields, read_json, read_tensors
+    from core.errors import ModelFileError
 
     path = Path(entry.path)
     what = f"{path}/config.json"

@@ -28,7 +28,7 @@ from attribution.sae.train_shards import (
     train_topk_transcoder,
     write_info,
 )
-from workbench.errors import ModelFileError, RangeError
+from core.errors import ModelFileError, RangeError
 
 HELDOUT_TOKENS = 64_000
 
@@ -90,7 +90,7 @@ def _reusable(root: Path, hooks: list[str], skip_first: int) -> Path | None:
 
 def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
                   on_progress: Progress | None = None) -> ShardSet:
-    from workbench.corpus import english_texts
+    from core.corpus import english_texts
 
     root = shards_root(model.name) / split
     target = _reusable(root, hooks, skip_first)
@@ -154,7 +154,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         dic = load_dictionary(tmp)
     except ModelFileError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        from workbench.errors import NonFiniteError
+        from core.errors import NonFiniteError
 
         if "NaN or Infinity" in str(exc):
             raise NonFiniteError("dictionary not saved: its weights are not finite (training diverged: try a "

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 ACTS_FILE = "acts.safetensors"
 
@@ -64,7 +64,7 @@ class ActivationCache:
 
     @classmethod
     def load(cls, path: Path) -> ActivationCache:
-        from workbench.checks import Fields, read_json, read_tensors
+        from core.checks import Fields, read_json, read_tensors
 
         if not (path / ACTS_FILE).exists():
             raise DatasetError(f"no activation cache at {path}")
@@ -116,7 +116,7 @@ NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
 
 def check_token_hook(hook: str) -> None:
     """RangeError for a hook without one activation vector per token (what a dictionary is trained on)."""
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     if hook.rsplit(".", 1)[-1] in NOT_PER_TOKEN:
         raise RangeError(f"--hook {hook} holds attention weights [head, query, key], not one vector per token: "
@@ -202,7 +202,7 @@ def model_texts(
     of an SAE trained here do not reuse its training text; toy models then draw a new seed."""
     import torch
 
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.tokens import SymbolTokenizer
 
     if not isinstance(model.tokenizer, SymbolTokenizer):
         from attribution.sae.corpus import load_corpus
@@ -223,6 +223,6 @@ def model_texts(
 
 
 def default_corpus() -> Path:
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     return DATA_DIR / "corpus"

@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 DOC_SUFFIXES = (".md", ".rst", ".txt")
 # Licence texts are near-duplicates of each other and would dominate the feature statistics.

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import DatasetError, ModelFileError, RangeError, TokenError
+from core.errors import DatasetError, ModelFileError, RangeError, TokenError
 
 if TYPE_CHECKING:
     import torch
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 FILE = "dashboards.safetensors"
 VERSION = 1
@@ -223,7 +223,7 @@ class Dashboards:
             raise ModelFileError(f"cannot read dashboards {path}: {str(exc).splitlines()[0]}") from None
         if text is None:
             raise ModelFileError(f"dashboards {path} are damaged: the file has no dashboards header")
-        from workbench.checks import parse_json
+        from core.checks import parse_json
 
         meta = parse_json(text, f"dashboards {path} header", ModelFileError)
         if not isinstance(meta, dict) or meta.get("version") != VERSION:
@@ -246,7 +246,7 @@ def check_dashboards(tensors: dict[str, Any], meta: dict[str, Any], what: str) -
     """Dashboards read back from a file, checked before any is shown (ModelFileError naming the damage): every
     tensor present with its rank, one row per unit, finite values, indices (contexts, tokens, features) within
     what they index, and a header whose labels, vocabulary and context groups have the right types."""
-    from workbench.checks import Fields, t_finite
+    from core.checks import Fields, t_finite
 
     def bad(why: str) -> ModelFileError:
         return ModelFileError(f"{what} are damaged: {why}; rebuild them")
@@ -298,7 +298,7 @@ def held_out_windows(model: HookedModel, n_tokens: int, ctx: int = 128, texts: l
     tokens (positions 1..L-1 of each window)."""
     import torch
 
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.tokens import SymbolTokenizer
 
     ctx = min(ctx, int(model.arch.n_ctx))
     if texts is None:
@@ -307,7 +307,7 @@ def held_out_windows(model: HookedModel, n_tokens: int, ctx: int = 128, texts: l
 
             texts = model_texts(model, None, n_tokens, ctx, held_out=True)
         else:
-            from workbench.corpus import english_texts
+            from core.corpus import english_texts
 
             texts = english_texts("heldout")
     rows: list[list[int]] = []
@@ -351,7 +351,7 @@ def _batch_table(feats: torch.Tensor, order_key: torch.Tensor, payload: list[Any
 def _tokens(model: HookedModel, text: str, ctx: int) -> list[int]:
     """A document's token ids (its first ~3 characters per context position of the model; a piece the
     tokenizer makes longer than the context is tokenized in window-sized pieces instead)."""
-    from workbench.errors import PromptError
+    from core.errors import PromptError
 
     text = text[: int(model.arch.n_ctx) * 3]
     try:
@@ -658,7 +658,7 @@ def build_dashboards(
         d = acc.d
         meta = {"name": d.name, "model": d.model, "kind": d.kind, "hook": d.hook, "hook_out": d.hook_out,
                 "layer": d.layer, "ctx": int(windows.shape[1]), "skip_first": 1, "bf16": bool(bf16),
-                "corpus": "English corpus, held-out split (workbench.corpus)" if texts is None else "given texts",
+                "corpus": "English corpus, held-out split (core.corpus)" if texts is None else "given texts",
                 "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         out.append(_finish(acc, model, windows, meta, strings))
         out[-1].meta["seconds"] = round(forward_s / len(accs) + 0.0, 1)

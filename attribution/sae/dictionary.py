@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ModelFileError, RangeError
+from core.errors import ModelFileError, RangeError
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1", "transcoder")
 
@@ -101,7 +101,7 @@ class Dictionary:
 
     def check_model(self, model: Any) -> None:
         """Typed error unless this dictionary was trained on ``model`` (name and width)."""
-        from workbench.errors import ModelFileError as Err
+        from core.errors import ModelFileError as Err
 
         name = getattr(model, "name", "")
         if self.model and name and Path(self.model).name != Path(name).name:
@@ -135,10 +135,10 @@ FILES = ("cfg.json", "sae_weights.safetensors", "workbench.json")
 
 
 def check_dictionary_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """(cfg.json, workbench.json) of a dictionary directory, read as possibly damaged (workbench/checks.py):
+    """(cfg.json, workbench.json) of a dictionary directory, read as possibly damaged (core/checks.py):
     ModelFileError (one line) for a missing directory, a symlink, a config that is not an object, a width or
     layer that is not a whole number in bounds, a model/hook that is not a string, non-finite metrics."""
-    from workbench.checks import Fields, read_json
+    from core.checks import Fields, read_json
 
     path = Path(path)
     if path.is_symlink():
@@ -182,7 +182,7 @@ def load_dictionary(path: str | Path) -> Dictionary:
     its files (check_dictionary_dir), then its weights (shapes against cfg.json, every value finite)."""
     from sae_lens import SAE
 
-    from workbench.checks import t_finite
+    from core.checks import t_finite
 
     path = Path(path)
     cfg, info = check_dictionary_dir(path)
@@ -207,7 +207,7 @@ def load_dictionary(path: str | Path) -> Dictionary:
 
 
 def dictionaries_root() -> Path:
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     return DATA_DIR / "saes"
 

@@ -23,11 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from workbench.errors import DatasetError, ModelFileError
+from core.errors import DatasetError, ModelFileError
 
 if TYPE_CHECKING:
     from attribution.sae.dashboard import Dashboards
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 FILE = "explanations.json.gz"
 VERSION = 1

@@ -7,11 +7,11 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dashboard import Dashboards
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 SUMMARY_KEYS = ("path", "model", "hook", "layer", "kind", "explained_variance", "explained_variance_no_top2",
                 "l0", "dead_fraction", "ce_loss_delta")
@@ -60,7 +60,7 @@ def open_dashboards(d: Any) -> Dashboards:
     db.meta["stale"] = bool(built_on) and built_on != weights_digest(d)
     n = int(d.W_dec.shape[0])
     if db.n_units != n:
-        from workbench.errors import ModelFileError
+        from core.errors import ModelFileError
 
         raise ModelFileError(f"the dashboards in {dashboard_dir(d)} cover {db.n_units} units but {d.name} "
                              f"has {n}: rebuild them")

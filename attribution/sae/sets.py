@@ -27,7 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ModelFileError, RangeError
+from core.errors import ModelFileError, RangeError
 
 SET_FILE = "set.json"
 Progress = Callable[[str, int, int], None]
@@ -145,7 +145,7 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_set(root: Path) -> dict[str, Any]:
-    from workbench.checks import read_json
+    from core.checks import read_json
 
     if not (root / SET_FILE).is_file():
         raise ModelFileError(f"{str(root)!r} is not a dictionary set (no {SET_FILE})")
@@ -203,7 +203,7 @@ def _ranges(xs: list[int]) -> str:
 
 
 def _shuffled_docs(split: str, seed: int) -> list[str]:
-    from workbench.corpus import english_texts
+    from core.corpus import english_texts
 
     docs = english_texts(split)
     random.Random(seed).shuffle(docs)

@@ -23,7 +23,7 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 MANIFEST = "manifest.json"
 
@@ -56,8 +56,8 @@ class ShardSet:
         return [self.root / s["file"] for s in self.manifest["shards"]]
 
     def load(self, index: int, hooks: list[str] | None = None) -> dict[str, Any]:
-        from workbench.checks import read_tensors
-        from workbench.errors import DatasetError
+        from core.checks import read_tensors
+        from core.errors import DatasetError
 
         file = self.files()[index]
         tensors = read_tensors(file, f"activation shard {file}", DatasetError)

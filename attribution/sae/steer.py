@@ -17,11 +17,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import RangeError
-from workbench.options import check_number
+from core.errors import RangeError
+from core.options import check_number
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 def _first(act: Any, skip_first: int) -> int:
@@ -131,8 +131,8 @@ def steer(model: HookedModel, d: Any, unit: int, prompt: str, alpha: float | Non
     target's logit and probability at the last prompt position both ways."""
     import torch
 
-    from workbench.models.hooked import require
-    from workbench.options import check_finite
+    from core.models.hooked import require
+    from core.options import check_finite
 
     require(model, "sae steering")
     hooks = steering_hooks(d, unit, alpha, value, skip_first)

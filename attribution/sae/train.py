@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import DatasetError, RangeError
+from core.errors import DatasetError, RangeError
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1")
 
@@ -32,7 +32,7 @@ def training_sae(
     hook: str = "",
 ):
     """A SAELens TrainingSAE of the given kind (inputs normalised to norm sqrt(d_in))."""
-    from workbench.options import check_memory
+    from core.options import check_memory
 
     # encoder and decoder, their gradients and Adam's two moments: 8 float32 copies of d_in x d_sae
     check_memory(f"an SAE of width {d_sae:,} on {d_in}-wide activations", 32 * int(d_in) * int(d_sae))
@@ -321,9 +321,9 @@ def train_sae(
 
 def check_trained(sae: Any, metrics: dict[str, Any]) -> None:
     """NonFiniteError (and nothing saved) when a trained dictionary's weights or metrics hold NaN/Infinity."""
-    from workbench.checks import t_finite
-    from workbench.errors import NonFiniteError
-    from workbench.options import first_non_finite
+    from core.checks import t_finite
+    from core.errors import NonFiniteError
+    from core.options import first_non_finite
 
     for name, p in sae.named_parameters():
         if not t_finite(p.detach()):

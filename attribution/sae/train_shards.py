@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.sae.shards import ShardSet, shard_batches
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 

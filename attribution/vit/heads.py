@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from attribution.vit.model import HookedViT, ImageError
-from workbench.errors import ModelFileError, WorkbenchError
+from core.errors import ModelFileError, WorkbenchError
 
 SALIENCY = "saliency"
 SALIENCY_CLASSES = ["salient", "not salient"]

@@ -2,7 +2,7 @@
 classifier) and CLIP's vision tower.
 
 The zoo routes a directory here by its config.json ``model_type`` (vit, deit, dinov2, clip_vision_model,
-clip: ``workbench.models.zoo.VIT_MODEL_TYPES``). Weights are
+clip: ``core.models.zoo.VIT_MODEL_TYPES``). Weights are
 read with safetensors only (``use_safetensors=True``); the HF module is converted weight by
 weight into our hooked class (same math: pre-LN blocks, exact GELU, CLS classifier on the
 final LayerNorm), so every method sees one interface. The image processor's mean/std (from
@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from attribution.vit.model import HookedViT, ViTConfig
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 
 def processor_stats(path: Path) -> tuple[list[float] | None, list[float] | None]:

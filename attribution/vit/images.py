@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.vit.model import ImageError
-from workbench.text import one_line
+from core.text import one_line
 
 # 4096 x 4096: far above any ViT input here (they are resized down), and 48 MB of RGB bytes at most.
 MAX_PIXELS = 4096 * 4096

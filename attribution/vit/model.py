@@ -30,7 +30,7 @@ from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
 
-from workbench.errors import ModelFileError, WorkbenchError
+from core.errors import ModelFileError, WorkbenchError
 
 
 class ImageError(WorkbenchError):

@@ -97,7 +97,7 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 6
 def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = None):
     """Write the checkpoint with its zoo entry (data/models/vit-synth by default)."""
     from attribution.vit.model import save_checkpoint
-    from workbench.models.zoo import DATA_DIR
+    from core.models.zoo import DATA_DIR
 
     name = {"synthetic": "vit-synth", "hard": "vit-synth-hard"}.get(metrics["dataset"], "vit-digits")
     path = out or str(DATA_DIR / "models" / name)

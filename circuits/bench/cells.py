@@ -22,7 +22,7 @@ import torch
 
 from circuits.bench.agreement import attach
 from circuits.graph import CircuitGraph, Subgraph
-from workbench.errors import RunStoreError
+from core.errors import RunStoreError
 
 if TYPE_CHECKING:  # the runner (every edge method) is imported where cells run, not where they are drawn
     from circuits.bench.runner import BenchConfig
@@ -79,7 +79,7 @@ class BenchResult:
 
     def save(self, store: Any) -> Any:
         from circuits.bench.report import leaderboard, markdown
-        from workbench.store import RunDraft
+        from core.store import RunDraft
 
         r = self.result
         return store.save(RunDraft(
@@ -116,7 +116,7 @@ def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, torch.T
     """A stored bench run's graph and one cell's edge scores (float32, their stored scale restored);
     RunStoreError when the run predates per-cell scores, the cell has none, or the file is damaged."""
     from circuits.discover import MAX_HEADS, MAX_LAYERS
-    from workbench.checks import Fields
+    from core.checks import Fields
 
     result = Fields(run.result(), f"run {run.id}'s result.json", RunStoreError)
     if not isinstance(result.data, dict) or "cells" not in result.data:

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from circuits.graph import CircuitGraph
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 GRID = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0)
 LEVELS = ("edge", "node")

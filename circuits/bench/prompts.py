@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from circuits.counterfactual import PromptBatch, PromptSet, prepare
-from workbench.errors import PromptError
+from core.errors import PromptError
 
 METRICS = ("logit_diff", "prob_diff")
 

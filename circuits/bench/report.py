@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from circuits.bench.goal import goal_lines
-from workbench.errors import OutputError
-from workbench.store import write_atomic
+from core.errors import OutputError
+from core.store import write_atomic
 
 # What each task stands for in MIB's circuit-localization track (tasks mib-bench/ioi, copycolors_mcqa,
 # arithmetic_addition/_subtraction, arc_easy/_challenge), what matches and where it departs. Every task is

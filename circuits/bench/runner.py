@@ -33,8 +33,8 @@ from circuits.bench.variants import split_variant
 from circuits.edges import EDGE_METHODS
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
-from workbench.errors import MethodError, PromptError
-from workbench.paths import data_label, data_root
+from core.errors import MethodError, PromptError
+from core.paths import data_label, data_root
 
 METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
 NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
@@ -131,7 +131,7 @@ def load_rows(model: str, task: str, seed: int = 0) -> tuple[list[dict], str, st
                 bench_tasks.check_claimed_kinds(rows, data_label(path), params["counterfactual"])
             return rows, TASKS[name].metric, data_label(path)
         return [], TASKS[name].metric, "built"
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     rows = read_prompts(task, None)
     bench_tasks.check_claimed_kinds(rows, Path(task).name)
@@ -383,7 +383,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         if source != "built":
             check_task_rows(task, rows, cfg)
     if model is None:
-        from workbench.models.zoo import load
+        from core.models.zoo import load
 
         model = load(cfg.model)
     check_model_kind(getattr(model, "kind", None) or ("vit" if "ViT" in type(model).__name__ else "llm"), cfg.model)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 
 from circuits.graph import CircuitGraph
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 SELECTIONS = ("topk", "greedy", "bootstrap", "positive_ratio")
 

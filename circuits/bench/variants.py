@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from circuits.edges import EDGE_METHODS
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def split_variant(spec: str) -> tuple[str, dict[str, Any]]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ class EdgeMethod:
 
 # Whole-number parameters and their smallest value (steps of an integral, copies per forward: at least 1).
 _LEAST = {"steps": 1, "copies": 1, "sample": 0, "seed": 0}
-_MOST = {"steps": 10_000, "copies": 1024, "sample": 1_000_000, "seed": 2**32 - 1}  # as workbench/options.py BOUNDS
+_MOST = {"steps": 10_000, "copies": 1024, "sample": 1_000_000, "seed": 2**32 - 1}  # as core/options.py BOUNDS
 
 
 def _check_param(method: str, key: str, value: Any, default: Any, most: int | None = None) -> None:

@@ -41,7 +41,7 @@ from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,

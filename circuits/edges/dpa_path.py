@@ -48,7 +48,7 @@ from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.edges.dpa import edge_forward, receiver_targets
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 MAX_STEPS = 256  # points on the path: each is a forward and a top-down pass per batch
 ROWS = 64  # prompt rows per forward and top-down pass over a group of points

@@ -15,7 +15,7 @@ import torch
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, edge_products, receiver_grads
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,

@@ -27,7 +27,7 @@ from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.edges.eap_ig import check_steps
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, edge_products, head_slot, live, receiver_grads
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 POOLS = ("all", "own")
 

@@ -30,7 +30,7 @@ from circuits.bench.forward import run_soft_masked
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1  # hard-concrete temperature and stretch (Louizos et al. 2018, eq. 9)
 INIT = 3.0  # log_alpha at the start: every gate open with P ~ 0.99, so training starts from the full model
@@ -58,7 +58,7 @@ def ablation_matrix(graph: CircuitGraph, keep: torch.Tensor) -> torch.Tensor:
 @contextmanager
 def frozen(model: Any) -> Iterator[None]:
     """The model's weights take no gradient for the duration (only the gates learn); restored after. The
-    loader already freezes them (workbench.models.backends); this holds for a model handed over unfrozen."""
+    loader already freezes them (core.models.backends); this holds for a model handed over unfrozen."""
     module = getattr(model, "tl", model)
     params = list(module.parameters()) if isinstance(module, torch.nn.Module) else []
     before = [p.requires_grad for p in params]

@@ -16,7 +16,7 @@ import torch
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import References, run_masked
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 
 def chosen_edges(graph: CircuitGraph, sample: int = 0, seed: int = 0) -> torch.Tensor:

@@ -19,7 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ExportError
+from core.errors import ExportError
 
 FORMATS = ("graph-json", "mib", "csv", "parquet")
 # run kind -> the formats that can hold it
@@ -50,9 +50,9 @@ def check_kind(kind: str, fmt: str, subject: str = "this result") -> None:
 
 
 def check_out(path: str | Path, overwrite: bool = False, what: str = "the output path") -> Path:
-    """The output path, checked before any work (workbench.options.output_problem: not empty, not under a system
+    """The output path, checked before any work (core.options.output_problem: not empty, not under a system
     folder, not a folder, its folder exists and is writable), and not an existing file unless ``overwrite``."""
-    from workbench.options import output_problem
+    from core.options import output_problem
 
     why = output_problem(path)
     if why is not None:
@@ -66,7 +66,7 @@ def check_out(path: str | Path, overwrite: bool = False, what: str = "the output
 
 def write_atomic(out: Path, data: bytes) -> None:
     """``data`` into ``out`` whole: the store's writer (a temporary beside it, then a rename; a full disk: one line)."""
-    from workbench.store import write_atomic as write_whole
+    from core.store import write_atomic as write_whole
 
     write_whole(out, data, "the export", ExportError)
 
@@ -138,8 +138,8 @@ def _annotations(run: Any, fmt: str) -> Any:
 
 def load_run(run: Any) -> Any:
     """The result object of a stored run (circuit, feature-graph, subgraph, attribute)."""
-    from workbench.checks import reading
-    from workbench.errors import RunStoreError
+    from core.checks import reading
+    from core.errors import RunStoreError
 
     if run.kind == "circuit":
         from circuits.discover import CircuitResult

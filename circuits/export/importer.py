@@ -23,7 +23,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ExportError
+from core.errors import ExportError
 
 MAX_BYTES = 256 * 2**20  # Neuronpedia's largest graphs are tens of MB
 MAX_NODES = 200_000
@@ -35,7 +35,7 @@ _LOGIT = re.compile(r'"(.*)"\s*\(p=')
 
 def read(path: str | Path) -> dict[str, Any]:
     """The graph JSON at ``path``, its size bounded before it is read and its layout checked."""
-    from workbench.checks import read_json
+    from core.checks import read_json
 
     path = Path(path)
     if path.is_symlink() or not path.is_file():
@@ -212,7 +212,7 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
 
 def import_graph_json(path: str | Path, store: Any = None) -> Any:
     """Store the circuit-tracer / Neuronpedia graph JSON at ``path`` as a feature-graph run; returns the Run."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     path = Path(path)
     graph = to_feature_graph(read(path), path.name)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from workbench.errors import ExportError
+from core.errors import ExportError
 
 _HEAD = re.compile(r"^L(\d+)\.H(\d+)$")
 _MLP = re.compile(r"^L(\d+)\.mlp$")
@@ -136,7 +136,7 @@ def submission(run: Any, out: Any, circuits: bool = False, d_model: int | None =
     from circuits.bench.cells import cell_scores
     from circuits.bench.metrics import top_edges
     from circuits.discover import CircuitResult
-    from workbench.store import write_atomic
+    from core.store import write_atomic
 
     result = run.result()
     model = str(run.meta.get("model"))

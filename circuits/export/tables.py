@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
-from workbench.errors import ExportError
+from core.errors import ExportError
 
 
 def encode(frame: Any, fmt: str) -> bytes:

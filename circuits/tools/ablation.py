@@ -12,10 +12,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import MethodError, RangeError
+from core.errors import MethodError, RangeError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 METHODS = ("zero", "mean", "resample")
 

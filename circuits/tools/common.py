@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import PromptError, RangeError, TokenError
+from core.errors import PromptError, RangeError, TokenError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 @dataclass
@@ -73,7 +73,7 @@ def prompts(model: HookedModel, prompt: Any, target: Any, foil: Any = None, pos:
 
 def logit_diff(logits, p: Prompts):
     """Per-prompt logit(target) - logit(foil) at the scored position (logit(target) if no foil)."""
-    from workbench.metric import logit_diff as metric
+    from core.metric import logit_diff as metric
 
     return metric(logits[:, p.pos], p.target, p.foil)
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from circuits.tools.common import frame, heatmap
-from workbench.errors import RangeError
+from core.errors import RangeError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 KINDS = ("q", "k", "v")
 

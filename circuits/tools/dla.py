@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from circuits.tools.common import prompts
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 @dataclass

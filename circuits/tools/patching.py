@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from circuits.tools.common import Prompts, frame, heatmap, logit_diff, prompts
-from workbench.errors import PromptError, RangeError
+from core.errors import PromptError, RangeError
 
 # |clean - corrupted| at or below this (relative to the logit differences' size, at least 1) leaves
 # the normalized effect undefined: float32 rounding alone moves a logit difference by ~1e-6 of it.
@@ -68,8 +68,8 @@ class PatchResult:
         return fig
 
     def save_figure(self, path: Any) -> Any:
-        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (workbench.figures)."""
-        from workbench.figures import save_figure
+        """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
+        from core.figures import save_figure
 
         return save_figure(self.plot(), path)
 
@@ -289,7 +289,7 @@ def path_patch(
     to the logits. Returns the patched logit difference and the normalized effect."""
     import torch
 
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "path patching")
 
@@ -381,7 +381,7 @@ def patch(
     """Activation patching of one kind of site (``SITES``) from ``corrupted`` into ``clean``."""
     if site not in SITES:
         raise RangeError(f"unknown site {site!r}: {', '.join(SITES)}")
-    from workbench.models.hooked import require
+    from core.models.hooked import require
 
     require(model, "patch (heads)" if site == "heads" else "patch (resid, attn, mlp, mlps)")
     if site == "heads":

@@ -7,10 +7,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from circuits.tools.common import as_tokens, frame, heatmap
-from workbench.errors import PromptError
+from core.errors import PromptError
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 @dataclass

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 MATRICES = ("W_QK", "W_OV", "W_O")
 

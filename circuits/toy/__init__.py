@@ -6,7 +6,7 @@
   (none, dense, GLU, MoE top-1/top-2 with learned or frozen-random router, MoE-GLU; ``moe``, ``regression``
   hold the MoE layer and the vector embeddings).
 - ``circuits.toy.train`` / ``circuits.toy.checkpoints``: training and the shipped checkpoints in
-  ``data/models/<name>/`` (loaded as ``workbench.models.hooked.HookedModel`` through the zoo).
+  ``data/models/<name>/`` (loaded as ``core.models.hooked.HookedModel`` through the zoo).
 - ``circuits.toy.prompts``: prompt rows with counterfactuals from a toy model's own task (circuit discovery).
 - ``circuits.toy.findings``: the seed papers' findings measured on the shipped checkpoints.
 """

@@ -12,7 +12,7 @@ from circuits.toy.checkpoints import read_config, snapshots
 from circuits.toy.train import evaluate
 
 if TYPE_CHECKING:
-    from workbench.models.hooked import HookedModel
+    from core.models.hooked import HookedModel
 
 
 def ablate_task(
@@ -39,7 +39,7 @@ def spectra_over_training(model_or_path: Any, top: int = 8):
 
     import pandas as pd
 
-    from workbench.errors import ModelFileError
+    from core.errors import ModelFileError
 
     path = Path(model_or_path.info["path"]) if hasattr(model_or_path, "info") else Path(model_or_path)
     snaps = snapshots(path)

@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ModelFileError
+from core.errors import ModelFileError
 
 LOADER = "circuits.toy.checkpoints:load"
 
@@ -88,9 +88,9 @@ MAX_LAYERS, MAX_HEADS, MAX_WIDTH = 256, 256, 1 << 16
 
 
 def check_model_config(config: Any, where: Path) -> None:
-    """The model and task sections of a toy checkpoint's config.json, typed and bounded (workbench/checks.py):
+    """The model and task sections of a toy checkpoint's config.json, typed and bounded (core/checks.py):
     ModelFileError (one line) before anything is built from them."""
-    from workbench.checks import Fields
+    from core.checks import Fields
 
     f = Fields(config, str(where), ModelFileError)
     model, task = f.fields("model"), f.fields("task")
@@ -127,7 +127,7 @@ def load_tl(path: str | Path, device: str = "cpu"):
         raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
     except TypeError as exc:  # a task parameter it does not take
         raise ModelFileError(f"{path / 'config.json'} is damaged: {str(exc).splitlines()[0]}") from None
-    from workbench.models.llm import check_safetensors
+    from core.models.llm import check_safetensors
 
     check_safetensors(weights)
     from safetensors.torch import load_file

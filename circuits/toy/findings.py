@@ -8,7 +8,7 @@ from typing import Any
 
 
 def _load(name: str):
-    from workbench.models.zoo import load  # the core loader, not the facade (layers point down)
+    from core.models.zoo import load  # the core loader, not the facade (layers point down)
 
     return load(name)
 

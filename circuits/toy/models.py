@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 FFNS = ("none", "dense", "glu", "moe", "moe-glu")
 NORMS = {"none": None, "LN": "LN", "RMS": "RMS"}
@@ -84,7 +84,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     import torch
     from transformer_lens.config import HookedTransformerConfig
 
-    from workbench.models.hooked import hooked_transformer
+    from core.models.hooked import hooked_transformer
 
     check_spec(spec)
     regression = task.kind == "regression"
@@ -140,8 +140,8 @@ def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
     """Wrap a built model as a workbench HookedModel (what the zoo loader returns). ``info["task_source"]`` is the
     task object itself: engines below circuits/ (SAE caching, the ICL read-out) draw the model's own inputs from it
     (``.batch(split, n, seed)``, ``.sample(n, seed, split)``) without importing the zoo."""
-    from workbench.models.hooked import HookedModel
-    from workbench.models.tokens import SymbolTokenizer
+    from core.models.hooked import HookedModel
+    from core.models.tokens import SymbolTokenizer
 
     return HookedModel(
         tl,
@@ -156,6 +156,6 @@ def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
 
 
 def arch_for(spec: ModelSpec, cfg: Any):
-    from workbench.models.hooked import arch_from_cfg
+    from core.models.hooked import arch_from_cfg
 
     return arch_from_cfg(cfg, mlp=spec.mlp_kind())

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 TASKS = ("ioi", "markov", "modadd")
 

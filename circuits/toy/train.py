@@ -10,7 +10,7 @@ from typing import Any
 
 from circuits.toy.models import ModelSpec, build_model, check_spec
 from circuits.toy.tasks import Batch, Task, get_task
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 @dataclass

@@ -10,8 +10,8 @@ import psutil
 
 os.environ["WORKBENCH_LOCAL_S"] = "0"  # force Ray: this measures the instance, not the placement
 sys.path.insert(0, "/work/main")
-from workbench.jobs import JobBoard, submit
-from workbench.jobs.specs import FaithfulnessSpec
+from workbench.scheduler import JobBoard, submit
+from workbench.scheduler.specs import FaithfulnessSpec
 
 T0 = time.time()
 
@@ -21,7 +21,7 @@ def instance():
         try:
             c = " ".join(p.info["cmdline"] or [])
             if p.info["create_time"] >= T0 - 1 and p.pid != os.getpid() and (
-                    "ray" in c or "workbench.jobs" in c or "raylet" in c):
+                    "ray" in c or "workbench.scheduler" in c or "raylet" in c):
                 procs.append({"pid": p.pid, "rss_mb": round(p.info["memory_info"].rss / 2**20, 1), "cmd": c[:100]})
         except psutil.Error:
             pass

@@ -8,8 +8,8 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
 from workbench.commands.jobs import workers_option
-from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import any_int, positive_int
+from core.figures import check_figure_path, png_option, save_figure
+from core.options import any_int, positive_int
 
 
 def _methods_help() -> str:
@@ -25,8 +25,8 @@ def register(app: typer.Typer) -> None:
 
 def parse_params(items: list[str] | None) -> dict[str, Any]:
     """``k=v`` pairs; numbers and true/false become numbers and booleans."""
-    from workbench.errors import WorkbenchError
-    from workbench.options import finite_param
+    from core.errors import WorkbenchError
+    from core.options import finite_param
 
     out: dict[str, Any] = {}
     for item in items or []:
@@ -50,7 +50,7 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
 def check_method(method: str, level: str) -> str:
     """Validate method and level against the method table without importing any engine."""
     from attribution.methods import LEVEL_AXES, METHODS, canonical
-    from workbench.errors import MethodError
+    from core.errors import MethodError
 
     name = canonical(method)
     if name not in METHODS:
@@ -88,7 +88,7 @@ def attribute(
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
     from workbench.cli import check_device
-    from workbench.errors import PromptError, TokenError
+    from core.errors import PromptError, TokenError
 
     name = check_method(method, level)
     params = parse_params(param)
@@ -98,13 +98,13 @@ def attribute(
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
     from attribution.cost import SLOW_METHODS
-    from workbench.jobs import resolve_address
+    from workbench.scheduler import resolve_address
 
     # slow methods always run as jobs (here, with one worker): their result is on the board, where the
     # Attribution page asking for the same work finds it instead of computing it again
     if workers > 1 or resolve_address(ray_address) is not None or name in SLOW_METHODS:
         from workbench.commands.jobs import run_job
-        from workbench.jobs.specs import AttributeSpec
+        from workbench.scheduler.specs import AttributeSpec
 
         spec = AttributeSpec(model=model, device=check_device(device), **dtype_spec(dtype), prompt=prompt,
                              target=target, foil=foil, method=name, level=level, position=position, params=params)

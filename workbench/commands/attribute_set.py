@@ -6,7 +6,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
-from workbench.options import positive_int
+from core.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -40,18 +40,18 @@ def attribute_set(
     batch boundaries, so every score is what one process computes)."""
     from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
-    from workbench.prompt_files import read_prompts
+    from core.prompt_files import read_prompts
 
     name = check_method(method, level)
     params = parse_params(param)
     rows = read_prompts(prompts, limit)
     device = check_device(device)
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "attribute-set")  # before the job starts
 
     from workbench.commands.jobs import run_job
-    from workbench.jobs.specs import AttributeSetSpec
+    from workbench.scheduler.specs import AttributeSetSpec
 
     spec = AttributeSetSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,
                             prompts_file=prompts, method=name, level=level, use_foil=foil, batch_size=batch_size,

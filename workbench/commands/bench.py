@@ -1,6 +1,6 @@
 """``workbench bench circuits``: the circuit benchmark (MIB's CPR and CMD) of every method on every task.
 
-Runs as a job (``workbench jobs list/show/cancel``; workbench/jobs/kind_bench.py): in this process, or with
+Runs as a job (``workbench jobs list/show/cancel``; workbench/scheduler/kind_bench.py): in this process, or with
 ``--workers N`` over N Ray workers that share out the (task, method) cells, each loading the model once.
 Saves a run (which also keeps every cell's edge scores, for the app's Circuit benchmark page) and, where
 ``--out FILE.md`` says, the results document (Markdown and its JSON): never by default, so a run cannot write
@@ -18,7 +18,7 @@ import typer
 
 from workbench.cli import JSON_OPTION, console, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import nonneg_int, positive_int
+from core.options import nonneg_int, positive_int
 
 # The defaults: 5 tasks x these 4 methods at edge level took 33 min at 12 test prompts with --workers 3 on a shared
 # 2-core machine (results/circuits/bench_smollm2-135m.md); at today's 48, the per-cell seconds of
@@ -81,8 +81,8 @@ def circuits(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Every method on every task: circuits scored on train, MIB's CPR/CMD with intervals on test."""
-    from workbench.errors import RangeError
-    from workbench.options import check_output, split_list
+    from core.errors import RangeError
+    from core.options import check_output, split_list
 
     if batch_size < 1:
         raise RangeError(f"--batch-size must be at least 1 (got {batch_size})")
@@ -100,9 +100,9 @@ def circuits(
     from circuits.bench.report import leaderboard, write_document
     from circuits.bench.runner import check_model_kind, check_task_rows, load_rows
     from workbench.commands.jobs import run_job
-    from workbench.jobs.kind_bench import config
-    from workbench.jobs.specs import BenchCircuitsSpec
-    from workbench.models.zoo import resolve
+    from workbench.scheduler.kind_bench import config
+    from workbench.scheduler.specs import BenchCircuitsSpec
+    from core.models.zoo import resolve
 
     check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one
@@ -154,9 +154,9 @@ def mib_submission(
     names for ioi, mcqa, add (arithmetic-addition) and sub (arithmetic-subtraction), the workbench's own
     name otherwise. Methods without edge scores (node-level patching) are skipped."""
     from circuits.export.mib import submission
-    from workbench.errors import ExportError
-    from workbench.options import output_problem
-    from workbench.store import RunStore
+    from core.errors import ExportError
+    from core.options import output_problem
+    from core.store import RunStore
 
     if out.exists() or out.is_symlink():
         raise ExportError(f"--out {out} already exists; choose a new folder (nothing is written over)")

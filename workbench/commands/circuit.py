@@ -9,8 +9,8 @@ import typer
 from circuits.edges import method_help
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
-from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import positive_int
+from core.figures import check_figure_path, png_option, save_figure
+from core.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -22,8 +22,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _grid(text: str) -> list[int]:
-    from workbench.errors import RangeError
-    from workbench.options import split_list
+    from core.errors import RangeError
+    from core.options import split_list
 
     try:
         ks = [int(x) for x in split_list("--grid", text)]
@@ -37,7 +37,7 @@ def _grid(text: str) -> list[int]:
 def _check(edges: int | None, limit: int | None, ablation: str | None, metric: str | None, selection: str) -> None:
     """Every option checked before a model is loaded or a prompt read."""
     from circuits.counterfactual import ABLATIONS, METRICS
-    from workbench.errors import MethodError, RangeError
+    from core.errors import MethodError, RangeError
 
     if edges is not None and edges <= 0:
         raise RangeError(f"--edges must be a positive number of edges (got {edges})")
@@ -98,7 +98,7 @@ def discover(
     from circuits.edges import get_method
     from workbench.cli import check_device
     from workbench.commands.attribute import parse_params
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     spec = get_method(method)
     _check(edges, limit, ablation, metric, selection)
@@ -110,11 +110,11 @@ def discover(
     spec.check_params(params)  # unknown parameters fail before the model loads
     rows = None
     if prompts != "task":
-        from workbench.prompt_files import read_prompts
+        from core.prompt_files import read_prompts
 
         rows = read_prompts(prompts, limit)
     device = check_device(device)
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "circuit discover")  # before anything loads or the job starts
     if rows is None:  # a toy model's own task: its rows come from the model (small, quick to load)
@@ -123,9 +123,9 @@ def discover(
 
         rows = task_rows(wb.load(model, device=device, dtype=dtype), limit)
     from workbench.commands.jobs import run_job
-    from workbench.jobs import resolve_address
-    from workbench.jobs.kinds import estimate
-    from workbench.jobs.specs import CircuitDiscoverSpec
+    from workbench.scheduler import resolve_address
+    from workbench.scheduler.kinds import estimate
+    from workbench.scheduler.specs import CircuitDiscoverSpec
     job_spec = CircuitDiscoverSpec(model=model, device=device, **dtype_spec(dtype), rows=rows,
                                    prompts_file=None if prompts == "task" else prompts, method=method, params=params,
                                    edges=edges, ablation=ablation, metric=metric, selection=selection,
@@ -161,8 +161,8 @@ def evaluate(
     """Re-evaluate a saved circuit: its faithfulness curve (or one hand-picked circuit) on its prompts. Runs
     as a job (nothing new is stored), on a Ray cluster with --ray-address."""
     from workbench.cli import check_device
-    from workbench.errors import RangeError
-    from workbench.store import RunStore
+    from core.errors import RangeError
+    from core.store import RunStore
 
     _check(edges, None, ablation, None, selection)
     ks = _grid(grid)
@@ -179,7 +179,7 @@ def evaluate(
     for s, d in pairs:
         res.graph.edge_id(s, d)  # unknown edge names fail before the model loads
     from workbench.commands.jobs import run_job
-    from workbench.jobs.specs import CircuitEvaluateSpec
+    from workbench.scheduler.specs import CircuitEvaluateSpec
 
     spec = CircuitEvaluateSpec(run=run, device=check_device(device), **dtype_spec(dtype), edges=edges,
                                ablation=ablation, selection=selection, grid=ks, keep=[list(p) for p in pairs])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
-from workbench.figures import check_figure_path, png_option, save_figure
+from core.figures import check_figure_path, png_option, save_figure
 
 
 def register(app: typer.Typer) -> None:
@@ -35,8 +35,8 @@ def ablate(
     import workbench as wb
     from circuits.tools import ablation
     from workbench.cli import check_device
-    from workbench.errors import MethodError
-    from workbench.models.zoo import check_text_model
+    from core.errors import MethodError
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "ablate")
     m = wb.load(model, device=check_device(device), dtype=dtype)
@@ -91,7 +91,7 @@ def patch(
     import workbench as wb
     from circuits.tools import patching
     from workbench.cli import check_device
-    from workbench.errors import MethodError
+    from core.errors import MethodError
 
     if site not in patching.SITES:
         raise MethodError(f"unknown site {site!r}: {', '.join(patching.SITES)}")
@@ -102,7 +102,7 @@ def patch(
         if foil is None:
             raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
         corrupted = patching.swap_names(clean, target, foil)
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "patch")
     m = wb.load(model, device=check_device(device), dtype=dtype)

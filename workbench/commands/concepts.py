@@ -6,7 +6,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
-from workbench.options import finite_float, layers_option, positive_int
+from core.options import finite_float, layers_option, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -48,7 +48,7 @@ def concepts(
     (logit movement toward the concept) against a random vector of the same norm. Runs as a job
     (`workbench jobs list`): here, or on Ray with --ray-address."""
     from attribution.probes.activations import POOLINGS, load_dataset
-    from workbench.errors import DatasetError
+    from core.errors import DatasetError
 
     if pooling not in POOLINGS:
         raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
@@ -63,9 +63,9 @@ def concepts(
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
     from workbench.commands.probe import threads_here
-    from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
-    from workbench.jobs.specs import ConceptsSpec
-    from workbench.models.zoo import check_text_model
+    from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.scheduler.specs import ConceptsSpec
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "concepts")  # before the job starts
     spec = ConceptsSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),

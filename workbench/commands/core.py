@@ -8,8 +8,8 @@ import sys
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
-from workbench.options import int_range, nonempty, positive_int
-from workbench.options import port as port_option
+from core.options import int_range, nonempty, positive_int
+from core.options import port as port_option
 
 
 def register(app: typer.Typer) -> None:
@@ -28,7 +28,7 @@ def register(app: typer.Typer) -> None:
 
 def models(as_json: bool = JSON_OPTION) -> None:
     """List every model you can load now: name, kind, parameter count, source."""
-    from workbench.models.zoo import list_models
+    from core.models.zoo import list_models
 
     rows = [e.public() for e in list_models()]
 
@@ -51,7 +51,7 @@ def runs_list(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """List stored runs, newest first (damaged entries: --damaged)."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     store = RunStore()
     if damaged:
@@ -84,7 +84,7 @@ def runs_list(
 def runs_show(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
               as_json: bool = JSON_OPTION) -> None:
     """Show one run's metadata, tables and result."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = RunStore().resolve(run_id)
     emit({"meta": run.meta, "path": str(run.path), "tables": run.tables(), "result": run.result()},
@@ -94,7 +94,7 @@ def runs_show(run_id: str = typer.Argument(..., help="Run id, or a unique prefix
 def runs_rm(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
             as_json: bool = JSON_OPTION) -> None:
     """Remove one run (a damaged one too; a symlink is removed, never what it points to)."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     store = RunStore()
     run_id = store.resolve_id(run_id)
@@ -122,7 +122,7 @@ def run_app(
     """Start the Streamlit app (on 127.0.0.1 unless told otherwise)."""
     import socket
 
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     try:
         socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -135,7 +135,7 @@ def run_app(
     hosts = allowed_hosts(host, allowed_host, allow_any_host)
     if allow_any_host:
         print(ANY_HOST_WARNING, file=sys.stderr, flush=True)
-    from workbench.paths import app_dir
+    from core.paths import app_dir
 
     main = app_dir() / "main.py"
     # app.launch is Streamlit's command line with app/pages/ not taken for a v1 pages folder (deep links)
@@ -158,7 +158,7 @@ def prepare(force: bool = typer.Option(False, help="Convert again even if the ca
     """Convert the built-in models' registry packages once into the local cache (~/.cache/workbench)."""
     import time
 
-    from workbench.models import prepare as preparers
+    from core.models import prepare as preparers
 
     rows = []
     for name in [model] if model else preparers.names():
@@ -185,7 +185,7 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     """Print a model's architecture facts (a language model's are read from its config.json, nothing built)."""
     import workbench as wb
     from workbench.cli import check_device
-    from workbench.errors import MethodError
+    from core.errors import MethodError
 
     if backend not in BACKENDS:
         raise MethodError(f"unknown --backend {backend!r}: {', '.join(BACKENDS)}")
@@ -195,8 +195,8 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     device = check_device(device)
     facts = None
     if llm and backend == BACKENDS[0]:
-        from workbench.models.llm import describe
-        from workbench.models.zoo import check_dtype, resolve
+        from core.models.llm import describe
+        from core.models.zoo import check_dtype, resolve
 
         check_dtype(dtype)
         facts = describe(resolve(model))  # None until a converted model's files exist: loading converts them
@@ -213,7 +213,7 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
     """Greedy continuation of a prompt."""
     import workbench as wb
     from workbench.cli import check_device
-    from workbench.errors import PromptError, RangeError
+    from core.errors import PromptError, RangeError
 
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
@@ -229,6 +229,6 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
 
 
 def _is_llm(model: str) -> bool:
-    from workbench.models.zoo import resolve
+    from core.models.zoo import resolve
 
     return resolve(model).kind == "llm"

@@ -7,8 +7,8 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
-from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import any_int, positive_int
+from core.figures import check_figure_path, png_option, save_figure
+from core.options import any_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def dla(
 ) -> None:
     """Direct logit attribution of the target (minus foil) logit."""
     from workbench.cli import check_device
-    from workbench.errors import PromptError, TokenError
+    from core.errors import PromptError, TokenError
 
     check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():

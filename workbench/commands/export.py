@@ -26,12 +26,12 @@ def export(
 ) -> None:
     """Write a stored circuit, feature-graph, subgraph or attribution run in a format other tools read
     (prints path, format, bytes and what it holds)."""
-    from workbench.errors import ExportError
+    from core.errors import ExportError
 
     if table not in ("edges", "nodes"):
         raise ExportError(f"unknown --table {table!r}; choose edges or nodes")
     from circuits.export import check_format, check_kind, check_out, export_run
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     check_format(fmt)
     check_out(out, force, "--out")  # before any work: a bad path fails first
@@ -53,7 +53,7 @@ def import_graph_json(
     """Store a circuit-tracer / Neuronpedia graph JSON as a feature-graph run (any model, loadable here or not);
     prints the run id, nodes, links and the replacement / completeness scores."""
     from circuits.export.importer import import_graph_json as load
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     run = load(file, RunStore())
     result = run.result()

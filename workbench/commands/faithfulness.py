@@ -6,8 +6,8 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
-from workbench.options import positive_int
-from workbench.prompt_files import read_prompts
+from core.options import positive_int
+from core.prompt_files import read_prompts
 
 
 def register(app: typer.Typer) -> None:
@@ -19,8 +19,8 @@ def parse_params(items: list[str]) -> dict[str, dict]:
     import json
 
     from attribution.methods import canonical
-    from workbench.errors import MethodError
-    from workbench.options import finite_param
+    from core.errors import MethodError
+    from core.options import finite_param
 
     out: dict[str, dict] = {}
     for item in items or []:
@@ -39,8 +39,8 @@ def parse_params(items: list[str]) -> dict[str, dict]:
 def parse_grid(text: str) -> list[float]:
     """"0.1,0.2,1" -> [0.1, 0.2, 1.0]; MethodError unless increasing fractions in [0, 1]."""
     from attribution.faithfulness import check_grid
-    from workbench.errors import MethodError
-    from workbench.options import split_list
+    from core.errors import MethodError
+    from core.options import split_list
 
     try:
         values = [float(x) for x in split_list("--grid", text)]
@@ -81,7 +81,7 @@ def faithfulness(
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers;
     the numbers are those of one process."""
     from workbench.cli import check_device
-    from workbench.errors import MethodError
+    from core.errors import MethodError
 
     if level not in ("token", "head", "neuron"):
         raise MethodError(f"unknown level {level!r}: token, head or neuron")
@@ -89,7 +89,7 @@ def faithfulness(
         raise MethodError(f"unknown ablation {ablation!r}: zero or mean")
     if rank not in ("signed", "abs"):
         raise MethodError(f"unknown rank {rank!r}: signed or abs")
-    from workbench.options import split_list
+    from core.options import split_list
 
     names = split_list("--methods", methods)  # empty, "dpa," and "dpa,dpa" refused, naming --methods
     from attribution.faithfulness import resolve_method  # light: the method table, no engines
@@ -102,8 +102,8 @@ def faithfulness(
     device = check_device(device)
 
     from workbench.commands.jobs import run_job
-    from workbench.jobs.specs import FaithfulnessSpec
-    from workbench.models.zoo import check_text_model
+    from workbench.scheduler.specs import FaithfulnessSpec
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "faithfulness")  # before the job starts
     spec = FaithfulnessSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,

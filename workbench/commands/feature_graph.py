@@ -7,8 +7,8 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
-from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import positive_int
+from core.figures import check_figure_path, png_option, save_figure
+from core.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -78,18 +78,18 @@ def feature_graph(
 
     DPAParams.from_kwargs(**params)  # bad parameters fail before anything loads
     from circuits.feature_graph import METHODS, check_thresholds
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     check_thresholds(node_threshold, edge_threshold)
     if method not in METHODS:
         raise RangeError(f"--method {method!r}: {', '.join(METHODS)}")
     from attribution.features.placement import load_dictionaries
-    from workbench.options import split_list
+    from core.options import split_list
 
     dicts = load_dictionaries(",".join(split_list("--saes", saes)))
     import workbench as wb
     from circuits.feature_graph import feature_graph as build
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "feature-graph")
     m = wb.load(model, device=check_device(device), dtype=dtype)

@@ -1,4 +1,4 @@
-"""``workbench jobs list|show|cancel``: long work run as jobs (see workbench/jobs), and the options and
+"""``workbench jobs list|show|cancel``: long work run as jobs (see workbench/scheduler), and the options and
 progress display that long commands share (``--ray-address``, ``--workers``)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from workbench.cli import JSON_OPTION, console, emit
-from workbench.options import positive_int
+from core.options import positive_int
 
 RAY_ADDRESS_OPTION = typer.Option(
     None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' "
@@ -41,7 +41,7 @@ def jobs_list(
     """Every job, newest first: id, state, progress, time left, run (damaged records: --damaged)."""
     import sys
 
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     board = JobBoard()
     jobs, bad = board.scan()
@@ -85,7 +85,7 @@ def jobs_list(
 
 def _run_prefixes(run_ids: list[str], shortest: int = 15) -> dict[str, str]:
     """Each run id's shortest prefix (at least its date and time) that no other stored run id starts with."""
-    from workbench.store import RunStore
+    from core.store import RunStore
 
     try:
         store = RunStore()
@@ -104,7 +104,7 @@ def _run_prefixes(run_ids: list[str], shortest: int = 15) -> dict[str, str]:
 def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
               as_json: bool = JSON_OPTION) -> None:
     """One job: its spec, state, progress, error and log."""
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     board = JobBoard()
     job = board.get(board.resolve_id(job_id)).public()
@@ -128,7 +128,7 @@ def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix
 def jobs_cancel(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
                 as_json: bool = JSON_OPTION) -> None:
     """Cancel a queued or running job: its workers stop within a couple of seconds; nothing is saved."""
-    from workbench.jobs import JobBoard
+    from workbench.scheduler import JobBoard
 
     board = JobBoard()
     job = board.request_cancel(board.resolve_id(job_id))
@@ -136,16 +136,16 @@ def jobs_cancel(job_id: str = typer.Argument(..., help="Job id, or a unique pref
 
 
 def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
-    """Run a job (a JobSpec of workbench/jobs/specs.py) from a command with a progress bar on stderr: (job,
-    result). Ctrl-C cancels it. Its estimate (when one can be made: see workbench/jobs/kinds.py) is printed once
+    """Run a job (a JobSpec of workbench/scheduler/specs.py) from a command with a progress bar on stderr: (job,
+    result). Ctrl-C cancels it. Its estimate (when one can be made: see workbench/scheduler/kinds.py) is printed once
     the job has read and checked its inputs (its first shard knows how many items it has), so bad input is only
     ever its one error line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
-    from workbench.jobs import resolve_address, run
-    from workbench.jobs.kinds import estimate
-    from workbench.jobs.runner import check_ray_env, check_reachable
-    from workbench.jobs.specs import as_dict
+    from workbench.scheduler import resolve_address, run
+    from workbench.scheduler.kinds import estimate
+    from workbench.scheduler.runner import check_ray_env, check_reachable
+    from workbench.scheduler.specs import as_dict
 
     spec = as_dict(spec)
 
@@ -158,7 +158,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
     # here, kept when the job then runs here and let go when workers will hold their own copies.
     cost = estimate(spec, workers, measure=True)
     if not here:
-        from workbench.jobs import kinds
+        from workbench.scheduler import kinds
 
         kinds.release_models()
     said = [cost is None]

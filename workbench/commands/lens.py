@@ -7,8 +7,8 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
-from workbench.figures import check_figure_path, png_option, save_figure
-from workbench.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
+from core.figures import check_figure_path, png_option, save_figure
+from core.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def lens(
     """Each layer's top tokens at every position through the logit or tuned lens."""
     from attribution.lens import check_kind
     from workbench.cli import check_device
-    from workbench.errors import PromptError
+    from core.errors import PromptError
 
     check_kind(kind)
     check_figure_path(png)  # a bad --png fails before any work
@@ -109,7 +109,7 @@ def lens_train(
 
     import workbench as wb
     from attribution.lens.train import TrainConfig, build, results_table
-    from workbench.options import check_long, check_memory, check_output
+    from core.options import check_long, check_memory, check_output
 
     check_output("--out", out, kind="dir")  # both outputs before the model loads
     check_output("--table", table)
@@ -118,7 +118,7 @@ def lens_train(
     m = wb.load(model, dtype=dtype)
     kind = getattr(m, "kind", None) or ("vit" if type(m).__name__ == "HookedViT" else "unknown")
     if kind != "llm":
-        from workbench.errors import MethodError
+        from core.errors import MethodError
 
         name = getattr(m, "name", model)
         why = "lenses are not for vision models" if kind == "vit" else \

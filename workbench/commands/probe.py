@@ -8,7 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
-from workbench.options import (
+from core.options import (
     allow_long_option,
     float_range,
     int_range,
@@ -26,7 +26,7 @@ def register(app: typer.Typer) -> None:
 
 def threads_here(ray_address: str | None) -> bool:
     """Whether the job runs in this process; if so it gets at most two torch threads (as always here)."""
-    from workbench.jobs import resolve_address
+    from workbench.scheduler import resolve_address
 
     if resolve_address(ray_address) is not None:
         return False
@@ -56,23 +56,23 @@ def probe(
     """Layer-wise logistic probes: held-out accuracy, control-task accuracy, selectivity, GDV, 95% CI.
     Runs as a job (`workbench jobs list`): here, or on Ray with --ray-address."""
     from attribution.probes.activations import POOLINGS, load_dataset
-    from workbench.errors import DatasetError
+    from core.errors import DatasetError
 
     if pooling not in POOLINGS:
         raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
     if not 0.05 <= test_frac <= 0.8:
         raise DatasetError(f"--test-frac {test_frac} must be between 0.05 and 0.8")
     if hook is not None:  # '' or 'a,,b' is a mistake, never "no hook given" (then: every layer)
-        from workbench.options import split_list
+        from core.options import split_list
 
         hook = ",".join(split_list("--hook", hook))
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
 
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
-    from workbench.jobs.kind_probes import check_here, dataset_spec, model_ref
-    from workbench.jobs.specs import ProbeSpec
-    from workbench.models.zoo import check_text_model
+    from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.scheduler.specs import ProbeSpec
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "probe")  # before the job starts
     spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
@@ -118,7 +118,7 @@ def icl_readout(
 ) -> None:
     """Probe each layer's prediction of y and compare it with GD, Richardson, preconditioned Richardson,
     ridge and kernel ridge on the same prompts: each solver's distance to the layer-wise predictions."""
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     if n < 8 or n_train < 8 or iters < 1:
         raise RangeError("--n and --n-train must be at least 8 and --iters at least 1")
@@ -129,14 +129,14 @@ def icl_readout(
 
     torch.set_num_threads(min(2, torch.get_num_threads()))
     started = time.time()
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "icl-readout")
     m = workbench.load(model)
     res = run_readout(m, n=n, n_train=n_train, iters=iters, lam=lam, seed=seed)
     out = res.to_json()
     if save:
-        from workbench.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore
 
         run = RunStore().save(
             RunDraft(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from workbench.cli import JSON_OPTION, emit, result_console
-from workbench.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
+from core.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -51,7 +51,7 @@ def recover_heads(
 ) -> None:
     """Recover canonical heads (W_h, v_h) of a multi-head attention oracle from value queries."""
     from attribution.blackbox.run import DEFAULT_SWEEP, run
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     if dps < 20:
         raise WorkbenchError(f"--dps must be >= 20 (got {dps})")
@@ -72,7 +72,7 @@ def recover_heads(
                          oracle_spec=oracle, oversample=oversample, dps=dps, merged=merged, zero=zero,
                          exact=not float64, layer=layer, sweep=grid)
     if save:
-        from workbench.store import RunStore
+        from core.store import RunStore
 
         out["run"] = RunStore().save(draft).id
 
@@ -104,7 +104,7 @@ def _check_cost(d: int, heads: int, bound: int | None, float64: bool, allow_long
     """Memory (H0 d x d matrices; an exact mpmath entry takes ~200 bytes) and time (4 H0 d^2 queries, each
     about d + H0 ms of exact arithmetic here) known from --d and --heads, checked before anything is built."""
     from attribution.blackbox.recovery import expected_queries
-    from workbench.options import check_long, check_memory
+    from core.options import check_long, check_memory
 
     h0 = max(heads, bound or heads)
     check_memory(f"--d {d} with {h0} heads", 8 * h0 * d * d * (8 if float64 else 200))

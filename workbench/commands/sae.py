@@ -8,7 +8,7 @@ import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import (
+from core.options import (
     allow_long_option,
     check_output,
     nonempty,
@@ -82,10 +82,10 @@ def train(
     --ray-address it runs as a job on Ray (progress: training steps)."""
     from attribution.sae.train import KINDS
     from workbench.cli import check_device
-    from workbench.errors import RangeError
-    from workbench.jobs import resolve_address
-    from workbench.jobs.kind_sae import check_out, from_shards, is_toy, train_dictionary
-    from workbench.jobs.specs import SaeTrainSpec
+    from core.errors import RangeError
+    from workbench.scheduler import resolve_address
+    from workbench.scheduler.kind_sae import check_out, from_shards, is_toy, train_dictionary
+    from workbench.scheduler.specs import SaeTrainSpec
 
     spec = SaeTrainSpec(model=model, device=check_device(device), **dtype_spec(dtype), hook=hook, tokens=tokens,
                         sae_kind=kind, width=width, k=k, epochs=epochs, lr=lr, batch_size=batch_size, l1=l1, l0=l0,
@@ -96,7 +96,7 @@ def train(
     from attribution.sae.cache import check_token_hook
 
     check_token_hook(hook)
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "sae train")
     shards = from_shards(spec)
@@ -112,7 +112,7 @@ def train(
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
     if resolve_address(ray_address) is not None:
         from workbench.commands.jobs import run_job
-        from workbench.models import zoo
+        from core.models import zoo
 
         zoo.resolve(model)  # an unknown model fails here, not in a worker
         job, res = run_job(spec, 1, ray_address)
@@ -120,7 +120,7 @@ def train(
     else:
         from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 
-        from workbench.store import RunStore
+        from core.store import RunStore
 
         with Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
                       TimeRemainingColumn(), console=console(), transient=True,
@@ -180,10 +180,10 @@ def cache(
     from attribution.sae.build import shards_root
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
-    from workbench.corpus import SPLITS, english_path
-    from workbench.errors import DatasetError, RangeError
-    from workbench.models import zoo
-    from workbench.options import split_list
+    from core.corpus import SPLITS, english_path
+    from core.errors import DatasetError, RangeError
+    from core.models import zoo
+    from core.options import split_list
 
     names = split_list("--hooks", hooks)
     if split not in SPLITS:
@@ -197,14 +197,14 @@ def cache(
     entry = zoo.resolve(model)
     if entry.kind != "llm":
         raise RangeError(f"{model} is not a language model: SAE caching reads the English corpus")
-    from workbench.models.llm import describe
+    from core.models.llm import describe
 
     n_ctx = ((describe(entry) or {}).get("arch") or {}).get("n_ctx")  # from config.json: nothing loads
     if n_ctx and ctx > n_ctx:
         raise RangeError(f"--ctx {ctx} is longer than {entry.name}'s context of {n_ctx} tokens")
     check_output("--out", out, kind="dir")
     target = Path(out) if out else shards_root(entry.name) / split
-    from workbench.jobs.specs import SaeCacheSpec
+    from workbench.scheduler.specs import SaeCacheSpec
 
     spec = SaeCacheSpec(model=model, device=check_device(device), **dtype_spec(dtype), threads=threads, hooks=names,
                         split=split, corpus=str(source.resolve()), out=str(target.resolve()), tokens=tokens, ctx=ctx,
@@ -223,7 +223,7 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
     import workbench
     from attribution.sae.train import load_sae
     from workbench.cli import check_device
-    from workbench.errors import ModelFileError
+    from core.errors import ModelFileError
 
     sae = load_sae(sae_path)
     meta = sae.cfg.metadata
@@ -231,7 +231,7 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
     hook = hook or meta.hook_name
     if not model or not hook:
         raise ModelFileError(f"SAE {sae_path!r} does not say its model and hook: give --model and --hook")
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     check_text_model(model, "a dictionary")
     m = workbench.load(model, device=check_device(device), dtype=dtype)
@@ -309,8 +309,8 @@ def build_set(
     import sys
 
     from attribution.sae.sets import SetSpec, built_layers, default_name, estimate, parse_layers, sets_root
-    from workbench.errors import RangeError
-    from workbench.models import zoo
+    from core.errors import RangeError
+    from core.models import zoo
 
     if kind != "transcoder":
         raise RangeError(f"--kind {kind!r}: a dictionary set is built of transcoders (--kind transcoder)")

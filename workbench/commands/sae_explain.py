@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
-from workbench.options import nonempty, positive_int
+from core.options import nonempty, positive_int
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.py's group
@@ -44,14 +44,14 @@ def explain(
     from attribution.sae.units import resolve
     from workbench.cli import check_device
     from workbench.commands.sae_features import dashboards_of, load_threads, model_of
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     names = {model_of(s, model) for s in sae}
     if len(names) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     dbs = [dashboards_of(s, model) for s in sae]  # first: a missing dashboard fails before the model loads
     load_threads()
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     name = model or names.pop()
     check_text_model(name, "sae explain")
@@ -82,7 +82,7 @@ def explain(
 def reword(m: Any, d: Any, db: Any) -> str:
     """Re-render one dictionary's stored explanations from their rules; the path written."""
     from attribution.sae.explanations import fire_lists, load_explanations, save_explanations, words
-    from workbench.errors import ModelFileError
+    from core.errors import ModelFileError
 
     data = load_explanations(d.path, db.n_units)
     if data is None:

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
-from workbench.options import finite_float, nonempty, nonneg_int, positive_int
+from core.options import finite_float, nonempty, nonneg_int, positive_int
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
 MODEL_OPTION = typer.Option(None, "--model", callback=nonempty,
@@ -42,7 +42,7 @@ def load_threads() -> None:
 
 def check_unit_spec(spec: str) -> str:
     """RangeError naming --sae for an empty source or a ``neurons:LAYER`` whose LAYER is not a layer number."""
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     if not spec.strip():
         raise RangeError("--sae is empty: give a dictionary directory, its name under data/saes, or neurons:LAYER")
@@ -53,7 +53,7 @@ def check_unit_spec(spec: str) -> str:
 
 def model_of(spec: str, model: str | None) -> str:
     """The model a unit source belongs to, without loading it (a dictionary's workbench.json/cfg)."""
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     if model:
         return model
@@ -74,7 +74,7 @@ def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     from workbench.cli import check_device
 
     load_threads()
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     name = model_of(spec, model)
     check_text_model(name, "a dictionary")
@@ -157,7 +157,7 @@ def dashboards(
     from attribution.sae.explore import build
     from attribution.sae.units import resolve
     from workbench.cli import check_device
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     if ctx < 2:
         raise RangeError("--ctx must be at least 2 (position 0 is never scored)")
@@ -165,7 +165,7 @@ def dashboards(
     if len({Path(n).name for n in names}) > 1:
         raise RangeError(f"dictionaries of different models in one build: {', '.join(sorted(names))}")
     load_threads()
-    from workbench.models.zoo import check_text_model
+    from core.models.zoo import check_text_model
 
     name = model or names.pop()
     check_text_model(name, "sae dashboards")
@@ -197,7 +197,7 @@ def features(
 ) -> None:
     """Search a dictionary's stored dashboards: features that fire on a token (feature, label, max
     activation over the token's held-out occurrences), by label text, or one feature's dashboard."""
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     check_unit_spec(sae)  # the source first: a bad --sae is named as such
     if sum(x is not None for x in (token, label, feature)) != 1:
@@ -258,7 +258,7 @@ def steer(
     clamp it; --ablate clamps to 0) from position 1 on: greedy continuations with and without, and the
     target's logit and probability change at the prompt's last position."""
     from attribution.sae.steer import steer as run_steer
-    from workbench.errors import RangeError
+    from core.errors import RangeError
 
     check_unit_spec(sae)
     if sum([alpha is not None, clamp is not None, ablate]) != 1:

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from workbench.cli import JSON_OPTION, emit, progress, result_console
-from workbench.options import allow_long_option, nonempty, nonneg_float, nonneg_int, positive_float, positive_int
+from core.options import allow_long_option, nonempty, nonneg_float, nonneg_int, positive_float, positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -55,7 +55,7 @@ def train(
 
     from circuits.toy.models import ModelSpec, check_spec
     from circuits.toy.tasks import get_task
-    from workbench.errors import ModelFileError, WorkbenchError
+    from core.errors import ModelFileError, WorkbenchError
 
     params = _task_params(task_param or [])
     t = get_task(task, **params)
@@ -99,7 +99,7 @@ def train(
         raise WorkbenchError("--d-mlp given but --ffn none has no FFN")
     if threads < 1:
         raise WorkbenchError("--threads must be at least 1")
-    from workbench.options import check_output
+    from core.options import check_output
 
     path = check_output("--out", out, kind="dir")
     if (path / "config.json").exists() and not force:
@@ -125,7 +125,7 @@ def train(
     check_trained(model, metrics, f"--lr {cfg.lr}")
     metrics["command"] = command
     zoo_name = name or path.name
-    from workbench.checks import output_folder
+    from core.checks import output_folder
 
     with output_folder(path, "checkpoint not saved"):  # a full disk keeps no half checkpoint (one line, exit 2)
         save(path, zoo_name, model, spec, t, metrics, snaps)
@@ -155,7 +155,7 @@ def _check_size(spec: Any, task: Any, settings: dict, allow_long: bool) -> None:
     """The model's training memory (weights, gradients and AdamW's two moments: 16 bytes a parameter) against
     this machine's free memory, and its time (6 flops a parameter and token, ~10 GFLOP/s on these 2 cores)
     against an hour unless --allow-long, before anything is allocated."""
-    from workbench.options import check_long, check_memory
+    from core.options import check_long, check_memory
 
     d, d_mlp = spec.d_model, spec.d_mlp or 4 * spec.d_model
     ffn = 0 if spec.ffn == "none" else (spec.experts if spec.ffn.startswith("moe") else 1) * \
@@ -171,8 +171,8 @@ def _check_size(spec: Any, task: Any, settings: dict, allow_long: bool) -> None:
 
 def check_trained(model: Any, metrics: dict, hint: str) -> None:
     """NonFiniteError, before anything is written, when training diverged (NaN/Inf weights or metrics)."""
-    from workbench.errors import NonFiniteError
-    from workbench.options import first_non_finite
+    from core.errors import NonFiniteError
+    from core.options import first_non_finite
 
     bad = first_non_finite(dict(model.named_parameters()), "weights") or first_non_finite(metrics, "metrics")
     if bad:
@@ -182,7 +182,7 @@ def check_trained(model: Any, metrics: dict, hint: str) -> None:
 def _task_params(items: list[str]) -> dict:
     import json
 
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     out = {}
     for item in items:

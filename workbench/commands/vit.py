@@ -6,7 +6,7 @@ import typer
 
 from workbench.cli import JSON_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from workbench.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
+from core.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
 
@@ -19,8 +19,8 @@ def register(app: typer.Typer) -> None:
 
 def _vit_entry(model: str):
     """The zoo entry, refused unless a ViT (nothing heavy is loaded)."""
-    from workbench.errors import WorkbenchError
-    from workbench.models.zoo import resolve
+    from core.errors import WorkbenchError
+    from core.models.zoo import resolve
 
     entry = resolve(model)
     if entry.kind != "vit":
@@ -31,7 +31,7 @@ def _vit_entry(model: str):
 
 def _load_vit(model: str, device: str = "cpu"):
     """Resolve first, so a non-ViT model is refused before anything heavy is loaded."""
-    from workbench.models.zoo import load
+    from core.models.zoo import load
 
     _vit_entry(model)
     return load(model, device=device)
@@ -50,8 +50,8 @@ def _check_shape(model: str, batch) -> None:
     import json
     from pathlib import Path
 
-    from workbench.jobs.kind_vit import check_fits
-    from workbench.models.zoo import resolve
+    from workbench.scheduler.kind_vit import check_fits
+    from core.models.zoo import resolve
 
     entry = resolve(model)
     try:
@@ -73,7 +73,7 @@ HEAD_HELP = ("dinov2-small's decision: a linear head on its class token (synthet
 
 def _head(model: str, head: str | None, region: str | None = None) -> str | None:
     """The head name, checked before anything heavy is loaded: only models without a classifier take one."""
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     entry = _vit_entry(model)
     is_dino = entry.loader == "attribution.vit.dinov2:load_dinov2"
@@ -135,12 +135,12 @@ def vit_eval(
 
     Runs as a job (``workbench jobs list``): with --workers N the (method, image batch) pairs are dealt over
     N Ray workers; every number but the times is that of one process."""
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     if n < 1:
         raise WorkbenchError(f"--n must be at least 1, got {n}")
     from attribution.vit.methods import parse_methods
-    from workbench.options import BOUNDS, check_long, split_list
+    from core.options import BOUNDS, check_long, split_list
 
     names = parse_methods(split_list("--methods", methods))
 
@@ -163,7 +163,7 @@ def vit_eval(
         _check_head_fits(head, dataset)
     _threads(threads)
     from workbench.commands.jobs import run_job
-    from workbench.jobs.specs import VitEvalSpec
+    from workbench.scheduler.specs import VitEvalSpec
 
     spec = VitEvalSpec(model=model, methods=names, n=n, seed=seed, dataset=dataset, batch_size=batch_size,
                        head=head or None, steps=steps, threads=threads or None)
@@ -212,7 +212,7 @@ def _check_head_fits(head: str, dataset: str) -> None:
 
     from attribution.vit import data
     from attribution.vit.dinov2 import heads_dir
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     try:
         classes = json.loads((heads_dir() / f"{head}.json").read_text())["classes"]
@@ -283,7 +283,7 @@ def pick_vit(image: str, head: str | None, region: str | None) -> str:
     from pathlib import Path
 
     from attribution.vit.images import read_image
-    from workbench.models.zoo import resolve
+    from core.models.zoo import resolve
 
     if head is not None or region is not None:
         return PRETRAINED
@@ -313,16 +313,16 @@ def train_vit(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Train the small ViT and write a zoo checkpoint (config.json + model.safetensors + metrics.json)."""
-    from workbench.errors import WorkbenchError
+    from core.errors import WorkbenchError
 
     if dataset not in ("synthetic", "hard", "digits"):
         raise WorkbenchError(f"unknown dataset {dataset!r}: use synthetic, hard or digits")
     if steps < 1 or batch_size < 1:
         raise WorkbenchError("--steps and --batch-size must be positive")
-    from workbench.options import check_output
+    from core.options import check_output
 
     check_output("--out", out, kind="dir")  # checked before training, not after it
-    from workbench.options import BOUNDS, check_long
+    from core.options import BOUNDS, check_long
 
     per_step = (BOUNDS["train-vit --steps"].rate or 0.05) * batch_size / 64  # measured at batch 64
     check_long(f"--steps {steps} of --batch-size {batch_size}", steps * per_step, allow_long)

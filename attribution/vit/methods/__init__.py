@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from attribution.vit.maps import PatchMap
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 # command-line name -> module
 METHODS = {
@@ -52,7 +52,7 @@ def parse_methods(spec: str | list[str]) -> list[str]:
 
 def resolve_targets(model, images: torch.Tensor, target_class: Any) -> torch.Tensor:
     """None -> the predicted class of each image; an int or a per-image sequence otherwise."""
-    from workbench.errors import check_range
+    from core.errors import check_range
 
     n = images.shape[0]
     if target_class is None:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import torch
 
 from attribution.vit.methods._common import capture, eye_like, pattern_name, resid_pre_name, rownorm
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 # Chosen on the validation seed (scripts/select_dap.py; table in results/vit/).
 DEFAULTS = {"prior": "dpa", "prior_on": "rows", "head_fusion": "mean", "gamma": 0.5, "start": 0,

@@ -27,7 +27,7 @@ import math
 import torch
 
 from attribution.vit.methods._common import capture
-from workbench.errors import MethodError
+from core.errors import MethodError
 
 DEFAULTS = {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_mlp": 1.0, "mlp_mode": "ratio"}
 NEEDS_GRAD = False

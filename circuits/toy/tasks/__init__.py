@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from workbench.errors import WorkbenchError
+from core.errors import WorkbenchError
 
 
 class UnknownTaskError(WorkbenchError):
