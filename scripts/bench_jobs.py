@@ -46,8 +46,8 @@ def _numbers(result) -> dict[str, float]:
 
 
 def sharding(n_prompts: int, methods: list[str]) -> dict:
-    from workbench.scheduler import run
     from core.prompt_files import read_prompts
+    from workbench.scheduler import run
 
     rows = read_prompts(str(ROOT / "data/prompts/ioi.jsonl"), n_prompts)
     spec = {"kind": "faithfulness", "model": "smollm2-135m", "rows": rows, "methods": methods, "level": "token",
@@ -98,9 +98,9 @@ def responsiveness() -> dict:
 
 
 def killed_worker() -> dict:
-    from workbench.scheduler import JobBoard, submit
     from core.prompt_files import read_prompts
     from core.store import RunStore
+    from workbench.scheduler import JobBoard, submit
 
     rows = read_prompts(str(ROOT / "data/prompts/ioi.jsonl"), 20)
     spec = {"kind": "faithfulness", "model": "smollm2-135m", "rows": rows, "methods": ["dpa", "gradient"],

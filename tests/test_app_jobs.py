@@ -8,8 +8,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
 from app.testing import open_page, problems  # noqa: E402
-from workbench.scheduler import JobBoard, run  # noqa: E402
 from core.store import RunStore  # noqa: E402
+from workbench.scheduler import JobBoard, run  # noqa: E402
 
 
 def test_jobs_page_lists_cancels_and_opens():

@@ -44,10 +44,10 @@ class _Report:
 def test_cells_split_over_workers_merge_to_the_runners_result(tiny_llama, tmp_path, one_thread):
     from circuits.bench.cells import cell_scores, cell_subgraph
     from core.errors import RunStoreError
+    from core.store import RunStore
     from workbench.scheduler.kind_bench import BenchCircuitsJob
     from workbench.scheduler.kinds import lend
     from workbench.scheduler.specs import BenchCircuitsSpec
-    from core.store import RunStore
 
     swapped = [dict(r, target=" or", foil=" and") for r in ROWS]  # a second task: the same prompts, flipped
     tasks = [_task(tmp_path, "a"), _task(tmp_path, "b", swapped)]

@@ -10,8 +10,8 @@ from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.noisy import noise_sweep, noisy_mha_oracle
 from attribution.blackbox.oracle import Oracle, mha_oracle, random_mha
 from attribution.blackbox.recovery import HeadCountError, NoiseBreakdownError, recover
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import WorkbenchError
+from tests.cli_helpers import assert_bad, run_cli
 
 
 @pytest.mark.parametrize("exact", [True, False])

@@ -13,9 +13,9 @@ import math
 import pytest
 
 import workbench as wb
-from workbench.arguments import Rule, type_refusals
 from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
 from core.models.zoo import ModelEntry
+from workbench.arguments import Rule, type_refusals
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"

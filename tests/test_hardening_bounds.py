@@ -10,7 +10,6 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import CostError, OutputError, WorkbenchError
 from core.options import (
     BOUNDS,
@@ -24,6 +23,7 @@ from core.options import (
     dash_name_hint,
     split_list,
 )
+from tests.cli_helpers import assert_bad, run_cli
 
 
 def ctx(command: str, **params) -> SimpleNamespace:

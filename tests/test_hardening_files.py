@@ -13,8 +13,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import ModelFileError, RunStoreError
+from tests.cli_helpers import assert_bad, run_cli
 
 TOY = "ioi-attn-1l2h"
 

@@ -9,8 +9,8 @@ import math
 import pytest
 import torch
 
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import NonFiniteError
+from tests.cli_helpers import assert_bad, run_cli
 
 PROMPT = "N1 and N2 then N2"
 

@@ -62,8 +62,8 @@ CASES = [
 @pytest.fixture
 def no_work(monkeypatch, tmp_path):
     """Loading a model, or training, is a test failure: every case must stop at the options."""
-    import workbench
     import core.models.zoo as zoo
+    import workbench
 
     def boom(*a, **k):
         raise AssertionError("work started before the options were checked")

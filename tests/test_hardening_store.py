@@ -11,9 +11,9 @@ import time
 import pytest
 import torch
 
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import RunStoreError
 from core.store import RunDraft, RunStore
+from tests.cli_helpers import assert_bad, run_cli
 
 
 def _save(store: RunStore, i: int = 0):

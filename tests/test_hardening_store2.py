@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import assert_bad, run_cli
 from core import store as S
 from core.errors import DiskFullError, RunStoreError
-from workbench.scheduler import JobBoard
 from core.store import RunDraft, RunStore
+from tests.cli_helpers import assert_bad, run_cli
+from workbench.scheduler import JobBoard
 
 ROOT = Path(__file__).resolve().parents[1]
 TOY_ATTRIBUTE = ("attribute", "ioi-attn-1l2h", "N1 and N2 then N2", "--target", "N1")

@@ -12,8 +12,8 @@ import pytest
 from cli_helpers import assert_bad, here_and_on_two_workers
 from cli_helpers import run_cli as cli
 
-from workbench.scheduler import JobBoard, JobCancelled, JobError, run
 from core.store import RunStore, pid_alive
+from workbench.scheduler import JobBoard, JobCancelled, JobError, run
 
 
 def _wait(pred, timeout: float = 60.0) -> None:

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
-from workbench.scheduler import JobBoard
 from core.store import RunStore
+from workbench.scheduler import JobBoard
 
 RAY = Path(sys.executable).with_name("ray")
 pytestmark = [pytest.mark.slow, pytest.mark.skipif(not RAY.exists(), reason="ray is not installed")]

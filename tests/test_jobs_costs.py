@@ -9,11 +9,11 @@ import json
 import pytest
 from cli_helpers import run_cli as cli
 
+from core.store import RunStore
 from workbench.scheduler import JobBoard, run
 from workbench.scheduler.board import spec_key
 from workbench.scheduler.costs import FILE, record
 from workbench.scheduler.kinds import estimate, get_kind
-from core.store import RunStore
 
 
 def test_spec_key_is_order_free_and_tells_specs_apart():

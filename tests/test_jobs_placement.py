@@ -16,9 +16,9 @@ import pytest
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
+from core.store import RunStore
 from workbench.scheduler import JobBoard, JobCancelled, JobError, run, submit
 from workbench.scheduler.runner import placement, wait_here
-from core.store import RunStore
 
 
 def _wait(pred, timeout: float = 60.0) -> None:

@@ -52,8 +52,8 @@ def test_probe_job_matches_engine_and_is_found_by_spec(tiny, data_file, one_thre
     import workbench
     from attribution.probes.activations import load_dataset
     from attribution.probes.run import ProbeRun, probe_hooks, run_probe
-    from workbench.scheduler import JobBoard, run
     from core.store import RunStore
+    from workbench.scheduler import JobBoard, run
 
     spec = _spec("probe", tiny, data_file, concept="positive", n_boot=100, keep_activations=True)
     totals, steps = [], []

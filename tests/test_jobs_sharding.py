@@ -144,8 +144,8 @@ def test_sae_cache_command_runs_a_job_and_refuses_bad_input(tiny_llama_dir, corp
 def test_sae_train_job_counts_training_steps(tmp_path, one_thread):
     """sae_train as a job (here): progress is training steps, and the run is the one `sae train` saves."""
     from attribution.probes.tiny import save_tiny
-    from workbench.scheduler import run
     from core.store import RunStore
+    from workbench.scheduler import run
 
     tiny = str(save_tiny(tmp_path / "tiny", layers=2))
     spec = {"kind": "sae_train", "model": tiny, "hook": "blocks.1.hook_resid_post", "tokens": 600,

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from workbench.scheduler import JobBoard, submit, warm
 from core.store import pid_alive
+from workbench.scheduler import JobBoard, submit, warm
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from circuits.tools import patching
-from tests.cli_helpers import assert_bad, run_cli
 from core.errors import PromptError, RangeError
+from tests.cli_helpers import assert_bad, run_cli
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 

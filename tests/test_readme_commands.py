@@ -218,8 +218,8 @@ def readme_env(tmp_path_factory):
 
 
 def _filled(args: tuple[str, ...], env: dict) -> list[str]:
-    from workbench.scheduler import JobBoard
     from core.store import RunStore
+    from workbench.scheduler import JobBoard
 
     out = []
     for w in args[1:]:

@@ -13,9 +13,11 @@ Heavy libraries (torch, TransformerLens, nnsight, SAELens) are imported only whe
 from __future__ import annotations
 
 import os
-import sys as _sys
 from typing import Any
 
+from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from core.models import zoo as _zoo
+from core.paths import version as _version
 from workbench.arguments import (
     Choice,
     Device,
@@ -30,9 +32,6 @@ from workbench.arguments import (
     Text,
     checked,
 )
-from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
-from core.models import zoo as _zoo
-from core.paths import version as _version
 
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
 # argument is an ArgumentTypeError (a TypeError), a value out of range an ArgumentError (a ValueError), and an
@@ -428,8 +427,8 @@ def run_job(spec: Any, workers: int = 1, ray_address: str | None = None, save: b
     """Run long work as a job to its end: (job, result). ``spec`` is a ``job_spec(...)`` (or a dict with a
     ``kind``, read through its kind's spec class). More than one worker, or a Ray address ("local",
     HOST:PORT, or WORKBENCH_RAY_ADDRESS), runs it on Ray, sharded; the result is the single-process one."""
-    from workbench.scheduler import run
     from core.progress import Bar
+    from workbench.scheduler import run
 
     with Bar("job", unit="item") as bar:  # a bar only in a notebook
         return run(spec, workers=workers, address=ray_address, save=save,

@@ -38,8 +38,8 @@ def start_faithfulness() -> None:
             if not methods:
                 st.warning("Pick at least one method.")
                 return
-            from workbench.scheduler.specs import FaithfulnessSpec
             from core.prompt_files import read_prompts
+            from workbench.scheduler.specs import FaithfulnessSpec
 
             rows = C.attempt("Cannot read the prompt set", read_prompts, str(PROMPTS / prompts), int(limit))
             if rows is None:

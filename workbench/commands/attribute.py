@@ -6,10 +6,10 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
-from workbench.commands.jobs import workers_option
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import any_int, positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
+from workbench.commands.jobs import workers_option
 
 
 def _methods_help() -> str:
@@ -87,8 +87,8 @@ def attribute(
 ) -> None:
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
-    from workbench.cli import check_device
     from core.errors import PromptError, TokenError
+    from workbench.cli import check_device
 
     name = check_method(method, level)
     params = parse_params(param)

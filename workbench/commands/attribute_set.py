@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from core.options import positive_int
 from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
-from core.options import positive_int
 
 
 def register(app: typer.Typer) -> None:
@@ -38,9 +38,9 @@ def attribute_set(
 
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers (at
     batch boundaries, so every score is what one process computes)."""
+    from core.prompt_files import read_prompts
     from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
-    from core.prompt_files import read_prompts
 
     name = check_method(method, level)
     params = parse_params(param)

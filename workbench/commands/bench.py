@@ -16,9 +16,9 @@ from typing import Any
 
 import typer
 
+from core.options import nonneg_int, positive_int
 from workbench.cli import JSON_OPTION, console, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from core.options import nonneg_int, positive_int
 
 # The defaults: 5 tasks x these 4 methods at edge level took 33 min at 12 test prompts with --workers 3 on a shared
 # 2-core machine (results/circuits/bench_smollm2-135m.md); at today's 48, the per-cell seconds of
@@ -99,10 +99,10 @@ def circuits(
         raise RangeError("--no-save-run without --out would keep nothing: give --out FILE.md")
     from circuits.bench.report import leaderboard, write_document
     from circuits.bench.runner import check_model_kind, check_task_rows, load_rows
+    from core.models.zoo import resolve
     from workbench.commands.jobs import run_job
     from workbench.scheduler.kind_bench import config
     from workbench.scheduler.specs import BenchCircuitsSpec
-    from core.models.zoo import resolve
 
     check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one

@@ -7,10 +7,10 @@ from typing import Any
 import typer
 
 from circuits.edges import method_help
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
-from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -96,9 +96,9 @@ def discover(
     object: model, method, n_prompts, n_nodes, n_edges_total, edges, seconds, faithfulness). Runs as a job
     (``workbench jobs list``), on a Ray cluster with --ray-address."""
     from circuits.edges import get_method
+    from core.errors import RangeError
     from workbench.cli import check_device
     from workbench.commands.attribute import parse_params
-    from core.errors import RangeError
 
     spec = get_method(method)
     _check(edges, limit, ablation, metric, selection)
@@ -160,9 +160,9 @@ def evaluate(
 ) -> None:
     """Re-evaluate a saved circuit: its faithfulness curve (or one hand-picked circuit) on its prompts. Runs
     as a job (nothing new is stored), on a Ray cluster with --ray-address."""
-    from workbench.cli import check_device
     from core.errors import RangeError
     from core.store import RunStore
+    from workbench.cli import check_device
 
     _check(edges, None, ablation, None, selection)
     ks = _grid(grid)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 from core.figures import check_figure_path, png_option, save_figure
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -34,9 +34,9 @@ def ablate(
     """Ablate components one at a time and report the task metrics (toy) or logit difference."""
     import workbench as wb
     from circuits.tools import ablation
-    from workbench.cli import check_device
     from core.errors import MethodError
     from core.models.zoo import check_text_model
+    from workbench.cli import check_device
 
     check_text_model(model, "ablate")
     m = wb.load(model, device=check_device(device), dtype=dtype)
@@ -90,8 +90,8 @@ def patch(
     the logit difference to the corrupted run's)."""
     import workbench as wb
     from circuits.tools import patching
-    from workbench.cli import check_device
     from core.errors import MethodError
+    from workbench.cli import check_device
 
     if site not in patching.SITES:
         raise MethodError(f"unknown site {site!r}: {', '.join(patching.SITES)}")

@@ -7,9 +7,9 @@ import sys
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
 from core.options import int_range, nonempty, positive_int
 from core.options import port as port_option
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:
@@ -184,8 +184,8 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
         as_json: bool = JSON_OPTION) -> None:
     """Print a model's architecture facts (a language model's are read from its config.json, nothing built)."""
     import workbench as wb
-    from workbench.cli import check_device
     from core.errors import MethodError
+    from workbench.cli import check_device
 
     if backend not in BACKENDS:
         raise MethodError(f"unknown --backend {backend!r}: {', '.join(BACKENDS)}")
@@ -212,8 +212,8 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
              device: str = DEVICE_OPTION, dtype: str = DTYPE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Greedy continuation of a prompt."""
     import workbench as wb
-    from workbench.cli import check_device
     from core.errors import PromptError, RangeError
+    from workbench.cli import check_device
 
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")

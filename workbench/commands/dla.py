@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import any_int, positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -32,8 +32,8 @@ def dla(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Direct logit attribution of the target (minus foil) logit."""
-    from workbench.cli import check_device
     from core.errors import PromptError, TokenError
+    from workbench.cli import check_device
 
     check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
-from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 from core.options import positive_int
 from core.prompt_files import read_prompts
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -80,8 +80,8 @@ def faithfulness(
 
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers;
     the numbers are those of one process."""
-    from workbench.cli import check_device
     from core.errors import MethodError
+    from workbench.cli import check_device
 
     if level not in ("token", "head", "neuron"):
         raise MethodError(f"unknown level {level!r}: token, head or neuron")
@@ -101,9 +101,9 @@ def faithfulness(
     rows = read_prompts(prompts, limit)
     device = check_device(device)
 
+    from core.models.zoo import check_text_model
     from workbench.commands.jobs import run_job
     from workbench.scheduler.specs import FaithfulnessSpec
-    from core.models.zoo import check_text_model
 
     check_text_model(model, "faithfulness")  # before the job starts
     spec = FaithfulnessSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 
 
 def register(app: typer.Typer) -> None:

@@ -7,8 +7,8 @@ from typing import Any
 
 import typer
 
-from workbench.cli import JSON_OPTION, console, emit
 from core.options import positive_int
+from workbench.cli import JSON_OPTION, console, emit
 
 RAY_ADDRESS_OPTION = typer.Option(
     None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' "

@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -35,8 +35,8 @@ def lens(
 ) -> None:
     """Each layer's top tokens at every position through the logit or tuned lens."""
     from attribution.lens import check_kind
-    from workbench.cli import check_device
     from core.errors import PromptError
+    from workbench.cli import check_device
 
     check_kind(kind)
     check_figure_path(png)  # a bad --png fails before any work

@@ -6,8 +6,6 @@ import time
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
-from workbench.commands.jobs import RAY_ADDRESS_OPTION
 from core.options import (
     allow_long_option,
     float_range,
@@ -17,6 +15,8 @@ from core.options import (
     nonneg_int,
     positive_int,
 )
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
 def register(app: typer.Typer) -> None:
@@ -68,11 +68,11 @@ def probe(
         hook = ",".join(split_list("--hook", hook))
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
 
+    from core.models.zoo import check_text_model
     from workbench.cli import check_device
     from workbench.commands.jobs import run_job
     from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
     from workbench.scheduler.specs import ProbeSpec
-    from core.models.zoo import check_text_model
 
     check_text_model(model, "probe")  # before the job starts
     spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),

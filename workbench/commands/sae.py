@@ -6,8 +6,6 @@ from pathlib import Path
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
-from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 from core.options import (
     allow_long_option,
     check_output,
@@ -17,6 +15,8 @@ from core.options import (
     positive_float,
     positive_int,
 )
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
+from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 sae_app = typer.Typer(
     help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
@@ -81,8 +81,8 @@ def train(
     command again after an interruption); toy models and --corpus train in memory. With
     --ray-address it runs as a job on Ray (progress: training steps)."""
     from attribution.sae.train import KINDS
-    from workbench.cli import check_device
     from core.errors import RangeError
+    from workbench.cli import check_device
     from workbench.scheduler import resolve_address
     from workbench.scheduler.kind_sae import check_out, from_shards, is_toy, train_dictionary
     from workbench.scheduler.specs import SaeTrainSpec
@@ -111,8 +111,8 @@ def train(
     if width is not None and kind in ("topk", "batchtopk", "transcoder") and not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
     if resolve_address(ray_address) is not None:
-        from workbench.commands.jobs import run_job
         from core.models import zoo
+        from workbench.commands.jobs import run_job
 
         zoo.resolve(model)  # an unknown model fails here, not in a worker
         job, res = run_job(spec, 1, ray_address)
@@ -178,12 +178,12 @@ def cache(
     `sae train` and scripts/build_dictionaries.py train from). --workers N splits the shards over N Ray
     workers, each holding the model once; the files are the ones a single process writes."""
     from attribution.sae.build import shards_root
-    from workbench.cli import check_device
-    from workbench.commands.jobs import run_job
     from core.corpus import SPLITS, english_path
     from core.errors import DatasetError, RangeError
     from core.models import zoo
     from core.options import split_list
+    from workbench.cli import check_device
+    from workbench.commands.jobs import run_job
 
     names = split_list("--hooks", hooks)
     if split not in SPLITS:
@@ -222,8 +222,8 @@ def cache(
 def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, dtype: str = "float32"):
     import workbench
     from attribution.sae.train import load_sae
-    from workbench.cli import check_device
     from core.errors import ModelFileError
+    from workbench.cli import check_device
 
     sae = load_sae(sae_path)
     meta = sae.cfg.metadata

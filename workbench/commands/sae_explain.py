@@ -8,8 +8,8 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
 from core.options import nonempty, positive_int
+from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.py's group
@@ -42,9 +42,9 @@ def explain(
     import workbench
     from attribution.sae.explanations import build_explanations, save_explanations
     from attribution.sae.units import resolve
+    from core.errors import RangeError
     from workbench.cli import check_device
     from workbench.commands.sae_features import dashboards_of, load_threads, model_of
-    from core.errors import RangeError
 
     names = {model_of(s, model) for s in sae}
     if len(names) > 1:

@@ -12,8 +12,8 @@ from typing import Any
 
 import typer
 
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
 from core.options import finite_float, nonempty, nonneg_int, positive_int
+from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
 MODEL_OPTION = typer.Option(None, "--model", callback=nonempty,
@@ -156,8 +156,8 @@ def dashboards(
     import workbench
     from attribution.sae.explore import build
     from attribution.sae.units import resolve
-    from workbench.cli import check_device
     from core.errors import RangeError
+    from workbench.cli import check_device
 
     if ctx < 2:
         raise RangeError("--ctx must be at least 2 (position 0 is never scored)")

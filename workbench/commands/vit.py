@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import typer
 
+from core.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
 from workbench.cli import JSON_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
-from core.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
 
@@ -50,8 +50,8 @@ def _check_shape(model: str, batch) -> None:
     import json
     from pathlib import Path
 
-    from workbench.scheduler.kind_vit import check_fits
     from core.models.zoo import resolve
+    from workbench.scheduler.kind_vit import check_fits
 
     entry = resolve(model)
     try:

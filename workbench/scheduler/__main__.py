@@ -1,4 +1,4 @@
-"""``python -m workbench.scheduler ROOT JOB_ID [--warm=OWNER_PID]``: the driver process of one job started by ``submit``."""
+"""``python -m workbench.scheduler ROOT JOB_ID [--warm=OWNER_PID]``: the driver of one job started by ``submit``."""
 
 import os
 import sys

@@ -31,10 +31,10 @@ from collections.abc import Callable
 from typing import Any
 
 from core.errors import WorkbenchError
+from core.text import one_line
 from workbench.scheduler import costs
 from workbench.scheduler.board import Job, JobBoard, JobError, now, this_driver
 from workbench.scheduler.kinds import get_kind, lend, model_lock, shard_resources
-from core.text import one_line
 
 POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record

@@ -22,8 +22,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from workbench.scheduler.board import ACTIVE, JobBoard, JobError, driver_alive, this_driver
 from core.store import pid_alive
+from workbench.scheduler.board import ACTIVE, JobBoard, JobError, driver_alive, this_driver
 
 RECORD = "ray-warm.json"
 USED = "ray-warm.used"  # touched by every driver that uses the instance: its mtime is the last use
