@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.toy.tasks import Batch, Task
+from circuits.toy.tasks.base import Batch, Task
 
 
 class ModAddTask(Task):
