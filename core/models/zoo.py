@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import DeviceError, ModelFileError, UnknownModelError
+from core.models.config import read_config
 from core.paths import data_root
 
 # The data folder (checkout data/ or the installed workbench_data); tests may point it elsewhere.
@@ -220,14 +221,7 @@ def _dir_entry(path: Path, name: str, source: str | None) -> ModelEntry:
     if not path.is_dir():
         raise ModelFileError(f"model path {str(path)!r} is not a directory")
     cfg = path / "config.json"
-    if not cfg.exists():
-        raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory")
-    try:
-        config = json.loads(cfg.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelFileError(f"cannot read {cfg}: {exc}") from None
-    if not isinstance(config, dict):
-        raise ModelFileError(f"{cfg} is not a JSON object")
+    config = read_config(path)
     wb = config.get("workbench")
     if isinstance(wb, dict) and wb.get("loader"):
         try:
