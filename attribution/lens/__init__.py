@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from attribution.lens.result import LensResult
+from attribution.lens.result import LensResult, layer_labels, read
 from core.errors import MethodError
 
 if TYPE_CHECKING:
@@ -32,11 +32,6 @@ def check_kind(kind: str) -> str:
     if kind not in LENSES:
         raise MethodError(f"unknown lens kind {kind!r}; kinds: {', '.join(LENSES)}")
     return kind
-
-
-def layer_labels(model: HookedModel) -> list[str]:
-    """Row names of a residual stack: the embedding, then each block's output (L0 = after block 0)."""
-    return ["embed"] + [f"L{layer}" for layer in range(model.arch.n_layers)]
 
 
 def residual_stack(model: HookedModel, tokens: Any) -> Float[torch.Tensor, "layer batch pos d_model"]:
@@ -76,8 +71,6 @@ def lens(model: HookedModel, prompt: str | list[int], kind: str = "logit", targe
     """The lens ``kind`` on one prompt: each layer's top-k tokens and probabilities at every position, and
     the target's rank and probability per layer at ``position`` (default the last)."""
     import time
-
-    from attribution.lens.result import read
 
     started = time.perf_counter()
     check_kind(kind)

@@ -144,6 +144,11 @@ class LensResult:
         ))
 
 
+def layer_labels(model: HookedModel) -> list[str]:
+    """Row names of a residual stack: the embedding, then each block's output (L0 = after block 0)."""
+    return ["embed"] + [f"L{layer}" for layer in range(model.arch.n_layers)]
+
+
 def read(model: HookedModel, kind: str, enc: Encoding, resid: Float[torch.Tensor, "layer pos d_model"],
          top_k: int, position: int | None, prompt: str | None) -> LensResult:
     """The LensResult of a (translated) residual stack of one prompt, one layer's logits at a time so a long
@@ -152,7 +157,6 @@ def read(model: HookedModel, kind: str, enc: Encoding, resid: Float[torch.Tensor
 
     import torch
 
-    from attribution.lens import layer_labels
     from core.errors import RangeError
     from core.options import check_finite
 
