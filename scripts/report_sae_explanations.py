@@ -32,7 +32,7 @@ def main() -> None:
 
     torch.set_num_threads(1)
     import workbench as wb
-    from attribution.sae.explanations import load_explanations
+    from attribution.sae.explanation_store import load_explanations
     from attribution.sae.explore import RANKS, prompt_features
     from attribution.sae.units import neurons_root, open_dictionary
 

@@ -39,7 +39,7 @@ def sae_dir(tmp_path_factory) -> Path:
     db = build_dashboards(m, [open_dictionary(path)], n_tokens=300, ctx=16,
                           texts=[m.to_tokens(t)[0].tolist() for t in TEXTS])[0]
     db.save(path)
-    from attribution.sae.explanations import save_explanations
+    from attribution.sae.explanation_store import save_explanations
 
     # hand-written explanations (the tiny model's held-out text is too short to build them)
     save_explanations(path, {"version": 1, "features": [

@@ -12,7 +12,8 @@ from cli_helpers import run_cli as cli
 
 from attribution.sae.dashboard import N_TOP, Dashboards
 from attribution.sae.explain import Text, informative_weights, pearson, render, score_rule, simulate
-from attribution.sae.explanations import explain_units, load_explanations, read_explanations, save_explanations
+from attribution.sae.explanation_store import load_explanations, read_explanations, save_explanations
+from attribution.sae.explanations import explain_units
 from core.errors import ModelFileError
 
 VOCAB = [" the", " dog", " ran", " to", " park", ",", ".", " and", " big", " Mr", " John", " Mary", " Thomas",

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attribution.sae.explanation_store import read_explanations
 from core.errors import DatasetError, ModelFileError, RangeError, TokenError
 
 if TYPE_CHECKING:
@@ -230,8 +231,6 @@ class Dashboards:
             version = meta.get("version") if isinstance(meta, dict) else None
             raise ModelFileError(f"dashboards {path} have version {version}; rebuild them")
         check_dashboards(tensors, meta, f"dashboards {path}")
-        from attribution.sae.explanations import read_explanations
-
         # a separate file: dashboards built before explanations existed open unchanged
         return cls(tensors, meta, read_explanations(directory, int(tensors["density"].shape[0]),
                                                     meta.get("weights_sha256")))

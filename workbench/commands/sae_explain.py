@@ -40,7 +40,8 @@ def explain(
     import time
 
     import workbench
-    from attribution.sae.explanations import build_explanations, save_explanations
+    from attribution.sae.explanation_store import save_explanations
+    from attribution.sae.explanations import build_explanations
     from attribution.sae.units import resolve
     from core.errors import RangeError
     from workbench.cli import check_device
@@ -81,7 +82,8 @@ def explain(
 
 def reword(m: Any, d: Any, db: Any) -> str:
     """Re-render one dictionary's stored explanations from their rules; the path written."""
-    from attribution.sae.explanations import fire_lists, load_explanations, save_explanations, words
+    from attribution.sae.explanation_store import load_explanations, save_explanations
+    from attribution.sae.explanations import fire_lists, words
     from core.errors import ModelFileError
 
     data = load_explanations(d.path, db.n_units)
