@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float, Int
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import OFFSET_KEYS, At, bsum, hook_names, init_target, top_down
+from attribution.dpa.steps import OFFSET_KEYS, At, Cache, Scores, bsum, hook_names, init_target, top_down
 from attribution.methods import Scored
 from core.errors import MethodError, RangeError
 
@@ -47,14 +48,14 @@ class DPATrace:
     """
 
     tokens: list[str]
-    levels: dict[str, torch.Tensor]
+    levels: dict[str, Float[torch.Tensor, "*axes"]]  # each level's own axes (above)
     target_logit: float
     offsets: dict[str, float]
     params: DPAParams
     seconds: float = 0.0
-    targets: dict[str, torch.Tensor] | None = field(default=None, repr=False)
+    targets: dict[str, Float[torch.Tensor, "layer pos d_model"]] | None = field(default=None, repr=False)
 
-    def __getitem__(self, level: str) -> torch.Tensor:
+    def __getitem__(self, level: str) -> Float[torch.Tensor, "*axes"]:
         return self.levels[level]
 
     def completeness_error(self) -> float:
@@ -134,7 +135,7 @@ def dpa_batch(model: HookedModel, encs: Sequence[Encoding], levels: Iterable[str
     return traces  # type: ignore[return-value]
 
 
-def _right_pad(rows: list[torch.Tensor]) -> torch.Tensor:
+def _right_pad(rows: list[Int[torch.Tensor, " _pos"]]) -> Int[torch.Tensor, "batch pos"]:
     """[batch, longest] ids; each row padded with its own last id (any id works: nothing reads pads)."""
     longest = max(int(r.shape[0]) for r in rows)
     return torch.stack([torch.cat([r, r[-1:].expand(longest - r.shape[0])]) for r in rows])
@@ -178,8 +179,8 @@ def _gib(n: float) -> str:
 
 
 # -- forward -------------------------------------------------------------------------------------
-def clean_forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
-                  levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def clean_forward(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], p: DPAParams,
+                  levels: tuple[str, ...]) -> Cache:
     names = hook_names(model, p, levels)
     try:  # return_type=None: the unembedding of every position is not needed, only one row of W_U
         _, cache = model.run_with_cache(tokens, names_filter=names, return_type=None)
@@ -189,7 +190,7 @@ def clean_forward(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
 
 
 # -- top-down pass -------------------------------------------------------------------------------
-def propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.Tensor], p: DPAParams,
+def propagate(model: HookedModel, encs: list[Encoding], cache: Cache, p: DPAParams,
               levels: tuple[str, ...], keep_targets: bool) -> list[DPATrace]:
     """The top-down pass for a right-padded batch: t is [batch, pos, d_model] throughout."""
     a = model.arch
@@ -197,14 +198,15 @@ def propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.T
     device = model.W_U.device
     offsets = {k: torch.zeros(n_batch, dtype=torch.float64, device=device) for k in OFFSET_KEYS}
     t, logit = init_target(model, encs, cache, offsets, p.norm_aware)
-    out: dict[str, torch.Tensor] = {}
+    out: Scores = {}
     if "head" in levels:
         out["head"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq)
     if "edge" in levels:
         out["edge"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq, seq)
     if "neuron" in levels:
         out["neuron"] = t.new_zeros(n_batch, a.n_layers, seq, a.d_mlp)
-    at: dict[tuple[int, str], torch.Tensor] = {}  # the target at each residual point (keep_targets)
+    # the target at each residual point (keep_targets)
+    at: dict[tuple[int, str], Float[torch.Tensor, "batch pos d_model"]] = {}
     for step in top_down(model, cache, t, p, out=out, offsets=offsets):
         if isinstance(step, At):
             t = step.t
@@ -225,7 +227,8 @@ def propagate(model: HookedModel, encs: list[Encoding], cache: dict[str, torch.T
     return traces
 
 
-def _stack_targets(at: dict[tuple[int, str], torch.Tensor], n_layers: int) -> dict[str, torch.Tensor]:
+def _stack_targets(at: dict[tuple[int, str], Float[torch.Tensor, "batch pos d_model"]],
+                   n_layers: int) -> dict[str, Float[torch.Tensor, "batch layer pos d_model"]]:
     """[batch, layer, pos, d_model] per residual point; a parallel block's resid_mid is the target above it."""
     layers = range(n_layers)
     return {"resid_post": torch.stack([at[(la, "post")] for la in layers], dim=1),
@@ -233,7 +236,7 @@ def _stack_targets(at: dict[tuple[int, str], torch.Tensor], n_layers: int) -> di
             "resid_pre": torch.stack([at[(la - 1, "post")] for la in layers], dim=1)}
 
 
-def _one(level: str, x: torch.Tensor, b: int, n: int) -> torch.Tensor:
+def _one(level: str, x: Float[torch.Tensor, "batch ..."], b: int, n: int) -> Float[torch.Tensor, "*axes"]:
     """Prompt b's scores, its own n positions (a copy when cut from a batch, so the batch can be freed)."""
     y = {"token": lambda: x[b, :n], "head": lambda: x[b, ..., :n], "edge": lambda: x[b, ..., :n, :n],
          "neuron": lambda: x[b, :, :n]}[level]()

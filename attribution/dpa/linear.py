@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from core.errors import MethodError
 
@@ -37,9 +38,10 @@ def check_supported(model: Any) -> None:
         raise MethodError(f"dpa does not support {', '.join(bad)} ({model.name})")
 
 
-def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor | None,
-              beta: torch.Tensor | None, centred: bool,
-              normalized: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def norm_back(g_n: Float[torch.Tensor, "*batch pos d_model"], scale: Float[torch.Tensor, "... pos 1"] | None,
+              gamma: Float[torch.Tensor, " d_model"] | None, beta: Float[torch.Tensor, " d_model"] | None,
+              centred: bool, normalized: Float[torch.Tensor, "... pos d_model"] | None = None
+              ) -> tuple[Float[torch.Tensor, "*batch pos d_model"], Float[torch.Tensor, "*batch"]]:
     """Transpose of n = gamma * C x / scale + beta with the scale frozen, or, given ``normalized``
     (TL's hook_normalized, xh = C x / scale), with the scale's own dependence on x carried too (norm-aware
     DPA): the exact Jacobian transpose, (u - xh <xh, u> / d) / scale with u = gamma * g_n, then centred
@@ -59,7 +61,8 @@ def norm_back(g_n: torch.Tensor, scale: torch.Tensor | None, gamma: torch.Tensor
     return g, offset
 
 
-def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.Tensor, bool, int] | None:
+def rope_tables(model: Any, layer: int,
+                seq: int) -> tuple[Float[torch.Tensor, "pos rot"], Float[torch.Tensor, "pos rot"], bool, int] | None:
     """(cos, sin) [seq, rotary_dim] in float32, whether pairs are adjacent (GPT-J) and rotary_dim; None
     without RoPE (HookedModel.rope)."""
     rope = model.rope(layer, seq)
@@ -69,7 +72,7 @@ def rope_tables(model: Any, layer: int, seq: int) -> tuple[torch.Tensor, torch.T
     return cos.float(), sin.float(), adjacent, dim
 
 
-def rotate_half(x: torch.Tensor, adjacent: bool) -> torch.Tensor:
+def rotate_half(x: Float[torch.Tensor, "*batch rot"], adjacent: bool) -> Float[torch.Tensor, "*batch rot"]:
     """F(x): (x1, x2) -> (-x2, x1) over halves (NeoX/Llama) or over adjacent pairs (GPT-J)."""
     if adjacent:
         return torch.stack((-x[..., 1::2], x[..., ::2]), dim=-1).flatten(-2)
@@ -77,7 +80,9 @@ def rotate_half(x: torch.Tensor, adjacent: bool) -> torch.Tensor:
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
 
 
-def rope_transpose(g: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor, bool, int]) -> torch.Tensor:
+def rope_transpose(g: Float[torch.Tensor, "*batch pos d_head"],
+                   tables: tuple[Float[torch.Tensor, "pos rot"], Float[torch.Tensor, "pos rot"], bool, int]
+                   ) -> Float[torch.Tensor, "*batch pos d_head"]:
     """Undo RoPE on a gradient [..., pos, d_head]: R^T g = cos * g - F(sin * g), F = rotate-half.
 
     The forward is x_rot = cos * x + sin * F(x) with F skew-symmetric, so its transpose is
@@ -91,7 +96,8 @@ def rope_transpose(g: torch.Tensor, tables: tuple[torch.Tensor, torch.Tensor, bo
     return torch.cat([out, g[..., dim:]], dim=-1)
 
 
-def act_slope(act_fn: Any, g: torch.Tensor, mode: str, silu: bool) -> torch.Tensor:
+def act_slope(act_fn: Any, g: Float[torch.Tensor, "*batch d_mlp"], mode: str,
+              silu: bool) -> Float[torch.Tensor, "*batch d_mlp"]:
     """The frozen slope of act at g: act(g)/g ("ratio", exact) or act'(g) ("derivative")."""
     if mode == "ratio":
         if silu:

@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 
 from attribution.methods import Scored
 from core.errors import MethodError
@@ -48,7 +49,7 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
     check_supported(model)
     base = baseline_embedding(model, baseline).float()  # [d_model], the same at every position
     total = torch.zeros(enc.seq_len, dtype=torch.float64)
-    embed: torch.Tensor | None = None
+    embed: Float[torch.Tensor, "pos d_model"] | None = None
     target_logit = None
     alphas = [k / steps for k in range(steps, 0, -1)]  # alpha = 1 first: the input's own forward
     for start in range(0, steps, internal_batch_size):
@@ -74,11 +75,11 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
     return Scored(scores, target_logit=target_logit)
 
 
-def _path_forward(model: Any, tokens: torch.Tensor, base: torch.Tensor, alphas: list[float],
-                  names: list[str]) -> dict[str, torch.Tensor]:
+def _path_forward(model: Any, tokens: Int[torch.Tensor, "batch pos"], base: Float[torch.Tensor, " d_model"],
+                  alphas: list[float], names: list[str]) -> dict[str, Float[torch.Tensor, "*axes"]]:
     """DPA's cache of one forward whose token embedding in row r is ``base + alphas[r] (e - base)``, and the
     input's own embedding (``clean_embed``)."""
-    cache: dict[str, torch.Tensor] = {}
+    cache: dict[str, Float[torch.Tensor, "*axes"]] = {}  # batch first, but clean_embed [pos, d_model]
     alpha = torch.tensor(alphas, device=tokens.device).view(-1, 1, 1)
 
     def interpolate(x, hook):

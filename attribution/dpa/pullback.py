@@ -18,19 +18,19 @@ from collections.abc import Container, Iterable, Iterator
 from typing import TYPE_CHECKING
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Float, Int
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import At, Point, hook_names, init_target, rank, top_down, without_grad
+from attribution.dpa.steps import At, Cache, Point, hook_names, init_target, rank, top_down, without_grad
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel
     from core.models.tokens import Encoding
 
 
-def dpa_cache(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
-              extra: Iterable[str] = ()) -> dict[str, torch.Tensor]:
+def dpa_cache(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], p: DPAParams,
+              extra: Iterable[str] = ()) -> Cache:
     """One forward pass caching what the top-down pass reads plus the hooks ``extra`` (float32)."""
     check_supported(model)
     names = list(dict.fromkeys(hook_names(model, p, ()) + [model.check_hook(n) for n in extra]))
@@ -40,16 +40,17 @@ def dpa_cache(model: HookedModel, tokens: torch.Tensor, p: DPAParams,
 
 
 def logit_target(model: HookedModel, enc: Encoding,
-                 cache: dict[str, torch.Tensor]) -> tuple[Float[torch.Tensor, "1 pos d_model"], float]:
+                 cache: dict[str, Float[torch.Tensor, "1 ..."]]) -> tuple[Float[torch.Tensor, "1 pos d_model"], float]:
     """The target (minus foil) vector at the top residual point, and the target logit (difference)."""
     offsets = {k: torch.zeros(1, dtype=torch.float64) for k in ("unembed_bias", "final_norm_bias")}
     t, logit = init_target(model, [enc], cache, offsets)
     return t, float(logit[0])
 
 
-def pull_back(model: HookedModel, cache: dict[str, torch.Tensor], t: Float[torch.Tensor, "batch pos d_model"],
-              start: Point, p: DPAParams, frozen_mlps: Container[int] = (),
-              lowest: Point = (-1, "post")) -> Iterator[tuple[Point, torch.Tensor]]:
+def pull_back(model: HookedModel, cache: dict[str, Float[torch.Tensor, "#batch ..."]],
+              t: Float[torch.Tensor, "batch pos d_model"], start: Point, p: DPAParams,
+              frozen_mlps: Container[int] = (), lowest: Point = (-1, "post")
+              ) -> Iterator[tuple[Point, Float[torch.Tensor, "batch pos d_model"]]]:
     """Yield (point, target vector at that point) from ``start`` down to ``lowest`` (both included).
 
     ``t`` is a batch of targets placed at ``start`` ([batch, pos, d_model]); ``cache`` is one prompt's
@@ -65,7 +66,7 @@ def pull_back(model: HookedModel, cache: dict[str, torch.Tensor], t: Float[torch
             yield step.point, step.t
 
 
-def embedding(cache: dict[str, torch.Tensor]) -> Float[torch.Tensor, "1 pos d_model"]:
+def embedding(cache: dict[str, Float[torch.Tensor, "1 ..."]]) -> Float[torch.Tensor, "1 pos d_model"]:
     """What the bottom point (-1, "post") holds: token plus positional embedding."""
     x = cache["hook_embed"]
     return x + cache["hook_pos_embed"] if "hook_pos_embed" in cache else x
@@ -76,8 +77,9 @@ def resid_hook(point: Point) -> str:
     return "blocks.0.hook_resid_pre" if layer < 0 else f"blocks.{layer}.hook_resid_{where}"
 
 
-def targets_at(model: HookedModel, cache: dict[str, torch.Tensor], t: torch.Tensor, start: Point,
-               points: Iterable[Point], p: DPAParams) -> dict[Point, torch.Tensor]:
+def targets_at(model: HookedModel, cache: dict[str, Float[torch.Tensor, "#batch ..."]],
+               t: Float[torch.Tensor, "batch pos d_model"], start: Point, points: Iterable[Point],
+               p: DPAParams) -> dict[Point, Float[torch.Tensor, "batch pos d_model"]]:
     """The target vector at each of ``points`` (below ``start``), one pass, nothing held fixed."""
     wanted = set(points)
     lowest = min(wanted, key=rank)

@@ -21,14 +21,15 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from attribution.dpa.params import DPAParams
 
 
-def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, torch.Tensor]:
+def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, Float[torch.Tensor, "*axes"]]:
     p = DPAParams.from_kwargs(**params)
     a = model.arch
-    store: dict[str, torch.Tensor] = {}
+    store: dict[str, Float[torch.Tensor, "1 ..."]] = {}  # one prompt's activations by hook name
     hooks = reference_hooks(model, p, store)
 
     with torch.enable_grad(), logits_uncapped(model):  # DPA explains the logit before a final soft-cap
@@ -73,7 +74,8 @@ def logits_uncapped(model: Any) -> Iterator[None]:
         cfg.output_logits_soft_cap = saved
 
 
-def reference_hooks(model: Any, p: DPAParams, store: dict[str, torch.Tensor]) -> list[tuple[str, Any]]:
+def reference_hooks(model: Any, p: DPAParams,
+                    store: dict[str, Float[torch.Tensor, "batch ..."]]) -> list[tuple[str, Any]]:
     """The forward hooks that freeze the nonlinearities and scale each path's gradient (module docstring);
     tensors the scores need are put in ``store`` by hook name."""
     a = model.arch

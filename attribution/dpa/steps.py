@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float
 
 from attribution.dpa.linear import act_slope, norm_back, rope_tables, rope_transpose
 from attribution.dpa.params import DPAParams
@@ -27,6 +28,12 @@ if TYPE_CHECKING:
 
 OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
                "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")
+
+# What the steps pass around. Every cached activation is batch first (its other axes are its hook's); the
+# offsets are one float64 sum per prompt; the scores asked for ("head", "edge", "neuron") are batch, layer first.
+Cache = dict[str, Float[torch.Tensor, "batch ..."]]
+Offsets = dict[str, Float[torch.Tensor, " batch"]]
+Scores = dict[str, Float[torch.Tensor, "batch layer ..."]]
 
 
 def hook_names(model: HookedModel, p: DPAParams, levels: tuple[str, ...]) -> list[str]:
@@ -53,7 +60,7 @@ def hook_names(model: HookedModel, p: DPAParams, levels: tuple[str, ...]) -> lis
     return [n for n in names if n in available]
 
 
-def bsum(x: torch.Tensor) -> torch.Tensor:
+def bsum(x: Float[torch.Tensor, "batch ..."]) -> Float[torch.Tensor, " batch"]:
     """Sum over every axis but the leading batch axis, in float64: [batch]."""
     return x.flatten(1).sum(-1).double()
 
@@ -65,8 +72,8 @@ def layer_weights(model: HookedModel, layer: int) -> dict[str, Any]:
             for k, v in model.weights(layer, repeat_kv=False).items()}
 
 
-def site_back(model: HookedModel, site: NormSite | None, g: torch.Tensor, cache: dict[str, torch.Tensor],
-              aware: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def site_back(model: HookedModel, site: NormSite | None, g: Float[torch.Tensor, "*batch pos d_model"], cache: Cache,
+              aware: bool = False) -> tuple[Float[torch.Tensor, "*batch pos d_model"], Float[torch.Tensor, "*batch"]]:
     """Transpose of one norm (``norm_back``) given by its NormSite, its scale frozen or, ``aware``, carried
     (norm-aware DPA; hook_names caches the normalised stream it needs); identity where there is none."""
     if site is None:
@@ -77,8 +84,8 @@ def site_back(model: HookedModel, site: NormSite | None, g: torch.Tensor, cache:
     return norm_back(g, cache.get(site.scale_hook), w, b, model.arch.norm == "layernorm", normalized)
 
 
-def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tensor],
-                offsets: dict[str, torch.Tensor], aware: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def init_target(model: HookedModel, encs: list[Any], cache: Cache, offsets: Offsets,
+                aware: bool = False) -> tuple[Float[torch.Tensor, "batch pos d_model"], Float[torch.Tensor, " batch"]]:
     """t at each prompt's explained position (Encoding.query: the last one unless a position is given): the
     unembedding row(s) pulled back through the final norm, its scale frozen or (``aware``) carried. The logit
     explained is the one before any final soft-capping (Gemma 2's tanh is not linearised: DPA explains what
@@ -119,8 +126,8 @@ def init_target(model: HookedModel, encs: list[Any], cache: dict[str, torch.Tens
     return t, logit
 
 
-def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor, cache: dict[str, torch.Tensor],
-             p: DPAParams, out: dict[str, torch.Tensor], offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: Float[torch.Tensor, "batch pos d_model"],
+             cache: Cache, p: DPAParams, out: Scores, offsets: Offsets) -> Float[torch.Tensor, "batch pos d_model"]:
     """Update to t from layer l's MLP: up and gate paths (GLU) or one content path (GELU/ReLU), through the
     frozen norms after (post-norm) and before (pre-norm) the MLP."""
     b = f"blocks.{layer}."
@@ -157,7 +164,8 @@ def undo_mlp(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
     return g_x
 
 
-def from_heads(g: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
+def from_heads(g: Float[torch.Tensor, "batch head pos d_head"],
+               W: Float[torch.Tensor, "head d_model d_head"]) -> Float[torch.Tensor, "batch pos d_model"]:
     """sum_h g[:, h] @ W[h]^T: [batch, head, pos, d_head] x [head, d_model, d_head] -> [batch, pos, d_model],
     as one matmul. W.transpose(1, 2).reshape is a free view for HF-converted weights (TL's W_Q views q_proj).
     """
@@ -166,21 +174,21 @@ def from_heads(g: torch.Tensor, W: torch.Tensor) -> torch.Tensor:
     return flat @ W.transpose(1, 2).reshape(heads * d_head, -1)
 
 
-def by_head(x: torch.Tensor) -> torch.Tensor:
+def by_head(x: Float[torch.Tensor, "batch pos head d_head"]) -> Float[torch.Tensor, "batch head pos d_head"]:
     """[batch, pos, head, d_head] -> [batch, head, pos, d_head]."""
     return x.transpose(1, 2)
 
 
-def attn_out_target(model: HookedModel, layer: int, t: torch.Tensor, cache: dict[str, torch.Tensor],
-                    offsets: dict[str, torch.Tensor], aware: bool = False) -> torch.Tensor:
+def attn_out_target(model: HookedModel, layer: int, t: Float[torch.Tensor, "batch pos d_model"], cache: Cache,
+                    offsets: Offsets, aware: bool = False) -> Float[torch.Tensor, "batch pos d_model"]:
     """The target on the attention's own output (before a post-norm): t through the post-norm."""
     t_o, off = site_back(model, model.norm_sites(layer)["attn_post"], t, cache, aware)
     offsets["attn_norm_bias"] += off.double()
     return t_o
 
 
-def attn_in_back(model: HookedModel, layer: int, g_n: torch.Tensor, cache: dict[str, torch.Tensor],
-                 offsets: dict[str, torch.Tensor] | None, aware: bool = False) -> torch.Tensor:
+def attn_in_back(model: HookedModel, layer: int, g_n: Float[torch.Tensor, "*batch pos d_model"], cache: Cache,
+                 offsets: Offsets | None, aware: bool = False) -> Float[torch.Tensor, "*batch pos d_model"]:
     """From the target on the attention's (normed) input to the residual stream: the pre-norm (its scale
     frozen, or carried with ``aware``). ``offsets`` None: the caller keeps no bias terms (the edge scorer's
     per-receiver targets)."""
@@ -190,8 +198,9 @@ def attn_in_back(model: HookedModel, layer: int, g_n: torch.Tensor, cache: dict[
     return g_x
 
 
-def qk_delta(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
-             cache: dict[str, torch.Tensor]) -> torch.Tensor:
+def qk_delta(model: HookedModel, layer: int, A: Float[torch.Tensor, "batch head query key"],
+             edge: Float[torch.Tensor, "batch head query key"], mz: Float[torch.Tensor, "batch head query"],
+             cache: Cache) -> Float[torch.Tensor, "batch head query key"]:
     """d(m_i . z_i) / d(q_i . k_j): A_ij (m_i.v_j - m_i.z_i) / attn_scale, times the soft-cap's local slope
     1 - tanh^2 where scores are capped. edge: A_ij (m_i . v_j) [batch, head, query, key]; mz [batch, head,
     query]."""
@@ -204,8 +213,8 @@ def qk_delta(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor
     return delta
 
 
-def qk_back(model: HookedModel, layer: int, g: torch.Tensor, role: str, cache: dict[str, torch.Tensor],
-            repeat: int = 1) -> torch.Tensor:
+def qk_back(model: HookedModel, layer: int, g: Float[torch.Tensor, "batch head pos d_head"], role: str,
+            cache: Cache, repeat: int = 1) -> Float[torch.Tensor, "batch head pos d_head"]:
     """From the target on the rotated (and normed) q or k [batch, head, pos, d_head] to the target on the
     projection W x + b: the inverse rotation, then the frozen q/k norm (per head or over the projection).
     ``repeat``: g holds each kv head's keys repeated for its query heads (the norm's kv-head scales are
@@ -230,9 +239,9 @@ def qk_back(model: HookedModel, layer: int, g: torch.Tensor, role: str, cache: d
     return g * w / scale
 
 
-def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.Tensor,
-                   cache: dict[str, torch.Tensor], p: DPAParams, out: dict[str, torch.Tensor],
-                   offsets: dict[str, torch.Tensor], per_head: bool = False) -> torch.Tensor:
+def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: Float[torch.Tensor, "batch pos d_model"],
+                   cache: Cache, p: DPAParams, out: Scores, offsets: Offsets,
+                   per_head: bool = False) -> Float[torch.Tensor, "*receiver batch pos d_model"]:
     """Update to t from layer l's attention: value path (pattern frozen) and query/key paths; writes the
     head and edge scores into ``out`` where asked ("head", "edge").
 
@@ -284,9 +293,11 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: torch.T
     return attn_in_back(model, layer, g_n, cache, offsets, p.norm_aware)
 
 
-def qk_targets(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tensor, mz: torch.Tensor,
-               cache: dict[str, torch.Tensor], p: DPAParams,
-               per_head: bool = False) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+def qk_targets(model: HookedModel, layer: int, A: Float[torch.Tensor, "batch head query key"],
+               edge: Float[torch.Tensor, "batch head query key"], mz: Float[torch.Tensor, "batch head query"],
+               cache: Cache, p: DPAParams, per_head: bool = False
+               ) -> tuple[Float[torch.Tensor, "batch head pos d_head"] | None,
+                          Float[torch.Tensor, "batch kv_head pos d_head"] | None]:
     """The control paths: delta_ij = d(m_i.z_i)/d score_ij (``qk_delta``) sent to q_i and k_j, each through
     the inverse rotation and q/k norm (``qk_back``). Returns the targets on the q projection [batch, head,
     pos, d_head] and on the k projection [batch, group, pos, d_head] (kv groups summed; [batch, head, pos,
@@ -312,8 +323,9 @@ def qk_targets(model: HookedModel, layer: int, A: torch.Tensor, edge: torch.Tens
     return gq, gk
 
 
-def _qk_inputs(w: dict[str, Any], gq: torch.Tensor | None, gk: torch.Tensor | None,
-               offsets: dict[str, torch.Tensor]) -> torch.Tensor:
+def _qk_inputs(w: dict[str, Any], gq: Float[torch.Tensor, "batch head pos d_head"] | None,
+               gk: Float[torch.Tensor, "batch kv_head pos d_head"] | None,
+               offsets: Offsets) -> Float[torch.Tensor, "batch pos d_model"]:
     """The q and k targets through W_Q / W_K, summed over heads, with their biases' terms."""
     g_n = gq.new_zeros(()) if gq is not None else gk.new_zeros(())  # type: ignore[union-attr]
     for g, W, bias in ((gq, w["W_Q"], w["b_Q"]), (gk, w["W_K"], w["b_K"])):
@@ -324,8 +336,10 @@ def _qk_inputs(w: dict[str, Any], gq: torch.Tensor | None, gk: torch.Tensor | No
     return g_n
 
 
-def _per_receiver(w: dict[str, Any], gq: torch.Tensor | None, gk: torch.Tensor | None,
-                  gv: torch.Tensor) -> torch.Tensor:
+def _per_receiver(w: dict[str, Any], gq: Float[torch.Tensor, "batch head pos d_head"] | None,
+                  gk: Float[torch.Tensor, "batch head pos d_head"] | None,
+                  gv: Float[torch.Tensor, "batch head pos d_head"]
+                  ) -> Float[torch.Tensor, "receiver batch pos d_model"]:
     """Each head's q, k, v targets through its own projection: [head x 3, batch, pos, d_model], as one
     batched product over (head, role)."""
     n, H, seq, d_head = gv.shape
@@ -354,7 +368,7 @@ class At:
     """The top-down pass reached a residual point; ``t`` is the target vector there [batch, pos, d_model]."""
 
     point: Point
-    t: torch.Tensor
+    t: Float[torch.Tensor, "batch pos d_model"]
 
 
 @dataclass(frozen=True)
@@ -364,7 +378,7 @@ class Update:
 
     layer: int
     sublayer: str
-    update: torch.Tensor
+    update: Float[torch.Tensor, "*receiver batch pos d_model"]
 
 
 def without_grad(steps: Iterator[Any]) -> Iterator[Any]:
@@ -379,9 +393,9 @@ def without_grad(steps: Iterator[Any]) -> Iterator[Any]:
         yield item
 
 
-def top_down(model: HookedModel, cache: dict[str, torch.Tensor], t: torch.Tensor, p: DPAParams,
+def top_down(model: HookedModel, cache: Cache, t: Float[torch.Tensor, "batch pos d_model"], p: DPAParams,
              start: Point | None = None, lowest: Point = (-1, "post"), frozen_mlps: Container[int] = (),
-             out: dict[str, torch.Tensor] | None = None, offsets: dict[str, torch.Tensor] | None = None,
+             out: Scores | None = None, offsets: Offsets | None = None,
              per_head: bool = False) -> Iterator[At | Update]:
     """DPA's top-down pass, the one loop every caller walks: carry ``t`` (placed at ``start``, by default
     above the last layer) down to ``lowest``, yielding ``At`` at each residual point (both ends included)
