@@ -22,6 +22,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+# The shipped dictionaries' settings, this script's departures from attribution.sae.config.TrainConfig: the
+# options' defaults below (width 2304, k 64, lr 7e-4, 700k tokens) and this batch (data/saes/*/workbench.json).
+BATCH_SIZE = 1024
 GOALS = {"explained_variance": (">=", 0.8), "l0": ("<=", 64), "dead_fraction": ("<", 0.05),
          "ce_loss_delta": ("<=", 0.3)}
 
@@ -108,7 +111,7 @@ def main() -> None:
                 info = json.loads((out / "workbench.json").read_text())
             else:
                 spec = BuildSpec(hook=hook, kind=kind, width=args.width, k=args.k, tokens=args.tokens, lr=args.lr,
-                                 l0_target=args.l0_target)
+                                 batch_size=BATCH_SIZE, l0_target=args.l0_target)
                 info = build_dictionary(model, spec, out, progress, train, held, half=True)
                 print(name, json.dumps(info["metrics"]), flush=True)
             infos.append({**info, "name": name})

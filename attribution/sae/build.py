@@ -12,10 +12,11 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from attribution.sae.config import TrainConfig
 from attribution.sae.shards import MANIFEST, ShardSet, cache_shards
 from attribution.sae.train_shards import (
     Progress,
@@ -33,17 +34,12 @@ from core.errors import ModelFileError, RangeError
 HELDOUT_TOKENS = 64_000
 
 
-@dataclass
-class BuildSpec:
+@dataclass(kw_only=True)
+class BuildSpec(TrainConfig):
+    """One dictionary built from disk shards: the training settings (TrainConfig's defaults; kind "topk", a
+    residual SAE, or "transcoder"; width None: 4 features per d_model) and the hook it reads."""
+
     hook: str  # the input hook (for a transcoder: blocks.L.ln2.hook_normalized)
-    kind: str = "topk"  # "topk" (residual SAE) or "transcoder"
-    width: int = 4608
-    k: int = 64
-    tokens: int = 1_000_000
-    batch_size: int = 1024
-    lr: float = 4e-4
-    skip_first: int = 1
-    seed: int = 0
     l0_target: float | None = None  # transcoders: L0 the JumpReLU threshold aims at (default k)
 
     @property
@@ -117,6 +113,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     from attribution.sae.dictionary import load_dictionary
     from attribution.sae.evaluate import evaluate_dictionary
 
+    spec = replace(spec, width=spec.width_for(model.arch.d_model))
     check_width(spec.width, spec.k)
     if spec.kind not in ("topk", "transcoder"):
         raise RangeError(f"unknown dictionary kind {spec.kind!r}: topk, transcoder")

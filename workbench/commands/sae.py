@@ -6,6 +6,8 @@ from pathlib import Path
 
 import typer
 
+from attribution.sae.config import TRAIN
+from attribution.sae.sets import SetSpec
 from core.options import (
     allow_long_option,
     check_output,
@@ -50,21 +52,22 @@ def _threads() -> None:
 def train(
     model: str = typer.Option(..., "--model", help="Model name or local path."),
     hook: str = typer.Option(..., "--hook", help="Hook to train on, e.g. blocks.15.hook_resid_post."),
-    tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache (one per token).",
+    tokens: int = typer.Option(TRAIN.tokens, "--tokens", help="Activations to cache (one per token).",
                                callback=positive_int),
-    kind: str = typer.Option("topk", "--kind", help="topk | transcoder | batchtopk | jumprelu | l1."),
-    width: int = typer.Option(None, "--width", help="Number of features (default 8 x the hook's width).",
+    kind: str = typer.Option(TRAIN.kind, "--kind", help="topk | transcoder | batchtopk | jumprelu | l1."),
+    width: int = typer.Option(TRAIN.width, "--width", help="Number of features (default 8 x the hook's width).",
                               callback=positive_int),
-    k: int = typer.Option(32, "--k", help="Active features per token (topk, batchtopk).", callback=positive_int),
+    k: int = typer.Option(TRAIN.k, "--k", help="Active features per token (topk, batchtopk).", callback=positive_int),
     epochs: float = typer.Option(4.0, "--epochs", help="Passes over the cached activations.", callback=positive_float),
-    lr: float = typer.Option(4e-4, "--lr", callback=positive_float),
-    batch_size: int = typer.Option(512, "--batch-size", help="Activations per training step.", callback=positive_int),
+    lr: float = typer.Option(TRAIN.lr, "--lr", callback=positive_float),
+    batch_size: int = typer.Option(TRAIN.batch_size, "--batch-size", help="Activations per training step.",
+                                   callback=positive_int),
     l1: float = typer.Option(0.5, "--l1", help="L1 coefficient (l1 kind).", callback=nonneg_float),
     l0: float = typer.Option(1.0, "--l0", help="L0 coefficient (jumprelu kind).", callback=nonneg_float),
     ctx: int = typer.Option(128, "--ctx", help="Context window for caching.", callback=positive_int),
     corpus: str = typer.Option(None, "--corpus", help="Corpus directory (default data/corpus).", callback=nonempty),
     out: str = typer.Option(None, "--out", help="Where to save the SAE (default: under the run store)."),
-    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    seed: int = typer.Option(TRAIN.seed, "--seed", callback=nonneg_int),
     keep_first: bool = typer.Option(False, "--keep-first", help="Also train on position 0 (the "
                                     "attention sink, whose norm dwarfs the rest; left out by default)."),
     device: str = DEVICE_OPTION,
@@ -291,11 +294,12 @@ def corpus(
 
 def build_set(
     model: str = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus)."),
-    kind: str = typer.Option("transcoder", "--kind", help="transcoder (one per layer: MLP input -> MLP output)."),
+    kind: str = typer.Option(SetSpec.kind, "--kind", help="transcoder (one per layer: MLP input -> MLP output)."),
     layers: str = typer.Option("all", "--layers", help="all, a range 0-5, or layers 3,7,11."),
-    width: int = typer.Option(1152, "--width", help="Features per transcoder.", callback=positive_int),
-    k: int = typer.Option(32, "--k", help="Active features per token while training (TopK).", callback=positive_int),
-    tokens: int = typer.Option(200_000, "--tokens", help="Training tokens per layer (cached once for all).",
+    width: int = typer.Option(SetSpec.width, "--width", help="Features per transcoder.", callback=positive_int),
+    k: int = typer.Option(SetSpec.k, "--k", help="Active features per token while training (TopK).",
+                          callback=positive_int),
+    tokens: int = typer.Option(SetSpec.tokens, "--tokens", help="Training tokens per layer (cached once for all).",
                                callback=positive_int),
     name: str = typer.Option(None, "--name", help="The set's name (default MODEL-transcoders-wWIDTH), under "
                              "~/.cache/workbench/sets/.", callback=nonempty),
@@ -308,7 +312,7 @@ def build_set(
     its checkpoint, each is saved atomically. Use it as `--saes set:NAME` (feature-graph, feature commands)."""
     import sys
 
-    from attribution.sae.sets import SetSpec, built_layers, default_name, estimate, parse_layers, sets_root
+    from attribution.sae.sets import built_layers, default_name, estimate, parse_layers, sets_root
     from core.errors import RangeError
     from core.models import zoo
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from attribution.sae.config import WIDTH_PER_DIM_FROM_SHARDS, WIDTH_PER_DIM_IN_MEMORY
 from workbench.scheduler.kinds import split, worker_model
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
@@ -254,7 +255,7 @@ def _in_memory(spec: dict[str, Any], on_progress: Progress | None) -> SaeTrainRe
     # the SAE's metadata names the model as the user gave it, so `sae features/eval` can reload it
     # (a zoo name, or a local path for models outside the zoo)
     cache.model = spec["model"]
-    width = spec.get("width") or 8 * cache.d_in
+    width = spec.get("width") or WIDTH_PER_DIM_IN_MEMORY * cache.d_in
     if kind in ("topk", "batchtopk") and not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the SAE width {width}")
     t_cache = time.time() - started
@@ -295,7 +296,7 @@ def _from_shards(spec: dict[str, Any], on_progress: Progress | None) -> SaeTrain
     m = worker_model(spec)
     m.check_hook(spec["hook"])
     hook_in = transcoder_input(spec["hook"]) if kind == "transcoder" else spec["hook"]
-    width = spec.get("width") or 4 * int(m.arch.d_model)
+    width = spec.get("width") or WIDTH_PER_DIM_FROM_SHARDS * int(m.arch.d_model)
     if not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the dictionary width {width}")
     build = BuildSpec(hook=hook_in, kind=kind, width=width, k=k, tokens=spec["tokens"],

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
+from attribution.sae.config import TRAIN
 from workbench.scheduler.board import JobError
 
 
@@ -429,21 +430,22 @@ class SaeTrainSpec(ModelSpec):
     KIND: ClassVar[str] = "sae_train"
     JOB: ClassVar[str] = "workbench.scheduler.kind_sae:SaeTrainJob"
 
+    # the training settings' defaults are attribution.sae.config.TrainConfig's (the command's --options too)
     hook: str
     tokens: int
-    sae_kind: str = "topk"
-    width: int | None = None
-    k: int = 32
+    sae_kind: str = TRAIN.kind
+    width: int | None = TRAIN.width
+    k: int = TRAIN.k
     epochs: float = 4.0
-    lr: float = 4e-4
-    batch_size: int = 512
+    lr: float = TRAIN.lr
+    batch_size: int = TRAIN.batch_size
     l1: float = 0.5
     l0: float = 1.0
     ctx: int = 128
     corpus: str | None = None
     out: str | None = None
-    seed: int = 0
-    keep_first: bool = False
+    seed: int = TRAIN.seed
+    keep_first: bool = not TRAIN.skip_first
 
     def check(self) -> None:
         _positive("tokens", self.tokens)
