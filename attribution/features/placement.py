@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float, Int
 
 from attribution.dpa.steps import Point, rank
 from core.errors import MethodError
@@ -82,7 +83,7 @@ def check_dictionaries(model: HookedModel, dicts: list[Dictionary]) -> list[Plac
     return places
 
 
-def directions(d: Dictionary, features: torch.Tensor, chunk: int = 256) -> torch.Tensor:
+def directions(d: Dictionary, features: Int[torch.Tensor, " n"], chunk: int = 256) -> Float[torch.Tensor, "n d_model"]:
     """Decoder directions in the hook_out space [n, d_model]: decode(e_f) - decode(0) (decode is affine;
     this folds in any activation scale the dictionary applies)."""
     zero = d.decode(torch.zeros(1, d.d_sae)).float()
@@ -95,8 +96,8 @@ def directions(d: Dictionary, features: torch.Tensor, chunk: int = 256) -> torch
     return torch.cat(out) if out else torch.zeros(0, zero.shape[-1])
 
 
-def encoder_directions(d: Dictionary, x: torch.Tensor, positions: torch.Tensor,
-                       features: torch.Tensor) -> torch.Tensor:
+def encoder_directions(d: Dictionary, x: Float[torch.Tensor, "pos d_in"], positions: Int[torch.Tensor, " n"],
+                       features: Int[torch.Tensor, " n"]) -> Float[torch.Tensor, "n d_in"]:
     """d act_f / d input at each (position, feature) [n, d_in]: the direction whose dot product with the
     input moves the active feature (TopK and ReLU encoders are affine around an active feature)."""
     if len(features) == 0:
@@ -112,22 +113,23 @@ def encoder_directions(d: Dictionary, x: torch.Tensor, positions: torch.Tensor,
 class Sources:
     """One dictionary's additive pieces on one prompt. Features are the active (position, feature) pairs."""
 
-    positions: torch.Tensor  # [n] long
-    features: torch.Tensor  # [n] long
-    acts: torch.Tensor  # [n]
-    contrib: torch.Tensor  # [n, d_model]: act x decoder direction
-    error: torch.Tensor  # [pos, d_model]: true hook_out activation - reconstruction
-    bias: torch.Tensor  # [pos, d_model]: the decoder bias (zero where features are not scored)
-    skip: torch.Tensor  # [pos, d_model]: the transcoder's skip term (zero for SAEs)
-    x_out: torch.Tensor  # [pos, d_model]: the true hook_out activation
-    x_in: torch.Tensor  # [pos, d_in]: the encoder's input (on the dictionary's device)
+    positions: Int[torch.Tensor, " active"]
+    features: Int[torch.Tensor, " active"]
+    acts: Float[torch.Tensor, " active"]
+    contrib: Float[torch.Tensor, "active d_model"]  # act x decoder direction
+    error: Float[torch.Tensor, "pos d_model"]  # true hook_out activation - reconstruction
+    bias: Float[torch.Tensor, "pos d_model"]  # the decoder bias (zero where features are not scored)
+    skip: Float[torch.Tensor, "pos d_model"]  # the transcoder's skip term (zero for SAEs)
+    x_out: Float[torch.Tensor, "pos d_model"]  # the true hook_out activation
+    x_in: Float[torch.Tensor, "pos d_in"]  # the encoder's input (on the dictionary's device)
 
-    def feature_scores(self, t: torch.Tensor) -> torch.Tensor:
+    def feature_scores(self, t: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch active"]:
         """act x (direction . t[position]) for a batch of targets t [batch, pos, d_model] -> [batch, n]."""
         return (t[:, self.positions, :] * self.contrib).sum(-1)
 
     @staticmethod
-    def per_position(v: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    def per_position(v: Float[torch.Tensor, "pos d_model"],
+                     t: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos"]:
         """v [pos, d_model] . t [batch, pos, d_model] -> [batch, pos]."""
         return (t * v).sum(-1)
 
@@ -160,8 +162,8 @@ def sources(d: Dictionary, cache: dict[str, Any], keep_first: bool = False) -> S
                    x_in=x_in)
 
 
-def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc_dirs: torch.Tensor,
-                positions: torch.Tensor, seq: int) -> torch.Tensor:
+def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc_dirs: Float[torch.Tensor, "n d_in"],
+                positions: Int[torch.Tensor, " n"], seq: int) -> Float[torch.Tensor, "n pos d_model"]:
     """Targets [n, pos, d_model] at ``place.read`` for features with encoder directions [n, d_in] at
     ``positions``: a transcoder's input is the residual stream over its frozen ln2 scale."""
     from attribution.dpa.linear import norm_back

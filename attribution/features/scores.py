@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float, Int
 
 from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, logit_target, targets_at
@@ -42,14 +43,14 @@ class LayerFeatures:
     kind: str
     tag: str
     hook_out: str
-    positions: torch.Tensor  # [n]
-    features: torch.Tensor  # [n]
-    acts: torch.Tensor  # [n]
-    scores: torch.Tensor  # [n]
-    error: torch.Tensor  # [pos]
-    bias: torch.Tensor  # [pos]
-    skip: torch.Tensor  # [pos]
-    share: torch.Tensor  # [pos]: t_p . x_p, the layer's share of the target at each position
+    positions: Int[torch.Tensor, " active"]
+    features: Int[torch.Tensor, " active"]
+    acts: Float[torch.Tensor, " active"]
+    scores: Float[torch.Tensor, " active"]
+    error: Float[torch.Tensor, " pos"]
+    bias: Float[torch.Tensor, " pos"]
+    skip: Float[torch.Tensor, " pos"]
+    share: Float[torch.Tensor, " pos"]  # t_p . x_p, the layer's share of the target at each position
 
     def completeness_error(self) -> float:
         """sum(features) + error + bias + skip - the layer's share (float noise: the split is exact)."""
@@ -97,7 +98,7 @@ class FeatureAttribution:
         return pd.DataFrame(rows)
 
 
-def score_sources(src: Sources, t: torch.Tensor, lf_meta: dict[str, Any]) -> LayerFeatures:
+def score_sources(src: Sources, t: Float[torch.Tensor, "pos d_model"], lf_meta: dict[str, Any]) -> LayerFeatures:
     """LayerFeatures of one dictionary against one target t [pos, d_model] at its hook_out."""
     tb = t[None]
     return LayerFeatures(
@@ -116,7 +117,8 @@ def hooks_of(dicts: list[Dictionary]) -> list[str]:
 
 def dpa_feature_scores(model: HookedModel, enc: Encoding, dicts: list[Dictionary], keep_first: bool = False,
                        p: DPAParams | None = None,
-                       cache: dict[str, torch.Tensor] | None = None) -> tuple[list[LayerFeatures], float]:
+                       cache: dict[str, Float[torch.Tensor, "1 ..."]] | None = None
+                       ) -> tuple[list[LayerFeatures], float]:
     """Feature-level DPA for dictionaries that fit the model; returns (per dictionary, target logit)."""
     p = p or DPAParams()
     places = [placement(d) for d in dicts]
