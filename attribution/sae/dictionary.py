@@ -14,9 +14,13 @@ from __future__ import annotations
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import ModelFileError, RangeError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1", "transcoder")
 
@@ -68,30 +72,30 @@ class Dictionary:
         return int(self.sae.cfg.d_sae)
 
     @property
-    def W_dec(self) -> Any:  # noqa: N802 (the field's own name)
+    def W_dec(self) -> Float[torch.Tensor, "feature d_out"]:  # noqa: N802 (the field's own name)
         return self.sae.W_dec
 
     @property
-    def W_enc(self) -> Any:  # noqa: N802
+    def W_enc(self) -> Float[torch.Tensor, "d_in feature"]:  # noqa: N802
         return self.sae.W_enc
 
     @property
     def metrics(self) -> dict[str, Any]:
         return dict(self.info.get("metrics") or {})
 
-    def encode(self, x: Any) -> Any:
+    def encode(self, x: Float[torch.Tensor, "*batch d_in"]) -> Float[torch.Tensor, "*batch feature"]:
         return self.sae.encode(x)
 
-    def decode(self, f: Any) -> Any:
+    def decode(self, f: Float[torch.Tensor, "*batch feature"]) -> Float[torch.Tensor, "*batch d_out"]:
         """Decoder output only: f @ W_dec + b_dec (no skip connection)."""
         return self.sae.decode(f)
 
-    def skip(self, x: Any) -> Any:
+    def skip(self, x: Float[torch.Tensor, "*batch d_in"]) -> Float[torch.Tensor, "*batch d_out"]:
         """The transcoder's linear skip term (zero for SAEs)."""
         w = getattr(self.sae, "W_skip", None)
         return x @ w.T if w is not None else 0 * x
 
-    def reconstruct(self, x: Any) -> Any:
+    def reconstruct(self, x: Float[torch.Tensor, "*batch d_in"]) -> Float[torch.Tensor, "*batch d_out"]:
         return self.decode(self.encode(x)) + (self.skip(x) if self.is_transcoder else 0)
 
     def check_feature(self, feature: int) -> int:

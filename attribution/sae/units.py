@@ -20,6 +20,7 @@ from core.errors import RangeError
 
 if TYPE_CHECKING:
     import torch
+    from jaxtyping import Float
 
     from core.models.hooked import HookedModel
 
@@ -36,7 +37,7 @@ class NeuronDictionary:
 
     model: str
     layer: int
-    W_out: Any  # [d_mlp, d_model]
+    W_out: Float[torch.Tensor, "d_mlp d_model"]
     path: Path | None = None
     info: dict[str, Any] = field(default_factory=dict)
     kind: str = "neurons"
@@ -55,20 +56,20 @@ class NeuronDictionary:
         return f"blocks.{self.layer}.hook_mlp_out"
 
     @property
-    def W_dec(self) -> Any:
+    def W_dec(self) -> Float[torch.Tensor, "d_mlp d_model"]:
         return self.W_out
 
     @property
     def d_sae(self) -> int:
         return int(self.W_out.shape[0])
 
-    def encode(self, x: torch.Tensor) -> torch.Tensor:
+    def encode(self, x: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_mlp"]:
         return x.float()
 
-    def decode(self, f: torch.Tensor) -> torch.Tensor:
+    def decode(self, f: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_model"]:
         return f.float() @ self.W_out.float()
 
-    def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
+    def reconstruct(self, x: Float[torch.Tensor, "*batch d_mlp"]) -> Float[torch.Tensor, "*batch d_model"]:
         return self.decode(x)
 
 
