@@ -91,7 +91,7 @@ def export_panel(run: Any, prefix: str) -> None:
         held = None
     if held is None:
         if c3.button(f"Prepare {fmt}", key=f"{prefix}_export_go"):
-            from circuits.export import run_bytes
+            from circuits.runs import run_bytes
 
             with st.spinner(f"Writing {fmt}…"):
                 got = C.attempt(f"Cannot export run {run.id} as {fmt}", run_bytes, run, fmt, table)
@@ -219,9 +219,9 @@ def _feature_graph(run: Any, prefix: str) -> bool:
 
 def _subgraph(run: Any, prefix: str) -> bool:
     from app.graph_view import show_subgraph
-    from circuits.graph import Subgraph
+    from circuits.runs import subgraph_of
 
-    sub = Subgraph.from_run(run)
+    sub = subgraph_of(run)
     clicked = show_subgraph(sub, f"{prefix}_graph", title=f"{sub.provenance.method} {sub.provenance.source} on "
                                                            f"{sub.provenance.model}: {len(sub.edges)} edges")
     inspect_clicked(sub, clicked, prefix)

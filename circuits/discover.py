@@ -17,13 +17,17 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from circuits.counterfactual import PromptSet, prepare
+from circuits.counterfactual import ABLATIONS, METRICS, PromptSet, prepare
 from circuits.edges import EDGE_METHODS, get_method
-from circuits.evaluate import DEFAULT_GRID, Faithfulness, check_grid, faithfulness, select
-from circuits.graph import CircuitGraph, GraphEdge, Provenance, Subgraph, check_k
+from circuits.edges.patching import chosen_edges
+from circuits.evaluate import DEFAULT_GRID, SELECTIONS, Faithfulness, check_grid, faithfulness, select
+from circuits.export import export
+from circuits.export.tables import circuit_edges, encode
+from circuits.graph import CircuitGraph, check_k
 from circuits.intervene import References, run_masked
+from circuits.subgraph import GraphEdge, Provenance, Subgraph
 from core.checks import Fields
-from core.errors import MethodError, RangeError, WorkbenchError
+from core.errors import MethodError, RangeError, RunStoreError, WorkbenchError
 
 PATCHING_LIMIT_EDGES = 5000  # above this, path patching needs an explicit sample
 # A saved circuit's graph is rebuilt from its meta.json: sizes beyond these are damage, refused before allocating.
@@ -45,6 +49,8 @@ class CircuitResult:
     faithfulness: Faithfulness | None = None
     selection: str = "topk"
     d_model: int | None = None  # the model's width (EAP-IG / MIB graph files record it); None in older runs
+
+    run_kind = "circuit"
 
     @property
     def n_prompts(self) -> int:
@@ -102,10 +108,23 @@ class CircuitResult:
                         Provenance(self.model, self.method, "circuit", list(self.rows), params))
 
     def plot(self, k: int | None = None, selected: str | None = None):
-        """The top-k edges drawn as the app draws them (circuits.plot.circuit_plot)."""
-        from circuits.plot import circuit_plot
+        """The top-k edges drawn as the app draws them (the Subgraph's figure): the title naming the method, the
+        metric (target and foil) and the model, the subtitle what was kept and aggregated."""
+        from circuits.plot import metric_name  # plotly: imported when a figure is drawn
 
-        return circuit_plot(self, k, selected)
+        k = min(k or self.edges, self.graph.n_edges)
+        pairs = {(r.get("target"), r.get("foil") if self.metric == "logit_diff" else None) for r in self.rows}
+        if len(pairs) == 1:
+            what = metric_name(*next(iter(pairs)))
+        else:
+            what = "logit(target) − logit(foil)" if self.metric == "logit_diff" else "logit(target)"
+        n = self.n_prompts
+        method = EDGE_METHODS[self.method].label if self.method in EDGE_METHODS else self.method
+        title = f"{method} circuit of {what} on {self.model}"
+        subtitle = (f"top {k} of {self.graph.n_edges:,} edges by |score| · width ∝ |score|<br>edge score: the "
+                    f"metric's drop when the edge alone is ablated ({self.ablation} ablation), summed over positions, "
+                    f"averaged over {n} prompt{'s' if n != 1 else ''}")
+        return self.subgraph(k).plot(title=title, subtitle=subtitle, selected=selected)
 
     def save_figure(self, path: Any, k: int | None = None) -> Any:
         """Save ``plot(k)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
@@ -116,15 +135,11 @@ class CircuitResult:
     def edge_table(self):
         """Every scored edge, named (not only the top k): source, target, role, receiver, score, rank by |score|,
         in_circuit (at the saved K and selection), and the layer / head of both ends (circuits.export.tables)."""
-        from circuits.export.tables import circuit_edges
-
         return circuit_edges(self)
 
     def export(self, fmt: str, path: Any, overwrite: bool = False) -> dict[str, Any]:
         """Write this circuit as ``graph-json`` (its top edges, circuit-tracer's layout), ``mib`` (EAP-IG's graph
         JSON: every edge scored, the circuit's in_graph), ``csv`` or ``parquet`` (every edge) at ``path``."""
-        from circuits.export import export
-
         return export(self, fmt, path, overwrite=overwrite)
 
     def plot_faithfulness(self):
@@ -153,8 +168,6 @@ class CircuitResult:
         figures = {"graph": self.plot()}
         if self.faithfulness is not None:
             figures["faithfulness"] = self.plot_faithfulness()
-        from circuits.export.tables import encode
-
         # result.json's "edges" is the named top-edge list (to_json); K, the number shown, is "k" (args.edges)
         result = self.to_json()
         summary = {"n_prompts": self.n_prompts, "n_edges_total": self.graph.n_edges, "k": self.edges}
@@ -177,11 +190,6 @@ class CircuitResult:
         """Rebuild a saved circuit (``workbench circuit evaluate``, the app). Everything read is checked
         (core/checks.py): a damaged run is a RunStoreError naming what is wrong, and the graph's size is
         bounded before anything is allocated from it."""
-        from circuits.counterfactual import ABLATIONS, METRICS
-        from circuits.edges import EDGE_METHODS
-        from circuits.evaluate import SELECTIONS
-        from core.errors import RunStoreError
-
         if run.kind != "circuit":
             raise WorkbenchError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit")
         args = run.fields("args")
@@ -268,8 +276,6 @@ def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, p
     # for the curve, 220 s estimated in all (with a load average of ~10 on 2 cores it measured ~35x slower).
     curve = 0.0 if grid is None else per_forward / copies * (2 + 2 * len(check_grid(grid, graph.n_edges)))
     if method == "activation_patching":
-        from circuits.edges.patching import chosen_edges
-
         n = len(chosen_edges(graph, params.get("sample", 0), params.get("seed", 0)))
         return per_forward * (math.ceil(n / copies) + 1) + curve
     layers = 1 + graph.n_layers * (1 + int(graph.has_mlp))  # the layers eap_ig_act moves one at a time
@@ -279,8 +285,6 @@ def estimate(model: Any, graph: CircuitGraph, prompts: PromptSet, method: str, p
 def check_patching(model: Any, graph: CircuitGraph, prompts: PromptSet, params: dict[str, Any]) -> int:
     """The number of edges path patching will patch; more than PATCHING_LIMIT_EDGES is refused (with what
     it would cost), so nobody starts an hours-long run by accident."""
-    from circuits.edges.patching import chosen_edges
-
     n = len(chosen_edges(graph, params["sample"], params["seed"]))
     if n > PATCHING_LIMIT_EDGES:
         seconds = estimate(model, graph, prompts, "activation_patching", params)

@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from circuits.graph import GraphEdge, GraphNode, Subgraph
+from circuits.influence import node_influence
+from circuits.subgraph import GraphEdge, GraphNode, Subgraph
 from core.errors import ArgumentError, RunStoreError
 
 ANNOTATIONS = "supernodes.json"  # a run's pins and supernodes, beside its meta.json
@@ -130,8 +131,6 @@ def check_supernode(name: str, members: list[str], present: set[str] | None = No
 def influence(sub: Subgraph) -> dict[str, float]:
     """Each node's influence on the logits (circuit-tracer's: every node's |incoming edges| normalised to one,
     propagated down from the logits nodes)."""
-    from circuits.feature_graph import node_influence
-
     rows: dict[str, dict[str, float]] = {}
     for e in sub.edges:
         if e.source == e.target:
@@ -411,11 +410,3 @@ def keep(run: Any, annotations: Annotations) -> None:
             raise ArgumentError(f"the supernode {s.name!r} has no members: not kept")
     write_atomic(run.path / ANNOTATIONS, json.dumps(annotations.to_json(), ensure_ascii=False, indent=1),
                  f"run {run.id}'s supernodes", RunStoreError)
-
-
-def qparams(annotations: Annotations, ids: dict[str, str]) -> dict[str, Any]:
-    """circuit-tracer's qParams fields for ``annotations``, with workbench node ids mapped to the export's
-    (``ids``): ``pinnedIds`` and ``supernodes`` as ``[label, node_id, ...]``; nodes the export lacks are left out."""
-    pinned = [ids[p] for p in annotations.pinned if p in ids]
-    groups = [[s.name, *[ids[m] for m in s.members if m in ids]] for s in annotations.supernodes]
-    return {"pinnedIds": pinned, "supernodes": [g for g in groups if len(g) > 1]}

@@ -527,26 +527,6 @@ def faithfulness_figure(curves: dict[str, Any], title: str = "Faithfulness of th
 
 
 # -- the titles of the notebook's figures: what is explained, what was kept, what each mark means ----------
-def circuit_plot(res: Any, k: int | None = None, selected: str | None = None) -> go.Figure:
-    """A CircuitResult's figure (``CircuitResult.plot``): its top-k edges drawn by ``graph_figure``, the title
-    naming the method, the metric (target and foil) and the model, the subtitle what was kept and aggregated."""
-    k = min(k or res.edges, res.graph.n_edges)
-    pairs = {(r.get("target"), r.get("foil") if res.metric == "logit_diff" else None) for r in res.rows}
-    if len(pairs) == 1:
-        what = metric_name(*next(iter(pairs)))
-    else:
-        what = "logit(target) − logit(foil)" if res.metric == "logit_diff" else "logit(target)"
-    n = res.n_prompts
-    from circuits.edges import EDGE_METHODS
-
-    method = EDGE_METHODS[res.method].label if res.method in EDGE_METHODS else res.method
-    title = f"{method} circuit of {what} on {res.model}"
-    subtitle = (f"top {k} of {res.graph.n_edges:,} edges by |score| · width ∝ |score|<br>edge score: the metric's "
-                f"drop when the edge alone is ablated ({res.ablation} ablation), summed over positions, averaged "
-                f"over {n} prompt{'s' if n != 1 else ''}")
-    return res.subgraph(k).plot(title=title, subtitle=subtitle, selected=selected)
-
-
 def feature_graph_plot(graph: Any, per_row: int = 8, max_edges: int = 120, selected: str | None = None,
                        title: str | None = None, labels: dict[str, list[str]] | None = None) -> go.Figure:
     """A FeatureGraph's figure (``FeatureGraph.plot``): pruned as the app prunes it (``readable``: the

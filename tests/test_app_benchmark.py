@@ -50,7 +50,8 @@ def _result() -> dict:
 @pytest.fixture
 def runs():
     """(a bench run with every edge cell's scores, one saved the old way: results only)."""
-    from circuits.bench.cells import BenchResult, pack
+    from circuits.bench.cells import BenchResult
+    from circuits.bench.runner import pack
     from circuits.graph import CircuitGraph
 
     graph = CircuitGraph(2, 4, True)

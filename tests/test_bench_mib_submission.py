@@ -1,4 +1,4 @@
-"""A bench run's edge scores in MIB's submission layout (circuits/export/mib.py ``submission``): one folder
+"""A bench run's edge scores in MIB's submission layout (circuits/bench/submission.py): one folder
 per method and TASK_MODEL, one importance file or 9 circuits of at most 0.1% ... 50% of the edges."""
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ class _Run:  # what submission reads of a stored bench run
 
 
 def test_importances_and_nine_circuits_in_mibs_layout(tmp_path):
-    from circuits.export.mib import submission
+    from circuits.bench.submission import submission
     from core.errors import ExportError
 
     g = CircuitGraph(3, 2, True)

@@ -1,5 +1,5 @@
 """Edge pruning (circuits/edges/edge_pruning.py) and its differentiable gated forward
-(circuits.bench.forward.run_soft_masked), on the tiny random Llama."""
+(circuits.intervene.run_soft_masked), on the tiny random Llama."""
 
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ def setup(tiny_llama):
 
 
 def test_soft_forward_with_all_or_no_edges_is_the_clean_or_the_reference_run(setup):
-    from circuits.bench.forward import run_masked_dense, run_soft_masked
+    from circuits.bench.forward import run_masked_dense
+    from circuits.intervene import run_soft_masked
 
     model, g, ps, refs = setup
     for b in ps.batches:
@@ -54,7 +55,7 @@ def test_soft_forward_with_all_or_no_edges_is_the_clean_or_the_reference_run(set
 
 
 def test_soft_forward_is_differentiable_in_the_mask(setup):
-    from circuits.bench.forward import run_soft_masked
+    from circuits.intervene import run_soft_masked
 
     model, g, ps, refs = setup
     b = ps.batches[0]

@@ -141,9 +141,9 @@ def test_feature_graph_connected_to_logits(setup):
 
     assert set(fig.data[-1].customdata) == {n["id"] for n in readable(back, 8, 120).nodes} and "logits" in ids
     assert (run.path / "graph.plotly.json").exists()  # saved with its figure, as a circuit run is
-    from circuits.graph import Subgraph
+    from circuits.runs import subgraph_of
 
-    sub = Subgraph.from_run(run)
+    sub = subgraph_of(run)
     assert {n.id for n in sub.nodes} == ids and len(sub.edges) == len(g.edges)
     assert {n.kind for n in sub.terms} <= {"error"} and sub.provenance.method == "dpa"
 

@@ -121,7 +121,7 @@ def _feature_run(tmp_path):
 
 
 def test_supernodes_kept_with_the_run_and_in_the_export(tmp_path):
-    from circuits.export import run_bytes
+    from circuits.runs import run_bytes
 
     _fg, store, run = _feature_run(tmp_path)
     assert I.load(run).supernodes == []

@@ -35,7 +35,7 @@ def test_the_fixture_is_circuit_tracers_own_layout():
 
 
 def test_import_stores_a_feature_graph_that_exports_again(monkeypatch, capsys, tmp_path):
-    from circuits.export import load_run
+    from circuits.runs import load_run
 
     doc = fixture_doc()
     code, out, err = cli(monkeypatch, capsys, "import", "graph-json", str(FIXTURE), "--json")
@@ -63,7 +63,7 @@ def test_import_stores_a_feature_graph_that_exports_again(monkeypatch, capsys, t
 def test_an_imported_graph_opens_on_the_runs_page_pruned_with_the_inspector(monkeypatch):
     from app import feature_view
     from app.testing import chart, open_page, problems
-    from circuits.export.importer import import_graph_json
+    from circuits.importer import import_graph_json
 
     monkeypatch.setattr(feature_view, "BIG_NODES", 30)  # Neuronpedia's graphs are hundreds of nodes; this one 59
 
@@ -88,7 +88,7 @@ def test_an_imported_graph_opens_on_the_feature_graph_page(tiny_llama_dir, tmp_p
     (Neuronpedia's files carry them; circuit-tracer's leave them empty), as text, and no SAE-page link (its
     dictionary is not here)."""
     from app.testing import chart, open_page, problems
-    from circuits.export.importer import import_graph_json
+    from circuits.importer import import_graph_json
 
     doc = fixture_doc()
     for n in doc["nodes"]:
@@ -114,7 +114,7 @@ def test_a_feature_graph_server_serves_the_export(tmp_path):
     its frontend reads it."""
     ct = pytest.importorskip("circuit_tracer.frontend.local_server")
     from circuits.export import export
-    from circuits.export.importer import read, to_feature_graph
+    from circuits.importer import read, to_feature_graph
 
     graph = to_feature_graph(read(FIXTURE), FIXTURE.name)
     slug = fixture_doc()["metadata"]["slug"]
@@ -180,7 +180,7 @@ def test_damaged_or_foreign_files_are_refused_and_store_nothing(monkeypatch, cap
 def test_absurd_sizes_are_refused_before_anything_is_built(monkeypatch, capsys, tmp_path):
     """A file over the size bound is refused before it is read; a graph over the node bound (10^7 nodes would
     be ~1 GB of JSON: the bound is lowered here to test it) before anything is built from it."""
-    from circuits.export import importer
+    from circuits import importer
 
     big = tmp_path / "huge.json"
     with open(big, "wb") as fh:

@@ -14,7 +14,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # `app` lives at the repository root
 
-from circuits.graph import Subgraph  # noqa: E402
+from circuits.runs import subgraph_of  # noqa: E402
 from core.store import RunDraft, RunStore  # noqa: E402
 
 ROW = {"prompt": "When Mary and John went to the store, John gave a drink to", "target": " Mary", "foil": " John"}
@@ -48,10 +48,10 @@ def test_saved_subgraph_and_circuit_runs_reopen(eap, tmp_path):
     store = RunStore(tmp_path)
     sub = eap.subgraph(5)
     run = sub.save(store)
-    again = Subgraph.from_run(run)
+    again = subgraph_of(run)
     assert again.to_json() == sub.to_json() and len(again.edges) == 5
     assert (run.path / "graph.plotly.json").exists()  # the Runs page draws its stored figure
-    from_circuit = Subgraph.from_run(eap.save(store))  # a circuit run: its saved top edges
+    from_circuit = subgraph_of(eap.save(store))  # a circuit run: its saved top edges
     assert [(e.source, e.dst) for e in from_circuit.edges] == [(r["src"], r["dst"]) for r in eap.top()]
 
 
@@ -63,9 +63,9 @@ def test_a_damaged_subgraph_run_is_a_typed_error(eap, tmp_path):
     doc["edges"][0]["target"] = "nowhere"
     run = store.save(RunDraft(kind="subgraph", model="m", method="eap", result=doc))
     with pytest.raises(RunStoreError, match="damaged"):
-        Subgraph.from_run(run)
+        subgraph_of(run)
     with pytest.raises(RunStoreError, match="not a circuit or feature graph"):
-        Subgraph.from_run(store.save(RunDraft(kind="note", model="m", method="x")))
+        subgraph_of(store.save(RunDraft(kind="note", model="m", method="x")))
 
 
 def old_feature_graph() -> dict:
@@ -88,7 +88,7 @@ def test_an_old_feature_graph_run_reopens(tmp_path):
     from circuits.feature_graph import KIND
 
     run = RunStore(tmp_path).save(RunDraft(kind=KIND, model="tiny", method="dpa", result=old_feature_graph()))
-    sub = Subgraph.from_run(run)
+    sub = subgraph_of(run)
     assert [n.id for n in sub.terms] == ["L1.err@p3"]
     assert sub.node("L1.f7@p3").metadata["feature"] == 7 and sub.node("L1.f7@p3").position == 3
     assert sub.provenance.source == KIND and sub.provenance.prompts[0]["target"] == " Paris"

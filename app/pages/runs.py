@@ -127,7 +127,7 @@ def _import() -> None:
     import tempfile
     from pathlib import Path
 
-    from circuits.export.importer import import_graph_json
+    from circuits.importer import import_graph_json
 
     upload = st.session_state.get("runs_import_file")
     if upload is None:

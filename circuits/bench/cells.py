@@ -12,7 +12,6 @@ it), so the ranking keeps its precision at any magnitude; a node-level-only meth
 from __future__ import annotations
 
 import json
-import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -21,7 +20,9 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from circuits.bench.agreement import attach
-from circuits.graph import CircuitGraph, Subgraph
+from circuits.discover import MAX_HEADS, MAX_LAYERS, CircuitResult
+from circuits.graph import CircuitGraph
+from circuits.subgraph import Subgraph
 from core.errors import RunStoreError
 
 if TYPE_CHECKING:  # the runner (every edge method) is imported where cells run, not where they are drawn
@@ -35,20 +36,11 @@ def cells(cfg: BenchConfig) -> list[Cell]:
     return [(task, method) for task in cfg.tasks for method in cfg.methods]
 
 
-def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
-    """Edge scores as float16 over their largest |score|, and that scale (1 for all-zero scores)."""
-    if edge is None:
-        return None, 1.0
-    scale = float(edge.abs().max()) if edge.numel() else 0.0
-    scale = scale if scale > 0 and math.isfinite(scale) else 1.0
-    return torch.nan_to_num(edge.float() / scale).to(torch.float16), scale
-
-
 def run_cells(model: Any, cfg: BenchConfig, todo: list[Cell],
               on_step: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run ``todo`` on ``model``: one part per cell {task, method, header, result, scores, scale, model, graph,
     started, finished} (times in seconds since the epoch, for the run's wall time)."""
-    from circuits.bench.runner import prepare_task, run_method
+    from circuits.bench.runner import pack, prepare_task, run_method
 
     parts: list[dict[str, Any]] = []
     setup = None
@@ -115,7 +107,6 @@ def merge(cfg: BenchConfig, parts: list[dict[str, Any]]) -> BenchResult:
 def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, torch.Tensor]:
     """A stored bench run's graph and one cell's edge scores (float32, their stored scale restored);
     RunStoreError when the run predates per-cell scores, the cell has none, or the file is damaged."""
-    from circuits.discover import MAX_HEADS, MAX_LAYERS
     from core.checks import Fields
 
     result = Fields(run.result(), f"run {run.id}'s result.json", RunStoreError)
@@ -137,8 +128,6 @@ def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, torch.T
 
 def cell_subgraph(run: Any, task: str, method: str, k: int) -> Subgraph:
     """The circuit of one cell of a stored bench run: its top ``k`` edges by score, as the circuit view draws it."""
-    from circuits.discover import CircuitResult
-
     graph, scores = cell_scores(run, task, method)
     res = CircuitResult(model=str(run.meta.get("model")), method=method, graph=graph, scores=scores, rows=[],
                         ablation="corrupt", metric="bench", params={"task": task}, edges=k)

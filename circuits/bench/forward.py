@@ -24,30 +24,7 @@ from jaxtyping import Bool, Float
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References, head_slot, receiver_groups, receiver_hooks, sender_hooks
-
-
-def live_positions(batch: PromptBatch) -> Bool[torch.Tensor, "batch pos"]:
-    """Positions at or after the first token where a prompt and its counterfactual differ (and not past
-    the prompt's end): elsewhere every sender's output equals its reference, so no ablation changes them.
-    Without a counterfactual (mean/zero ablation) every real position is live."""
-    real = batch.real()
-    if batch.corrupt is None:
-        return real
-    differs = (batch.tokens != batch.corrupt).cpu()
-    return (differs.cumsum(1) > 0) & real
-
-
-def live_reference(model: Any, batch: PromptBatch, ref: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor, Float[torch.Tensor, "sender live d"]]:
-    """The live positions (batch index, position; on the model's device) and every sender's reference
-    output there."""
-    lb, lp = torch.nonzero(live_positions(batch), as_tuple=True)
-    lb, lp = lb.to(model.device), lp.to(model.device)
-    ref_live = ref[:, lb if ref.shape[1] > 1 else 0, lp if ref.shape[2] > 1 else 0]  # [S, live, d]
-    if ref_live.dim() == 2:
-        ref_live = ref_live[:, None].expand(-1, len(lb), -1)
-    return lb, lp, ref_live
+from circuits.intervene import References, head_slot, live_reference, receiver_hooks, run_masked, sender_hooks
 
 
 def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
@@ -89,41 +66,6 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: t
     with torch.no_grad(), model.split_inputs():
         logits = model.run_with_hooks(batch.tokens.repeat(copies, 1), fwd_hooks=hooks)
     return batch.metric(logits, metric).view(copies, n)
-
-
-def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
-                    ablated: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, "batch pos vocab"]:
-    """The logits when receiver R reads ``x_R - sum_S ablated[S, R] (out_S -
-    ref_S)`` at the live positions, with ablated a float matrix (``valid * (1 - keep)``: 0 keeps an edge, 1
-    ablates it), so the run is differentiable in ``ablated`` (edge pruning learns a mask through it).
-
-    run_masked_dense's semantics for one copy, without its in-place buffer (autograd must keep each value it
-    reads): each receiver run (a layer's head inputs, its MLP input, the logits) takes one product with the
-    senders written so far, at the first of its hooks, and its other hooks read their rows of it."""
-    lb, lp, ref_live = live_reference(model, batch, ref)
-    n_live, d = len(lb), model.arch.d_model
-    ablated = ablated.to(model.device)
-    changes: list[torch.Tensor] = []  # per sender group in slot order: [senders, live * d] out - ref
-    runs = dict(receiver_groups(graph))  # n_up -> the receivers reading exactly those senders
-    held: dict[int, torch.Tensor] = {}  # n_up -> [receivers of the run, live * d], only the current run
-
-    def write(slot, x):
-        change = x.float()[:, lb, lp] - ref_live[slot] if x.dim() == 4 else (x.float()[lb, lp] - ref_live[slot])[None]
-        changes.append(change.flatten(1))
-
-    def read(x, cols, n_up):
-        run = runs[n_up]
-        if n_up not in held:
-            held.clear()
-            held[n_up] = ablated[:n_up, run].T @ torch.cat(changes)[:n_up]
-        rows = torch.as_tensor(cols, device=model.device).reshape(-1) - run.start
-        delta = held[n_up][rows].view(len(rows), n_live, d)
-        delta = delta.transpose(0, 1) if x.dim() == 4 else delta[0]  # [live, head, d] or [live, d]
-        return x.index_put((lb, lp), x[lb, lp] - delta.to(x.dtype))
-
-    hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
-    with model.split_inputs():
-        return model.run_with_hooks(batch.tokens, fwd_hooks=hooks)
 
 
 def sparse_enough(graph: CircuitGraph, mask: torch.Tensor, limit: float = 0.02) -> bool:
@@ -241,7 +183,6 @@ def prompt_metrics(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: Re
     or ablate few edges go through ``run_masked``'s sparse lists, the others through the dense product.
     With ``reuse_prefix`` the positions a batch shares with its counterfactuals run once for all masks
     (``PrefixReuse``); the figures are the whole forwards' to float rounding (a test holds it)."""
-    from circuits.intervene import run_masked
 
     out = torch.zeros(masks.shape[0], prompts.n_prompts, dtype=torch.float64)
     sparse = [i for i in range(masks.shape[0]) if sparse_enough(graph, masks[i])]

@@ -13,6 +13,7 @@ scores are checked against it (``agreement``).
 from __future__ import annotations
 
 import json
+import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -24,7 +25,6 @@ import torch
 from circuits.bench import metrics as mib
 from circuits.bench import tasks as bench_tasks
 from circuits.bench.agreement import attach, sample_patching
-from circuits.bench.cells import pack
 from circuits.bench.forward import node_patching, prompt_metrics
 from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
@@ -61,6 +61,15 @@ class BenchConfig:
     patch_sample: int = 64  # edges activation patching scores exactly at edge level (0: none)
     filter_rows: bool = True  # a custom task file's rows kept only where the model answers them (as built-in tasks)
     random_seeds: int = 5  # the random baseline: its curves averaged over this many seeds
+
+
+def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
+    """Edge scores as float16 over their largest |score|, and that scale (1 for all-zero scores)."""
+    if edge is None:
+        return None, 1.0
+    scale = float(edge.abs().max()) if edge.numel() else 0.0
+    scale = scale if scale > 0 and math.isfinite(scale) else 1.0
+    return torch.nan_to_num(edge.float() / scale).to(torch.float16), scale
 
 
 def check_model_kind(kind: str, name: str) -> None:

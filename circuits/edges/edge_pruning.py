@@ -3,7 +3,7 @@ relaxation of its gates (Louizos et al. 2018), and rank the edges by how surely 
 
 Each edge S -> R has a gate z in [0, 1] sampled from a hard-concrete distribution with a learned log_alpha;
 receiver R reads ``x_R - sum_S (1 - z[S, R]) (out_S - ref_S)`` (``circuits.intervene``'s ablation with a
-float keep, ``circuits.bench.forward.run_soft_masked``). Loss, on the prompts at hand:
+float keep, ``circuits.intervene.run_soft_masked``). Loss, on the prompts at hand:
   faithfulness + l0 * E[L0] (the expected number of open gates, Louizos et al. eq. 12),
 faithfulness being ``kl`` (KL from the intact model's next-token distribution to the circuit's at the
 metric's position, as Edge Pruning trains) or ``metric`` (the metric's normalized drop,
@@ -26,10 +26,9 @@ from typing import Any
 
 import torch
 
-from circuits.bench.forward import run_soft_masked
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References
+from circuits.intervene import References, run_soft_masked
 from core.errors import MethodError
 
 BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1  # hard-concrete temperature and stretch (Louizos et al. 2018, eq. 9)

@@ -7,9 +7,9 @@
   an attribution's scored items (``tables``).
 
 ``export(obj, fmt, path)`` writes one of these for a result object (CircuitResult, FeatureGraph, Subgraph,
-AttributionResult); ``export_run(run, fmt, path)`` for a stored run. Everything is checked before any work (the
-format, whether it can hold this kind, the output path) and the file is written atomically (a temporary file
-beside it, then a rename), never over an existing file unless ``overwrite``. ``importer`` reads a
+AttributionResult); ``circuits.runs.export_run(run, fmt, path)`` for a stored run. Everything is checked before any
+work (the format, whether it can hold this kind, the output path) and the file is written atomically (a temporary
+file beside it, then a rename), never over an existing file unless ``overwrite``. ``circuits.importer`` reads a
 circuit-tracer / Neuronpedia graph JSON into a feature-graph run.
 """
 
@@ -74,16 +74,10 @@ def write_atomic(out: Path, data: bytes) -> None:
 def kind_of(obj: Any) -> str:
     """The run kind a result object is saved as."""
     from attribution.result import AttributionResult
-    from circuits.discover import CircuitResult
-    from circuits.feature_graph import FeatureGraph
-    from circuits.graph import Subgraph
 
-    if isinstance(obj, CircuitResult):
-        return "circuit"
-    if isinstance(obj, FeatureGraph):
-        return "feature-graph"
-    if isinstance(obj, Subgraph):
-        return "subgraph"
+    kind = getattr(type(obj), "run_kind", None)  # each of circuits' result types names its run kind
+    if kind in KIND_FORMATS:
+        return kind
     if isinstance(obj, AttributionResult):
         return "attribute"
     raise ExportError(f"cannot export a {type(obj).__name__}: give a circuit, feature graph, subgraph or "
@@ -125,60 +119,3 @@ def export(obj: Any, fmt: str, path: str | Path, table: str = "edges", overwrite
     data, info = render(obj, fmt, table, slug)
     write_atomic(out, data)
     return {"path": str(out), "format": fmt, "bytes": len(data), **info}
-
-
-def _annotations(run: Any, fmt: str) -> Any:
-    """The pins and supernodes kept with ``run`` (circuits.interact), for a graph JSON; None otherwise."""
-    if fmt != "graph-json" or getattr(run, "path", None) is None:
-        return None
-    from circuits.interact import load
-
-    return load(run)
-
-
-def load_run(run: Any) -> Any:
-    """The result object of a stored run (circuit, feature-graph, subgraph, attribute)."""
-    from core.checks import reading
-    from core.errors import RunStoreError
-
-    if run.kind == "circuit":
-        from circuits.discover import CircuitResult
-
-        return CircuitResult.from_run(run)
-    if run.kind == "feature-graph":
-        from circuits.feature_graph import FeatureGraph
-
-        with reading(f"run {run.id}", RunStoreError):
-            return FeatureGraph.from_json(run.result())
-    if run.kind == "subgraph":
-        from circuits.graph import Subgraph
-
-        return Subgraph.from_run(run)
-    if run.kind == "attribute":
-        from attribution.result import AttributionResult
-
-        scores = run.tensors().get("scores")
-        if scores is None:
-            raise RunStoreError(f"run {run.id} is damaged: its tensors file has no 'scores'")
-        with reading(f"run {run.id}", RunStoreError):
-            return AttributionResult.from_json(run.result(), scores=scores)
-    raise ExportError(f"run {run.id} is a {run.kind or 'unknown'} run; exports hold circuit, feature-graph, "
-                      "subgraph and attribute runs")
-
-
-def export_run(run: Any, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False
-               ) -> dict[str, Any]:
-    """Write a stored run as ``fmt`` at ``path`` (kind and path checked before the run is read)."""
-    check_kind(run.kind, fmt, f"run {run.id}")
-    out = check_out(path, overwrite)
-    data, info = render(load_run(run), fmt, table, slug=run.id, annotations=_annotations(run, fmt))
-    write_atomic(out, data)
-    return {"run": run.id, "kind": run.kind, "path": str(out), "format": fmt, "bytes": len(data), **info}
-
-
-def run_bytes(run: Any, fmt: str, table: str = "edges") -> tuple[bytes, str]:
-    """(content, file name) of a stored run in ``fmt``: what the app's download button serves."""
-    check_kind(run.kind, fmt, f"run {run.id}")
-    data, _ = render(load_run(run), fmt, table, slug=run.id, annotations=_annotations(run, fmt))
-    stem = run.id if fmt not in ("csv", "parquet") or table == "edges" else f"{run.id}.nodes"
-    return data, f"{stem}{'.mib' if fmt == 'mib' else ''}{SUFFIX[fmt]}"

@@ -25,7 +25,10 @@ link whose weight is their sum (the parts are in the link's ``roles``).
 from __future__ import annotations
 
 import re
+from types import SimpleNamespace
 from typing import Any
+
+from circuits.influence import graph_scores, node_influence
 
 SCHEMA_VERSION = 1
 _TAG = re.compile(r"^L(\d+)(T|pre|mid)?$")
@@ -110,12 +113,10 @@ def slugify(text: str) -> str:
 def document(obj: Any, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
     """The graph JSON of a FeatureGraph, a CircuitResult (its top edges) or a Subgraph; ``annotations`` (a
     run's pins and supernodes, circuits.interact.Annotations) go into its ``qParams``."""
-    from circuits.discover import CircuitResult
-    from circuits.feature_graph import FeatureGraph
-
-    if isinstance(obj, FeatureGraph):
+    kind = getattr(type(obj), "run_kind", None)
+    if kind == "feature-graph":
         return from_feature_graph(obj, slug, annotations)
-    if isinstance(obj, CircuitResult):
+    if kind == "circuit":
         return from_circuit(obj, slug=slug, annotations=annotations)
     return from_subgraph(obj, slug, annotations=annotations)
 
@@ -136,12 +137,19 @@ def _qparams(pinned: list[str], annotations: Any = None, ct_id: dict[str, str] |
     export's node ids."""
     groups: list[list[str]] = []
     if annotations is not None:
-        from circuits.interact import qparams
-
         kept = qparams(annotations, ct_id or {})
         pinned = list(dict.fromkeys([*pinned, *kept["pinnedIds"]]))
         groups = kept["supernodes"]
     return {"pinnedIds": pinned, "supernodes": groups, "linkType": "both", "clickedId": "", "sg_pos": ""}
+
+
+def qparams(annotations: Any, ids: dict[str, str]) -> dict[str, Any]:
+    """circuit-tracer's qParams fields for ``annotations`` (circuits.interact.Annotations: ``pinned`` ids,
+    ``supernodes`` with ``name`` and ``members``), with workbench node ids mapped to the export's (``ids``):
+    ``pinnedIds`` and ``supernodes`` as ``[label, node_id, ...]``; nodes the export lacks are left out."""
+    pinned = [ids[p] for p in annotations.pinned if p in ids]
+    groups = [[s.name, *[ids[m] for m in s.members if m in ids]] for s in annotations.supernodes]
+    return {"pinnedIds": pinned, "supernodes": [g for g in groups if len(g) > 1]}
 
 
 def _node(node_id: str, feature: int, layer: str, ctx: int, feature_type: str, js: str, clerp: str = "",
@@ -289,8 +297,6 @@ def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None
         rows[e.target][e.source] = rows[e.target].get(e.source, 0.0) + float(e.score)
         if e.role:
             roles.setdefault((e.source, e.target), {})[e.role] = float(e.score)
-    from circuits.feature_graph import node_influence
-
     raw = node_influence(rows, {"logits": 1.0})
     infl = cumulative({k: v for k, v in raw.items() if k != "logits"})
     p = sub.provenance
@@ -347,9 +353,8 @@ def from_circuit(cr: Any, k: int | None = None, slug: str | None = None, annotat
 
 
 def _as_feature_graph(sub: Any) -> Any:
-    """A feature graph's Subgraph back as a FeatureGraph (what from_feature_graph reads)."""
-    from circuits.feature_graph import FeatureGraph
-
+    """A feature graph's Subgraph as the fields from_feature_graph reads (a FeatureGraph's), its two scores
+    computed on this pruned graph."""
     p = sub.provenance
     first = p.prompts[0] if p.prompts else {}
     tokens: dict[int, str] = {}
@@ -361,8 +366,13 @@ def _as_feature_graph(sub: Any) -> Any:
         nodes.append({"id": n.id, "kind": n.kind, "row": n.layer, "position": n.position, "label": n.label, **md})
     seq = max(tokens) + 1 if tokens else 0
     params = {k: v for k, v in p.params.items() if k != "dictionaries"}
-    return FeatureGraph(model=p.model, prompt=str(first.get("prompt", "")),
-                        tokens=[tokens.get(q, "") for q in range(seq)], target=first.get("target"),
-                        foil=first.get("foil"), target_logit=0.0, dictionaries=list(p.params.get("dictionaries") or []),
-                        nodes=nodes, edges=[{"src": e.source, "dst": e.target, "score": e.score} for e in sub.edges],
-                        seconds=0.0, n_passes=0, params=params)
+    edges = [{"src": e.source, "dst": e.target, "score": e.score} for e in sub.edges]
+    rows: dict[str, dict[str, float]] = {}
+    for e in edges:
+        rows.setdefault(e["dst"], {})[e["src"]] = float(e["score"])
+    kinds = {n["id"]: n["kind"] for n in nodes}
+    return SimpleNamespace(model=p.model, prompt=str(first.get("prompt", "")),
+                           tokens=[tokens.get(q, "") for q in range(seq)], target=first.get("target"),
+                           foil=first.get("foil"), dictionaries=list(p.params.get("dictionaries") or []),
+                           nodes=nodes, edges=edges, params=params, token_ids=None, target_id=None, target_prob=None,
+                           graph_scores=lambda: graph_scores(rows, kinds, computed_on="pruned"))

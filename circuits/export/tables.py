@@ -30,14 +30,13 @@ def encode(frame: Any, fmt: str) -> bytes:
 def table(obj: Any, which: str = "edges") -> Any:
     """The ``which`` (edges | nodes) table of a CircuitResult, FeatureGraph, Subgraph or AttributionResult."""
     from attribution.result import AttributionResult
-    from circuits.discover import CircuitResult
-    from circuits.feature_graph import FeatureGraph
 
     if isinstance(obj, AttributionResult):
         return attribution_rows(obj)
-    if isinstance(obj, CircuitResult):
+    kind = getattr(type(obj), "run_kind", None)
+    if kind == "circuit":
         return circuit_edges(obj) if which == "edges" else circuit_nodes(obj)
-    if isinstance(obj, FeatureGraph):
+    if kind == "feature-graph":
         return feature_graph_edges(obj) if which == "edges" else feature_graph_nodes(obj)
     return subgraph_edges(obj) if which == "edges" else obj.node_table()
 

@@ -153,7 +153,7 @@ def mib_submission(
     OUT/METHOD/TASK_MODEL/importances.json (EAP-IG graph JSON), or with --circuits its 9 circuits; MIB's task
     names for ioi, mcqa, add (arithmetic-addition) and sub (arithmetic-subtraction), the workbench's own
     name otherwise. Methods without edge scores (node-level patching) are skipped."""
-    from circuits.export.mib import submission
+    from circuits.bench.submission import submission
     from core.errors import ExportError
     from core.options import output_problem
     from core.store import RunStore

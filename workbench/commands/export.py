@@ -30,7 +30,8 @@ def export(
 
     if table not in ("edges", "nodes"):
         raise ExportError(f"unknown --table {table!r}; choose edges or nodes")
-    from circuits.export import check_format, check_kind, check_out, export_run
+    from circuits.export import check_format, check_kind, check_out
+    from circuits.runs import export_run
     from core.store import RunStore
 
     check_format(fmt)
@@ -52,7 +53,7 @@ def import_graph_json(
 ) -> None:
     """Store a circuit-tracer / Neuronpedia graph JSON as a feature-graph run (any model, loadable here or not);
     prints the run id, nodes, links and the replacement / completeness scores."""
-    from circuits.export.importer import import_graph_json as load
+    from circuits.importer import import_graph_json as load
     from core.store import RunStore
 
     run = load(file, RunStore())

@@ -124,7 +124,8 @@ def _tag(node: dict[str, Any]) -> tuple[int, str, bool]:
 
 def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
     """A checked graph JSON as a FeatureGraph (see the module's docstring for the mapping)."""
-    from circuits.feature_graph import FeatureGraph, graph_scores, node_influence
+    from circuits.feature_graph import FeatureGraph
+    from circuits.influence import graph_scores, node_influence
 
     meta = doc["metadata"]
     tokens = [str(t) for t in meta["prompt_tokens"]]
