@@ -13,9 +13,13 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import DatasetError, RangeError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 POOLINGS = ("last", "mean", "marked")
 
@@ -144,7 +148,7 @@ def pooled_activations(
     pooling: str = "last",
     batch_size: int = 16,
     on_step: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
+) -> dict[str, Float[torch.Tensor, "example _d"]]:
     """{hook: FloatTensor [example, d]} of pooled activations (per-head hooks flattened).
     ``on_step(k)`` after each batch of k examples (a job's progress)."""
     import torch

@@ -19,7 +19,11 @@ against the truth as a function of the number of context examples) are compared 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 SOLVERS = ("gd", "richardson", "precond-richardson", "ridge", "kernel-ridge")
 
@@ -105,8 +109,8 @@ class ICLReadout:
     probe_r2: list[float]
     layer_mse: list[float]
     fits: list[SolverFit]
-    layer_profiles: Any = None  # [layer, position] MSE against the truth
-    solver_profiles: dict[str, Any] = field(default_factory=dict)
+    layer_profiles: Float[torch.Tensor, "layer pos"] | None = None  # MSE against the truth
+    solver_profiles: dict[str, Float[torch.Tensor, " pos"]] = field(default_factory=dict)  # the final iterate's
 
     @property
     def best(self) -> SolverFit:
@@ -208,7 +212,9 @@ def layer_predictions(model: Any, inputs, ys, train_inputs, train_ys, alpha: flo
     return preds, r2
 
 
-def compare(layer_preds: dict[str, Any], ys, solvers: dict[str, Any]) -> tuple[list[SolverFit], Any, dict]:
+def compare(layer_preds: dict[str, Float[torch.Tensor, "prompt pos"]], ys: Float[torch.Tensor, "prompt pos"],
+            solvers: dict[str, Float[torch.Tensor, "iterate prompt pos"]]
+            ) -> tuple[list[SolverFit], Float[torch.Tensor, "layer pos"], dict[str, Float[torch.Tensor, " pos"]]]:
     """Distances between each layer's predictions and each solver's (best) iterate."""
     import torch
 

@@ -12,11 +12,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.probes.activations import LabeledSet, parse_layers, pooled_activations
 from attribution.probes.concepts import ConceptResult, concept_vectors
 from attribution.probes.probe import ProbeResult, probe_layers
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 Step = Callable[[int], None]
 
@@ -60,7 +64,7 @@ class ProbeRun:
     """Layer-wise probes (and, with a concept, concept vectors from the same activations) on one set."""
 
     probe: ProbeResult
-    acts: dict[str, Any]  # {hook: [example, d]} pooled activations
+    acts: dict[str, Float[torch.Tensor, "example _d"]]  # pooled activations by hook (d: the hook's width)
     labels: list[str]
     hooks: list[str]
     names: dict[str, int | str]
