@@ -153,8 +153,8 @@ def edges_table(drawn: dict[str, list[dict[str, Any]]]):
 
 
 def _dla(loaded: Any, row: dict[str, Any]):
-    """Direct logit attribution of every component on one prompt (circuits.tools.dla), kept per prompt."""
-    from circuits.tools.dla import direct_logit_attribution
+    """Direct logit attribution of every component on one prompt (attribution.dla), kept per prompt."""
+    from attribution.dla import direct_logit_attribution
 
     sig = (loaded.name, repr(row))
     held = st.session_state.get("_circ_dla")
@@ -202,10 +202,10 @@ def _direct_effect(loaded: Any, row: dict[str, Any], node: str, head: Any, mlp: 
     if not (head or mlp):
         return
     dla = _dla(loaded, row)
-    label = f"L{head[1]}H{head[2]}" if head else f"L{mlp[1]}mlp"
-    if dla is not None and label in dla.labels:
+    value = None if dla is None else dla.head(int(head[1]), int(head[2])) if head else dla.component(f"L{mlp[1]}.mlp")
+    if value is not None:
         what = "logit(target) − logit(foil)" if row.get("foil") is not None else "logit(target)"
-        st.metric(f"{C.esc(node)} direct logit effect", f"{float(dla.values[dla.labels.index(label)]):+.3f}",
+        st.metric(f"{C.esc(node)} direct logit effect", f"{value:+.3f}",
                   help=f"Its write at the last position, through the final norm (frozen), onto {what}; "
                        f"all components together give {dla.logit_diff:+.3f} on this prompt.")
 

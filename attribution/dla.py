@@ -7,11 +7,16 @@ The final norm is frozen at its cached scale, so the readout is linear in the re
 contribution is (x_c / scale [centred for LayerNorm]) . (gamma * (W_U[:, target] - W_U[:, foil])). The
 components of ``decompose_resid`` sum to the final residual, so their contributions sum to the logit difference
 minus ``offset`` = the final LayerNorm bias and unembedding bias terms (0 for an RMSNorm model without b_U).
-Heads' contributions exclude the attention output bias b_O, which ``bias_out`` carries per layer.
+Heads' contributions exclude the attention output bias b_O (each layer's "L{l}.attn" component includes it).
+
+The one DLA of the workbench: ``workbench dla``, ``wb.dla``, the method table's ``dla`` (head level), the
+Attribution page and, through ``circuits.tools.dla`` (a batch of prompts in circuits' forms), the circuit tools
+and the Circuits page all read this module's DLAResult.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +25,7 @@ import torch
 from core.errors import MethodError
 
 if TYPE_CHECKING:
-    from jaxtyping import Float
+    from jaxtyping import Float, Int
 
     from core.models.hooked import HookedModel
     from core.models.tokens import Encoding
@@ -38,6 +43,9 @@ class DLAResult:
       ..., "final") read out with the final norm's scale at ``position``: the logit difference built so far.
     logit_diff: the model's own logit(target) - logit(foil) at ``position``.
     offset: the final LayerNorm bias and unembedding bias terms (not attributable to a component).
+    per_prompt: [prompt, component] each prompt's component scores when a batch was explained (dla_tokens);
+      the fields above are then the means over the prompts, tokens are the first prompt's, and target / foil
+      name the one token or count them. None for one prompt.
     """
 
     model: str
@@ -54,6 +62,15 @@ class DLAResult:
     offset: float
     prompt: str | None = None
     seconds: float = 0.0
+    per_prompt: Float[torch.Tensor, "prompt component"] | None = None
+
+    def head(self, layer: int, head: int) -> float:
+        """One head's direct contribution (without b_O)."""
+        return float(self.head_scores[layer, head])
+
+    def component(self, name: str) -> float | None:
+        """One component's direct contribution ("embed", "L3.attn", "L3.mlp", ...), None if the model has none."""
+        return float(self.component_scores[self.components.index(name)]) if name in self.components else None
 
     @property
     def residual_error(self) -> float:
@@ -142,15 +159,16 @@ def direct_logit_attribution(model: HookedModel, prompt: str | list[int], target
     return res
 
 
-def _direction(model: HookedModel, enc: Encoding, logits_at: torch.Tensor) -> tuple[torch.Tensor, float, int]:
+def _direction(model: HookedModel, target_id: int | None, foil_id: int | None,
+               logits_at: torch.Tensor) -> tuple[torch.Tensor, float, int]:
     """The readout direction gamma * (W_U[:, t] - W_U[:, f]) in the normalised residual, the offset it leaves
     (final LayerNorm bias and b_U terms) and the target id (the top prediction when none is given)."""
-    t = enc.target_id if enc.target_id is not None else int(logits_at.argmax())
+    t = target_id if target_id is not None else int(logits_at.argmax())
     W_U, b_U = model.W_U, model.b_U
-    u = W_U[:, t] - (W_U[:, enc.foil_id] if enc.foil_id is not None else 0.0)
+    u = W_U[:, t] - (W_U[:, foil_id] if foil_id is not None else 0.0)
     offset = 0.0
     if b_U is not None:
-        offset += float(b_U[t] - (b_U[enc.foil_id] if enc.foil_id is not None else 0.0))
+        offset += float(b_U[t] - (b_U[foil_id] if foil_id is not None else 0.0))
     beta = model.final_norm_bias()
     if beta is not None:
         offset += float(beta @ u)
@@ -160,18 +178,33 @@ def _direction(model: HookedModel, enc: Encoding, logits_at: torch.Tensor) -> tu
 
 def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
     """DLA on an encoding already made (Encoding.position: the explained position)."""
+    res = dla_tokens(model, enc.tokens, None if enc.target_id is None else [enc.target_id],
+                     None if enc.foil_id is None else [enc.foil_id], enc.query)
+    res.tokens = enc.str_tokens
+    if enc.target is not None:
+        res.target = enc.target
+    res.foil = enc.foil
+    return res
+
+
+def dla_tokens(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], targets: Sequence[int] | None,
+               foils: Sequence[int] | None, position: int) -> DLAResult:
+    """DLA of each prompt of a batch (one forward with a cache) at ``position`` (negative counts from the end);
+    targets / foils: one id per prompt (targets None: each prompt's top prediction). With one prompt the
+    result is that prompt's; with several, the scores are their means and ``per_prompt`` holds each one's
+    component scores (circuits.tools.dla reads circuits' prompt forms into this call)."""
     from core.models.hooked import require
 
     require(model, "dla")  # it reads a TransformerLens ActivationCache
     if getattr(model, "W_U", None) is None or model.kind == "vit":
         raise MethodError(f"{model.name} has no unembedding: direct logit attribution needs one")
-    p = enc.query
+    n = int(tokens.shape[0])
+    p = position % int(tokens.shape[1])
     a = model.arch
     with torch.no_grad():
-        logits, cache = model.run_with_cache(enc.tokens)
-        direction, offset, t_id = _direction(model, enc, logits[0, p])
+        logits, cache = model.run_with_cache(tokens)
         parts, part_labels = cache.decompose_resid(layer=None, mode="all", apply_ln=True, pos_slice=p,
-                                                   incl_embeds=True, return_labels=True)  # [comp, 1, d]
+                                                   incl_embeds=True, return_labels=True)  # [comp, batch, d]
         heads, _ = cache.stack_head_results(layer=-1, pos_slice=p, apply_ln=False, return_labels=True)
         heads = cache.apply_ln_to_stack(_through_post_norms(model, cache, heads, p), layer=-1, pos_slice=p)
         # an attention-only model (the toys) has no resid_mid: its residual between blocks is all there is
@@ -179,15 +212,31 @@ def dla_encoded(model: HookedModel, enc: Encoding) -> DLAResult:
         points, point_labels = cache.accumulated_resid(layer=None, incl_mid=has_mid, apply_ln=False,
                                                        pos_slice=p, return_labels=True)
         points = cache.apply_ln_to_stack(points, layer=-1, pos_slice=p)  # every point at the final scale
-        comp = (parts[:, 0].float() @ direction.float())
-        head = (heads[:, 0].float() @ direction.float()).view(a.n_layers, a.n_heads)
-        acc = (points[:, 0].float() @ direction.float()) + offset
-        diff = float(logits[0, p, t_id] - (logits[0, p, enc.foil_id] if enc.foil_id is not None else 0.0))
+        comps, head_rows, accs, diffs, offsets, t_ids = [], [], [], [], [], []
+        for b in range(n):  # prompt by prompt: one prompt's numbers are those of a batch of one
+            f_id = None if foils is None else int(foils[b])
+            direction, offset, t_id = _direction(model, None if targets is None else int(targets[b]), f_id,
+                                                 logits[b, p])
+            comps.append(parts[:, b].float() @ direction.float())
+            head_rows.append((heads[:, b].float() @ direction.float()).view(a.n_layers, a.n_heads))
+            accs.append((points[:, b].float() @ direction.float()) + offset)
+            diffs.append(float(logits[b, p, t_id] - (logits[b, p, f_id] if f_id is not None else 0.0)))
+            offsets.append(offset)
+            t_ids.append(t_id)
+    one = n == 1
+    names = sorted({model.decode([t]) for t in t_ids})
+    f_names = sorted({model.decode([int(f)]) for f in foils}) if foils is not None else []
     return DLAResult(
-        model=model.name, tokens=enc.str_tokens, position=p,
-        target=enc.target if enc.target is not None else model.decode([t_id]), foil=enc.foil,
-        components=[_name(x) for x in part_labels], component_scores=comp, head_scores=head,
-        accumulated=[_name(x) for x in point_labels], accumulated_scores=acc, logit_diff=diff, offset=offset)
+        model=model.name, tokens=model.to_str_tokens(tokens[0]), position=p,
+        target=names[0] if len(names) == 1 else f"{len(names)} targets",
+        foil=None if not f_names else f_names[0] if len(f_names) == 1 else f"{len(f_names)} foils",
+        components=[_name(x) for x in part_labels],
+        component_scores=comps[0] if one else torch.stack(comps).mean(0),
+        head_scores=head_rows[0] if one else torch.stack(head_rows).mean(0),
+        accumulated=[_name(x) for x in point_labels],
+        accumulated_scores=accs[0] if one else torch.stack(accs).mean(0),
+        logit_diff=diffs[0] if one else sum(diffs) / n, offset=offsets[0] if one else sum(offsets) / n,
+        per_prompt=None if one else torch.stack(comps))
 
 
 def _through_post_norms(model: HookedModel, cache: Any, heads: torch.Tensor, p: int) -> torch.Tensor:

@@ -48,7 +48,8 @@ def test_tools_run_on_gqa_model(llm):
     from circuits.tools import composition, dla, patching, patterns, spectra
 
     d = dla.direct_logit_attribution(llm, CLEAN, " Mary", " John")
-    assert d.total == pytest.approx(d.logit_diff, abs=1e-2) and len(d.labels) == 1 + 30 * 11 + 1
+    assert d.residual_error == pytest.approx(0, abs=1e-2) and d.head_scores.shape == (30, 9)
+    assert len(d.components) == 1 + 30 * 2
     heads = patching.patch_heads(llm, CLEAN, CORRUPT, " Mary", " John")
     assert heads.effect.shape == (30, 9)
     comp = composition.composition_scores(llm, "k", layers=[0, 1])

@@ -32,11 +32,14 @@ def test_dla_terms_sum_to_logit_diff(toy):
     m, t, b, _ = toy
     tgt = b.targets[:, 2]
     res = dla.direct_logit_attribution(m, b.tokens, tgt, (tgt + 1) % 11)
-    assert res.total == pytest.approx(res.logit_diff, abs=1e-4)
-    assert "L1H1" in res.labels and res.heads(2, 2).shape == (2, 2)
+    assert res.residual_error == pytest.approx(0, abs=1e-4)
+    assert res.head_scores.shape == (2, 2) and res.per_prompt.shape == (6, len(res.components))
+    assert torch.allclose(res.per_prompt.mean(0), res.component_scores)
+    one = dla.direct_logit_attribution(m, b.tokens[:1], tgt[:1], (tgt[:1] + 1) % 11)  # a batch of one: that prompt
+    assert one.per_prompt is None and torch.allclose(one.component_scores, res.per_prompt[0])
     mr, tr = make(norm="RMS", ffn="glu")
     r2 = dla.direct_logit_attribution(mr, tr.batch("test", 3).tokens, 1, 2)
-    assert r2.total == pytest.approx(r2.logit_diff, abs=1e-4)
+    assert r2.residual_error == pytest.approx(0, abs=1e-4)
 
 
 def test_residual_patching_identities(toy):
