@@ -40,7 +40,7 @@ def _load(path):
 
 @pytest.mark.parametrize("family", FAMILIES)
 def test_family_loads_and_dpa_equals_reference(family_dirs, family):
-    from core.models.llm import load_hf_model
+    from core.models.files import load_hf_model
 
     path = family_dirs[family]
     m = _load(path)

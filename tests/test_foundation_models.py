@@ -21,7 +21,7 @@ def test_arch_facts_gpt2(tiny_gpt2):
 
 
 def test_hooked_forward_matches_hf(tiny_llama_dir, tiny_llama):
-    from core.models.llm import load_hf_model
+    from core.models.files import load_hf_model
 
     hf, tok = load_hf_model(tiny_llama_dir)
     enc = tiny_llama.encode("The capital of France is", " Paris")

@@ -65,7 +65,7 @@ _RENAMES = (("attention.attention.query.", "attention.q_proj."), ("attention.att
 
 
 def cache_dir() -> Path:
-    from core.models.llm import cache_root
+    from core.models.files import cache_root
 
     return cache_root() / NAME
 
@@ -297,7 +297,7 @@ def _damaged(what: str) -> ModelFileError:
 def load_backbone(image_size: int = 224, device: str = "cpu"):
     """The converted backbone as a HookedViT with no classes (prepares the cache on first use)."""
     from attribution.vit.hf import convert_dinov2, load_dinov2_backbone, processor_stats
-    from core.models.llm import check_safetensors
+    from core.models.files import check_safetensors
 
     if image_size not in SIZES:
         raise ModelFileError(f"{NAME} runs at {' or '.join(map(str, SIZES))} px, not {image_size}")

@@ -127,7 +127,7 @@ def load_tl(path: str | Path, device: str = "cpu"):
         raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
     except TypeError as exc:  # a task parameter it does not take
         raise ModelFileError(f"{path / 'config.json'} is damaged: {str(exc).splitlines()[0]}") from None
-    from core.models.llm import check_safetensors
+    from core.models.files import check_safetensors
 
     check_safetensors(weights)
     from safetensors.torch import load_file

@@ -21,9 +21,16 @@ from __future__ import annotations
 import logging
 import warnings
 from pathlib import Path
+from typing import Any
 
 from core.errors import BackendError
+from core.models.arch import arch_from_cfg
+from core.models.config import read_config
+from core.models.families import family_of, tl_config
+from core.models.files import load_hf_model
 from core.models.hooked import HookedModel, hooked_transformer
+from core.models.remote import NNsightModel
+from core.models.tokens import tokenizer_adds_bos
 
 BACKENDS = ("transformer_lens", "bridge", "nnsight")
 
@@ -33,21 +40,14 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
                   dtype: str = "float32"):
     from transformers.utils import logging as hf_logging
 
-    from core.models.llm import load_hf_model
-
     hf_logging.disable_progress_bar()
 
     if backend not in BACKENDS:  # before anything loads
         raise BackendError(f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
     if backend == "nnsight":
-        from core.models.remote import NNsightModel
-
         hf, tokenizer = load_hf_model(path, device, dtype)
         return NNsightModel(hf, tokenizer, name=name, remote=remote, prepend_bos=prepend_bos)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
-        from core.models.config import read_config
-        from core.models.families import family_of
-
         family_of(read_config(path), str(path))
     # TransformerLens converts from float32 weights and casts once; the bridge wraps the HF module as loaded
     hf, tokenizer = load_hf_model(path, device, dtype if backend == "bridge" else "float32")
@@ -58,17 +58,11 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
     return _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, dtype)
 
 
-def tokenizer_adds_bos(tokenizer) -> bool:
-    """Whether the tokenizer's own encoding starts with BOS (GPT-2's does not; Llama's and Gemma's do, and a
-    tokenizer converted from a GGUF may say so only through its post-processor, not ``add_bos_token``)."""
-    bos = getattr(tokenizer, "bos_token_id", None)
-    if bos is None:
-        return False
-    try:
-        ids = tokenizer("a")["input_ids"]
-    except Exception:  # a tokenizer that cannot encode plain text: fall back to what it declares
-        return bool(getattr(tokenizer, "add_bos_token", False))
-    return bool(ids) and ids[0] == bos
+def load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
+             prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32") -> Any:
+    """The HookedModel of a converted model directory, built by ``backend`` (core.models.backends)."""
+    return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
+                         prepend_bos=prepend_bos, remote=remote, dtype=dtype)
 
 
 def attach_tokenizer(model, tokenizer) -> None:
@@ -88,8 +82,6 @@ def _hooked_transformer(path, hf, tokenizer, name, device, n_ctx, prepend_bos, d
     import torch
     from transformer_lens.config import HookedTransformerConfig
     from transformer_lens.loading_from_pretrained import fill_missing_keys, get_pretrained_state_dict
-
-    from core.models.families import tl_config
 
     arch = (hf.config.architectures or [type(hf).__name__])[0]
     with warnings.catch_warnings(), _quiet():
@@ -131,8 +123,6 @@ def _bridge(path, hf, tokenizer, name, device, prepend_bos) -> HookedModel:
         bridge = TransformerBridge.boot_transformers(str(path), hf_model=hf, tokenizer=tokenizer,
                                                      device=device)
         bridge.enable_compatibility_mode(no_processing=True)
-    from core.models.hooked import arch_from_cfg
-
     return HookedModel(bridge, tokenizer, name=name, kind="llm", backend="bridge",
                        prepend_bos=prepend_bos, arch=arch_from_cfg(bridge.cfg),
                        info={"path": str(path)})

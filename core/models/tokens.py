@@ -71,3 +71,16 @@ def single_token(ids: list[int], text: str, role: str) -> int:
         raise TokenError(f"{role} {text!r} is {len(ids)} tokens, not one "
                          "(include the leading space, e.g. ' Paris')")
     return ids[0]
+
+
+def tokenizer_adds_bos(tokenizer) -> bool:
+    """Whether the tokenizer's own encoding starts with BOS (GPT-2's does not; Llama's and Gemma's do, and a
+    tokenizer converted from a GGUF may say so only through its post-processor, not ``add_bos_token``)."""
+    bos = getattr(tokenizer, "bos_token_id", None)
+    if bos is None:
+        return False
+    try:
+        ids = tokenizer("a")["input_ids"]
+    except Exception:  # a tokenizer that cannot encode plain text: fall back to what it declares
+        return bool(getattr(tokenizer, "add_bos_token", False))
+    return bool(ids) and ids[0] == bos
