@@ -354,8 +354,7 @@ def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
 
 
 def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) -> None:
-    from app.graph_view import LEGEND_HELP, show_subgraph
-    from app.run_views import inspect_clicked
+    from app.graph_view import LEGEND_HELP, inspect_clicked, show_subgraph
 
     st.subheader("A cell's circuit")
     cells, why = C.attempt("Cannot read the run", drawable, run) or (set(), "the run's result.json is unreadable")

@@ -129,3 +129,10 @@ def follow_click(graph_keys: list[str], select_key: str, options: list[str]) -> 
                 st.session_state[select_key] = name
     if st.session_state.get(select_key) not in options:
         st.session_state[select_key] = options[0]
+
+
+def inspect_clicked(sub: Any, clicked: str | None, prefix: str) -> None:
+    """The node inspector (inspect_node) for the node clicked in a stored graph (none when nothing is clicked)."""
+    if clicked is not None and any(n.id == clicked for n in sub.nodes):
+        st.markdown(f"**{esc(clicked)}** (the clicked node)")
+        inspect_node({sub.provenance.method or "graph": sub}, clicked, f"{prefix}_node")

@@ -12,6 +12,8 @@ import streamlit as st
 
 from app import common as C
 from app import views as V
+from app.bench_view import show_leaderboard
+from app.graph_view import inspect_clicked
 
 BIG = 5000  # tensors with more values than this are summarised, never drawn point by point
 
@@ -160,15 +162,6 @@ def circuit_parts(run: Any) -> tuple[Any, dict[str, Any]]:
     return res.subgraph(), result
 
 
-def inspect_clicked(sub: Any, clicked: str | None, prefix: str) -> None:
-    """graph_view's node inspector for the node clicked in a stored graph (none when nothing is clicked)."""
-    from app.graph_view import inspect_node
-
-    if clicked is not None and any(n.id == clicked for n in sub.nodes):
-        st.markdown(f"**{C.esc(clicked)}** (the clicked node)")
-        inspect_node({sub.provenance.method or "graph": sub}, clicked, f"{prefix}_node")
-
-
 def _circuit(run: Any, prefix: str) -> bool:
     from app.graph_view import LEGEND_HELP, show_subgraph
     from circuits.plot import faithfulness_figure
@@ -191,8 +184,6 @@ def _circuit(run: Any, prefix: str) -> bool:
 
 def _bench(run: Any, prefix: str) -> bool:
     """A circuit benchmark run: its leaderboard, curves and cells' circuits (the Circuit benchmark page's view)."""
-    from app.bench_view import show_leaderboard
-
     return show_leaderboard(run, prefix)
 
 
