@@ -5,6 +5,7 @@ Shared by the browser tests and the load scripts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -113,3 +114,40 @@ def settle(page, timeout: float = 180, quiet_s: float = 2.0, poll_s: float = 0.2
         time.sleep(poll_s)
     raise TimeoutError(f"{page.url} still running after {timeout} s")
 
+
+
+@contextlib.contextmanager
+def app_in_chromium(log: Path, height: int, env: dict[str, str] | None = None, width: int = 1400):
+    """`workbench app` on a free port (its output in ``log``, ``env`` added to its environment) and one headless
+    Chromium page ``width`` x ``height``: yields (page, port); the browser and the server are stopped however
+    the caller ends."""
+    from playwright.sync_api import sync_playwright
+
+    port = free_port()
+    proc = start_app(port, log, env=env)
+    try:
+        with sync_playwright() as p:
+            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            try:
+                yield browser.new_page(viewport={"width": width, "height": height}), port
+            finally:
+                browser.close()
+    finally:
+        stop_app(proc)
+
+
+def group_supernode(page, label: str, members: list[str], settle=settle) -> None:
+    """On a graph page whose "Pins and supernodes" panel is open: name a supernode ``label``, pick ``members``
+    in its Members box and press Group (``settle`` waits after each step)."""
+    box = page.get_by_role("textbox", name="Supernode label")
+    box.fill(label)
+    box.press("Enter")
+    settle(page)
+    picker = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Members").first
+    for m in members:
+        picker.locator("input").first.click()
+        page.get_by_role("option", name=m, exact=True).click()
+        settle(page)
+    page.keyboard.press("Escape")
+    page.get_by_role("button", name="Group", exact=True).click()
+    settle(page)

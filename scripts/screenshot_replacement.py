@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+from app.serving import app_in_chromium  # noqa: E402
 from scripts.screenshots import save_small, settle  # noqa: E402
 
 
@@ -27,27 +27,17 @@ def main() -> None:
     ap.add_argument("--set", required=True)
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
     out = Path(args.out)
-    port = free_port()
-    proc = start_app(port, Path(tempfile.mkdtemp()) / "app.log")
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1500, "height": 1150})
-            for name, run in (("replacement-graph-sae4", args.sae4), ("replacement-graph-set", args.set)):
-                page.goto(f"http://127.0.0.1:{port}/runs?run={run}", timeout=180_000)
-                settle(page)
-                page.locator("text=/Replacement score/").first.evaluate(  # the header at the top, the graph below
-                    "e => { e.scrollIntoView({block: 'start'}); let p = e.parentElement; "
-                    "while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement; if (p) p.scrollTop -= 120; }")
-                time.sleep(0.5)
-                save_small(out / f"{name}.png", page.screenshot())
-                print(out / f"{name}.png", flush=True)
-            browser.close()
-    finally:
-        stop_app(proc)
+    with app_in_chromium(Path(tempfile.mkdtemp()) / "app.log", 1150, width=1500) as (page, port):
+        for name, run in (("replacement-graph-sae4", args.sae4), ("replacement-graph-set", args.set)):
+            page.goto(f"http://127.0.0.1:{port}/runs?run={run}", timeout=180_000)
+            settle(page)
+            page.locator("text=/Replacement score/").first.evaluate(  # the header at the top, the graph below
+                "e => { e.scrollIntoView({block: 'start'}); let p = e.parentElement; "
+                "while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement; if (p) p.scrollTop -= 120; }")
+            time.sleep(0.5)
+            save_small(out / f"{name}.png", page.screenshot())
+            print(out / f"{name}.png", flush=True)
 
 
 if __name__ == "__main__":

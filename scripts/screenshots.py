@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests"))
 
 from app import serving  # noqa: E402
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+from app.serving import app_in_chromium  # noqa: E402
 
 
 def settle(page) -> None:
@@ -44,63 +44,53 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--store", default="")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     env = {"WORKBENCH_RUNS": args.store} if args.store else {}
-    port = free_port()
-    proc = start_app(port, Path(tempfile.mkdtemp()) / "app.log", env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1500, "height": 1150})
+    with app_in_chromium(Path(tempfile.mkdtemp()) / "app.log", 1150, env=env, width=1500) as (page, port):
+        base = f"http://127.0.0.1:{port}"
 
-            def shot(name: str, scroll_to: str | None = None, top: bool = False) -> None:
-                if scroll_to:
-                    target = page.locator(scroll_to).first
-                    if top:  # the element at the top of the window, what follows it below
-                        target.evaluate("e => { e.scrollIntoView({block: 'start'}); let p = e.parentElement; "
-                                        "while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement; "
-                                        "if (p) p.scrollTop -= 90; }")
-                    else:
-                        target.scroll_into_view_if_needed()
-                    time.sleep(0.5)
-                save_small(out / f"{name}.png", page.screenshot())
-                print(f"{out / name}.png", flush=True)
+        def shot(name: str, scroll_to: str | None = None, top: bool = False) -> None:
+            if scroll_to:
+                target = page.locator(scroll_to).first
+                if top:  # the element at the top of the window, what follows it below
+                    target.evaluate("e => { e.scrollIntoView({block: 'start'}); let p = e.parentElement; "
+                                    "while (p && p.scrollHeight <= p.clientHeight) p = p.parentElement; "
+                                    "if (p) p.scrollTop -= 90; }")
+                else:
+                    target.scroll_into_view_if_needed()
+                time.sleep(0.5)
+            save_small(out / f"{name}.png", page.screenshot())
+            print(f"{out / name}.png", flush=True)
 
-            page.goto(f"{base}/circuits", timeout=120_000)
+        page.goto(f"{base}/circuits", timeout=120_000)
+        settle(page)
+        shot("circuits", ".js-plotly-plot")
+        page.goto(f"{base}/feature_graph", timeout=120_000)
+        settle(page)
+        page.get_by_role("button", name="Build the feature graph").click()
+        settle(page)
+        shot("feature-graph", ".js-plotly-plot")
+        page.goto(f"{base}/lens?prompt=When+Mary+and+John+went+to+the+store%2C+John+gave+a+drink+to"
+                  "&target=+Mary", timeout=120_000)
+        settle(page)
+        shot("lens", ".js-plotly-plot")
+        page.goto(f"{base}/sae", timeout=120_000)
+        settle(page)
+        shot("sae", ".js-plotly-plot")
+        run, bench = "", ""
+        if args.store:
+            runs = sorted(n for n in os.listdir(args.store) if "-circuit-" in n)
+            run = runs[-1] if runs else ""
+            benches = sorted(n for n in os.listdir(args.store) if "-bench-" in n)
+            bench = benches[-1] if benches else ""
+        if bench:  # the leaderboard (a cell's circuit opens below it)
+            page.goto(f"{base}/benchmark?run={bench}", timeout=120_000)
             settle(page)
-            shot("circuits", ".js-plotly-plot")
-            page.goto(f"{base}/feature_graph", timeout=120_000)
-            settle(page)
-            page.get_by_role("button", name="Build the feature graph").click()
-            settle(page)
-            shot("feature-graph", ".js-plotly-plot")
-            page.goto(f"{base}/lens?prompt=When+Mary+and+John+went+to+the+store%2C+John+gave+a+drink+to"
-                      "&target=+Mary", timeout=120_000)
-            settle(page)
-            shot("lens", ".js-plotly-plot")
-            page.goto(f"{base}/sae", timeout=120_000)
-            settle(page)
-            shot("sae", ".js-plotly-plot")
-            run, bench = "", ""
-            if args.store:
-                runs = sorted(n for n in os.listdir(args.store) if "-circuit-" in n)
-                run = runs[-1] if runs else ""
-                benches = sorted(n for n in os.listdir(args.store) if "-bench-" in n)
-                bench = benches[-1] if benches else ""
-            if bench:  # the leaderboard (a cell's circuit opens below it)
-                page.goto(f"{base}/benchmark?run={bench}", timeout=120_000)
-                settle(page)
-                shot("benchmark")
-            page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
-            settle(page)
-            shot("runs", "text=/· kind/" if run else None, top=True)
-            browser.close()
-    finally:
-        stop_app(proc)
+            shot("benchmark")
+        page.goto(f"{base}/runs" + (f"?run={run}" if run else ""), timeout=120_000)
+        settle(page)
+        shot("runs", "text=/· kind/" if run else None, top=True)
 
 
 if __name__ == "__main__":

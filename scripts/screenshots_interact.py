@@ -22,7 +22,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 from screenshots import save_small, settle  # noqa: E402
 
-from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, start_app, stop_app  # noqa: E402
+from app.serving import app_in_chromium, group_supernode  # noqa: E402
 
 NODES_JS = "gd => { const t = gd.data[gd.data.length - 1]; return [t.x, t.y, t.customdata]; }"
 POINT_JS = """(gd, [x, y]) => { const L = gd._fullLayout, r = gd.getBoundingClientRect();
@@ -82,18 +82,7 @@ def circuits(page, base: str, model: str, out: Path, flow: bool = False) -> None
         layer.setdefault(h.split(".")[0], []).append(h)
     pair = next((v[:2] for v in layer.values() if len(v) >= 2), heads[1:3])
     page.get_by_text(re.compile(r"Pins and supernodes \(")).first.click()
-    label = page.get_by_role("textbox", name="Supernode label")
-    label.fill(f"{pair[0].split('.')[0]} pair")
-    label.press("Enter")
-    settle(page)
-    box = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Members").first
-    for m in pair:
-        box.locator("input").first.click()
-        page.get_by_role("option", name=m, exact=True).click()
-        settle(page)
-    page.keyboard.press("Escape")
-    page.get_by_role("button", name="Group", exact=True).click()
-    settle(page)
+    group_supernode(page, f"{pair[0].split('.')[0]} pair", pair, settle)
     g = graph()
     hover_busiest(page, g)
     name = f"interact-{'flow' if flow else 'circuits'}-{model}.png"
@@ -126,26 +115,16 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "docs" / "screenshots"))
     ap.add_argument("--models", default="smollm2-135m,gemma3-270m")
     args = ap.parse_args()
-    from playwright.sync_api import sync_playwright
-
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    port = free_port()
     env = {"WORKBENCH_RUNS": tempfile.mkdtemp(), "STREAMLIT_SERVER_FILE_WATCHER_TYPE": "none"}
-    proc = start_app(port, Path(tempfile.mkdtemp()) / "app.log", env=env)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        with sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            page = browser.new_page(viewport={"width": 1500, "height": 1400})
-            for model in args.models.split(","):
-                # smollm2's circuit runs in the page; gemma3's would start a job: its Information flow instead
-                circuits(page, base, model, out, flow=model != "smollm2-135m")
-                if model == "smollm2-135m":
-                    feature_graph(page, base, model, out)
-            browser.close()
-    finally:
-        stop_app(proc)
+    with app_in_chromium(Path(tempfile.mkdtemp()) / "app.log", 1400, env=env, width=1500) as (page, port):
+        base = f"http://127.0.0.1:{port}"
+        for model in args.models.split(","):
+            # smollm2's circuit runs in the page; gemma3's would start a job: its Information flow instead
+            circuits(page, base, model, out, flow=model != "smollm2-135m")
+            if model == "smollm2-135m":
+                feature_graph(page, base, model, out)
 
 
 if __name__ == "__main__":

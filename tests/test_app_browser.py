@@ -6,7 +6,6 @@ is written under the test's temporary folder.
 
 from __future__ import annotations
 
-import contextlib
 import time
 import urllib.parse
 import urllib.request
@@ -14,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from app import serving
 from app.serving import CHROMIUM, CHROMIUM_ARGS, free_port, settle, start_app, stop_app
 
 ERRORS = '[data-testid="stException"], [data-testid="stAlertContentError"]'
@@ -26,22 +26,11 @@ pytestmark = [
 
 
 
-@contextlib.contextmanager
 def app_in_chromium(tmp_path: Path, height: int, env: dict[str, str] | None = None):
-    """`workbench app` on a free port and one headless Chromium page 1400 x ``height``: yields
+    """`workbench app` on a free port and one headless Chromium page 1400 x ``height`` (app.serving's): yields
     (page, port); the browser and the server are stopped however the test ends."""
-    playwright = pytest.importorskip("playwright.sync_api")
-    port = free_port()
-    proc = start_app(port, tmp_path / "app.log", env=env)
-    try:
-        with playwright.sync_playwright() as p:
-            browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
-            try:
-                yield browser.new_page(viewport={"width": 1400, "height": height}), port
-            finally:
-                browser.close()
-    finally:
-        stop_app(proc)
+    pytest.importorskip("playwright.sync_api")
+    return serving.app_in_chromium(tmp_path / "app.log", height, env)
 
 
 def assert_no_errors(page) -> None:

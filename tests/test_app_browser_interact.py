@@ -16,7 +16,7 @@ from test_app_browser import assert_no_errors, settle
 from test_app_browser_clicks import POINT_JS, app_in_chromium, chart_titled, click_point
 from test_app_feature_graph import tiny  # noqa: F401 - a tiny Llama and two residual SAEs (L1, L2)
 
-from app.serving import CHROMIUM
+from app.serving import CHROMIUM, group_supernode
 
 pytestmark = [
     pytest.mark.browser,
@@ -72,19 +72,8 @@ def test_hover_pin_group_and_threshold(tmp_path, tiny_llama_dir):
         assert dict(zip(after["names"], after["symbols"], strict=True))[name] == "diamond"
         # group two heads into a supernode: one hexagon replaces them
         page.get_by_text(re.compile(r"Pins and supernodes \(1 pinned")).first.click()
-        label = page.get_by_role("textbox", name="Supernode label")
-        label.fill("my heads")
-        label.press("Enter")
-        settle(page)
         members = [h for h in heads if h != name][:1] + [name]
-        box = page.locator('[data-testid="stMultiSelect"]').filter(has_text="Members").first
-        for m in members:
-            box.locator("input").first.click()
-            page.get_by_role("option", name=m, exact=True).click()
-            settle(page)
-        page.keyboard.press("Escape")
-        page.get_by_role("button", name="Group", exact=True).click()
-        settle(page)
+        group_supernode(page, "my heads", members, settle)
         g = graph()
         grouped = g.evaluate(NODES_JS)
         assert "⊕ my heads" in grouped["names"] and not set(members) & set(grouped["names"])
