@@ -48,7 +48,7 @@ def test_attribute_job_parts_merge_to_the_single_run(tiny_llama_dir, one_thread)
 
     import workbench as wb
     from workbench.scheduler.kinds import get_kind
-    from workbench.scheduler.runner import Report
+    from workbench.scheduler.worker import Report
 
     model = wb.load(str(tiny_llama_dir))
     enc = _enc(model)
@@ -105,7 +105,7 @@ def test_sae_cache_shards_written_apart_are_the_single_pass_files(tiny_llama_dir
     from attribution.sae.shards import cache_shards
     from core.corpus import english_texts
     from workbench.scheduler.kinds import get_kind
-    from workbench.scheduler.runner import Report
+    from workbench.scheduler.worker import Report
 
     model = wb.load(str(tiny_llama_dir))
     kind = get_kind("sae_cache")

@@ -1,5 +1,5 @@
 """Processes and RSS a local Ray instance holds, idle after ray.init, under a configuration given as argv[1]:
-``default`` (Ray's own) or ``lean`` (workbench.scheduler.runner.LEAN_RAY). Run: python ray_footprint_bare.py lean"""
+``default`` (Ray's own) or ``lean`` (workbench.scheduler.worker.LEAN_RAY). Run: python ray_footprint_bare.py lean"""
 import json
 import os
 import sys

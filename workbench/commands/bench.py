@@ -101,8 +101,7 @@ def circuits(
     from circuits.bench.runner import check_model_kind, check_task_rows, load_rows
     from core.models.zoo import resolve
     from workbench.commands.jobs import run_job
-    from workbench.scheduler.kind_bench import config
-    from workbench.scheduler.specs import BenchCircuitsSpec
+    from workbench.scheduler.specs import BenchCircuitsSpec, bench_config
 
     check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one
@@ -113,7 +112,7 @@ def circuits(
                              selection=selection, eval_split=eval_split, n_boot=boot,
                              batch_size=batch_size, filter_rows=filter_rows, random_seeds=random_seeds,
                              seed=seed)  # checks the config
-    cfg = config(spec.to_dict())
+    cfg = bench_config(spec.to_dict())
     for task in cfg.tasks:  # every stored task's rows are checked before the job starts: bad input costs nothing
         rows, _, source = load_rows(cfg.model, task, cfg.seed)
         if source != "built":

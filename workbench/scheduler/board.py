@@ -25,15 +25,13 @@ from core import store as run_store
 from core.errors import WorkbenchError
 from core.store import checked_root, default_root, pid_alive
 from core.text import one_line
+from workbench.scheduler.errors import JobError
+from workbench.scheduler.specs import as_dict, key_of
 
 STATES = ("queued", "running", "done", "failed", "cancelled")
 ACTIVE = ("queued", "running")
 JOB_ID = re.compile(r"^\d{8}-\d{6}-[a-z0-9_]+-[0-9a-f]{6}$")
 LOG_LINES = 200  # the last lines a record keeps
-
-
-class JobError(WorkbenchError):
-    """An unknown job id, a job that cannot be cancelled, an unreachable Ray address."""
 
 
 # Temporaries of records and costs written before they were named as the store names them (temp_prefix): swept
@@ -128,8 +126,6 @@ def check_record(file: Path, job_id: str) -> Job:
 
 def spec_key(spec: Any) -> str:
     """The normalised key of what a job computes (workbench/scheduler/specs.py): the same work, the same key."""
-    from workbench.scheduler.specs import key_of
-
     return key_of(spec)
 
 
@@ -222,8 +218,6 @@ class JobBoard:
     # -- write (the driver) -------------------------------------------------------------------------
     def create(self, spec: Any, label: str, workers: int = 1, ray_address: str | None = None) -> Job:
         """A new queued job for ``spec`` (a JobSpec, or a dict read through its kind's spec class)."""
-        from workbench.scheduler.specs import as_dict
-
         key = spec_key(spec)
         spec = as_dict(spec)
         kind = str(spec.get("kind", ""))

@@ -15,16 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from workbench.scheduler.kinds import split, worker_model
-
-
-def config(spec: dict[str, Any]) -> Any:
-    """The spec's BenchConfig: the spec's fields that BenchConfig has, the rest at BenchConfig's defaults."""
-    from dataclasses import fields
-
-    from circuits.bench.runner import BenchConfig
-
-    names = {f.name for f in fields(BenchConfig)}
-    return BenchConfig(**{k: v for k, v in spec.items() if k in names})
+from workbench.scheduler.specs import bench_config
 
 
 class BenchCircuitsJob:
@@ -35,14 +26,14 @@ class BenchCircuitsJob:
     def shards(self, spec: dict[str, Any], workers: int) -> list[list[tuple[str, str]]]:
         from circuits.bench.cells import cells
 
-        todo = cells(config(spec))
+        todo = cells(bench_config(spec))
         return [todo[a:b] for a, b in split(len(todo), workers)]
 
     def items(self, spec: dict[str, Any]) -> int:
         from circuits.bench.cells import cells
         from circuits.bench.runner import method_steps
 
-        cfg = config(spec)
+        cfg = bench_config(spec)
         return sum(method_steps(cfg, m) for _, m in cells(cfg))
 
     def cost_key(self, spec: dict[str, Any]) -> str:
@@ -54,7 +45,7 @@ class BenchCircuitsJob:
         from circuits.bench.cells import run_cells
         from circuits.bench.runner import method_steps
 
-        cfg = config(spec)
+        cfg = bench_config(spec)
         model = worker_model(spec)
         report.total(sum(method_steps(cfg, m) for _, m in shard))
         return run_cells(model, cfg, [tuple(c) for c in shard], on_step=lambda what: report.step(1))
@@ -62,4 +53,4 @@ class BenchCircuitsJob:
     def finish(self, spec: dict[str, Any], parts: list[list[dict[str, Any]]]) -> Any:
         from circuits.bench.cells import merge
 
-        return merge(config(spec), [p for part in parts for p in part])
+        return merge(bench_config(spec), [p for part in parts for p in part])

@@ -84,7 +84,7 @@ class SaeCacheJob:
 
         from attribution.sae.shards import MANIFEST, write_atomic
         from core.errors import DatasetError
-        from workbench.scheduler.board import JobError
+        from workbench.scheduler.errors import JobError
 
         out = Path(spec["out"])
         if len(parts) == 1 and "manifest" in parts[0]:

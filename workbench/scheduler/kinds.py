@@ -30,7 +30,9 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from workbench.scheduler.board import JobError
+from workbench.scheduler.board import jobs_root
+from workbench.scheduler.errors import JobError
+from workbench.scheduler.specs import ALIASES, SPECS, as_dict
 
 _MODELS: dict[tuple[str, str, str | None], Any] = {}
 _LENT = threading.local()  # models a caller lends to the job running in this thread: {name: (model, lock)}
@@ -359,14 +361,10 @@ KINDS: dict[str, Any] = {}  # job code by kind, imported on first use from its s
 
 
 def kind_names() -> list[str]:
-    from workbench.scheduler.specs import SPECS
-
     return sorted(set(KINDS) | set(SPECS))
 
 
 def get_kind(name: str) -> Any:
-    from workbench.scheduler.specs import ALIASES, SPECS
-
     name = ALIASES.get(name, name)
     if name not in KINDS and name in SPECS:
         import importlib
@@ -412,8 +410,6 @@ def estimate(spec: Any, workers: int = 1, root: Any = None, measure: bool = True
     from pathlib import Path
 
     from workbench.scheduler import costs
-    from workbench.scheduler.board import jobs_root
-    from workbench.scheduler.specs import as_dict
 
     spec = as_dict(spec)
     kind = get_kind(spec.get("kind", ""))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import queue
 import signal
 import socket
 import sys
@@ -33,22 +32,18 @@ from typing import Any
 from core.errors import WorkbenchError
 from core.text import one_line
 from workbench.scheduler import costs
-from workbench.scheduler.board import Job, JobBoard, JobError, now, this_driver
+from workbench.scheduler.board import Job, JobBoard, now, this_driver
+from workbench.scheduler.errors import JobError
 from workbench.scheduler.kinds import get_kind, lend, model_lock, shard_resources
+from workbench.scheduler.warm import NAMESPACE, model_actor, touch
+from workbench.scheduler.warm import ensure as ensure_warm
+from workbench.scheduler.worker import LEAN_RAY, POLL_S, Report, shard_events
 
-POLL_S = 0.2  # how often the driver looks for progress and cancel requests
 WRITE_S = 0.5  # how often it rewrites the job's record
 START_ATTEMPTS = 3  # tries at starting a local Ray instance (one when the job can run here instead)
 # Work estimated under this many seconds runs in the caller's process: a Ray start and a worker's imports
 # and model load cost more than that on a busy machine. WORKBENCH_LOCAL_S overrides (0: always Ray).
 LOCAL_S = 10.0
-# A local instance starts no idle workers ahead of need (Ray prestarts one a CPU, each a Python process of about
-# 80 MB that a one-shard job never uses): workers start with the first task that needs one (about a second).
-# Measured on 2 cores: 9 processes and 651 MB RSS idle with prestart, 7 and 490 MB without
-# (results/app/ray_footprint.md).
-# WORKBENCH_RAY_PRESTART=1 restores Ray's prestarting (a first task a second sooner, for ~80 MB a core).
-LEAN_RAY = ({} if os.environ.get("WORKBENCH_RAY_PRESTART") == "1"
-            else {"prestart_worker_first_driver": False, "enable_worker_prestart": False})
 _RAY_LOCK = threading.Lock()
 _RAY_ADDRESS: list[str] = []  # the address this process's Ray connection was made with
 
@@ -290,59 +285,6 @@ def sweep_agents(root: Any) -> list[int]:
     return ended
 
 
-def shard_events(spec: dict[str, Any], shard: Any):
-    """Runs in a Ray worker: the shard's engine call in a thread, its progress yielded as events
-    ("start", pid), ("total", n), ("step", n), then ("part", part). Steps are batched every 0.2 s."""
-    events: queue.Queue = queue.Queue()
-    box: dict[str, Any] = {}
-
-    def work() -> None:
-        try:
-            box["part"] = get_kind(spec["kind"]).run_shard(
-                spec, shard, Report(on_total=lambda n: events.put(("total", n)),
-                                    on_step=lambda n: events.put(("step", n))))
-        except BaseException as exc:  # re-raised in the task below, so Ray carries it to the driver
-            box["error"] = exc
-        finally:
-            events.put(None)
-
-    yield ("start", os.getpid())
-    threading.Thread(target=work, daemon=True).start()
-    try:
-        yield from _relay(events)
-    except KeyboardInterrupt:  # ray.cancel: leave now; the process exit frees all the work thread holds
-        os._exit(1)
-    if "error" in box:
-        raise box["error"]
-    yield ("part", box["part"])
-
-
-def _relay(events: queue.Queue):
-    """The work thread's events until it ends (None); steps within POLL_S become one event. The wait is in
-    short slices, so an interrupt (ray.cancel) reaches this thread at once."""
-    finished = False
-    while not finished:
-        try:
-            item = events.get(timeout=POLL_S)
-        except queue.Empty:
-            continue
-        steps, batch_end = 0, time.monotonic() + POLL_S
-        while True:  # many small steps within POLL_S become one event
-            if item is None:
-                finished = True
-                break
-            if item[0] == "step":
-                steps += item[1]
-            else:
-                yield item
-            try:
-                item = events.get(timeout=max(0.0, batch_end - time.monotonic()))
-            except queue.Empty:
-                break
-        if steps:
-            yield ("step", steps)
-
-
 _REMOTE: list[Any] = []
 
 
@@ -358,13 +300,6 @@ def _remote_shard(resources: dict[str, float]):
 
 
 # -- progress ---------------------------------------------------------------------------------------
-class Report:
-    """The progress callback a shard's engine call gets: total(n) once known, step(n) as items finish."""
-
-    def __init__(self, on_total: Callable[[int], None], on_step: Callable[[int], None]) -> None:
-        self.total, self.step = on_total, on_step
-
-
 class _Tracker:
     """The driver's view of a job's progress; rewrites the record every WRITE_S and on demand."""
 
@@ -496,8 +431,6 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
         sweep_agents(board.root)  # what a killed driver's local instance left behind
     try:
         if warm_address is not None:
-            from workbench.scheduler.warm import NAMESPACE
-
             connect(warm_address, attempts=1, namespace=NAMESPACE)
             job.ray_address = "local"  # this machine's (warm) instance: workers are killed by pid on cancel
         else:
@@ -519,8 +452,6 @@ def _run_on_ray(job: Job, board: JobBoard, kind: Any, shards: list[Any],
     board.write(job)
     if warm_address is not None and len(shards) == 1 and "model" in job.spec:
         # the model's actor on the warm instance: imports done and the model loaded by an earlier job
-        from workbench.scheduler.warm import model_actor
-
         board.note(job, f"on the warm instance at {warm_address}, on the actor of {job.spec['model']}")
         gens = [model_actor(job.spec, resources).run.options(num_returns="streaming").remote(job.spec, shards[0])]
     else:
@@ -566,9 +497,7 @@ def _warm_address(job: Job, board: JobBoard) -> str | None:
     if _WARM[0] is None or not job.ray_optional or job.ray_address not in (None, "local"):
         return None
     try:
-        from workbench.scheduler import warm
-
-        return warm.ensure(board.root, owner=_WARM[0])
+        return ensure_warm(board.root, owner=_WARM[0])
     except Exception as exc:  # noqa: BLE001 - a speed-up, never a dependency
         board.note(job, f"no warm Ray instance ({one_line(exc)}); starting one for this job")
         return None
@@ -788,6 +717,4 @@ def drive_recorded(root: str, job_id: str, warm: int | None = None) -> None:
         pass  # drive recorded how it ended
     finally:
         if warm is not None:
-            from workbench.scheduler.warm import touch
-
             touch(board.root)  # the instance's idle time starts now

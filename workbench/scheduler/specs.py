@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from attribution.sae.config import TRAIN
-from workbench.scheduler.board import JobError
+from workbench.scheduler.errors import JobError
 
 
 class SpecError(JobError):
@@ -479,7 +479,6 @@ class BenchCircuitsSpec(ModelSpec):
 
     def check(self) -> None:
         from circuits.bench.runner import check_config
-        from workbench.scheduler.kind_bench import config
 
         for name in ("tasks", "methods", "levels"):
             if not isinstance(getattr(self, name), list) or not getattr(self, name):
@@ -487,13 +486,21 @@ class BenchCircuitsSpec(ModelSpec):
         for name in ("n_train", "n_test", "n_patch", "n_boot", "batch_size"):
             _positive(name, getattr(self, name))
         _positive("threads", self.threads, allow_none=True)
-        check_config(config(self.to_dict()))
+        check_config(bench_config(self.to_dict()))
 
     def key_fields(self) -> dict[str, Any]:
         out = super().key_fields()
         for name in ("tasks", "methods", "levels"):  # their order is the tables' only
             out[name] = sorted(set(getattr(self, name)))
         return out
+
+
+def bench_config(spec: dict[str, Any]) -> Any:
+    """A bench_circuits spec's BenchConfig: the spec's fields that BenchConfig has, the rest at its defaults."""
+    from circuits.bench.runner import BenchConfig
+
+    names = {f.name for f in fields(BenchConfig)}
+    return BenchConfig(**{k: v for k, v in spec.items() if k in names})
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -23,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from core.store import pid_alive
-from workbench.scheduler.board import ACTIVE, JobBoard, JobError, driver_alive, this_driver
+from workbench.scheduler.board import ACTIVE, JobBoard, driver_alive, this_driver
+from workbench.scheduler.errors import JobError
+from workbench.scheduler.worker import LEAN_RAY, shard_events
 
 RECORD = "ray-warm.json"
 USED = "ray-warm.used"  # touched by every driver that uses the instance: its mtime is the last use
@@ -106,7 +108,7 @@ def ensure(root: str | Path, owner: int | None = None, timeout: float = START_S)
 
 # -- the actor that keeps a model loaded ----------------------------------------------------------------
 class ModelHost:
-    """One model, loaded once, running job shards one after another (see runner.shard_events)."""
+    """One model, loaded once, running job shards one after another (see worker.shard_events)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
         from workbench.scheduler.kinds import worker_model
@@ -117,8 +119,6 @@ class ModelHost:
         return os.getpid()
 
     def run(self, spec: dict[str, Any], shard: Any):
-        from workbench.scheduler.runner import shard_events
-
         yield from shard_events(spec, shard)
 
 
@@ -157,10 +157,9 @@ def host(root: str | Path, owner: int = 0) -> None:
     # At normal priority, in a session (a scheduling group) of its own: on a busy machine Ray's agents must
     # start within its limits, and its GCS answer a driver's connection within five seconds (with the group's
     # priority lowered, as a driver's is, both failed under a load of 10 on two cores).
-    from workbench.scheduler.runner import LEAN_RAY  # no prestarted idle workers: they start as jobs need them
 
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
-             log_to_driver=False, _system_config=LEAN_RAY)
+             log_to_driver=False, _system_config=LEAN_RAY)  # no prestarted idle workers
     address = ray.get_runtime_context().gcs_address
     from core.store import write_atomic
 
