@@ -115,7 +115,7 @@ def test_non_finite_parameters(monkeypatch, capsys, tmp_path, args, words):
 
 
 def test_emit_is_strict_json(capsys):
-    from workbench.cli import emit
+    from workbench.commands.common import emit
 
     with pytest.raises(NonFiniteError, match=r"scores\[1\]"):
         emit({"scores": [1.0, float("nan")]}, True)

@@ -1,8 +1,2 @@
-"""CLI subcommands, one module each; see workbench/cli.py.
-
-workbench.cli is imported first, whatever imports a command module: the CLI registers every module here
-while it loads, and a module caught half-imported (its import started before the CLI's) would be left
-out of the command list.
-"""
-
-import workbench.cli  # noqa: F401
+"""CLI subcommands, one module each, registered by workbench/cli.py (each defines ``register(app)``); what they
+share (the --json, --device, --dtype options, ``emit``, consoles, tables) is common.py."""

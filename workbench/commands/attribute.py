@@ -8,7 +8,15 @@ import typer
 
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import any_int, positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    console,
+    dtype_spec,
+    emit,
+    result_console,
+)
 from workbench.commands.jobs import workers_option
 
 
@@ -88,7 +96,7 @@ def attribute(
     """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
     from core.errors import PromptError, TokenError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     name = check_method(method, level)
     params = parse_params(param)

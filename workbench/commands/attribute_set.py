@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 
 
@@ -39,8 +39,8 @@ def attribute_set(
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers (at
     batch boundaries, so every score is what one process computes)."""
     from core.prompt_files import read_prompts
-    from workbench.cli import check_device
     from workbench.commands.attribute import check_method, parse_params
+    from workbench.commands.common import check_device
 
     name = check_method(method, level)
     params = parse_params(param)
@@ -81,7 +81,7 @@ SHOWN = {"prompt": "prompt", "target": "target", "foil": "foil", "n_tokens": "to
 
 
 def print_result_table(df) -> None:
-    from workbench.cli import print_table
+    from workbench.commands.common import print_table
 
     cols = [c for c in SHOWN if c in df.columns]
 

@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from core.options import nonneg_int, positive_int
-from workbench.cli import JSON_OPTION, console, emit
+from workbench.commands.common import JSON_OPTION, console, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 # The defaults: 5 tasks x these 4 methods at edge level took 33 min at 12 test prompts with --workers 3 on a shared

@@ -9,7 +9,7 @@ import typer
 from circuits.edges import method_help
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -97,8 +97,8 @@ def discover(
     (``workbench jobs list``), on a Ray cluster with --ray-address."""
     from circuits.edges import get_method
     from core.errors import RangeError
-    from workbench.cli import check_device
     from workbench.commands.attribute import parse_params
+    from workbench.commands.common import check_device
 
     spec = get_method(method)
     _check(edges, limit, ablation, metric, selection)
@@ -162,7 +162,7 @@ def evaluate(
     as a job (nothing new is stored), on a Ray cluster with --ray-address."""
     from core.errors import RangeError
     from core.store import RunStore
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     _check(edges, None, ablation, None, selection)
     ks = _grid(grid)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.figures import check_figure_path, png_option, save_figure
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def ablate(
     from circuits.tools import ablation
     from core.errors import MethodError
     from core.models.zoo import check_text_model
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     check_text_model(model, "ablate")
     m = wb.load(model, device=check_device(device), dtype=dtype)
@@ -91,7 +91,7 @@ def patch(
     import workbench as wb
     from circuits.tools import patching
     from core.errors import MethodError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     if site not in patching.SITES:
         raise MethodError(f"unknown site {site!r}: {', '.join(patching.SITES)}")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import finite_float, layers_option, positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -61,7 +61,7 @@ def concepts(
 
 
     from core.models.zoo import check_text_model
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
     from workbench.commands.jobs import run_job
     from workbench.commands.probe import threads_here
     from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref

@@ -9,7 +9,7 @@ import typer
 
 from core.options import int_range, nonempty, positive_int
 from core.options import port as port_option
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def models(as_json: bool = JSON_OPTION) -> None:
     rows = [e.public() for e in list_models()]
 
     def human(rows):
-        from workbench.cli import print_table
+        from workbench.commands.common import print_table
 
         print_table(["name", "kind", "params", "source"],
                     [[r["name"], r["kind"], f"{r['params']:,}", r["source"]] for r in rows],
@@ -65,7 +65,7 @@ def runs_list(
     bad = store.damaged()
 
     def human(rows):
-        from workbench.cli import print_table
+        from workbench.commands.common import print_table
 
         # id and model whole (what `runs show` and `--model` take); the id already says when and what kind
         # (DATE-TIME-KIND-HASH), so neither has a column of its own that would squeeze the model at 80 columns
@@ -185,7 +185,7 @@ def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
     """Print a model's architecture facts (a language model's are read from its config.json, nothing built)."""
     import workbench as wb
     from core.errors import MethodError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     if backend not in BACKENDS:
         raise MethodError(f"unknown --backend {backend!r}: {', '.join(BACKENDS)}")
@@ -213,7 +213,7 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
     """Greedy continuation of a prompt."""
     import workbench as wb
     from core.errors import PromptError, RangeError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")

@@ -8,7 +8,7 @@ import typer
 
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import any_int, positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -33,7 +33,7 @@ def dla(
 ) -> None:
     """Direct logit attribution of the target (minus foil) logit."""
     from core.errors import PromptError, TokenError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():

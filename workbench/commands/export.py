@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import typer
 
-from workbench.cli import JSON_OPTION, emit
+from workbench.commands.common import JSON_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:

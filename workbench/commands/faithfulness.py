@@ -6,7 +6,7 @@ import typer
 
 from core.options import positive_int
 from core.prompt_files import read_prompts
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 
 
@@ -81,7 +81,7 @@ def faithfulness(
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers;
     the numbers are those of one process."""
     from core.errors import MethodError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     if level not in ("token", "head", "neuron"):
         raise MethodError(f"unknown level {level!r}: token, head or neuron")
@@ -130,10 +130,10 @@ SHORT = {"disrupt_auc": "disrupt", "recover_auc": "recover", "total_std": "std",
 
 
 def print_report(markdown: str) -> None:
-    """The report's title and its table through cli.print_table (rich's Markdown cut headers to fit)."""
+    """The report's title and its table through common.print_table (rich's Markdown cut headers to fit)."""
     import textwrap
 
-    from workbench.cli import print_table, result_console
+    from workbench.commands.common import print_table, result_console
 
     lines = markdown.splitlines()
     rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in lines if line.startswith("| ")]

@@ -8,7 +8,7 @@ import typer
 
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
 
 
 def register(app: typer.Typer) -> None:
@@ -69,8 +69,8 @@ def feature_graph(
 ) -> None:
     """Feature graph: dictionary features at each depth -> higher features -> logits, with error nodes,
     pruned to the strongest paths (prints model, prompt, nodes, edges, seconds, run)."""
-    from workbench.cli import check_device
     from workbench.commands.attribute import parse_params
+    from workbench.commands.common import check_device
 
     params = parse_params(param)
     check_figure_path(png)  # a bad --png fails before any work

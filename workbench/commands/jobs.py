@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from core.options import positive_int
-from workbench.cli import JSON_OPTION, console, emit
+from workbench.commands.common import JSON_OPTION, console, emit
 
 RAY_ADDRESS_OPTION = typer.Option(
     None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' "
@@ -52,7 +52,7 @@ def jobs_list(
     rows = [j.summary() for j in jobs]
 
     def human(rows: list[dict[str, Any]]) -> None:
-        from workbench.cli import print_table
+        from workbench.commands.common import print_table
 
         if not rows:
             print("no jobs")

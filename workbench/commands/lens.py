@@ -8,7 +8,7 @@ import typer
 
 from core.figures import check_figure_path, png_option, save_figure
 from core.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -36,7 +36,7 @@ def lens(
     """Each layer's top tokens at every position through the logit or tuned lens."""
     from attribution.lens import check_kind
     from core.errors import PromptError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     check_kind(kind)
     check_figure_path(png)  # a bad --png fails before any work

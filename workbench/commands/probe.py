@@ -15,7 +15,7 @@ from core.options import (
     nonneg_int,
     positive_int,
 )
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -69,7 +69,7 @@ def probe(
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
 
     from core.models.zoo import check_text_model
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
     from workbench.commands.jobs import run_job
     from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
     from workbench.scheduler.specs import ProbeSpec

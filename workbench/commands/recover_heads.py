@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
-from workbench.cli import JSON_OPTION, emit, result_console
+from workbench.commands.common import JSON_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:

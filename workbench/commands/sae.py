@@ -17,7 +17,15 @@ from core.options import (
     positive_float,
     positive_int,
 )
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    console,
+    dtype_spec,
+    emit,
+    result_console,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 sae_app = typer.Typer(
@@ -85,7 +93,7 @@ def train(
     --ray-address it runs as a job on Ray (progress: training steps)."""
     from attribution.sae.train import KINDS
     from core.errors import RangeError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
     from workbench.scheduler import resolve_address
     from workbench.scheduler.kind_sae import check_out, from_shards, is_toy, train_dictionary
     from workbench.scheduler.specs import SaeTrainSpec
@@ -185,7 +193,7 @@ def cache(
     from core.errors import DatasetError, RangeError
     from core.models import zoo
     from core.options import split_list
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
     from workbench.commands.jobs import run_job
 
     names = split_list("--hooks", hooks)
@@ -226,7 +234,7 @@ def _load_for(sae_path: str, model: str | None, hook: str | None, device: str, d
     import workbench
     from attribution.sae.train import load_sae
     from core.errors import ModelFileError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     sae = load_sae(sae_path)
     meta = sae.cfg.metadata

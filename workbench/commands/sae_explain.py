@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from core.options import nonempty, positive_int
-from workbench.cli import DEVICE_OPTION, JSON_OPTION, emit
+from workbench.commands.common import DEVICE_OPTION, JSON_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.py's group
@@ -44,7 +44,7 @@ def explain(
     from attribution.sae.explanations import build_explanations
     from attribution.sae.units import resolve
     from core.errors import RangeError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
     from workbench.commands.sae_features import dashboards_of, load_threads, model_of
 
     names = {model_of(s, model) for s in sae}

@@ -13,7 +13,7 @@ from typing import Any
 import typer
 
 from core.options import finite_float, nonempty, nonneg_int, positive_int
-from workbench.cli import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
 MODEL_OPTION = typer.Option(None, "--model", callback=nonempty,
@@ -71,7 +71,7 @@ def _load(spec: str, model: str | None, device: str, dtype: str = "float32"):
     """(HookedModel, unit source), checked against each other."""
     import workbench
     from attribution.sae.units import check_model_fits, resolve
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     load_threads()
     from core.models.zoo import check_text_model
@@ -157,7 +157,7 @@ def dashboards(
     from attribution.sae.explore import build
     from attribution.sae.units import resolve
     from core.errors import RangeError
-    from workbench.cli import check_device
+    from workbench.commands.common import check_device
 
     if ctx < 2:
         raise RangeError("--ctx must be at least 2 (position 0 is never scored)")

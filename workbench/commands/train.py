@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.options import allow_long_option, nonempty, nonneg_float, nonneg_int, positive_float, positive_int
-from workbench.cli import JSON_OPTION, emit, progress, result_console
+from workbench.commands.common import JSON_OPTION, emit, progress, result_console
 
 
 def register(app: typer.Typer) -> None:

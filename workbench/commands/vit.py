@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
-from workbench.cli import JSON_OPTION, emit
+from workbench.commands.common import JSON_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
@@ -176,7 +176,7 @@ def vit_eval(
     out["markdown"] = res.markdown()
 
     def human(o):
-        from workbench.cli import result_console
+        from workbench.commands.common import result_console
 
         print("\n".join(metrics_lines(res.table(), result_console().width)))
         if o.get("cost"):
@@ -328,7 +328,7 @@ def train_vit(
     check_long(f"--steps {steps} of --batch-size {batch_size}", steps * per_step, allow_long)
     from attribution.vit.train import save_trained
     from attribution.vit.train import train_vit as _train
-    from workbench.cli import console
+    from workbench.commands.common import console
 
     con = console()
     vit, metrics = _train(dataset, steps, batch_size, lr, seed, threads, log=con.print)
