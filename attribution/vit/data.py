@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from jaxtyping import Bool, Float, Int
 
 from core.errors import DatasetError
 
@@ -60,9 +61,9 @@ TEMPLATES = _templates()
 class ImageBatch:
     """Images (image, channel, height, width) in [0, 1], labels (image), masks (image, height, width)."""
 
-    images: torch.Tensor
-    labels: torch.Tensor
-    masks: torch.Tensor
+    images: Float[torch.Tensor, "image channel height width"]
+    labels: Int[torch.Tensor, " image"]
+    masks: Bool[torch.Tensor, "image height width"]
     dataset: str = "synthetic"
     class_names: tuple[str, ...] = CLASSES
 

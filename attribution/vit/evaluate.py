@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Int
 
 from attribution.vit import metrics as M
 from attribution.vit.data import ImageBatch
@@ -101,14 +102,14 @@ def metrics_markdown(rows: dict[str, Any]) -> str:
     return "\n".join([head, rule, *lines])
 
 
-def runner_up(model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def runner_up(model, images: M.Images, targets: Int[torch.Tensor, " image"]) -> Int[torch.Tensor, " image"]:
     with torch.no_grad():
         logits = model(images)
     logits.scatter_(1, targets[:, None], float("-inf"))
     return logits.argmax(-1)
 
 
-def forward_backward_seconds(model, images: torch.Tensor, targets: torch.Tensor) -> float:
+def forward_backward_seconds(model, images: M.Images, targets: Int[torch.Tensor, " image"]) -> float:
     start = time.perf_counter()
     x = images.detach().clone().requires_grad_(True)
     score = model(x).gather(1, targets[:, None]).sum()
@@ -116,8 +117,8 @@ def forward_backward_seconds(model, images: torch.Tensor, targets: torch.Tensor)
     return time.perf_counter() - start
 
 
-def cost_ratio(model, images: torch.Tensor, targets: torch.Tensor, method: str = "dap", repeats: int = 5,
-               **params: Any) -> dict[str, float]:
+def cost_ratio(model, images: M.Images, targets: Int[torch.Tensor, " image"], method: str = "dap",
+               repeats: int = 5, **params: Any) -> dict[str, float]:
     """Seconds of `method` vs one forward + backward on the same images (min over repeats, interleaved)."""
     fb, me = [], []
     for _ in range(repeats):
@@ -133,14 +134,14 @@ class Prepared:
     runner-up classes (class sensitivity) and the model's accuracy, all over the whole image set; and the
     logits of the clean and the baseline images, the two ends every deletion / insertion curve shares."""
 
-    images: torch.Tensor
-    targets: torch.Tensor
-    other: torch.Tensor
+    images: M.Images
+    targets: Int[torch.Tensor, " image"]
+    other: Int[torch.Tensor, " image"]
     accuracy: float
-    logits: torch.Tensor | None = None
-    base_logits: dict[str, torch.Tensor] = field(default_factory=dict)
+    logits: M.Logits | None = None
+    base_logits: dict[str, M.Logits] = field(default_factory=dict)
 
-    def ends(self, model, baseline: str, lo: int, hi: int) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def ends(self, model, baseline: str, lo: int, hi: int) -> tuple[M.Logits, M.Logits] | None:
         """(clean, baseline) logits of images [lo, hi), the baseline's run once over the whole set."""
         if self.logits is None:
             return None
@@ -155,7 +156,7 @@ class Prepared:
 class Chunk:
     """One method on one batch of images: per-image metric columns and its maps."""
 
-    cols: dict[str, torch.Tensor]
+    cols: dict[str, M.PerImage]
     map: PatchMap
 
 
@@ -169,7 +170,7 @@ def prepare(model, batch: ImageBatch) -> Prepared:
     return Prepared(images, targets, other, acc, logits)
 
 
-def score_chunk(model, prep: Prepared, masks: torch.Tensor, name: str, lo: int, hi: int,
+def score_chunk(model, prep: Prepared, masks: M.Masks, name: str, lo: int, hi: int,
                 params: dict[str, Any] | None = None, steps: int = M.FRACTIONS_STEPS,
                 baseline: str = "zeros") -> Chunk:
     """Every metric of method ``name`` on images [lo, hi): a batch is the unit that evaluates the same

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from attribution.vit.maps import PatchMap
 
@@ -29,7 +30,7 @@ class ImageExplanation:
     target: str
     probs: dict[str, float]
     map: PatchMap  # (1, row, col)
-    image: torch.Tensor  # (1, 3, H, W) as the model saw it
+    image: Float[torch.Tensor, "1 channel height width"]  # as the model saw it
     head: str | None = None
     region: tuple[int, int, int, int] | None = None  # on the model's input
     saliency_in_region: float | None = None

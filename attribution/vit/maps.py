@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int, Shaped
 
 AXES = ("image", "row", "col")
 
@@ -18,9 +19,9 @@ class PatchMap:
     the whole batch (not counting the target-choosing forward pass).
     """
 
-    scores: torch.Tensor
+    scores: Float[torch.Tensor, "image row col"]
     method: str
-    targets: torch.Tensor
+    targets: Int[torch.Tensor, " image"]
     params: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     patch_size: int = 1
@@ -31,18 +32,18 @@ class PatchMap:
         return int(self.scores.shape[-1])
 
     @property
-    def flat(self) -> torch.Tensor:
+    def flat(self) -> Float[torch.Tensor, "image patch"]:
         """(image, patch), patches row-major."""
         return self.scores.reshape(self.scores.shape[0], -1)
 
-    def upsample(self, size: int | None = None, mode: str = "nearest") -> torch.Tensor:
+    def upsample(self, size: int | None = None, mode: str = "nearest") -> Float[torch.Tensor, "image height width"]:
         """(image, height, width) at pixel resolution (nearest keeps each patch's value on its pixels)."""
         size = size or self.grid * self.patch_size
         kw = {} if mode == "nearest" else {"align_corners": False}
         return torch.nn.functional.interpolate(self.scores[:, None].float(), size=(size, size),
                                                mode=mode, **kw)[:, 0]
 
-    def normalised(self) -> torch.Tensor:
+    def normalised(self) -> Float[torch.Tensor, "image row col"]:
         """Each map scaled to [0, 1] (constant maps become 0)."""
         s = self.flat
         lo, hi = s.min(1, keepdim=True).values, s.max(1, keepdim=True).values
@@ -60,13 +61,15 @@ class PatchMap:
         return pd.DataFrame({"image": idx[:, 0].numpy(), "row": idx[:, 1].numpy(), "col": idx[:, 2].numpy(),
                              "score": self.scores.reshape(-1).detach().cpu().numpy()})
 
-    def plot(self, images: torch.Tensor | None = None, index: int = 0, opacity: float = 0.5):
+    def plot(self, images: Float[torch.Tensor, "image channel height width"] | None = None, index: int = 0,
+             opacity: float = 0.5):
         """The image (if given) with this map overlaid, as a plotly figure."""
         return overlay_figure(images, {self.method: self}, [index])
 
 
-def overlay_figure(images: torch.Tensor | None, maps: dict[str, PatchMap], indices: list[int],
-                   masks: torch.Tensor | None = None, opacity: float = 0.55, panel_px: int = 150,
+def overlay_figure(images: Float[torch.Tensor, "image channel height width"] | None, maps: dict[str, PatchMap],
+                   indices: list[int], masks: Shaped[torch.Tensor, "image height width"] | None = None,
+                   opacity: float = 0.55, panel_px: int = 150,
                    colorbar: bool = False, image_panel: bool = True):
     """A grid of images (rows) x methods (columns): each map, normalised, over its image. ``panel_px``
     sizes each panel; ``colorbar`` adds the shared 0-1 scale; ``image_panel`` (with images) draws the plain

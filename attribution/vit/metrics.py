@@ -22,29 +22,36 @@ in a random, not top-left-first, order.
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float, Int, Shaped
 
 FRACTIONS_STEPS = 20  # 0, 0.05, ..., 1: contains 0.1 ... 0.9 for the perturbation tests
 
+Images = Float[torch.Tensor, "image channel height width"]
+Masks = Shaped[torch.Tensor, "image height width"]  # the object's pixels (bool, or 0/1 numbers)
+Maps = Float[torch.Tensor, "image patch"]  # patch maps, patches row-major
+Logits = Float[torch.Tensor, "image class"]
+PerImage = Float[torch.Tensor, " image"]
 
-def patch_fraction(masks: torch.Tensor, patch: int) -> torch.Tensor:
+
+def patch_fraction(masks: Masks, patch: int) -> Maps:
     """(image, patch): the share of each patch's pixels inside the mask."""
     m = masks.float()[:, None]
     return torch.nn.functional.avg_pool2d(m, patch)[:, 0].flatten(1)
 
 
-def pointing_game(maps: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
+def pointing_game(maps: Maps, frac: Maps) -> PerImage:
     top = maps.argmax(1)
     return (frac.gather(1, top[:, None])[:, 0] > 0).float()
 
 
-def energy_pointing_game(maps: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
+def energy_pointing_game(maps: Maps, frac: Maps) -> PerImage:
     pos = maps.clamp(min=0)
     total = pos.sum(1)
     inside = (pos * frac).sum(1)
     return torch.where(total > 0, inside / total.clamp_min(1e-12), torch.zeros_like(total))
 
 
-def mask_iou(maps: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
+def mask_iou(maps: Maps, frac: Maps) -> PerImage:
     """IoU in pixels: a selected patch contributes all its pixels, the object f_p of them."""
     sel = (maps > maps.mean(1, keepdim=True)).float()
     inter = (sel * frac).sum(1)
@@ -52,7 +59,7 @@ def mask_iou(maps: torch.Tensor, frac: torch.Tensor) -> torch.Tensor:
     return inter / union.clamp_min(1e-12)
 
 
-def class_sensitivity(maps_a: torch.Tensor, maps_b: torch.Tensor) -> torch.Tensor:
+def class_sensitivity(maps_a: Maps, maps_b: Maps) -> PerImage:
     """(image,) Pearson correlation of two maps of the same image; identical maps give 1."""
     a = maps_a - maps_a.mean(1, keepdim=True)
     b = maps_b - maps_b.mean(1, keepdim=True)
@@ -63,7 +70,7 @@ def class_sensitivity(maps_a: torch.Tensor, maps_b: torch.Tensor) -> torch.Tenso
     return torch.where(same, torch.ones_like(corr), corr)
 
 
-def order(maps: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def order(maps: Maps, seed: int = 0) -> Int[torch.Tensor, "image patch"]:
     """(image, patch) patch indices from highest to lowest score, ties in a fixed random order."""
     n = maps.shape[1]
     perm = torch.randperm(n, generator=torch.Generator().manual_seed(seed))
@@ -94,7 +101,7 @@ def _curve(model, images: torch.Tensor, targets: torch.Tensor, ranks: torch.Tens
     return torch.stack(probs, 1), torch.stack(hits, 1)
 
 
-def blur(images: torch.Tensor) -> torch.Tensor:
+def blur(images: Images) -> Images:
     """The blurred-image baseline: a 5x5 box filter per channel ([image, channel, h, w], same shape)."""
     k = torch.ones(images.shape[1], 1, 5, 5, device=images.device) / 25
     return torch.nn.functional.conv2d(images, k, padding=2, groups=images.shape[1])
@@ -105,10 +112,10 @@ def _auc(curve: torch.Tensor) -> torch.Tensor:
     return (curve.sum(1) - curve[:, 0] / 2 - curve[:, -1] / 2) / n
 
 
-def perturbation_scores(model, images: torch.Tensor, targets: torch.Tensor, maps: torch.Tensor,
-                        baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0,
-                        ends: tuple[torch.Tensor, torch.Tensor] | None = None, rows: int = 64
-                        ) -> dict[str, torch.Tensor]:
+def perturbation_scores(model, images: Images, targets: Int[torch.Tensor, " image"],
+                        maps: Maps, baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0,
+                        ends: tuple[Logits, Logits] | None = None,
+                        rows: int = 64) -> dict[str, PerImage]:
     """deletion_auc, insertion_auc, positive/negative_perturbation_auc per image.
 
     The same numbers as ``perturbation_scores_per_step`` (tests/test_vit_metrics_batched.py) from fewer
@@ -177,9 +184,9 @@ def _keep(pos: torch.Tensor, kind: str, j: int, n_patch: int) -> torch.Tensor:
     return pos < j if kind == "ins" else pos >= j
 
 
-def perturbation_scores_per_step(model, images: torch.Tensor, targets: torch.Tensor, maps: torch.Tensor,
-                                 baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0
-                                 ) -> dict[str, torch.Tensor]:
+def perturbation_scores_per_step(model, images: Images, targets: Int[torch.Tensor, " image"],
+                                 maps: Maps, baseline: str = "zeros", steps: int = FRACTIONS_STEPS,
+                                 seed: int = 0) -> dict[str, PerImage]:
     """The definition, one forward per step and curve (three curves): the reference the batched
     ``perturbation_scores`` is tested against."""
     top = order(maps, seed)
@@ -192,7 +199,7 @@ def perturbation_scores_per_step(model, images: torch.Tensor, targets: torch.Ten
             "negative_perturbation_auc": _auc(neg_hit[:, mid])}
 
 
-def localization_scores(maps: torch.Tensor, masks: torch.Tensor, patch: int) -> dict[str, torch.Tensor]:
+def localization_scores(maps: Maps, masks: Masks, patch: int) -> dict[str, PerImage]:
     frac = patch_fraction(masks, patch)
     return {"pointing_game": pointing_game(maps, frac),
             "energy_pointing_game": energy_pointing_game(maps, frac),
