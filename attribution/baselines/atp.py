@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from jaxtyping import Int
 
 from attribution.baselines.common import check_target, grads, hook_names, layout
 from attribution.methods import Scored
@@ -34,7 +35,8 @@ def atp_scores(model: HookedModel, enc: Encoding, level: str) -> Scored:
     return Scored(layout(level, prods), target_logit=float(value[0]))
 
 
-def corrupt_tokens(model: HookedModel, enc: Encoding, corrupt: str | list[int] | None = None) -> torch.Tensor:
+def corrupt_tokens(model: HookedModel, enc: Encoding,
+                   corrupt: str | list[int] | None = None) -> Int[torch.Tensor, "1 pos"]:
     if corrupt is not None:
         tokens = model.to_tokens(corrupt)
         if tokens.shape != enc.tokens.shape:

@@ -12,13 +12,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import torch
+from jaxtyping import Float
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel
     from core.models.tokens import Encoding
 
 
-def patterns(model: HookedModel, enc: Encoding) -> torch.Tensor:
+def patterns(model: HookedModel, enc: Encoding) -> Float[torch.Tensor, "layer head query key"]:
     """Attention patterns of one prompt, [layer, head, query, key]."""
     names = [f"blocks.{l}.attn.hook_pattern" for l in range(model.arch.n_layers)]
     with torch.no_grad():
@@ -26,7 +27,7 @@ def patterns(model: HookedModel, enc: Encoding) -> torch.Tensor:
     return torch.stack([cache[n][0] for n in names]).float()
 
 
-def attention_last_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
+def attention_last_scores(model: HookedModel, enc: Encoding, level: str) -> Float[torch.Tensor, "*axes"]:
     pat = patterns(model, enc)
     if level == "token":
         return pat[-1, :, -1].mean(0)
@@ -35,14 +36,15 @@ def attention_last_scores(model: HookedModel, enc: Encoding, level: str) -> torc
     return out
 
 
-def attention_mean_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
+def attention_mean_scores(model: HookedModel, enc: Encoding, level: str) -> Float[torch.Tensor, "*axes"]:
     pat = patterns(model, enc)
     if level == "token":
         return pat[:, :, -1].mean((0, 1))
     return pat
 
 
-def rollout(pat: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
+def rollout(pat: Float[torch.Tensor, "layer head query key"],
+            residual: float = 0.5) -> Float[torch.Tensor, "query key"]:
     """Rollout matrix [query, key] from patterns [layer, head, query, key]."""
     s = pat.shape[-1]
     eye = torch.eye(s, dtype=pat.dtype)
@@ -54,5 +56,6 @@ def rollout(pat: torch.Tensor, residual: float = 0.5) -> torch.Tensor:
     return joint
 
 
-def rollout_scores(model: HookedModel, enc: Encoding, level: str, residual: float = 0.5) -> torch.Tensor:
+def rollout_scores(model: HookedModel, enc: Encoding, level: str,
+                   residual: float = 0.5) -> Float[torch.Tensor, " pos"]:
     return rollout(patterns(model, enc), residual)[-1]

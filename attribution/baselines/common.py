@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+from jaxtyping import Float, Int
 
 from core.errors import MethodError
 from core.metric import logit_diff
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     from core.models.tokens import Encoding
 
 
-def metric(logits_last: torch.Tensor, enc: Encoding) -> torch.Tensor:
+def metric(logits_last: Float[torch.Tensor, "batch vocab"], enc: Encoding) -> Float[torch.Tensor, " batch"]:
     """Target logit (minus foil logit) per row of last-position logits [B, V] -> [B]."""
     return logit_diff(logits_last, enc.target_id, enc.foil_id)
 
@@ -27,8 +28,9 @@ def check_target(enc: Encoding) -> None:
         raise MethodError("this method explains a target token: give --target")
 
 
-def last_logits(model: HookedModel, tokens: torch.Tensor, fwd_hooks=(), start_layer: int = 0,
-                resid: torch.Tensor | None = None, position: int | None = None) -> torch.Tensor:
+def last_logits(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], fwd_hooks=(), start_layer: int = 0,
+                resid: Float[torch.Tensor, "batch pos d_model"] | None = None,
+                position: int | None = None) -> Float[torch.Tensor, "batch vocab"]:
     """Last-position logits [B, V] (or those at ``position``); with ``resid`` the forward starts at block
     ``start_layer``."""
     n_layers = model.arch.n_layers
@@ -75,9 +77,11 @@ def hook_names(model: HookedModel, level: str) -> list[str]:
     raise MethodError(f"unknown level {level!r}")
 
 
-def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: torch.Tensor | None = None,
-          embed_path: Callable[[torch.Tensor], torch.Tensor] | None = None,
-          ) -> tuple[dict[str, torch.Tensor], dict[str, torch.Tensor], torch.Tensor]:
+def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: Int[torch.Tensor, "batch pos"] | None = None,
+          embed_path: Callable[[Float[torch.Tensor, "batch pos d_model"]],
+                               Float[torch.Tensor, "batch pos d_model"]] | None = None,
+          ) -> tuple[dict[str, Float[torch.Tensor, "batch ..."]], dict[str, Float[torch.Tensor, "batch ..."]],
+                     Float[torch.Tensor, " batch"]]:
     """Activations, d metric / d activation at hook points and the metric [B], from one forward + one
     backward.
 
@@ -113,7 +117,7 @@ def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: torch.Ten
     return out_acts, out_grads, values.detach()
 
 
-def layout(level: str, per_layer: list[torch.Tensor]) -> torch.Tensor:
+def layout(level: str, per_layer: list[Float[torch.Tensor, "1 ..."]]) -> Float[torch.Tensor, "*axes"]:
     """Stack per-layer tensors from hooks (batch 1) into the level's axes.
 
     head: hook_z-like [1, S, H] -> [L, H, S]; edge: [1, H, S, S] -> [L, H, S, S];

@@ -21,6 +21,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
 CHUNK_BYTES = 256 * 2**20  # per-query chunks keep [chunk, head, key, d_model] under this
 
 
-def proximity(total: torch.Tensor, part: torch.Tensor) -> torch.Tensor:
+def proximity(total: Float[torch.Tensor, "... d_model"],
+              part: Float[torch.Tensor, "*batch d_model"]) -> Float[torch.Tensor, "*batch"]:
     """IFR's proximity of a part to the sum it is in, over the last dim: max(0, |total|_1 - |total - part|_1)."""
     return (total.abs().sum(-1) - (total - part).abs().sum(-1)).clamp_min(0)
 
@@ -63,7 +65,7 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
     return res_imp / total, part_imp / total[:, None, None]
 
 
-def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, torch.Tensor]:
+def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, Float[torch.Tensor, "*axes"]]:
     """All three levels from one cached forward: token [S], head [L, H, S], edge [L, H, S, S]."""
     n = model.arch.n_layers
     names = [f"blocks.{l}.{k}" for l in range(n) for k in
@@ -83,11 +85,12 @@ def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, torch.Tensor]:
     return {"token": w, "head": edge.sum(-1), "edge": edge}
 
 
-def ifr_scores(model: HookedModel, enc: Encoding, level: str) -> torch.Tensor:
+def ifr_scores(model: HookedModel, enc: Encoding, level: str) -> Float[torch.Tensor, "*axes"]:
     return ifr_all(model, enc)[level]
 
 
-def ifr_levels(model: HookedModel, enc: Encoding, levels: tuple[str, ...]) -> dict[str, torch.Tensor]:
+def ifr_levels(model: HookedModel, enc: Encoding,
+               levels: tuple[str, ...]) -> dict[str, Float[torch.Tensor, "*axes"]]:
     """Method-table one_pass entry: the levels asked for from one cached forward."""
     every = ifr_all(model, enc)
     return {lv: every[lv] for lv in levels}

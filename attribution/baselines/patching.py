@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import torch
+from jaxtyping import Bool, Float, Int
 
 from attribution.baselines.common import check_target, last_logits, level_shape, metric
 from attribution.methods import Scored
@@ -48,7 +49,8 @@ def _mix(x: torch.Tensor, m: torch.Tensor, fill: torch.Tensor | None) -> torch.T
     return x * (1 - m) if fill is None else x * (1 - m) + fill.to(x.dtype) * m
 
 
-def ablation_hooks(model: HookedModel, level: str, mask: torch.Tensor, fill: torch.Tensor | None = None) -> list:
+def ablation_hooks(model: HookedModel, level: str, mask: Bool[torch.Tensor, "row ..."],
+                   fill: Float[torch.Tensor, "*fill"] | None = None) -> list:
     """Forward hooks for a batch of masks (True = ablate), one mask per row.
 
     mask: token [B, S]; head [B, L, H] or [B, L, H, S]; neuron [B, L, N] or [B, L, S, N].
@@ -71,7 +73,7 @@ def ablation_hooks(model: HookedModel, level: str, mask: torch.Tensor, fill: tor
     return hooks
 
 
-def clean_residuals(model: HookedModel, tokens: torch.Tensor) -> torch.Tensor:
+def clean_residuals(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"]) -> Float[torch.Tensor, "layer pos d_model"]:
     """The clean residual before every block, [L, S, D] (start points for truncated forwards)."""
     names = [f"blocks.{l}.hook_resid_pre" for l in range(model.arch.n_layers)]
     with torch.no_grad():
@@ -79,9 +81,10 @@ def clean_residuals(model: HookedModel, tokens: torch.Tensor) -> torch.Tensor:
     return torch.stack([cache[n][0] for n in names])
 
 
-def ablated_logits(model: HookedModel, tokens: torch.Tensor, level: str, masks: torch.Tensor,
-                   fill: torch.Tensor | None = None, resid: torch.Tensor | None = None,
-                   batch_size: int = 32) -> torch.Tensor:
+def ablated_logits(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"], level: str,
+                   masks: Bool[torch.Tensor, "row ..."], fill: Float[torch.Tensor, "*fill"] | None = None,
+                   resid: Float[torch.Tensor, "layer pos d_model"] | None = None,
+                   batch_size: int = 32) -> Float[torch.Tensor, "row vocab"]:
     """Last-position logits [R, V] for R ablation masks on one prompt (tokens [1, S])."""
     out = []
     with torch.no_grad():
@@ -98,7 +101,8 @@ def ablated_logits(model: HookedModel, tokens: torch.Tensor, level: str, masks: 
     return torch.cat(out) if out else torch.empty(0, model.arch.d_vocab)
 
 
-def mean_fill(model: HookedModel, token_batches: list[torch.Tensor], level: str) -> torch.Tensor:
+def mean_fill(model: HookedModel, token_batches: list[Int[torch.Tensor, "1 _pos"]],
+              level: str) -> Float[torch.Tensor, "*fill"]:
     """Mean activation over every position of the given prompts: token [D], head [L, H, dh], neuron [L, N]."""
     n = model.arch.n_layers
     names = {"token": ["hook_embed"], "head": [f"blocks.{l}.attn.hook_z" for l in range(n)],
@@ -115,7 +119,7 @@ def mean_fill(model: HookedModel, token_batches: list[torch.Tensor], level: str)
 
 
 def patching_scores(model: HookedModel, enc: Encoding, level: str, ablation: str = "zero", per_position: bool = False,
-                    batch_size: int = 32, fill: torch.Tensor | None = None,
+                    batch_size: int = 32, fill: Float[torch.Tensor, "*fill"] | None = None,
                     truncate: bool = True, on_step: Callable[[int], None] | None = None,
                     items: tuple[int, int] | None = None) -> Scored:
     """metric(clean) - metric(item ablated) for every item, on the level's axes; on_step(n) after each n items.
