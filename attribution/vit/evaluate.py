@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jaxtyping import Int
 
 from attribution.vit import metrics as M
 from attribution.vit.data import ImageBatch
@@ -102,14 +101,14 @@ def metrics_markdown(rows: dict[str, Any]) -> str:
     return "\n".join([head, rule, *lines])
 
 
-def runner_up(model, images: M.Images, targets: Int[torch.Tensor, " image"]) -> Int[torch.Tensor, " image"]:
+def runner_up(model, images: M.Images, targets: M.Targets) -> M.Targets:
     with torch.no_grad():
         logits = model(images)
     logits.scatter_(1, targets[:, None], float("-inf"))
     return logits.argmax(-1)
 
 
-def forward_backward_seconds(model, images: M.Images, targets: Int[torch.Tensor, " image"]) -> float:
+def forward_backward_seconds(model, images: M.Images, targets: M.Targets) -> float:
     start = time.perf_counter()
     x = images.detach().clone().requires_grad_(True)
     score = model(x).gather(1, targets[:, None]).sum()
@@ -117,7 +116,7 @@ def forward_backward_seconds(model, images: M.Images, targets: Int[torch.Tensor,
     return time.perf_counter() - start
 
 
-def cost_ratio(model, images: M.Images, targets: Int[torch.Tensor, " image"], method: str = "dap",
+def cost_ratio(model, images: M.Images, targets: M.Targets, method: str = "dap",
                repeats: int = 5, **params: Any) -> dict[str, float]:
     """Seconds of `method` vs one forward + backward on the same images (min over repeats, interleaved)."""
     fb, me = [], []
@@ -135,8 +134,8 @@ class Prepared:
     logits of the clean and the baseline images, the two ends every deletion / insertion curve shares."""
 
     images: M.Images
-    targets: Int[torch.Tensor, " image"]
-    other: Int[torch.Tensor, " image"]
+    targets: M.Targets
+    other: M.Targets
     accuracy: float
     logits: M.Logits | None = None
     base_logits: dict[str, M.Logits] = field(default_factory=dict)

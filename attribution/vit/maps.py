@@ -10,6 +10,16 @@ from jaxtyping import Float, Int, Shaped
 
 AXES = ("image", "row", "col")
 
+# The tensors ViT methods and metrics pass around, named once
+Images = Float[torch.Tensor, "image channel height width"]  # pixels in [0, 1]
+Targets = Int[torch.Tensor, " image"]  # the class explained, per image
+Maps = Float[torch.Tensor, "image patch"]  # patch maps, patches row-major (PatchMap.flat)
+Masks = Shaped[torch.Tensor, "image height width"]  # the object's pixels (bool, or 0/1 numbers)
+Logits = Float[torch.Tensor, "image class"]
+PerImage = Float[torch.Tensor, " image"]
+Patterns = Float[torch.Tensor, "image head token token"]  # one layer's attention (token: CLS, patches)
+Resid = Float[torch.Tensor, "image token d_model"]  # the residual stream, or a target on it
+
 
 @dataclass
 class PatchMap:
@@ -21,7 +31,7 @@ class PatchMap:
 
     scores: Float[torch.Tensor, "image row col"]
     method: str
-    targets: Int[torch.Tensor, " image"]
+    targets: Targets
     params: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
     patch_size: int = 1
@@ -32,7 +42,7 @@ class PatchMap:
         return int(self.scores.shape[-1])
 
     @property
-    def flat(self) -> Float[torch.Tensor, "image patch"]:
+    def flat(self) -> Maps:
         """(image, patch), patches row-major."""
         return self.scores.reshape(self.scores.shape[0], -1)
 
@@ -61,14 +71,12 @@ class PatchMap:
         return pd.DataFrame({"image": idx[:, 0].numpy(), "row": idx[:, 1].numpy(), "col": idx[:, 2].numpy(),
                              "score": self.scores.reshape(-1).detach().cpu().numpy()})
 
-    def plot(self, images: Float[torch.Tensor, "image channel height width"] | None = None, index: int = 0,
-             opacity: float = 0.5):
+    def plot(self, images: Images | None = None, index: int = 0, opacity: float = 0.5):
         """The image (if given) with this map overlaid, as a plotly figure."""
         return overlay_figure(images, {self.method: self}, [index])
 
 
-def overlay_figure(images: Float[torch.Tensor, "image channel height width"] | None, maps: dict[str, PatchMap],
-                   indices: list[int], masks: Shaped[torch.Tensor, "image height width"] | None = None,
+def overlay_figure(images: Images | None, maps: dict[str, PatchMap], indices: list[int], masks: Masks | None = None,
                    opacity: float = 0.55, panel_px: int = 150,
                    colorbar: bool = False, image_panel: bool = True):
     """A grid of images (rows) x methods (columns): each map, normalised, over its image. ``panel_px``

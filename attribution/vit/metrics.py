@@ -22,15 +22,11 @@ in a random, not top-left-first, order.
 from __future__ import annotations
 
 import torch
-from jaxtyping import Float, Int, Shaped
+from jaxtyping import Int
+
+from attribution.vit.maps import Images, Logits, Maps, Masks, PerImage, Targets
 
 FRACTIONS_STEPS = 20  # 0, 0.05, ..., 1: contains 0.1 ... 0.9 for the perturbation tests
-
-Images = Float[torch.Tensor, "image channel height width"]
-Masks = Shaped[torch.Tensor, "image height width"]  # the object's pixels (bool, or 0/1 numbers)
-Maps = Float[torch.Tensor, "image patch"]  # patch maps, patches row-major
-Logits = Float[torch.Tensor, "image class"]
-PerImage = Float[torch.Tensor, " image"]
 
 
 def patch_fraction(masks: Masks, patch: int) -> Maps:
@@ -112,7 +108,7 @@ def _auc(curve: torch.Tensor) -> torch.Tensor:
     return (curve.sum(1) - curve[:, 0] / 2 - curve[:, -1] / 2) / n
 
 
-def perturbation_scores(model, images: Images, targets: Int[torch.Tensor, " image"],
+def perturbation_scores(model, images: Images, targets: Targets,
                         maps: Maps, baseline: str = "zeros", steps: int = FRACTIONS_STEPS, seed: int = 0,
                         ends: tuple[Logits, Logits] | None = None,
                         rows: int = 64) -> dict[str, PerImage]:
@@ -184,7 +180,7 @@ def _keep(pos: torch.Tensor, kind: str, j: int, n_patch: int) -> torch.Tensor:
     return pos < j if kind == "ins" else pos >= j
 
 
-def perturbation_scores_per_step(model, images: Images, targets: Int[torch.Tensor, " image"],
+def perturbation_scores_per_step(model, images: Images, targets: Targets,
                                  maps: Maps, baseline: str = "zeros", steps: int = FRACTIONS_STEPS,
                                  seed: int = 0) -> dict[str, PerImage]:
     """The definition, one forward per step and curve (three curves): the reference the batched

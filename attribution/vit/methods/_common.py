@@ -11,6 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from jaxtyping import Float
+
+from attribution.vit.maps import Images, Logits, Targets
 
 
 def pattern_name(layer: int) -> str:
@@ -21,10 +24,10 @@ def resid_pre_name(layer: int) -> str:
     return f"blocks.{layer}.hook_resid_pre"
 
 
-def capture(model, images: torch.Tensor, names: list[str], grad: bool,
-            targets: torch.Tensor | None = None,
+def capture(model, images: Images, names: list[str], grad: bool, targets: Targets | None = None,
             extra_hooks: list[tuple[str, Callable]] | None = None
-            ) -> tuple[torch.Tensor, dict[str, torch.Tensor], dict[str, torch.Tensor]]:
+            ) -> tuple[Logits, dict[str, Float[torch.Tensor, "image ..."]],
+                       dict[str, Float[torch.Tensor, "image ..."]]]:
     """One forward (plus one backward of the summed target logits when grad=True).
 
     Returns logits (image, class), the activations named (as they flowed downstream, i.e. after
@@ -48,17 +51,17 @@ def capture(model, images: torch.Tensor, names: list[str], grad: bool,
     return logits.detach(), {k: v.detach() for k, v in acts.items()}, grads
 
 
-def rownorm(a: torch.Tensor) -> torch.Tensor:
+def rownorm(a: Float[torch.Tensor, "*batch key"]) -> Float[torch.Tensor, "*batch key"]:
     """Each row (last axis) divided by its sum."""
     return a / a.sum(-1, keepdim=True).clamp_min(1e-12)
 
 
-def eye_like(a: torch.Tensor) -> torch.Tensor:
+def eye_like(a: Float[torch.Tensor, "*batch token token"]) -> Float[torch.Tensor, "*batch token token"]:
     """An identity of a's last two sizes, broadcast over its batch axis."""
     return torch.eye(a.shape[-1], dtype=a.dtype, device=a.device).expand_as(a)
 
 
-def read_rows(model, m: torch.Tensor) -> torch.Tensor:
+def read_rows(model, m: Float[torch.Tensor, "image *head query key"]) -> Float[torch.Tensor, "image *head key"]:
     """(image, [head,] query, key) -> (image, [head,] key): the row of the token the decision reads.
 
     The class token's row for a classifier on CLS; a model whose readout reads other tokens (the DINOv2

@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import torch
-
+from attribution.vit.maps import Images, Maps, Targets
 from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"layer": -1}
 NEEDS_GRAD = False
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, layer: int = -1) -> Maps:
     layer = layer % model.cfg.n_layers
     _, acts, _ = capture(model, images, [pattern_name(layer)], grad=False)
     return read_rows(model, acts[pattern_name(layer)].mean(1))[:, model.cfg.n_prefix:]

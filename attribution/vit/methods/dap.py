@@ -33,7 +33,9 @@ gradient priors, one forward + one backward; plus L small (token x token) produc
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 
+from attribution.vit.maps import Images, Maps, Patterns, Resid, Targets
 from attribution.vit.methods._common import capture, eye_like, pattern_name, resid_pre_name, rownorm
 from core.errors import MethodError
 
@@ -55,8 +57,8 @@ def layer_range(n_layers: int, start: int, end: int | None) -> list[int]:
     return list(range(start, end))
 
 
-def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor | None, z: torch.Tensor,
-                   gz: torch.Tensor | None, t: torch.Tensor | None = None) -> torch.Tensor:
+def decision_prior(kind: str, a: Patterns, ga: Patterns | None, z: Resid, gz: Resid | None,
+                   t: Resid | None = None) -> Float[torch.Tensor, "image token"]:
     """(image, token) decision prior of one layer; see the module docstring."""
     if kind == "dpa":
         if t is None:
@@ -75,11 +77,12 @@ def decision_prior(kind: str, a: torch.Tensor, ga: torch.Tensor | None, z: torch
     return torch.where(mean > 0, c / mean.clamp_min(1e-12), torch.ones_like(c))
 
 
-def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
-              feats: list[torch.Tensor], feat_grads: list[torch.Tensor], prior_kind: str = "attention",
-              prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0, identity: float = 1.0,
-              final_prior: str | None = None, dpa_targets: list[torch.Tensor] | None = None,
-              n_prefix: int = 1, rows: torch.Tensor | None = None) -> torch.Tensor:
+def propagate(patterns: list[Patterns], pattern_grads: list[Patterns] | None,
+              feats: list[Resid], feat_grads: list[Resid] | None,
+              prior_kind: str = "attention", prior_on: str = "cols", head_fusion: str = "mean", gamma: float = 1.0,
+              identity: float = 1.0, final_prior: str | None = None,
+              dpa_targets: list[Resid] | None = None, n_prefix: int = 1,
+              rows: Float[torch.Tensor, " token"] | None = None) -> Maps:
     """The DAP map (image, patch) from cached per-layer tensors of the layers in range, lowest first.
 
     Gradients may be None when neither the prior nor the head fusion reads them (prior "dpa"). ``n_prefix``:
@@ -112,26 +115,26 @@ def propagate(patterns: list[torch.Tensor], pattern_grads: list[torch.Tensor],
     return out * priors[0 if final_prior == "first" else -1][:, n_prefix:]
 
 
-def capture_for_dap(model, images: torch.Tensor, targets: torch.Tensor, layers: list[int]):
+def capture_for_dap(model, images: Images, targets: Targets, layers: list[int]):
     names = [pattern_name(l) for l in layers] + [resid_pre_name(l) for l in layers]
     _, acts, grads = capture(model, images, names, grad=True, targets=targets)
     return ([acts[pattern_name(l)] for l in layers], [grads[pattern_name(l)] for l in layers],
             [acts[resid_pre_name(l)] for l in layers], [grads[resid_pre_name(l)] for l in layers])
 
 
-def dpa_targets(model, images: torch.Tensor, targets: torch.Tensor, layers: list[int]):
+def dpa_targets(model, images: Images, targets: Targets, layers: list[int]):
     """(patterns, resid_pre, DPA targets t^l) of the layers, from DPA's one forward pass (no backward)."""
     from attribution.vit.methods import dpa
 
-    keep: dict[int, torch.Tensor] = {}
+    keep: dict[int, Resid] = {}
     _, _, acts = dpa.propagate(model, images, targets, **dpa.DEFAULTS, keep=keep)
     return ([acts[pattern_name(l)] for l in layers], [acts[resid_pre_name(l)] for l in layers],
             [keep[l] for l in layers])
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, prior: str = "attention", prior_on: str = "cols",
+def run(model, images: Images, targets: Targets, prior: str = "attention", prior_on: str = "cols",
         head_fusion: str = "mean", gamma: float = 1.0, start: int = 0, end: int | None = None,
-        identity: float = 1.0, final_prior: str | None = None) -> torch.Tensor:
+        identity: float = 1.0, final_prior: str | None = None) -> Maps:
     layers = layer_range(model.cfg.n_layers, start, end)
     ts = None
     if prior == "dpa":

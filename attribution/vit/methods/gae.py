@@ -6,15 +6,14 @@ map = R[CLS, patches]. Each layer's pattern meets the gradient of that same patt
 
 from __future__ import annotations
 
-import torch
-
+from attribution.vit.maps import Images, Maps, Targets
 from attribution.vit.methods._common import capture, eye_like, pattern_name, read_rows
 
 DEFAULTS: dict = {}
 NEEDS_GRAD = True
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+def run(model, images: Images, targets: Targets) -> Maps:
     names = [pattern_name(l) for l in range(model.cfg.n_layers)]
     _, acts, grads = capture(model, images, names, grad=True, targets=targets)
     r = eye_like(acts[names[0]][:, 0])

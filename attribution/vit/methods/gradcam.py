@@ -5,15 +5,14 @@ w_h = mean over patches of dy_c/dA_h[CLS, patches]; map = (mean_h A_h[CLS, patch
 
 from __future__ import annotations
 
-import torch
-
+from attribution.vit.maps import Images, Maps, Targets
 from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"layer": -1}
 NEEDS_GRAD = True
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, layer: int = -1) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, layer: int = -1) -> Maps:
     name = pattern_name(layer % model.cfg.n_layers)
     _, acts, grads = capture(model, images, [name], grad=True, targets=targets)
     p = model.cfg.n_prefix

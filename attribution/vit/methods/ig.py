@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from attribution.vit.maps import Images, Maps, Targets
+
 DEFAULTS = {"steps": 20}
 NEEDS_GRAD = True
 ROWS = 32  # (step, image) inputs per forward + backward: the steps are batched, memory stays bounded
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, steps: int = 20) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, steps: int = 20) -> Maps:
     # Each input's gradient depends on that input alone, so the (step, image) pairs can be run in any
     # batches: the same sum as one forward + backward per step.
     n = images.shape[0]

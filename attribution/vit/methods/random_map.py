@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import torch
 
+from attribution.vit.maps import Images, Maps, Targets
+
 DEFAULTS = {"seed": 0}
 NEEDS_GRAD = False
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, seed: int = 0) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, seed: int = 0) -> Maps:
     n = model.cfg.n_patches
     rows = []
     for i, t in enumerate(targets.tolist()):

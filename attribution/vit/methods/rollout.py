@@ -9,14 +9,17 @@ depend on the class. With identity attention every A_bar is I, so R = I and the 
 from __future__ import annotations
 
 import torch
+from jaxtyping import Float
 
+from attribution.vit.maps import Images, Maps, Targets
 from attribution.vit.methods._common import capture, eye_like, pattern_name, read_rows, rownorm
 
 DEFAULTS = {"start": 0, "identity": 1.0}
 NEEDS_GRAD = False
 
 
-def rollout_matrix(patterns: list[torch.Tensor], identity: float = 1.0) -> torch.Tensor:
+def rollout_matrix(patterns: list[Float[torch.Tensor, "image head token token"]],
+                   identity: float = 1.0) -> Float[torch.Tensor, "image token token"]:
     """(image, query, key) rollout of per-layer patterns (image, head, query, key), lowest layer first."""
     r = eye_like(patterns[0][:, 0])
     for a in patterns:
@@ -25,8 +28,7 @@ def rollout_matrix(patterns: list[torch.Tensor], identity: float = 1.0) -> torch
     return r
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, start: int = 0, identity: float = 1.0
-        ) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, start: int = 0, identity: float = 1.0) -> Maps:
     names = [pattern_name(l) for l in range(start, model.cfg.n_layers)]
     _, acts, _ = capture(model, images, names, grad=False)
     return read_rows(model, rollout_matrix([acts[n] for n in names], identity))[:, model.cfg.n_prefix:]

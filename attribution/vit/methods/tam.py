@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import torch
 
+from attribution.vit.maps import Images, Maps, Targets
 from attribution.vit.methods._common import capture, pattern_name, read_rows
 
 DEFAULTS = {"steps": 20}
 NEEDS_GRAD = True
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, steps: int = 20) -> torch.Tensor:
+def run(model, images: Images, targets: Targets, steps: int = 20) -> Maps:
     n_layers = model.cfg.n_layers
     names = [pattern_name(l) for l in range(n_layers)]
     _, acts, _ = capture(model, images, names, grad=False)
