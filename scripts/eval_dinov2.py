@@ -18,8 +18,8 @@ from pathlib import Path
 import torch
 
 from attribution.vit import data
-from attribution.vit.dinov2 import load_backbone, with_head
 from attribution.vit.evaluate import cost_ratio, evaluate
+from core.models.dinov2 import load_backbone, with_head
 
 
 def merge(out: Path, head: str) -> tuple[str, dict]:

@@ -16,8 +16,8 @@ import time
 import torch
 
 from attribution.vit import data
-from attribution.vit.dinov2 import heads_dir, load_backbone
 from attribution.vit.heads import class_token_features, fit_linear_head
+from core.models.dinov2 import heads_dir, load_backbone
 
 
 def main() -> None:

@@ -30,8 +30,8 @@ def main() -> None:
     ap.add_argument("--patch-size", type=int, default=4)
     ap.add_argument("--init", default=None, help="start from this checkpoint directory (fine-tune)")
     a = ap.parse_args()
-    from attribution.vit.model import ViTConfig
     from attribution.vit.train import save_trained, train_vit
+    from core.models.vit import ViTConfig
 
     cfg = None
     if a.patch_size != 4:

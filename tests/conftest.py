@@ -104,14 +104,14 @@ def vit_dir(tmp_path_factory) -> str:
     Vision page, vit-eval and its jobs care about plumbing, not accuracy."""
     import torch
 
-    from attribution.vit.model import HookedViT, ViTConfig, save_checkpoint
+    from core.models.vit import HookedViT, ViTConfig, save_checkpoint
 
     torch.manual_seed(0)
     model = HookedViT(ViTConfig(d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4,
                                 class_names=["plus", "ring", "triangle", "x"]))
     path = tmp_path_factory.mktemp("vit") / "tiny-vit"
     save_checkpoint(model, path, {"name": "tiny-vit", "kind": "vit", "params": 1,
-                                  "loader": "attribution.vit.model:load_checkpoint"})
+                                  "loader": "core.models.vit:load_checkpoint"})
     return str(path)
 
 

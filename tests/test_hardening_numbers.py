@@ -166,7 +166,7 @@ def test_bomb_png_refused_before_decoding(tmp_path, monkeypatch, capsys):
     import tracemalloc
 
     from attribution.vit.images import open_image, read_image
-    from attribution.vit.model import ImageError
+    from core.models.vit import ImageError
 
     data = bomb_png(20000, 20000)
     assert len(data) < 2_000_000
@@ -207,7 +207,7 @@ def test_bad_pixel_values(tmp_path, monkeypatch, capsys, values, words):
 
 def test_vit_model_refuses_nan_images():
     import workbench as wb
-    from attribution.vit.model import ImageError
+    from core.models.vit import ImageError
 
     vit = wb.load("vit-synth")
     img = torch.full((1, vit.cfg.in_channels, vit.cfg.image_size, vit.cfg.image_size), 0.5)

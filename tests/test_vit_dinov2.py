@@ -17,7 +17,7 @@ pytestmark = [pytest.mark.real, pytest.mark.usefixtures("one_thread")]
 
 @pytest.fixture(scope="module")
 def backbone():
-    from attribution.vit.dinov2 import load_backbone
+    from core.models.dinov2 import load_backbone
 
     return load_backbone(224)
 
@@ -31,8 +31,8 @@ def photo224():
 
 def test_conversion_matches_onnxruntime(photo224):
     """The package's own forward (onnxruntime, on the ONNX file) against the converted backbone + decoder."""
-    from attribution.vit.dinov2 import IMAGENET_MEAN, IMAGENET_STD, cache_dir, load_decoder, onnx_path, onnx_saliency
-    from attribution.vit.hf import load_dinov2_backbone
+    from core.models.dinov2 import IMAGENET_MEAN, IMAGENET_STD, cache_dir, load_decoder, onnx_path, onnx_saliency
+    from core.models.vit_hf import load_dinov2_backbone
 
     x = (photo224 - torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1)) / torch.tensor(IMAGENET_STD).view(1, 3, 1, 1)
     hf, decoder = load_dinov2_backbone(cache_dir()), load_decoder()
@@ -47,7 +47,7 @@ def test_conversion_matches_onnxruntime(photo224):
 
 def test_onnx_facts_and_unnamed_weights():
     """Key, value and query MatMuls come in that order in the graph: mapped by node output, not by order."""
-    from attribution.vit.dinov2 import onnx_path, read_onnx
+    from core.models.dinov2 import onnx_path, read_onnx
 
     state, decoder, facts = read_onnx(onnx_path())
     assert facts == {"hidden_size": 384, "num_hidden_layers": 12, "patch_size": 14, "image_size": 518,
@@ -59,9 +59,9 @@ def test_onnx_facts_and_unnamed_weights():
 
 
 def test_hooked_backbone_is_transformers(backbone, photo224):
-    from attribution.vit.dinov2 import cache_dir
-    from attribution.vit.hf import load_dinov2_backbone
     from attribution.vit.methods._common import capture
+    from core.models.dinov2 import cache_dir
+    from core.models.vit_hf import load_dinov2_backbone
 
     hf = load_dinov2_backbone(cache_dir())
     last = f"blocks.{backbone.cfg.n_layers - 1}.hook_resid_post"
@@ -73,7 +73,7 @@ def test_hooked_backbone_is_transformers(backbone, photo224):
 
 
 def test_heads_shipped_with_accuracies():
-    from attribution.vit.dinov2 import head_names, heads_dir
+    from core.models.dinov2 import head_names, heads_dir
 
     assert {"synthetic", "hard", "saliency"} <= set(head_names())
     for name in ("synthetic", "hard"):
@@ -84,8 +84,8 @@ def test_heads_shipped_with_accuracies():
 
 @pytest.mark.parametrize("head", ["synthetic", "saliency"])
 def test_every_method_on_the_real_backbone(backbone, photo224, head):
-    from attribution.vit.dinov2 import with_head
     from attribution.vit.methods import METHODS, explain
+    from core.models.dinov2 import with_head
 
     m = with_head(backbone, head, (60, 20, 170, 140) if head == "saliency" else None)
     for method in [x for x in METHODS if x not in ("tam", "random")]:  # those two: tiny models only (time)
@@ -95,8 +95,8 @@ def test_every_method_on_the_real_backbone(backbone, photo224, head):
 
 
 def test_dpa_through_the_saliency_decoder_is_exact_when_linearised(backbone, photo224):
-    from attribution.vit.dinov2 import with_head
     from attribution.vit.methods import dpa
+    from core.models.dinov2 import with_head
 
     m = with_head(backbone, "saliency", (60, 20, 170, 140))
     targets = torch.tensor([0])
@@ -174,7 +174,7 @@ def test_bad_input_one_line_exit_2_nothing_saved(monkeypatch, capsys, tmp_path):
 def test_damaged_cache_one_line(monkeypatch, capsys, tmp_path):
     import numpy as np
 
-    from attribution.vit.dinov2 import cache_dir
+    from core.models.dinov2 import cache_dir
 
     copy = tmp_path / "cache" / "dinov2-small"
     shutil.copytree(cache_dir(), copy)

@@ -8,9 +8,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attribution.vit.heads import LinearHead, with_linear_head
 from attribution.vit.methods import METHODS, explain
 from attribution.vit.methods._common import capture
+from core.models.vit_heads import LinearHead, with_linear_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -7,8 +7,8 @@ import torch
 
 from attribution.vit.methods import METHODS, explain
 from attribution.vit.methods._common import capture, pattern_name, resid_pre_name
-from attribution.vit.model import HookedViT, ViTConfig
 from core.errors import MethodError, RangeError
+from core.models.vit import HookedViT, ViTConfig
 
 torch.set_num_threads(1)
 

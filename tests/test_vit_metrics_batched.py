@@ -11,7 +11,7 @@ from attribution.vit import metrics as M
 from attribution.vit.data import ImageBatch
 from attribution.vit.evaluate import evaluate, prepare
 from attribution.vit.methods import explain
-from attribution.vit.model import HookedViT, ViTConfig
+from core.models.vit import HookedViT, ViTConfig
 
 torch.set_num_threads(1)
 

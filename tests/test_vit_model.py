@@ -9,8 +9,8 @@ import torch
 
 from attribution.vit import data
 from attribution.vit import metrics as M
-from attribution.vit.model import HookedViT, ImageError, ViTConfig, load_checkpoint, save_checkpoint
 from core.errors import WorkbenchError
+from core.models.vit import HookedViT, ImageError, ViTConfig, load_checkpoint, save_checkpoint
 
 torch.set_num_threads(1)
 SMALL = ViTConfig(image_size=16, patch_size=4, d_model=16, n_layers=2, n_heads=2, d_mlp=32, n_classes=4)
@@ -50,7 +50,7 @@ def test_checkpoint_round_trip(tmp_path):
 
     torch.manual_seed(0)
     m = HookedViT(SMALL).eval()
-    info = {"name": "tiny-vit", "kind": "vit", "params": 1, "loader": "attribution.vit.model:load_checkpoint"}
+    info = {"name": "tiny-vit", "kind": "vit", "params": 1, "loader": "core.models.vit:load_checkpoint"}
     save_checkpoint(m, tmp_path / "ck", info, {"test_accuracy": 0.5})
     back = workbench.load(str(tmp_path / "ck"))
     x = torch.rand(2, 3, 16, 16)

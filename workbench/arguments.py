@@ -191,7 +191,7 @@ def _is_model(value: Any) -> bool:
 
     if isinstance(value, HookedModel):
         return True
-    # the ViTs (attribution.vit.model.HookedViT) are torch modules with a model config: no import of the engine
+    # the ViTs (core.models.vit.HookedViT) are torch modules with a model config: no import of the engine
     return hasattr(value, "forward") and hasattr(value, "cfg") and callable(getattr(value, "run_with_cache", None))
 
 

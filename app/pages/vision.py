@@ -23,7 +23,7 @@ def read_upload(upload: Any, size: int, channels: int, strict_rgb_patch: int | N
     from PIL import Image
 
     from attribution.vit.images import open_image
-    from attribution.vit.model import ImageError
+    from core.models.vit import ImageError
 
     try:
         img = open_image(upload.getvalue(), upload.name)
@@ -103,7 +103,7 @@ if not hasattr(model, "check_images"):
 DINO = getattr(model, "backbone_name", None) == "dinov2-small"  # a backbone whose decision is a head we pick
 head = None
 if DINO:
-    from attribution.vit import dinov2 as DV  # noqa: E402
+    from core.models import dinov2 as DV  # noqa: E402
 
     heads = DV.head_names()
     # real photographs by default, so the decoder's saliency (a synthetic-shape head calls a house "plus")
@@ -255,7 +255,7 @@ shown = masks
 if region is not None:  # the saliency head: outline the region
     import torch as _t
 
-    from attribution.vit.heads import region_mask
+    from core.models.vit_heads import region_mask
 
     shown = region_mask(region, cfg.image_size, cfg.image_size)[None] > 0.5
     if masks is not None:
@@ -307,7 +307,7 @@ else:
     if DINO:
         image_lines[-1] = (f"images = at_size(sample_images({source!r}, {int(index) + 1}), {cfg.image_size})"
                            f".images[{int(index)}:{int(index) + 1}]")
-head_lines = ["from attribution.vit.dinov2 import with_head",
+head_lines = ["from core.models.dinov2 import with_head",
               "m = " + S.call("with_head", S.M, head, region=region)] if head else []
 S.share("vit", loaded.name,
         [*image_lines, *head_lines,

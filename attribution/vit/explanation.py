@@ -52,7 +52,7 @@ class ImageExplanation:
 
         masks = None
         if self.region is not None:
-            from attribution.vit.heads import region_mask
+            from core.models.vit_heads import region_mask
 
             s = self.image.shape[-1]
             masks = region_mask(self.region, s, s)[None] > 0.5
@@ -63,7 +63,7 @@ class ImageExplanation:
 def _as_image(image: Any, label: str) -> torch.Tensor:
     """A path, a PIL image or a tensor (C, H, W) / (1, C, H, W) -> (C, H, W) float in [0, 1]."""
     from attribution.vit.images import check_pixels, read_image
-    from attribution.vit.model import ImageError
+    from core.models.vit import ImageError
 
     if isinstance(image, (str, Path)):
         return read_image(image)
@@ -93,15 +93,15 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
     if head is None and is_dino:
         head = "saliency" if region is not None else None
     if (head is not None or region is not None) and not is_dino:
-        from attribution.vit.heads import HeadError
+        from core.models.vit_heads import HeadError
 
         raise HeadError(f"heads and regions are for dinov2-small (a backbone without a classifier), not {name!r}")
     raw = _as_image(image, label)
     extra: dict[str, Any] = {}
     box = None
     if is_dino:
-        from attribution.vit import dinov2 as DV
         from attribution.vit.images import fit_image, scale_region
+        from core.models import dinov2 as DV
 
         size = model.cfg.image_size if not isinstance(model, str) else 224
         x = fit_image(raw, size, DV.PATCH_SIZE, label)
@@ -124,7 +124,7 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
             vit = model
         size = getattr(getattr(vit, "cfg", None), "image_size", None)
         if isinstance(size, int) and raw.ndim == 3 and tuple(raw.shape[1:]) != (size, size):
-            from attribution.vit.model import ImageError
+            from core.models.vit import ImageError
 
             # a photograph on the 32x32 synthetic default: say which model fits instead of a shape error
             raise ImageError(f"{label} is {int(raw.shape[2])}x{int(raw.shape[1])} pixels but {name} takes "
@@ -146,5 +146,5 @@ def _is_dino(model: Any) -> bool:
     if isinstance(model, str):
         from core.models.zoo import resolve
 
-        return resolve(model).loader == "attribution.vit.dinov2:load_dinov2"
+        return resolve(model).loader == "core.models.dinov2:load_dinov2"
     return getattr(model, "backbone_name", None) == "dinov2-small"

@@ -14,7 +14,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from attribution.vit.model import ImageError
+from core.models.vit import ImageError
 from core.text import one_line
 
 # 4096 x 4096: far above any ViT input here (they are resized down), and 48 MB of RGB bytes at most.

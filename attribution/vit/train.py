@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from attribution.vit import data
-from attribution.vit.model import HookedViT, ViTConfig, n_params
+from core.models.vit import HookedViT, ViTConfig, n_params
 
 
 @torch.no_grad()
@@ -58,7 +58,7 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 6
     else:
         raise ValueError(f"unknown dataset {dataset!r}")
     if init is not None:
-        from attribution.vit.model import load_checkpoint
+        from core.models.vit import load_checkpoint
 
         model = load_checkpoint(init)
         if model.cfg.n_classes != cfg.n_classes:
@@ -96,7 +96,7 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 6
 
 def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = None):
     """Write the checkpoint with its zoo entry (data/models/vit-synth by default)."""
-    from attribution.vit.model import save_checkpoint
+    from core.models.vit import save_checkpoint
     from core.models.zoo import DATA_DIR
 
     name = {"synthetic": "vit-synth", "hard": "vit-synth-hard"}.get(metrics["dataset"], "vit-digits")
@@ -107,7 +107,7 @@ def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = No
             }.get(metrics["dataset"], "sklearn digits upsampled to 32x32")
     how = "fine-tuned from " + Path(metrics["init"]).name + " on" if metrics.get("init") else "trained here on"
     info = {"name": name, "kind": "vit", "params": metrics["params"],
-            "loader": "attribution.vit.model:load_checkpoint",
+            "loader": "core.models.vit:load_checkpoint",
             "source": f"{how} the {metrics['dataset']} set (seed {metrics['seed']}, "
                       f"{metrics['steps']} steps; test accuracy {metrics['test_accuracy']:.3f})",
             "description": f"ViT 4 layers x 4 heads, d_model {model.cfg.d_model}, 4x4 patches; {what}"}

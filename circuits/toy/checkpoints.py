@@ -111,8 +111,8 @@ def check_model_config(config: Any, where: Path) -> None:
 
 def load_tl(path: str | Path, device: str = "cpu"):
     """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
-    from circuits.toy.models import ModelSpec, build_model
     from circuits.toy.tasks import get_task
+    from core.models.toy import ModelSpec, build_model
 
     path = Path(path)
     config = read_config(path)
@@ -148,7 +148,7 @@ def load_tl(path: str | Path, device: str = "cpu"):
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader: a toy checkpoint as a HookedModel (kind "toy")."""
-    from circuits.toy.models import hooked
+    from core.models.toy import hooked
 
     path = Path(entry.path if hasattr(entry, "path") else entry)
     tl, spec, task = load_tl(path, device)

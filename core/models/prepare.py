@@ -18,7 +18,7 @@ from core.errors import UnknownModelError
 PREPARERS: dict[str, tuple[str, str]] = {
     "smollm2-135m": ("core.models.llm:prepare_smollm2", "core.models.llm:smollm2_ready"),
     "gemma3-270m": ("core.models.gemma:prepare", "core.models.gemma:ready"),
-    "dinov2-small": ("attribution.vit.dinov2:prepare_dinov2", "attribution.vit.dinov2:dinov2_ready"),
+    "dinov2-small": ("core.models.dinov2:prepare_dinov2", "core.models.dinov2:dinov2_ready"),
 }
 
 

@@ -53,9 +53,9 @@ def train(
     """Train a toy transformer on a circuits task (CPU, minutes) and save it as a zoo checkpoint."""
     import json
 
-    from circuits.toy.models import ModelSpec, check_spec
     from circuits.toy.tasks import get_task
     from core.errors import ModelFileError, WorkbenchError
+    from core.models.toy import ModelSpec, check_spec
 
     params = _task_params(task_param or [])
     t = get_task(task, **params)

@@ -62,7 +62,7 @@ def _check_shape(model: str, batch) -> None:
         return
     from types import SimpleNamespace
 
-    from attribution.vit.model import ViTConfig
+    from core.models.vit import ViTConfig
 
     check_fits(SimpleNamespace(cfg=ViTConfig.from_dict(cfg["model"])), batch, model, batch.dataset)
 
@@ -76,7 +76,7 @@ def _head(model: str, head: str | None, region: str | None = None) -> str | None
     from core.errors import WorkbenchError
 
     entry = _vit_entry(model)
-    is_dino = entry.loader == "attribution.vit.dinov2:load_dinov2"
+    is_dino = entry.loader == "core.models.dinov2:load_dinov2"
     if head is None:
         if region is not None and is_dino:
             return "saliency"
@@ -86,7 +86,7 @@ def _head(model: str, head: str | None, region: str | None = None) -> str | None
     if not is_dino:
         raise WorkbenchError(f"--head is for dinov2-small (a backbone without a classifier); {model!r} has "
                              "its own classifier")
-    from attribution.vit.dinov2 import head_names
+    from core.models.dinov2 import head_names
 
     if head not in head_names():
         raise WorkbenchError(f"unknown head {head!r} for dinov2-small; known: {', '.join(head_names())}")
@@ -101,7 +101,7 @@ def _head_dataset(head: str | None) -> str:
         return "synthetic"
     import json
 
-    from attribution.vit.dinov2 import heads_dir
+    from core.models.dinov2 import heads_dir
 
     try:
         return str(json.loads((heads_dir() / f"{head}.json").read_text()).get("dataset", "synthetic"))
@@ -211,8 +211,8 @@ def _check_head_fits(head: str, dataset: str) -> None:
     import json
 
     from attribution.vit import data
-    from attribution.vit.dinov2 import heads_dir
     from core.errors import WorkbenchError
+    from core.models.dinov2 import heads_dir
 
     try:
         classes = json.loads((heads_dir() / f"{head}.json").read_text())["classes"]

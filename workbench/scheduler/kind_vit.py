@@ -30,7 +30,7 @@ def model_for(spec: dict[str, Any]) -> Any:
     """The spec's model with its head (``"head"``: DINOv2's linear heads; the backbone is loaded once)."""
     vit = worker_model(spec)
     if spec.get("head"):
-        from attribution.vit.dinov2 import with_head
+        from core.models.dinov2 import with_head
 
         vit = with_head(vit, spec["head"])
     return vit

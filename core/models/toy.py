@@ -1,4 +1,5 @@
-"""Model builders: a ``ModelSpec`` (task, FFN variant, sizes) -> TransformerLens HookedTransformer.
+"""The toy models (circuits/toy trains them on its tasks and loads its checkpoints): a ``ModelSpec`` (task, FFN
+variant, sizes) -> TransformerLens HookedTransformer, wrapped as a HookedModel by ``hooked``.
 
 FFN variants: ``none`` (attention-only), ``dense`` (ReLU/GELU), ``glu`` (SwiGLU), ``moe``
 (top-k routed dense experts) and ``moe-glu``; ``router`` is ``learned`` or ``frozen`` (random,
@@ -115,7 +116,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
     torch.manual_seed(seed)
     model = hooked_transformer(cfg, move_to_device=False)
     if spec.ffn.startswith("moe"):
-        from circuits.toy.moe import MoEMLP
+        from core.models.moe import MoEMLP
 
         for block in model.blocks:
             block.mlp = MoEMLP(
@@ -128,7 +129,7 @@ def build_model(spec: ModelSpec, task: Any, seed: int = 0):
                 frozen_router=spec.router == "frozen",
             )
     if regression:
-        from circuits.toy.regression import VectorEmbed, VectorPosEmbed
+        from core.models.vector_embed import VectorEmbed, VectorPosEmbed
 
         model.embed = VectorEmbed(d_vocab, spec.d_model)
         model.pos_embed = VectorPosEmbed(task.n_ctx, spec.d_model)

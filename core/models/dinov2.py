@@ -22,12 +22,12 @@ position embeddings are stored in two parts (the class-token row, 1 x 1 x 384, a
 Whether the backbone is stock DINOv2-small or was fine-tuned together with the decoder cannot be told
 offline: the file carries no provenance beyond the package.
 
-The written directory is then read like any local Dinov2 directory (``attribution.vit.hf``) into a
+The written directory is then read like any local Dinov2 directory (``core.models.vit_hf``) into a
 HookedViT, with the layer scale folded into the attention output and MLP output weights and the position
 embeddings interpolated to the chosen input size exactly as transformers does (bicubic, align_corners
 False). Decisions to explain (DINOv2 has no classifier): linear heads trained here on the frozen class
-token (``data/heads/dinov2-small``, see ``attribution.vit.heads``) and the decoder's mean saliency inside
-a region (``attribution.vit.heads.SaliencyReadout``).
+token (``data/heads/dinov2-small``, see ``core.models.vit_heads``) and the decoder's mean saliency inside
+a region (``core.models.vit_heads.SaliencyReadout``).
 """
 
 from __future__ import annotations
@@ -202,8 +202,8 @@ def check_against_onnx(directory: Path, onnx_file: Path, seed: int = 0) -> float
     import numpy as np
     import torch
 
-    from attribution.vit.heads import SaliencyDecoder
-    from attribution.vit.hf import load_dinov2_backbone
+    from core.models.vit_heads import SaliencyDecoder
+    from core.models.vit_hf import load_dinov2_backbone
 
     x = torch.from_numpy(np.random.default_rng(seed).normal(size=(1, 3, 224, 224)).astype("float32"))
     backbone = load_dinov2_backbone(directory)
@@ -283,8 +283,8 @@ def heads_dir() -> Path:
 
 def head_names() -> list[str]:
     """The linear heads shipped in data/heads/dinov2-small, then the saliency decoder's decision."""
-    from attribution.vit.heads import SALIENCY
-    from attribution.vit.heads import head_names as names
+    from core.models.vit_heads import SALIENCY
+    from core.models.vit_heads import head_names as names
 
     return [*names(heads_dir()), SALIENCY]
 
@@ -296,8 +296,8 @@ def _damaged(what: str) -> ModelFileError:
 
 def load_backbone(image_size: int = 224, device: str = "cpu"):
     """The converted backbone as a HookedViT with no classes (prepares the cache on first use)."""
-    from attribution.vit.hf import convert_dinov2, load_dinov2_backbone, processor_stats
     from core.models.files import check_safetensors
+    from core.models.vit_hf import convert_dinov2, load_dinov2_backbone, processor_stats
 
     if image_size not in SIZES:
         raise ModelFileError(f"{NAME} runs at {' or '.join(map(str, SIZES))} px, not {image_size}")
@@ -321,7 +321,7 @@ def load_backbone(image_size: int = 224, device: str = "cpu"):
 
 
 def load_decoder():
-    from attribution.vit.heads import SaliencyDecoder
+    from core.models.vit_heads import SaliencyDecoder
 
     try:
         return SaliencyDecoder.load(cache_dir() / "decoder.safetensors")
@@ -332,7 +332,7 @@ def load_decoder():
 def with_head(model: Any, head: str, region: Any = None):
     """The same backbone (weights shared) deciding by ``head``: a linear head's name or "saliency"
     (then ``region``: None for the whole image, a box (x0, y0, x1, y1) or a mask at the model's size)."""
-    from attribution.vit.heads import SALIENCY, HeadError, LinearHead, with_linear_head, with_saliency
+    from core.models.vit_heads import SALIENCY, HeadError, LinearHead, with_linear_head, with_saliency
 
     base = getattr(model, "backbone", model)
     known = head_names()
@@ -352,7 +352,7 @@ def with_head(model: Any, head: str, region: Any = None):
 def load_dinov2(entry: Any = None, device: str = "cpu", head: str | None = DEFAULT_HEAD, image_size: int = 224,
                 region: Any = None, **_: Any):
     """Zoo loader: DINOv2-small with a decision to explain (``head``; None: the bare backbone)."""
-    from attribution.vit.heads import HeadError
+    from core.models.vit_heads import HeadError
 
     if head is not None and head not in head_names():  # refused before the backbone is read
         raise HeadError(f"unknown head {head!r} for {NAME}; known: {', '.join(head_names())}")

@@ -17,8 +17,8 @@ from typing import Any
 
 import torch
 
-from attribution.vit.model import HookedViT, ViTConfig
 from core.errors import ModelFileError
+from core.models.vit import HookedViT, ViTConfig
 
 
 def processor_stats(path: Path) -> tuple[list[float] | None, list[float] | None]:
@@ -100,7 +100,7 @@ def convert(hf, mean: list[float] | None = None, std: list[float] | None = None)
 def load_hf_vit(entry: Any, device: str = "cpu", **_: Any) -> HookedViT:
     """Zoo loader for a local HF directory (safetensors weights): ViTForImageClassification,
     DeiTForImageClassification, or CLIP's vision tower (model_type clip_vision_model or clip; no classes:
-    attach a head, attribution.vit.heads)."""
+    attach a head, core.models.vit_heads)."""
     path = Path(entry.path if hasattr(entry, "path") else entry)
     if not any(path.glob("*.safetensors")):
         raise ModelFileError(f"{path} has no .safetensors weights (only safetensors are loaded)")
@@ -254,7 +254,7 @@ def convert_dinov2(hf, image_size: int | None = None, mean: list[float] | None =
 
 def load_hf_dinov2(entry: Any, device: str = "cpu", image_size: int | None = None, **_: Any) -> HookedViT:
     """Zoo loader for a local Dinov2 directory: Dinov2ForImageClassification (its own classifier on [CLS,
-    mean of patches]) or a bare Dinov2Model (no classes: attach a head, attribution.vit.heads)."""
+    mean of patches]) or a bare Dinov2Model (no classes: attach a head, core.models.vit_heads)."""
     path = Path(entry.path if hasattr(entry, "path") else entry)
     if not any(path.glob("*.safetensors")):
         raise ModelFileError(f"{path} has no .safetensors weights (only safetensors are loaded)")

@@ -13,7 +13,7 @@ and ``hooks()`` work as for the LLMs, with the same hook names::
 
 Weights use TransformerLens layouts (W_Q: head, d_model, d_head; W_O: head, d_head, d_model),
 so engines written for the LLM side read them the same way. Local HF ViTs are converted into
-this class by ``attribution.vit.hf``.
+this class by ``core.models.vit_hf``.
 """
 
 from __future__ import annotations
