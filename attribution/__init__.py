@@ -7,7 +7,7 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attribution.methods import LEVEL_AXES, METHODS, Method, MethodSpec, Scored, as_scored, canonical
+from attribution.methods import LEVEL_AXES, METHODS, Method, MethodSpec, Scored, as_scored, canonical, prompt_level
 from attribution.result import TOKEN_AXES, AttributionResult
 from core.errors import MethodError, RangeError, TokenError
 
@@ -20,15 +20,18 @@ __all__ = ["attribute", "attribute_levels", "AttributionResult", "METHODS", "LEV
 
 
 def get_method(name: str, level: str) -> tuple[MethodSpec, Method]:
+    """The method's entry (its prompt levels: the table's view METHODS) and its implementation at ``level``
+    ("edge", the query-key level's old name, is "qk")."""
     name = canonical(name)
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
     spec = METHODS[name]
+    level = prompt_level(level)
     if level not in LEVEL_AXES:
         raise MethodError(f"unknown level {level!r}; levels: {', '.join(LEVEL_AXES)}")
     if level not in spec.levels:
         raise MethodError(f"method {name} has no {level} level; it has: {', '.join(spec.levels)}")
-    return spec, _load(spec.impl)
+    return spec, _load(spec.impls[level])
 
 
 def _load(impl: str) -> Any:
@@ -39,11 +42,12 @@ def _load(impl: str) -> Any:
 def attribute(model: HookedModel, prompt: str | list[int], target: str | int | None = None,
               foil: str | int | None = None, method: str = "dpa", level: str = "token", position: int | None = None,
               **params: Any) -> AttributionResult:
-    """Score tokens, heads, edges or neurons for the model's target (minus foil) logit.
+    """Score tokens, heads, query-key pairs or neurons for the model's target (minus foil) logit.
 
     position: the position whose next-token prediction is explained (negative counts from the end; None is
     the last). Without a target, a position before the last explains the prompt's own next token there;
-    a position outside the prompt is a RangeError."""
+    a position outside the prompt is a RangeError. level "edge" (the query-key level's old name) is "qk"."""
+    level = prompt_level(level)
     spec, fn = get_method(method, level)
     enc = encode_at(model, prompt, target, foil, position)
     return run_encoded(model, spec.name, fn, enc, level, params, prompt if isinstance(prompt, str) else None)
@@ -79,6 +83,7 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
                      position: int | None = None, **params: Any) -> dict[str, AttributionResult]:
     """Several levels of one method: from one pass where the method has one (MethodSpec.one_pass; each
     result then carries that pass's time), else one call per level."""
+    levels = tuple(prompt_level(lv) for lv in levels)
     specs = [get_method(method, lv) for lv in levels]
     spec = specs[0][0]
     if spec.one_pass is None or len(levels) < 2:
@@ -101,6 +106,7 @@ def run_encoded(model: HookedModel, method: str, fn: Method, enc: Encoding, leve
     """One method (its name and implementation from get_method) on an encoding already made, timed."""
     from core.models.hooked import require
 
+    level = prompt_level(level)
     require(model, canonical(method))  # one line naming the method and the backend, where it does not run
     started = time.perf_counter()
     out = fn(model, *_for_method(METHODS[canonical(method)], enc), level, **params)

@@ -81,8 +81,8 @@ def trapezoid(ys: list[float], xs: list[float]) -> float:
 
 
 def resolve_method(name: str, level: str) -> tuple[str, str, Callable]:
-    """(canonical name, level the method is called at, function). Methods with edges but no head level
-    (the attention baselines) are ranked at head level from their edges; see item_scores."""
+    """(canonical name, level the method is called at, function). Methods with query-key scores but no head
+    level (the attention baselines) are ranked at head level from their qk scores; see item_scores."""
     from attribution import get_method
 
     name = canonical(name)
@@ -92,17 +92,17 @@ def resolve_method(name: str, level: str) -> tuple[str, str, Callable]:
         raise MethodError(f"faithfulness has no level {level!r}; levels: {', '.join(LEVELS)}")
     spec = METHODS[name]
     call_level = level
-    if level == "head" and "head" not in spec.levels and "edge" in spec.levels:
-        call_level = "edge"
+    if level == "head" and "head" not in spec.levels and "qk" in spec.levels:
+        call_level = "qk"
     return name, call_level, get_method(name, call_level)[1]
 
 
 def item_scores(scores: torch.Tensor, level: str, call_level: str) -> torch.Tensor:
     """One score per ablatable item: token [S], head [L, H] (sum over queries), neuron [L, N] (sum over
-    positions). From edges (attention baselines): a head's mass off the first key (the attention sink,
+    positions). From query-key pairs (attention baselines): a head's mass off the first key (the attention sink,
     which every head's rows would otherwise tie on at 1), summed over queries."""
     s = scores.detach().float().cpu()
-    if call_level == "edge":
+    if call_level == "qk":
         return s[..., 1:].sum((-1, -2))
     if level == "head":
         return s.sum(-1)
@@ -161,7 +161,7 @@ class MethodFaithfulness:
     recover_curve: list[float]
     spearman: float | None = None
     recall_at_10: float | None = None
-    ranked_from: str | None = None  # "edge" when head ranks come from edge scores
+    ranked_from: str | None = None  # "qk" when head ranks come from query-key scores
     # path methods (integrated gradients): examples whose completeness gap exceeds 10% of
     # |f(input) - f(baseline)|, and the median of |gap| / |f(input) - f(baseline)|
     unconverged: int | None = None
@@ -422,7 +422,7 @@ def combine(model_name: str, examples: list[dict[str, Any]], methods: list[str],
             disrupt_curve=[_mean(c) for c in zip(*pm["d"], strict=True)],
             recover_curve=[_mean(c) for c in zip(*pm["r"], strict=True)],
             spearman=_mean(rhos) if rhos else None, recall_at_10=_mean(pm["rec"]) if pm["rec"] else None,
-            ranked_from="edge" if call_level == "edge" and level == "head" else None,
+            ranked_from="qk" if call_level == "qk" and level == "head" else None,
             unconverged=sum(g > CONVERGED_REL_TOL for g in pm["gap"]) if pm["gap"] else None,
             convergence_gap=statistics.median(pm["gap"]) if pm["gap"] else None)
     args = {"level": level, "ablation": ablation, "methods": names, "use_foil": use_foil, "params": params,

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from attribution import LEVEL_AXES, get_method, result_for, run_encoded
+from attribution.methods import prompt_level
 from attribution.result import AttributionResult
 from core.errors import MethodError
 from core.prompt_files import encode_rows
@@ -58,14 +59,14 @@ class AttributionSet:
                             for i, r in enumerate(self.results)]}
 
     def plot(self):
-        """Mean over prompts of what every prompt shares: layer x head (head, edge), per-layer neuron mass
+        """Mean over prompts of what every prompt shares: layer x head (head, qk), per-layer neuron mass
         (neuron), or the score by distance from the prediction (token)."""
         import plotly.graph_objects as go
         import torch
 
         s = [r.scores.detach().float().cpu() for r in self.results]
         title = f"{self.method} · {self.level} · mean over {len(s)} prompts"
-        if self.level in ("head", "edge"):
+        if self.level in ("head", "qk"):
             dims = (-1,) if self.level == "head" else (-1, -2)
             z = torch.stack([x.sum(dims) for x in s]).mean(0)
             fig = go.Figure(go.Heatmap(z=z.tolist(), colorscale="RdBu", zmid=0))
@@ -96,7 +97,8 @@ class AttributionSet:
                     "axes": data["axes"], "params": data.get("params") or {}}
             results = [AttributionResult.from_json({**head, **p}, scores=tensors[f"scores.{i}"])
                        for i, p in enumerate(data["prompts"])]
-            return cls(model=data["model"], method=data["method"], level=data["level"], results=results,
+            return cls(model=data["model"], method=data["method"], level=prompt_level(data["level"]),
+                       results=results,
                        seconds=float(data["seconds"]),
                        batch_size=int(args.get("batch_size", data.get("batch_size", 1))),
                        params=data.get("params") or {})
@@ -120,6 +122,7 @@ def attribute_set(model: Any, rows: list[dict[str, Any]], method: str = "dpa", l
                   use_foil: bool = True, batch_size: int = 16, on_step: Callable[[int], None] | None = None,
                   **params: Any) -> AttributionSet:
     """Attribute every row ({"prompt", "target", "foil"?}); on_step(n) after each n prompts are done."""
+    level = prompt_level(level)  # "edge": the query-key level's old name
     spec, fn = get_method(method, level)
     if int(batch_size) < 1:
         raise MethodError(f"batch_size must be at least 1 (got {batch_size})")

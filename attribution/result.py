@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
+from attribution.methods import prompt_level
 from core.errors import WorkbenchError
 
 if TYPE_CHECKING:
@@ -112,6 +113,7 @@ class AttributionResult:
             raise WorkbenchError(f"attribution result without {', '.join(missing)}")
         kwargs["scores"] = torch.as_tensor(data["scores"] if scores is None else scores, dtype=torch.float32)
         kwargs["axes"] = tuple(kwargs["axes"])
+        kwargs["level"] = prompt_level(kwargs["level"])  # a run stored before "edge" became "qk" opens as qk
         return cls(**kwargs)
 
     def top(self, k: int = 10) -> list[dict[str, Any]]:
@@ -164,7 +166,7 @@ class AttributionResult:
                                        hovertemplate="%{y}.%{x}: %{z:.4g} (summed over query positions)"
                                                      "<extra></extra>"))
             fig.update_layout(xaxis_title="head", yaxis_title="layer")
-        elif self.level == "edge":
+        elif self.level == "qk":
             fig = go.Figure(go.Heatmap(z=s.sum((0, 1)).tolist(), x=labels, y=labels, **diverging,
                                        **bar("score summed over layers and heads"),
                                        hovertemplate="query %{y}, key %{x}: %{z:.4g} (summed over layers and "

@@ -109,7 +109,7 @@ def main() -> None:
         enc = model.encode(prompt, target, foil)
         row = {"tokens": enc.seq_len, "target": target, "foil": foil}
         jobs = {"gradient_fb": (gradient_fb, (model, enc))}
-        for level in ("token", "head", "neuron", "edge"):
+        for level in ("token", "head", "neuron", "qk"):
             jobs[f"dpa_{level}"] = (get_method("dpa", level)[1], (model, enc, level))
         jobs["dpa_all_levels"] = (dpa_all, (model, enc))
         for method, level in (("gradient", "token"), ("atp", "head"), ("atp", "neuron")):
@@ -155,8 +155,8 @@ def main() -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     trace = dpa_all(model, enc)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    mem = {"tokens": enc.seq_len, "edge_shape": list(trace["edge"].shape),
-           "edge_mib": trace["edge"].numel() * 4 / 2**20, "peak_rss_gib": peak / 2**20,
+    mem = {"tokens": enc.seq_len, "edge_shape": list(trace["qk"].shape),  # the qk level (query-key pairs)
+           "edge_mib": trace["qk"].numel() * 4 / 2**20, "peak_rss_gib": peak / 2**20,
            "peak_rss_before_gib": before / 2**20}
     out = {"model": args.model, "threads": args.threads, "reps": args.reps, "prompts": rows,
            "edge_memory": mem}

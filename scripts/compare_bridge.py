@@ -52,7 +52,7 @@ def main() -> None:
         diffs.append(float((ht.logits(tokens) - br.logits(tokens)).abs().max()))
     out["max_logit_diff"] = max(diffs)
     prompt, target, foil = PROMPTS[1]
-    for level in ("token", "head", "neuron", "edge"):
+    for level in ("token", "head", "neuron", "qk"):
         res, err = attempt(attribute, br, prompt, target, foil, method="dpa", level=level)
         ref = attribute(ht, prompt, target, foil, method="dpa", level=level)
         out[f"dpa_{level}_on_bridge"] = err or f"max diff {float((res.scores - ref.scores).abs().max()):.2e}"

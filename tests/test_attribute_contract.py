@@ -146,3 +146,37 @@ def test_shapes_are_checked_at_run_time_in_the_tests(llama):
     with pytest.raises(TypeCheckError):
         path_points("20", "uniform")
     assert llama.final_logits(torch.zeros(2, 3, llama.arch.d_model)).shape == (2, llama.arch.d_vocab)
+
+
+def test_one_method_table_serves_every_dispatcher():
+    """One table (attribution.methods.TABLE) declares every method once; attribute's METHODS, the edge scorers'
+    EDGE_METHODS and the ViT methods are its views. DPA is one entry from tokens to graph edges and image patches."""
+    from attribution.methods import EDGE, LEVEL_INPUTS, PATCH, TABLE, canonical
+    from attribution.vit.methods import METHODS as VIT
+    from circuits.edges import EDGE_METHODS
+
+    assert TABLE["dpa"].levels == ("token", "head", "qk", "neuron", EDGE, PATCH)
+    assert set(TABLE["dpa"].levels) <= set(LEVEL_INPUTS)
+    for name, spec in METHODS.items():
+        assert TABLE[name].impls[spec.levels[0]] == spec.impl and set(spec.levels) <= {"token", "head", "qk", "neuron"}
+    for name, method in EDGE_METHODS.items():
+        assert TABLE[name].impls[EDGE] == f"{method.module}:{method.function}"
+    for name, module in VIT.items():
+        assert TABLE[canonical(name)].impls[PATCH] == f"attribution.vit.methods.{module}:run"
+    assert {n for n, s in TABLE.items() if len({lv in LEVEL_INPUTS and LEVEL_INPUTS[lv] for lv in s.levels}) > 1} \
+        >= {"dpa", "dpa_path", "random", "integrated_gradients", "rollout", "ifr", "activation_patching"}
+
+
+def test_edge_is_the_old_name_of_the_qk_level(llama):
+    """"edge" now means the component graph's edge; the query-key level is "qk", and attribute still takes
+    "edge" for it (same scores), as stored runs made before the rename reopen as qk."""
+    from attribution import get_method
+
+    qk = attribute(llama, PROMPT, "F", "C", method="dpa", level="qk")
+    old = attribute(llama, PROMPT, "F", "C", method="dpa", level="edge")
+    assert old.level == "qk" and torch.equal(old.scores, qk.scores) and qk.axes == ("layer", "head", "query", "key")
+    assert get_method("atp", "edge")[1] is get_method("atp", "qk")[1]
+    stored = {**qk.to_json(), "level": "edge"}
+    assert AttributionResult.from_json(stored, scores=qk.scores).level == "qk"
+    got = attribute_levels(llama, PROMPT, "F", "C", method="dpa", levels=("token", "edge"))
+    assert set(got) == {"token", "qk"} and torch.allclose(got["qk"].scores, qk.scores, atol=1e-6)

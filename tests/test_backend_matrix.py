@@ -45,14 +45,14 @@ def _probe_activations(m):
 
 # engine (as the refusal names it) -> what it returns on a model
 ENGINES: dict[str, Callable] = {
-    **{f"dpa/{lv}": _attr("dpa", lv) for lv in ("token", "head", "edge", "neuron")},
+    **{f"dpa/{lv}": _attr("dpa", lv) for lv in ("token", "head", "qk", "neuron")},
     "dpa_path/token": _attr("dpa_path", "token"),
     "gradient/head": _attr("gradient", "head"),
     "input_x_gradient/neuron": _attr("input_x_gradient", "neuron"),
     "integrated_gradients/token": _attr("integrated_gradients", "token"),
-    "atp/edge": _attr("atp", "edge"),
+    "atp/qk": _attr("atp", "qk"),
     "atp_foil/token": _attr("atp_foil", "token"),
-    "attention_last/edge": _attr("attention_last", "edge"),
+    "attention_last/qk": _attr("attention_last", "qk"),
     "rollout/token": _attr("rollout", "token"),
     "ifr/head": _attr("ifr", "head"),
     "activation_patching/head": _attr("activation_patching", "head"),

@@ -63,7 +63,7 @@ BASELINES = [m for m in METHODS if m != "dpa"]
 def test_every_baseline_level_has_the_level_shape(llama, method):
     enc = llama.encode(PROMPT, "F", "C")
     a, s = llama.arch, enc.seq_len
-    sizes = {"token": (s,), "head": (a.n_layers, a.n_heads, s), "edge": (a.n_layers, a.n_heads, s, s),
+    sizes = {"token": (s,), "head": (a.n_layers, a.n_heads, s), "qk": (a.n_layers, a.n_heads, s, s),
              "neuron": (a.n_layers, s, a.d_mlp)}
     for level in METHODS[method].levels:
         res = attribute(llama, PROMPT, "F", "C", method=method, level=level)

@@ -122,7 +122,7 @@ def test_shapes_through_attribute(llama):
     a = llama.arch
     enc = llama.encode(PROMPT_LLAMA, "Paris")
     s = enc.seq_len
-    want = {"token": (s,), "head": (a.n_layers, a.n_heads, s), "edge": (a.n_layers, a.n_heads, s, s),
+    want = {"token": (s,), "head": (a.n_layers, a.n_heads, s), "qk": (a.n_layers, a.n_heads, s, s),
             "neuron": (a.n_layers, s, a.d_mlp)}
     trace = dpa_all(llama, enc)
     for level, shape in want.items():
@@ -130,8 +130,8 @@ def test_shapes_through_attribute(llama):
         assert tuple(res.scores.shape) == shape and res.axes == LEVEL_AXES[level]
         assert torch.allclose(res.scores, trace[level], atol=1e-6)  # one pass for all levels = one per level
     # edges sum over keys to the head score; edges are causal
-    assert torch.allclose(trace["edge"].sum(-1), trace["head"], atol=1e-5)
-    assert float(trace["edge"].triu(1).abs().max()) == 0.0
+    assert torch.allclose(trace["qk"].sum(-1), trace["head"], atol=1e-5)
+    assert float(trace["qk"].triu(1).abs().max()) == 0.0
 
 
 def test_targets_per_layer(llama):
@@ -182,9 +182,9 @@ def test_bad_params_and_memory(llama):
     with pytest.raises(MethodError, match="number"):
         dpa_scores(llama, enc, "token", w_q="high")
     need = memory_estimate(llama, enc.seq_len)
-    budget = (need["token"] + need["edge"]) / 2 / 2**30  # the edge tensor alone does not fit
+    budget = (need["token"] + need["qk"]) / 2 / 2**30  # the qk tensor alone does not fit
     with pytest.raises(RangeError, match="levels that fit: token, head, neuron"):
-        dpa_scores(llama, enc, "edge", max_gib=budget)
+        dpa_scores(llama, enc, "qk", max_gib=budget)
     assert dpa_scores(llama, enc, "head", max_gib=budget).scores.shape[0] == llama.arch.n_layers
 
 
@@ -222,6 +222,6 @@ def test_batch_bad_input(llama):
         dpa_batch(llama, [enc], levels=("tokens",))
     assert dpa_batch(llama, []) == []
     # a batch whose edge tensors exceed max_gib runs fewer prompts at a time instead of failing
-    one = memory_estimate(llama, enc.seq_len)["edge"] / 2**30
-    traces = dpa_batch(llama, [enc] * 3, levels=("edge",), batch_size=3, max_gib=one * 1.5)
-    assert len(traces) == 3 and torch.allclose(traces[2]["edge"], traces[0]["edge"])
+    one = memory_estimate(llama, enc.seq_len)["qk"] / 2**30
+    traces = dpa_batch(llama, [enc] * 3, levels=("qk",), batch_size=3, max_gib=one * 1.5)
+    assert len(traces) == 3 and torch.allclose(traces[2]["qk"], traces[0]["qk"])

@@ -34,11 +34,11 @@ def test_edges_fit_for_200_tokens(smollm2):
     ids = smollm2.to_tokens(text)[0, :200].tolist()
     enc = smollm2.encode(ids, smollm2.top_predictions(ids, 1)[0][0])
     a = smollm2.arch
-    assert memory_estimate(smollm2, 200)["edge"] < 1 * 2**30  # far under 24 GiB
-    trace = dpa_all(smollm2, enc, levels=("edge", "head"))
-    assert tuple(trace["edge"].shape) == (a.n_layers, a.n_heads, 200, 200)
-    assert torch.isfinite(trace["edge"]).all()
-    assert torch.allclose(trace["edge"].sum(-1), trace["head"], atol=1e-4)
+    assert memory_estimate(smollm2, 200)["qk"] < 1 * 2**30  # far under 24 GiB
+    trace = dpa_all(smollm2, enc, levels=("qk", "head"))
+    assert tuple(trace["qk"].shape) == (a.n_layers, a.n_heads, 200, 200)
+    assert torch.isfinite(trace["qk"]).all()
+    assert torch.allclose(trace["qk"].sum(-1), trace["head"], atol=1e-4)
 
 
 def test_batch_matches_single_prompts(smollm2):

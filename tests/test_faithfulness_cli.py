@@ -62,7 +62,7 @@ def test_head_level_with_attention(monkeypatch, capsys, prompts):
                          "--no-save", "--json")
     assert code == 0, err
     data = json.loads(out)
-    assert data["methods"]["attention_last"]["ranked_from"] == "edge" and "run_id" not in data
+    assert data["methods"]["attention_last"]["ranked_from"] == "qk" and "run_id" not in data
 
 
 @pytest.mark.parametrize("args,words", [

@@ -88,7 +88,7 @@ def test_neuron_level_and_mean_ablation(model, examples):
 
 def test_attention_at_head_level_ranks_from_edges_and_missing_levels_fail(model, examples):
     res = evaluate(model, examples[:3], ["attention_mean"], level="head")
-    assert res.methods["attention_mean"].ranked_from == "edge"
+    assert res.methods["attention_mean"].ranked_from == "qk"
     with pytest.raises(MethodError, match="no head level"):
         evaluate(model, examples[:3], ["rollout"], level="head")
     with pytest.raises(MethodError, match="unknown method"):

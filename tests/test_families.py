@@ -94,7 +94,7 @@ def test_family_baselines_and_circuit_graph(family_dirs, family):
         if name == "activation_patching":
             continue  # covered by the patching tests; one forward per item is slow at edge level anyway
         for level in spec.levels:
-            if level == "edge" and name not in ("dpa", "atp"):
+            if level == "qk" and name not in ("dpa", "atp"):
                 continue
             res = wb.attribute(m, prompt, target=" Paris", foil=" London", method=name, level=level)
             assert bool(torch.isfinite(torch.as_tensor(res.scores)).all()), (family, name, level)

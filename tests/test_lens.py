@@ -31,7 +31,7 @@ def model_dir(tmp_path_factory) -> str:
 
 # -- explain any position --------------------------------------------------------------------------------
 @pytest.mark.parametrize("make", [toy_llama, toy_gelu])
-@pytest.mark.parametrize("level", ["token", "head", "neuron", "edge"])
+@pytest.mark.parametrize("level", ["token", "head", "neuron", "qk"])
 def test_dpa_at_a_position_equals_dpa_on_the_prompt_cut_there(make, level):
     m = make()
     words = PROMPT.split()

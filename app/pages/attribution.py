@@ -17,7 +17,7 @@ from app import views as V
 from app.head_view import show_head
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
-COMPONENT_LEVELS = ("head", "neuron", "edge")
+COMPONENT_LEVELS = ("head", "neuron", "qk")
 CACHE_SIZE = 12  # results per session; a neuron-level result of a long prompt is tens of MB
 
 
@@ -286,7 +286,8 @@ S.share("attr_tokens", loaded.name, code_lines(results, ("token",)), link("token
 TABS = ["Heads", "Attention", "Neurons", "Information flow", "Direct logit attribution", "Patching",
         "Disrupt / recover", "Save"]
 level_q = st.session_state.pop("_attr_level_q", None)
-default_tab = {"head": "Heads", "neuron": "Neurons", "edge": "Information flow"}.get(level_q or "")
+default_tab = {"head": "Heads", "neuron": "Neurons", "qk": "Information flow",
+               "edge": "Information flow"}.get(level_q or "")  # edge: links made before qk had its name
 tabs = st.tabs(TABS, default=default_tab)
 with tabs[0]:
     if (detail, "head") in results:

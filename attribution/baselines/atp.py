@@ -2,8 +2,8 @@
 metric(clean) - metric(patched) for every item at once, from one forward and one backward.
 
 atp (zero ablation): score = a . dM/da, the estimated drop when the item is zeroed. token: the embedding;
-head: hook_z per query position (a head's output is W_O z, so zeroing z zeroes the head); edge: the
-post-softmax weight A_qk times dM/dA_qk (the edge set to 0, no renormalisation); neuron: the activation.
+head: hook_z per query position (a head's output is W_O z, so zeroing z zeroes the head); qk: the
+post-softmax weight A_qk times dM/dA_qk (the query-key weight set to 0, no renormalisation); neuron: the activation.
 atp_foil (counterfactual): score = (a_clean - a_corrupt) . dM/da at the clean run, the estimated drop when
 the item is patched from a corrupted prompt. The corrupted prompt is ``corrupt`` if given, else the clean
 prompt with the target and foil tokens swapped (IOI: "... John gave it to" <-> "... Mary gave it to").

@@ -1,7 +1,7 @@
 """Attention as attribution: last-layer attention, mean attention, attention rollout.
 
 token: the attention row of the final position (last layer, or mean over layers), mean over heads.
-edge: the attention weights themselves, [layer, head, query, key]; attention_last keeps only the last
+qk: the attention weights themselves, [layer, head, query, key]; attention_last keeps only the last
 layer (earlier layers are 0). rollout (Abnar and Zuidema 2020): per layer the head-mean attention with
 the residual as 0.5 A + 0.5 I (rows renormalised), multiplied from the top down, read at the final row.
 None of these look at the target: they rank what the model attends to, not what it uses for the answer.

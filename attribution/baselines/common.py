@@ -48,7 +48,7 @@ def level_shape(model: HookedModel, enc: Encoding, level: str) -> tuple[int, ...
         return (s,)
     if level == "head":
         return (a.n_layers, a.n_heads, s)
-    if level == "edge":
+    if level == "qk":
         return (a.n_layers, a.n_heads, s, s)
     if level == "neuron":
         if not a.d_mlp:
@@ -70,7 +70,7 @@ def hook_names(model: HookedModel, level: str) -> list[str]:
         return ["hook_embed"]
     if level == "head":
         return [f"blocks.{l}.attn.hook_z" for l in range(n)]
-    if level == "edge":
+    if level == "qk":
         return [f"blocks.{l}.attn.hook_pattern" for l in range(n)]
     if level == "neuron":
         return [f"blocks.{l}.mlp.hook_post" for l in range(n)]
@@ -120,7 +120,7 @@ def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: Int[torch
 def layout(level: str, per_layer: list[Float[torch.Tensor, "1 ..."]]) -> Float[torch.Tensor, "*axes"]:
     """Stack per-layer tensors from hooks (batch 1) into the level's axes.
 
-    head: hook_z-like [1, S, H] -> [L, H, S]; edge: [1, H, S, S] -> [L, H, S, S];
+    head: hook_z-like [1, S, H] -> [L, H, S]; qk: [1, H, S, S] -> [L, H, S, S];
     neuron: [1, S, N] -> [L, S, N]; token: [1, S] -> [S].
     """
     if level == "token":

@@ -9,7 +9,7 @@ passes a position's importance down unchanged. Starting from the final position 
 going down layer by layer gives:
 
 - token: the importance that reaches each token's embedding;
-- edge [layer, head, query, key]: importance(query at layer l) x proximity share of part (h, key);
+- qk [layer, head, query, key]: importance(query at layer l) x proximity share of part (h, key);
 - head [layer, head, query]: the same summed over keys.
 
 IFR is prediction-agnostic: it does not use the target or foil (the paper prunes the same graph with a
@@ -66,7 +66,7 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
 
 
 def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, Float[torch.Tensor, "*axes"]]:
-    """All three levels from one cached forward: token [S], head [L, H, S], edge [L, H, S, S]."""
+    """All three levels from one cached forward: token [S], head [L, H, S], qk [L, H, S, S]."""
     n = model.arch.n_layers
     names = [f"blocks.{l}.{k}" for l in range(n) for k in
              ("attn.hook_pattern", "attn.hook_v", "hook_resid_pre", "hook_attn_out")]
@@ -82,7 +82,7 @@ def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, Float[torch.Tensor, 
             edge[layer] = (w[:, None, None] * parts).permute(1, 0, 2)  # [H, q, k]
             flow = parts.sum(1) + torch.diag(res)  # [q, k]: share of q's importance that comes from k
             w = w @ flow
-    return {"token": w, "head": edge.sum(-1), "edge": edge}
+    return {"token": w, "head": edge.sum(-1), "qk": edge}
 
 
 def ifr_scores(model: HookedModel, enc: Encoding, level: str) -> Float[torch.Tensor, "*axes"]:

@@ -1,16 +1,16 @@
 """Dual Path Attribution: one cached forward pass, then one top-down propagation of the target.
 
-``dpa_all`` returns every requested level (token, head, edge, neuron) from the same forward and
+``dpa_all`` returns every requested level (token, head, qk, neuron) from the same forward and
 the same top-down pass, plus the bias / norm-offset contributions and, on request, the target
 vector at every residual position of every layer. ``dpa_scores`` is the method-table entry point.
 The equations are the DPA spec's (shared/specs/dpa.md); each step's docstring below restates its own.
 Scores use the target just above the component: neurons the target above their MLP (before that
-MLP's own update), heads and edges the target above their attention sublayer.
+MLP's own update), heads and query-key pairs the target above their attention sublayer.
 
 Cost: the forward skips the unembedding (only the target row is needed); the top-down pass is one
 transpose of each weight matrix per layer, batched over positions and heads, so it costs about one
-backward pass and does not grow with the number of heads or neurons scored (edges excepted: the
-edge tensor itself is layers x heads x pos x pos).
+backward pass and does not grow with the number of heads or neurons scored (query-key pairs excepted: the
+qk tensor itself is layers x heads x pos x pos).
 """
 
 from __future__ import annotations
@@ -33,14 +33,14 @@ if TYPE_CHECKING:
     from core.models.hooked import HookedModel
     from core.models.tokens import Encoding
 
-LEVELS = ("token", "head", "edge", "neuron")
+LEVELS = ("token", "head", "qk", "neuron")
 
 
 @dataclass
 class DPATrace:
     """Everything one DPA pass produced.
 
-    levels: token [pos], head [layer, head, query], edge [layer, head, query, key],
+    levels: token [pos], head [layer, head, query], qk [layer, head, query, key],
     neuron [layer, position, neuron] (only the levels asked for).
     offsets: contributions of biases, norm offsets and positional embeddings (not token-attributable).
     targets (keep_targets=True): the target vector at each residual point, [layer, pos, d_model] each:
@@ -148,7 +148,7 @@ def memory_estimate(model: HookedModel, seq: int) -> dict[str, float]:
     patterns = 4.0 * a.n_layers * a.n_heads * seq * seq
     resid = 4.0 * a.n_layers * seq * (6 * a.d_model + 4 * (a.d_mlp or 0))
     return {"token": patterns + resid, "head": patterns + resid, "neuron": patterns + resid,
-            "edge": 2 * patterns + resid}
+            "qk": 2 * patterns + resid}
 
 
 def _over_budget(model: HookedModel, seq: int, levels: Iterable[str], p: DPAParams, batch: int = 1) -> list[str]:
@@ -201,8 +201,8 @@ def propagate(model: HookedModel, encs: list[Encoding], cache: Cache, p: DPAPara
     out: Scores = {}
     if "head" in levels:
         out["head"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq)
-    if "edge" in levels:
-        out["edge"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq, seq)
+    if "qk" in levels:
+        out["qk"] = t.new_zeros(n_batch, a.n_layers, a.n_heads, seq, seq)
     if "neuron" in levels:
         out["neuron"] = t.new_zeros(n_batch, a.n_layers, seq, a.d_mlp)
     # the target at each residual point (keep_targets)
@@ -238,7 +238,7 @@ def _stack_targets(at: dict[tuple[int, str], Float[torch.Tensor, "batch pos d_mo
 
 def _one(level: str, x: Float[torch.Tensor, "batch ..."], b: int, n: int) -> Float[torch.Tensor, "*axes"]:
     """Prompt b's scores, its own n positions (a copy when cut from a batch, so the batch can be freed)."""
-    y = {"token": lambda: x[b, :n], "head": lambda: x[b, ..., :n], "edge": lambda: x[b, ..., :n, :n],
+    y = {"token": lambda: x[b, :n], "head": lambda: x[b, ..., :n], "qk": lambda: x[b, ..., :n, :n],
          "neuron": lambda: x[b, :, :n]}[level]()
     return y if x.shape[0] == 1 and y.shape == x.shape[1:] else y.clone()
 

@@ -22,7 +22,7 @@ class DPAParams:
     norm: "frozen" holds each norm's scale fixed (the paper); "aware" carries the target through the
     scale's dependence on the stream too (the norm's exact Jacobian transpose, ``linear.norm_back``) at
     every block and final norm (q/k norms stay frozen).
-    max_gib: refuse an edge tensor larger than this (the command says which levels fit instead).
+    max_gib: refuse a qk (query-key) tensor larger than this (the command says which levels fit instead).
     """
 
     w_q: float = 0.25

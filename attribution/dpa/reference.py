@@ -10,7 +10,7 @@ every forward value as in the clean pass and only reshape the gradient:
   + w_gate slope(g) u (g - g.detach())``, slope = act(g)/g detached (or, for act_mode="derivative",
   autograd's own act'(g)), u detached in the gate term.
 
-Scores then come from gradients: token = embed . grad, head = z . grad_z, edge = A_qk v_k . grad_z_q,
+Scores then come from gradients: token = embed . grad, head = z . grad_z, qk = A_qk v_k . grad_z_q,
 neuron = post . grad_post.
 """
 
@@ -52,7 +52,7 @@ def dpa_reference(model: Any, enc: Any, **params: Any) -> dict[str, Float[torch.
             post = store[b + "mlp.hook_post"]
             neurons.append((post.grad * post)[0])
     out["head"] = torch.stack(heads).detach()
-    out["edge"] = torch.stack(edges).detach()
+    out["qk"] = torch.stack(edges).detach()
     if neurons:
         out["neuron"] = torch.stack(neurons).detach()
     out["target_logit"] = value.detach()

@@ -30,7 +30,7 @@ OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_b
                "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")
 
 # What the steps pass around. Every cached activation is batch first (its other axes are its hook's); the
-# offsets are one float64 sum per prompt; the scores asked for ("head", "edge", "neuron") are batch, layer first.
+# offsets are one float64 sum per prompt; the scores asked for ("head", "qk", "neuron") are batch, layer first.
 Cache = dict[str, Float[torch.Tensor, "batch ..."]]
 Offsets = dict[str, Float[torch.Tensor, " batch"]]
 Scores = dict[str, Float[torch.Tensor, "batch layer ..."]]
@@ -243,7 +243,7 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: Float[t
                    cache: Cache, p: DPAParams, out: Scores, offsets: Offsets,
                    per_head: bool = False) -> Float[torch.Tensor, "*receiver batch pos d_model"]:
     """Update to t from layer l's attention: value path (pattern frozen) and query/key paths; writes the
-    head and edge scores into ``out`` where asked ("head", "edge").
+    head and query-key scores into ``out`` where asked ("head", "qk").
 
     Returns the update [batch, pos, d_model], or with ``per_head`` its terms one per receiver input,
     [head x 3 (q, k, v), batch, pos, d_model] (the edge scorer's receivers; they sum to the update, and
@@ -267,11 +267,11 @@ def undo_attention(model: HookedModel, layer: int, w: dict[str, Any], t: Float[t
         offsets["attn_out_bias"] += bsum(t * w["b_O"])
     A_g = A.reshape(n_batch, G, -1, seq)  # [batch, group, R*query, key]
     mz = edge = None  # m_i . z_i per head and query: the head's score, and the q/k paths' baseline
-    if "edge" in out or p.uses_qk:
+    if "qk" in out or p.uses_qk:
         mv = (m_g @ v.transpose(-1, -2)).view(n_batch, H, seq, seq)  # m_i . v_j
         edge = A * mv
-        if "edge" in out:
-            out["edge"][:, layer] = edge
+        if "qk" in out:
+            out["qk"][:, layer] = edge
         mz = edge.sum(-1)  # z_i = sum_j A_ij v_j, so m_i . z_i = sum_j A_ij (m_i . v_j)
     elif "head" in out:
         mz = (m_g * (A_g @ v)).sum(-1).view(n_batch, H, seq)
@@ -402,7 +402,7 @@ def top_down(model: HookedModel, cache: Cache, t: Float[torch.Tensor, "batch pos
     and ``Update`` after each sublayer's update. Per layer: the MLP (``undo_mlp``), then the attention
     (``undo_attention``); a parallel block (GPT-NeoX) feeds both the target from above and has no mid point.
 
-    What a caller collects is its own: the engine's scores go into ``out`` ("head", "edge", "neuron"), the
+    What a caller collects is its own: the engine's scores go into ``out`` ("head", "qk", "neuron"), the
     pull-back reads the ``At`` targets, the edge scorer the ``Update`` terms (``per_head``: the attention's
     per receiver). ``offsets`` gathers the bias and norm-offset terms (OFFSET_KEYS). ``frozen_mlps`` is read
     lazily: a caller that adds layer l to it on seeing ``At((l, "post"))`` holds MLP l fixed from then on.

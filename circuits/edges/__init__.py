@@ -3,9 +3,10 @@
 Every method is ``score(model, graph, prompts, refs, on_step=None, **params) -> scores [edge]``: the
 estimated drop of the metric (averaged over the prompt set) when that edge alone is ablated to its
 reference, so a positive score means the edge supports the target. ``EDGE_METHODS`` declares each
-method's module and function, parameters, cost and app label, as Captum methods declare their capabilities:
-a new edge method is one module and one line of the table (discovery, its estimate, the CLI and the
-Circuits page read everything from it).
+method's module and function, parameters, cost and app label: it is the edge level of the one method table,
+``attribution.methods.TABLE`` (where DPA's edge level sits beside its token, head and image-patch levels); a
+new edge method is one module and one entry there (discovery, its estimate, the CLI and the Circuits page read
+everything from it).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from importlib import import_module
 from typing import Any
 
+from attribution.methods import EDGE, view
 from core.errors import MethodError
 
 
@@ -91,49 +93,16 @@ def _check_param(method: str, key: str, value: Any, default: Any, most: int | No
         raise MethodError(f"{method} parameter {key}={value!r} must be {want}")
 
 
-# the text parameters' values, as the scorers' modules spell them (tests/test_edges_mib.py holds them equal)
-_DPA_CHOICES = {"act_mode": ("ratio", "derivative"), "norm": ("frozen", "aware")}
+def _edge_method(spec: Any) -> EdgeMethod:
+    """The edge level of one method of the table (attribution.methods.TABLE) as an EdgeMethod."""
+    module, function = spec.impls["edge"].split(":")
+    e = spec.edge
+    return EdgeMethod(spec.name, module, e.summary, dict(e.params), e.exact, e.cost, dict(e.cost_per), e.label,
+                      function, e.per_layer, dict(e.choices), dict(e.most))
 
-EDGE_METHODS: dict[str, EdgeMethod] = {m.name: m for m in (
-    EdgeMethod("eap", "circuits.edges.eap",
-               "edge attribution patching: (clean - reference) output of the sender . gradient at the receiver input",
-               cost=4.0, label="EAP"),
-    EdgeMethod("eap_ig", "circuits.edges.eap_ig",
-               "EAP with integrated gradients along the reference -> clean input path (Hanna et al. 2024)",
-               {"steps": 5}, cost=1.0, cost_per={"steps": 3.0}, label="EAP-IG"),
-    EdgeMethod("eap_ig_act", "circuits.edges.eap_ig_act",
-               "EAP-IG-activations (MIB): integrated gradients moving one layer's output at a time from its "
-               "reference to its clean value; pool=own keeps only the sender's own layer's passes",
-               {"steps": 5, "pool": "all"}, cost=1.0, cost_per={"steps": 3.0}, per_layer=True,
-               label="EAP-IG (activations)", choices={"pool": ("all", "own")}),
-    EdgeMethod("ifr", "circuits.edges.ifr",
-               "information flow routes (Ferrando & Voita 2024): each sender's L1-proximity share of the receiver's "
-               "input on the clean run; unsigned (>= 0, no target or reference used)", cost=1.0, label="IFR"),
-    EdgeMethod("dpa", "circuits.edges.dpa",
-               "Dual Path Attribution: (clean - reference) output of the sender . DPA target at the receiver input",
-               {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
-               cost=3.0, label="DPA", choices=_DPA_CHOICES),
-    EdgeMethod("dpa_norm", "circuits.edges.dpa", "DPA with each norm's scale carried, not frozen (norm-aware)",
-               {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio",
-                "norm": "aware"}, cost=3.0, label="DPA (norm-aware)", choices=_DPA_CHOICES),
-    EdgeMethod("dpa_cf", "circuits.edges.dpa", "DPA with targets averaged over the clean and counterfactual runs",
-               {"w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
-               cost=4.0, label="DPA (counterfactual-aware)", function="score_cf", choices=_DPA_CHOICES),
-    EdgeMethod("dpa_path", "circuits.edges.dpa_path",
-               "DPA integrated along the counterfactual -> clean path: targets averaged over `steps` runs whose "
-               "embedding is interpolated (alpha = 1/steps .. 1, as EAP-IG); steps=1 is dpa",
-               {"steps": 4, "w_q": 0.25, "w_k": 0.25, "w_v": 0.5, "w_gate": 0.5, "w_up": 0.5, "act_mode": "ratio"},
-               cost=1.0, cost_per={"steps": 2.0}, label="DPA (path-integrated)", choices=_DPA_CHOICES,
-               most={"steps": 256}),
-    EdgeMethod("edge_pruning", "circuits.edges.edge_pruning",
-               "edge pruning: a hard-concrete mask over every edge learned on the prompts (Bhaskar et al. 2024)",
-               {"steps": 20, "lr": 0.2, "l0": 0.01, "seed": 0, "loss": "kl"}, cost=8.0, cost_per={"steps": 11.0},
-               label="Edge Pruning", choices={"loss": ("kl", "metric")}),
-    # exact: discover.estimate counts one forward per patched edge (per ``copies`` edges), not ``cost``
-    EdgeMethod("activation_patching", "circuits.edges.patching",
-               "path patching: ablate one edge at a time and measure the metric (exact, one forward per edge)",
-               {"sample": 0, "seed": 0, "copies": 8}, exact=True, label="activation patching"),
-)}
+
+# every method of the one table with an edge level (attribution.methods declares them), in its listed order
+EDGE_METHODS: dict[str, EdgeMethod] = {name: _edge_method(spec) for name, spec in view(EDGE).items()}
 
 
 def method_help() -> str:

@@ -59,12 +59,12 @@ def _rows(value: Any) -> None:
 
 def _attr_method(name: str, level: str | None = None) -> str:
     """The canonical attribution method name, checked against the method table (no engine imported)."""
-    from attribution.methods import METHODS, canonical
+    from attribution.methods import METHODS, canonical, prompt_level
 
     out = canonical(str(name))
     if out not in METHODS:
         raise SpecError(f"unknown method {name!r}; known: {', '.join(METHODS)} (alias ig)")
-    if level is not None and level not in METHODS[out].levels:
+    if level is not None and prompt_level(level) not in METHODS[out].levels:
         raise SpecError(f"method {out} has no {level} level; it has: {', '.join(METHODS[out].levels)}")
     return out
 
@@ -206,8 +206,11 @@ class AttributeSpec(ModelSpec):
         _attr_method(self.method, self.level)
 
     def key_fields(self) -> dict[str, Any]:
+        from attribution.methods import prompt_level
+
         out = super().key_fields()
         out["method"] = _attr_method(self.method)
+        out["level"] = prompt_level(self.level)  # "edge", the query-key level's old name, is "qk": one key
         out["foil"] = self.foil or None
         out["params"] = dict(self.params or {})
         return out
@@ -233,7 +236,10 @@ class AttributeSetSpec(PromptSetSpec):
         _positive("batch_size", self.batch_size)
 
     def key_fields(self) -> dict[str, Any]:
-        return {**super().key_fields(), "method": _attr_method(self.method), "params": dict(self.params or {})}
+        from attribution.methods import prompt_level
+
+        return {**super().key_fields(), "method": _attr_method(self.method), "level": prompt_level(self.level),
+                "params": dict(self.params or {})}
 
 
 @dataclass(frozen=True, kw_only=True)

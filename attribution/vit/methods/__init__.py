@@ -3,8 +3,10 @@
     from attribution.vit.methods import explain
     pm = explain(model, images, "dap", target_class=None, identity=1.0)   # -> PatchMap
 
-Each method lives in its own module with ``run(model, images, targets, **params)`` returning
-(image, patch) scores and a ``DEFAULTS`` dict naming its parameters.
+Each method is the image-patch level ("patch") of its entry in the one method table (attribution.methods.TABLE,
+where DPA's patch level sits beside its token, head and edge levels); it lives in its own module here with
+``run(model, images, targets, **params)`` returning (image, patch) scores and a ``DEFAULTS`` dict naming its
+parameters.
 """
 
 from __future__ import annotations
@@ -15,27 +17,18 @@ from typing import Any
 
 import torch
 
+from attribution.methods import PATCH, view
 from attribution.vit.maps import PatchMap
 from core.errors import MethodError
 
-# command-line name -> module
-METHODS = {
-    "dap": "dap",
-    "attention": "attention",
-    "rollout": "rollout",
-    "gae": "gae",
-    "gradcam": "gradcam",
-    "tam": "tam",
-    "ig": "ig",
-    "random": "random_map",
-    "dpa": "dpa",
-}
+# command-line name -> module: the image-patch level of the one method table (attribution.methods.TABLE)
+METHODS = {name: spec.impls[PATCH].split(":")[0].rsplit(".", 1)[1] for name, spec in view(PATCH).items()}
 
 
 def method_module(name: str):
     if name not in METHODS:
         raise MethodError(f"unknown ViT method {name!r}; known: {', '.join(METHODS)}")
-    return importlib.import_module(f"attribution.vit.methods.{METHODS[name]}")
+    return importlib.import_module(view(PATCH)[name].impls[PATCH].split(":")[0])
 
 
 def parse_methods(spec: str | list[str]) -> list[str]:
@@ -79,7 +72,8 @@ def explain(model, images: torch.Tensor, method: str, target_class: Any = None, 
     targets = resolve_targets(model, images, target_class)
     args = {**mod.DEFAULTS, **params}
     start = time.perf_counter()
-    scores = mod.run(model, images, targets, **args).detach()
+    run = getattr(mod, view(PATCH)[method].impls[PATCH].split(":")[1])  # the table's function (each module's run)
+    scores = run(model, images, targets, **args).detach()
     seconds = time.perf_counter() - start
     g = model.cfg.grid
     return PatchMap(scores.reshape(-1, g, g).float().cpu(), method, targets.cpu(), args, seconds,
