@@ -27,7 +27,7 @@ def _methods_help() -> str:
 
 
 def register(app: typer.Typer) -> None:
-    app.command("attribute", help="Score tokens, heads, edges or neurons for a target (minus foil) logit. "
+    app.command("attribute", help="Score tokens, heads, query-key pairs or neurons for a target (minus foil) logit. "
                 + _methods_help())(attribute)
 
 
@@ -57,10 +57,11 @@ def parse_params(items: list[str] | None) -> dict[str, Any]:
 
 def check_method(method: str, level: str) -> str:
     """Validate method and level against the method table without importing any engine."""
-    from attribution.methods import LEVEL_AXES, METHODS, canonical
+    from attribution.methods import LEVEL_AXES, METHODS, canonical, prompt_level
     from core.errors import MethodError
 
     name = canonical(method)
+    level = prompt_level(level)  # "edge": the query-key level's old name
     if name not in METHODS:
         raise MethodError(f"unknown method {method!r}; known: {', '.join(METHODS)} (alias ig)")
     if level not in LEVEL_AXES:
@@ -78,7 +79,8 @@ def attribute(
                                "unless --position is before the last token (then: the prompt's next token)."),
     foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
-    level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
+    level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
+                              "edge, its old name, still means qk)."),
     position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
                                  "(0-based; negative counts from the end; default the last).", callback=any_int),
     device: str = DEVICE_OPTION,
@@ -93,7 +95,7 @@ def attribute(
     png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
-    """Score tokens, heads, edges or neurons for the target (minus foil) logit. Slow methods (activation
+    """Score tokens, heads, query-key pairs or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
     from core.errors import PromptError, TokenError
     from workbench.commands.common import check_device

@@ -18,7 +18,8 @@ def attribute_set(
     prompts: str = typer.Option(..., "--prompts",
                                 help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
     method: str = typer.Option("dpa", "--method", help="Attribution method (see `workbench attribute --help`)."),
-    level: str = typer.Option("token", "--level", help="token, head, neuron or edge."),
+    level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
+                              "edge, its old name, still means qk)."),
     limit: int = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int),
     foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
                               "one) or the target logit alone."),
