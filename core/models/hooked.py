@@ -96,11 +96,12 @@ BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT, "path patching": _SPLIT}
 
 @dataclass(frozen=True)
 class NormSite:
-    """One frozen norm of a block: the hook of its scale (1/rms or 1/std divides by it), weight, bias."""
+    """One frozen norm of a block: the hook of its scale (1/rms or 1/std divides by it), weight, bias (over the
+    width it normalises: d_model for the block norms, d_head or the whole projection for q/k norms)."""
 
     scale_hook: str
-    w: torch.Tensor | None
-    b: torch.Tensor | None
+    w: Float[torch.Tensor, " d_norm"] | None
+    b: Float[torch.Tensor, " d_norm"] | None
 
 
 class HookedModel:
@@ -436,7 +437,8 @@ class HookedModel:
         return (NormSite(b + "q_norm.hook_scale", attn.q_norm.w, None),
                 NormSite(b + "k_norm.hook_scale", attn.k_norm.w, None))
 
-    def act_fn(self, layer: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    def act_fn(self, layer: int
+               ) -> Callable[[Float[torch.Tensor, "*batch d_mlp"]], Float[torch.Tensor, "*batch d_mlp"]]:
         """The MLP activation of a layer, as a function on tensors."""
         return self.tl.blocks[self.check_layer(layer)].mlp.act_fn
 
