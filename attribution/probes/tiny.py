@@ -11,7 +11,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-LOADER = "core.models.tiny:load"
+LOADER = "attribution.probes.tiny:load"
 DEFAULT_VOCAB = (
     ". the a movie meal book show was is felt good great fine nice bad awful poor dull "
     "very quite not and it really so"
@@ -83,7 +83,7 @@ def save_tiny(
                     "kind": "toy",
                     "params": params,
                     "loader": LOADER,
-                    "source": "random (core.models.tiny)",
+                    "source": "random (attribution.probes.tiny)",
                     "description": "tiny random test model",
                 },
                 "tiny": {"vocab": vocab, "layers": layers, "d_model": d_model, "seed": seed},
