@@ -40,14 +40,14 @@ def dpa_cache(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], p: DPA
 
 
 def logit_target(model: HookedModel, enc: Encoding,
-                 cache: dict[str, Float[torch.Tensor, "1 ..."]]) -> tuple[Float[torch.Tensor, "1 pos d_model"], float]:
+                 cache: Cache) -> tuple[Float[torch.Tensor, "1 pos d_model"], float]:
     """The target (minus foil) vector at the top residual point, and the target logit (difference)."""
     offsets = {k: torch.zeros(1, dtype=torch.float64) for k in ("unembed_bias", "final_norm_bias")}
     t, logit = init_target(model, [enc], cache, offsets)
     return t, float(logit[0])
 
 
-def pull_back(model: HookedModel, cache: dict[str, Float[torch.Tensor, "#batch ..."]],
+def pull_back(model: HookedModel, cache: Cache,
               t: Float[torch.Tensor, "batch pos d_model"], start: Point, p: DPAParams,
               frozen_mlps: Container[int] = (), lowest: Point = (-1, "post")
               ) -> Iterator[tuple[Point, Float[torch.Tensor, "batch pos d_model"]]]:
@@ -66,7 +66,7 @@ def pull_back(model: HookedModel, cache: dict[str, Float[torch.Tensor, "#batch .
             yield step.point, step.t
 
 
-def embedding(cache: dict[str, Float[torch.Tensor, "1 ..."]]) -> Float[torch.Tensor, "1 pos d_model"]:
+def embedding(cache: Cache) -> Float[torch.Tensor, "1 pos d_model"]:
     """What the bottom point (-1, "post") holds: token plus positional embedding."""
     x = cache["hook_embed"]
     return x + cache["hook_pos_embed"] if "hook_pos_embed" in cache else x
@@ -77,7 +77,7 @@ def resid_hook(point: Point) -> str:
     return "blocks.0.hook_resid_pre" if layer < 0 else f"blocks.{layer}.hook_resid_{where}"
 
 
-def targets_at(model: HookedModel, cache: dict[str, Float[torch.Tensor, "#batch ..."]],
+def targets_at(model: HookedModel, cache: Cache,
                t: Float[torch.Tensor, "batch pos d_model"], start: Point, points: Iterable[Point],
                p: DPAParams) -> dict[Point, Float[torch.Tensor, "batch pos d_model"]]:
     """The target vector at each of ``points`` (below ``start``), one pass, nothing held fixed."""

@@ -29,9 +29,11 @@ if TYPE_CHECKING:
 OFFSET_KEYS = ("unembed_bias", "final_norm_bias", "attn_out_bias", "attn_value_bias", "attn_qk_bias",
                "attn_norm_bias", "mlp_bias", "mlp_norm_bias", "pos_embed")
 
-# What the steps pass around. Every cached activation is batch first (its other axes are its hook's); the
-# offsets are one float64 sum per prompt; the scores asked for ("head", "qk", "neuron") are batch, layer first.
-Cache = dict[str, Float[torch.Tensor, "batch ..."]]
+# What the steps pass around. A cached activation is batch first, its other axes its hook's, except per-head
+# q/k-norm scales, which come flattened ([batch * pos * head, 1]): so "_batch", a name jaxtyping documents but
+# does not check. The offsets are one float64 sum per prompt; the scores asked for ("head", "qk", "neuron") are
+# batch, layer first.
+Cache = dict[str, Float[torch.Tensor, "_batch ..."]]
 Offsets = dict[str, Float[torch.Tensor, " batch"]]
 Scores = dict[str, Float[torch.Tensor, "batch layer ..."]]
 

@@ -27,6 +27,7 @@ from jaxtyping import Float, Int
 
 from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, logit_target, targets_at
+from attribution.dpa.steps import Cache
 from attribution.features.placement import Placement, Sources, check_dictionaries, placement, sources
 
 if TYPE_CHECKING:
@@ -117,8 +118,7 @@ def hooks_of(dicts: list[Dictionary]) -> list[str]:
 
 def dpa_feature_scores(model: HookedModel, enc: Encoding, dicts: list[Dictionary], keep_first: bool = False,
                        p: DPAParams | None = None,
-                       cache: dict[str, Float[torch.Tensor, "1 ..."]] | None = None
-                       ) -> tuple[list[LayerFeatures], float]:
+                       cache: Cache | None = None) -> tuple[list[LayerFeatures], float]:
     """Feature-level DPA for dictionaries that fit the model; returns (per dictionary, target logit)."""
     p = p or DPAParams()
     places = [placement(d) for d in dicts]
