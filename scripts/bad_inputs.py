@@ -56,6 +56,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from tests.damage import edit_json, nan_tensor, symlink  # noqa: E402
+
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"  # a prompt in the toy's vocabulary (5 tokens = its context)
 GOOD_CLASSES = ("clear-error", "ok", "not-run")
@@ -209,28 +211,6 @@ def _garbage(p: Path) -> None:
     p.write_bytes(bytes((i * 97 + 13) % 256 for i in range(300)))
 
 
-def _symlink(p: Path) -> None:
-    real = p.with_name(p.name + ".real")
-    p.rename(real)
-    p.symlink_to(real)
-
-
-def _nan_tensor(p: Path, key: str | None = None) -> None:
-    from safetensors.torch import load_file, save_file
-
-    t = load_file(str(p))
-    key = key or next(k for k, v in t.items() if v.is_floating_point())
-    t[key] = t[key].clone()
-    t[key].view(-1)[0] = float("nan")
-    save_file(t, str(p))
-
-
-def _edit(p: Path, change) -> None:
-    data = json.loads(p.read_text())
-    data = change(data) or data
-    p.write_text(json.dumps(data))
-
-
 def make_saved_files(d: Path, f: dict[str, str]) -> None:
     """A circuit run (its own store, copied into each case's), a toy SAE with dashboards and damaged copies,
     a tiny model folder with damaged copies."""
@@ -264,24 +244,24 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
     f["sae-good"] = str(good)
     damage = {
         "cfg-list": lambda p: (p / "cfg.json").write_text("[1, 2]"),
-        "d-sae-1e9": lambda p: _edit(p / "cfg.json", lambda c: c.update(d_sae=10**9)),
-        "layer-abc": lambda p: _edit(p / "workbench.json", lambda i: i.update(layer="abc")),
+        "d-sae-1e9": lambda p: edit_json(p / "cfg.json", lambda c: c.update(d_sae=10**9)),
+        "layer-abc": lambda p: edit_json(p / "workbench.json", lambda i: i.update(layer="abc")),
         "metrics-nan": lambda p: (p / "workbench.json").write_text(
             (p / "workbench.json").read_text().replace('"l0": 4.0', '"l0": NaN')),
-        "weights-nan": lambda p: _nan_tensor(p / "sae_weights.safetensors", "W_dec"),
+        "weights-nan": lambda p: nan_tensor(p / "sae_weights.safetensors", "W_dec"),
         "weights-truncated": lambda p: _truncate(p / "sae_weights.safetensors"),
-        "cfg-symlink": lambda p: _symlink(p / "cfg.json"),
-        "kind-bogus": lambda p: _edit(p / "workbench.json", lambda i: i.update(kind="bogus")),
+        "cfg-symlink": lambda p: symlink(p / "cfg.json"),
+        "kind-bogus": lambda p: edit_json(p / "workbench.json", lambda i: i.update(kind="bogus")),
         "no-workbench-json-no-hook": lambda p: ((p / "workbench.json").unlink(),
-                                                _edit(p / "cfg.json", lambda c: c["metadata"].pop("hook_name"))),
+                                                edit_json(p / "cfg.json", lambda c: c["metadata"].pop("hook_name"))),
         "no-workbench-json": lambda p: (p / "workbench.json").unlink(),  # SAELens' own metadata names it
     }
     for name, fn in damage.items():
         fn(sae(name))
         f[f"sae-{name}"] = str(saes / name)
     shutil.rmtree(saes / "good-copy", ignore_errors=True)
-    for name, fn in {"truncated": _truncate, "zeroed": _zero, "garbage": _garbage, "symlink": _symlink,
-                     "nan": lambda p: _nan_tensor(p, "density")}.items():
+    for name, fn in {"truncated": _truncate, "zeroed": _zero, "garbage": _garbage, "symlink": symlink,
+                     "nan": lambda p: nan_tensor(p, "density")}.items():
         copy = d / "dash" / name
         shutil.copytree(good, copy)
         fn(copy / "dashboards.safetensors")
@@ -289,7 +269,7 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
 
     from core.models.zoo import DATA_DIR
 
-    for name, fn in {"layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["model"].update(layers=10**9)),
+    for name, fn in {"layers-1e9": lambda p: edit_json(p / "config.json", lambda c: c["model"].update(layers=10**9)),
                      "weights-garbage": lambda p: _garbage(p / "model.safetensors")}.items():
         copy = d / "toy" / name
         shutil.copytree(DATA_DIR / "models" / TOY, copy)
@@ -298,7 +278,7 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
     tiny = save_tiny(d / "tiny" / "good", name="tiny-bad-inputs")
     for name, fn in {"truncated": lambda p: _truncate(p / "model.safetensors"),
                      "garbage": lambda p: _garbage(p / "model.safetensors"),
-                     "layers-1e9": lambda p: _edit(p / "config.json", lambda c: c["tiny"].update(layers=10**9)),
+                     "layers-1e9": lambda p: edit_json(p / "config.json", lambda c: c["tiny"].update(layers=10**9)),
                      "config-list": lambda p: (p / "config.json").write_text("[1]")}.items():
         copy = d / "tiny" / name
         shutil.copytree(tiny, copy)
@@ -663,14 +643,14 @@ def catalogue(f: dict[str, str]) -> list[Case]:
     T = "tensors.safetensors"
     run_damage = {
         "tensors truncated": lambda r: _truncate(r / T), "tensors zeroed": lambda r: _zero(r / T),
-        "tensors garbage": lambda r: _garbage(r / T), "tensors NaN": lambda r: _nan_tensor(r / T),
-        "tensors symlinked": lambda r: _symlink(r / T),
-        "meta args a string": lambda r: _edit(r / "meta.json", lambda m: m.update(args="abc")),
-        "meta n_layers 'abc'": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(n_layers="abc")),
-        "meta n_layers 10^9": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(n_layers=10**9)),
-        "meta timings 'abc'": lambda r: _edit(r / "meta.json", lambda m: m.update(timings={"scoring": "abc"})),
-        "meta edges 'abc'": lambda r: _edit(r / "meta.json", lambda m: m["args"].update(edges="abc")),
-        "faithfulness unknown key": lambda r: _edit(r / "result.json", lambda x: x.update(faithfulness={
+        "tensors garbage": lambda r: _garbage(r / T), "tensors NaN": lambda r: nan_tensor(r / T),
+        "tensors symlinked": lambda r: symlink(r / T),
+        "meta args a string": lambda r: edit_json(r / "meta.json", lambda m: m.update(args="abc")),
+        "meta n_layers 'abc'": lambda r: edit_json(r / "meta.json", lambda m: m["args"].update(n_layers="abc")),
+        "meta n_layers 10^9": lambda r: edit_json(r / "meta.json", lambda m: m["args"].update(n_layers=10**9)),
+        "meta timings 'abc'": lambda r: edit_json(r / "meta.json", lambda m: m.update(timings={"scoring": "abc"})),
+        "meta edges 'abc'": lambda r: edit_json(r / "meta.json", lambda m: m["args"].update(edges="abc")),
+        "faithfulness unknown key": lambda r: edit_json(r / "result.json", lambda x: x.update(faithfulness={
             "k": [1], "normalized": [0.5], "complement": [0.5], "metric_full": 1.0, "metric_empty": 0.0,
             "auc": 0.5, "bogus": 1})),
         "result.json a list": lambda r: (r / "result.json").write_text("[1]"),

@@ -15,6 +15,7 @@ from safetensors.torch import load_file, save_file
 
 from core.errors import ModelFileError, RunStoreError
 from tests.cli_helpers import assert_bad, run_cli
+from tests.damage import edit_json, nan_tensor, symlink
 
 TOY = "ioi-attn-1l2h"
 
@@ -30,26 +31,6 @@ def zero(f: Path) -> None:
 
 def garbage(f: Path) -> None:
     f.write_bytes(os.urandom(300))
-
-
-def symlink(f: Path) -> None:
-    target = f.with_name(f.name + ".real")
-    f.rename(target)
-    f.symlink_to(target)
-
-
-def nan_tensor(f: Path, key: str | None = None) -> None:
-    t = load_file(str(f))
-    key = key or next(k for k, v in t.items() if v.is_floating_point())
-    t[key] = t[key].clone()
-    t[key].view(-1)[0] = float("nan")
-    save_file(t, str(f))
-
-
-def edit_json(f: Path, change) -> None:
-    data = json.loads(f.read_text())
-    data = change(data) or data
-    f.write_text(json.dumps(data))
 
 
 def on(name: str, fn):
