@@ -15,8 +15,8 @@ import streamlit as st
 
 from app.common import esc, quoted
 
-# The layout lives in circuits.plot (the notebook's FeatureGraph.plot and the paper figures draw the same)
-from circuits.plot import readable, row_name, short_label  # noqa: F401 - this module's names for the pages
+# The layout lives in circuits.plot (the notebook's Subgraph.plot and the paper figures draw the same)
+from circuits.plot import feature_view, readable, row_name, short_label  # noqa: F401 - this module's names for the pages
 
 BIG_NODES, BIG_EDGES = 80, 400  # a stored graph larger than this is drawn re-pruned (readable)
 
@@ -36,7 +36,7 @@ def figure(graph: Any, labels: dict[str, list[str]], selected: str | None = None
     width."""
     from circuits.plot import feature_graph_figure
 
-    fig = feature_graph_figure(graph, labels, selected=selected)
+    fig = feature_graph_figure(feature_view(graph), labels, selected=selected)
     fig.update_layout(clickmode="event+select", dragmode=False)
     return fig
 
@@ -86,29 +86,31 @@ def explanations(graph: Any, labels: dict[str, list[str]]) -> dict[str, str]:
     """Node id -> its feature's explanation (an imported graph's own ``clerp`` where it has one)."""
     out = {}
     for n in graph.nodes:
-        if n["kind"] != "feature":
+        if n.kind != "feature":
             continue
-        names = labels.get(n.get("dictionary") or "") or []
-        f = n.get("feature")
+        names = labels.get(n.metadata.get("dictionary") or "") or []
+        f = n.feature
         text = names[f] if isinstance(f, int) and 0 <= f < len(names) else ""
-        out[n["id"]] = text or str(n.get("clerp") or "")
+        out[n.id] = text or str(n.metadata.get("clerp") or "")
     return out
 
 
-def dashboard_card(graph: Any, node: dict[str, Any]) -> None:
-    """A feature's dashboard (label, numbers, the logits it raises, its top contexts) beside the graph."""
+def dashboard_card(graph: Any, node: Any) -> None:
+    """A feature's dashboard (label, numbers, the logits it raises, its top contexts) beside the graph; ``node``:
+    the graph's GraphNode."""
     from pathlib import Path
 
     from attribution.sae.render import contexts_html
 
-    path = next((d["path"] for d in graph.dictionaries if d["name"] == node["dictionary"]), None)
+    dictionary = node.metadata.get("dictionary")
+    path = next((d["path"] for d in graph.dictionaries if d["name"] == dictionary), None)
     db = dashboards(path, (Path(path) / "dashboards.safetensors").stat().st_mtime) if path and (
         Path(path) / "dashboards.safetensors").exists() else None
     if db is None:
-        st.caption(f"{esc(node['dictionary'])} has no stored dashboards (`workbench sae dashboards` builds them).")
+        st.caption(f"{esc(dictionary)} has no stored dashboards (`workbench sae dashboards` builds them).")
         return
-    card = db.card(int(node["feature"]))
-    st.markdown(f"**Feature {esc(node['feature'])}** · {esc(card['explanation'] or card['label'])}")
+    card = db.card(int(node.feature))
+    st.markdown(f"**Feature {esc(node.feature)}** · {esc(card['explanation'] or card['label'])}")
     if card["score"] is not None:
         st.caption(f"simulation score {card['score']:.2f} (explanation vs. true activations on held-out text) · "
                    f"tokens: {esc(card['label'])}")

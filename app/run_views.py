@@ -190,9 +190,9 @@ def _bench(run: Any, prefix: str) -> bool:
 def _feature_graph(run: Any, prefix: str) -> bool:
     from app import feature_view as FV
     from app.graph_view import show_subgraph
-    from circuits.feature_graph import FeatureGraph
+    from circuits.subgraph import Subgraph
 
-    graph = FeatureGraph.from_json(run.result())
+    graph = Subgraph.from_json(run.result())
     st.caption(FV.scores_caption(graph))
     if len(graph.nodes) > FV.BIG_NODES or len(graph.edges) > FV.BIG_EDGES:  # e.g. an imported graph: pruned to read
         c1, c2 = st.columns(2)
@@ -201,7 +201,7 @@ def _feature_graph(run: Any, prefix: str) -> bool:
         st.caption(f"The stored graph has {len(graph.nodes):,} nodes and {len(graph.edges):,} edges; drawn: each "
                    "layer's most influential nodes and the strongest edges among them (export holds them all).")
         graph = FV.readable(graph, per_row, n_edges)
-    sub = graph.subgraph()
+    sub = graph
     clicked = show_subgraph(sub, f"{prefix}_fg", figure=FV.figure(graph, FV.all_labels(graph)))
     inspect_clicked(sub, clicked, prefix)
     st.dataframe(sub.node_table(), hide_index=True, key=f"{prefix}_fg_nodes")

@@ -1,5 +1,6 @@
-"""The feature graph: dictionary features at lower layers -> features at higher layers -> the logits.
-A ``FeatureGraph``'s ``subgraph()`` is the shared result type, ``circuits.graph.Subgraph``.
+"""The feature graph: dictionary features at lower layers -> features at higher layers -> the logits, returned
+as the one graph type (``circuits.subgraph.Subgraph``, built by ``feature_subgraph``; its metadata holds the
+prompt's tokens, token ids, the target's id, probability and logit).
 
 Nodes: ``L12.f345@p7`` (feature 345 of the residual SAE at layer 12, position 7; a transcoder's are
 ``L12T.f345@p7``), ``L12.err@p7`` (what that dictionary misses there: true activation minus
@@ -27,9 +28,8 @@ non-error nodes, weighted by each node's influence (``graph_scores``).
 
 from __future__ import annotations
 
-import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -45,18 +45,16 @@ from attribution.features.placement import (
     sources,
 )
 from attribution.features.scores import dpa_feature_scores, hooks_of
-from circuits.export import export
 from circuits.influence import graph_scores, node_influence, prune
 from circuits.replacement import build_replacement, gradient_graph
-from circuits.subgraph import GraphEdge, GraphNode, Provenance, Subgraph
+from circuits.subgraph import FEATURE_GRAPH_KIND, Subgraph, feature_subgraph
 from core.errors import RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
     from core.models.hooked import HookedModel
-    from core.store import Run, RunStore
 
-KIND = "feature-graph"
+KIND = FEATURE_GRAPH_KIND
 
 
 @dataclass
@@ -69,143 +67,6 @@ class _Layer:
     @property
     def n_features(self) -> int:
         return len(self.src.features)
-
-
-@dataclass
-class FeatureGraph:
-    """A pruned feature graph. nodes: dicts (id, kind, layer, row, position, token, dictionary, feature,
-    activation, score, influence, label); edges: dicts (src, dst, score) with dst an expanded target."""
-
-    model: str
-    prompt: str
-    tokens: list[str]
-    target: str | None
-    foil: str | None
-    target_logit: float
-    dictionaries: list[dict[str, Any]]
-    nodes: list[dict[str, Any]]
-    edges: list[dict[str, Any]]
-    seconds: float
-    n_passes: int
-    params: dict[str, Any] = field(default_factory=dict)
-    # circuit-tracer's two scores ({"replacement", "completeness", "computed_on"}; graph_scores), the prompt's
-    # token ids, the target's id and its probability at the last position (None in graphs saved before them)
-    scores: dict[str, Any] = field(default_factory=dict)
-    token_ids: list[int] | None = None
-    target_id: int | None = None
-    target_prob: float | None = None
-
-    run_kind = KIND
-
-    def to_json(self) -> dict[str, Any]:
-        return {"model": self.model, "prompt": self.prompt, "tokens": self.tokens, "target": self.target,
-                "foil": self.foil, "target_logit": self.target_logit, "dictionaries": self.dictionaries,
-                "nodes": self.nodes, "edges": self.edges, "seconds": self.seconds, "n_passes": self.n_passes,
-                "params": self.params, "scores": self.graph_scores(), "token_ids": self.token_ids,
-                "target_id": self.target_id, "target_prob": self.target_prob}
-
-    def graph_scores(self) -> dict[str, Any]:
-        """The replacement and completeness scores: as computed on the unpruned graph when it was built, else
-        (graphs saved before the scores, imported graphs) on this pruned graph (``computed_on`` says which)."""
-        if self.scores:
-            return self.scores
-        kinds = {n["id"]: n["kind"] for n in self.nodes}
-        rows: dict[str, dict[str, float]] = {}
-        for e in self.edges:
-            rows.setdefault(e["dst"], {})[e["src"]] = float(e["score"])
-        return graph_scores(rows, kinds, computed_on="pruned")
-
-    @property
-    def replacement_score(self) -> float | None:
-        return self.graph_scores().get("replacement")
-
-    @property
-    def completeness_score(self) -> float | None:
-        return self.graph_scores().get("completeness")
-
-    def export(self, fmt: str, path: Any, overwrite: bool = False) -> dict[str, Any]:
-        """Write this graph as ``graph-json`` (circuit-tracer / Neuronpedia), ``csv`` or ``parquet`` (the edge
-        table) at ``path`` (circuits.export)."""
-        return export(self, fmt, path, overwrite=overwrite)
-
-    @classmethod
-    def from_json(cls, d: dict[str, Any]) -> FeatureGraph:
-        from core.errors import RunStoreError
-
-        try:
-            return cls(**{k: d[k] for k in ("model", "prompt", "tokens", "target", "foil", "target_logit",
-                                            "dictionaries", "nodes", "edges", "seconds", "n_passes")},
-                       params=d.get("params", {}), scores=d.get("scores") or {}, token_ids=d.get("token_ids"),
-                       target_id=d.get("target_id"), target_prob=d.get("target_prob"))
-        except (KeyError, TypeError) as exc:
-            raise RunStoreError(f"not a feature graph: missing {exc}") from None
-
-    def node(self, node_id: str) -> dict[str, Any]:
-        for n in self.nodes:
-            if n["id"] == node_id:
-                return n
-        raise RangeError(f"no node {node_id!r} in this feature graph")
-
-    def subgraph(self) -> Subgraph:
-        """This graph as the shared result type: a node's row is its layer, the rest its metadata."""
-        info = ("token", "dictionary", "feature", "activation", "score", "influence")
-        nodes = [GraphNode(n["id"], n["kind"], float(n["row"]), n["position"], n["label"],
-                           {**{k: n.get(k) for k in info}, **({"clerp": n["clerp"]} if n.get("clerp") else {})})
-                 for n in self.nodes]  # clerp: an imported graph's explanation of the node
-        edges = [GraphEdge(e["src"], e["dst"], float(e["score"])) for e in self.edges]
-        prompt = {"prompt": self.prompt, "target": self.target, "foil": self.foil}
-        return Subgraph(nodes, edges, Provenance(self.model, str(self.params.get("method", "dpa")), KIND, [prompt],
-                                                 {**self.params, "dictionaries": self.dictionaries}))
-
-    def drawable(self) -> list[dict[str, Any]]:
-        """Nodes as circuits.plot.graph_figure takes them (name, layer = drawing row, kind, label)."""
-        return self.subgraph().drawable()[0]
-
-    def plot(self, title: str | None = None, per_row: int = 8, max_edges: int = 120):
-        """The graph drawn as the app draws it: layers by row, token positions by column, the ``per_row`` most
-        influential nodes of each layer (circuits.plot.feature_graph_plot)."""
-        from circuits.plot import feature_graph_plot
-
-        return feature_graph_plot(self, per_row, max_edges, title=title)
-
-    def save_figure(self, path: Any, **plot_args: Any) -> Any:
-        """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
-        return save_figure(self.plot(**plot_args), path)
-
-    def table(self):
-        import pandas as pd
-
-        return pd.DataFrame(self.nodes)
-
-    def save(self, root: str | RunStore | None = None, method: str | None = None) -> Run:
-        from core.store import RunDraft, RunStore
-
-        method = method or str(self.params.get("method", "dpa"))
-
-        store = root if isinstance(root, RunStore) else RunStore(root)
-        result = self.to_json()
-        summary = {"n_nodes": len(self.nodes), "n_edges": len(self.edges), "prompt": self.prompt,
-                   "target": self.target or ""}
-        return store.save(RunDraft(
-            kind=KIND, model=self.model, method=method,
-            args={"prompt": self.prompt, "target": self.target, "foil": self.foil,
-                  "dictionaries": [d["path"] for d in self.dictionaries], **self.params},
-            timings={"seconds": self.seconds}, result={**summary, **result}, figures={"graph": self.plot()},
-            files={"graph.json": json.dumps(result, allow_nan=False)}))
-
-    @classmethod
-    def load(cls, run_id: str, root: str | None = None) -> FeatureGraph:
-        from core.checks import reading
-        from core.errors import RunStoreError
-        from core.store import RunStore
-
-        run = RunStore(root).get(run_id)
-        if run.kind != KIND:
-            raise RunStoreError(f"run {run_id} is a {run.kind} run, not a {KIND}")
-        with reading(f"run {run_id}", RunStoreError):
-            return cls.from_json(run.result())
 
 
 def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement], cache: dict[str, Any],
@@ -263,7 +124,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
                   foil: str | None = None, per_layer: int = 16, max_nodes: int = 40, max_edges: int = 120,
                   keep_first: bool = False, batch_size: int = 32, method: str = "dpa",
                   node_threshold: float | None = None, edge_threshold: float | None = None,
-                  **params: Any) -> FeatureGraph:
+                  **params: Any) -> Subgraph:
     """Build and prune the feature graph of ``prompt`` (target minus foil) over ``dictionaries``.
 
     method "dpa": DPA top-down passes (the module's docstring); "gradient": the plain backward pass through the
@@ -332,7 +193,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
     edge_list = [{"src": s, "dst": d, "score": v} for (s, d), v in kept.items()]
     for e in edge_list:
         check_finite(f"edge {e['src']} -> {e['dst']}", e["score"])
-    return FeatureGraph(
+    return feature_subgraph(
         model=model.name, prompt=prompt, tokens=list(enc.str_tokens), target=target, foil=foil,
         target_logit=logit, dictionaries=[{"name": d.name, "path": str(d.path), "tag": pl.tag, "kind": d.kind,
                                            "hook": d.hook, "hook_out": d.hook_out}
@@ -359,8 +220,8 @@ def _top_logits(model: HookedModel, probs: torch.Tensor, k: int = 10, mass: floa
 
 def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Dictionary], target: str | None,
                             foil: str | None, per_layer: int, max_nodes: int, max_edges: int, keep_first: bool,
-                            node_threshold: float | None, edge_threshold: float | None) -> FeatureGraph:
-    """The replacement-model graph by backward passes (circuits/replacement.py) as a FeatureGraph."""
+                            node_threshold: float | None, edge_threshold: float | None) -> Subgraph:
+    """The replacement-model graph by backward passes (circuits/replacement.py)."""
     from core.errors import MethodError
     from core.options import check_finite
 
@@ -403,7 +264,7 @@ def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Diction
     for e in edge_list:
         check_finite(f"edge {e['src']} -> {e['dst']}", e["score"])
     missing = [x for x in range(model.arch.n_layers) if x not in by_layer]
-    return FeatureGraph(
+    return feature_subgraph(
         model=model.name, prompt=prompt, tokens=list(enc.str_tokens), target=target, foil=foil, target_logit=logit,
         dictionaries=[{"name": d.name, "path": str(d.path), "tag": pl.tag, "kind": d.kind, "hook": d.hook,
                        "hook_out": d.hook_out} for d, pl in zip(dicts, places, strict=True)],

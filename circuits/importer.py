@@ -23,6 +23,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from circuits.influence import graph_scores, node_influence
+from circuits.subgraph import feature_subgraph
 from core.errors import ExportError
 
 MAX_BYTES = 256 * 2**20  # Neuronpedia's largest graphs are tens of MB
@@ -123,9 +125,7 @@ def _tag(node: dict[str, Any]) -> tuple[int, str, bool]:
 
 
 def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
-    """A checked graph JSON as a FeatureGraph (see the module's docstring for the mapping)."""
-    from circuits.feature_graph import FeatureGraph
-    from circuits.influence import graph_scores, node_influence
+    """A checked graph JSON as a feature graph (see the module's docstring for the mapping)."""
 
     meta = doc["metadata"]
     tokens = [str(t) for t in meta["prompt_tokens"]]
@@ -202,7 +202,7 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
     target = next(n["token"] for n in nodes if n["id"] == "logits")
     model = str(meta.get("model") or meta.get("scan") or "unknown")
     prob = target_node.get("token_prob")
-    return FeatureGraph(
+    return feature_subgraph(
         model=model, prompt=str(meta.get("prompt") or "".join(tokens)), tokens=tokens, target=target,
         foil=meta.get("foil") if isinstance(meta.get("foil"), str) else None, target_logit=0.0,
         dictionaries=sorted(dictionaries.values(), key=lambda d: d["tag"]),

@@ -307,49 +307,49 @@ def metric_name(target: str | None, foil: str | None) -> str:
 
 # -- the feature graph: layers by row, token positions by column ---------------------------------------------
 def readable(graph: Any, per_row: int, max_edges: int, per_cell: int = PER_CELL) -> Any:
-    """``graph`` (a FeatureGraph) with, in every row (embeddings, each dictionary), its ``per_row`` nodes of
-    largest influence (at most ``per_cell`` at one position), the logits, the ``max_edges`` edges among them
-    of largest edge influence (influence of the target x |score| / its total |incoming|), then only nodes on
+    """``graph`` (a feature graph's Subgraph) with, in every row (embeddings, each dictionary), its ``per_row``
+    nodes of largest influence (at most ``per_cell`` at one position), the logits, the ``max_edges`` edges among
+    them of largest edge influence (influence of the target x |score| / its total |incoming|), then only nodes on
     a kept path to the logits."""
     import dataclasses
 
     total: dict[str, float] = {}
     for e in graph.edges:
-        total[e["dst"]] = total.get(e["dst"], 0.0) + abs(float(e["score"]))
-    infl = {n["id"]: float(n["influence"]) for n in graph.nodes}
-    roots = {n["id"] for n in graph.nodes if n["kind"] == "logits"} or {"logits"}  # an imported graph: several
+        total[e.target] = total.get(e.target, 0.0) + abs(float(e.score))
+    infl = {n.id: float(n.metadata["influence"]) for n in graph.nodes}
+    roots = {n.id for n in graph.nodes if n.kind == "logits"} or {"logits"}  # an imported graph: several
     keep = set(roots)
-    by_row: dict[float, list[dict[str, Any]]] = {}
+    by_row: dict[float, list[Any]] = {}
     for n in graph.nodes:
-        if n["kind"] != "logits":
-            by_row.setdefault(float(n["row"]), []).append(n)
+        if n.kind != "logits":
+            by_row.setdefault(float(n.layer), []).append(n)
     for members in by_row.values():
         cells: dict[Any, int] = {}
         taken = 0
-        for n in sorted(members, key=lambda n: -infl[n["id"]]):
+        for n in sorted(members, key=lambda n: -infl[n.id]):
             if taken >= per_row:
                 break
-            if cells.get(n["position"], 0) >= per_cell:
+            if cells.get(n.position, 0) >= per_cell:
                 continue
-            cells[n["position"]] = cells.get(n["position"], 0) + 1
-            keep.add(n["id"])
+            cells[n.position] = cells.get(n.position, 0) + 1
+            keep.add(n.id)
             taken += 1
-    scored = sorted(((infl.get(e["dst"], 0.0) * abs(float(e["score"])) / (total[e["dst"]] or 1.0), e)
-                     for e in graph.edges if e["src"] in keep and e["dst"] in keep and float(e["score"]) != 0.0),
+    scored = sorted(((infl.get(e.target, 0.0) * abs(float(e.score)) / (total[e.target] or 1.0), e)
+                     for e in graph.edges if e.source in keep and e.target in keep and float(e.score) != 0.0),
                     key=lambda se: -se[0])
     edges = [e for _, e in scored[:max_edges]]
     reach, changed = set(roots), True
     while changed:
         changed = False
         for e in edges:
-            if e["dst"] in reach and e["src"] not in reach:
-                reach.add(e["src"])
+            if e.target in reach and e.source not in reach:
+                reach.add(e.source)
                 changed = True
-    nodes = [n for n in graph.nodes if n["id"] in reach]
-    edges = [e for e in edges if e["src"] in reach and e["dst"] in reach]
+    nodes = [n for n in graph.nodes if n.id in reach]
+    edges = [e for e in edges if e.source in reach and e.target in reach]
+    params = {**graph.provenance.params, "per_row": per_row, "max_edges": max_edges, "per_cell": per_cell}
     return dataclasses.replace(graph, nodes=nodes, edges=edges,
-                               params={**graph.params, "per_row": per_row, "max_edges": max_edges,
-                                       "per_cell": per_cell})
+                               provenance=dataclasses.replace(graph.provenance, params=params))
 
 
 def feature_labels(dictionaries: list[dict[str, Any]], load: Any = None) -> dict[str, list[str]]:
@@ -420,10 +420,15 @@ def token_labels(tokens: list[str], width: int = 12) -> list[str]:
 
 
 def feature_view(sub: Any) -> Any:
-    """A feature-graph Subgraph (``FeatureGraph.subgraph()``, an imported graph) as what
-    ``feature_graph_figure`` reads: FeatureGraph-like nodes, edges, tokens (from the nodes' own tokens)."""
+    """A feature graph's Subgraph as what ``feature_graph_figure`` reads: its nodes and edges as the feature graph
+    stores them (rows), its tokens, model, target and foil. A feature graph saved as a subgraph run (no tokens
+    kept): its nodes' own fields (influence 0 where it has none), its tokens from its token nodes."""
     from types import SimpleNamespace
 
+    if sub.is_feature_graph:
+        return SimpleNamespace(nodes=[n.row() for n in sub.nodes],
+                               edges=[{"src": e.source, "dst": e.target, "score": e.score} for e in sub.edges],
+                               tokens=sub.tokens, model=sub.model, target=sub.target, foil=sub.foil)
     nodes = [{"id": n.id, "kind": n.kind, "row": n.layer, "position": n.position, "label": n.label,
               "influence": 0.0, **{k: v for k, v in n.metadata.items() if v is not None}} for n in sub.nodes]
     seq = max((n["position"] for n in nodes if n["position"] is not None), default=-1) + 1
@@ -438,11 +443,11 @@ def feature_view(sub: Any) -> Any:
 
 def feature_graph_figure(graph: Any, labels: dict[str, list[str]] | None = None, selected: str | None = None,
                          title: str | None = None, subtitle: str = "", width: int = FEATURE_WIDTH) -> go.Figure:
-    """A FeatureGraph drawn as circuit-tracer's and Neuronpedia's graph views draw one. Rows: embeddings at
-    the bottom, each dictionary at its layer (a transcoder half a layer below), the logits on top; columns:
-    token positions (the logits at the last one). The nodes of one (row, position) sit one above the other,
-    each with its short label to its right, cut to fit its column; hover gives the id, the full label and the
-    numbers."""
+    """A feature graph (``feature_view``'s rows) drawn as circuit-tracer's and Neuronpedia's graph views draw one.
+    Rows: embeddings at the bottom, each dictionary at its layer (a transcoder half a layer below), the logits on
+    top; columns: token positions (the logits at the last one). The nodes of one (row, position) sit one above
+    the other, each with its short label to its right, cut to fit its column; hover gives the id, the full label
+    and the numbers."""
     labels = labels or {}
     rows = sorted({float(n["row"]) for n in graph.nodes})
     index = {r: i for i, r in enumerate(rows)}
@@ -529,7 +534,7 @@ def faithfulness_figure(curves: dict[str, Any], title: str = "Faithfulness of th
 # -- the titles of the notebook's figures: what is explained, what was kept, what each mark means ----------
 def feature_graph_plot(graph: Any, per_row: int = 8, max_edges: int = 120, selected: str | None = None,
                        title: str | None = None, labels: dict[str, list[str]] | None = None) -> go.Figure:
-    """A FeatureGraph's figure (``FeatureGraph.plot``): pruned as the app prunes it (``readable``: the
+    """A feature graph's figure (``Subgraph.plot``): pruned as the app prunes it (``readable``: the
     ``per_row`` most influential nodes of each layer, at most PER_CELL at one position), labelled from the
     dictionaries' stored dashboards, the subtitle saying what was kept."""
     shown = readable(graph, per_row, max_edges)
@@ -537,7 +542,7 @@ def feature_graph_plot(graph: Any, per_row: int = 8, max_edges: int = 120, selec
     subtitle = (f"{graph.prompt!r}<br>{len(shown.nodes)} of {len(graph.nodes)} nodes (per layer the {per_row} of "
                 f"largest influence on the logits, at most {PER_CELL} per position), {len(shown.edges)} of "
                 f"{len(graph.edges)} edges · width ∝ |DPA score| · labels: feature id and explanation")
-    if not any(n["kind"] == "token" for n in graph.nodes):  # the engine's own top-k pruning dropped them
+    if not any(n.kind == "token" for n in graph.nodes):  # the engine's own top-k pruning dropped them
         subtitle += ("<br>this graph kept no embedding nodes: build it with max_nodes=100_000, max_edges=1_000_000 "
                      "(as the app does) and let the figure prune per layer")
-    return feature_graph_figure(shown, labels, selected=selected, title=title, subtitle=subtitle)
+    return feature_graph_figure(feature_view(shown), labels, selected=selected, title=title, subtitle=subtitle)

@@ -166,8 +166,9 @@ def row(target: torch.Tensor, rep: Replacement, retain: bool = True) -> torch.Te
 
 
 @dataclass
-class GradientGraph:
-    """Rows of the expanded targets over all sources, and what FeatureGraph needs to describe its nodes."""
+class GradientRows:
+    """Rows of the expanded targets over all sources, and what the feature graph needs to describe its nodes (the
+    backward passes' raw output, not a graph result: circuits.feature_graph builds the Subgraph from it)."""
 
     rep: Replacement
     rows: dict[str, torch.Tensor]  # target id -> [n_sources]
@@ -177,7 +178,7 @@ class GradientGraph:
 
 
 def gradient_graph(model: HookedModel, rep: Replacement, logit_direction: torch.Tensor, per_layer: int = 16,
-                   logit_id: str = "logits") -> GradientGraph:
+                   logit_id: str = "logits") -> GradientRows:
     """Expand the logit node, then top-down the ``per_layer`` most influential features of every layer."""
     started = time.perf_counter()
     logits, live = replacement_forward(model, rep)
@@ -218,29 +219,30 @@ def gradient_graph(model: HookedModel, rep: Replacement, logit_direction: torch.
             w = float(infl[index[name]])
             r = rows[name].abs()
             infl += w * r / r.sum().clamp_min(1e-30)
-    return GradientGraph(rep, rows, values, n_passes, time.perf_counter() - started)
+    return GradientRows(rep, rows, values, n_passes, time.perf_counter() - started)
 
 
 def predicted_effects(graph: Any) -> dict[str, float]:
-    """What a FeatureGraph predicts for zeroing each feature node: the change of the logit node, summed over the
+    """What a feature graph predicts for zeroing each feature node: the change of the logit node, summed over the
     graph's kept paths (each edge n -> m is n's contribution to m's input; a feature's activation moves one for
-    one with its input, so d logit / d a_m = T(m) / a_m, taken top-down)."""
+    one with its input, so d logit / d a_m = T(m) / a_m, taken top-down). ``graph``: a feature graph's
+    Subgraph."""
     by_dst: dict[str, dict[str, float]] = {}
     for e in graph.edges:
-        by_dst.setdefault(e["dst"], {})[e["src"]] = float(e["score"])
-    nodes = {n["id"]: n for n in graph.nodes}
+        by_dst.setdefault(e.target, {})[e.source] = float(e.score)
+    nodes = {n.id: n for n in graph.nodes}
     total: dict[str, float] = {}
     per_unit: dict[str, float] = {"logits": 1.0}  # d logit / d (the node's input or activation)
-    order = sorted((n for n in nodes.values() if n["kind"] == "feature"), key=lambda n: -float(n["row"]))
+    order = sorted((n for n in nodes.values() if n.kind == "feature"), key=lambda n: -float(n.layer))
     # edges point upward, so a node's targets all sit on higher rows (or are the logits)
     for n in order:
         t = 0.0
         for dst, row in by_dst.items():
-            if n["id"] in row and dst in per_unit:
-                t += row[n["id"]] * per_unit[dst]
-        total[n["id"]] = t
-        act = n.get("activation") or 0.0
-        per_unit[n["id"]] = t / act if act else 0.0
+            if n.id in row and dst in per_unit:
+                t += row[n.id] * per_unit[dst]
+        total[n.id] = t
+        act = n.metadata.get("activation") or 0.0
+        per_unit[n.id] = t / act if act else 0.0
     return {k: -v for k, v in total.items()}
 
 
@@ -265,14 +267,15 @@ def intervention_check(model: HookedModel, graph: Any, dictionaries: list[Dictio
     with torch.no_grad():
         base = metric(model.logits(tokens))
     predicted = predicted_effects(graph)
-    feats = sorted((n for n in graph.nodes if n["kind"] == "feature"), key=lambda n: -float(n["influence"]))[:top]
+    feats = sorted((n for n in graph.nodes if n.kind == "feature"),
+                   key=lambda n: -float(n.metadata["influence"]))[:top]
     pairs = []
     for n in feats:
-        d = by_name.get(n["dictionary"])
+        d = by_name.get(n.metadata.get("dictionary"))
         if d is None:
             continue
-        direction = (d.W_dec[int(n["feature"])].float() * float(n["activation"])).detach()
-        pos = int(n["position"])
+        direction = (d.W_dec[int(n.feature)].float() * float(n.metadata["activation"])).detach()
+        pos = int(n.position)
 
         def ablate(act, hook, direction=direction, pos=pos):  # noqa: ARG001
             out = act.clone()
@@ -281,7 +284,7 @@ def intervention_check(model: HookedModel, graph: Any, dictionaries: list[Dictio
 
         with torch.no_grad():
             real = metric(model.run_with_hooks(tokens, fwd_hooks=[(d.hook_out, ablate)])) - base
-        pairs.append({"node": n["id"], "predicted": predicted.get(n["id"], 0.0), "real": real})
+        pairs.append({"node": n.id, "predicted": predicted.get(n.id, 0.0), "real": real})
     pred = torch.tensor([p["predicted"] for p in pairs], dtype=torch.float64)
     real = torch.tensor([p["real"] for p in pairs], dtype=torch.float64)
     corr = None

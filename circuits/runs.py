@@ -1,7 +1,7 @@
 """Stored runs of the graph kinds (and attributions), opened by kind in one place: ``load_run`` gives a run's
-result object (CircuitResult, FeatureGraph, Subgraph, AttributionResult), ``subgraph_of`` its graph as the one
-result type (a circuit run: its saved top edges), ``export_run`` / ``run_bytes`` write it in a format of the field
-(circuits.export) with its pins and supernodes (circuits.interact).
+result object (CircuitResult, Subgraph, AttributionResult), ``subgraph_of`` its graph as the one result type (a
+circuit run: its saved top edges; a feature-graph run, those written before the type too); ``export_run`` and
+``run_bytes`` write it in a format of the field (circuits.export) with its pins and supernodes (circuits.interact).
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from typing import Any
 
 from circuits.discover import CircuitResult
 from circuits.export import SUFFIX, check_kind, check_out, render, write_atomic
-from circuits.feature_graph import FeatureGraph
 from circuits.interact import load as load_annotations
-from circuits.subgraph import SUBGRAPH_KIND, Subgraph
+from circuits.subgraph import FEATURE_GRAPH_KIND, SUBGRAPH_KIND, Subgraph
 from core.checks import reading
 from core.errors import ExportError, RunStoreError
 
@@ -23,9 +22,9 @@ def subgraph_of(run: Any) -> Subgraph:
     ``subgraph`` run, including those saved before this type existed."""
     if run.kind == "circuit":
         return CircuitResult.from_run(run).subgraph()
-    if run.kind == "feature-graph":
+    if run.kind == FEATURE_GRAPH_KIND:
         with reading(f"run {run.id}", RunStoreError):
-            return FeatureGraph.from_json(run.result()).subgraph()
+            return Subgraph.from_json(run.result())
     if run.kind == SUBGRAPH_KIND:
         return Subgraph.from_json(run.result(), f"run {run.id}'s subgraph")
     raise RunStoreError(f"run {run.id} is a {run.kind or 'unknown'} run, not a circuit or feature graph")
@@ -42,10 +41,7 @@ def load_run(run: Any) -> Any:
     """The result object of a stored run (circuit, feature-graph, subgraph, attribute)."""
     if run.kind == "circuit":
         return CircuitResult.from_run(run)
-    if run.kind == "feature-graph":
-        with reading(f"run {run.id}", RunStoreError):
-            return FeatureGraph.from_json(run.result())
-    if run.kind == SUBGRAPH_KIND:
+    if run.kind in (FEATURE_GRAPH_KIND, SUBGRAPH_KIND):
         return subgraph_of(run)
     if run.kind == "attribute":
         from attribution.result import AttributionResult

@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> None:
                 built = time.perf_counter() - t0
                 edges: dict[str, dict[str, float]] = {}
                 for e in capped.edges:
-                    edges.setdefault(e["dst"], {})[e["src"]] = e["score"]
-                kinds = {n["id"]: n["kind"] for n in capped.nodes}
+                    edges.setdefault(e.target, {})[e.source] = e.score
+                kinds = {n.id: n.kind for n in capped.nodes}
                 kept, _ = prune(edges, node_influence(edges, {"logits": 1.0}), 80, 400, 0.8, 0.98)
                 t1 = time.perf_counter()
                 check = intervention_check(model, capped, dicts, top=args.top)

@@ -66,7 +66,7 @@ def explanations(graph) -> dict[str, str]:
     from attribution.sae.dashboard import Dashboards
 
     dbs = {d["name"]: Dashboards.load(d["path"]) for d in graph.dictionaries}
-    return {n["id"]: dbs[n["dictionary"]].describe(int(n["feature"])) for n in graph.nodes if n["kind"] == "feature"}
+    return {n.id: dbs[n.metadata["dictionary"]].describe(int(n.feature)) for n in graph.nodes if n.kind == "feature"}
 
 
 def main() -> None:
@@ -83,12 +83,12 @@ def main() -> None:
     for name, (prompt, target, foil) in PROMPTS.items():
         graph = build(model, prompt, target, foil)
         text = explanations(graph)
-        sub = graph.subgraph()
+        sub = graph
         got = I.suggest(sub, text)
         if args.dump:
             print(f"## {name}: {prompt!r} -> {target!r}" + (f" minus {foil!r}" if foil else ""))
-            for n in sorted(graph.nodes, key=lambda n: (float(n["row"]), n["position"] or 0)):
-                print(f"  {n['id']:<22} infl {float(n['influence']):.3f}  {text.get(n['id'], '')[:110]}")
+            for n in sorted(graph.nodes, key=lambda n: (float(n.layer), n.position or 0)):
+                print(f"  {n.id:<22} infl {float(n.metadata['influence']):.3f}  {text.get(n.id, '')[:110]}")
             for s in got:
                 print(f"  SUGGESTED {s.name}: {s.members} ({s.reason})")
             continue

@@ -107,42 +107,42 @@ def test_gradient_scores_differ_from_dpa(setup):
 
 
 def test_feature_graph_connected_to_logits(setup):
-    from circuits.feature_graph import FeatureGraph, feature_graph
+    from circuits.feature_graph import feature_graph
+    from circuits.runs import subgraph_of
+    from core.store import RunStore
 
     model, _, _, dicts = setup
     g = feature_graph(model, PROMPT, [dicts["sae2"], dicts["sae1"]], target=" Paris", foil=" London",
                       max_nodes=15, max_edges=30, per_layer=4)
-    ids = {n["id"] for n in g.nodes}
+    ids = {n.id for n in g.nodes}
     assert "logits" in ids and len(g.edges) > 0 and len(ids) <= 16 and len(g.edges) <= 30
-    kinds = {n["kind"] for n in g.nodes}
+    kinds = {n.kind for n in g.nodes}
     assert "feature" in kinds
     # every node reaches the logits through kept edges; every edge joins kept nodes
     reach, grew = {"logits"}, True
     while grew:
         grew = False
         for e in g.edges:
-            if e["dst"] in reach and e["src"] not in reach:
-                reach.add(e["src"])
+            if e.target in reach and e.source not in reach:
+                reach.add(e.source)
                 grew = True
     assert reach == ids
     # edges go upward: L1 sources feed L2 targets or the logits only through L2 (a residual SAE cuts)
     for e in g.edges:
-        if e["dst"] == "logits":
-            assert e["src"].startswith("L2."), e
-        if e["src"].startswith("L1."):
-            assert e["dst"].startswith("L2."), e
-    assert any(e["src"].startswith("L1.") for e in g.edges)  # lower features reach higher ones
+        if e.target == "logits":
+            assert e.source.startswith("L2."), e
+        if e.source.startswith("L1."):
+            assert e.target.startswith("L2."), e
+    assert any(e.source.startswith("L1.") for e in g.edges)  # lower features reach higher ones
     assert g.n_passes > 1
     run = g.save()
-    back = FeatureGraph.load(run.id)
-    assert back.nodes == g.nodes and back.edges == g.edges
+    back = subgraph_of(RunStore().get(run.id))  # the stored feature-graph run, read back whole
+    assert back.nodes == g.nodes and back.edges == g.edges and back.key == g.key
     fig = back.plot()  # drawn as the app draws it: per row its 8 most influential nodes, at most 3 a position
     from circuits.plot import readable
 
-    assert set(fig.data[-1].customdata) == {n["id"] for n in readable(back, 8, 120).nodes} and "logits" in ids
+    assert set(fig.data[-1].customdata) == {n.id for n in readable(back, 8, 120).nodes} and "logits" in ids
     assert (run.path / "graph.plotly.json").exists()  # saved with its figure, as a circuit run is
-    from circuits.runs import subgraph_of
-
     sub = subgraph_of(run)
     assert {n.id for n in sub.nodes} == ids and len(sub.edges) == len(g.edges)
     assert {n.kind for n in sub.terms} <= {"error"} and sub.provenance.method == "dpa"
@@ -154,9 +154,9 @@ def test_transcoder_graph_edges_skip_held_mlp(setup):
 
     model, _, _, dicts = setup
     g = feature_graph(model, PROMPT, [dicts["tc1"]], target=" Paris", max_nodes=30, max_edges=60, per_layer=4)
-    into_logits = {e["src"].split(".")[0] for e in g.edges if e["dst"] == "logits"}
+    into_logits = {e.source.split(".")[0] for e in g.edges if e.target == "logits"}
     assert "L1T" in into_logits
-    assert any(e["src"].startswith("emb@") for e in g.edges)
+    assert any(e.source.startswith("emb@") for e in g.edges)
 
 
 def test_cli_feature_graph_json(setup, monkeypatch, capsys):
@@ -209,4 +209,4 @@ def test_faithfulness_curve_and_notebook(setup):
     res = wb.feature_attribution(model, PROMPT, str(paths["sae1"]), target=" Paris", foil=" London")
     assert res.layers[0].name == "sae-L1" and len(res.table())
     g = wb.feature_graph(model, PROMPT, [str(paths["sae1"])], target=" Paris", max_nodes=5)
-    assert g.nodes[-1]["id"] == "logits" or any(n["id"] == "logits" for n in g.nodes)
+    assert g.nodes[-1].id == "logits" or any(n.id == "logits" for n in g.nodes)

@@ -126,9 +126,9 @@ def test_circuit_figure_keeps_labels_apart_and_names_what_it_shows():
 
 
 def feature_graph(per_cell: int = 6):
-    """A FeatureGraph like the README prompt's on smollm2: four residual dictionaries, crowded cells (more
+    """A feature graph like the README prompt's on smollm2: four residual dictionaries, crowded cells (more
     nodes per (layer, position) than the figure draws), error nodes, embeddings and the logits."""
-    from circuits.feature_graph import FeatureGraph
+    from circuits.subgraph import feature_subgraph
 
     g = torch.Generator().manual_seed(1)
     nodes = [{"id": "logits", "kind": "logits", "row": 30, "position": None, "token": None, "dictionary": None,
@@ -155,8 +155,8 @@ def feature_graph(per_cell: int = 6):
              for a in ids for b in ids if order.index(rows[b]) == order.index(rows[a]) + 1]
     dicts = [{"name": f"smollm2-135m-L{layer}-resid-topk2304", "path": f"/nowhere/L{layer}"}
              for layer in (6, 12, 18, 24)]
-    return FeatureGraph(model="smollm2-135m", prompt=PROMPT, tokens=TOKENS, target=" Mary", foil=" John",
-                        target_logit=2.0, dictionaries=dicts, nodes=nodes, edges=edges, seconds=0.1, n_passes=4)
+    return feature_subgraph(model="smollm2-135m", prompt=PROMPT, tokens=TOKENS, target=" Mary", foil=" John",
+                            target_logit=2.0, dictionaries=dicts, nodes=nodes, edges=edges, seconds=0.1, n_passes=4)
 
 
 def test_feature_graph_figure_keeps_labels_apart_and_names_what_it_shows():
@@ -174,7 +174,7 @@ def test_feature_graph_figure_keeps_labels_apart_and_names_what_it_shows():
     cells: dict[tuple[int, int], int] = {}
     for name in drawn - {"logits"}:
         n = graph.node(name)
-        cells[(n["row"], n["position"])] = cells.get((n["row"], n["position"]), 0) + 1
+        cells[(n.layer, n.position)] = cells.get((n.layer, n.position), 0) + 1
     assert max(cells.values()) <= PER_CELL
     rows = list(fig.layout.yaxis.ticktext)
     assert rows[0] == "embeddings" and rows[-1] == "logits" and "L18" in rows

@@ -99,23 +99,24 @@ def test_suggestions_follow_edge_profiles_and_explanations():
 
 
 def _feature_run(tmp_path):
-    from circuits.feature_graph import FeatureGraph
+    from circuits.subgraph import feature_subgraph
     from core.store import RunStore
 
-    fg = FeatureGraph(model="toy", prompt="a b", tokens=["a", " b"], target=" c", foil=None, target_logit=1.0,
-                      dictionaries=[{"name": "sae-L1", "tag": "L1", "path": None, "kind": "sae"}],
-                      nodes=[{"id": "emb@p0", "kind": "token", "row": -1.0, "position": 0, "token": "a",
-                              "influence": 1.0, "label": ""},
-                             *[{"id": f"L1.f{i}@p1", "kind": "feature", "row": 1.0, "position": 1, "token": " b",
-                                "dictionary": "sae-L1", "feature": i, "activation": 1.0, "score": 0.5,
-                                "influence": 0.5, "label": ""} for i in (3, 4)],
-                             {"id": "logits", "kind": "logits", "row": 2.0, "position": 1, "influence": 1.0,
-                              "label": "logits"}],
-                      edges=[{"src": "emb@p0", "dst": "L1.f3@p1", "score": 1.0},
-                             {"src": "emb@p0", "dst": "L1.f4@p1", "score": 0.5},
-                             {"src": "L1.f3@p1", "dst": "logits", "score": 1.0},
-                             {"src": "L1.f4@p1", "dst": "logits", "score": 0.5}],
-                      seconds=0.1, n_passes=2)
+    fg = feature_subgraph(model="toy", prompt="a b", tokens=["a", " b"], target=" c", foil=None,
+                          target_logit=1.0,
+                          dictionaries=[{"name": "sae-L1", "tag": "L1", "path": None, "kind": "sae"}],
+                          nodes=[{"id": "emb@p0", "kind": "token", "row": -1.0, "position": 0, "token": "a",
+                                  "influence": 1.0, "label": ""},
+                                 *[{"id": f"L1.f{i}@p1", "kind": "feature", "row": 1.0, "position": 1, "token": " b",
+                                    "dictionary": "sae-L1", "feature": i, "activation": 1.0, "score": 0.5,
+                                    "influence": 0.5, "label": ""} for i in (3, 4)],
+                                 {"id": "logits", "kind": "logits", "row": 2.0, "position": 1, "influence": 1.0,
+                                  "label": "logits"}],
+                          edges=[{"src": "emb@p0", "dst": "L1.f3@p1", "score": 1.0},
+                                 {"src": "emb@p0", "dst": "L1.f4@p1", "score": 0.5},
+                                 {"src": "L1.f3@p1", "dst": "logits", "score": 1.0},
+                                 {"src": "L1.f4@p1", "dst": "logits", "score": 0.5}],
+                          seconds=0.1, n_passes=2)
     store = RunStore(tmp_path / "runs")
     return fg, store, fg.save(store)
 

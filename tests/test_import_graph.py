@@ -45,10 +45,10 @@ def test_import_stores_a_feature_graph_that_exports_again(monkeypatch, capsys, t
     assert got["nodes"] == len(doc["nodes"]) and got["links"] == len(doc["links"])
     assert 0 < got["scores"]["replacement"] < 1 and 0 < got["scores"]["completeness"] < 1
     graph = load_run(RunStore().get(got["run"]))
-    kinds = {n["kind"] for n in graph.nodes}
+    kinds = {n.kind for n in graph.nodes}
     assert kinds == {"feature", "error", "token", "logits"} and graph.target == " Austin"
-    assert [n["id"] for n in graph.nodes if n["kind"] == "logits"][0] == "logits"
-    shares = [n["influence"] for n in graph.nodes if n["kind"] != "logits"]  # from circuit-tracer's cumulative
+    assert [n.id for n in graph.nodes if n.kind == "logits"][0] == "logits"
+    shares = [n.metadata["influence"] for n in graph.nodes if n.kind != "logits"]  # from circuit-tracer's cumulative
     assert all(v >= 0 for v in shares) and 0.5 < sum(shares) <= 1.0 + 1e-9  # shares (pruned nodes held the rest)
     code, _, err = cli(monkeypatch, capsys, "export", got["run"], "--format", "graph-json", "--out",
                        str(tmp_path / "again.json"))

@@ -89,17 +89,18 @@ def test_replacement_model_is_exact_and_its_edges_linear(model, built):
 
 @pytest.mark.parametrize("method", ["gradient", "dpa"])
 def test_graph_methods_carry_scores_and_check(model, built, method):
-    from circuits.feature_graph import FeatureGraph, feature_graph
+    from circuits.feature_graph import feature_graph
     from circuits.replacement import intervention_check
+    from circuits.subgraph import Subgraph
 
     dicts = load_set(str(built[0]))
     g = feature_graph(model, PROMPT, dicts, method=method, per_layer=6, node_threshold=0.8, edge_threshold=0.98)
     sc = g.graph_scores()
     assert 0 <= sc["replacement"] <= 1 and 0 <= sc["completeness"] <= 1 and sc["computed_on"] == "unpruned"
-    kinds = {n["kind"] for n in g.nodes}
+    kinds = {n.kind for n in g.nodes}
     assert {"logits", "token"} <= kinds and g.params["method"] == method
     assert g.params["top_logits"] and g.params["top_logits"][0]["prob"] > 0
-    assert FeatureGraph.from_json(g.to_json()).graph_scores() == sc  # the scores travel with the saved graph
+    assert Subgraph.from_json(g.to_json()).graph_scores() == sc  # the scores travel with the saved graph
     check = intervention_check(model, g, dicts, top=5)
     assert all(abs(p["real"]) < 1e3 and abs(p["predicted"]) < 1e3 for p in check["pairs"])
 

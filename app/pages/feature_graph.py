@@ -54,13 +54,13 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
                f"{graph.n_passes} {'backward' if graph.params.get('method') == 'gradient' else 'DPA'} passes in "
                f"{graph.seconds:.2f} s")
     st.caption(FV.scores_caption(graph))
-    ids = [n["id"] for n in graph.nodes]
+    ids = [n.id for n in graph.nodes]
     if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
-        features = [n for n in graph.nodes if n["kind"] == "feature"] or graph.nodes
-        st.session_state[f"{key}_node"] = max(features, key=lambda n: float(n["influence"]))["id"]
+        features = [n for n in graph.nodes if n.kind == "feature"] or graph.nodes
+        st.session_state[f"{key}_node"] = max(features, key=lambda n: float(n.metadata["influence"])).id
     follow_click([key], f"{key}_node", ids + GI.supernode_ids(key))
     chosen = st.session_state.get(f"{key}_node")
-    sub = graph.subgraph()
+    sub = graph  # the one graph type: what the interaction prunes and groups
     labels = FV.all_labels(graph, full=True)  # each feature's whole explanation: cut on the node, whole on hover
     view = GI.controls(key, sub, run=run, saved_keys=saved_keys, current=chosen,
                        explanations=FV.explanations(graph, labels))
@@ -87,8 +87,8 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
                      st.caption(f"A supernode of {len(picked.metadata.get('members') or [])} nodes: "
                                 + C.esc(", ".join(picked.metadata.get("members") or []))))
     with st.expander("All nodes"):
-        st.dataframe(graph.table()[["id", "kind", "token", "position", "feature", "activation", "score",
-                                    "influence"]], hide_index=True)
+        st.dataframe(graph.node_table()[["id", "kind", "token", "position", "feature", "activation", "score",
+                                         "influence"]], hide_index=True)
 
 
 def sae_ref(graph: Any, name: str) -> str:
@@ -102,20 +102,21 @@ def sae_ref(graph: Any, name: str) -> str:
     return name if shipped else str(path)
 
 
-def inspect(graph: Any, node: dict[str, Any]) -> None:
-    """The feature page's own view of a node in graph_view's inspector: a feature's dashboard and a link to
-    the SAE page; what an error node is."""
-    if node["kind"] == "feature" and node.get("clerp"):  # an imported graph: its maker's explanation
-        st.text(f"Feature {node['feature']} · {node['clerp']}")  # the file's text: never read as markdown
-    elif node["kind"] == "feature":
+def inspect(graph: Any, node: Any) -> None:
+    """The feature page's own view of a node (the graph's GraphNode) in graph_view's inspector: a feature's
+    dashboard and a link to the SAE page; what an error node is."""
+    clerp, dictionary = node.metadata.get("clerp"), node.metadata.get("dictionary")
+    if node.kind == "feature" and clerp:  # an imported graph: its maker's explanation
+        st.text(f"Feature {node.feature} · {clerp}")  # the file's text: never read as markdown
+    elif node.kind == "feature":
         FV.dashboard_card(graph, node)
-    path = next((d.get("path") for d in graph.dictionaries if d["name"] == node.get("dictionary")), None)
-    if node["kind"] == "feature" and path:
-        st.page_link(SAE_PAGE, label=f"Open feature {C.esc(node['feature'])} of {C.esc(node['dictionary'])} on the "
+    path = next((d.get("path") for d in graph.dictionaries if d["name"] == dictionary), None)
+    if node.kind == "feature" and path:
+        st.page_link(SAE_PAGE, label=f"Open feature {C.esc(node.feature)} of {C.esc(dictionary)} on the "
                                      "SAE page",
                      icon=":material/open_in_new:",
-                     query_params={"sae": sae_ref(graph, node["dictionary"]), "feature": str(node["feature"])})
-    elif node["kind"] == "error":
+                     query_params={"sae": sae_ref(graph, dictionary), "feature": str(node.feature)})
+    elif node.kind == "error":
         st.caption("An error node: what the dictionary misses at this position (true activation minus its "
                    "reconstruction), scored like a feature.")
 
@@ -128,9 +129,9 @@ st.caption("Which dictionary features carry the answer: features at lower layers
 with st.expander("Open a saved feature graph"):
     run = C.run_picker("feature-graph", key="fg_open")
     if run is not None:
-        from circuits.feature_graph import FeatureGraph
+        from circuits.subgraph import Subgraph
 
-        saved = C.attempt(f"Cannot read run {run.id}", FeatureGraph.from_json, run.result())
+        saved = C.attempt(f"Cannot read run {run.id}", Subgraph.from_json, run.result())
         if saved is not None and (len(saved.nodes) > FV.BIG_NODES or len(saved.edges) > FV.BIG_EDGES):
             st.caption(f"{len(saved.nodes):,} nodes and {len(saved.edges):,} edges stored: drawn with each layer's "
                        "8 most influential nodes and the 120 strongest edges among them.")

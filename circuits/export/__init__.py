@@ -6,7 +6,7 @@
 - ``csv`` / ``parquet``: one row per scored edge (every edge of a circuit, not only its top k) or per node, or
   an attribution's scored items (``tables``).
 
-``export(obj, fmt, path)`` writes one of these for a result object (CircuitResult, FeatureGraph, Subgraph,
+``export(obj, fmt, path)`` writes one of these for a result object (a CircuitResult, a Subgraph, an
 AttributionResult); ``circuits.runs.export_run(run, fmt, path)`` for a stored run. Everything is checked before any
 work (the format, whether it can hold this kind, the output path) and the file is written atomically (a temporary
 file beside it, then a rename), never over an existing file unless ``overwrite``. ``circuits.importer`` reads a
@@ -75,7 +75,7 @@ def kind_of(obj: Any) -> str:
     """The run kind a result object is saved as."""
     from attribution.result import AttributionResult
 
-    kind = getattr(type(obj), "run_kind", None)  # each of circuits' result types names its run kind
+    kind = getattr(obj, "run_kind", None)  # a CircuitResult or a Subgraph names its run kind
     if kind in KIND_FORMATS:
         return kind
     if isinstance(obj, AttributionResult):
@@ -111,7 +111,7 @@ def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None,
 
 def export(obj: Any, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False,
            slug: str | None = None) -> dict[str, Any]:
-    """Write ``obj`` (a CircuitResult, FeatureGraph, Subgraph or AttributionResult) as ``fmt`` at ``path``:
+    """Write ``obj`` (a CircuitResult, Subgraph or AttributionResult) as ``fmt`` at ``path``:
     {"path", "format", "bytes", ...what it holds}. ``table``: edges or nodes (csv / parquet)."""
     check_format(fmt)
     check_kind(kind_of(obj), fmt)

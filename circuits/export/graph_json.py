@@ -25,10 +25,9 @@ link whose weight is their sum (the parts are in the link's ``roles``).
 from __future__ import annotations
 
 import re
-from types import SimpleNamespace
 from typing import Any
 
-from circuits.influence import graph_scores, node_influence
+from circuits.influence import node_influence
 
 SCHEMA_VERSION = 1
 _TAG = re.compile(r"^L(\d+)(T|pre|mid)?$")
@@ -111,12 +110,9 @@ def slugify(text: str) -> str:
 
 
 def document(obj: Any, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
-    """The graph JSON of a FeatureGraph, a CircuitResult (its top edges) or a Subgraph; ``annotations`` (a
-    run's pins and supernodes, circuits.interact.Annotations) go into its ``qParams``."""
-    kind = getattr(type(obj), "run_kind", None)
-    if kind == "feature-graph":
-        return from_feature_graph(obj, slug, annotations)
-    if kind == "circuit":
+    """The graph JSON of a Subgraph or a CircuitResult (its top edges); ``annotations`` (a run's pins and
+    supernodes, circuits.interact.Annotations) go into its ``qParams``."""
+    if getattr(obj, "run_kind", None) == "circuit":
         return from_circuit(obj, slug=slug, annotations=annotations)
     return from_subgraph(obj, slug, annotations=annotations)
 
@@ -181,16 +177,21 @@ def _feature_clerps(fg: Any) -> dict[str, list[str]]:
 
 
 def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
-    """A workbench (or imported) feature graph as graph JSON."""
+    """A workbench (or imported) feature graph (a Subgraph with token positions) as graph JSON. A graph saved as
+    a subgraph run before feature graphs kept their tokens' ids has none here (``-1``), and its two scores are
+    computed on the stored graph."""
+    fg_nodes = [n.row() for n in fg.nodes]
+    fg_edges = [{"src": e.source, "dst": e.target, "score": e.score} for e in fg.edges]
     tags = {d.get("tag"): d for d in fg.dictionaries}
-    logit_rows = [float(n["row"]) for n in fg.nodes if n["kind"] == "logits"]
+    logit_rows = [float(n["row"]) for n in fg_nodes if n["kind"] == "logits"]
     layers_seen = [int(m.group(1)) for t in tags if t and (m := _TAG.match(str(t)))]
     n_layers = int(logit_rows[0]) if logit_rows else (max(layers_seen) + 1 if layers_seen else 0)
-    seq = len(fg.tokens)
+    tokens = fg.tokens
+    seq = len(tokens)
     last = max(seq - 1, 0)
     ids = [int(t) for t in fg.token_ids] if fg.token_ids and len(fg.token_ids) == seq else None
     clerps = _feature_clerps(fg)
-    infl = cumulative({n["id"]: float(n.get("influence") or 0.0) for n in fg.nodes if n["kind"] != "logits"})
+    infl = cumulative({n["id"]: float(n.get("influence") or 0.0) for n in fg_nodes if n["kind"] != "logits"})
     per_layer: dict[int, set[str]] = {}
     for t in tags:
         if t and (m := _TAG.match(str(t))):
@@ -208,7 +209,7 @@ def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None
         nodes.append(node)
 
     have_tokens = set()
-    for n in fg.nodes:
+    for n in fg_nodes:
         kept = n.get("ct")  # imported from a graph JSON: its own fields, so a round trip keeps them
         if isinstance(kept, dict) and kept.get("node_id"):
             node = _node(str(kept["node_id"]), int(kept.get("feature", 0)), str(kept.get("layer", "0")),
@@ -244,7 +245,7 @@ def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None
             if kind == "error":
                 node = _node(f"0_{layer}_{q}", -1, str(layer), q,
                              "mlp reconstruction error" if transcoder else "residual reconstruction error",
-                             f"{layer}_{q}-0", f"Err: {tag} at {fg.tokens[q]!r}" if q < seq else f"Err: {tag}",
+                             f"{layer}_{q}-0", f"Err: {tag} at {tokens[q]!r}" if q < seq else f"Err: {tag}",
                              influence=infl.get(n["id"]))
             else:
                 f = int(n["feature"])
@@ -258,7 +259,7 @@ def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None
             vocab = ids[q] if ids else -1
             add(f"emb@p{q}", _node(f"E_{vocab}_{q}", q, "E", q, "embedding", f"E_{vocab}-{q}", influence=1.0))
     links = [{"source": ct_id[e["src"]], "target": ct_id[e["dst"]], "weight": float(e["score"])}
-             for e in fg.edges if e["src"] in ct_id and e["dst"] in ct_id]
+             for e in fg_edges if e["src"] in ct_id and e["dst"] in ct_id]
     scores = fg.graph_scores()
     params = dict(fg.params or {})
     imported = params.get("imported") or {}
@@ -267,7 +268,7 @@ def from_feature_graph(fg: Any, slug: str | None = None, annotations: Any = None
         "scan": str(imported.get("scan") or f"workbench:{fg.model}"),
         "transcoder_list": [str(d.get("name")) for d in fg.dictionaries] if not imported
         else list(imported.get("transcoder_list") or []),
-        "prompt_tokens": [str(t) for t in fg.tokens], "prompt": fg.prompt,
+        "prompt_tokens": [str(t) for t in tokens], "prompt": fg.prompt,
         "node_threshold": imported.get("node_threshold"), "schema_version": SCHEMA_VERSION,
         "model": fg.model, "target": fg.target, "foil": fg.foil,
         "replacement_score": scores.get("replacement"), "completeness_score": scores.get("completeness"),
@@ -284,8 +285,8 @@ def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None
     """A Subgraph as graph JSON: a feature graph's through ``from_feature_graph``, a circuit's component by
     component (see the module's docstring)."""
     kinds = {n.kind for n in sub.nodes}
-    if kinds & {"feature", "error", "token"}:
-        return from_feature_graph(_as_feature_graph(sub), slug, annotations)
+    if sub.is_feature_graph or kinds & {"feature", "error", "token"}:
+        return from_feature_graph(sub, slug, annotations)
     layers = [int(n.layer) for n in sub.nodes if n.kind in ("head", "mlp")]
     heads = [int(n.metadata.get("head", 0)) for n in sub.nodes if n.kind == "head"]
     n_layers = n_layers if n_layers is not None else (max(layers) + 1 if layers else 0)
@@ -350,29 +351,3 @@ def from_subgraph(sub: Any, slug: str | None = None, n_layers: int | None = None
 def from_circuit(cr: Any, k: int | None = None, slug: str | None = None, annotations: Any = None) -> dict[str, Any]:
     """A circuit's top ``k`` edges (its saved K by default) as a component graph JSON."""
     return from_subgraph(cr.subgraph(k), slug, cr.graph.n_layers, cr.graph.n_heads, annotations)
-
-
-def _as_feature_graph(sub: Any) -> Any:
-    """A feature graph's Subgraph as the fields from_feature_graph reads (a FeatureGraph's), its two scores
-    computed on this pruned graph."""
-    p = sub.provenance
-    first = p.prompts[0] if p.prompts else {}
-    tokens: dict[int, str] = {}
-    nodes = []
-    for n in sub.nodes:
-        md = dict(n.metadata)
-        if n.kind == "token" and n.position is not None:
-            tokens[int(n.position)] = str(md.get("token") or "")
-        nodes.append({"id": n.id, "kind": n.kind, "row": n.layer, "position": n.position, "label": n.label, **md})
-    seq = max(tokens) + 1 if tokens else 0
-    params = {k: v for k, v in p.params.items() if k != "dictionaries"}
-    edges = [{"src": e.source, "dst": e.target, "score": e.score} for e in sub.edges]
-    rows: dict[str, dict[str, float]] = {}
-    for e in edges:
-        rows.setdefault(e["dst"], {})[e["src"]] = float(e["score"])
-    kinds = {n["id"]: n["kind"] for n in nodes}
-    return SimpleNamespace(model=p.model, prompt=str(first.get("prompt", "")),
-                           tokens=[tokens.get(q, "") for q in range(seq)], target=first.get("target"),
-                           foil=first.get("foil"), dictionaries=list(p.params.get("dictionaries") or []),
-                           nodes=nodes, edges=edges, params=params, token_ids=None, target_id=None, target_prob=None,
-                           graph_scores=lambda: graph_scores(rows, kinds, computed_on="pruned"))

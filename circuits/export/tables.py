@@ -28,12 +28,13 @@ def encode(frame: Any, fmt: str) -> bytes:
 
 
 def table(obj: Any, which: str = "edges") -> Any:
-    """The ``which`` (edges | nodes) table of a CircuitResult, FeatureGraph, Subgraph or AttributionResult."""
+    """The ``which`` (edges | nodes) table of a CircuitResult, a Subgraph (a feature graph: its own columns) or an
+    AttributionResult."""
     from attribution.result import AttributionResult
 
     if isinstance(obj, AttributionResult):
         return attribution_rows(obj)
-    kind = getattr(type(obj), "run_kind", None)
+    kind = getattr(obj, "run_kind", None)
     if kind == "circuit":
         return circuit_edges(obj) if which == "edges" else circuit_nodes(obj)
     if kind == "feature-graph":
@@ -103,9 +104,9 @@ def feature_graph_edges(fg: Any) -> Any:
     """The feature graph's edges (the stored, pruned graph), with both ends described."""
     import pandas as pd
 
-    nodes = {n["id"]: n for n in fg.nodes}
-    rows = [{"source": e["src"], "target": e["dst"], "score": float(e["score"]),
-             **_fg_node_columns(nodes.get(e["src"]), "source"), **_fg_node_columns(nodes.get(e["dst"]), "target")}
+    nodes = {n.id: n.row() for n in fg.nodes}
+    rows = [{"source": e.source, "target": e.target, "score": float(e.score),
+             **_fg_node_columns(nodes.get(e.source), "source"), **_fg_node_columns(nodes.get(e.target), "target")}
             for e in fg.edges]
     columns = ["source", "target", "score"] + [f"{end}_{c}" for end in ("source", "target")
                                                for c in ("kind", "layer", "position", "feature", "dictionary")]
@@ -122,7 +123,8 @@ def feature_graph_nodes(fg: Any) -> Any:
 
     cols = ["id", "kind", "row", "position", "token", "dictionary", "feature", "activation", "score", "influence",
             "label"]
-    frame = pd.DataFrame([{c: n.get(c) for c in cols} for n in fg.nodes], columns=cols).rename(columns={"row": "layer"})
+    rows = [{c: n.get(c) for c in cols} for n in (m.row() for m in fg.nodes)]
+    frame = pd.DataFrame(rows, columns=cols).rename(columns={"row": "layer"})
     for c in ("position", "feature"):
         frame[c] = pd.array(frame[c], dtype="Int64")
     return frame
