@@ -34,10 +34,11 @@ from types import SimpleNamespace
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import OFFSET_KEYS, Update, hook_names, init_target, top_down, without_grad
+from attribution.dpa.steps import OFFSET_KEYS, Cache, Update, hook_names, init_target, top_down, without_grad
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 from circuits.intervene import EdgeProducts, References, head_slot, put_output, receiver_cols, sender_hooks
@@ -45,12 +46,12 @@ from core.errors import MethodError
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None, **params: Any) -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None, **params: Any) -> Float[torch.Tensor, " edge"]:
     return _score(model, graph, prompts, refs, on_step, cf=False, **params)
 
 
 def score_cf(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-             on_step: Callable[[int], None] | None = None, **params: Any) -> torch.Tensor:
+             on_step: Callable[[int], None] | None = None, **params: Any) -> Float[torch.Tensor, " edge"]:
     """Counterfactual-aware DPA: each receiver's target is the mean of DPA's targets on the clean run and on
     the counterfactual run (a two-point path integral, as EAP-IG's steps are a many-point one), the sender
     difference as in ``score``. Same explained metric (the clean prompt's target and foil) on both runs;
@@ -62,7 +63,7 @@ def score_cf(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: Referenc
 
 
 def _score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-           on_step: Callable[[int], None] | None, cf: bool, **params: Any) -> torch.Tensor:
+           on_step: Callable[[int], None] | None, cf: bool, **params: Any) -> Float[torch.Tensor, " edge"]:
     p = DPAParams.from_kwargs(**params)
     check_supported(model)
     total = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
@@ -97,17 +98,17 @@ def _take(x: torch.Tensor, n: int, rows: slice) -> torch.Tensor:
     return x[rows]
 
 
-def _rows(cache: dict[str, torch.Tensor], n: int, rows: slice) -> dict[str, torch.Tensor]:
+def _rows(cache: Cache, n: int, rows: slice) -> Cache:
     return {k: _take(v, n, rows) for k, v in cache.items()}
 
 
-def edge_forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAParams,
-             rows: int) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+def edge_forward(model: Any, graph: CircuitGraph, tokens: Int[torch.Tensor, "batch pos"], p: DPAParams,
+                 rows: int) -> tuple[Float[torch.Tensor, "sender batch pos d_model"], Cache]:
     """One forward: the sender outputs of every row, and DPA's cache (patterns, norm scales, MLP
     pre-activations) of the first ``rows`` (the clean prompts, then for dpa_cf their counterfactuals)."""
     n, seq = tokens.shape
     out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=model.device)
-    cache: dict[str, torch.Tensor] = {}
+    cache: Cache = {}
 
     def keep(x, hook):
         cache[hook.name] = _take(x, n, slice(0, rows)).float()
@@ -119,8 +120,8 @@ def edge_forward(model: Any, graph: CircuitGraph, tokens: torch.Tensor, p: DPAPa
     return out, cache
 
 
-def mean_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, caches: list[dict[str, torch.Tensor]],
-                 p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
+def mean_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, caches: list[Cache],
+                 p: DPAParams) -> Iterator[tuple[int, slice, Float[torch.Tensor, "receiver batch pos d_model"]]]:
     """``receiver_targets`` averaged over several runs' caches (dpa_cf: the clean and the counterfactual
     run), the explained metric the batch's own on each; same layout, receiver by receiver."""
     for parts in zip(*(receiver_targets(model, graph, batch, c, p) for c in caches), strict=True):
@@ -128,8 +129,8 @@ def mean_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, caches: li
         yield n_up, cols, sum((q[2] for q in parts[1:]), T) / len(parts)
 
 
-def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
-                     p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
+def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: Cache,
+                     p: DPAParams) -> Iterator[tuple[int, slice, Float[torch.Tensor, "receiver batch pos d_model"]]]:
     """Yield (n_upstream, receiver slice, T [receiver, batch, pos, d_model]) from the top of the model down:
     the logits first, then per layer its MLP input and its heads' q/k/v inputs (DPA's top-down loop,
     ``steps.top_down``, with the attention's update kept per receiver); each step under no_grad
@@ -137,8 +138,8 @@ def receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache:
     return without_grad(_receiver_targets(model, graph, batch, cache, p))
 
 
-def _receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: dict[str, torch.Tensor],
-                      p: DPAParams) -> Iterator[tuple[int, slice, torch.Tensor]]:
+def _receiver_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, cache: Cache,
+                      p: DPAParams) -> Iterator[tuple[int, slice, Float[torch.Tensor, "receiver batch pos d_model"]]]:
     encs = [SimpleNamespace(seq_len=int(last) + 1, query=int(last), target_id=int(t),
                             foil_id=None if batch.foil is None else int(f))
             for last, t, f in zip(batch.last, batch.target,

@@ -40,10 +40,11 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from attribution.dpa.linear import check_supported
 from attribution.dpa.params import DPAParams
-from attribution.dpa.steps import hook_names
+from attribution.dpa.steps import Cache, hook_names
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.edges.dpa import edge_forward, receiver_targets
 from circuits.graph import CircuitGraph
@@ -64,7 +65,7 @@ def check_steps(steps: Any) -> int:
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None, steps: int = 4, **params: Any) -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None, steps: int = 4, **params: Any) -> Float[torch.Tensor, " edge"]:
     steps = check_steps(steps)
     p = DPAParams.from_kwargs(**params)
     check_supported(model)
@@ -93,8 +94,9 @@ def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
     return (graph.flat(total) / prompts.n_prompts).float()
 
 
-def _add_path_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, clean: dict[str, torch.Tensor],
-                      ref_embed: torch.Tensor, steps: int, p: DPAParams, acc: EdgeProducts) -> None:
+def _add_path_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, clean: Cache,
+                      ref_embed: Float[torch.Tensor, "#batch #pos d_model"], steps: int, p: DPAParams,
+                      acc: EdgeProducts) -> None:
     """Add the mean over the path's points of every receiver's target to ``acc``: the points in groups of
     ``ROWS // batch`` copies of the batch, each group one forward (the interior points) and one top-down pass,
     its targets summed over the copies; alpha = 1 takes the clean run's cache."""
@@ -118,11 +120,11 @@ def _add_path_targets(model: Any, graph: CircuitGraph, batch: PromptBatch, clean
         del cache, caches
 
 
-def _path_cache(model: Any, batch: PromptBatch, ref_embed: torch.Tensor, alphas: list[float],
-                p: DPAParams) -> dict[str, torch.Tensor]:
+def _path_cache(model: Any, batch: PromptBatch, ref_embed: Float[torch.Tensor, "#batch #pos d_model"],
+                alphas: list[float], p: DPAParams) -> Cache:
     """DPA's cache (patterns, norm scales, MLP pre-activations) of the runs whose residual stream starts from
     ``ref_embed + alpha (clean embedding - ref_embed)``, one copy of the batch per alpha (copy-major rows)."""
-    cache: dict[str, torch.Tensor] = {}
+    cache: Cache = {}
     copies = len(alphas)
     alpha = torch.tensor(alphas, device=ref_embed.device).repeat_interleave(batch.size)[:, None, None]
     start = ref_embed if ref_embed.shape[0] == 1 else ref_embed.repeat(copies, 1, 1)

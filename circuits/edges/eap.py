@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
@@ -17,7 +18,7 @@ from circuits.intervene import References, edge_products, receiver_grads
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None) -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None) -> Float[torch.Tensor, " edge"]:
     total = torch.zeros(graph.n_edges, dtype=torch.float64)
     for batch in prompts.batches:
         ref = refs.of(batch)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
@@ -19,7 +20,7 @@ from core.errors import MethodError
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None, steps: int = 5) -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None, steps: int = 5) -> Float[torch.Tensor, " edge"]:
     steps = check_steps(steps)
     total = torch.zeros(graph.n_edges, dtype=torch.float64)
     for batch in prompts.batches:

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.edges.eap_ig import check_steps
@@ -45,7 +46,8 @@ def layer_slots(graph: CircuitGraph) -> list[slice]:
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None, steps: int = 5, pool: str = "all") -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None, steps: int = 5,
+          pool: str = "all") -> Float[torch.Tensor, " edge"]:
     steps = check_steps(steps, "eap_ig_act")
     if pool not in POOLS:
         raise MethodError(f"eap_ig_act pool must be one of {', '.join(POOLS)} (got {pool!r})")

@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
@@ -36,19 +37,19 @@ INIT = 3.0  # log_alpha at the start: every gate open with P ~ 0.99, so training
 LOSSES = ("kl", "metric")
 
 
-def open_probability(log_alpha: torch.Tensor) -> torch.Tensor:
+def open_probability(log_alpha: Float[torch.Tensor, " edge"]) -> Float[torch.Tensor, " edge"]:
     """P(z > 0) under the hard-concrete gate: the expected L0 term (Louizos et al. 2018, eq. 12)."""
     return torch.sigmoid(log_alpha - BETA * math.log(-GAMMA / ZETA))
 
 
-def sample_gates(log_alpha: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def sample_gates(log_alpha: Float[torch.Tensor, " edge"], gen: torch.Generator) -> Float[torch.Tensor, " edge"]:
     """One hard-concrete sample per gate: stretched sigmoid of the noisy log_alpha, clamped to [0, 1]."""
     u = torch.rand(log_alpha.shape, generator=gen).clamp(1e-6, 1 - 1e-6).to(log_alpha.device)
     s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
     return (s * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
 
 
-def ablation_matrix(graph: CircuitGraph, keep: torch.Tensor) -> torch.Tensor:
+def ablation_matrix(graph: CircuitGraph, keep: Float[torch.Tensor, " edge"]) -> Float[torch.Tensor, "sender receiver"]:
     """[sender, receiver] float ablation weights 1 - keep on the graph's edges, 0 elsewhere (differentiable)."""
     out = torch.zeros(graph.valid.shape, dtype=keep.dtype, device=keep.device)
     return out.index_put((graph.edges[:, 0].to(keep.device), graph.edges[:, 1].to(keep.device)), 1 - keep)
@@ -87,8 +88,8 @@ def check(steps: Any, lr: Any, l0: Any, seed: Any, loss: Any) -> None:
 class Faithfulness:
     """The faithfulness term of one prompt batch, against the intact and the fully ablated runs."""
 
-    def __init__(self, model: Any, graph: CircuitGraph, batch: Any, ref: torch.Tensor, metric: str,
-                 loss: str) -> None:
+    def __init__(self, model: Any, graph: CircuitGraph, batch: Any,
+                 ref: Float[torch.Tensor, " sender #batch #pos d_model"], metric: str, loss: str) -> None:
         self.batch, self.metric, self.loss = batch, metric, loss
         with torch.no_grad():
             full = run_soft_masked(model, graph, batch, ref, torch.zeros(graph.valid.shape))
@@ -98,11 +99,11 @@ class Faithfulness:
         span = (self.m_full - batch.metric(empty, metric)).abs().mean()
         self.span = float(span) if float(span) > 1e-6 else 1.0  # no drop to normalize by: raw units
 
-    def last(self, logits: torch.Tensor) -> torch.Tensor:
+    def last(self, logits: Float[torch.Tensor, "batch pos vocab"]) -> Float[torch.Tensor, "batch vocab"]:
         """[batch, vocab] logits at each prompt's last real position (where the metric is read)."""
         return logits[torch.arange(self.batch.size), self.batch.last.to(logits.device)].float()
 
-    def __call__(self, logits: torch.Tensor) -> torch.Tensor:
+    def __call__(self, logits: Float[torch.Tensor, "batch pos vocab"]) -> Float[torch.Tensor, ""]:
         if self.loss == "kl":
             log_q = torch.log_softmax(self.last(logits), -1)
             return (self.log_p.exp() * (self.log_p - log_q)).sum(-1).mean()
@@ -111,7 +112,7 @@ class Faithfulness:
 
 def train(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References, steps: int = 20,
           lr: float = 0.2, l0: float = 0.01, seed: int = 0, loss: str = "kl",
-          on_step: Callable[[int], None] | None = None) -> tuple[torch.Tensor, dict[str, list[float]]]:
+          on_step: Callable[[int], None] | None = None) -> tuple[Float[torch.Tensor, " edge"], dict[str, list[float]]]:
     """The learned log_alpha [edge] and, per step (before its update): ``loss`` (the whole objective),
     ``faith`` (its faithfulness term) and ``open`` (the expected fraction of open gates)."""
     check(steps, lr, l0, seed, loss)
@@ -144,7 +145,7 @@ def train(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
           on_step: Callable[[int], None] | None = None, steps: int = 20, lr: float = 0.2, l0: float = 0.01,
-          seed: int = 0, loss: str = "kl") -> torch.Tensor:
+          seed: int = 0, loss: str = "kl") -> Float[torch.Tensor, " edge"]:
     log_alpha, history = train(model, graph, prompts, refs, steps, lr, l0, seed, loss, on_step)
     if not all(math.isfinite(v) for v in history["loss"]):
         raise MethodError("edge_pruning: the loss is not finite; try a smaller lr")

@@ -33,7 +33,7 @@ def shares(x: Float[torch.Tensor, "batch pos d"], parts: Float[torch.Tensor, "se
 
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-          on_step: Callable[[int], None] | None = None) -> torch.Tensor:
+          on_step: Callable[[int], None] | None = None) -> Float[torch.Tensor, " edge"]:
     dense = torch.zeros(len(graph.senders), len(graph.receivers), dtype=torch.float64)
     for batch in prompts.batches:
         dense += batch_shares(model, graph, batch)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph
@@ -19,7 +20,7 @@ from circuits.intervene import References, run_masked
 from core.errors import MethodError
 
 
-def chosen_edges(graph: CircuitGraph, sample: int = 0, seed: int = 0) -> torch.Tensor:
+def chosen_edges(graph: CircuitGraph, sample: int = 0, seed: int = 0) -> Int[torch.Tensor, " chosen"]:
     """The edge ids to patch: all of them, or a seeded random sample."""
     sample = int(sample)
     if sample < 0:
@@ -32,7 +33,7 @@ def chosen_edges(graph: CircuitGraph, sample: int = 0, seed: int = 0) -> torch.T
 
 def score(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
           on_step: Callable[[int], None] | None = None, sample: int = 0, seed: int = 0,
-          copies: int = 8, edges: torch.Tensor | None = None) -> torch.Tensor:
+          copies: int = 8, edges: Int[torch.Tensor, " chosen"] | None = None) -> Float[torch.Tensor, " edge"]:
     """edges: patch exactly these edge ids (benchmarks); otherwise all of them or a ``sample``."""
     copies = int(copies)
     if copies < 1:

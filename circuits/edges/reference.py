@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from attribution.dpa.params import DPAParams
 from attribution.dpa.reference import logits_uncapped, reference_hooks
@@ -18,7 +19,7 @@ from circuits.graph import CircuitGraph
 from circuits.intervene import receiver_hooks, sender_hooks
 
 
-def dpa_edge_reference(model: Any, enc: Any, **params: Any) -> torch.Tensor:
+def dpa_edge_reference(model: Any, enc: Any, **params: Any) -> Float[torch.Tensor, " edge"]:
     """Edge scores [edge] for one encoded prompt (target minus foil when it has a foil)."""
     p = DPAParams.from_kwargs(**params)
     graph = CircuitGraph.of(model)
@@ -26,7 +27,7 @@ def dpa_edge_reference(model: Any, enc: Any, **params: Any) -> torch.Tensor:
     seq, d = enc.tokens.shape[1], model.arch.d_model
     out = torch.zeros(seq, n_s, d)
     grads = torch.zeros(seq, n_r, d)
-    store: dict[str, torch.Tensor] = {}
+    store: dict[str, Float[torch.Tensor, "1 ..."]] = {}
 
     def write(slot, x):  # [1, pos, d], or [head, 1, pos, d] for a layer's heads
         out[:, slot] = x[:, 0].detach().transpose(0, 1) if x.dim() == 4 else x[0].detach()
