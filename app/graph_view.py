@@ -1,10 +1,10 @@
 """The app's one graph component: circuits and feature graphs are drawn, clicked and inspected through it.
 
-``show_subgraph(sub, key)`` draws a ``circuits.graph.Subgraph`` (``show_graph`` the plain node and edge
-dicts of ``circuits.plot.graph_figure``) and returns the name of the node the user clicked, read from the
-node trace's customdata; ``inspect_node`` is the one node inspector (the node's numbers, the page's own view
-of it, its edges in each graph drawn). Streamlit keeps a chart's selection across reruns, so a page that
-also offers a selectbox for the node uses ``follow_click`` to move that box only when a *new* click arrives.
+``show_subgraph(sub, key)`` draws a ``circuits.subgraph.Subgraph`` (every graph the app shows is one) and returns
+the name of the node the user clicked, read from the node trace's customdata; ``inspect_node`` is the one node
+inspector (the node's numbers, the page's own view of it, its edges in each graph drawn). Streamlit keeps a chart's
+selection across reruns, so a page that also offers a selectbox for the node uses ``follow_click`` to move that box
+only when a *new* click arrives.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import streamlit as st
 from app.common import esc
 
 if TYPE_CHECKING:
-    from circuits.graph import GraphNode, Subgraph
+    from circuits.subgraph import GraphNode, Subgraph
 
 LEGEND_HELP = (
     "Edge colour: blue supports the target (minus foil), red opposes it; width follows |score|. "
@@ -42,36 +42,21 @@ def clicked(key: str) -> str | None:
     return None
 
 
-def show_graph(
-    nodes: list[dict[str, Any]],
-    edges: list[dict[str, Any]],
-    key: str,
-    title: str = "",
-    selected: str | None = None,
-    height: int | None = None,
-) -> str | None:
-    """Draw a layered graph (input at the bottom, output on top) and return the clicked node's name.
-
-    nodes: {"name", "layer", "kind"?, "label"?}; edges: {"src", "dst", "score"} with ``dst`` a node or a
-    receiver input (``L3.H5.q``), as ``circuits.plot.graph_figure`` documents.
-    """
-    from circuits.plot import graph_figure
-
-    # circuits.plot lays it out (evenly spaced rows, head columns, bowed edges, labels kept apart): the
-    # notebook's and the paper figures' layout; the app only adds the click handling
-    fig = graph_figure(nodes, edges, title=title, selected=selected, height=height)
-    fig.update_layout(clickmode="event+select", dragmode=False, width=None)
-    st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
-    return clicked(key)
-
-
 def show_subgraph(sub: Subgraph, key: str, title: str = "", selected: str | None = None,
                   height: int | None = None, figure: Any = None) -> str | None:
-    """Draw a Subgraph and return the clicked node's id. ``figure``: the page's own drawing of it (the feature
-    graph's token columns), shown with the same click handling."""
+    """Draw a Subgraph as a layered graph (input at the bottom, output on top) and return the clicked node's id.
+    ``figure``: the page's own drawing of it (the feature graph's token columns), shown with the same click
+    handling."""
     if figure is None:
+        from circuits.plot import graph_figure
+
+        # circuits.plot lays it out (evenly spaced rows, head columns, bowed edges, labels kept apart): the
+        # notebook's and the paper figures' layout; the app only adds the click handling
         nodes, edges = sub.drawable()
-        return show_graph(nodes, edges, key, title=title, selected=selected, height=height)
+        fig = graph_figure(nodes, edges, title=title, selected=selected, height=height)
+        fig.update_layout(clickmode="event+select", dragmode=False, width=None)
+        st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
+        return clicked(key)
     figure.update_layout(clickmode="event+select", dragmode=False)
     st.plotly_chart(figure, key=key, on_select="rerun", selection_mode="points")
     return clicked(key)

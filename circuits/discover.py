@@ -89,10 +89,6 @@ class CircuitResult:
 
         return pd.DataFrame(self.top(k))
 
-    def nodes(self, k: int | None = None) -> list[dict[str, Any]]:
-        """The drawable nodes of the circuit's top-k edges (all of them for a small model)."""
-        return self.graph.drawable(self.top(k))
-
     def subgraph(self, k: int | None = None, selection: str | None = None,
                  edges: list[dict[str, Any]] | None = None) -> Subgraph:
         """The circuit's top-k edges (or ``edges``, some of ``top``'s rows) as the shared result type (a head

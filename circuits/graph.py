@@ -248,10 +248,6 @@ class CircuitGraph:
                           metadata={} if n.head is None else {"head": n.head})
                 for n in self.nodes if small or n.name in names]
 
-    def drawable(self, edges: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        """``graph_nodes`` as circuits.plot.graph_figure takes them."""
-        return [n.drawable() for n in self.graph_nodes(edges)]
-
     def nodes_in(self, mask: Bool[torch.Tensor, " edge"]) -> list[str]:
         """The node names a circuit touches (receiver inputs folded into their node)."""
         names = set()
