@@ -23,12 +23,22 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
 
 Hook = tuple[str, Callable[..., Any]]
+# The tensors of the edge-level graph, named once
+SenderOutputs = Float[torch.Tensor, "sender batch pos d_model"]
+ReceiverTargets = Float[torch.Tensor, "receiver batch pos d_model"]  # gradients or targets at the receiver inputs
+Reference = Float[torch.Tensor, " sender #batch #pos d_model"]  # per prompt (corrupt) or one shared (mean, zero)
+# sender_hooks' write(slot, out): out [batch, pos, d_model], or [head, batch, pos, d_model] for a layer's heads
+Write = Callable[[slice | int, Float[torch.Tensor, "... batch pos d_model"]], Any]
+# receiver_hooks' read(x, cols, n_upstream): x [batch, pos, head, d_model] at head inputs, else [batch, pos, d_model]
+Read = Callable[[Float[torch.Tensor, "batch pos *head d_model"], Any, int],
+                Float[torch.Tensor, "batch pos *head d_model"]]
+Embed = Callable[[Float[torch.Tensor, "batch pos d_model"]], Float[torch.Tensor, "batch pos d_model"]]
 
 
 def _per_layer(graph: CircuitGraph) -> int:
@@ -49,8 +59,7 @@ def receiver_cols(graph: CircuitGraph, layer: int) -> dict[str, Any]:
     return cols
 
 
-def sender_hooks(model: Any, graph: CircuitGraph, write: Callable[[slice | int, torch.Tensor], Any],
-                 embed: Callable[[torch.Tensor], torch.Tensor] | None = None) -> list[Hook]:
+def sender_hooks(model: Any, graph: CircuitGraph, write: Write, embed: Embed | None = None) -> list[Hook]:
     """Hooks that hand every sender's output to ``write(slot, out)``: [batch, pos, d_model] for the
     embedding and MLPs, [head, batch, pos, d_model] for a layer's heads.
 
@@ -100,7 +109,7 @@ def _post_normed_heads(model: Any, graph: CircuitGraph, layer: int, first: int, 
     return [(f"blocks.{layer}.attn.hook_z", on_z), (post.scale_hook, on_scale)]
 
 
-def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int], torch.Tensor]) -> list[Hook]:
+def receiver_hooks(graph: CircuitGraph, read: Read) -> list[Hook]:
     """Hooks that pass every receiver input through ``read(x, cols, n_upstream)`` and use what it returns.
 
     x is [batch, pos, head, d_model] with cols a [head] tensor for q/k/v inputs, [batch, pos, d_model] with
@@ -123,12 +132,12 @@ def receiver_hooks(graph: CircuitGraph, read: Callable[[torch.Tensor, Any, int],
 
 
 # -- sender outputs and references -------------------------------------------------------------------
-def put_output(out: torch.Tensor, slot: slice | int, x: torch.Tensor) -> None:
+def put_output(out: SenderOutputs, slot: slice | int, x: Float[torch.Tensor, "... batch pos d_model"]) -> None:
     """out[slot] = x: a sender's output as sender_hooks hands it over (already sender-major)."""
     out[slot] = x.detach()
 
 
-def capture(model: Any, graph: CircuitGraph, tokens: torch.Tensor) -> Float[torch.Tensor, "sender batch pos d"]:
+def capture(model: Any, graph: CircuitGraph, tokens: Int[torch.Tensor, "batch pos"]) -> SenderOutputs:
     """Every sender's output on a batch of prompts (no gradient; the unembedding is skipped)."""
     n, seq = tokens.shape
     out = torch.zeros(len(graph.senders), n, seq, model.arch.d_model, device=tokens.device)
@@ -138,7 +147,7 @@ def capture(model: Any, graph: CircuitGraph, tokens: torch.Tensor) -> Float[torc
     return out
 
 
-def mean_outputs(model: Any, graph: CircuitGraph, prompts: PromptSet) -> Float[torch.Tensor, "sender d"]:
+def mean_outputs(model: Any, graph: CircuitGraph, prompts: PromptSet) -> Float[torch.Tensor, "sender d_model"]:
     """Each sender's mean output over every real position of the prompt set (mean ablation)."""
     total = torch.zeros(len(graph.senders), model.arch.d_model, dtype=torch.float64)
     count = 0
@@ -157,7 +166,7 @@ class References:
         self.model, self.graph, self.kind = model, graph, prompts.ablation
         self.mean = mean_outputs(model, graph, prompts) if self.kind == "mean" else None
 
-    def of(self, batch: PromptBatch) -> torch.Tensor:
+    def of(self, batch: PromptBatch) -> Reference:
         if self.kind == "corrupt":
             return capture(self.model, self.graph, batch.corrupt)
         if self.kind == "mean":
@@ -201,7 +210,7 @@ class _Ablation:
         return out
 
 
-def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
+def run_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
                keep: Bool[torch.Tensor, "copy edge"], metric: str) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only the kept edges of each copy intact (one forward for all copies)."""
     copies = int(keep.shape[0])
@@ -246,8 +255,9 @@ def live_positions(batch: PromptBatch) -> Bool[torch.Tensor, "batch pos"]:
     return (differs.cumsum(1) > 0) & real
 
 
-def live_reference(model: Any, batch: PromptBatch, ref: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor, Float[torch.Tensor, "sender live d"]]:
+def live_reference(model: Any, batch: PromptBatch, ref: Reference
+                   ) -> tuple[Int[torch.Tensor, " live"], Int[torch.Tensor, " live"],
+                              Float[torch.Tensor, "sender live d_model"]]:
     """The live positions (batch index, position; on the model's device) and every sender's reference
     output there."""
     lb, lp = torch.nonzero(live_positions(batch), as_tuple=True)
@@ -258,7 +268,7 @@ def live_reference(model: Any, batch: PromptBatch, ref: torch.Tensor
     return lb, lp, ref_live
 
 
-def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
+def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
                     ablated: Float[torch.Tensor, "sender receiver"]) -> Float[torch.Tensor, "batch pos vocab"]:
     """The logits when receiver R reads ``x_R - sum_S ablated[S, R] (out_S -
     ref_S)`` at the live positions, with ablated a float matrix (``valid * (1 - keep)``: 0 keeps an edge, 1
@@ -294,10 +304,8 @@ def run_soft_masked(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: to
 
 
 def receiver_grads(model: Any, graph: CircuitGraph, batch: PromptBatch, metric: str,
-                   embed: Callable[[torch.Tensor], torch.Tensor] | None = None,
-                   tap: Callable[[slice | int, torch.Tensor], Any] | None = None,
-                   shift: Callable[[torch.Tensor, Any, int], torch.Tensor] | None = None,
-                   ) -> tuple[Float[torch.Tensor, "sender batch pos d"], Float[torch.Tensor, "receiver batch pos d"]]:
+                   embed: Embed | None = None, tap: Write | None = None, shift: Read | None = None,
+                   ) -> tuple[SenderOutputs, ReceiverTargets]:
     """Sender outputs and d(sum of the batch's metric)/d(receiver input) in one forward and one backward.
 
     tap(slot, out), if given, also sees each sender's output with its gradient history (not detached);
@@ -345,7 +353,7 @@ def receiver_groups(graph: CircuitGraph) -> list[tuple[int, slice]]:
     return groups
 
 
-def live(diff: Float[torch.Tensor, "sender batch pos d"]) -> Bool[torch.Tensor, "batch pos"]:
+def live(diff: SenderOutputs) -> Bool[torch.Tensor, "batch pos"]:
     """Positions where some sender's output differs from its reference: only they carry edge scores
     (pads, and a counterfactual's identical prefix, add nothing)."""
     return diff.abs().amax(dim=(0, 3)) > 0
@@ -360,8 +368,8 @@ class EdgeProducts:
     well under half the speed of one with 100+, so a few wasted rows (senders downstream of some of the
     buffered receivers, whose products are never read: only valid edges leave ``scores``) cost less."""
 
-    def __init__(self, graph: CircuitGraph, diff: Float[torch.Tensor, "sender batch pos d"],
-                 out: torch.Tensor | None = None, width: int = 128) -> None:
+    def __init__(self, graph: CircuitGraph, diff: SenderOutputs,
+                 out: Float[torch.Tensor, "sender receiver"] | None = None, width: int = 128) -> None:
         self.graph, self.width = graph, width
         self.keep = live(diff)
         self.D = diff[:, self.keep].reshape(diff.shape[0], -1)  # [sender, live positions x d]
@@ -369,12 +377,12 @@ class EdgeProducts:
                                                              dtype=torch.float64)
         self.waiting: list[tuple[int, slice, torch.Tensor]] = []
 
-    def add(self, n_up: int, cols: slice, T: Float[torch.Tensor, "receiver batch pos d"]) -> None:
+    def add(self, n_up: int, cols: slice, T: ReceiverTargets) -> None:
         self.waiting.append((n_up, cols, T[:, self.keep].reshape(T.shape[0], -1)))
         if sum(t.shape[0] for _, _, t in self.waiting) >= self.width:
             self.flush()
 
-    def flush(self) -> torch.Tensor:
+    def flush(self) -> Float[torch.Tensor, "sender receiver"]:
         if self.waiting:
             n_up = max(n for n, _, _ in self.waiting)
             cols = torch.cat([torch.arange(c.start, c.stop) for _, c, _ in self.waiting])
@@ -387,8 +395,7 @@ class EdgeProducts:
         return self.graph.flat(self.flush())
 
 
-def edge_products(graph: CircuitGraph, diff: Float[torch.Tensor, "sender batch pos d"],
-                  targets: Float[torch.Tensor, "receiver batch pos d"]) -> Float[torch.Tensor, " edge"]:
+def edge_products(graph: CircuitGraph, diff: SenderOutputs, targets: ReceiverTargets) -> Float[torch.Tensor, " edge"]:
     """sum over prompts, positions and d_model of diff_S . target_R for every edge S -> R (receiver-major),
     over the live positions only."""
     acc = EdgeProducts(graph, diff)
