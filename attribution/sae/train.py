@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from attribution.sae.config import TRAIN, WIDTH_PER_DIM_IN_MEMORY
 from core.errors import DatasetError, RangeError
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1")
@@ -76,9 +77,9 @@ def fit(
     sae: Any,
     acts,
     n_samples: int,
-    batch_size: int = 1024,
-    lr: float = 4e-4,
-    seed: int = 0,
+    batch_size: int = TRAIN.batch_size,
+    lr: float = TRAIN.lr,
+    seed: int = TRAIN.seed,
     quiet: bool = True,
     on_progress: Callable[[int, int], None] | None = None,
 ) -> Any:
@@ -263,19 +264,21 @@ def split_cache(cache: Any, holdout: float = 0.05) -> tuple[Any, Any, Any]:
 def train_sae(
     model: Any,
     cache: Any,
-    kind: str = "topk",
-    width: int = 2048,
-    k: int = 32,
+    kind: str = TRAIN.kind,
+    width: int | None = TRAIN.width,
+    k: int = TRAIN.k,
     epochs: float = 4.0,
-    batch_size: int = 1024,
-    lr: float = 4e-4,
+    batch_size: int = TRAIN.batch_size,
+    lr: float = TRAIN.lr,
     out: Path | None = None,
     eval_windows: int = 8,
-    seed: int = 0,
+    seed: int = TRAIN.seed,
     on_progress: Callable[[int, int], None] | None = None,
     **kw: Any,
 ) -> tuple[Any, SAEMetrics, dict[str, Any]]:
-    """Train on the cache's training part, evaluate on its held-out windows, optionally save."""
+    """Train on the cache's training part, evaluate on its held-out windows, optionally save (the training
+    settings' defaults are attribution.sae.config.TrainConfig's; width None: 8 features per input dimension)."""
+    width = width or WIDTH_PER_DIM_IN_MEMORY * cache.d_in
     train, held, held_windows = split_cache(cache)
     sae = training_sae(kind, cache.d_in, width, k=k, model=cache.model, hook=cache.hook, **kw)
     started = time.time()

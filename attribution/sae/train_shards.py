@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from attribution.sae.config import TRAIN
 from attribution.sae.shards import ShardSet, shard_batches
 from core.errors import RangeError
 
@@ -33,7 +34,7 @@ def _scale(x) -> float:
 
 
 def train_topk_sae(shards: ShardSet, hook: str, width: int, k: int, n_tokens: int, ckpt: Path,
-                   batch_size: int = 1024, lr: float = 4e-4, seed: int = 0,
+                   batch_size: int = TRAIN.batch_size, lr: float = TRAIN.lr, seed: int = TRAIN.seed,
                    on_progress: Progress | None = None, n_checkpoints: int = 8) -> tuple[Any, float | None]:
     """SAELens TopK SAE trained on ``n_tokens`` activations of ``hook``; returns the training SAE
     (normalization folded in) and the folded scale. Checkpoints go to ``ckpt`` and resume."""
@@ -161,8 +162,8 @@ class _TopKSkipTranscoder:
 
 
 def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: int, k: int,
-                          n_tokens: int, ckpt: Path, batch_size: int = 1024, lr: float = 4e-4,
-                          seed: int = 0, on_progress: Progress | None = None,
+                          n_tokens: int, ckpt: Path, batch_size: int = TRAIN.batch_size, lr: float = TRAIN.lr,
+                          seed: int = TRAIN.seed, on_progress: Progress | None = None,
                           checkpoint_every: int = 200) -> dict[str, Any]:
     """Train a TopK skip transcoder; returns raw-scale weights (normalization folded) plus the
     input and output scales."""
