@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from jaxtyping import Float, Int
+from jaxtyping import Bool, Float, Int
 
 from core.errors import MethodError, PromptError, WorkbenchError
 from core.metric import logit_diff
@@ -42,7 +42,7 @@ class PromptBatch:
     def size(self) -> int:
         return int(self.tokens.shape[0])
 
-    def real(self) -> torch.Tensor:
+    def real(self) -> Bool[torch.Tensor, "batch pos"]:
         """[batch, pos] True at real (unpadded) positions."""
         return torch.arange(self.tokens.shape[1])[None, :] <= self.last[:, None]
 

@@ -77,7 +77,8 @@ def auc(ks: list[int], values: list[float]) -> float:
     return float(area / (x[-1] - x[0]))
 
 
-def select(graph: CircuitGraph, scores: torch.Tensor, k: int, selection: str) -> Bool[torch.Tensor, " edge"]:
+def select(graph: CircuitGraph, scores: Float[torch.Tensor, " edge"], k: int,
+           selection: str) -> Bool[torch.Tensor, " edge"]:
     if selection == "topk":
         return graph.top_k(scores, k)
     if selection == "greedy":
@@ -112,7 +113,7 @@ def check_span(full: float, empty: float) -> float:
 
 
 def faithfulness(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
-                 scores: torch.Tensor, grid: Any = DEFAULT_GRID, selection: str = "topk",
+                 scores: Float[torch.Tensor, " edge"], grid: Any = DEFAULT_GRID, selection: str = "topk",
                  on_step: Callable[[int], None] | None = None) -> Faithfulness:
     """The faithfulness curve of a score vector over circuit sizes (one masked forward per mask)."""
     ks = check_grid(grid, graph.n_edges)

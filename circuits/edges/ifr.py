@@ -24,7 +24,7 @@ from circuits.graph import CircuitGraph
 from circuits.intervene import References, put_output, receiver_hooks, sender_hooks
 
 
-def shares(x: Float[torch.Tensor, "batch pos d"], parts: Float[torch.Tensor, "sender batch pos d"],
+def shares(x: Float[torch.Tensor, "batch pos d_model"], parts: Float[torch.Tensor, "sender batch pos d_model"],
            ) -> Float[torch.Tensor, "sender batch pos"]:
     """Each part's proximity share of the sum x, per position: >= 0, summing to 1 over the parts wherever
     some part is near x (0 everywhere at a position where none is, which MIB's code leaves as 0 / 0)."""
