@@ -15,6 +15,7 @@ import streamlit as st
 
 from app import common as C
 from app import shared as SH
+from app.graph_view import LEGEND_HELP, inspect_clicked, show_subgraph
 
 BEST = " ★"  # appended to the best cell of each task column (highest CPR, lowest CMD) clear of random
 OLD_RUN = ("this run was saved before bench runs kept each cell's edge scores: run `workbench bench circuits` "
@@ -354,8 +355,6 @@ def show_result(result: dict[str, Any], prefix: str, run: Any | None) -> bool:
 
 
 def _circuit(run: Any, result: dict[str, Any], tasks: list[str], prefix: str) -> None:
-    from app.graph_view import LEGEND_HELP, inspect_clicked, show_subgraph
-
     st.subheader("A cell's circuit")
     cells, why = C.attempt("Cannot read the run", drawable, run) or (set(), "the run's result.json is unreadable")
     c1, c2, c3 = st.columns([2, 2, 1])

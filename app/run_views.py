@@ -13,7 +13,7 @@ import streamlit as st
 from app import common as C
 from app import views as V
 from app.bench_view import show_leaderboard
-from app.graph_view import inspect_clicked
+from app.graph_view import LEGEND_HELP, inspect_clicked, show_subgraph
 
 BIG = 5000  # tensors with more values than this are summarised, never drawn point by point
 
@@ -163,7 +163,6 @@ def circuit_parts(run: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _circuit(run: Any, prefix: str) -> bool:
-    from app.graph_view import LEGEND_HELP, show_subgraph
     from circuits.plot import faithfulness_figure
 
     sub, result = circuit_parts(run)
@@ -189,7 +188,6 @@ def _bench(run: Any, prefix: str) -> bool:
 
 def _feature_graph(run: Any, prefix: str) -> bool:
     from app import feature_view as FV
-    from app.graph_view import show_subgraph
     from circuits.subgraph import Subgraph
 
     graph = Subgraph.from_json(run.result())
@@ -209,7 +207,6 @@ def _feature_graph(run: Any, prefix: str) -> bool:
 
 
 def _subgraph(run: Any, prefix: str) -> bool:
-    from app.graph_view import show_subgraph
     from circuits.runs import subgraph_of
 
     sub = subgraph_of(run)
@@ -223,8 +220,6 @@ def _subgraph(run: Any, prefix: str) -> bool:
 def compare_circuits(a: Any, b: Any) -> None:
     """Two stored circuits: their graphs side by side and how many edges they share."""
     import pandas as pd
-
-    from app.graph_view import show_subgraph
 
     parts = {}
     for tag, run in (("A", a), ("B", b)):

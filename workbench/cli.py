@@ -14,6 +14,8 @@ import typer
 
 import workbench.commands
 from core.errors import WorkbenchError
+from core.options import check_argv, dash_name_hint
+from core.paths import version
 
 app = typer.Typer(
     name="workbench",
@@ -26,8 +28,6 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from core.paths import version
-
         print(f"workbench {version()}")
         raise typer.Exit()
 
@@ -55,8 +55,6 @@ _register_commands()
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
     try:
-        from core.options import check_argv
-
         check_argv(sys.argv[1:])
         if app(standalone_mode=False) == 130:  # typer turns Ctrl-C into Exit(130) and, not standalone, returns it
             raise KeyboardInterrupt
@@ -70,8 +68,6 @@ def main() -> None:
         if hasattr(exc, "format_message") and hasattr(exc, "exit_code"):
             message = exc.format_message()
             if message and message.startswith("No such option"):
-                from core.options import dash_name_hint
-
                 message += dash_name_hint(sys.argv[1:])
             if message:
                 print(f"error: {message}", file=sys.stderr)

@@ -12,9 +12,11 @@ Both kinds share one signature, ``readout(model, resid) -> logits`` over a resid
 from __future__ import annotations
 
 import importlib
+import time
 from typing import TYPE_CHECKING, Any
 
 from attribution.lens.result import LensResult, layer_labels, read
+from attribution.lens.tuned import TunedLens
 from core.errors import MethodError
 
 if TYPE_CHECKING:
@@ -70,15 +72,11 @@ def lens(model: HookedModel, prompt: str | list[int], kind: str = "logit", targe
          top_k: int = 5, position: int | None = None) -> LensResult:
     """The lens ``kind`` on one prompt: each layer's top-k tokens and probabilities at every position, and
     the target's rank and probability per layer at ``position`` (default the last)."""
-    import time
-
     started = time.perf_counter()
     check_kind(kind)
     check_readable(model)
     translator = None
     if kind == "tuned":  # fail on a model without a trained lens before running anything
-        from attribution.lens.tuned import TunedLens
-
         translator = TunedLens.for_model(model)
     enc = model.encode(prompt, target)
     resid = residual_stack(model, enc.tokens)[:, 0]  # [layer, pos, d_model]

@@ -3,8 +3,12 @@ itself."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+from core.errors import RangeError
+from core.options import check_finite
 
 if TYPE_CHECKING:
     import torch
@@ -153,12 +157,7 @@ def read(model: HookedModel, kind: str, enc: Encoding, resid: Float[torch.Tensor
          top_k: int, position: int | None, prompt: str | None) -> LensResult:
     """The LensResult of a (translated) residual stack of one prompt, one layer's logits at a time so a long
     prompt never holds [layer, pos, vocab]."""
-    import time
-
     import torch
-
-    from core.errors import RangeError
-    from core.options import check_finite
 
     started = time.perf_counter()
     n = enc.seq_len

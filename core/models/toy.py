@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from core.errors import WorkbenchError
+from core.models.tokens import SymbolTokenizer
 
 FFNS = ("none", "dense", "glu", "moe", "moe-glu")
 NORMS = {"none": None, "LN": "LN", "RMS": "RMS"}
@@ -142,7 +143,6 @@ def hooked(tl: Any, spec: ModelSpec, task: Any, name: str = "toy"):
     task object itself: engines below circuits/ (SAE caching, the ICL read-out) draw the model's own inputs from it
     (``.batch(split, n, seed)``, ``.sample(n, seed, split)``) without importing the zoo."""
     from core.models.hooked import HookedModel
-    from core.models.tokens import SymbolTokenizer
 
     return HookedModel(
         tl,

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from core import store as run_store
+from core.checks import Fields, disk_full, disk_full_error, read_json
 from core.errors import WorkbenchError
-from core.store import checked_root, default_root, pid_alive
+from core.store import RunStore, checked_root, default_root, pid_alive
 from core.text import one_line
 from workbench.scheduler.errors import JobError
 from workbench.scheduler.specs import as_dict, key_of
@@ -100,8 +101,6 @@ def check_record(file: Path, job_id: str) -> Job:
     """A job record read back and checked field by field (core/checks.py): JobError ("job ID's record
     is damaged: ...") for a symlink, non-JSON, a list, a missing or unknown field, or a field of the wrong
     type (a string ETA, a list for the driver, a string spec)."""
-    from core.checks import Fields, read_json
-
     what = f"job {job_id}'s record"
     f = Fields(read_json(file, what, JobError, max_bytes=MAX_RECORD_BYTES), what, JobError)
     f.only(Job.__dataclass_fields__)
@@ -238,8 +237,6 @@ class JobBoard:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            from core.checks import disk_full, disk_full_error
-
             if disk_full(exc):
                 raise disk_full_error(self.root, "the job board not written") from None
             raise JobError(f"cannot write the job board {self.root}: {exc}") from None
@@ -326,8 +323,6 @@ class JobBoard:
     def latest_done(self, spec: Any, store: Any = None) -> Job | None:
         """The newest finished job that computed exactly ``spec`` and whose run is still in the store (the
         app opens it at once instead of computing again: results shared across sessions and restarts)."""
-        from core.store import RunStore
-
         store = store or RunStore()
         key = spec_key(spec)
         kind = getattr(spec, "KIND", None) or (spec.get("kind") if isinstance(spec, dict) else None)

@@ -29,12 +29,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from core.checks import read_json
 from core.errors import WorkbenchError
+from core.store import RunStore, pid_alive, write_atomic
 from core.text import one_line
 from workbench.scheduler import costs
-from workbench.scheduler.board import Job, JobBoard, now, this_driver
+from workbench.scheduler.board import Job, JobBoard, now, process_started, this_driver
 from workbench.scheduler.errors import JobError
-from workbench.scheduler.kinds import get_kind, lend, model_lock, shard_resources
+from workbench.scheduler.kinds import estimate, get_kind, lend, model_lock, shard_resources
+from workbench.scheduler.specs import as_dict
 from workbench.scheduler.warm import NAMESPACE, model_actor, touch
 from workbench.scheduler.warm import ensure as ensure_warm
 from workbench.scheduler.worker import LEAN_RAY, POLL_S, Report, shard_events
@@ -233,7 +236,6 @@ def note_agents(root: Any) -> None:
         node = ray_worker._global_node
         raylet = node.all_processes["raylet"][0].process.pid
         kids = [[c.pid, c.create_time()] for c in psutil.Process(raylet).children()]
-        from core.store import write_atomic
 
         write_atomic(Path(root) / AGENTS.format(pid=os.getpid()),
                      json.dumps({"host": socket.gethostname(), "driver": os.getpid(), "agents": kids}),
@@ -247,9 +249,6 @@ def sweep_agents(root: Any) -> list[int]:
     only if its pid and start time are both the recorded ones (never a reused pid). Returns the pids ended."""
     import re
     from pathlib import Path
-
-    from core.checks import read_json
-    from core.store import pid_alive
 
     ended: list[int] = []
     try:
@@ -380,8 +379,6 @@ def drive(job: Job, board: JobBoard, save: bool = True,
                      len(shards) if job.ray_address is not None else 1)  # None: ran here, one at a time
         result = kind.finish(job.spec, parts)
         if save:
-            from core.store import RunStore
-
             job.run_id = result.save(RunStore()).id
             board.note(job, f"saved run {job.run_id}")
         job.done = job.total
@@ -553,8 +550,6 @@ def run(spec: Any, workers: int = 1, address: str | None = None, save: bool = Tr
 
 def create(spec: Any, workers: int, address: str | None, board: JobBoard) -> Job:
     """A job record for ``spec`` (a JobSpec, or a dict read through its kind's spec class: SpecError when bad)."""
-    from workbench.scheduler.specs import as_dict
-
     spec = as_dict(spec)
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise JobError(f"workers must be a whole number >= 1 (got {workers!r})")
@@ -564,8 +559,6 @@ def create(spec: Any, workers: int, address: str | None, board: JobBoard) -> Job
         check_reachable(address)
     job = board.create(spec, kind.label(spec), workers=workers, ray_address=address)
     try:  # what an earlier job of this shape measured: shown on the job before it has progress of its own
-        from workbench.scheduler.kinds import estimate
-
         cost = estimate(spec, workers, root=board.root, measure=False)
     except Exception:
         cost = None
@@ -587,8 +580,6 @@ def placement(spec: Any, workers: int, address: str | None, root: Any,
         return "ray", f"{workers} workers"
     if seconds is None:
         try:
-            from workbench.scheduler.kinds import estimate
-
             cost = estimate(spec, workers, root=root, measure=False)
         except Exception:  # noqa: BLE001 - no estimate is no reason not to run
             cost = None
@@ -632,7 +623,6 @@ def submit(spec: Any, workers: int = 1, address: str | None = None, board: JobBo
         warm = [f"--warm={warm_owner}"] if on else []
         child = subprocess.Popen([sys.executable, "-m", "workbench.scheduler", str(board.root), job.id, *warm],
                                  stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    from workbench.scheduler.board import process_started
 
     # a driver that dies at once fails the job
     job.driver = {"host": socket.gethostname(), "pid": child.pid, "started": process_started(child.pid)}

@@ -22,9 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from core.store import pid_alive
+from core.checks import read_json
+from core.errors import WorkbenchError
+from core.store import pid_alive, write_atomic
 from workbench.scheduler.board import ACTIVE, JobBoard, driver_alive, this_driver
 from workbench.scheduler.errors import JobError
+from workbench.scheduler.kinds import worker_model
 from workbench.scheduler.worker import LEAN_RAY, shard_events
 
 RECORD = "ray-warm.json"
@@ -42,9 +45,6 @@ def idle_seconds() -> float:
 
 
 def _read(root: Path) -> dict[str, Any] | None:
-    from core.checks import read_json
-    from core.errors import WorkbenchError
-
     if not (root / RECORD).exists():
         return None
     try:
@@ -111,8 +111,6 @@ class ModelHost:
     """One model, loaded once, running job shards one after another (see worker.shard_events)."""
 
     def __init__(self, spec: dict[str, Any]) -> None:
-        from workbench.scheduler.kinds import worker_model
-
         worker_model(spec)
 
     def pid(self) -> int:
@@ -161,7 +159,6 @@ def host(root: str | Path, owner: int = 0) -> None:
     ray.init(num_cpus=os.cpu_count() or 1, include_dashboard=False, namespace=NAMESPACE, logging_level="ERROR",
              log_to_driver=False, _system_config=LEAN_RAY)  # no prestarted idle workers
     address = ray.get_runtime_context().gcs_address
-    from core.store import write_atomic
 
     write_atomic(root / RECORD, json.dumps({"address": address, "host": this_driver(), "started": time.time()}),
                  "the warm Ray instance's record", JobError)
