@@ -7,11 +7,15 @@ head with the summed v_h, and a head whose (summed) v_h is zero contributes noth
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import mpmath
 import numpy as np
 
 from attribution.blackbox.oracle import MHAParams
+
+if TYPE_CHECKING:
+    from jaxtyping import Shaped
 
 
 def _norm(x: np.ndarray) -> mpmath.mpf:
@@ -58,7 +62,8 @@ class HeadComparison:
         return max(self.rel_error_v, default=float("inf"))
 
 
-def compare_heads(true: MHAParams, W_rec: np.ndarray, v_rec: np.ndarray) -> HeadComparison:
+def compare_heads(true: MHAParams, W_rec: Shaped[np.ndarray, "head d d"],
+                  v_rec: Shaped[np.ndarray, "head d"]) -> HeadComparison:
     """Relative Frobenius errors, true heads matched to recovered heads (Hungarian on W error).
 
     ``W_rec``/``v_rec`` may hold mpf entries (object dtype); the errors are then computed in

@@ -19,7 +19,7 @@ inputs (how large the region is), honestly separated.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -27,21 +27,24 @@ from attribution.blackbox.canonical import canonicalize, compare_heads
 from attribution.blackbox.oracle import MHAParams, Oracle, check_dims, mha_value
 from attribution.blackbox.recovery import Recovery, recover
 
+if TYPE_CHECKING:
+    from jaxtyping import Bool, Float, Shaped
+
 
 @dataclass
 class FFNParams:
     """W (H, d, d), M (H, d, m) value-output maps, B (p, m) FFN input, c (p,) FFN read-out."""
 
-    W: np.ndarray
-    M: np.ndarray
-    B: np.ndarray
-    c: np.ndarray
+    W: Float[np.ndarray, "head d d"]
+    M: Float[np.ndarray, "head d m"]
+    B: Float[np.ndarray, "hidden m"]
+    c: Float[np.ndarray, " hidden"]
 
     @property
     def d(self) -> int:
         return int(self.W.shape[1])
 
-    def head_means(self, X: np.ndarray) -> np.ndarray:
+    def head_means(self, X: Shaped[np.ndarray, "pos d"]) -> Float[np.ndarray, "head d"]:
         """a_h(X) in float64, (H, d)."""
         X = np.asarray(X, dtype=np.float64)
         out = []
@@ -51,11 +54,11 @@ class FFNParams:
             out.append(X.T @ (a / a.sum()))
         return np.array(out)
 
-    def pattern(self, X: np.ndarray) -> np.ndarray:
+    def pattern(self, X: Shaped[np.ndarray, "pos d"]) -> Bool[np.ndarray, " hidden"]:
         z = np.einsum("hdm,hd->m", self.M, self.head_means(X))
         return self.B @ z > 0
 
-    def local(self, pattern: np.ndarray) -> MHAParams:
+    def local(self, pattern: Bool[np.ndarray, " hidden"]) -> MHAParams:
         """The attention model that equals f on the region with this ReLU pattern."""
         v = np.einsum("hdm,pm,p->hd", self.M, self.B, self.c * pattern)
         return MHAParams(W=self.W.copy(), v=v)
@@ -71,7 +74,7 @@ def random_ffn(d: int, heads: int, *, m: int | None = None, hidden: int | None =
                      B=rng.standard_normal((hidden, m)) / np.sqrt(m), c=rng.standard_normal(hidden))
 
 
-def ffn_value(params: FFNParams, X: np.ndarray, exact: bool) -> Any:
+def ffn_value(params: FFNParams, X: Shaped[np.ndarray, "pos d"], exact: bool) -> Any:
     """f(X); when ``exact`` the pattern is read in float64 and the value computed in mpmath."""
     local = params.local(params.pattern(np.array(np.asarray(X).tolist(), dtype=np.float64)))
     return mha_value(local, X, exact)
@@ -80,7 +83,7 @@ def ffn_value(params: FFNParams, X: np.ndarray, exact: bool) -> Any:
 @dataclass
 class FFNRecovery:
     recovery: Recovery
-    center: np.ndarray
+    center: Float[np.ndarray, " d"]
     pattern_changes_during_queries: int  # queries whose ReLU pattern left D(p): 0 means the condition held
     max_rel_error_W: float
     max_rel_error_v_local: float

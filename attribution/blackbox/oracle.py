@@ -14,12 +14,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mpmath
 import numpy as np
 
 from core.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from jaxtyping import Float, Shaped
 
 
 class OracleError(WorkbenchError):
@@ -44,9 +47,9 @@ class Oracle:
     still counts as one query). ``noise`` is the known output-noise scale (0 for exact oracles).
     """
 
-    def __init__(self, fn: Callable[[np.ndarray], Any], d: int, *, exact: bool = False,
+    def __init__(self, fn: Callable[[Shaped[np.ndarray, "pos d"]], Any], d: int, *, exact: bool = False,
                  noise: float = 0.0, name: str = "oracle",
-                 batch_fn: Callable[[list[np.ndarray]], Sequence[Any]] | None = None) -> None:
+                 batch_fn: Callable[[list[Shaped[np.ndarray, "pos d"]]], Sequence[Any]] | None = None) -> None:
         if int(d) < 1:
             raise WorkbenchError(f"d must be >= 1 (got {d})")
         self.fn, self.batch_fn, self.d = fn, batch_fn, int(d)
@@ -83,10 +86,10 @@ class Oracle:
             raise OracleError(f"oracle {self.name!r} returned a non-finite value ({val})")
         return mpmath.mpf(val) if self.exact else float(val)
 
-    def __call__(self, X: np.ndarray) -> Any:
+    def __call__(self, X: Shaped[np.ndarray, "pos d"]) -> Any:
         return self._check_out(self.fn(self._check_in(X)))
 
-    def batch(self, Xs: list[np.ndarray]) -> list[Any]:
+    def batch(self, Xs: list[Shaped[np.ndarray, "pos d"]]) -> list[Any]:
         Xs = [self._check_in(X) for X in Xs]
         if self.batch_fn is None:
             return [self._check_out(self.fn(X)) for X in Xs]
@@ -100,8 +103,8 @@ class Oracle:
 class MHAParams:
     """Ground truth for a multi-head attention oracle: W (H, d, d) and v (H, d), float64."""
 
-    W: np.ndarray
-    v: np.ndarray
+    W: Float[np.ndarray, "head d d"]
+    v: Float[np.ndarray, "head d"]
 
     @property
     def heads(self) -> int:
@@ -130,7 +133,7 @@ def random_mha(d: int, heads: int, *, seed: int = 0, w_scale: float = 1.0, v_sca
     return MHAParams(W=W, v=v)
 
 
-def mha_value(params: MHAParams, X: np.ndarray, exact: bool) -> Any:
+def mha_value(params: MHAParams, X: Shaped[np.ndarray, "pos d"], exact: bool) -> Any:
     """f(X) for the spec's model; in mpmath when ``exact`` (X then holds mpf entries)."""
     if not exact:
         X = np.asarray(X, dtype=np.float64)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import mpmath
 import numpy as np
@@ -27,6 +27,9 @@ from mpmath import mp
 from attribution.blackbox.oracle import Oracle, OracleError, check_dims
 from attribution.blackbox.rational import RationalFit, fit_auto, fit_link, fit_main
 from core.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    from jaxtyping import Float, Shaped
 
 
 def expected_queries(d: int, bound: int) -> int:
@@ -38,8 +41,8 @@ def expected_queries(d: int, bound: int) -> int:
 class Recovery:
     """Recovered canonical heads. W: axes (head, d_key, d_query), v: axes (head, d); mpf entries."""
 
-    W: np.ndarray
-    v: np.ndarray
+    W: Shaped[np.ndarray, "head d_key d_query"]  # mpf entries
+    v: Shaped[np.ndarray, "head d"]
     queries: int
     expected_queries: int
     max_query_length: int
@@ -56,10 +59,10 @@ class Recovery:
     def heads(self) -> int:
         return int(len(self.W))
 
-    def W_float(self) -> np.ndarray:
+    def W_float(self) -> Float[np.ndarray, "head d_key d_query"]:
         return np.array(self.W.tolist(), dtype=np.float64).reshape(-1, *self.W.shape[1:])
 
-    def v_float(self) -> np.ndarray:
+    def v_float(self) -> Float[np.ndarray, "head d"]:
         return np.array(self.v.tolist(), dtype=np.float64).reshape(-1, *self.v.shape[1:])
 
     def table(self):
@@ -378,7 +381,7 @@ def _error_estimate(plan: _Plan, U, Q, ys, lys, Hp: int, W, v, sigma: float, see
 
 def recover(oracle: Oracle, heads: int, *, bound: int | None = None, seed: int = 0, oversample: int = 0,
             dps: int = 50, basis_scale: float = 1.0, rtol: float | None = None,
-            center: np.ndarray | None = None, u_scale: float | None = None,
+            center: Float[np.ndarray, " d"] | None = None, u_scale: float | None = None,
             estimate_error: bool = True) -> Recovery:
     """Recover the canonical heads; ``heads`` is H, or pass ``bound`` when only H0 >= H is known.
 
