@@ -6,15 +6,19 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option, save_figure
-from core.options import any_int, positive_int
+from core.figures import check_figure_path, png_option
+from core.options import positive_int
 from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
+    FOIL_OPTION,
     JSON_OPTION,
+    MODEL_ARGUMENT,
+    POSITION_OPTION,
+    SAVE_OPTION,
     console,
     dtype_spec,
-    emit,
+    finish,
     result_console,
 )
 from workbench.commands.jobs import workers_option
@@ -72,22 +76,21 @@ def check_method(method: str, level: str) -> str:
 
 
 def attribute(
-    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
+    model: str = MODEL_ARGUMENT,
     prompt: str = typer.Argument(..., help="The prompt (the model predicts the token after it)."),
     target: str = typer.Option(None, "--target",
                                help="Target token, one token, leading space included (' Paris'); required "
                                "unless --position is before the last token (then: the prompt's next token)."),
-    foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
+    foil: str = FOIL_OPTION,
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
                               "edge, its old name, still means qk)."),
-    position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
-                                 "(0-based; negative counts from the end; default the last).", callback=any_int),
+    position: int = POSITION_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable), "
                                     "e.g. --param w_q=0 --param steps=20."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     top: int = typer.Option(10, "--top", help="Items shown in the human-readable table.", callback=positive_int),
     ray_address: str = typer.Option(None, "--ray-address", help="Run as a job on the Ray cluster at HOST:PORT "
                                     "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
@@ -122,6 +125,7 @@ def attribute(
         out = {**res.to_json(), "job_id": job.id}
         if save:
             out["run"] = job.run_id
+        save_here = False  # the job stored it
     else:
         import workbench as wb
         from attribution import attribute as run_attribute
@@ -138,11 +142,7 @@ def attribute(
         res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, position=position,
                             **params)
         out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
-        if save:
-            out["run"] = res.save().id
-
-    if png:
-        out["png"] = str(save_figure(res.plot(), png))
+        save_here = save
 
     def human(r: dict[str, Any]) -> None:
         c = result_console()
@@ -154,12 +154,8 @@ def attribute(
             c.print(f"completeness gap {r['convergence_delta']:.3g} (sum of scores - (f(input) - f(baseline)))"
                     + ("" if r["converged"] else ": NOT converged; try --param baseline=mean --param keep_first=true"))
         print(_top_table(res, top).to_string(index=False))
-        if "run" in r:
-            c.print(f"saved run {r['run']}")
-        if "png" in r:
-            c.print(f"figure saved to {r['png']}")
 
-    emit(out, as_json, human)
+    finish(out, as_json, human, res, save=save_here, png=png)
 
 
 def _top_table(res: Any, k: int):

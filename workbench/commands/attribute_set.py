@@ -5,7 +5,20 @@ from __future__ import annotations
 import typer
 
 from core.options import positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    PROMPT_SET_MODEL_OPTION,
+    PROMPTS_OPTION,
+    SAVE_OPTION,
+    THREADS_OPTION,
+    USE_FOIL_OPTION,
+    dtype_spec,
+    finish,
+    result_console,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 
 
@@ -14,23 +27,21 @@ def register(app: typer.Typer) -> None:
 
 
 def attribute_set(
-    model: str = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory."),
-    prompts: str = typer.Option(..., "--prompts",
-                                help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
+    model: str = PROMPT_SET_MODEL_OPTION,
+    prompts: str = PROMPTS_OPTION,
     method: str = typer.Option("dpa", "--method", help="Attribution method (see `workbench attribute --help`)."),
     level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
                               "edge, its old name, still means qk)."),
-    limit: int = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int),
-    foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
-                              "one) or the target logit alone."),
+    limit: int = LIMIT_OPTION,
+    foil: bool = USE_FOIL_OPTION,
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per DPA pass (other methods run "
                                    "one prompt at a time).", callback=positive_int),
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable)."),
     top: int = typer.Option(5, "--top", help="Items listed per prompt.", callback=positive_int),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
+    threads: int = THREADS_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     workers: int = WORKERS_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,
@@ -69,10 +80,8 @@ def attribute_set(
         c.print(f"{r['method']} · {r['level']} · {r['n_prompts']} prompts · {r['seconds']:.2f} s "
                 f"({r['seconds_per_prompt']:.3f} s per prompt, batch {r['batch_size']})")
         print_result_table(result.table())
-        if "run" in r:
-            c.print(f"saved run {r['run']}")
 
-    emit(out, as_json, human)
+    finish(out, as_json, human)
 
 
 # The per-prompt table's columns at 80 columns: short headers, numbers rounded; seconds (one batch's share,

@@ -7,9 +7,18 @@ from typing import Any
 import typer
 
 from circuits.edges import method_help
-from core.figures import check_figure_path, png_option, save_figure
+from core.figures import check_figure_path, png_option
 from core.options import positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, dtype_spec, emit
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    MODEL_OPTION,
+    console,
+    dtype_spec,
+    emit,
+    finish,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -64,14 +73,10 @@ def _human(r: dict[str, Any]) -> None:
         print("  k           " + " ".join(f"{k:>7}" for k in f["k"]))
         print("  faithfulness" + " ".join(f"{v:7.3f}" for v in f["normalized"]))
         print(f"  AUC {f['auc']:.3f} (metric intact {f['metric_full']:.3f}, all edges ablated {f['metric_empty']:.3f})")
-    if "run" in r:
-        c.print(f"saved run {r['run']}")
-    if "png" in r:
-        c.print(f"figure saved to {r['png']}")
 
 
 def discover(
-    model: str = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory."),
+    model: str = MODEL_OPTION,
     prompts: str = typer.Option(..., "--prompts", help="JSONL rows {prompt, target, foil?, corrupt?}; for toy "
                                 "models 'task' uses the model's own task with its counterfactuals."),
     method: str = typer.Option("eap", "--method", help=method_help()),
@@ -135,13 +140,10 @@ def discover(
         if cost is not None:
             console().print(f"path patching: about {cost.seconds:.0f} s on this machine")
     job, res = run_job(job_spec, 1, ray_address, save=save)
-    out = res.to_json()
-    out["job_id"] = job.id
+    out = {**res.to_json(), "job_id": job.id}
     if save:
-        out["run"] = job.run_id
-    if png:
-        out["png"] = str(save_figure(res.plot(), png))
-    emit(out, as_json, _human)
+        out["run"] = job.run_id  # the job stored it
+    finish(out, as_json, _human, res, png=png, say=console().print)
 
 
 def evaluate(
@@ -187,4 +189,4 @@ def evaluate(
     if pairs:
         emit({**result.out, "job_id": job.id}, as_json)
         return
-    emit({**result.to_json(), "run": run, "job_id": job.id}, as_json, _human)
+    finish({**result.to_json(), "run": run, "job_id": job.id}, as_json, _human, say=console().print)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import typer
 
-from core.figures import check_figure_path, png_option, save_figure
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
+from core.figures import check_figure_path, png_option
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, finish, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -107,18 +107,13 @@ def patch(
     check_text_model(model, "patch")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     res = wb.patch(m, clean, corrupted, target, foil, site=site)
-    out = {**res.to_json(), "corrupted_prompt": corrupted}
-    if png:
-        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r):
         print(f"logit diff: clean {r['clean']:.3f}, corrupted {r['corrupted']:.3f}")
         print("effect of patching each site (1 = it alone gives the corrupted run's):")
         print("\n".join(effect_table(r)))
-        if "png" in r:
-            print(f"figure saved to {r['png']}")
 
-    emit(out, as_json, human)
+    finish({**res.to_json(), "corrupted_prompt": corrupted}, as_json, human, res, png=png, say=print)
 
 
 def effect_table(r: dict, width: int | None = None) -> list[str]:

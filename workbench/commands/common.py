@@ -11,6 +11,8 @@ from typing import Any
 
 import typer
 
+from core.options import any_int, positive_int
+
 JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on stdout.")
 
 
@@ -47,6 +49,24 @@ def dtype_spec(dtype: str) -> dict[str, str]:
     return {} if dtype == "float32" else {"dtype": dtype}
 
 
+# Options several commands spell alike, declared once (a command whose option says something else keeps its own).
+SAVE_OPTION = typer.Option(True, "--save/--no-save", help="Save the run to the run store.")
+THREADS_OPTION = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int)
+MODEL_OPTION = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory.")
+MODEL_ARGUMENT = typer.Argument(..., help="A model from `workbench models`, or a local model directory.")
+PROMPT_ARGUMENT = typer.Argument(..., help="The prompt.")
+# the token a one-prompt attribution explains (attribute, dla)
+FOIL_OPTION = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil).")
+POSITION_OPTION = typer.Option(None, "--position", help="Explain the prediction made at this position "
+                               "(0-based; negative counts from the end; default the last).", callback=any_int)
+# the prompt-set commands (attribute-set, faithfulness)
+PROMPT_SET_MODEL_OPTION = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory.")
+PROMPTS_OPTION = typer.Option(..., "--prompts", help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line.")
+LIMIT_OPTION = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int)
+USE_FOIL_OPTION = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
+                               "one) or the target logit alone.")
+
+
 def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None) -> None:
     """Print a result: JSON only on stdout with --json, a readable rendering otherwise.
 
@@ -62,6 +82,53 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
         from rich import print_json
 
         print_json(text)
+
+
+def finish(out: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None], result: Any = None,
+           save: bool = False, png: str | None = None, say: Callable[[str], Any] | None = None) -> None:
+    """How a result command ends, the same in every one: ``out`` (the result's JSON and what the command adds)
+    gains "run", ``result.save()``'s id, when ``save`` (a job that stored its run puts "run" in ``out`` itself)
+    and "png", ``result.plot()`` written to ``png``, when given; then ``emit``: the JSON alone with --json, else
+    ``human(out)`` closed by "saved run ID" and "figure saved to PATH" (on the result console, or by ``say``)."""
+    if save:
+        out["run"] = result.save().id
+    if png:
+        from core.figures import save_figure
+
+        out["png"] = str(save_figure(result.plot(), png))
+
+    def show(r: dict[str, Any]) -> None:
+        human(r)
+        line = say or result_console().print
+        if "run" in r:
+            line(f"saved run {r['run']}")
+        if "png" in r:
+            line(f"figure saved to {r['png']}")
+
+    emit(out, as_json, show)
+
+
+def finish_listing(rows: list[dict[str, Any]], bad: list[dict[str, Any]], as_json: bool,
+                   human: Callable[[list[dict[str, Any]]], None], skipped: str, note: str) -> None:
+    """How a listing command ends (runs list, jobs list): the sound rows (--json keeps its shape, a list), the
+    damaged entries ``bad`` named below them, "damaged (N; ``skipped``):", or with --json on stderr, "note: N
+    ``note``"."""
+
+    def show(rows: list[dict[str, Any]]) -> None:
+        human(rows)
+        if bad:
+            print(f"damaged ({len(bad)}; {skipped}):")
+            for r in bad:
+                print(f"  {r['id']}: {r['reason']}")
+
+    emit(rows, as_json, show)
+    if bad and as_json:
+        print(f"note: {len(bad)} {note}", file=sys.stderr)
+
+
+def emit_damaged(bad: list[dict[str, Any]], as_json: bool, none: str) -> None:
+    """A listing's --damaged: "ID: reason" a line (``none`` when there are none)."""
+    emit(bad, as_json, lambda rows: print("\n".join(f"{r['id']}: {r['reason']}" for r in rows) if rows else none))
 
 
 def to_json(result: Any) -> str:

@@ -62,9 +62,8 @@ def concepts(
 
     from core.models.zoo import check_text_model
     from workbench.commands.common import check_device
-    from workbench.commands.jobs import run_job
-    from workbench.commands.probe import threads_here
-    from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.commands.probe import run_probe_job
+    from workbench.scheduler.kind_probes import dataset_spec, model_ref
     from workbench.scheduler.specs import ConceptsSpec
 
     check_text_model(model, "concepts")  # before the job starts
@@ -72,12 +71,7 @@ def concepts(
                         **dataset_spec(dataset, data), concept=concept, layers=layers, steer_layers=steer_layers,
                         pooling=pooling, scale=scale, n_steer=n_steer,
                         saes=[_sae_path(p) for p in sae or []])
-    if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
-        check_here(spec.to_dict())
-    job, res = run_job(spec, 1, ray_address, save=save)
-    out = res.to_json()
-    if job.run_id:
-        out["run"] = job.run_id
+    out = run_probe_job(spec, ray_address, save)
 
     def human(o):
         from rich.table import Table

@@ -9,7 +9,7 @@ import typer
 
 from core.options import int_range, nonempty, positive_int
 from core.options import port as port_option
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, emit_damaged, finish_listing
 
 
 def register(app: typer.Typer) -> None:
@@ -55,13 +55,9 @@ def runs_list(
 
     store = RunStore()
     if damaged:
-        def human_bad(rows):
-            print("\n".join(f"{r['id']}: {r['reason']}" for r in rows) if rows else "no damaged runs")
-
-        emit(store.damaged(), as_json, human_bad)
+        emit_damaged(store.damaged(), as_json, "no damaged runs")
         return
     rows = store.list(kind=kind, model=model)
-    # --json keeps its shape (a list of sound runs); damaged entries are named on stderr / below the table.
     bad = store.damaged()
 
     def human(rows):
@@ -71,17 +67,15 @@ def runs_list(
         # (DATE-TIME-KIND-HASH), so neither has a column of its own that would squeeze the model at 80 columns
         print_table(["id", "model", "method"],
                     [[r["id"], r["model"] or "", r["method"] or ""] for r in rows], whole=("id", "model"))
-        if bad:
-            print(f"damaged ({len(bad)}; skipped, remove with `workbench runs rm ID`):")
-            for r in bad:
-                print(f"  {r['id']}: {r['reason']}")
 
-    emit(rows, as_json, human)
-    if bad and as_json:
-        print(f"note: {len(bad)} damaged run(s) skipped; see `workbench runs list --damaged`", file=sys.stderr)
+    finish_listing(rows, bad, as_json, human, "skipped, remove with `workbench runs rm ID`",
+                   "damaged run(s) skipped; see `workbench runs list --damaged`")
 
 
-def runs_show(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+RUN_ID_ARGUMENT = typer.Argument(..., help="Run id, or a unique prefix of one.")
+
+
+def runs_show(run_id: str = RUN_ID_ARGUMENT,
               as_json: bool = JSON_OPTION) -> None:
     """Show one run's metadata, tables and result."""
     from core.store import RunStore
@@ -91,7 +85,7 @@ def runs_show(run_id: str = typer.Argument(..., help="Run id, or a unique prefix
          as_json)
 
 
-def runs_rm(run_id: str = typer.Argument(..., help="Run id, or a unique prefix of one."),
+def runs_rm(run_id: str = RUN_ID_ARGUMENT,
             as_json: bool = JSON_OPTION) -> None:
     """Remove one run (a damaged one too; a symlink is removed, never what it points to)."""
     from core.store import RunStore

@@ -6,9 +6,20 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option, save_figure
-from core.options import any_int, positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, result_console
+from core.figures import check_figure_path, png_option
+from core.options import positive_int
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    FOIL_OPTION,
+    JSON_OPTION,
+    MODEL_ARGUMENT,
+    POSITION_OPTION,
+    PROMPT_ARGUMENT,
+    SAVE_OPTION,
+    finish,
+    result_console,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -17,16 +28,15 @@ def register(app: typer.Typer) -> None:
 
 
 def dla(
-    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
-    prompt: str = typer.Argument(..., help="The prompt."),
+    model: str = MODEL_ARGUMENT,
+    prompt: str = PROMPT_ARGUMENT,
     target: str = typer.Option(None, "--target", help="Target token, leading space included; required unless "
                                "--position is before the last token (then: the prompt's next token)."),
-    foil: str = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil)."),
-    position: int = typer.Option(None, "--position", help="Explain the prediction made at this position "
-                                 "(0-based; negative counts from the end; default the last).", callback=any_int),
+    foil: str = FOIL_OPTION,
+    position: int = POSITION_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     top: int = typer.Option(10, "--top", help="Heads shown in the human-readable output.", callback=positive_int),
     png: str = png_option(),
     as_json: bool = JSON_OPTION,
@@ -48,11 +58,6 @@ def dla(
     if target is None and encode_at(m, prompt, None, foil, position).target is None:
         raise TokenError(f"position {position} is the prompt's last token: give --target")
     res = direct_logit_attribution(m, prompt, target=target, foil=foil, position=position)
-    out = res.to_json()
-    if save:
-        out["run"] = res.save().id
-    if png:
-        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
         import torch
@@ -81,9 +86,5 @@ def dla(
                                for i in best])
         listing("accumulated:", [f"{n} {v:+.2f}" for n, v in zip(r["accumulated"], r["accumulated_scores"],
                                                                   strict=True)])
-        if "run" in r:
-            c.print(f"saved run {r['run']}")
-        if "png" in r:
-            c.print(f"figure saved to {r['png']}")
 
-    emit(out, as_json, human)
+    finish(res.to_json(), as_json, human, res, save=save, png=png)

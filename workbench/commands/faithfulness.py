@@ -6,7 +6,20 @@ import typer
 
 from core.options import positive_int
 from core.prompt_files import read_prompts
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    LIMIT_OPTION,
+    PROMPT_SET_MODEL_OPTION,
+    PROMPTS_OPTION,
+    SAVE_OPTION,
+    THREADS_OPTION,
+    USE_FOIL_OPTION,
+    dtype_spec,
+    emit,
+    result_console,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, WORKERS_OPTION
 
 
@@ -50,28 +63,26 @@ def parse_grid(text: str) -> list[float]:
 
 
 def faithfulness(
-    model: str = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory."),
-    prompts: str = typer.Option(..., "--prompts",
-                                help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line."),
+    model: str = PROMPT_SET_MODEL_OPTION,
+    prompts: str = PROMPTS_OPTION,
     methods: str = typer.Option(..., "--methods", help="Comma-separated methods, e.g. dpa,ig,gradient,random "
                                 "(activation_patching adds Spearman / recall@10 against it)."),
     level: str = typer.Option("token", "--level", help="token | head | neuron."),
-    limit: int = typer.Option(None, "--limit", help="Only the first N prompts.", callback=positive_int),
+    limit: int = LIMIT_OPTION,
     ablation: str = typer.Option("zero", "--ablation", help="zero | mean (mean over the prompts' positions)"),
     rank: str = typer.Option("signed", "--rank", help="signed (items pushing the target up first) | abs "
                              "(largest influence either way first; unsigned methods are unchanged)."),
-    foil: bool = typer.Option(True, "--foil/--no-foil", help="Explain target minus foil (when a prompt has "
-                              "one) or the target logit alone."),
+    foil: bool = USE_FOIL_OPTION,
     param: list[str] = typer.Option(None, "--param", help="Method parameter METHOD.NAME=VALUE (repeatable), "
                                     "e.g. ig.steps=32, dpa.w_v=1."),
     grid: str = typer.Option(None, "--grid", help="Fractions p, comma-separated (default: the level's grid, "
                              "0 and 1 included, so random scores 0); e.g. 0.1,0.2,...,1 to compare with the "
                              "paper scripts' figures."),
     batch_size: int = typer.Option(32, "--batch-size", help="Ablated forwards per batch.", callback=positive_int),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int),
+    threads: int = THREADS_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     workers: int = WORKERS_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
     as_json: bool = JSON_OPTION,

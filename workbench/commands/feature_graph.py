@@ -6,9 +6,9 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option, save_figure
+from core.figures import check_figure_path, png_option
 from core.options import positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit
+from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, MODEL_OPTION, console, finish
 
 
 def register(app: typer.Typer) -> None:
@@ -32,14 +32,10 @@ def _human(r: dict[str, Any]) -> None:
         print(f"  {n['id']:<22} {n['kind']:<8} {str(n['token']):<12} influence {n['influence']:.3f}{score}")
     for e in sorted(r["edges"], key=lambda e: -abs(e["score"]))[:20]:
         print(f"  {e['src']:>22} -> {e['dst']:<22} {e['score']:+.4f}")
-    if "run" in r:
-        c.print(f"saved run {r['run']}")
-    if "png" in r:
-        c.print(f"figure saved to {r['png']}")
 
 
 def feature_graph(
-    model: str = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory."),
+    model: str = MODEL_OPTION,
     prompt: str = typer.Option(..., "--prompt", help="The prompt whose next token is explained."),
     target: str = typer.Option(None, "--target", help="Target token (default: the model's top prediction)."),
     foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil."),
@@ -96,9 +92,4 @@ def feature_graph(
     graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,
                   max_edges=edges, keep_first=keep_first, method=method, node_threshold=node_threshold,
                   edge_threshold=edge_threshold, **params)
-    out = graph.to_json()
-    if save:
-        out["run"] = graph.save().id
-    if png:
-        out["png"] = str(save_figure(graph.plot(), png))
-    emit(out, as_json, _human)
+    finish(graph.to_json(), as_json, _human, graph, save=save, png=png, say=console().print)

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from core.options import positive_int
-from workbench.commands.common import JSON_OPTION, console, emit
+from workbench.commands.common import JSON_OPTION, console, emit, emit_damaged, finish_listing
 
 RAY_ADDRESS_OPTION = typer.Option(
     None, "--ray-address", help="Run on the Ray cluster at HOST:PORT (its GCS, e.g. HEAD:6379; or auto); 'local' "
@@ -39,15 +39,12 @@ def jobs_list(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Every job, newest first: id, state, progress, time left, run (damaged records: --damaged)."""
-    import sys
-
     from workbench.scheduler import JobBoard
 
     board = JobBoard()
     jobs, bad = board.scan()
     if damaged:
-        emit(bad, as_json, lambda rows: print("\n".join(f"{r['id']}: {r['reason']}" for r in rows)
-                                              if rows else "no damaged job records"))
+        emit_damaged(bad, as_json, "no damaged job records")
         return
     rows = [j.summary() for j in jobs]
 
@@ -71,16 +68,9 @@ def jobs_list(
                 table.append([f"{r['id']}\n{label}", r["state"], f"{100 * r['fraction']:.0f}%{done}{left}",
                               prefix.get(r["run_id"], "") if r["run_id"] else ""])
             print_table(["id", "state", "progress", "run"], table, whole=("id", "run"))
-        if bad:
-            print(f"damaged ({len(bad)}; skipped):")
-            for r in bad:
-                print(f"  {r['id']}: {r['reason']}")
 
-    # --json keeps its shape (a list of sound jobs); damaged records are named on stderr / below the list
-    emit(rows, as_json, human)
-    if bad and as_json:
-        print(f"note: {len(bad)} damaged job record(s) skipped; see `workbench jobs list --damaged`",
-              file=sys.stderr)
+    finish_listing(rows, bad, as_json, human, "skipped",
+                   "damaged job record(s) skipped; see `workbench jobs list --damaged`")
 
 
 def _run_prefixes(run_ids: list[str], shortest: int = 15) -> dict[str, str]:
@@ -101,7 +91,10 @@ def _run_prefixes(run_ids: list[str], shortest: int = 15) -> dict[str, str]:
     return out
 
 
-def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
+JOB_ID_ARGUMENT = typer.Argument(..., help="Job id, or a unique prefix of one.")
+
+
+def jobs_show(job_id: str = JOB_ID_ARGUMENT,
               as_json: bool = JSON_OPTION) -> None:
     """One job: its spec, state, progress, error and log."""
     from workbench.scheduler import JobBoard
@@ -125,7 +118,7 @@ def jobs_show(job_id: str = typer.Argument(..., help="Job id, or a unique prefix
     emit(job, as_json, human)
 
 
-def jobs_cancel(job_id: str = typer.Argument(..., help="Job id, or a unique prefix of one."),
+def jobs_cancel(job_id: str = JOB_ID_ARGUMENT,
                 as_json: bool = JSON_OPTION) -> None:
     """Cancel a queued or running job: its workers stop within a couple of seconds; nothing is saved."""
     from workbench.scheduler import JobBoard

@@ -6,9 +6,20 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option, save_figure
+from core.figures import check_figure_path, png_option
 from core.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, console, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    MODEL_ARGUMENT,
+    PROMPT_ARGUMENT,
+    SAVE_OPTION,
+    console,
+    emit,
+    finish,
+    result_console,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -19,8 +30,8 @@ def register(app: typer.Typer) -> None:
 
 
 def lens(
-    model: str = typer.Argument(..., help="A model from `workbench models`, or a local model directory."),
-    prompt: str = typer.Argument(..., help="The prompt."),
+    model: str = MODEL_ARGUMENT,
+    prompt: str = PROMPT_ARGUMENT,
     kind: str = typer.Option("logit", "--kind", help="logit or tuned."),
     target: str = typer.Option(None, "--target", help="A token (leading space included) whose rank and "
                                "probability are reported per layer."),
@@ -29,7 +40,7 @@ def lens(
     top_k: int = typer.Option(5, "--top-k", help="Tokens kept per layer and position.", callback=positive_int),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     png: str = png_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:
@@ -47,11 +58,6 @@ def lens(
 
     m = wb.load(model, device=check_device(device), dtype=dtype)
     res = run_lens(m, prompt, kind=kind, target=target, top_k=top_k, position=position)
-    out = res.to_json()
-    if save:
-        out["run"] = res.save().id
-    if png:
-        out["png"] = str(save_figure(res.plot(), png))
 
     def human(r: dict[str, Any]) -> None:
         c = result_console()
@@ -74,12 +80,8 @@ def lens(
                     print((f"{name if rank == 0 else '':>{width}} | " + " | ".join(f"{x:14}" for x in cells)).rstrip())
         if "target_rank" in r:
             c.print(f"target {r['target']!r} at position {r['position']}: rank per layer {r['target_rank']}")
-        if "run" in r:
-            c.print(f"saved run {r['run']}")
-        if "png" in r:
-            c.print(f"figure saved to {r['png']}")
 
-    emit(out, as_json, human)
+    finish(res.to_json(), as_json, human, res, save=save, png=png)
 
 
 def lens_train(

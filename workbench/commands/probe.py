@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import Any
 
 import typer
 
@@ -24,16 +25,24 @@ def register(app: typer.Typer) -> None:
     app.command("icl-readout")(icl_readout)
 
 
-def threads_here(ray_address: str | None) -> bool:
-    """Whether the job runs in this process; if so it gets at most two torch threads (as always here)."""
+def run_probe_job(spec: Any, ray_address: str | None, save: bool) -> dict[str, Any]:
+    """A probe or concepts job, run; its result's JSON ("run" naming its run when one was stored). Run in this
+    process, it gets at most two torch threads (as always here) and its hooks and layers are checked before the
+    job starts."""
+    from workbench.commands.jobs import run_job
     from workbench.scheduler import resolve_address
+    from workbench.scheduler.kind_probes import check_here
 
-    if resolve_address(ray_address) is not None:
-        return False
-    import torch
+    if resolve_address(ray_address) is None:
+        import torch
 
-    torch.set_num_threads(min(2, torch.get_num_threads()))
-    return True
+        torch.set_num_threads(min(2, torch.get_num_threads()))
+        check_here(spec.to_dict())
+    job, res = run_job(spec, 1, ray_address, save=save)
+    out = res.to_json()
+    if job.run_id:
+        out["run"] = job.run_id
+    return out
 
 
 def probe(
@@ -70,20 +79,14 @@ def probe(
 
     from core.models.zoo import check_text_model
     from workbench.commands.common import check_device
-    from workbench.commands.jobs import run_job
-    from workbench.scheduler.kind_probes import check_here, dataset_spec, model_ref
+    from workbench.scheduler.kind_probes import dataset_spec, model_ref
     from workbench.scheduler.specs import ProbeSpec
 
     check_text_model(model, "probe")  # before the job starts
     spec = ProbeSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
                      **dataset_spec(dataset, data), hook=hook, layers=layers, pooling=pooling, test_frac=test_frac,
                      seed=seed)
-    if threads_here(ray_address):  # runs in this process: bad hooks and layers fail before the job
-        check_here(spec.to_dict())
-    job, res = run_job(spec, 1, ray_address, save=save)
-    out = res.to_json()
-    if job.run_id:
-        out["run"] = job.run_id
+    out = run_probe_job(spec, ray_address, save)
 
     def human(o):
         from rich.table import Table

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import allow_long_option, int_range, nonempty, nonneg_float, nonneg_int, positive_int
-from workbench.commands.common import JSON_OPTION, emit, result_console
+from workbench.commands.common import JSON_OPTION, SAVE_OPTION, emit, result_console
 
 
 def register(app: typer.Typer) -> None:
@@ -45,7 +45,7 @@ def recover_heads(
     ffn: bool = typer.Option(False, "--ffn", help="FFN extension: random attention + bias-free ReLU FFN, "
                              "recovered near one point; reports agreement on fresh inputs."),
     sweep: bool = typer.Option(False, "--sweep", help="Also sweep the noise scale and plot error vs s."),
-    save: bool = typer.Option(True, "--save/--no-save", help="Save the run to the run store."),
+    save: bool = SAVE_OPTION,
     allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,
 ) -> None:

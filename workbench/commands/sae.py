@@ -21,6 +21,7 @@ from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    THREADS_OPTION,
     console,
     dtype_spec,
     emit,
@@ -177,8 +178,7 @@ def cache(
     shard_tokens: int = typer.Option(65_536, "--shard-tokens", help="Tokens per shard file (the unit the "
                                      "workers share).", callback=positive_int),
     keep_first: bool = typer.Option(False, "--keep-first", help="Also cache position 0 (the attention sink)."),
-    threads: int = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).",
-                                callback=positive_int),
+    threads: int = THREADS_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     workers: int = workers_option("the shard files"),
