@@ -25,7 +25,9 @@ from __future__ import annotations
 import math
 
 import torch
+from jaxtyping import Float
 
+from attribution.vit.maps import Images, Maps, Resid, Targets
 from attribution.vit.methods._common import capture
 from core.errors import MethodError
 
@@ -52,7 +54,7 @@ def _ln_back(u: torch.Tensor, gamma: torch.Tensor, scale: torch.Tensor) -> torch
     return (v - v.mean(-1, keepdim=True)) / scale
 
 
-def start_target(model, acts: dict, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def start_target(model, acts: dict, targets: Targets) -> tuple[Resid, Float[torch.Tensor, " image"]]:
     """The target at the last residual stream, t (image, token, d_model), and the constant (image).
 
     A linear head on the final LayerNorm (its 1/std frozen) reads CLS (``head_pool="cls"``), the mean of
@@ -81,8 +83,9 @@ def start_target(model, acts: dict, targets: torch.Tensor) -> tuple[torch.Tensor
     return t, const
 
 
-def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
-              w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio", keep: dict | None = None):
+def propagate(model, images: Images, targets: Targets, w_q: float = 0.25, w_k: float = 0.25,
+              w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio",
+              keep: dict[int, Resid] | None = None):
     """Returns (t0 (image, token, d_model) at the block-0 input, const (image), acts).
 
     ``keep``: a dict that receives t^l, the target at block l's input (``blocks.{l}.hook_resid_pre``),
@@ -136,8 +139,8 @@ def propagate(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0
     return t, const, acts
 
 
-def run(model, images: torch.Tensor, targets: torch.Tensor, w_q: float = 0.25, w_k: float = 0.25,
-        w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio") -> torch.Tensor:
+def run(model, images: Images, targets: Targets, w_q: float = 0.25, w_k: float = 0.25,
+        w_v: float = 0.5, w_mlp: float = 1.0, mlp_mode: str = "ratio") -> Maps:
     t, _, acts = propagate(model, images, targets, w_q, w_k, w_v, w_mlp, mlp_mode)
     p = model.cfg.n_prefix
     content = acts["hook_embed"][:, p:] - model.b_patch  # W_patch x_i
