@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Bool, Float, Int
 
 from attribution.baselines.common import last_logits
 from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
@@ -97,7 +98,7 @@ def resolve_method(name: str, level: str) -> tuple[str, str, Callable]:
     return name, call_level, get_method(name, call_level)[1]
 
 
-def item_scores(scores: torch.Tensor, level: str, call_level: str) -> torch.Tensor:
+def item_scores(scores: Float[torch.Tensor, "*axes"], level: str, call_level: str) -> Float[torch.Tensor, "*items"]:
     """One score per ablatable item: token [S], head [L, H] (sum over queries), neuron [L, N] (sum over
     positions). From query-key pairs (attention baselines): a head's mass off the first key (the attention sink,
     which every head's rows would otherwise tie on at 1), summed over queries."""
@@ -111,7 +112,7 @@ def item_scores(scores: torch.Tensor, level: str, call_level: str) -> torch.Tens
     return s
 
 
-def ranking(scores: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+def ranking(scores: Float[torch.Tensor, "*items"], gen: torch.Generator) -> Int[torch.Tensor, " item"]:
     """Item indices from the highest score down, ties broken at random (not by index)."""
     flat = scores.flatten()
     flat = torch.where(torch.isfinite(flat), flat, torch.full_like(flat, -math.inf))
@@ -119,7 +120,8 @@ def ranking(scores: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     return perm[torch.argsort(flat[perm], descending=True, stable=True)]
 
 
-def curve_masks(order: torch.Tensor, grid: list[float]) -> tuple[torch.Tensor, torch.Tensor]:
+def curve_masks(order: Int[torch.Tensor, " item"],
+                grid: list[float]) -> tuple[Bool[torch.Tensor, "grid item"], Bool[torch.Tensor, "grid item"]]:
     """Boolean masks (True = ablate) [G, n] for disrupt and recover along the grid."""
     n = order.numel()
     k = [int(math.floor(p * n + 0.5)) for p in grid]
@@ -132,7 +134,7 @@ def curve_masks(order: torch.Tensor, grid: list[float]) -> tuple[torch.Tensor, t
     return disrupt, recover
 
 
-def spearman(a: torch.Tensor, b: torch.Tensor) -> float | None:
+def spearman(a: Float[torch.Tensor, "*items"], b: Float[torch.Tensor, "*items"]) -> float | None:
     from scipy.stats import spearmanr
 
     a, b = a.flatten().numpy(), b.flatten().numpy()
@@ -141,7 +143,7 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float | None:
     return float(spearmanr(a, b).statistic)
 
 
-def recall_at_k(scores: torch.Tensor, truth: torch.Tensor, k: int = 10) -> float:
+def recall_at_k(scores: Float[torch.Tensor, "*items"], truth: Float[torch.Tensor, "*items"], k: int = 10) -> float:
     k = min(k, truth.numel())
     top = set(scores.flatten().abs().topk(k).indices.tolist())
     ref = set(truth.flatten().abs().topk(k).indices.tolist())
