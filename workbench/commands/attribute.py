@@ -13,6 +13,7 @@ from workbench.commands.common import (
     DTYPE_OPTION,
     FOIL_OPTION,
     JSON_OPTION,
+    LEVEL_OPTION,
     MODEL_ARGUMENT,
     POSITION_OPTION,
     SAVE_OPTION,
@@ -83,8 +84,7 @@ def attribute(
                                "unless --position is before the last token (then: the prompt's next token)."),
     foil: str = FOIL_OPTION,
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
-    level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
-                              "edge, its old name, still means qk)."),
+    level: str = LEVEL_OPTION,
     position: int = POSITION_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,

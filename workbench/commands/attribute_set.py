@@ -9,6 +9,7 @@ from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    LEVEL_OPTION,
     LIMIT_OPTION,
     PROMPT_SET_MODEL_OPTION,
     PROMPTS_OPTION,
@@ -30,8 +31,7 @@ def attribute_set(
     model: str = PROMPT_SET_MODEL_OPTION,
     prompts: str = PROMPTS_OPTION,
     method: str = typer.Option("dpa", "--method", help="Attribution method (see `workbench attribute --help`)."),
-    level: str = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
-                              "edge, its old name, still means qk)."),
+    level: str = LEVEL_OPTION,
     limit: int = LIMIT_OPTION,
     foil: bool = USE_FOIL_OPTION,
     batch_size: int = typer.Option(16, "--batch-size", help="Prompts per DPA pass (other methods run "

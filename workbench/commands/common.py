@@ -55,6 +55,9 @@ THREADS_OPTION = typer.Option(None, "--threads", help="torch CPU threads (defaul
 MODEL_OPTION = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory.")
 MODEL_ARGUMENT = typer.Argument(..., help="A model from `workbench models`, or a local model directory.")
 PROMPT_ARGUMENT = typer.Argument(..., help="The prompt.")
+# the attribution commands (attribute, attribute-set)
+LEVEL_OPTION = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
+                            "edge, its old name, still means qk).")
 # the token a one-prompt attribution explains (attribute, dla)
 FOIL_OPTION = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil).")
 POSITION_OPTION = typer.Option(None, "--position", help="Explain the prediction made at this position "
