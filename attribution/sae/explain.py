@@ -16,7 +16,7 @@ dashboards' own) and the score reported is on the other half.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +30,9 @@ from attribution.sae.lexicon import (
     core,
     show_token,
 )
+
+if TYPE_CHECKING:
+    from jaxtyping import Bool, Float, Int, Shaped
 
 N_TOP, N_RANDOM = 10, 10  # windows per feature in the scoring mix
 SET_SIZES = (1, 2, 3, 5, 8, 13, 20)  # prefixes of the feature's own token list tried as token sets
@@ -47,12 +50,12 @@ class Text:
     ``uniq``/``strings``, the category table [C, U] and the global masks [2C + K, W, L] (each category,
     each category at the previous position, each context rule)."""
 
-    ids: np.ndarray
-    uniq: np.ndarray
-    inv: np.ndarray
+    ids: Int[np.ndarray, "window pos"]
+    uniq: Int[np.ndarray, " unique"]
+    inv: Int[np.ndarray, "window pos"]
     strings: list[str]
-    table: np.ndarray
-    masks: np.ndarray
+    table: Bool[np.ndarray, "category unique"]
+    masks: Bool[np.ndarray, "rule window pos"]
 
     @classmethod
     def of(cls, ids: Any, text_of: dict[int, str]) -> Text:
@@ -66,14 +69,14 @@ class Text:
         masks = np.concatenate([cats, shift(cats), context_masks(strings, inv)])
         return cls(ids, uniq, inv, strings, table, masks)
 
-    def token_mask(self, part: dict[str, Any]) -> np.ndarray:
+    def token_mask(self, part: dict[str, Any]) -> Bool[np.ndarray, "window pos"]:
         if part["kind"] == "any":
             return np.ones(self.ids.shape, dtype=bool)
         if part["kind"] == "category":
             return self.masks[CAT_INDEX[part["key"]]]
         return np.isin(self.ids, part["ids"])
 
-    def context_mask(self, part: dict[str, Any] | None) -> np.ndarray:
+    def context_mask(self, part: dict[str, Any] | None) -> Bool[np.ndarray, "window pos"]:
         if part is None:
             return np.ones(self.ids.shape, dtype=bool)
         if part["kind"] == "after_category":
@@ -83,14 +86,14 @@ class Text:
         return shift(np.isin(self.ids, part["ids"]))
 
 
-def shift(m: np.ndarray) -> np.ndarray:
+def shift(m: Bool[np.ndarray, "*batch pos"]) -> Bool[np.ndarray, "*batch pos"]:
     """Whether the previous position (along the last axis) has ``m``; False at position 0."""
     out = np.zeros_like(m)
     out[..., 1:] = m[..., :-1]
     return out
 
 
-def simulate(rule: dict[str, Any], text: Text) -> np.ndarray:
+def simulate(rule: dict[str, Any], text: Text) -> Float[np.ndarray, "window pos"]:
     """[W, L] simulated activations: the rule's level where it fires, 0 elsewhere."""
     m = text.token_mask(rule["token"]) & text.context_mask(rule.get("context"))
     return m * float(rule.get("level", 1.0))
@@ -107,7 +110,7 @@ def pearson(pred: Any, true: Any) -> float | None:
     return float(np.clip(np.corrcoef(p, t)[0, 1], -1.0, 1.0))
 
 
-def pearson_masks(masks: np.ndarray, a: np.ndarray) -> np.ndarray:
+def pearson_masks(masks: Shaped[np.ndarray, "rule n"], a: Float[np.ndarray, " n"]) -> Float[np.ndarray, " rule"]:
     """Correlation of each 0/1 row of ``masks`` [R, N] with ``a`` [N] (0 for a constant row)."""
     m = masks.astype(np.float32)
     p = m.mean(1)
@@ -116,7 +119,8 @@ def pearson_masks(masks: np.ndarray, a: np.ndarray) -> np.ndarray:
     return np.where(sd > 0, cov / np.where(sd > 0, sd, 1), 0.0)
 
 
-def mix(window_max: np.ndarray, order: np.ndarray, n_top: int = N_TOP, n_random: int = N_RANDOM) -> np.ndarray:
+def mix(window_max: Float[np.ndarray, " window"], order: Int[np.ndarray, " window"], n_top: int = N_TOP,
+        n_random: int = N_RANDOM) -> Int[np.ndarray, " mixed"]:
     """The scoring mix of one feature: its ``n_top`` windows of largest activation (that fire), then
     ``n_random`` others in the fixed random ``order``."""
     firing = np.flatnonzero(window_max > 0)
@@ -125,7 +129,8 @@ def mix(window_max: np.ndarray, order: np.ndarray, n_top: int = N_TOP, n_random:
     return np.concatenate([top, rest])
 
 
-def score_rule(rule: dict[str, Any], text: Text, acts: np.ndarray, order: np.ndarray) -> float | None:
+def score_rule(rule: dict[str, Any], text: Text, acts: Float[np.ndarray, "window pos"],
+               order: Int[np.ndarray, " window"]) -> float | None:
     """The simulation score of ``rule`` for one feature's activations ``acts`` [W, L] on ``text``: Pearson
     correlation over its top and random windows, positions 1.. (position 0 is never scored)."""
     sel = mix(acts[:, 1:].max(1), order)
@@ -137,8 +142,8 @@ def ranked(ids: list[int], limit: int) -> list[int]:
     return list(dict.fromkeys(ids))[:limit]
 
 
-def choose(text: Text, acts: np.ndarray, order: np.ndarray, fire_ids: list[int], prev_ids: list[int]
-           ) -> tuple[dict[str, Any] | None, float | None]:
+def choose(text: Text, acts: Float[np.ndarray, "window pos"], order: Int[np.ndarray, " window"], fire_ids: list[int],
+           prev_ids: list[int]) -> tuple[dict[str, Any] | None, float | None]:
     """The rule that best simulates one feature on ``text`` (its activations ``acts`` [W, L]) among the
     categories, the prefixes of ``fire_ids`` (tokens it fires on, from its dashboard), the context rules,
     the prefixes of ``prev_ids`` (tokens before its top activations), and the intersections of the three
@@ -252,7 +257,8 @@ def token_list(rule: dict[str, Any] | None) -> bool:
     return bool(rule) and rule["token"]["kind"] == "tokens" and rule.get("context") is None
 
 
-def informative_weights(explanations: list[dict[str, Any]], ids: Any, text_of: dict[int, str]) -> np.ndarray:
+def informative_weights(explanations: list[dict[str, Any]], ids: Any,
+                        text_of: dict[int, str]) -> Float[np.ndarray, "pos unit"]:
     """[L, F] weights that rank a prompt's units by what a reader learns from them: 1, halved where the
     unit's explanation does not predict it at that token (its activation is unaccounted for), and halved
     where the explanation only lists tokens (a category or a context generalises; a token list mostly

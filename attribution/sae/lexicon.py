@@ -9,8 +9,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from jaxtyping import Bool, Int
 
 # The IOI task's names (circuits/bench/tasks.py) and other common English first names.
 FIRST_NAMES = frozenset("""
@@ -113,13 +117,13 @@ CONTEXTS = [("line_start", "at the start of a line"), ("sentence_start", "at the
 CONTEXT_PHRASE = dict(CONTEXTS)
 
 
-def category_table(strings: list[str]) -> np.ndarray:
+def category_table(strings: list[str]) -> Bool[np.ndarray, "category unique"]:
     """[n categories, n strings] bool: which category each token text belongs to."""
     return np.array([[bool(pred(s)) for s in strings] for _, _, pred in CATEGORIES], dtype=bool).reshape(
         len(CATEGORIES), len(strings))
 
 
-def context_masks(strings: list[str], inv: np.ndarray) -> np.ndarray:
+def context_masks(strings: list[str], inv: Int[np.ndarray, "window pos"]) -> Bool[np.ndarray, "context window pos"]:
     """[n contexts, W, L] bool for windows of tokens (``inv``: [W, L] indices into ``strings``): each
     position's context rules, judged from the tokens before it in its window."""
     s = np.array([core(x).strip() for x in strings], dtype=object)
