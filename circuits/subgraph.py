@@ -19,6 +19,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from circuits.export import export as export_to
+from circuits.influence import graph_scores
 from core.errors import RangeError
 
 if TYPE_CHECKING:
@@ -203,8 +205,6 @@ class Subgraph:
         (graphs saved before the scores, imported graphs, circuits) on this graph (``computed_on`` says which)."""
         if self.scores:
             return self.scores
-        from circuits.influence import graph_scores
-
         kinds = {n.id: n.kind for n in self.nodes}
         rows: dict[str, dict[str, float]] = {}
         for e in self.edges:
@@ -247,7 +247,13 @@ class Subgraph:
         """The graph drawn as the app draws it (circuits.plot): a circuit by layer rows and head columns; a feature
         graph by layer rows and token-position columns, pruned to read (``per_row`` nodes of each layer, the
         ``max_edges`` strongest edges among them) and labelled from its dictionaries' dashboards."""
-        from circuits.plot import feature_graph_figure, feature_graph_plot, feature_view, graph_figure, metric_name
+        from circuits.plot import (  # plotly: imported when a figure is drawn
+            feature_graph_figure,
+            feature_graph_plot,
+            feature_view,
+            graph_figure,
+            metric_name,
+        )
 
         if self.is_feature_graph:
             return feature_graph_plot(self, per_row, max_edges, selected=selected, title=title)
@@ -286,9 +292,7 @@ class Subgraph:
     def export(self, fmt: str, path: Any, table: str = "edges", overwrite: bool = False) -> dict[str, Any]:
         """Write this graph as ``graph-json`` (circuit-tracer / Neuronpedia), ``csv`` or ``parquet`` (its edge
         table, or ``table="nodes"``) at ``path`` (circuits.export)."""
-        from circuits.export import export
-
-        return export(self, fmt, path, table=table, overwrite=overwrite)
+        return export_to(self, fmt, path, table=table, overwrite=overwrite)
 
     # -- stored ------------------------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from circuits.bench.metrics import finite
+from circuits.edges.patching import chosen_edges, score
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
 
@@ -22,9 +24,6 @@ from circuits.intervene import References
 def sample_patching(model: Any, graph: CircuitGraph, prompts: Any, refs: References, n_edges: int,
                     seed: int, copies: int = 8) -> dict[str, Any]:
     """Exact single-edge patching effects of a seeded sample of ``n_edges`` edges (mean over ``prompts``)."""
-    from circuits.bench.metrics import finite
-    from circuits.edges.patching import chosen_edges, score
-
     edges = chosen_edges(graph, n_edges, seed)
     exact = score(model, graph, prompts, refs, edges=edges, copies=copies)[edges]
     return {"edges": edges.tolist(), "exact": [finite(float(v), "an edge's patching effect") for v in exact],

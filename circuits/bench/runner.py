@@ -30,7 +30,8 @@ from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
 from circuits.bench.tasks import TASKS, build, is_task, keep_rows, parse_task, split_rows
 from circuits.bench.variants import split_variant
-from circuits.edges import EDGE_METHODS
+from circuits.counterfactual import PromptSet
+from circuits.edges import EDGE_METHODS, get_method
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
 from core.errors import MethodError, PromptError
@@ -178,9 +179,6 @@ def score_edges(model: Any, graph: CircuitGraph, method: str, prompts: Any, refs
         gen = torch.Generator().manual_seed(seed)
         s = torch.randn(graph.n_edges, generator=gen)
         return s, s[None].repeat(2, 1)
-    from circuits.counterfactual import PromptSet
-    from circuits.edges import get_method
-
     name, params = split_variant(method)
     spec = get_method(name)
     chunks = []

@@ -19,6 +19,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from circuits.export import graph_json, mib, tables
 from core.errors import ExportError
 
 FORMATS = ("graph-json", "mib", "csv", "parquet")
@@ -89,8 +90,6 @@ def render(obj: Any, fmt: str, table: str = "edges", slug: str | None = None,
     """(file content, what it holds) of ``obj`` in ``fmt``; ``annotations``: a run's pins and supernodes (the
     graph JSON's qParams)."""
     import json
-
-    from circuits.export import graph_json, mib, tables
 
     kind = kind_of(obj)
     check_kind(kind, fmt)
