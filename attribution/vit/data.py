@@ -83,7 +83,8 @@ def _colour(rng: np.random.Generator, target: bool) -> np.ndarray:
     return np.clip(c, 0, 1)
 
 
-def synthetic_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
+def synthetic_image(seed: int, index: int) -> tuple[Float[np.ndarray, "channel height width"], int,
+                                                    Bool[np.ndarray, "height width"]]:
     """One image (3, 32, 32) float32, its label and the decisive object's mask (32, 32)."""
     rng = np.random.default_rng([seed, index])
     img = rng.uniform(0.0, 0.15, (3, IMAGE_SIZE, IMAGE_SIZE))
@@ -149,7 +150,8 @@ def _stroke(img: np.ndarray, rng: np.random.Generator, colour: np.ndarray) -> No
         r, c = r + dr, c + dc
 
 
-def hard_image(seed: int, index: int) -> tuple[np.ndarray, int, np.ndarray]:
+def hard_image(seed: int, index: int) -> tuple[Float[np.ndarray, "channel height width"], int,
+                                               Bool[np.ndarray, "height width"]]:
     """One hard image (3, 32, 32) float32, its label and the decisive object's visible pixels (32, 32)."""
     scene = hard_scene(seed, index)
     return scene["image"], scene["label"], scene["mask"]

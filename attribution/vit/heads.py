@@ -7,12 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 
+from attribution.vit.maps import Images
 from core.models.vit import HookedViT
 from core.models.vit_heads import LinearHead
 
 
-def class_token_features(model: HookedViT, images: torch.Tensor, batch_size: int = 32) -> torch.Tensor:
+def class_token_features(model: HookedViT, images: Images,
+                         batch_size: int = 32) -> Float[torch.Tensor, "image d_model"]:
     """(image, d_model): the final-LayerNorm class token of a backbone, in batches, no gradients."""
     out = []
     with torch.no_grad():
@@ -24,10 +27,11 @@ def class_token_features(model: HookedViT, images: torch.Tensor, batch_size: int
     return torch.cat(out)
 
 
-def fit_linear_head(name: str, train: tuple[torch.Tensor, torch.Tensor], val: tuple[torch.Tensor, torch.Tensor],
-                    test: tuple[torch.Tensor, torch.Tensor], classes: list[str],
-                    cs: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0), info: dict[str, Any] | None = None
-                    ) -> LinearHead:
+def fit_linear_head(name: str, train: tuple[Float[torch.Tensor, "n_train d_model"], Int[torch.Tensor, " n_train"]],
+                    val: tuple[Float[torch.Tensor, "n_val d_model"], Int[torch.Tensor, " n_val"]],
+                    test: tuple[Float[torch.Tensor, "n_test d_model"], Int[torch.Tensor, " n_test"]],
+                    classes: list[str], cs: tuple[float, ...] = (0.01, 0.1, 1.0, 10.0),
+                    info: dict[str, Any] | None = None) -> LinearHead:
     """Multinomial logistic regression on standardised features (sklearn, lbfgs), C chosen on ``val`` (never
     on ``test``), the standardisation folded into the weights; accuracies recorded in ``info``."""
     import numpy as np
