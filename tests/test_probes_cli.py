@@ -36,14 +36,17 @@ def _dataset(path, n=48, classes=("negative", "positive")):
     return str(path)
 
 
-def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):
+def _json_run(monkeypatch, capsys, tmp_path, command: str, tiny: str, *args: str) -> tuple[dict, str]:
+    """``workbench COMMAND --model TINY --dataset D ARGS --json`` into a fresh run store: its JSON, and D."""
     monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
     data = _dataset(tmp_path / "d.jsonl")
-    code, out, err = cli(
-        monkeypatch, capsys, "probe", "--model", tiny, "--dataset", data, "--pooling", "marked", "--json"
-    )
+    code, out, err = cli(monkeypatch, capsys, command, "--model", tiny, "--dataset", data, *args, "--json")
     assert code == 0, err
-    res = json.loads(out)
+    return json.loads(out), data
+
+
+def test_probe_json_and_run(tiny, tmp_path, monkeypatch, capsys):
+    res, _ = _json_run(monkeypatch, capsys, tmp_path, "probe", tiny, "--pooling", "marked")
     assert [r["layer"] for r in res["layers"]] == [0, 1]
     for r in res["layers"]:
         assert {"layer", "accuracy", "control_accuracy", "selectivity", "gdv", "ci_low", "ci_high"} <= set(r)
@@ -99,13 +102,7 @@ def test_probe_bad_input_exit_2(case, tiny, tmp_path, monkeypatch, capsys):
 
 
 def test_concepts_json(tiny, tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("WORKBENCH_RUNS", str(tmp_path / "runs"))
-    data = _dataset(tmp_path / "d.jsonl")
-    code, out, err = cli(
-        monkeypatch, capsys, "concepts", "--model", tiny, "--dataset", data, "--n-steer", "8", "--json"
-    )
-    assert code == 0, err
-    res = json.loads(out)
+    res, data = _json_run(monkeypatch, capsys, tmp_path, "concepts", tiny, "--n-steer", "8")
     assert res["concept"] == "positive" and res["other"] == "negative"
     for r in res["layers"]:
         assert -1 <= r["cos_mean_probe"] <= 1
