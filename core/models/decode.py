@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int
 
 # after this many steps at the chosen count, one step at the other count checks the choice still holds
 RECHECK_EVERY = 16
@@ -100,7 +101,7 @@ def timed_steps(chooser: ThreadChooser | None) -> Callable[[Callable[[], Any]], 
     return run
 
 
-def decode(tl: Any, tokens: torch.Tensor, max_new_tokens: int, eos: int | None = None,
+def decode(tl: Any, tokens: Int[torch.Tensor, "1 pos"], max_new_tokens: int, eos: int | None = None,
            temperature: float | None = None, adapt_threads: bool = True, lean: bool = True) -> list[int]:
     """New token ids after ``tokens`` [1, pos] from a HookedTransformer with a tokenizer, with a KV cache:
     greedy when ``temperature`` is None, else sampled (TransformerLens' sample_logits). Stops after
@@ -217,7 +218,7 @@ _UNSUPPORTED_FLAGS = ("use_split_qkv_input", "use_attn_in", "use_attn_result", "
                       "post_embedding_ln", "clip_qkv")
 
 
-def lean_refusal(tl: Any, mask: torch.Tensor | None = None) -> str | None:
+def lean_refusal(tl: Any, mask: Int[torch.Tensor, "batch pos"] | None = None) -> str | None:
     """Why the lean forward cannot stand in for ``tl``'s (a hook it does not fire, a configuration it does
     not reproduce, a padded prompt), or None when it can."""
     from transformer_lens.components import GatedMLP, RMSNorm
@@ -368,7 +369,7 @@ class LeanDecoder:
         post = _fire(mlp.hook_post, mlp.act_fn(pre) * pre_linear + mlp.b_in)
         return F.linear(post, layer["w_out"], mlp.b_out)
 
-    def step(self, ids: torch.Tensor, offset: int) -> torch.Tensor:
+    def step(self, ids: Int[torch.Tensor, "batch new"], offset: int) -> Float[torch.Tensor, "batch vocab"]:
         """Logits [batch, vocab] of the last of the positions offset.. (ids [batch, n]), the cache updated."""
         from torch.nn import functional as F
         from transformer_lens.utilities.activation_functions import apply_softcap
