@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from core.errors import PromptError, TokenError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Int
 
 
 class SymbolTokenizer:
@@ -41,7 +45,7 @@ class Encoding:
     Only methods declaring MethodSpec.position read it; attribute() cuts the prompt for the others.
     """
 
-    tokens: Any  # torch.LongTensor [1, seq]
+    tokens: Int[torch.Tensor, "1 pos"]
     str_tokens: list[str]
     target_id: int | None = None
     foil_id: int | None = None
