@@ -21,6 +21,8 @@ from workbench.commands.common import (
 )
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
+GRID_OPTION = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve.")
+
 
 def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Edge-level circuits: score every edge, keep the strongest, measure faithfulness.",
@@ -85,7 +87,7 @@ def discover(
     metric: str = typer.Option(None, "--metric", help="logit_diff (default with foils) or target_logit."),
     limit: int = typer.Option(None, "--limit", help="Use only the first N prompts.", callback=positive_int),
     selection: str = typer.Option("topk", "--selection", help="topk, or greedy (connected from inputs to logits)."),
-    grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
+    grid: str = GRID_OPTION,
     evaluate_: bool = typer.Option(True, "--evaluate/--no-evaluate", help="Measure the faithfulness curve."),
     param: list[str] = typer.Option(None, "--param", help="Method parameter key=value (repeatable); each "
                                     "method's are listed under --method."),
@@ -152,7 +154,7 @@ def evaluate(
     edges: int = typer.Option(None, "--edges", help="K to print (default: the run's).", callback=positive_int),
     ablation: str = typer.Option(None, "--ablation", help="corrupt, mean or zero (default: the run's)."),
     selection: str = typer.Option("topk", "--selection", help="topk or greedy."),
-    grid: str = typer.Option("10,20,50,100,200,500,1000,2000", "--grid", help="Circuit sizes of the curve."),
+    grid: str = GRID_OPTION,
     keep: list[str] = typer.Option(None, "--keep", help="Evaluate exactly these edges instead, 'SRC->DST' "
                                    "(repeatable), e.g. --keep 'L0.H0->L1.H0.q'."),
     device: str = DEVICE_OPTION,

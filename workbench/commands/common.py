@@ -11,7 +11,7 @@ from typing import Any
 
 import typer
 
-from core.options import any_int, positive_int
+from core.options import any_int, nonneg_int, positive_int
 
 JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on stdout.")
 
@@ -53,6 +53,8 @@ def dtype_spec(dtype: str) -> dict[str, str]:
 SAVE_OPTION = typer.Option(True, "--save/--no-save", help="Save the run to the run store.")
 THREADS_OPTION = typer.Option(None, "--threads", help="torch CPU threads (default: torch's).", callback=positive_int)
 MODEL_OPTION = typer.Option(..., "--model", help="A model from `workbench models` or a local model directory.")
+MODEL_PATH_OPTION = typer.Option(..., "--model", help="Model name or local path.")
+SEED_OPTION = typer.Option(0, "--seed", callback=nonneg_int)
 MODEL_ARGUMENT = typer.Argument(..., help="A model from `workbench models`, or a local model directory.")
 PROMPT_ARGUMENT = typer.Argument(..., help="The prompt.")
 # the attribution commands (attribute, attribute-set)
@@ -62,6 +64,10 @@ LEVEL_OPTION = typer.Option("token", "--level", help="token, head, neuron or qk 
 FOIL_OPTION = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil).")
 POSITION_OPTION = typer.Option(None, "--position", help="Explain the prediction made at this position "
                                "(0-based; negative counts from the end; default the last).", callback=any_int)
+# the commands that run a model over corpus windows (sae dashboards, sae explain)
+WINDOWS_BATCH_OPTION = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int)
+BF16_OPTION = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
+                           "(default: on for models over 10M parameters on CPU).")
 # the prompt-set commands (attribute-set, faithfulness)
 PROMPT_SET_MODEL_OPTION = typer.Option(..., "--model", help="Model from `workbench models`, or a local directory.")
 PROMPTS_OPTION = typer.Option(..., "--prompts", help="JSONL file: {\"prompt\", \"target\", \"foil\"?} per line.")

@@ -5,7 +5,15 @@ from __future__ import annotations
 import typer
 
 from core.options import finite_float, layers_option, positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    MODEL_PATH_OPTION,
+    dtype_spec,
+    emit,
+    result_console,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -21,7 +29,7 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
 
 
 def concepts(
-    model: str = typer.Option(..., "--model", help="Model name or local path."),
+    model: str = MODEL_PATH_OPTION,
     dataset: str = typer.Option(..., "--dataset", help='JSONL, lines {"text": str, "label": str}.'),
     concept: str = typer.Option(
         None, "--concept", help="The concept class (default: last label, e.g. positive)."

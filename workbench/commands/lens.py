@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.figures import check_figure_path, png_option
-from core.options import allow_long_option, any_int, float_range, nonneg_int, positive_int
+from core.options import allow_long_option, any_int, float_range, positive_int
 from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
@@ -15,6 +15,7 @@ from workbench.commands.common import (
     MODEL_ARGUMENT,
     PROMPT_ARGUMENT,
     SAVE_OPTION,
+    SEED_OPTION,
     console,
     emit,
     finish,
@@ -99,7 +100,7 @@ def lens_train(
     kl_batch: int = typer.Option(64, "--kl-batch", help="Tokens per KL step.", callback=positive_int),
     batch_windows: int = typer.Option(8, "--batch-windows", help="128-token windows per forward.",
                                       callback=positive_int),
-    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    seed: int = SEED_OPTION,
     out: str = typer.Option(None, "--out", help="Output directory (default data/lenses/MODEL)."),
     table: str = typer.Option(None, "--table", help="Also write the markdown KL table here."),
     dtype: str = DTYPE_OPTION,

@@ -13,10 +13,17 @@ from core.options import (
     int_range,
     layers_option,
     nonneg_float,
-    nonneg_int,
     positive_int,
 )
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, dtype_spec, emit, result_console
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    SEED_OPTION,
+    dtype_spec,
+    emit,
+    result_console,
+)
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
 
@@ -55,7 +62,7 @@ def probe(
     pooling: str = typer.Option("last", "--pooling", help='last | mean | marked (the line\'s "word").'),
     test_frac: float = typer.Option(0.3, "--test-frac", help="Held-out fraction of examples.",
                                     callback=float_range(0.05, 0.8)),
-    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    seed: int = SEED_OPTION,
     save: bool = typer.Option(True, "--save/--no-save", help="Store the run (curve, tables)."),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
@@ -114,7 +121,7 @@ def icl_readout(
     n_train: int = typer.Option(2048, "--n-train", help="Prompts to fit the layer probes on.", callback=int_range(8)),
     iters: int = typer.Option(32, "--iters", help="Iterations of the iterative solvers.", callback=positive_int),
     lam: float = typer.Option(0.01, "--lam", help="Ridge / kernel regulariser.", callback=nonneg_float),
-    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    seed: int = SEED_OPTION,
     save: bool = typer.Option(True, "--save/--no-save"),
     allow_long: bool = allow_long_option(),
     as_json: bool = JSON_OPTION,

@@ -21,6 +21,7 @@ from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
     JSON_OPTION,
+    MODEL_PATH_OPTION,
     THREADS_OPTION,
     console,
     dtype_spec,
@@ -32,6 +33,8 @@ from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 sae_app = typer.Typer(
     help="Sparse autoencoders: train (SAELens), evaluate, dashboards, corpus.", no_args_is_help=True
 )
+
+CORPUS_MODEL_OPTION = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus).")
 
 
 def register(app: typer.Typer) -> None:
@@ -59,7 +62,7 @@ def _threads() -> None:
 
 
 def train(
-    model: str = typer.Option(..., "--model", help="Model name or local path."),
+    model: str = MODEL_PATH_OPTION,
     hook: str = typer.Option(..., "--hook", help="Hook to train on, e.g. blocks.15.hook_resid_post."),
     tokens: int = typer.Option(TRAIN.tokens, "--tokens", help="Activations to cache (one per token).",
                                callback=positive_int),
@@ -164,7 +167,7 @@ def train(
 
 
 def cache(
-    model: str = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus)."),
+    model: str = CORPUS_MODEL_OPTION,
     hooks: str = typer.Option(..., "--hooks", help="Comma-separated hooks, cached in one pass, e.g. "
                               "blocks.6.hook_resid_post,blocks.6.ln2.hook_normalized."),
     tokens: int = typer.Option(200_000, "--tokens", help="Activations to cache per hook.", callback=positive_int),
@@ -301,7 +304,7 @@ def corpus(
 
 
 def build_set(
-    model: str = typer.Option(..., "--model", help="Model name or local path (an LLM: the English corpus)."),
+    model: str = CORPUS_MODEL_OPTION,
     kind: str = typer.Option(SetSpec.kind, "--kind", help="transcoder (one per layer: MLP input -> MLP output)."),
     layers: str = typer.Option("all", "--layers", help="all, a range 0-5, or layers 3,7,11."),
     width: int = typer.Option(SetSpec.width, "--width", help="Features per transcoder.", callback=positive_int),

@@ -9,7 +9,7 @@ from typing import Any
 import typer
 
 from core.options import nonempty, positive_int
-from workbench.commands.common import DEVICE_OPTION, JSON_OPTION, emit
+from workbench.commands.common import BF16_OPTION, DEVICE_OPTION, JSON_OPTION, WINDOWS_BATCH_OPTION, emit
 
 
 def register(app: typer.Typer) -> None:  # noqa: ARG001 - the command joins sae.py's group
@@ -25,9 +25,8 @@ def explain(
                               callback=nonempty),
     windows: int = typer.Option(256, "--windows", help="Fresh held-out windows: half to choose each rule on, "
                                 "half to score it on.", callback=positive_int),
-    batch_size: int = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int),
-    bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
-                              "(default: on for models over 10M parameters on CPU)."),
+    batch_size: int = WINDOWS_BATCH_OPTION,
+    bf16: bool = BF16_OPTION,
     render_only: bool = typer.Option(False, "--render-only", help="Only rewrite the stored explanations' wording "
                                      "from their rules (no forward pass; scores kept)."),
     device: str = DEVICE_OPTION,

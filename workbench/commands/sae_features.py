@@ -13,7 +13,16 @@ from typing import Any
 import typer
 
 from core.options import finite_float, nonempty, nonneg_int, positive_int
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, print_table, result_console
+from workbench.commands.common import (
+    BF16_OPTION,
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    WINDOWS_BATCH_OPTION,
+    emit,
+    print_table,
+    result_console,
+)
 
 SAE_OPTION = typer.Option(..., "--sae", help="Dictionary directory, its name under data/saes, or neurons:LAYER.")
 MODEL_OPTION = typer.Option(None, "--model", callback=nonempty,
@@ -141,9 +150,8 @@ def dashboards(
     tokens: int = typer.Option(65_536, "--tokens", help="Held-out tokens (position 0 of each window left out).",
                                callback=positive_int),
     ctx: int = typer.Option(128, "--ctx", help="Window length.", callback=positive_int),
-    batch_size: int = typer.Option(8, "--batch-size", help="Windows per forward.", callback=positive_int),
-    bf16: bool = typer.Option(None, "--bf16/--no-bf16", help="bfloat16 autocast for the model forward "
-                              "(default: on for models over 10M parameters on CPU)."),
+    batch_size: int = WINDOWS_BATCH_OPTION,
+    bf16: bool = BF16_OPTION,
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.options import allow_long_option, nonempty, nonneg_int, positive_float, positive_int
-from workbench.commands.common import JSON_OPTION, emit
+from workbench.commands.common import JSON_OPTION, SEED_OPTION, emit
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 ALL = "dap,attention,rollout,gae,gradcam,tam,ig,random,dpa"
@@ -69,6 +69,7 @@ def _check_shape(model: str, batch) -> None:
 
 HEAD_HELP = ("dinov2-small's decision: a linear head on its class token (synthetic, hard) or saliency "
              "(the decoder's mean inside --region; vit-explain only). Default: synthetic.")
+HEAD_OPTION = typer.Option(None, "--head", help=HEAD_HELP)
 
 
 def _head(model: str, head: str | None, region: str | None = None) -> str | None:
@@ -119,7 +120,7 @@ def vit_eval(
                                 help="synthetic, hard (several objects, decoys, clutter, occlusion; "
                                      "model vit-synth-hard) or digits. Default: synthetic, or the set "
                                      "dinov2-small's head was trained on."),
-    head: str = typer.Option(None, "--head", help=HEAD_HELP),
+    head: str = HEAD_OPTION,
     steps: int = typer.Option(20, "--steps", help="Deletion / insertion steps (20: 0, 5, ..., 100 %).",
                               callback=positive_int),
     batch_size: int = typer.Option(50, "--batch-size", help="Images per method call.", callback=positive_int),
@@ -233,7 +234,7 @@ def vit_explain(
     method: str = typer.Option("dap", "--method", help=ALL),
     target: int = typer.Option(None, "--target", help="Class index (default: the predicted class).",
                                callback=nonneg_int),
-    head: str = typer.Option(None, "--head", help=HEAD_HELP),
+    head: str = HEAD_OPTION,
     region: str = typer.Option(None, "--region",
                                help="x0,y0,x1,y1 in the image's pixels (x1, y1 exclusive): the saliency head's "
                                     "region (default: the whole image)."),
@@ -304,7 +305,7 @@ def train_vit(
     steps: int = typer.Option(3000, "--steps", callback=positive_int),
     batch_size: int = typer.Option(64, "--batch-size", callback=positive_int),
     lr: float = typer.Option(2e-3, "--lr", callback=positive_float),
-    seed: int = typer.Option(0, "--seed", callback=nonneg_int),
+    seed: int = SEED_OPTION,
     threads: int = typer.Option(1, "--threads", help="torch threads (keep low on shared machines).",
                                 callback=nonneg_int),
     out: str = typer.Option(None, "--out",
