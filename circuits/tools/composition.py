@@ -16,6 +16,9 @@ from circuits.tools.common import frame, heatmap
 from core.errors import RangeError
 
 if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
+
     from core.models.hooked import HookedModel
 
 KINDS = ("q", "k", "v")
@@ -58,7 +61,7 @@ def _fro(left, right):
 @dataclass
 class CompositionResult:
     kind: str
-    scores: Any  # [layer_a, head_a, layer_b, head_b], nan where layer_b <= layer_a
+    scores: Float[torch.Tensor, "layer_a head_a layer_b head_b"]  # nan where layer_b <= layer_a
     layers: list[int]
 
     def to_json(self) -> dict[str, Any]:

@@ -19,6 +19,9 @@ from typing import TYPE_CHECKING, Any
 from core.errors import RangeError
 
 if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
+
     from core.models.hooked import HookedModel
 
 
@@ -38,7 +41,7 @@ def fourier_basis(p: int):
     return torch.stack(rows).float(), torch.tensor(freqs)
 
 
-def embedding_spectrum(model: HookedModel, p: int | None = None):
+def embedding_spectrum(model: HookedModel, p: int | None = None) -> Float[torch.Tensor, " freq"]:
     """Share of W_E's energy (over the p number tokens) in each frequency 1..(p-1)/2."""
     import torch
 
@@ -59,7 +62,7 @@ def key_frequencies(model: HookedModel, p: int | None = None, share: float = 0.8
     return sorted(int(k) + 1 for k in order[:n])
 
 
-def neuron_activations(model: HookedModel, layer: int = 0, p: int | None = None):
+def neuron_activations(model: HookedModel, layer: int = 0, p: int | None = None) -> Float[torch.Tensor, "p p neuron"]:
     """MLP hidden activations at the answer position for all p^2 inputs: [p, p, neurons]
     (MoE models: every expert's neurons, weighted by the router, side by side)."""
     import torch
@@ -91,9 +94,9 @@ class FourierResult:
     per_neuron: float
     subspace: float
     key_freqs: list[int]
-    neuron_concentration: Any  # [neuron]
-    neuron_freq: Any  # [neuron] best frequency
-    embedding_spectrum: Any = None
+    neuron_concentration: Float[torch.Tensor, " neuron"]
+    neuron_freq: Int[torch.Tensor, " neuron"]  # best frequency
+    embedding_spectrum: Float[torch.Tensor, " freq"] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -129,7 +132,8 @@ class FourierResult:
         )
 
 
-def concentration(acts, key_freqs: list[int], min_energy: float = 1e-3) -> FourierResult:
+def concentration(acts: Float[torch.Tensor, "p p neuron"], key_freqs: list[int],
+                  min_energy: float = 1e-3) -> FourierResult:
     """Per-neuron and subspace Fourier concentration of activations [p, p, neurons]."""
     import torch
 

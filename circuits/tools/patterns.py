@@ -10,13 +10,16 @@ from circuits.tools.common import as_tokens, frame, heatmap
 from core.errors import PromptError
 
 if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
+
     from core.models.hooked import HookedModel
 
 
 @dataclass
 class HeadScores:
     name: str
-    scores: Any  # [layer, head]
+    scores: Float[torch.Tensor, "layer head"]
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "scores": self.scores.tolist()}
