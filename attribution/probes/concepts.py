@@ -15,9 +15,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import DatasetError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 METHODS = ("mean", "probe", "sae")
 
@@ -31,12 +35,13 @@ def _split(X, labels, positive: str):
     return X[y], X[~y]
 
 
-def class_mean_vector(X, labels, positive: str):
+def class_mean_vector(X: Float[torch.Tensor, "example d"], labels, positive: str) -> Float[torch.Tensor, " d"]:
     pos, neg = _split(X, labels, positive)
     return pos.mean(0) - neg.mean(0)
 
 
-def probe_vector(X, labels, positive: str, c: float = 1.0):
+def probe_vector(X: Float[torch.Tensor, "example d"], labels, positive: str,
+                 c: float = 1.0) -> Float[torch.Tensor, " d"]:
     import numpy as np
     import torch
 
@@ -49,7 +54,8 @@ def probe_vector(X, labels, positive: str, c: float = 1.0):
     return torch.tensor(w, dtype=torch.float32)
 
 
-def sae_vector(X, labels, positive: str, sae: Any, top: int = 8):
+def sae_vector(X: Float[torch.Tensor, "example d"], labels, positive: str, sae: Any,
+               top: int = 8) -> tuple[Float[torch.Tensor, " d_out"], list[int]]:
     """Sum of the decoder rows of the ``top`` features most raised by the concept, weighted."""
     import torch
 
@@ -154,14 +160,16 @@ class ConceptResult:
         return fig
 
 
-def concept_direction_in_logits(model: Any, texts: list[str], labels, positive: str, batch_size: int = 16):
+def concept_direction_in_logits(model: Any, texts: list[str], labels, positive: str, batch_size: int = 16
+                                ) -> tuple[Float[torch.Tensor, " vocab"], Float[torch.Tensor, "text vocab"]]:
     """Unit vector over the vocabulary: mean next-token logits of the concept class minus the others."""
     logits = last_logits(model, texts, batch_size=batch_size)
     d = class_mean_vector(logits, labels, positive)
     return d / d.norm().clamp_min(1e-12), logits
 
 
-def last_logits(model: Any, texts: list[str], hook: str | None = None, vector=None, batch_size: int = 16):
+def last_logits(model: Any, texts: list[str], hook: str | None = None, vector: Float[torch.Tensor, " d"] | None = None,
+                batch_size: int = 16) -> Float[torch.Tensor, "text vocab"]:
     """Next-token logits at each text's last position, optionally with ``vector`` added at ``hook``."""
     import torch
 
@@ -187,7 +195,8 @@ def last_logits(model: Any, texts: list[str], hook: str | None = None, vector=No
 
 
 def steering_effect(
-    model: Any, hook: str, vector, texts: list[str], direction, clean, norm: float, scale: float
+    model: Any, hook: str, vector: Float[torch.Tensor, " d"], texts: list[str],
+    direction: Float[torch.Tensor, " vocab"], clean: Float[torch.Tensor, "text vocab"], norm: float, scale: float
 ) -> float:
     """Mean projection of the logit change onto the concept's logit direction."""
     v = vector / vector.norm().clamp_min(1e-12) * norm * scale
@@ -197,7 +206,7 @@ def steering_effect(
 
 def concept_vectors(
     model: Any,
-    acts: dict[str, Any],
+    acts: dict[str, Float[torch.Tensor, "example _d"]],
     labels,
     positive: str,
     texts: list[str],

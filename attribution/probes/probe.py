@@ -11,9 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import DatasetError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 
 @dataclass
@@ -180,7 +184,7 @@ def fit_probe(X, y, train, test, kind: str = "logistic", c: float = 1.0, alpha: 
 
 
 def probe_layers(
-    acts: dict[str, Any],
+    acts: dict[str, Float[torch.Tensor, "example _d"]],
     labels,
     words: list[str],
     model: str = "",
