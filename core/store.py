@@ -48,8 +48,6 @@ RUN_ID = re.compile(r"^\d{8}-\d{6}-.+-[0-9a-f]{6}$")
 STALE_TMP_SECONDS = 3600
 # A run kind's old spelling -> the one written now: runs saved under the old one still list and open.
 KIND_ALIASES = {"vit-eval": "vit_eval"}
-# Run.export's writer lives above the core (circuits/runs.py): reached by name, as the zoo reaches its loaders.
-EXPORTER = "circuits.runs:export_run"
 # meta.json fields the index stores: each a string or absent/null.
 TEXT_FIELDS = ("created", "kind", "model", "method")
 # The file that makes a folder a run store (or a job board): only in a folder holding it is anything swept.
@@ -196,13 +194,6 @@ class Run:
         if key is None:
             return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError)
         return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError).fields(key, {})
-
-    def export(self, fmt: str, path: str | Path, table: str = "edges", overwrite: bool = False) -> dict[str, Any]:
-        """Write this run as graph-json, mib, csv or parquet at ``path`` (``EXPORTER``: circuits.runs)."""
-        import importlib
-
-        module, _, name = EXPORTER.partition(":")
-        return getattr(importlib.import_module(module), name)(self, fmt, path, table=table, overwrite=overwrite)
 
 
 def unique_prefix(ref: str, ids: Any, what: str, where: str, error: type[Exception]) -> str:

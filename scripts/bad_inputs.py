@@ -217,11 +217,11 @@ def make_saved_files(d: Path, f: dict[str, str]) -> None:
     import torch
 
     import workbench as wb
-    from attribution.probes.tiny import save_tiny
     from attribution.sae.dashboard import build_dashboards
     from attribution.sae.train import save_sae, training_sae
     from attribution.sae.units import open_dictionary
     from circuits.toy.prompts import task_rows
+    from core.models.tiny import save_tiny
 
     store = d / "circuit-store"
     saved_circuit(store)

@@ -74,7 +74,7 @@ def test_prompt_sets_job_under_the_threshold_runs_in_the_server(tiny_llama_dir, 
 def test_probes_first_job_is_estimated_then_runs_in_the_server(no_ray, tmp_path):
     """No job of its shape ran before: one item is measured on the model the server holds, and the job runs
     here."""
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
 
     tiny = save_tiny(tmp_path / "tiny", name="tiny-probe")
     at = upload_session(tiny)

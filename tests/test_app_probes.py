@@ -27,7 +27,7 @@ BAD = "bad awful poor dull".split()
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
 
     return save_tiny(tmp_path_factory.mktemp("probe-model") / "tiny", name="tiny-probe")
 

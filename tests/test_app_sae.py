@@ -25,10 +25,10 @@ def sae_dir(tmp_path_factory) -> Path:
     import torch
 
     import workbench as wb
-    from attribution.probes.tiny import save_tiny
     from attribution.sae.dashboard import build_dashboards
     from attribution.sae.train import save_sae, training_sae
     from attribution.sae.units import open_dictionary
+    from core.models.tiny import save_tiny
 
     root = tmp_path_factory.mktemp("sae")
     model_dir = save_tiny(root / "tiny-sae-model", name="tiny-sae-model")

@@ -84,7 +84,7 @@ def test_train_json_and_checkpoint(tmp_path):
     summary = json.loads(r.stdout)
     assert summary["spec"]["d_model"] == 16 and "--steps 5" in summary["command"]
     cfg = json.loads((out / "config.json").read_text())
-    assert cfg["workbench"]["loader"] == "circuits.toy.checkpoints:load" and cfg["workbench"]["kind"] == "toy"
+    assert cfg["workbench"]["loader"] == "core.models.toy_checkpoint:load" and cfg["workbench"]["kind"] == "toy"
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["seed"] == 0 and metrics["loss_curve"] and "test_accuracy" in metrics
     assert (out / "snapshots.safetensors").exists()

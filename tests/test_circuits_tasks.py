@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from circuits.toy.tasks import UnknownTaskError, get_task
 from core.models.toy import ConfigError, ModelSpec, build_model
+from core.models.toy_tasks import UnknownTaskError, get_task
 
 
 def test_ioi_targets_and_split():

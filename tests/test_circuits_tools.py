@@ -7,9 +7,9 @@ import torch
 
 from circuits.tools import ablation, composition, dla, fourier, patching, patterns, spectra
 from circuits.toy.analysis import ablate_task, spectra_over_training
-from circuits.toy.tasks import get_task
 from core.errors import MethodError, RangeError
 from core.models.toy import ModelSpec, build_model, hooked
+from core.models.toy_tasks import get_task
 
 
 def make(ffn="dense", layers=2, heads=2, task="modadd", norm="LN", **kw):

@@ -159,8 +159,20 @@ def test_eap_igs_own_reader_loads_the_mib_file(circuit_result, tmp_path):
 
 
 def test_notebook_exports(circuit_result, tmp_path):
+    """A stored run goes out through the facade (wb.export: circuits' export_run, as `workbench export`), by the
+    run or by a prefix of its id; the store's Run has no export of its own (the store is the ground: it names
+    nothing of circuits)."""
+    import workbench as wb
+    from core.store import Run
+
     run = circuit_result.save(RunStore())
-    assert run.export("csv", tmp_path / "a.csv")["rows"] == circuit_result.graph.n_edges
+    assert not hasattr(Run, "export")
+    assert wb.export(run, "csv", tmp_path / "a.csv")["rows"] == circuit_result.graph.n_edges
+    by_id = wb.export(run.id[:-2], "csv", tmp_path / "a2.csv")
+    assert by_id["run"] == run.id and (tmp_path / "a2.csv").read_bytes() == (tmp_path / "a.csv").read_bytes()
+    with pytest.raises(ValueError, match="already exists"):
+        wb.export(run, "csv", tmp_path / "a.csv")
+    assert wb.export(run, "csv", tmp_path / "a.csv", overwrite=True)["rows"] == circuit_result.graph.n_edges
     assert circuit_result.export("mib", tmp_path / "b.json")["in_graph"] == 12
     out = circuit_result.subgraph().export("parquet", tmp_path / "c.parquet", table="nodes")
     assert out["rows"] == len(circuit_result.subgraph().nodes)
@@ -173,15 +185,15 @@ def test_attribution_and_subgraph_runs_export_as_tables_and_graph_json(circuit_r
 
     store = RunStore()
     res = wb.attribute(tiny_llama, PROMPT, target=" Paris", method="dpa", level="head")
-    out = res.save(store).export("csv", tmp_path / "a.csv")
+    out = wb.export(res.save(store), "csv", tmp_path / "a.csv")
     table = pd.read_csv(tmp_path / "a.csv")
     assert out["rows"] == len(table) == res.scores.numel() and {"layer", "head", "query", "score"} <= set(table)
     row = table[(table["layer"] == 1) & (table["head"] == 2) & (table["query"] == 3)].iloc[0]
     assert row["score"] == pytest.approx(float(res.scores[1, 2, 3])) and row["query_str"] == res.tokens[3]
     sub = circuit_result.subgraph(6).save(store)
-    assert sub.export("graph-json", tmp_path / "s.json")["links"] <= 6
+    assert wb.export(sub, "graph-json", tmp_path / "s.json")["links"] <= 6
     validate_graph_json(json.loads((tmp_path / "s.json").read_text()))
-    assert sub.export("parquet", tmp_path / "s.parquet")["rows"] == 6
+    assert wb.export(sub, "parquet", tmp_path / "s.parquet")["rows"] == 6
 
 
 # -- feature graphs and the two scores -----------------------------------------------------------------------

@@ -44,12 +44,13 @@ def _offline(monkeypatch):
 
 def valid(name: str, m) -> dict:
     """A call of each public function that passes the checks (only ever run with one argument spoiled)."""
-    entry = ModelEntry(name="x", kind="toy", params=1, source="test", loader="circuits.toy.checkpoints:load")
+    entry = ModelEntry(name="x", kind="toy", params=1, source="test", loader="core.models.toy_checkpoint:load")
     spec = {"kind": "sleep", "seconds": 0.01, "steps": 1}
     model_prompt = {"model": m, "prompt": P}
     return {
         "list_models": {}, "models": {}, "runs": {}, "jobs": {}, "saes": {},
         "register": {"entry": entry},
+        "export": {"run": "no-such-run", "fmt": "csv", "path": "never-written.csv"},
         "load": {"name_or_path": TOY},
         "remote_model": {"repo_id": "openai-community/gpt2"},
         "attribute": {**model_prompt, "target": " N1"},

@@ -224,7 +224,7 @@ TEXTS = ["the movie was very good and the meal was great . the book was bad",
 
 @pytest.fixture(scope="module")
 def tiny_dir(tmp_path_factory) -> Path:
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
 
     return save_tiny(tmp_path_factory.mktemp("models") / "tiny-files", name="tiny-files")
 

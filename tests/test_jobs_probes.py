@@ -11,7 +11,7 @@ import pytest
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
-from attribution.probes.tiny import save_tiny
+from core.models.tiny import save_tiny
 
 WORDS = {"negative": ["bad", "awful", "poor", "dull"], "positive": ["good", "great", "fine", "nice"]}
 

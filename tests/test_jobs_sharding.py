@@ -143,7 +143,7 @@ def test_sae_cache_command_runs_a_job_and_refuses_bad_input(tiny_llama_dir, corp
 
 def test_sae_train_job_counts_training_steps(tmp_path, one_thread):
     """sae_train as a job (here): progress is training steps, and the run is the one `sae train` saves."""
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
     from core.store import RunStore
     from workbench.scheduler import run
 
@@ -195,7 +195,7 @@ def test_two_ray_workers_match_one_process(tiny_llama_dir, corpus, tmp_path, mon
     job = JobBoard().get(json.loads(out)["job_id"])
     assert job.workers == 2 and sum("started (pid" in line for line in job.log) == 2
 
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
 
     tiny = str(save_tiny(tmp_path / "toy", layers=2))
     code, out, err = cli(monkeypatch, capsys, "sae", "train", "--model", tiny, "--hook", "blocks.1.hook_resid_post",

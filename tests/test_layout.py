@@ -4,6 +4,7 @@ names. Read from the source with ``ast`` (lazy imports inside functions count to
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -236,8 +237,10 @@ def test_circuit_tools_know_nothing_of_the_zoo():
 
 
 def test_model_layer_has_its_own_room():
-    """core/models/ holds the model wrappers and stands on nothing of the ground but errors and paths."""
-    allowed = ("core.models", "core.errors", "core.paths")
+    """core/models/ holds the model wrappers and stands on nothing of the ground but errors, paths and checks (files
+    read as possibly damaged: the toy checkpoints and the tiny test model), with text, which checks uses. Neither
+    checks nor text imports anything of core.models, so no two rooms import each other (asserted below)."""
+    allowed = ("core.models", "core.errors", "core.paths", "core.checks", "core.text")
     wrong = []
     for module, (path, tree) in sources().items():
         if not within(module, "core.models"):
@@ -246,6 +249,9 @@ def test_model_layer_has_its_own_room():
             if target.split(".")[0] in PACKAGES and not any(within(target, ok) for ok in allowed):
                 wrong.append(f"{where(path, line)} {module} imports {target}")
     assert not wrong, "\n".join(wrong)
+    for module in ("core.checks", "core.text"):
+        path, tree = sources()[module]
+        assert not [t for t, _, _ in imports(module, path, tree) if within(t, "core.models")], module
     loose = {p.stem for p in (ROOT / "core").glob("*.py")} & {"hooked", "backends", "remote", "hub", "zoo", "llm"}
     assert not loose, f"model modules outside core/models/: {sorted(loose)}"
 
@@ -261,3 +267,23 @@ def test_no_name_needs_a_run_time_patch():
     clash = sorted(n for n in wb.__all__ if n in subpackages)
     assert not clash, f"facade names that are also workbench modules: {clash}"
     assert inspect.isfunction(wb.jobs) and inspect.isfunction(wb.models)
+
+
+# "package.module:function": code named by a string, imported later (the zoo's loaders, a job's code)
+CODE_NAME = re.compile(r"^(?P<module>[A-Za-z_][\w]*(\.[A-Za-z_]\w*)*):[A-Za-z_]\w*$")
+
+
+def test_the_ground_names_no_code_above_it():
+    """Imports are not the only way up: a "module:function" string in core/ imported later (``importlib``) must
+    name core too. A dict's keys are exempt (the zoo's old loader names, each mapping to a target in core)."""
+    wrong = []
+    for module, (path, tree) in sources().items():
+        if not within(module, "core"):
+            continue
+        keys = {id(k) for node in ast.walk(tree) if isinstance(node, ast.Dict) for k in node.keys if k is not None}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in keys:
+                named = CODE_NAME.match(node.value)
+                if named and RANK.get(named["module"].split(".")[0], 0) > 0:
+                    wrong.append(f"{where(path, node.lineno)} {node.value}")
+    assert not wrong, "core names code above it:\n" + "\n".join(wrong)

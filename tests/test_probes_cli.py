@@ -8,7 +8,7 @@ import random
 import pytest
 from cli_helpers import run_cli as cli
 
-from attribution.probes.tiny import save_tiny
+from core.models.tiny import save_tiny
 
 
 @pytest.fixture(scope="module")

@@ -12,9 +12,9 @@ import torch
 from cli_helpers import assert_bad
 from cli_helpers import run_cli as cli
 
-from attribution.probes.tiny import tiny_model
 from attribution.sae.sets import SetSpec, build_set, load_set
 from core.errors import ModelFileError, RangeError
+from core.models.tiny import tiny_model
 
 
 def _texts(n: int, seed: int = 0):

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from cli_helpers import run_cli as cli
 
-from attribution.probes.tiny import save_tiny
+from core.models.tiny import save_tiny
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -101,8 +101,8 @@ def test_corpus_builder_records_sources(tmp_path):
 
 
 def test_cache_on_tiny_model():
-    from attribution.probes.tiny import tiny_model
     from attribution.sae.cache import cache_activations, model_texts
+    from core.models.tiny import tiny_model
 
     m = tiny_model()
     texts = model_texts(m, None, 600, 32)

@@ -10,11 +10,11 @@ import pytest
 import torch
 from cli_helpers import run_cli as cli
 
-from attribution.probes.tiny import save_tiny
 from attribution.sae.dashboard import BEFORE, Dashboards, build_dashboards
 from attribution.sae.render import context_html, context_text, visible
 from attribution.sae.units import neuron_dictionary, open_dictionary
 from core.errors import ModelFileError, RangeError, TokenError
+from core.models.tiny import save_tiny
 
 HOOK = "blocks.1.hook_resid_post"
 TEXTS = [

@@ -8,7 +8,6 @@ import json
 import pytest
 import torch
 
-from attribution.probes.tiny import tiny_model
 from attribution.sae.build import BuildSpec, build_dictionary, transcoder_input
 from attribution.sae.dictionary import list_dictionaries, load_dictionary
 from attribution.sae.shards import ShardSet, cache_shards, shard_batches
@@ -18,6 +17,7 @@ from attribution.sae.train_shards import (
     train_topk_transcoder,
 )
 from core.errors import DatasetError, ModelFileError, RangeError
+from core.models.tiny import tiny_model
 
 HOOKS = ["blocks.1.hook_resid_post", "blocks.1.ln2.hook_normalized", "blocks.1.hook_mlp_out"]
 
@@ -168,7 +168,7 @@ def test_shardset_open_missing(tmp_path):
 def test_cli_bad_input_exit_2(tmp_path, monkeypatch, capsys):
     from cli_helpers import run_cli
 
-    from attribution.probes.tiny import save_tiny
+    from core.models.tiny import save_tiny
 
     tiny = str(save_tiny(tmp_path / "tiny", layers=2))
     code, _, err = run_cli(monkeypatch, capsys, "sae", "train", "--model", tiny, "--hook",

@@ -90,10 +90,10 @@ def test_the_explainer_names_the_first_names_category():
 def stored(tmp_path_factory, one_thread):
     """Dashboards of a random dictionary on a tiny word-level model, stored as before explanations existed."""
     import workbench as wb
-    from attribution.probes.tiny import save_tiny
     from attribution.sae.dashboard import build_dashboards
     from attribution.sae.train import save_sae, training_sae
     from attribution.sae.units import open_dictionary
+    from core.models.tiny import save_tiny
 
     root = tmp_path_factory.mktemp("explain")
     model_dir = save_tiny(root / "tiny-explain", name="tiny-explain")

@@ -29,6 +29,7 @@ from workbench.arguments import (
     PromptRows,
     Region,
     Rule,
+    StoredRun,
     Text,
     checked,
 )
@@ -36,10 +37,10 @@ from workbench.arguments import (
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
 # argument is an ArgumentTypeError (a TypeError), a value out of range an ArgumentError (a ValueError), and an
 # engine's own refusal leaves as its WorkbenchError class made also a ValueError; one line each.
-__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "attribute", "attribute_set",
-           "remote_model", "circuit", "patch", "path_patch", "probe", "feature_attribution", "feature_graph", "jobs",
-           "run_job", "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes", "sae_dashboards", "sae_features",
-           "sae_steer", "vit_explain", "attention"]
+__all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "export", "attribute",
+           "attribute_set", "remote_model", "circuit", "patch", "path_patch", "probe", "feature_attribution",
+           "feature_graph", "jobs", "run_job", "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes",
+           "sae_dashboards", "sae_features", "sae_steer", "vit_explain", "attention"]
 __version__ = _version()  # the installed distribution's (importlib.metadata)
 
 BACKENDS = ("transformer_lens", "bridge", "nnsight")
@@ -136,6 +137,26 @@ def runs(root: str | os.PathLike | None = None):
     from core.store import RunStore
 
     return RunStore(root)
+
+
+def _export_formats() -> tuple[str, ...]:
+    from circuits.export import FORMATS
+
+    return FORMATS
+
+
+@checked(run=StoredRun(), fmt=Choice(_export_formats), table=Choice(("edges", "nodes")))
+def export(run: Any, fmt: str, path: str | os.PathLike, table: str = "edges", overwrite: bool = False,
+           root: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Write a stored run (``res.save()``, ``wb.runs().get(id)``, or its id or a unique prefix of one, looked up in
+    the store at ``root``) as graph-json, mib, csv or parquet at ``path``, as ``workbench export``: a circuit,
+    feature-graph, subgraph or attribution run; ``table`` "nodes" for csv / parquet by node. Returns what was
+    written (path, format, bytes, what it holds). Exporting is circuits' (circuits/runs.py), not the store's."""
+    from circuits.runs import export_run
+    from core.store import RunStore
+
+    found = RunStore(root).resolve(run) if isinstance(run, str) else run
+    return export_run(found, fmt, path, table=table, overwrite=overwrite)
 
 
 @checked(extras=_method_keywords, model=LoadedModel(), prompt=Text())

@@ -301,6 +301,26 @@ class Image(Rule):
 
 
 @dataclass
+class StoredRun(Rule):
+    """A run of the store (``res.save()``, ``wb.runs().get(id)``), or its id or a unique prefix of one."""
+
+    def check(self, where: str, value: Any) -> Any:
+        from core.store import Run
+
+        if isinstance(value, Run):
+            return value
+        if not isinstance(value, str):
+            raise ArgumentTypeError(f"{where} must be a stored run (res.save(), wb.runs().get(id)) or a run id "
+                                    f"(got {_got(value)})")
+        if not value.strip():
+            raise ArgumentError(f"{where} is empty: give a run id (or a unique prefix of one)")
+        return value
+
+    def refused(self) -> list[Any]:
+        return [None, "", "  ", 5, object()]
+
+
+@dataclass
 class Region(Rule):
     """Four finite numbers (x0, y0, x1, y1) with x0 < x1 and y0 < y1, or None."""
 

@@ -123,8 +123,8 @@ if getattr(model, "kind", None) != "toy" or "task" not in getattr(model, "info",
         f"{', '.join(C.esc(e.name) for e in entries) or 'none'}."
     )
     st.stop()
-from circuits.toy.tasks import get_task  # noqa: E402
 from circuits.toy.train import evaluate  # noqa: E402
+from core.models.toy_tasks import get_task  # noqa: E402
 
 info = model.info
 task = C.attempt("Cannot rebuild the task", get_task, info["task"]["task"], **info["task"].get("params", {}))
@@ -218,7 +218,7 @@ with tabs[2]:
                                 foil if foil != target else None, pos=pos),
             "resid = " + S.call("patch_residual", S.M, S.Name("clean"), S.Name("bad"), target,
                                 foil if foil != target else None, pos=pos),
-            "heads.plot()"], {}, imports=("from circuits.toy.tasks import get_task",
+            "heads.plot()"], {}, imports=("from core.models.toy_tasks import get_task",
                                           "from circuits.tools.patching import patch_heads, patch_residual"))
 with tabs[3]:
     if task.name != "modadd":

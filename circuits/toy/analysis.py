@@ -8,8 +8,8 @@ from typing import TYPE_CHECKING, Any
 
 from circuits.tools.ablation import AblationResult, Component, ablation_hooks, parse
 from circuits.tools.spectra import spectra_from_weights
-from circuits.toy.checkpoints import read_config, snapshots
 from circuits.toy.train import evaluate
+from core.models.toy_checkpoint import read_config, snapshots
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel

@@ -14,7 +14,7 @@ def _load(name: str):
 
 
 def _task(model):
-    from circuits.toy.tasks import get_task
+    from core.models.toy_tasks import get_task
 
     info = model.info["task"]
     return get_task(info["task"], **info["params"])

@@ -22,7 +22,7 @@ TASKS = ("ioi", "markov", "modadd")
 
 def task_rows(model: Any, n: int | None = None, seed: int = 0) -> list[dict]:
     """Rows {"prompt": ids, "target": id, "foil": id, "corrupt": ids} for a toy model's task."""
-    from circuits.toy.tasks import get_task
+    from core.models.toy_tasks import get_task
 
     info = (model.info or {}).get("task")
     if not info or info.get("task") not in TASKS:

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from circuits.toy.tasks import Batch, Task, get_task
 from core.errors import WorkbenchError
 from core.models.toy import ModelSpec, build_model, check_spec
+from core.models.toy_tasks import Batch, Task, get_task
 
 
 @dataclass

@@ -1,5 +1,5 @@
-"""The toy models (circuits/toy trains them on its tasks and loads its checkpoints): a ``ModelSpec`` (task, FFN
-variant, sizes) -> TransformerLens HookedTransformer, wrapped as a HookedModel by ``hooked``.
+"""The toy models (their tasks: core.models.toy_tasks; their checkpoints: core.models.toy_checkpoint): a
+``ModelSpec`` (task, FFN variant, sizes) -> TransformerLens HookedTransformer, wrapped as a HookedModel by ``hooked``.
 
 FFN variants: ``none`` (attention-only), ``dense`` (ReLU/GELU), ``glu`` (SwiGLU), ``moe``
 (top-k routed dense experts) and ``moe-glu``; ``router`` is ``learned`` or ``frozen`` (random,
@@ -81,7 +81,7 @@ def check_spec(spec: ModelSpec) -> None:
 
 
 def build_model(spec: ModelSpec, task: Any, seed: int = 0):
-    """A freshly initialised HookedTransformer for ``task`` (from circuits.toy.tasks.get_task)."""
+    """A freshly initialised HookedTransformer for ``task`` (from core.models.toy_tasks.get_task)."""
 
     import torch
     from transformer_lens.config import HookedTransformerConfig

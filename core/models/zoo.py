@@ -52,12 +52,11 @@ VIT_MODEL_TYPES = {"vit": "core.models.vit_hf:load_hf_vit", "deit": "core.models
                    "dinov2": "core.models.vit_hf:load_hf_dinov2", "clip_vision_model": "core.models.vit_hf:load_hf_vit",
                    "clip": "core.models.vit_hf:load_hf_vit"}
 
-# Loader name -> the "module:function" it imports. Every target is in the ground (core.models) but two, which load
-# with code that stays above it: a toy checkpoint comes with its task generator (info["task_source"], circuits'
-# code in circuits/toy/tasks), and the tiny random test model reads its files through core.checks (the model layer
-# stands on errors and paths only). The names are what checkpoint config.json files say: those written before the
-# wrappers moved into core.models (the shipped ones in data/models/ among them) keep their old names, kept here as
-# aliases of the new targets.
+# Loader name -> the "module:function" it imports. Every target is in the ground (core.models): a toy checkpoint
+# loads with its task generator (core.models.toy_tasks, put on the model as info["task_source"]), the tiny random
+# test model reads its files through core.checks. The names are what checkpoint config.json files say: those
+# written before the loaders moved into core.models (the shipped ones in data/models/ among them) keep their old
+# names, kept here as aliases of the new targets; an alias is a name only, nothing above core is imported for it.
 LOADERS: dict[str, str] = {
     "core.models.llm:load_smollm2": "core.models.llm:load_smollm2",
     "core.models.llm:load_hf_dir": "core.models.llm:load_hf_dir",
@@ -66,16 +65,19 @@ LOADERS: dict[str, str] = {
     "core.models.vit_hf:load_hf_dinov2": "core.models.vit_hf:load_hf_dinov2",
     "core.models.dinov2:load_dinov2": "core.models.dinov2:load_dinov2",
     "core.models.vit:load_checkpoint": "core.models.vit:load_checkpoint",
-    "circuits.toy.checkpoints:load": "circuits.toy.checkpoints:load",
-    "attribution.probes.tiny:load": "attribution.probes.tiny:load",
+    "core.models.toy_checkpoint:load": "core.models.toy_checkpoint:load",
+    "core.models.tiny:load": "core.models.tiny:load",
     # the names from before the move into core.models (attribution.vit.train wrote the first; data/models/vit-synth
     # and vit-synth-hard say it)
     "attribution.vit.model:load_checkpoint": "core.models.vit:load_checkpoint",
     "attribution.vit.hf:load_hf_vit": "core.models.vit_hf:load_hf_vit",
     "attribution.vit.hf:load_hf_dinov2": "core.models.vit_hf:load_hf_dinov2",
     "attribution.vit.dinov2:load_dinov2": "core.models.dinov2:load_dinov2",
-    # the toy zoo's loader before it moved into circuits/toy/: the shipped checkpoints still name it
-    "circuits.checkpoints:load": "circuits.toy.checkpoints:load",
+    # the toy zoo's loader in circuits/toy/ (what workbench train wrote) and before that in circuits/ (the shipped
+    # checkpoints in data/models/ still name it), and the tiny test model's in attribution/probes/
+    "circuits.toy.checkpoints:load": "core.models.toy_checkpoint:load",
+    "circuits.checkpoints:load": "core.models.toy_checkpoint:load",
+    "attribution.probes.tiny:load": "core.models.tiny:load",
 }
 
 BUILTIN = [

@@ -44,7 +44,7 @@ def ablate(
     comps = list(component or heads)
     if m.kind == "toy" and prompt is None:
         from circuits.toy.analysis import ablate_task
-        from circuits.toy.tasks import get_task
+        from core.models.toy_tasks import get_task
 
         info = m.info["task"]
         t = get_task(info["task"], **info["params"])

@@ -53,9 +53,9 @@ def train(
     """Train a toy transformer on a circuits task (CPU, minutes) and save it as a zoo checkpoint."""
     import json
 
-    from circuits.toy.tasks import get_task
     from core.errors import ModelFileError, WorkbenchError
     from core.models.toy import ModelSpec, check_spec
+    from core.models.toy_tasks import get_task
 
     params = _task_params(task_param or [])
     t = get_task(task, **params)
@@ -104,9 +104,9 @@ def train(
     path = check_output("--out", out, kind="dir")
     if (path / "config.json").exists() and not force:
         raise ModelFileError(f"{out} already holds a checkpoint: pass --force to overwrite it")
-    from circuits.toy.checkpoints import save
     from circuits.toy.train import TrainConfig
     from circuits.toy.train import train as run_train
+    from core.models.toy_checkpoint import save
 
     cfg = TrainConfig(
         steps=d["steps"],

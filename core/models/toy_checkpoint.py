@@ -1,6 +1,8 @@
 """Shipped checkpoints: ``data/models/<name>/`` with config.json (a ``workbench`` section for the
 zoo plus the model spec and task), model.safetensors, metrics.json and snapshots.safetensors
-(fp16 attention weights along training). ``load(entry)`` returns a workbench HookedModel."""
+(fp16 attention weights along training). ``load(entry)`` returns a workbench HookedModel with its task
+(core.models.toy_tasks); ``save`` writes one (``workbench train``). Here in the ground, so the zoo's loader
+table names nothing above core."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from core.errors import ModelFileError
 
-LOADER = "circuits.toy.checkpoints:load"
+LOADER = "core.models.toy_checkpoint:load"
 
 
 def save(
@@ -111,8 +113,8 @@ def check_model_config(config: Any, where: Path) -> None:
 
 def load_tl(path: str | Path, device: str = "cpu"):
     """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
-    from circuits.toy.tasks import get_task
     from core.models.toy import ModelSpec, build_model
+    from core.models.toy_tasks import get_task
 
     path = Path(path)
     config = read_config(path)

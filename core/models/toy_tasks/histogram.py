@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.toy.tasks.base import Batch, Task
+from core.models.toy_tasks.base import Batch, Task
 
 
 class HistogramTask(Task):

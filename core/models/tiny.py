@@ -2,7 +2,8 @@
 
 ``tiny_model()`` builds one in memory; ``save_tiny(dir)`` writes a zoo-loadable checkpoint
 (config.json with a ``workbench`` section + model.safetensors) that ``workbench.load(dir)``
-and every ``--model`` option accept.
+and every ``--model`` option accept. It stands on the ground alone (the model layer, core.checks for its files),
+so the zoo loads it without reaching above core.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-LOADER = "attribution.probes.tiny:load"
+LOADER = "core.models.tiny:load"
 DEFAULT_VOCAB = (
     ". the a movie meal book show was is felt good great fine nice bad awful poor dull "
     "very quite not and it really so"
@@ -83,7 +84,7 @@ def save_tiny(
                     "kind": "toy",
                     "params": params,
                     "loader": LOADER,
-                    "source": "random (attribution.probes.tiny)",
+                    "source": "random (core.models.tiny)",
                     "description": "tiny random test model",
                 },
                 "tiny": {"vocab": vocab, "layers": layers, "d_model": d_model, "seed": seed},

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.toy.tasks.base import Batch, Task
+from core.models.toy_tasks.base import Batch, Task
 
 
 class CarryTask(Task):

@@ -9,7 +9,7 @@ Inputs are vectors, not token ids: position 2i holds [x_i, 0] and position 2i+1 
 
 For probes (per-layer residuals and the target of each prompt)::
 
-    from circuits.toy.tasks.icl_regression import sample
+    from core.models.toy_tasks.icl_regression import sample
     s = sample(n=256, seed=0)           # xs [n, pts, d], ys [n, pts], inputs [n, 2 pts, d+1]
     m = workbench.load("icl-regression")
     _, cache = m.run_with_cache(s["inputs"])
@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.toy.tasks.base import Batch, Task
+from core.models.toy_tasks.base import Batch, Task
 
 
 class ICLRegressionTask(Task):

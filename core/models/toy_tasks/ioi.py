@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from circuits.toy.tasks.base import Batch, Task
+from core.models.toy_tasks.base import Batch, Task
 
 TEMPLATE = ("{n1}", "and", "{n2}", "then", "{s}")
 POS_N1, POS_N2, POS_S2, POS_END = 0, 2, 4, 4
