@@ -12,9 +12,13 @@ import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import DatasetError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
 
 ACTS_FILE = "acts.safetensors"
 
@@ -24,9 +28,9 @@ class ActivationCache:
     """acts [token, d_in] (float16), windows [window, ctx] token ids (-1 = padding),
     where [token, 2] = (window, position) of each activation."""
 
-    acts: Any
-    windows: Any
-    where: Any
+    acts: Float[torch.Tensor, "token d_in"]
+    windows: Int[torch.Tensor, "window ctx"]
+    where: Int[torch.Tensor, "token 2"]
     model: str
     hook: str
     skip_first: int = 1

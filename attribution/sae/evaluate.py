@@ -11,14 +11,19 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.sae.shards import ShardSet
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 DENSE_AT = 0.1
 
 
-def reconstruction(dic: Any, x, y, chunk: int = 4096) -> dict[str, float]:
+def reconstruction(dic: Any, x: Float[torch.Tensor, "token d_in"], y: Float[torch.Tensor, "token d_out"],
+                   chunk: int = 4096) -> dict[str, float]:
     import torch
 
     y = y.float()
