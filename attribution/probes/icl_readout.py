@@ -44,8 +44,9 @@ def _lam_max(mat):
 
 
 def solver_predictions(
-    xs, ys, iters: int = 32, lam: float = 0.01, kernel: str = "linear", lengthscale: float = 1.0
-) -> dict[str, Any]:
+    xs: Float[torch.Tensor, "prompt pos d"], ys: Float[torch.Tensor, "prompt pos"], iters: int = 32,
+    lam: float = 0.01, kernel: str = "linear", lengthscale: float = 1.0
+) -> dict[str, Float[torch.Tensor, "iterate prompt pos"]]:
     """{solver: [iterate, prompt, position]} predictions of y_i from pairs 0..i-1 (position 0 is 0)."""
     import torch
 
@@ -170,7 +171,10 @@ class ICLReadout:
         return fig
 
 
-def layer_predictions(model: Any, inputs, ys, train_inputs, train_ys, alpha: float = 1.0):
+def layer_predictions(model: Any, inputs: Float[torch.Tensor, "prompt seq d_in"],
+                      ys: Float[torch.Tensor, "prompt pos"], train_inputs: Float[torch.Tensor, "n_train seq d_in"],
+                      train_ys: Float[torch.Tensor, "n_train pos"], alpha: float = 1.0
+                      ) -> tuple[dict[str, Float[torch.Tensor, "prompt pos"]], dict[str, float]]:
     """({layer name: [prompt, position] predictions}, {layer name: held-out R^2}) from ridge probes."""
     import numpy as np
     import torch

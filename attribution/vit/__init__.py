@@ -6,7 +6,10 @@ The names below are the small API the app and notebooks call; they import lazily
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from attribution.vit.maps import Images
 
 __all__ = ["sample_images", "explain", "explain_all", "image_metrics", "evaluate", "METHODS"]
 
@@ -20,14 +23,14 @@ def sample_images(dataset: str = "synthetic", n: int = 8, seed: int = 2):
     return _sample(dataset, n, seed)
 
 
-def explain(model, images, method: str, target_class: Any = None, **params: Any):
+def explain(model, images: Images, method: str, target_class: Any = None, **params: Any):
     """One method -> PatchMap (image, row, col)."""
     from attribution.vit.methods import explain as _explain
 
     return _explain(model, images, method, target_class, **params)
 
 
-def explain_all(model, images, methods: list[str] | None = None, target_class: Any = None):
+def explain_all(model, images: Images, methods: list[str] | None = None, target_class: Any = None):
     """Every method (or those named) -> {method: PatchMap}."""
     from attribution.vit.methods import explain_all as _all
 
