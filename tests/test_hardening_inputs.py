@@ -110,6 +110,31 @@ def test_every_shipped_checkpoint_names_a_registered_loader():
         assert e.loader in zoo.LOADERS, e
 
 
+def test_old_loader_names_load_with_the_grounds_code(tmp_path):
+    """A checkpoint written before its loader moved into core.models (the shipped toys say
+    circuits.checkpoints:load; workbench train wrote circuits.toy.checkpoints:load, save_tiny
+    attribution.probes.tiny:load) loads through the new target: the old name is a name only."""
+    import workbench as wb
+    from core.models import zoo
+    from core.models.tiny import save_tiny
+
+    assert all(target.startswith("core.models.") for target in zoo.LOADERS.values())
+    for old, new in {"circuits.toy.checkpoints:load": "core.models.toy_checkpoint:load",
+                     "circuits.checkpoints:load": "core.models.toy_checkpoint:load",
+                     "attribution.probes.tiny:load": "core.models.tiny:load"}.items():
+        assert zoo.LOADERS[old] == new
+    from core.models.toy_tasks import Task
+
+    shipped = next(e for e in zoo.list_models() if e.loader == "circuits.checkpoints:load")
+    model = wb.load(shipped.name)
+    assert isinstance(model.info["task_source"], Task)  # the toy model comes with its own task
+    tiny = save_tiny(tmp_path / "tiny", name="tiny-old-name")
+    config = json.loads((tiny / "config.json").read_text())
+    config["workbench"]["loader"] = "attribution.probes.tiny:load"
+    (tiny / "config.json").write_text(json.dumps(config))
+    assert wb.load(str(tiny)).n_params() == config["workbench"]["params"]
+
+
 def test_oracle_help_says_it_runs_code(monkeypatch, capsys):
     from tests.cli_helpers import run_cli
 
