@@ -17,7 +17,7 @@ from attribution.sae.shards import ShardSet
 
 if TYPE_CHECKING:
     import torch
-    from jaxtyping import Float
+    from jaxtyping import Float, Int
 
 DENSE_AT = 0.1
 
@@ -56,7 +56,8 @@ def reconstruction(dic: Any, x: Float[torch.Tensor, "token d_in"], y: Float[torc
     }
 
 
-def spliced_loss(model: Any, dic: Any, windows, skip_first: int = 1, bf16: bool = False) -> tuple[float, float]:
+def spliced_loss(model: Any, dic: Any, windows: Int[torch.Tensor, "window ctx"], skip_first: int = 1,
+                 bf16: bool = False) -> tuple[float, float]:
     """(clean, spliced) mean next-token loss over ``windows`` [n, ctx] (-1 = padding): the
     activation at ``hook_out`` is replaced by the dictionary's reconstruction from position
     ``skip_first`` on (from the activation at ``hook`` for a transcoder). ``bf16``: both forwards under

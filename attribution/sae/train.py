@@ -14,10 +14,14 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.sae.config import TRAIN, WIDTH_PER_DIM_IN_MEMORY
 from core.errors import DatasetError, RangeError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
 
 KINDS = ("topk", "batchtopk", "jumprelu", "l1")
 
@@ -61,7 +65,8 @@ def training_sae(
     return sl.StandardTrainingSAE(sl.StandardTrainingSAEConfig(l1_coefficient=l1, **common))
 
 
-def batches(acts, batch_size: int, seed: int = 0) -> Iterator[Any]:
+def batches(acts: Float[torch.Tensor, "token d_in"], batch_size: int,
+            seed: int = 0) -> Iterator[Float[torch.Tensor, "batch d_in"]]:
     """Endless shuffled float32 batches from an [n, d] activation tensor (epoch after epoch)."""
     import torch
 
@@ -75,7 +80,7 @@ def batches(acts, batch_size: int, seed: int = 0) -> Iterator[Any]:
 
 def fit(
     sae: Any,
-    acts,
+    acts: Float[torch.Tensor, "token d_in"],
     n_samples: int,
     batch_size: int = TRAIN.batch_size,
     lr: float = TRAIN.lr,
@@ -177,7 +182,7 @@ class SAEMetrics:
         return asdict(self)
 
 
-def reconstruction_metrics(sae: Any, acts, chunk: int = 4096) -> dict[str, Any]:
+def reconstruction_metrics(sae: Any, acts: Float[torch.Tensor, "token d_in"], chunk: int = 4096) -> dict[str, Any]:
     import torch
 
     if acts.shape[0] == 0:
@@ -205,7 +210,8 @@ def reconstruction_metrics(sae: Any, acts, chunk: int = 4096) -> dict[str, Any]:
     }
 
 
-def spliced_loss(model: Any, sae: Any, hook: str, windows, skip_first: int = 1) -> tuple[float, float]:
+def spliced_loss(model: Any, sae: Any, hook: str, windows: Int[torch.Tensor, "window ctx"],
+                 skip_first: int = 1) -> tuple[float, float]:
     """(clean, spliced) mean next-token loss over ``windows`` [n, ctx] (-1 = padding), with the
     SAE reconstruction replacing the activation at every position from ``skip_first`` on."""
     import torch
@@ -234,7 +240,9 @@ def spliced_loss(model: Any, sae: Any, hook: str, windows, skip_first: int = 1) 
 
 
 def evaluate(
-    model: Any | None, sae: Any, hook: str, eval_acts, eval_windows=None, skip_first: int = 1, dead_acts=None
+    model: Any | None, sae: Any, hook: str, eval_acts: Float[torch.Tensor, "token d_in"],
+    eval_windows: Int[torch.Tensor, "window ctx"] | None = None, skip_first: int = 1,
+    dead_acts: Float[torch.Tensor, "held d_in"] | None = None
 ) -> SAEMetrics:
     """Metrics on ``eval_acts``; dead features are counted on ``dead_acts`` too when given (a few
     thousand held-out tokens are too few to tell a rare feature from a dead one)."""
