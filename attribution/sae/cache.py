@@ -215,7 +215,7 @@ def model_texts(
         return texts[::-1] if held_out else texts
     seed = seed + 1000 if held_out else seed
     n_seq = n_tokens // max(1, min(ctx, model.arch.n_ctx) - 1) + 2
-    task = (model.info or {}).get("task_source")  # a toy model's own task, put there by its loader (circuits.toy)
+    task = (model.info or {}).get("task_source")  # a toy model's own task, put there by its loader (core.models)
     if task is not None:
         tokens = task.batch("train", n_seq, seed).tokens
         if tokens.dtype.is_floating_point:
