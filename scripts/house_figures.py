@@ -42,8 +42,9 @@ COMMANDS: list[tuple[str, list[str]]] = [
 ]
 
 # keys whose values differ between two runs of the same work
-VOLATILE = ("time", "seconds", "elapsed", "run", "id", "path", "created", "date", "out", "version", "commit",
-            "host", "load", "started", "finished", "cache", "_s", "eta", "git", "pid", "dir", "file", "url")
+VOLATILE = ("time", "seconds", "document", "json", "slug", "elapsed", "run", "id", "path", "created", "date",
+            "out", "version", "commit", "host", "load", "started", "finished", "cache", "_s", "eta", "git", "pid",
+            "dir", "file", "url")
 
 
 def run_all(out: Path, only: list[str] | None = None) -> None:
