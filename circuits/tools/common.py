@@ -8,6 +8,9 @@ from typing import TYPE_CHECKING, Any
 from core.errors import PromptError, RangeError, TokenError
 
 if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float, Int
+
     from core.models.hooked import HookedModel
 
 
@@ -15,9 +18,9 @@ if TYPE_CHECKING:
 class Prompts:
     """A batch ready for the tools: tokens [batch, seq], target and foil ids [batch]."""
 
-    tokens: Any
-    target: Any
-    foil: Any | None = None
+    tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_in"]  # ids, or vectors (toys)
+    target: Int[torch.Tensor, " batch"]
+    foil: Int[torch.Tensor, " batch"] | None = None
     pos: int = -1  # the scored position
 
     @property
@@ -25,7 +28,8 @@ class Prompts:
         return int(self.tokens.shape[0])
 
 
-def as_tokens(model: HookedModel, prompt: Any):
+def as_tokens(model: HookedModel, prompt: Any
+              ) -> Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_in"]:
     """A string, id list, [seq] or [batch, seq] tensor (or [batch, seq, d] vectors) -> tensor."""
     import torch
 
@@ -42,7 +46,7 @@ def as_tokens(model: HookedModel, prompt: Any):
     return t[None] if t.dim() == 1 else t
 
 
-def as_ids(model: HookedModel, tok: Any, batch: int, role: str):
+def as_ids(model: HookedModel, tok: Any, batch: int, role: str) -> Int[torch.Tensor, " batch"] | None:
     import torch
 
     if tok is None:
@@ -71,7 +75,7 @@ def prompts(model: HookedModel, prompt: Any, target: Any, foil: Any = None, pos:
     return Prompts(tokens, t, f, pos)
 
 
-def logit_diff(logits, p: Prompts):
+def logit_diff(logits: Float[torch.Tensor, "batch pos vocab"], p: Prompts) -> Float[torch.Tensor, " batch"]:
     """Per-prompt logit(target) - logit(foil) at the scored position (logit(target) if no foil)."""
     from core.metric import logit_diff as metric
 

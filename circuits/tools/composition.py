@@ -17,7 +17,7 @@ from core.errors import RangeError
 
 if TYPE_CHECKING:
     import torch
-    from jaxtyping import Float
+    from jaxtyping import Float, Int
 
     from core.models.hooked import HookedModel
 
@@ -31,8 +31,9 @@ def head_factors(model: HookedModel, layer: int) -> dict[str, Any]:
 
 
 def qk_circuit(
-    model: HookedModel, layer: int, head: int, query_tokens=None, key_tokens=None, positional: bool = False
-):
+    model: HookedModel, layer: int, head: int, query_tokens: Int[torch.Tensor, " query"] | list[int] | None = None,
+    key_tokens: Int[torch.Tensor, " key"] | list[int] | None = None, positional: bool = False
+) -> Float[torch.Tensor, "query key"]:
     """Attention scores by token (W_E W_QK W_E^T) [query token, key token], or by position."""
     model.check_head(head)
     f = head_factors(model, layer)
@@ -44,7 +45,8 @@ def qk_circuit(
     return (q_src.float() @ f["W_Q"][head]) @ (k_src.float() @ f["W_K"][head]).T
 
 
-def ov_circuit(model: HookedModel, layer: int, head: int, tokens=None, out_tokens=None):
+def ov_circuit(model: HookedModel, layer: int, head: int, tokens: Int[torch.Tensor, " src"] | list[int] | None = None,
+               out_tokens: Int[torch.Tensor, " out"] | list[int] | None = None) -> Float[torch.Tensor, "src out"]:
     """What a head writes to the logits when it attends to a token: W_E W_OV W_U [src, out]."""
     model.check_head(head)
     f = head_factors(model, layer)
