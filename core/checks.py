@@ -82,17 +82,29 @@ def parse_json(text: str, what: str, error: type[WorkbenchError], strict: bool =
     """``json.loads`` refusing (``strict``) NaN/Infinity; ``error`` on anything that is not JSON, or is nested
     more than MAX_JSON_DEPTH levels."""
     try:
-        value = json.loads(text, parse_constant=_no_constant if strict else None)
-    except RecursionError:
-        value = _TOO_DEEP
+        return loads_bounded(text, parse_constant=_no_constant if strict else None)
+    except JSONTooDeep:
+        raise error(f"{what} is damaged: nested more than {MAX_JSON_DEPTH} levels deep, which no workbench file is"
+                    ) from None
     except ValueError as exc:
         raise error(f"{what} is damaged: not valid JSON ({one_line(exc)})") from None
-    if value is _TOO_DEEP or _too_deep(value, MAX_JSON_DEPTH):
-        raise error(f"{what} is damaged: nested more than {MAX_JSON_DEPTH} levels deep, which no workbench file is")
+
+
+class JSONTooDeep(ValueError):
+    """JSON that nests lists/objects more than MAX_JSON_DEPTH levels (a ValueError, so "not JSON" catches it)."""
+
+
+def loads_bounded(text: str, parse_constant: Any = None) -> Any:
+    """``json.loads`` bounded in depth: JSONTooDeep when lists/objects nest more than MAX_JSON_DEPTH levels
+    (json.loads' own RecursionError included), any other ValueError passed on. The one depth check: every
+    reader of JSON from a file (workbench files here, the user's prompt and dataset files) goes through it."""
+    try:
+        value = json.loads(text, parse_constant=parse_constant)
+    except RecursionError:
+        raise JSONTooDeep(f"nested more than {MAX_JSON_DEPTH} levels deep") from None
+    if _too_deep(value, MAX_JSON_DEPTH):
+        raise JSONTooDeep(f"nested more than {MAX_JSON_DEPTH} levels deep")
     return value
-
-
-_TOO_DEEP = object()
 
 
 def _too_deep(value: Any, limit: int) -> bool:

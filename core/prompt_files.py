@@ -5,18 +5,40 @@ Kept out of workbench.commands so the app and notebooks can read prompt files wi
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from core.checks import JSONTooDeep, loads_bounded
 from core.errors import PromptError, WorkbenchError
+
+
+def check_input_file(path: str | Path, what: str, error: type[WorkbenchError]) -> Path:
+    """``path`` as a Path when it is a regular file (a symlink to one included); else ``error``, one line naming
+    what was typed: "WHAT 'PATH' does not exist", "... is a directory", "... is not a regular file (a named
+    pipe)". A pipe or device is refused before it is opened: reading /dev/zero never ends, a pipe blocks."""
+    import stat
+
+    file = Path(path)
+    try:
+        mode = file.stat().st_mode
+    except FileNotFoundError:
+        raise error(f"{what} {str(path)!r} does not exist") from None
+    except OSError as exc:
+        from core.text import one_line
+
+        raise error(f"cannot read {what} {str(path)!r}: {one_line(exc)}") from None
+    if stat.S_ISREG(mode):
+        return file
+    if stat.S_ISDIR(mode):
+        raise error(f"{what} {str(path)!r} is a directory, not a file")
+    kind = ("a named pipe" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a plain file")
+    raise error(f"{what} {str(path)!r} is not a regular file ({kind}); give a .jsonl file")
 
 
 def read_prompts(path: str, limit: int | None = None) -> list[dict]:
     """The rows of a prompt file; PromptError on a missing, unreadable, empty or malformed file."""
-    file = Path(path)
-    if not file.is_file():
-        raise PromptError(f"prompts file {path!r} does not exist")
+    file = check_input_file(path, "prompts file", PromptError)
     try:
         # utf-8-sig: a byte-order mark (as some editors write) is not part of the first row.
         text = file.read_text(encoding="utf-8-sig")
@@ -44,9 +66,11 @@ def parse_prompts(text: str, source: str, limit: int | None = None) -> list[dict
         if not line.strip():
             continue
         try:
-            row = json.loads(line, parse_constant=_no_constant)
+            row = loads_bounded(line, parse_constant=_no_constant)  # depth-bounded, as every JSON read
         except _NonFiniteField as exc:
             raise PromptError(f"{source}:{n}: a field is {exc}, not a finite number (JSON has no NaN)") from None
+        except JSONTooDeep as exc:
+            raise PromptError(f"{source}:{n}: {exc}; a row is one flat JSON object") from None
         except ValueError:
             raise PromptError(f"{source}:{n}: not a JSON object") from None
         if not isinstance(row, dict) or not isinstance(row.get("prompt"), str) \

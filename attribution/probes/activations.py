@@ -8,7 +8,6 @@ tokens, or the token that ends the marked word.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -55,9 +54,10 @@ def word_type(text: str, word: str | None) -> str:
 
 def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
     """Read and check a labelled JSONL set: >= 2 classes, each with >= ``min_per_class`` examples."""
-    path = Path(path)
-    if not path.is_file():
-        raise DatasetError(f"dataset {str(path)!r} does not exist")
+    from core.checks import JSONTooDeep, loads_bounded
+    from core.prompt_files import check_input_file
+
+    path = check_input_file(path, "dataset", DatasetError)  # missing, a directory, a pipe or a device: refused
     texts, labels, marked = [], [], []
     # JSONL lines end at "\n" only (splitlines() also splits at U+2028/U+2029/U+0085 inside strings);
     # utf-8-sig drops a byte-order mark.
@@ -66,7 +66,9 @@ def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = loads_bounded(line)
+        except JSONTooDeep as exc:
+            raise DatasetError(f"{path.name} line {n} is {exc}; a line is one flat JSON object") from None
         except ValueError:
             raise DatasetError(f"{path.name} line {n} is not JSON") from None
         if not isinstance(row, dict) or not isinstance(row.get("text"), str) or "label" not in row:
@@ -75,9 +77,12 @@ def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
             raise DatasetError(f"{path.name} line {n} has an empty text")
         if not isinstance(row["label"], str) or not row["label"].strip():  # 1 and "1" would merge silently
             raise DatasetError(f"{path.name} line {n}: \"label\" must be a non-empty string (got {row['label']!r})")
+        word = row.get("word")
+        if word is not None and (not isinstance(word, str) or not word.strip()):
+            raise DatasetError(f"{path.name} line {n}: \"word\" must be a non-empty string (got {word!r})")
         texts.append(row["text"])
         labels.append(str(row["label"]))
-        marked.append(row.get("word"))
+        marked.append(word)
     if not texts:
         raise DatasetError(f"dataset {path.name} is empty")
     counts = {c: labels.count(c) for c in set(labels)}
@@ -129,6 +134,19 @@ def parse_layers(spec: str, n_layers: int) -> list[int]:
     return out
 
 
+def check_pooling(data: LabeledSet, pooling: str, source: str = "the dataset") -> None:
+    """DatasetError (one line) for an unknown pooling, or ``marked`` on a set whose examples do not all mark
+    their "word" (an unmarked one would silently pool its last token while the run says "marked")."""
+    if pooling not in POOLINGS:
+        raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
+    if pooling == "marked":
+        missing = [i for i, w in enumerate(data.marked or [None] * len(data.texts), 1) if not w]
+        if missing:
+            raise DatasetError(f"--pooling marked pools each example's \"word\", and {len(missing)} of the "
+                               f"{len(data.texts)} examples in {source} have none (first: example {missing[0]}): add "
+                               "\"word\" to every line, or use --pooling last or mean")
+
+
 def marked_index(model: Any, text: str, word: str | None) -> int:
     """Position of the last token of the last occurrence of ``word`` (the last token if absent)."""
     n = model.to_tokens(text).shape[1]
@@ -153,8 +171,7 @@ def pooled_activations(
     ``on_step(k)`` after each batch of k examples (a job's progress)."""
     import torch
 
-    if pooling not in POOLINGS:
-        raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
+    check_pooling(data, pooling)
     for h in hooks:
         model.check_hook(h)
     toks = [model.to_tokens(t)[0] for t in data.texts]

@@ -89,8 +89,9 @@ def check_config(cfg: BenchConfig) -> None:
         if not Path(task).suffix == ".jsonl":
             raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} (ioi:counterfactual="
                               "s2_io|abc|names) or give a .jsonl file")
-        if not Path(task).is_file():
-            raise PromptError(f"task file {task} does not exist")
+        from core.prompt_files import check_input_file
+
+        check_input_file(task, "task file", PromptError)  # missing, a directory, a pipe or a device
     for what, items in (("task", cfg.tasks), ("method", cfg.methods), ("level", cfg.levels)):
         if not items:
             raise MethodError(f"no {what}s given: name at least one")

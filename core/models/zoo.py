@@ -221,8 +221,9 @@ def resolve(name_or_path: str) -> ModelEntry:
     if not explicit_path and hub.looks_like_hub_id(name_or_path):
         snapshot = hub.resolve(name_or_path)
         return _dir_entry(snapshot, name_or_path, f"Hugging Face {hub.candidates(name_or_path)[0]} ({snapshot})")
-    if explicit_path or os.sep in name_or_path:
-        raise ModelFileError(f"model path {str(path)!r} does not exist")
+    if explicit_path or os.sep in name_or_path:  # named as typed; as read too, where '..' made it another
+        read_as = f" (read as {str(path)!r})" if str(path) != str(Path(name_or_path)) else ""
+        raise ModelFileError(f"model path {name_or_path!r} does not exist{read_as}")
     names = ", ".join(e.name for e in list_models())
     raise UnknownModelError(f"unknown model {name_or_path!r}; known: {names} (or a local directory path, or a "
                             "Hugging Face hub id such as openai-community/gpt2)")

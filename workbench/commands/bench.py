@@ -99,13 +99,19 @@ def circuits(
         raise RangeError("--no-save-run without --out would keep nothing: give --out FILE.md")
     from circuits.bench.report import leaderboard, write_document
     from circuits.bench.runner import check_model_kind, check_task_rows, load_rows
+    from core.errors import PromptError
     from core.models.zoo import resolve
+    from core.prompt_files import check_input_file
     from workbench.commands.jobs import run_job
     from workbench.scheduler.specs import BenchCircuitsSpec, bench_config
 
+    for t in task_list:  # a file refused as typed (not by the absolute path it is stored under)
+        if t.endswith(".jsonl"):
+            check_input_file(t, "task file", PromptError)
     check_model_kind(resolve(model).kind, model)
     # a task file is named by its absolute path: a Ray worker's working directory is not this one
     names = [str(Path(t).resolve()) if t.endswith(".jsonl") else t for t in task_list]
+    typed = dict(zip(names, task_list, strict=True))
     spec = BenchCircuitsSpec(model=model, tasks=names, methods=method_list,
                              levels=level_list, n_train=n_train, n_test=n_test, n_patch=n_patch,
                              patch_sample=patch_sample,
@@ -114,9 +120,12 @@ def circuits(
                              seed=seed)  # checks the config
     cfg = bench_config(spec.to_dict())
     for task in cfg.tasks:  # every stored task's rows are checked before the job starts: bad input costs nothing
-        rows, _, source = load_rows(cfg.model, task, cfg.seed)
-        if source != "built":
-            check_task_rows(task, rows, cfg)
+        try:
+            rows, _, source = load_rows(cfg.model, task, cfg.seed)
+            if source != "built":
+                check_task_rows(task, rows, cfg)
+        except PromptError as exc:  # "FILE:N: why" names the file as the user typed it
+            raise PromptError(str(exc).replace(task, typed.get(task, task))) from None
     job, res = run_job(spec, workers, ray_address, save=save_run)
     result = res.result
     # only where --out says: a run without it never writes over the committed results/circuits/bench_<model>.md

@@ -55,12 +55,13 @@ def concepts(
     """Per layer: cosine similarities of the three concept vectors, and the steering effect of each
     (logit movement toward the concept) against a random vector of the same norm. Runs as a job
     (`workbench jobs list`): here, or on Ray with --ray-address."""
-    from attribution.probes.activations import POOLINGS, load_dataset
+    from attribution.probes.activations import POOLINGS, check_pooling, load_dataset
     from core.errors import DatasetError
 
     if pooling not in POOLINGS:
         raise DatasetError(f"unknown pooling {pooling!r}: {', '.join(POOLINGS)}")
     data = load_dataset(dataset, min_per_class=4)
+    check_pooling(data, pooling, dataset)  # marked: every example marks its word
     concept = concept or data.classes[-1]
     if concept not in data.classes:
         raise DatasetError(

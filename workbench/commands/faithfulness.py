@@ -27,8 +27,10 @@ def register(app: typer.Typer) -> None:
     app.command("faithfulness")(faithfulness)
 
 
-def parse_params(items: list[str]) -> dict[str, dict]:
-    """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can)."""
+def parse_params(items: list[str], methods: list[str] | None = None) -> dict[str, dict]:
+    """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can).
+    With ``methods`` (those --methods runs), a parameter for a known method that is not run is refused: it
+    would be dropped without a word."""
     import json
 
     from attribution.methods import canonical
@@ -46,6 +48,13 @@ def parse_params(items: list[str]) -> dict[str, dict]:
         except ValueError:
             parsed = value
         out.setdefault(canonical(method), {})[name] = finite_param("--param", key, parsed)
+        run = {canonical(m) for m in methods or []}
+        if methods is not None and canonical(method) not in run:
+            from attribution.methods import METHODS
+
+            if canonical(method) in METHODS:  # an unknown name is refused as such later, with the known ones
+                raise MethodError(f"--param {item!r} is for {method}, which --methods ({', '.join(methods)}) "
+                                  f"does not run: add {method} to --methods or drop the parameter")
     return out
 
 
@@ -107,7 +116,7 @@ def faithfulness(
 
     for name in names:
         resolve_method(name, level)
-    params = parse_params(param)
+    params = parse_params(param, names)
     fractions = parse_grid(grid) if grid is not None else None  # --grid '' is refused, not the default
     rows = read_prompts(prompts, limit)
     device = check_device(device)

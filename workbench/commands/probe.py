@@ -71,7 +71,7 @@ def probe(
 ) -> None:
     """Layer-wise logistic probes: held-out accuracy, control-task accuracy, selectivity, GDV, 95% CI.
     Runs as a job (`workbench jobs list`): here, or on Ray with --ray-address."""
-    from attribution.probes.activations import POOLINGS, load_dataset
+    from attribution.probes.activations import POOLINGS, check_pooling, load_dataset
     from core.errors import DatasetError
 
     if pooling not in POOLINGS:
@@ -83,6 +83,7 @@ def probe(
 
         hook = ",".join(split_list("--hook", hook))
     data = load_dataset(dataset, min_per_class=4)  # bad data fails before the model is loaded
+    check_pooling(data, pooling, dataset)  # marked: every example marks its word
 
     from core.models.zoo import check_text_model
     from workbench.commands.common import check_device

@@ -99,8 +99,23 @@ def dashboards_of(spec: str, model: str | None) -> Any:
     from attribution.sae.units import neurons_root, resolve
 
     if spec.startswith("neurons:"):
+        from attribution.sae.dashboard import FILE
+        from core.errors import ModelFileError
+
         layer = spec.split(":", 1)[1]
-        return Dashboards.load(neurons_root() / f"{Path(model_of(spec, model)).name}-L{layer}-neurons")
+        name = model_of(spec, model)
+        directory = neurons_root() / f"{Path(name).name}-L{layer}-neurons"
+        if not (directory / FILE).exists() and not (directory / FILE).is_symlink():
+            # before advising a build, the reason a build would fail (a layer without MLP neurons): one line
+            from core.errors import RangeError
+
+            try:
+                _load(spec, name, "cpu")
+            except RangeError as exc:
+                raise RangeError(f"--sae {spec}: {exc}") from None
+            raise ModelFileError(f"no dashboards of {spec} for {name} yet: build them with "
+                                 f"`workbench sae dashboards --sae {spec} --model {name}`")
+        return Dashboards.load(directory)
     from attribution.sae.explore import open_dashboards
 
     db = open_dashboards(resolve(spec))
