@@ -19,11 +19,15 @@ import json
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from attribution.sae.config import TRAIN
 from attribution.sae.shards import ShardSet, shard_batches
 from core.errors import RangeError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Float
 
 Progress = Callable[[str, int, int], None]  # (stage, done, total)
 
@@ -252,7 +256,7 @@ def save_transcoder(weights: dict[str, Any], threshold: float, path: Path, model
     tc.save_model(str(path))
 
 
-def topk_threshold(weights: dict[str, Any], x, l0: float | None = None) -> float:
+def topk_threshold(weights: dict[str, Any], x: Float[torch.Tensor, "token d_in"], l0: float | None = None) -> float:
     """The JumpReLU threshold that keeps k features per token on average over ``x``: the (k n)-th
     largest post-ReLU pre-activation over all n tokens (BatchTopK's global threshold). The mean of
     per-token k-th values, which we used first, let L0 drift to 70 for k = 64. ``l0`` aims lower
