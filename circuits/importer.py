@@ -45,9 +45,34 @@ def read(path: str | Path) -> dict[str, Any]:
     size = path.stat().st_size
     if size > MAX_BYTES:
         raise ExportError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a graph JSON may be here")
+    _count_bounded(path)  # a file of too many nodes or links is refused before it is parsed (or read whole)
     doc = read_json(path, f"graph JSON {path.name}", ExportError, max_bytes=MAX_BYTES)
     check(doc, path.name)
     return doc
+
+
+_NODE_KEY = re.compile(rb'"node_id"\s*:')
+_LINK_KEY = re.compile(rb'"source"\s*:')
+
+
+def _count_bounded(path: Path, chunk: int = 4 * 2**20) -> None:
+    """ExportError as soon as the file, read in chunks, holds more "node_id" keys than MAX_NODES (or "source"
+    keys than MAX_LINKS): each node has one, each link one, and inside a JSON string the quotes would be
+    escaped, so the count bounds the graph's size from above. A 10^6-node file stops after ~30 MB, in little
+    memory, instead of being parsed whole (hundreds of MB); the exact counts are checked again after parsing."""
+    counts = {"nodes": 0, "links": 0}
+    limits = {"nodes": (_NODE_KEY, MAX_NODES), "links": (_LINK_KEY, MAX_LINKS)}
+    tail = b""
+    with open(path, "rb") as fh:
+        while block := fh.read(chunk):
+            buf = tail + block
+            for what, (key, limit) in limits.items():
+                # a match wholly inside the carried tail was counted with the previous block
+                counts[what] += sum(1 for m in key.finditer(buf) if m.end() > len(tail))
+                if counts[what] > limit:
+                    raise ExportError(f"{path} holds more than the {limit:,} {what} a graph may have here "
+                                      f"(counted in its first {fh.tell():,} bytes, before parsing it)")
+            tail = buf[-64:]
 
 
 def _need(cond: bool, what: str, why: str) -> None:
@@ -138,6 +163,7 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
     logits = [n for n in doc["nodes"] if n["feature_type"] == "logit"]
     target_node = max(logits, key=lambda n: (bool(n.get("is_target_logit")), float(n.get("token_prob") or 0.0)))
     wb_id: dict[str, str] = {}
+    taken: set[str] = set()  # wb_id's values, as a set: one look-up a node (a list's scan made 150k nodes hours)
     nodes: list[dict[str, Any]] = []
     dictionaries: dict[str, dict[str, Any]] = {}
     scan = str(meta.get("scan") or "imported")
@@ -168,9 +194,10 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
                 node = {**base, "id": f"{tag}.f{index}@p{pos}", "kind": "feature", "row": row,
                         "dictionary": f"{scan}:{tag}", "feature": index, "activation": n.get("activation"),
                         "label": base["label"] or f"{tag}.f{index}@{pos}"}
-        if node["id"] in wb_id.values():  # two nodes of the file map to one workbench id: keep the file's
+        if node["id"] in taken:  # two nodes of the file map to one workbench id: keep the file's
             node["id"] = f"ct:{n['node_id']}"
         wb_id[n["node_id"]] = node["id"]
+        taken.add(node["id"])
         nodes.append(node)
     edges = [{"src": wb_id[e["source"]], "dst": wb_id[e["target"]], "score": float(e["weight"])}
              for e in doc["links"]]

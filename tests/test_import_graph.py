@@ -191,6 +191,32 @@ def test_absurd_sizes_are_refused_before_anything_is_built(monkeypatch, capsys, 
     assert_bad(code, err, "bytes, more than")
     monkeypatch.setattr(importer, "MAX_NODES", 20)
     monkeypatch.setattr(importer, "to_feature_graph", lambda *a, **k: pytest.fail("built an absurd graph"))
+    with monkeypatch.context() as m:  # counted in chunks before the file is parsed (issue 52)
+        m.setattr("core.checks.read_json", lambda *a, **k: pytest.fail("parsed a file of too many nodes"))
+        code, _, err = cli(monkeypatch, capsys, "import", "graph-json", str(FIXTURE))
+    assert_bad(code, err, "more than the 20 nodes", "before parsing it")
+    # the count after parsing still holds, for a file whose keys the scan cannot see
+    monkeypatch.setattr(importer, "_count_bounded", lambda path: None)
     code, _, err = cli(monkeypatch, capsys, "import", "graph-json", str(FIXTURE))
     assert_bad(code, err, "59 nodes", "more than")
     assert RunStore().list() == []
+
+
+def test_node_count_scan_reads_a_fraction_of_an_oversized_file(tmp_path, monkeypatch):
+    """Issue 52: a graph of too many nodes is refused after reading the chunks that hold MAX_NODES + 1 node keys,
+    not the whole file; keys split across a chunk boundary are counted once; and quoted text that merely
+    mentions "node_id" (escaped inside a string) is not a node."""
+    from circuits import importer
+    from core.errors import ExportError
+
+    monkeypatch.setattr(importer, "MAX_NODES", 1000)
+    node = '{"node_id": "1_2_3", "clerp": "a \\"node_id\\": x"}'
+    big = tmp_path / "big.json"
+    big.write_text('{"metadata": {}, "nodes": [' + ", ".join([node] * 5000) + '], "links": []}')
+    with pytest.raises(ExportError, match="more than the 1,000 nodes") as info:
+        importer._count_bounded(big, chunk=997)  # an odd chunk: keys straddle the boundaries
+    read = int(info.value.args[0].split("first ")[1].split(" bytes")[0].replace(",", ""))
+    assert read < big.stat().st_size / 4
+    ok = tmp_path / "ok.json"
+    ok.write_text('{"metadata": {}, "nodes": [' + ", ".join([node] * 1000) + '], "links": []}')
+    importer._count_bounded(ok, chunk=997)  # exactly the bound: passes
