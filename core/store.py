@@ -293,7 +293,9 @@ def mark(folder: Path, what: str = "run store") -> None:
         fd = os.open(folder / MARKER, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o666)
     except OSError:
         return  # already there, or cannot be written now
-    with os.fdopen(fd, "w", encoding="utf-8") as fh, contextlib.suppress(OSError):
+    # the close flushes, so it is inside the suppress too: out of space, the empty marker still marks the folder
+    # and the caller's own write fails next, naming its path (issue 52: the close raised a bare ENOSPC)
+    with contextlib.suppress(OSError), os.fdopen(fd, "w", encoding="utf-8") as fh:
         fh.write(json.dumps({"workbench": what, "created": _dt.datetime.now(_dt.UTC).isoformat()}) + "\n")
 
 

@@ -82,15 +82,34 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
     Strict JSON in both modes: a result holding NaN or Infinity is refused (NonFiniteError, exit 2)
     before anything is printed, never written as the non-standard ``NaN`` / ``Infinity``."""
     text = to_json(result)
-    if as_json:
-        sys.stdout.write(text + "\n")
-        sys.stdout.flush()
-    elif human is not None:
-        human(result)
-    else:
-        from rich import print_json
+    try:
+        if as_json:
+            sys.stdout.write(text + "\n")
+        elif human is not None:
+            human(result)
+        else:
+            from rich import print_json
 
-        print_json(text)
+            print_json(text)
+        sys.stdout.flush()
+    except OSError as exc:  # stdout on a full disk (or > /dev/full): the one line names where it went
+        from core.checks import disk_full, disk_full_error
+
+        if not disk_full(exc):
+            raise
+        raise disk_full_error(stdout_name(), "the output was not written in full") from None
+
+
+def stdout_name() -> str:
+    """Where stdout goes, for a message: "standard output (/path/it/names)" where the system says, else
+    "standard output"."""
+    import os
+
+    try:
+        target = os.readlink(f"/proc/self/fd/{sys.stdout.fileno()}")
+    except (OSError, ValueError, AttributeError):  # no /proc, or stdout replaced (a test's capture)
+        return "standard output"
+    return f"standard output ({target})"
 
 
 def finish(out: dict[str, Any], as_json: bool, human: Callable[[dict[str, Any]], None], result: Any = None,

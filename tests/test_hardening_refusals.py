@@ -1,0 +1,233 @@
+"""The last bad inputs of issue 52: each refused in one line that names the cause and what the user typed,
+exit 2, nothing written (and, where no model is needed, nothing loaded)."""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli_helpers import assert_bad, run_cli
+
+TOY = "ioi-attn-1l2h"
+ROW = {"prompt": "N1 and N2 then N2", "target": "N1", "foil": "N2"}
+
+
+@pytest.fixture
+def no_model(monkeypatch, tmp_path):
+    """Loading a model is a test failure: these refusals need none. Works in tmp_path."""
+    import core.models.zoo as zoo
+    import workbench
+
+    def boom(*a, **k):
+        raise AssertionError("a model was loaded before the input was checked")
+
+    monkeypatch.setattr(zoo, "load", boom)
+    monkeypatch.setattr(workbench, "load", boom)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _runs_left() -> list[str]:
+    root = Path(os.environ["WORKBENCH_RUNS"])
+    return sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) if root.exists() else []
+
+
+# -- a prompt, dataset or task file nested 100,000 deep: the one JSON depth check ------------------------------
+DEEP_COMMANDS = [
+    ["attribute-set", "--model", TOY, "--prompts", "deep.jsonl"],
+    ["faithfulness", "--model", TOY, "--prompts", "deep.jsonl", "--methods", "dpa"],
+    ["probe", "--model", TOY, "--dataset", "deep.jsonl"],
+    ["concepts", "--model", TOY, "--dataset", "deep.jsonl"],
+    ["bench", "circuits", "--model", TOY, "--tasks", "deep.jsonl"],
+]
+
+
+@pytest.mark.parametrize("args", DEEP_COMMANDS, ids=lambda a: a[0] if a[0] != "bench" else "bench circuits")
+@pytest.mark.parametrize("line", [
+    "[" * 100_000,  # json.loads' own RecursionError
+    json.dumps({**ROW, "text": "a b", "label": "x", "x": 0})[:-2] + "[" * 150 + "]" * 150 + "}",  # parses: too deep
+], ids=["100000-open", "150-in-a-row"])
+def test_a_deeply_nested_line_is_one_line(no_model, monkeypatch, capsys, args, line):
+    (no_model / "deep.jsonl").write_text(line + "\n")
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert_bad(code, err, "deep.jsonl", "nested more than 100 levels")
+    assert str(no_model) not in err  # named as typed, not by an absolute path
+    assert out == "" and _runs_left() == []
+
+
+def test_the_depth_check_is_the_one_in_core_checks(monkeypatch):
+    """The prompt reader goes through core.checks.loads_bounded (one depth check for every JSON read)."""
+    import core.checks
+    from core.errors import PromptError
+    from core.prompt_files import parse_prompts
+
+    monkeypatch.setattr(core.checks, "MAX_JSON_DEPTH", 2)
+    with pytest.raises(PromptError, match="nested more than 2 levels"):
+        parse_prompts(json.dumps({**ROW, "x": [[1]]}), "p.jsonl")
+    assert parse_prompts(json.dumps({**ROW, "x": [1]}), "p.jsonl")[0]["x"] == [1]
+
+
+# -- a pipe, a device or a directory given as a file ---------------------------------------------------------
+FILE_COMMANDS = [
+    ["attribute-set", "--model", TOY, "--prompts"],
+    ["faithfulness", "--model", TOY, "--methods", "dpa", "--prompts"],
+    ["probe", "--model", TOY, "--dataset"],
+    ["bench", "circuits", "--model", TOY, "--tasks"],
+]
+
+
+@pytest.mark.parametrize("args", FILE_COMMANDS, ids=lambda a: a[0])
+@pytest.mark.parametrize("kind", ["fifo", "/dev/zero", "/dev/null", "directory"])
+def test_a_file_that_is_not_a_regular_file_says_so(no_model, monkeypatch, capsys, args, kind):
+    if kind == "fifo":
+        path = "pipe.jsonl"
+        os.mkfifo(no_model / path)  # reading it would block: it must not be opened at all
+    elif kind == "directory":
+        path = "folder.jsonl"
+        (no_model / path).mkdir()
+    else:
+        if args[0] == "bench":
+            pytest.skip("bench takes a task file by its .jsonl name")
+        path = kind
+    code, out, err = run_cli(monkeypatch, capsys, *args, path)
+    words = ("is a directory",) if kind == "directory" else ("not a regular file",)
+    assert_bad(code, err, f"'{path}'", *words)
+    assert "does not exist" not in err and out == ""
+
+
+def test_a_missing_file_still_does_not_exist(no_model, monkeypatch, capsys):
+    code, _, err = run_cli(monkeypatch, capsys, "attribute-set", "--model", TOY, "--prompts", "gone.jsonl")
+    assert_bad(code, err, "'gone.jsonl'", "does not exist")
+
+
+# -- probe --pooling marked on examples without a word ----------------------------------------------------------
+@pytest.mark.parametrize("command", ["probe", "concepts"])
+def test_marked_pooling_needs_every_word(no_model, monkeypatch, capsys, command):
+    rows = [{"text": f"N1 and N2 then N{i % 2 + 1}", "label": "ab"[i % 2]} for i in range(8)]
+    rows[0]["word"] = "N1"  # one marked, seven not: the seven would silently pool their last token
+    (no_model / "d.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    code, out, err = run_cli(monkeypatch, capsys, command, "--model", TOY, "--dataset", "d.jsonl",
+                             "--pooling", "marked")
+    assert_bad(code, err, "--pooling marked", "7 of the 8 examples in d.jsonl", "example 2")
+    assert out == "" and _runs_left() == []
+
+
+def test_a_word_that_is_not_a_string_is_refused(tmp_path):
+    from attribution.probes.activations import load_dataset
+    from core.errors import DatasetError
+
+    f = tmp_path / "d.jsonl"
+    f.write_text(json.dumps({"text": "a b", "label": "x", "word": 3}) + "\n")
+    with pytest.raises(DatasetError, match='line 1: "word" must be a non-empty string'):
+        load_dataset(f)
+
+
+def test_the_engine_refuses_marked_pooling_without_words_too():
+    """The check sits in pooled_activations as well: a job or notebook reaches it without the CLI."""
+    from attribution.probes.activations import LabeledSet, check_pooling
+    from core.errors import DatasetError
+
+    data = LabeledSet(["a b", "c d"], ["x", "y"], ["b", "d"], [None, "d"])
+    with pytest.raises(DatasetError, match="1 of the 2 examples"):
+        check_pooling(data, "marked")
+    check_pooling(data, "last")
+    check_pooling(LabeledSet(["a b"], ["x"], ["b"], ["b"]), "marked")
+
+
+# -- faithfulness --param for a method that is not run ----------------------------------------------------------
+@pytest.mark.parametrize("param, methods, words", [
+    ("ig.steps=3", "dpa", ("'ig.steps=3'", "--methods (dpa)", "does not run")),
+    ("integrated_gradients.steps=3", "dpa,gradient", ("integrated_gradients", "does not run")),
+    ("nosuch.steps=3", "dpa", ("unknown method 'nosuch'",)),
+])
+def test_a_parameter_for_a_method_not_run_is_refused(no_model, monkeypatch, capsys, param, methods, words):
+    (no_model / "p.jsonl").write_text(json.dumps(ROW) + "\n")
+    code, out, err = run_cli(monkeypatch, capsys, "faithfulness", "--model", TOY, "--prompts", "p.jsonl",
+                             "--methods", methods, "--param", param)
+    assert_bad(code, err, *words)
+    assert out == "" and _runs_left() == []
+
+
+def test_a_parameter_by_alias_or_full_name_for_a_method_run_is_kept():
+    from workbench.commands.faithfulness import parse_params
+
+    assert parse_params(["ig.steps=3"], ["integrated_gradients"]) == {"integrated_gradients": {"steps": 3}}
+    assert parse_params(["integrated_gradients.steps=3"], ["ig"]) == {"integrated_gradients": {"steps": 3}}
+
+
+# -- sae features on neurons a model does not have; info on a path with '..' -----------------------------------
+def test_neurons_of_a_model_without_mlp_give_the_real_reason(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "sae", "features", "--sae", "neurons:0", "--model", TOY,
+                             "--feature", "0")
+    assert_bad(code, err, "--sae neurons:0", "no MLP neurons")
+    assert "workbench sae dashboards" not in err  # no advice to run a command that would fail
+
+
+def test_neurons_without_dashboards_advise_the_command_that_builds_them(monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "sae", "features", "--sae", "neurons:0", "--model",
+                             "modadd-dense", "--feature", "0")
+    assert_bad(code, err, "`workbench sae dashboards --sae neurons:0 --model modadd-dense`")
+
+
+def test_info_names_the_path_as_typed(no_model, monkeypatch, capsys):
+    code, out, err = run_cli(monkeypatch, capsys, "info", "org/../../nowhere-52")
+    assert_bad(code, err, "'org/../../nowhere-52'", "does not exist", "read as '../nowhere-52'")
+    code, out, err = run_cli(monkeypatch, capsys, "info", "./nowhere-52")
+    assert_bad(code, err, "'./nowhere-52'", "does not exist")
+    assert "read as" not in err
+
+
+# -- a full disk ---------------------------------------------------------------------------------------------
+def _no_space(*args, **kwargs):
+    raise OSError(errno.ENOSPC, "No space left on device")
+
+
+@pytest.mark.parametrize("args", [["runs", "list"], ["runs", "list", "--json"], ["models"]])
+def test_output_to_a_full_disk_names_standard_output(monkeypatch, capsys, args):
+    """`workbench runs list > FILE` on a full disk (or > /dev/full): the write of the output fails."""
+    monkeypatch.setattr(sys.stdout, "write", _no_space)
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert_bad(code, err, "no space left on device at standard output", "not written")
+
+
+def test_the_store_marker_on_a_full_disk_lets_the_board_name_its_path(monkeypatch, capsys, tmp_path):
+    """A job's board on a full disk: the marker's close used to raise a bare ENOSPC ("no space left on
+    device", no path); now the record's own write fails and names the folder, as the README says."""
+    import core.store as S
+
+    real = os.fdopen
+
+    class Full:
+        """The store marker's file on a full disk; every other os.fdopen as it is."""
+
+        def __new__(cls, fd, *a, **k):
+            if not os.readlink(f"/proc/self/fd/{fd}").endswith(S.MARKER):
+                return real(fd, *a, **k)
+            return super().__new__(cls)
+
+        def __init__(self, fd, *a, **k):
+            self.fh = real(fd, *a, **k)
+
+        def write(self, text):
+            return len(text)  # buffered, as a real file: the close is what fails
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.fh.close()
+            _no_space()
+
+    jobs = tmp_path / "jobs"
+    monkeypatch.setenv("WORKBENCH_JOBS", str(jobs))
+    (tmp_path / "p.jsonl").write_text(json.dumps(ROW) + "\n")
+    monkeypatch.setattr(S.os, "fdopen", Full)
+    monkeypatch.setattr(S.os, "replace", _no_space)
+    code, out, err = run_cli(monkeypatch, capsys, "attribute-set", "--model", TOY, "--prompts",
+                             str(tmp_path / "p.jsonl"))
+    assert_bad(code, err, "no space left on device at", str(jobs))
