@@ -231,3 +231,54 @@ def test_the_store_marker_on_a_full_disk_lets_the_board_name_its_path(monkeypatc
     code, out, err = run_cli(monkeypatch, capsys, "attribute-set", "--model", TOY, "--prompts",
                              str(tmp_path / "p.jsonl"))
     assert_bad(code, err, "no space left on device at", str(jobs))
+
+
+# -- warnings: one line each, once, in the CLI's words; --json keeps them --------------------------------------
+@pytest.fixture
+def unconverged(tmp_path):
+    """A tiny random model and three prompts on which IG with one step does not converge: one warning a prompt."""
+    from core.models.tiny import save_tiny
+
+    model = save_tiny(tmp_path / "tiny")
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": p, "target": "good", "foil": "bad"}) + "\n"
+                               for p in ("the movie was good", "the meal was awful", "a book is really nice")))
+    return str(model), str(prompts)
+
+
+@pytest.mark.parametrize("command", [["faithfulness", "--methods", "ig", "--param", "ig.steps=1"],
+                                     ["attribute-set", "--method", "ig", "--param", "steps=1"]])
+def test_a_warning_per_prompt_is_one_line_once(unconverged, monkeypatch, capsys, command):
+    model, prompts = unconverged
+    args = [command[0], "--model", model, "--prompts", prompts, *command[1:], "--no-save"]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    lines = [line for line in err.splitlines() if "converge" in line]
+    assert len(lines) == 1, err  # three prompts, one line
+    assert lines[0].startswith("warning: integrated gradients did not converge"), lines[0]
+    assert ".py" not in err and "ConvergenceWarning" not in err and "fn(" not in err, err  # no source, no code
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    [kept] = json.loads(out)["warnings"]
+    assert kept["count"] == 3 and kept["category"] == "ConvergenceWarning"
+    assert kept["warning"].startswith("integrated gradients did not converge")
+    assert sum("warning:" in line for line in err.splitlines()) == 1
+
+
+def test_warnings_as_lines_kinds_and_developer_warnings(capsys):
+    import warnings
+
+    from workbench.commands.common import WARNINGS, warnings_as_lines
+
+    with warnings.catch_warnings(record=True) as outside:
+        warnings.simplefilter("always")
+        with warnings_as_lines():
+            for x in (1, 2.5, 1e-3):
+                warnings.warn(f"gap {x} too large\nsecond line", UserWarning, stacklevel=1)
+            warnings.warn("another", RuntimeWarning, stacklevel=1)
+            warnings.warn("old API", DeprecationWarning, stacklevel=1)  # the developer's, left as it was
+            assert [(w["warning"], w["count"]) for w in WARNINGS] == [("gap 1 too large", 3), ("another", 1)]
+        assert WARNINGS == []
+    err = capsys.readouterr().err
+    assert err.splitlines() == ["warning: gap 1 too large", "warning: another"], err
+    assert [str(w.message) for w in outside] == ["old API"]

@@ -54,9 +54,13 @@ _register_commands()
 
 def main() -> None:
     """Entry point: bad input becomes one line on stderr and exit code 2, never a traceback."""
+    from workbench.commands.common import warnings_as_lines
+
     try:
         check_argv(sys.argv[1:])
-        if app(standalone_mode=False) == 130:  # typer turns Ctrl-C into Exit(130) and, not standalone, returns it
+        with warnings_as_lines():  # each warning one line on stderr, once; --json keeps them
+            code = app(standalone_mode=False)
+        if code == 130:  # typer turns Ctrl-C into Exit(130) and, not standalone, returns it
             raise KeyboardInterrupt
     except WorkbenchError as exc:
         print(f"error: {exc}", file=sys.stderr)

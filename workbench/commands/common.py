@@ -4,9 +4,10 @@ Command modules import these; workbench/cli.py holds the typer app and registers
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import typer
@@ -81,6 +82,8 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
 
     Strict JSON in both modes: a result holding NaN or Infinity is refused (NonFiniteError, exit 2)
     before anything is printed, never written as the non-standard ``NaN`` / ``Infinity``."""
+    if as_json and isinstance(result, dict) and WARNINGS:  # --json keeps the warnings the user saw on stderr
+        result = {**result, "warnings": [dict(w) for w in WARNINGS]}
     text = to_json(result)
     try:
         if as_json:
@@ -98,6 +101,57 @@ def emit(result: Any, as_json: bool, human: Callable[[Any], None] | None = None)
         if not disk_full(exc):
             raise
         raise disk_full_error(stdout_name(), "the output was not written in full") from None
+
+
+# The warnings of this command, once each: {"warning": first line, "category": class name, "count": times}.
+WARNINGS: list[dict[str, Any]] = []
+
+
+def _warning_key(category: type, text: str) -> tuple[str, str]:
+    """Warnings of one kind: the same class and text but for its numbers (one per prompt, say) are one."""
+    import re
+
+    return category.__name__, re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "#", text)
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Every Python warning raised while a command runs (ours, a library's) reaches the user as one line on
+    stderr, "warning: TEXT", in the CLI's words: no source path, no code line, no class name; the same warning
+    again (the same text but for its numbers, e.g. once per prompt) is counted, not printed again. With --json
+    the JSON result keeps them (``emit``: "warnings"). The one place the CLI handles warnings (cli.main)."""
+    import warnings
+
+    from core.text import one_line
+
+    seen: dict[tuple[str, str], dict[str, Any]] = {}
+    previous = warnings.showwarning
+    # for developers, not users: Python hides them outside __main__ unless asked (-W, a test run); shown as before
+    developers = (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning)
+
+    def show(message: Any, category: type, filename: str, lineno: int, file: Any = None, line: Any = None) -> None:
+        if issubclass(category, developers):
+            previous(message, category, filename, lineno, file, line)
+            return
+        text = one_line(message if isinstance(message, BaseException) else category(str(message)))
+        key = _warning_key(category, text)
+        if key in seen:
+            seen[key]["count"] += 1
+            return
+        seen[key] = {"warning": text, "category": category.__name__, "count": 1}
+        WARNINGS.append(seen[key])
+        try:
+            print(f"warning: {text}", file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed or full: a warning is never worth a failure
+            pass
+
+    WARNINGS.clear()
+    with warnings.catch_warnings():
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            WARNINGS.clear()
 
 
 def stdout_name() -> str:
