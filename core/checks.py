@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import WorkbenchError
+from core.errors import DiskFullError, WorkbenchError
 from core.text import one_line
 
 if TYPE_CHECKING:
@@ -135,8 +135,6 @@ def disk_full(exc: BaseException) -> bool:
 
 def disk_full_error(path: str | Path, what: str) -> WorkbenchError:
     """The one line for a write that ran out of space (a DiskFullError)."""
-    from core.errors import DiskFullError
-
     return DiskFullError(f"no space left on device at {path}: {what}")
 
 

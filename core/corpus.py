@@ -13,13 +13,12 @@ import json
 from pathlib import Path
 
 from core.errors import DatasetError
+from core.models.zoo import DATA_DIR
 
 SPLITS = ("train", "heldout")
 
 
 def english_path() -> Path:
-    from core.models.zoo import DATA_DIR
-
     return DATA_DIR / "corpus" / "english.jsonl.gz"
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import WorkbenchError
+from core.options import check_output, output_problem
 
 IMAGE_FORMATS = ("png", "svg", "pdf")
 FORMATS = (*IMAGE_FORMATS, "html", "json")
@@ -50,8 +51,6 @@ def figure_format(path: str | Path) -> str:
 def _target(path: str | Path) -> Path:
     """``path`` checked for writing (core.options.output_problem: its folder exists and is writable, it is
     no folder itself nor under /proc, /sys or /dev) with a figure's suffix."""
-    from core.options import output_problem
-
     figure_format(path)
     why = output_problem(path)
     if why is not None:
@@ -82,7 +81,7 @@ def browser_path() -> str:
 
 def _atomic_write(path: Path, data: bytes | str) -> None:
     """The store's writer: a temporary beside ``path``, then a rename; a full disk is one line."""
-    from core.store import write_atomic
+    from core.store import write_atomic  # lazy: --help imports this module, and not the run store (sqlite3)
 
     write_atomic(path, data, "the figure", FigureError)
 
@@ -158,8 +157,6 @@ def png_option() -> Any:
 def check_figure_path(path: str | Path | None, option: str = "--png") -> Path | None:
     """``--png``'s path checked before any work starts (the commands' one output check, then the suffix); None
     when not given."""
-    from core.options import check_output
-
     if path is None:
         return None
     check_output(option, path)

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.errors import CostError, NonFiniteError, OutputError, WorkbenchError
+from core.errors import CostError, NonFiniteError, OutputError, RangeError, WorkbenchError
 
 
 def number_problem(value: Any, *, integer: bool = False, lo: float | None = None, hi: float | None = None,
@@ -370,8 +370,6 @@ port = int_range(1, 65535)
 def parse_layer_spec(spec: str) -> list[int] | None:
     """'all' -> None; '3', '0,5,10', '4-8' -> indices (ascending ranges, no negatives, no repeats);
     RangeError otherwise. The model's layer count is checked by the caller."""
-    from core.errors import RangeError
-
     text = spec.strip()
     if text == "all":
         return None

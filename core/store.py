@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import RunStoreError, WorkbenchError
+from core.checks import Fields, disk_full, disk_full_error, read_json, read_jsonl, read_tensors
+from core.errors import NonFiniteError, RunStoreError, WorkbenchError
+from core.options import first_non_finite
 from core.text import one_line
 
 META = "meta.json"
@@ -146,7 +148,6 @@ class Run:
         file = self._file(TENSORS)
         if file is None:
             return {}
-        from core.checks import read_tensors
 
         return read_tensors(file, f"run {self.id}'s {TENSORS}", RunStoreError, finite=True)
 
@@ -170,7 +171,6 @@ class Run:
         file = self._file("result.json")
         if file is None:
             return {}
-        from core.checks import read_json
 
         data = read_json(file, f"run {self.id}'s result.json", RunStoreError)
         if not isinstance(data, dict):
@@ -183,14 +183,11 @@ class Run:
         file = self._file(name)
         if file is None:
             raise RunStoreError(f"run {self.id} has no {name}")
-        from core.checks import read_jsonl
 
         return read_jsonl(file, f"run {self.id}'s {name}", RunStoreError)
 
     def fields(self, key: str | None = None) -> Any:
         """meta.json (or its object field ``key``, {} when absent) as checks.Fields: typed, bounded reads."""
-        from core.checks import Fields
-
         if key is None:
             return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError)
         return Fields(self.meta, f"run {self.id}'s meta.json", RunStoreError).fields(key, {})
@@ -225,9 +222,6 @@ class RunDraft:
 
 
 def _check_finite(draft: RunDraft) -> None:
-    from core.errors import NonFiniteError
-    from core.options import first_non_finite
-
     for part in ("result", "args", "timings", "tensors"):
         found = first_non_finite(getattr(draft, part), part)
         if found:
@@ -351,8 +345,6 @@ def write_atomic(path: Path, content: str | bytes, what: str, error: type[Workbe
     """Write ``path`` whole: a temporary file beside it (named by ``temp_prefix()``), then renamed over it (a
     symlink at ``path`` is replaced, never written through). ``error`` (one line) when it cannot be written;
     out of space it says "no space left on device at FOLDER". No temporary is left behind either way."""
-    from core.checks import disk_full, disk_full_error
-
     tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -401,7 +393,6 @@ def check_run_dir(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     file = path / META
     if not file.exists():
         return None, "no meta.json"
-    from core.checks import read_json
 
     try:  # bounded: size (a 3 GB sparse meta.json is refused at once), depth, strict JSON
         meta = read_json(file, META, RunStoreError, max_bytes=MAX_META_BYTES)
@@ -562,7 +553,6 @@ class RunStore:
             "git_commit": _git_commit(),
             "summary": {k: v for k, v in draft.result.items() if isinstance(v, (int, float, str))},
         }
-        from core.checks import disk_full, disk_full_error
 
         self._check_root()
         try:

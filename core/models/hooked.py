@@ -30,6 +30,7 @@ from jaxtyping import Float, Int
 
 from core.errors import BackendError, PromptError, RangeError, TokenError, check_range
 from core.models.arch import POST_NORM_FAMILIES, ArchInfo, arch_from_cfg  # noqa: F401 - re-exported
+from core.models.decode import decode
 from core.models.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
 
 # What a forward takes: token ids, a residual stream (with start_at_layer), or prompt text as TransformerLens
@@ -319,7 +320,6 @@ class HookedModel:
         if not _decodes(self.tl):
             return self.tl.generate(tokens, max_new_tokens=max_new_tokens, temperature=temperature,
                                     verbose=False, use_past_kv_cache=True)
-        from core.models.decode import decode
 
         new = decode(self.tl, tokens, max_new_tokens, temperature=temperature)
         return torch.cat([tokens, tokens.new_tensor([new])], dim=1)
@@ -356,8 +356,6 @@ class HookedModel:
         # TransformerLens' KV cache mis-sizes the positions of a model without its own HF tokenizer (the toys:
         # wrong tokens at step 2, a shape error at step 3); they are tiny, so they run without it
         if kv_cache and _decodes(self.tl):
-            from core.models.decode import decode
-
             return decode(self.tl, tokens, n, eos)
         if kv_cache and getattr(self.tl, "tokenizer", None) is not None:  # the bridge: its own generate
             with torch.no_grad():

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from core.errors import ModelFileError
+from core.models.families import FAMILIES
 
 HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*$")
 # What a model folder needs, and nothing that would be unpickled.
@@ -207,8 +208,6 @@ def cached_models() -> list[tuple[str, Path]]:
     """(repo id, snapshot folder) of every model in the local Hugging Face cache whose config names a
     supported family (no network, nothing loaded)."""
     import json
-
-    from core.models.families import FAMILIES
 
     root = Path(cache_location())
     found = []

@@ -31,6 +31,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from core.errors import BackendError, RangeError, WorkbenchError
+from core.models import hub
 from core.models.hooked import ArchInfo, HookedModel, NormSite
 from core.models.tokens import tokenizer_adds_bos
 
@@ -559,8 +560,6 @@ def remote_model(repo_id: str, name: str | None = None) -> NNsightModel:
     """A hosted model on NDIF, traced remotely (needs nnsight's API key configured and the network). Its
     config and tokenizer come from the Hugging Face cache or the hub (a bounded look-up); neither is one
     ModelFileError line that says how to fetch them, never a raw OSError or a hang."""
-    from core.models import hub
-
     if not isinstance(repo_id, str) or not hub.HUB_ID.match(repo_id):
         raise WorkbenchError(f"remote model {repo_id!r} is not a Hugging Face hub id (ORG/NAME, e.g. "
                              "meta-llama/Llama-3.1-8B)")

@@ -12,6 +12,10 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.checks import Fields, read_json, read_tensors
+from core.errors import ModelFileError
+from core.models.tokens import SymbolTokenizer
+
 LOADER = "core.models.tiny:load"
 DEFAULT_VOCAB = (
     ". the a movie meal book show was is felt good great fine nice bad awful poor dull "
@@ -49,7 +53,6 @@ def tiny_model(
     import torch
 
     from core.models.hooked import HookedModel, hooked_transformer
-    from core.models.tokens import SymbolTokenizer
 
     vocab = list(vocab or DEFAULT_VOCAB)
     torch.manual_seed(seed)
@@ -97,9 +100,6 @@ def save_tiny(
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader of a saved tiny model; its config and weights are read as possibly damaged
     (core/checks.py): sizes bounded before the model is built, a sound safetensors file."""
-    from core.checks import Fields, read_json, read_tensors
-    from core.errors import ModelFileError
-
     path = Path(entry.path)
     what = f"{path}/config.json"
     cfg = Fields(read_json(path / "config.json", what, ModelFileError), what, ModelFileError).fields("tiny")

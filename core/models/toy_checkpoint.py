@@ -10,7 +10,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from core.checks import Fields
 from core.errors import ModelFileError
+from core.models.files import check_safetensors
+from core.models.toy import ModelSpec, build_model, hooked
+from core.models.toy_tasks import get_task
 
 LOADER = "core.models.toy_checkpoint:load"
 
@@ -92,8 +96,6 @@ MAX_LAYERS, MAX_HEADS, MAX_WIDTH = 256, 256, 1 << 16
 def check_model_config(config: Any, where: Path) -> None:
     """The model and task sections of a toy checkpoint's config.json, typed and bounded (core/checks.py):
     ModelFileError (one line) before anything is built from them."""
-    from core.checks import Fields
-
     f = Fields(config, str(where), ModelFileError)
     model, task = f.fields("model"), f.fields("task")
     task.text("name")
@@ -113,9 +115,6 @@ def check_model_config(config: Any, where: Path) -> None:
 
 def load_tl(path: str | Path, device: str = "cpu"):
     """(HookedTransformer, ModelSpec, task) from a checkpoint directory."""
-    from core.models.toy import ModelSpec, build_model
-    from core.models.toy_tasks import get_task
-
     path = Path(path)
     config = read_config(path)
     weights = path / "model.safetensors"
@@ -129,7 +128,6 @@ def load_tl(path: str | Path, device: str = "cpu"):
         raise ModelFileError(f"{path / 'config.json'} lacks {exc}") from None
     except TypeError as exc:  # a task parameter it does not take
         raise ModelFileError(f"{path / 'config.json'} is damaged: {str(exc).splitlines()[0]}") from None
-    from core.models.files import check_safetensors
 
     check_safetensors(weights)
     from safetensors.torch import load_file
@@ -150,8 +148,6 @@ def load_tl(path: str | Path, device: str = "cpu"):
 
 def load(entry: Any, device: str = "cpu", **kwargs: Any):
     """Zoo loader: a toy checkpoint as a HookedModel (kind "toy")."""
-    from core.models.toy import hooked
-
     path = Path(entry.path if hasattr(entry, "path") else entry)
     tl, spec, task = load_tl(path, device)
     config = read_config(path)

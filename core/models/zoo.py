@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.errors import DeviceError, ModelFileError, UnknownModelError
+from core.errors import DeviceError, MethodError, ModelFileError, UnknownModelError
 from core.models.config import read_config
 from core.paths import data_root
 
@@ -163,7 +163,7 @@ def _checkpoint_entries() -> list[ModelEntry]:
 
 def _hub_entries() -> list[ModelEntry]:
     """Supported models found in the local Hugging Face cache (no network; nothing loaded)."""
-    from core.models import hub
+    from core.models import hub  # lazy: --help imports the zoo, and needs no hub code
 
     found = []
     for repo, snapshot in hub.cached_models():
@@ -335,8 +335,6 @@ def check_finite_weights(model: Any, name: str) -> None:
 def check_text_model(name_or_path: str, what: str) -> ModelEntry:
     """The zoo entry of a model that reads text (an LLM or a toy), else MethodError: ``what`` (a command or an
     engine) needs prompts and tokens, which a vision model does not take. Resolving loads nothing."""
-    from core.errors import MethodError
-
     entry = resolve(name_or_path)
     if entry.kind == "vit":
         raise MethodError(f"{name_or_path} is a vision model: {what} needs a language model (text prompts, tokens)")
