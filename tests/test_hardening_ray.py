@@ -112,6 +112,7 @@ DRIVER = textwrap.dedent("""
     from workbench.scheduler import JobBoard, run
 
     board = JobBoard()
+    ran_here = []  # jobs that ran in this process: Ray did not start in time (a busy machine; README)
 
     def meddle(action):
         def go():
@@ -119,11 +120,13 @@ DRIVER = textwrap.dedent("""
             while time.time() < deadline:
                 jobs = [j for j in board.list() if j.state == "running" and j.done >= 2]
                 if jobs:
-                    if action == "cancel":
+                    here = any("running in this process instead" in x for x in jobs[0].log)
+                    ran_here.extend([action] if here else [])
+                    if action == "cancel" or here:  # no Ray worker to kill: its shards run in this process
                         board.request_cancel(jobs[0].id)
                     else:
-                        line = [x for x in jobs[0].log if "pid " in x][-1]
-                        os.kill(int(line.split("pid ")[1].rstrip(")")), 9)
+                        line = [x for x in jobs[0].log if "started (pid " in x][-1]
+                        os.kill(int(line.split("started (pid ")[1].split(")")[0]), 9)
                     return
                 time.sleep(0.1)
         threading.Thread(target=go, daemon=True).start()
@@ -134,7 +137,7 @@ DRIVER = textwrap.dedent("""
             run({"kind": "sleep", "seconds": 60, "steps": 600}, workers=2)
         except WorkbenchError as exc:
             print(f"error: {exc}", file=sys.stderr, flush=True)
-    print(json.dumps({"done": True}), flush=True)
+    print(json.dumps({"done": True, "ran_here": ran_here}), flush=True)
     time.sleep(2)  # Ray's late messages (the error listener; unhandled errors at exit) must not show either
 """)
 
@@ -149,7 +152,11 @@ def test_killed_worker_and_cancelled_job_keep_stdout_and_stderr_clean(tmp_path):
     proc = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
                           timeout=400)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout == '{"done": true}\n', proc.stdout[-2000:]
+    assert proc.stdout.count("\n") == 1 and json.loads(proc.stdout)["done"], proc.stdout[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 2 and all(x.startswith("error:") for x in lines), proc.stderr[-2000:]
-    assert "died" in lines[0] and "cancelled" in lines[1]
+    # On a busy machine a local Ray instance may not start in time; then, as the README documents, the job runs
+    # in this process ("Ray is unavailable ...; running in this process instead"): there is no worker to kill,
+    # so that job is cancelled instead, and its one line says so. Either way no Ray text reaches the output.
+    ran_here = json.loads(proc.stdout)["ran_here"]
+    assert ("cancelled" if "kill" in ran_here else "died") in lines[0] and "cancelled" in lines[1], (ran_here, lines)

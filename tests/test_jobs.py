@@ -142,9 +142,12 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     # to Ray whatever the load: the threshold for running here grows with it (60 s fits under 10 s x 10)
     monkeypatch.setenv("WORKBENCH_LOCAL_S", "0")
     board = JobBoard()
+    # Under load a local Ray instance may not start in time: then, as the README documents, the job runs in its
+    # driver process ("Ray is unavailable (...); running in this process instead"), and the pid its shard logs
+    # is the driver's. Both placements are right; each is checked for what it promises.
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
     _wait(lambda: board.get(job.id).done >= 2, timeout=120)
-    pid = int(board.get(job.id).log[-1].split("pid ")[1].rstrip(")"))
+    pid = _shard_pid(board.get(job.id))
     board.request_cancel(job.id)
     _wait(lambda: board.get(job.id).state != "running", timeout=30)
     assert board.get(job.id).state == "cancelled"
@@ -152,11 +155,26 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
 
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
     _wait(lambda: board.get(job.id).done >= 2, timeout=120)
-    pid = int(board.get(job.id).log[-1].split("pid ")[1].rstrip(")"))
+    pid = _shard_pid(board.get(job.id))
     os.kill(pid, 9)
     _wait(lambda: board.get(job.id).state != "running", timeout=30)
     got = board.get(job.id)
-    assert got.state == "failed" and "worker" in got.error and "died" in got.error and got.run_id is None
+    assert got.state == "failed" and got.run_id is None, (got.state, got.log)
+    if _ran_on_ray(got):
+        assert "the Ray worker" in got.error and "died" in got.error, got.error
+    else:  # the shard ran in the driver, so the kill ended the driver: the record says so
+        assert f"the process that ran this job (pid {pid}) exited before it finished" in got.error, got.error
     assert [r for r in RunStore().list() if r["kind"] == "sleep"] == []
+
+
+def _shard_pid(job) -> int:
+    """The pid the job's latest shard logged ("shard 1/1 started (pid N)"): a Ray worker's, or the driver's."""
+    line = [x for x in job.log if "started (pid " in x][-1]
+    return int(line.split("started (pid ")[1].split(")")[0])
+
+
+def _ran_on_ray(job) -> bool:
+    """False when Ray could not start and the job ran in its driver instead (README, Where work runs)."""
+    return not any("running in this process instead" in x for x in job.log)
 
 
