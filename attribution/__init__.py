@@ -58,7 +58,6 @@ def encode_at(model: HookedModel, prompt: str | list[int], target: str | int | N
     """The prompt's encoding with ``position`` resolved to an index from the start (None stays None: the
     last). The default target at a position before the last is the token that follows it in the prompt."""
     if not hasattr(model, "encode"):  # a vision model has no tokens to encode
-        from core.errors import MethodError
 
         raise MethodError(f"{getattr(model, 'name', type(model).__name__)} is a vision model: this needs a language "
                           "model (a text prompt, a target token)")

@@ -11,6 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.errors import MethodError, RangeError, WorkbenchError
+from core.figures import save_figure
+from core.options import check_finite
+from core.store import RunDraft, RunStore
 
 if TYPE_CHECKING:
     import torch
@@ -189,8 +192,6 @@ class AttentionResult:
 
     def save_figure(self, path: Any, layer: int | None = None, head: int | None = None) -> Any:
         """Save ``plot(layer, head)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(layer, head), path)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:  # noqa: ANN001
@@ -199,8 +200,6 @@ class AttentionResult:
 
     def save(self, store=None):
         """Store as a run (kind "attention"; the pattern as a tensor); returns the Run."""
-        from core.store import RunDraft, RunStore
-
         store = store or RunStore()
         return store.save(RunDraft(
             kind="attention", model=self.model, method="pattern",
@@ -217,8 +216,6 @@ def attention(model: HookedModel, prompt: str | list[int], layers: list[int] | N
     import time
 
     import torch
-
-    from core.options import check_finite
 
     started = time.perf_counter()
     name = getattr(model, "name", type(model).__name__)

@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape
+from attribution.methods import canonical
 from core.text import duration
 
 if TYPE_CHECKING:
@@ -44,12 +46,9 @@ class Estimate:
 
 def estimate(model: HookedModel, enc: Encoding, method: str, level: str, batch_size: int = 32) -> Estimate | None:
     """The cost of ``method`` at ``level`` on this encoded prompt, or None for a cheap method."""
-    from attribution.methods import canonical
-
     method = canonical(method)
     if method not in SLOW_METHODS:
         return None
-    from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape
 
     shape = item_shape(model, enc.seq_len, level)
     items = math.prod(shape)

@@ -22,7 +22,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attribution import encode_at
+from attribution.methods import Scored
 from core.errors import MethodError
+from core.figures import save_figure
+from core.models.hooked import require
+from core.store import RunDraft, RunStore
 
 if TYPE_CHECKING:
     from jaxtyping import Float, Int
@@ -122,14 +127,10 @@ class DLAResult:
 
     def save_figure(self, path: Any) -> Any:
         """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(), path)
 
     def save(self, store=None):
         """Store as a run (kind "dla"); returns the Run."""
-        from core.store import RunDraft, RunStore
-
         store = store or RunStore()
         return store.save(RunDraft(
             kind="dla", model=self.model, method="dla",
@@ -148,8 +149,6 @@ def direct_logit_attribution(model: HookedModel, prompt: str | list[int], target
     without a target, a position before the last explains the prompt's next token there, the last position
     the model's top prediction). See DLAResult for the fields."""
     import time
-
-    from attribution import encode_at
 
     started = time.perf_counter()
     enc = encode_at(model, prompt, target, foil, position)
@@ -193,8 +192,6 @@ def dla_tokens(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], targe
     targets / foils: one id per prompt (targets None: each prompt's top prediction). With one prompt the
     result is that prompt's; with several, the scores are their means and ``per_prompt`` holds each one's
     component scores (circuits.tools.dla reads circuits' prompt forms into this call)."""
-    from core.models.hooked import require
-
     require(model, "dla")  # it reads a TransformerLens ActivationCache
     if getattr(model, "W_U", None) is None or model.kind == "vit":
         raise MethodError(f"{model.name} has no unembedding: direct logit attribution needs one")
@@ -265,8 +262,6 @@ def _name(label: str) -> str:
 def dla_scores(model: HookedModel, enc: Encoding, level: str) -> Any:
     """Method-table entry (head level): each head's direct contribution at the explained query position, zero
     at the other query positions, laid out [layer, head, query]."""
-    from attribution.methods import Scored
-
     if level != "head":
         raise MethodError(f"dla has no {level} level; it has: head")
     res = dla_encoded(model, enc)

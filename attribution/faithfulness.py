@@ -38,12 +38,14 @@ from typing import Any
 import torch
 from jaxtyping import Bool, Float, Int
 
+from attribution import get_method
 from attribution.baselines.common import last_logits
 from attribution.baselines.patching import ablated_logits, clean_residuals, item_shape, mean_fill
 from attribution.methods import METHODS, as_scored, canonical
 from attribution.result import CONVERGED_REL_TOL
 from core.errors import MethodError
 from core.prompt_files import encode_rows
+from core.store import RunDraft, RunStore
 
 LEVELS = ("token", "head", "neuron")
 RANKS = ("signed", "abs")
@@ -84,8 +86,6 @@ def trapezoid(ys: list[float], xs: list[float]) -> float:
 def resolve_method(name: str, level: str) -> tuple[str, str, Callable]:
     """(canonical name, level the method is called at, function). Methods with query-key scores but no head
     level (the attention baselines) are ranked at head level from their qk scores; see item_scores."""
-    from attribution import get_method
-
     name = canonical(name)
     if name not in METHODS:
         raise MethodError(f"unknown method {name!r}; known: {', '.join(METHODS)}")
@@ -248,8 +248,6 @@ class FaithfulnessResult:
 
     def save(self, store=None):
         import pandas as pd
-
-        from core.store import RunDraft, RunStore
 
         store = store or RunStore()
         return store.save(RunDraft(

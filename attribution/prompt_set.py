@@ -14,8 +14,10 @@ from typing import Any
 from attribution import LEVEL_AXES, get_method, result_for, run_encoded
 from attribution.methods import prompt_level
 from attribution.result import AttributionResult
-from core.errors import MethodError
+from core.checks import reading
+from core.errors import MethodError, RunStoreError
 from core.prompt_files import encode_rows
+from core.store import RunDraft, RunStore
 
 
 @dataclass
@@ -87,9 +89,6 @@ class AttributionSet:
     def from_run(cls, run: Any) -> AttributionSet:
         """The set back from its run (``save``): each prompt's result from the run's summary and its tensor
         (a damaged run is a RunStoreError, core/checks.py)."""
-        from core.checks import reading
-        from core.errors import RunStoreError
-
         data, tensors = run.result(), run.tensors()
         with reading(f"run {run.id}", RunStoreError):
             args = dict(run.meta.get("args") or {})
@@ -105,8 +104,6 @@ class AttributionSet:
 
     def save(self, store=None):
         """One run (kind "attribute_set"): scores of prompt i under tensor "scores.i", the per-prompt table."""
-        from core.store import RunDraft, RunStore
-
         store = store or RunStore()
         result = self.to_json()
         return store.save(RunDraft(

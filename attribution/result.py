@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from attribution.methods import prompt_level
 from core.errors import WorkbenchError
+from core.figures import save_figure
 
 if TYPE_CHECKING:
     import torch
@@ -211,8 +212,6 @@ class AttributionResult:
 
     def save_figure(self, path: Any) -> Any:
         """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(), path)
 
     def _repr_mimebundle_(self, include=None, exclude=None) -> dict:  # noqa: ANN001

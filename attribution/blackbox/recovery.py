@@ -24,7 +24,8 @@ import mpmath
 import numpy as np
 from mpmath import mp
 
-from attribution.blackbox.oracle import Oracle, OracleError, check_dims
+from attribution.blackbox.canonical import compare_heads
+from attribution.blackbox.oracle import MHAParams, Oracle, OracleError, check_dims
 from attribution.blackbox.rational import RationalFit, fit_auto, fit_link, fit_main
 from core.errors import WorkbenchError
 
@@ -359,9 +360,6 @@ def _error_estimate(plan: _Plan, U, Q, ys, lys, Hp: int, W, v, sigma: float, see
     oracle's scale (its noise, or float64 rounding) and take the largest relative change in W and v
     (matched heads). The error of the actual noise realization is of the same size (first order).
     inf when a perturbed solve fails (the answers sit at the breakdown level)."""
-    from attribution.blackbox.canonical import compare_heads
-    from attribution.blackbox.oracle import MHAParams
-
     if Hp == 0 or sigma <= 0:
         return 0.0, 0.0
     rng = np.random.default_rng(seed + 104729)

@@ -11,9 +11,13 @@ from typing import Any
 import numpy as np
 
 from attribution.blackbox.canonical import canonicalize, compare_heads
+from attribution.blackbox.ffn import random_ffn, recover_ffn
+from attribution.blackbox.noisy import noise_sweep, noisy_mha_oracle
 from attribution.blackbox.oracle import Oracle, check_dims, mha_oracle, random_mha
-from attribution.blackbox.recovery import Recovery, expected_queries, recover
+from attribution.blackbox.recovery import NoiseBreakdownError, Recovery, expected_queries, recover
+from attribution.blackbox.trained import attention_oracle, load_toy
 from core.errors import WorkbenchError
+from core.store import RunDraft
 
 TRAINED_TOL = 1e-4  # the relative error a trained-layer run must reach to count as recovered
 DEFAULT_SWEEP = [1e-12, 1e-11, 1e-10, 1e-9, 1e-8, 1e-7, 1e-6, 1e-5, 1e-4]
@@ -54,8 +58,6 @@ def _build(d: int | None, heads: int | None, bound: int | None, noise: float, se
     if bound is not None and bound < 1:
         raise WorkbenchError(f"bound must be >= 1 (got {bound})")
     if model is not None:
-        from attribution.blackbox.trained import attention_oracle, load_toy
-
         tl = load_toy(model)
         t = attention_oracle(tl, layer=layer, seed=seed, name=model)
         if d is not None and d != t.oracle.d:
@@ -81,8 +83,6 @@ def _build(d: int | None, heads: int | None, bound: int | None, noise: float, se
         raise WorkbenchError(f"--merged {merged} and --zero {zero} must leave one ordinary head of {heads}")
     params = random_mha(d, heads, seed=seed, merged=merged, zero=zero)
     if noise > 0 or not exact:
-        from attribution.blackbox.noisy import noisy_mha_oracle
-
         return noisy_mha_oracle(params, noise, seed=seed), params, d, heads, 1.0, {"oracle": "random-mha"}
     return mha_oracle(params, exact=True), params, d, heads, 1.0, {"oracle": "random-mha (exact, mpmath)"}
 
@@ -104,8 +104,6 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
         dps: int = 50, merged: int = 0, zero: int = 0, exact: bool = True, layer: int = 0,
         sweep: list[float] | None = None, basis_scale: float | None = None) -> tuple[dict[str, Any], Any]:
     """Returns (the command's JSON object, a RunDraft for the store)."""
-    from core.store import RunDraft
-
     t0 = time.perf_counter()
     oracle, truth, d, heads, scale, extra = _build(d, heads, bound, noise, seed, model, oracle_spec,
                                                    merged, zero, exact, layer)
@@ -135,7 +133,6 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
     if truth is not None:
         canon = canonicalize(truth)
         if canon.heads != rec.heads:  # why here: the comparison below needs the same count
-            from attribution.blackbox.recovery import NoiseBreakdownError
 
             raise NoiseBreakdownError(
                 f"recovered {rec.heads} canonical head(s), the instance has {canon.heads}: "
@@ -155,8 +152,6 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
             out.update(tolerance=TRAINED_TOL,
                        within_tolerance=bool(max(cmp.max_rel_error_W, cmp.max_rel_error_v) < TRAINED_TOL))
     if sweep and truth is not None and model is None:
-        from attribution.blackbox.noisy import noise_sweep
-
         sw = noise_sweep(truth, sweep, seed=seed,
                          oversample=oversample)
         tables["noise_sweep"] = sw.table()
@@ -175,9 +170,6 @@ def run(*, d: int | None = None, heads: int | None = None, bound: int | None = N
 def run_ffn(*, d: int, heads: int, seed: int = 0, hidden: int | None = None, eps: float = 1e-3,
             n_fresh: int = 200) -> tuple[dict[str, Any], Any]:
     """The FFN extension on a random attention + bias-free ReLU FFN layer."""
-    from attribution.blackbox.ffn import random_ffn, recover_ffn
-    from core.store import RunDraft
-
     t0 = time.perf_counter()
     check_dims(d, heads)
     params = random_ffn(d, heads, hidden=hidden, seed=seed)

@@ -23,6 +23,7 @@ import numpy as np
 
 from attribution.blackbox.oracle import MHAParams, Oracle
 from core.errors import MethodError, RangeError, UnknownModelError
+from core.models import zoo
 
 TINY = "tiny-attn"  # built-in recipe: a tiny attention-only model trained on the spot
 
@@ -76,16 +77,12 @@ def train_tiny_attn(seed: int = 0, steps: int = 300, d_model: int = 8, n_heads: 
 def load_toy(name: str):
     """A HookedTransformer from the zoo (the module under ``workbench.load(name)``) or the built-in ``tiny-attn``."""
     if name == TINY:
-        from core.models.zoo import list_models
-
-        if TINY not in {e.name for e in list_models()}:
+        if TINY not in {e.name for e in zoo.list_models()}:
             return train_tiny_attn()
-    from core.models.zoo import load, resolve
-
-    entry = resolve(name)  # UnknownModelError for an absent name
+    entry = zoo.resolve(name)  # UnknownModelError for an absent name
     if entry.kind != "toy":
         raise UnknownModelError(f"model {name!r} is a {entry.kind}, not a toy attention model")
-    loaded = load(name)
+    loaded = zoo.load(name)
     model = getattr(loaded, "tl", loaded)
     if not hasattr(model, "blocks"):
         raise UnknownModelError(f"model {name!r} does not expose a TransformerLens HookedTransformer")

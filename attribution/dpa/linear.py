@@ -12,12 +12,11 @@ import torch
 from jaxtyping import Float
 
 from core.errors import MethodError
+from core.models.hooked import require
 
 
 def check_supported(model: Any) -> None:
     """Refuse architectures whose forward pass has pieces DPA does not linearise (yet)."""
-    from core.models.hooked import require
-
     require(model, "dpa")
     # a TransformerLens module's config, or the facts a backend without one states (NNsightModel.cfg)
     cfg = getattr(getattr(model, "tl", None), "cfg", None) or getattr(model, "cfg", None)

@@ -21,6 +21,12 @@ from typing import Any
 import torch
 from jaxtyping import Float, Int
 
+from attribution.baselines.common import check_target
+from attribution.baselines.integrated_gradients import baseline_embedding
+from attribution.dpa.engine import clean_forward, propagate
+from attribution.dpa.linear import check_supported
+from attribution.dpa.params import DPAParams
+from attribution.dpa.steps import hook_names
 from attribution.methods import Scored
 from core.errors import MethodError
 
@@ -31,13 +37,6 @@ def dpa_path_scores(model: Any, enc: Any, level: str, steps: int = 4, baseline: 
                     internal_batch_size: int = 8, **params: Any) -> Scored:
     """Token scores [token] of DPA averaged over the baseline -> input embedding path, with the input's
     target logit."""
-    from attribution.baselines.common import check_target
-    from attribution.baselines.integrated_gradients import baseline_embedding
-    from attribution.dpa.engine import clean_forward, propagate
-    from attribution.dpa.linear import check_supported
-    from attribution.dpa.params import DPAParams
-    from attribution.dpa.steps import hook_names
-
     if level != "token":
         raise MethodError(f"dpa_path scores tokens only (got level {level!r}); circuits' dpa_path scores edges")
     if isinstance(steps, bool) or not isinstance(steps, int) or not 1 <= steps <= MAX_STEPS:

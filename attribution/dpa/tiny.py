@@ -13,6 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from core.models.hooked import HookedModel, hooked_transformer
+from core.models.tokens import SymbolTokenizer
+
 WORDS = ["[UNK]", "<s>", "The", "capital", "of", "France", "is", "Paris", "London", "Rome", "a", "b", "c",
          "d", "e", "f", "g", "h", "i", "j", "k", "l", "m", "n", "o", "p"]
 
@@ -45,9 +48,6 @@ def save_tiny_llama(path: str | Path, seed: int = 0, layers: int = 2) -> Path:
 def tiny_gpt2(seed: int = 0, act_fn: str = "gelu_new", layers: int = 2, normalization: str = "LN") -> Any:
     import torch
     from transformer_lens import HookedTransformerConfig
-
-    from core.models.hooked import HookedModel, hooked_transformer
-    from core.models.tokens import SymbolTokenizer
 
     vocab = WORDS[2:]
     cfg = HookedTransformerConfig(n_layers=layers, d_model=32, n_heads=4, d_head=8, d_mlp=64,

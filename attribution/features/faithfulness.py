@@ -20,10 +20,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attribution.baselines.common import grads, last_logits, metric, prompt_seed
 from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, logit_target, targets_at
 from attribution.features.placement import Sources, placement, sources
 from attribution.features.scores import hooks_of
+from core.errors import DatasetError
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
@@ -72,8 +74,6 @@ def _start_layer(d: Dictionary) -> int:
 def _ablated_metric(model: HookedModel, enc: Encoding, d: Dictionary, cache: dict[str, torch.Tensor],
                     deltas: torch.Tensor) -> torch.Tensor:
     """Target-minus-foil logit with hook_out reduced by each row of deltas [n, pos, d_model] -> [n]."""
-    from attribution.baselines.common import last_logits, metric
-
     start = _start_layer(d)
     resid = cache[f"blocks.{start}.hook_resid_pre"].expand(len(deltas), -1, -1)
 
@@ -101,8 +101,6 @@ def _deltas(src: Sources, orders: list[torch.Tensor], grid: list[int], seq: int)
 def prompt_curve(model: HookedModel, enc: Encoding, d: Dictionary, grid: list[int], keep_first: bool = False,
                  p: DPAParams | None = None, seed: int = 0) -> dict[str, Any]:
     """One prompt: clean metric, drops per method and k, scoring seconds per method, active pairs."""
-    from attribution.baselines.common import grads, prompt_seed
-
     p = p or DPAParams()
     place = placement(d)
     extra = hooks_of([d]) + [f"blocks.{_start_layer(d)}.hook_resid_pre"]
@@ -137,8 +135,6 @@ def feature_curve(model: HookedModel, rows: list[dict[str, Any]], d: Dictionary,
                   keep_first: bool = False, use_foil: bool = True, seed: int = 0,
                   on_step: Callable[[int], None] | None = None, **params: Any) -> FeatureCurve:
     """The curve of one dictionary over prompt rows {"prompt", "target", "foil"?}."""
-    from core.errors import DatasetError
-
     if not rows:
         raise DatasetError("no prompts to evaluate")
     p = DPAParams.from_kwargs(**params)

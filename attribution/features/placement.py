@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 import torch
 from jaxtyping import Float, Int
 
+from attribution.dpa.linear import norm_back
 from attribution.dpa.steps import Point, rank
+from attribution.sae.dictionary import Dictionary, dictionaries_root, load_dictionary
+from attribution.sae.sets import load_set
 from core.errors import MethodError
 
 if TYPE_CHECKING:
@@ -166,8 +169,6 @@ def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc
                 positions: Int[torch.Tensor, " n"], seq: int) -> Float[torch.Tensor, "n pos d_model"]:
     """Targets [n, pos, d_model] at ``place.read`` for features with encoder directions [n, d_in] at
     ``positions``: a transcoder's input is the residual stream over its frozen ln2 scale."""
-    from attribution.dpa.linear import norm_back
-
     home = cache["hook_embed"].device
     enc_dirs, positions = enc_dirs.to(home), positions.to(home)
     t = enc_dirs.new_zeros(len(positions), seq, enc_dirs.shape[-1])
@@ -184,8 +185,6 @@ def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
     dictionary set, or Dictionary objects)."""
     from pathlib import Path
 
-    from attribution.sae.dictionary import Dictionary, dictionaries_root, load_dictionary
-
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
     if not items or any(isinstance(s, str) and not s for s in items):
         raise MethodError(f"--saes takes dictionary paths separated by commas (got {spec!r})")
@@ -195,7 +194,6 @@ def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
             out.append(item)
             continue
         if isinstance(item, str) and item.startswith("set:"):  # a transcoder set (workbench sae build-set)
-            from attribution.sae.sets import load_set
 
             out += load_set(item[4:])
             continue

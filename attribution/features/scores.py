@@ -25,10 +25,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from jaxtyping import Float, Int
 
+from attribution.baselines.common import grads
 from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, logit_target, targets_at
 from attribution.dpa.steps import Cache
 from attribution.features.placement import Placement, Sources, check_dictionaries, placement, sources
+from core.models.hooked import require
+from core.options import check_finite
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
@@ -135,8 +138,6 @@ def gradient_feature_scores(model: HookedModel, enc: Encoding, dicts: list[Dicti
                             keep_first: bool = False) -> list[LayerFeatures]:
     """The same split scored with the true gradient of the target (minus foil) logit at each hook_out
     (gradient x activation); ``share`` is then grad . x, which sums to nothing in particular."""
-    from attribution.baselines.common import grads
-
     names = list(dict.fromkeys(hooks_of(dicts)))
     acts, g, _ = grads(model, enc, names)
     out = []
@@ -150,9 +151,6 @@ def feature_attribution(model: HookedModel, prompt: str, dictionaries: list[Dict
                         target: str | None = None, foil: str | None = None, keep_first: bool = False,
                         **params: Any) -> FeatureAttribution:
     """Feature-level DPA of ``prompt`` over ``dictionaries`` (sorted by depth); DPA parameters as dpa's."""
-    from core.models.hooked import require
-    from core.options import check_finite
-
     require(model, "feature attribution")
     p = DPAParams.from_kwargs(**params)
     enc = model.encode(prompt, target, foil)

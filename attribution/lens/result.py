@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from core.errors import RangeError
+from core.figures import save_figure
 from core.options import check_finite
+from core.store import RunDraft, RunStore
 
 if TYPE_CHECKING:
     import torch
@@ -126,14 +128,10 @@ class LensResult:
 
     def save_figure(self, path: Any, skip_first: bool = False) -> Any:
         """Save ``plot(skip_first)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(skip_first), path)
 
     def save(self, store=None):
         """Store as a run (kind "lens"); returns the Run."""
-        from core.store import RunDraft, RunStore
-
         tensors = {"topk_ids": self.topk_ids, "topk_probs": self.topk_probs.float()}
         if self.target is not None:
             tensors.update(target_rank=self.target_rank, target_prob=self.target_prob.float())

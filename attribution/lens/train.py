@@ -27,7 +27,10 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from attribution.lens.tuned import TunedLens
+from attribution.lens import layer_labels, residual_stack
+from attribution.lens.tuned import TunedLens, lens_dir
+from core.corpus import english_texts
+from core.errors import DatasetError
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel
@@ -60,7 +63,6 @@ def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, se
     random.Random(seed).shuffle(order)
     buf: list[int] = []
     given = 0
-    from core.errors import DatasetError
 
     if not callable(model.tokenizer) or window > model.arch.n_ctx:
         raise DatasetError(f"{model.name} cannot read {window}-token windows of English text")
@@ -75,8 +77,6 @@ def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, se
 
 
 def _batches(model: HookedModel, split: str, n_tokens: int, cfg: TrainConfig) -> Iterator[torch.Tensor]:
-    from core.corpus import english_texts
-
     rows: list[torch.Tensor] = []
     for w in windows(model, english_texts(split), n_tokens, cfg.window, cfg.seed):
         rows.append(w)
@@ -89,8 +89,6 @@ def _batches(model: HookedModel, split: str, n_tokens: int, cfg: TrainConfig) ->
 
 def stack_of(model: HookedModel, tokens: torch.Tensor, bf16: bool) -> torch.Tensor:
     """Residual stack [layer, batch, pos - 1, d_model] in float32, position 0 dropped."""
-    from attribution.lens import residual_stack
-
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         resid = residual_stack(model, tokens)
     return resid[:, :, 1:].float()
@@ -203,9 +201,6 @@ def heldout_kl(model: HookedModel, lens: TunedLens, cfg: TrainConfig,
 def build(model: HookedModel, cfg: TrainConfig | None = None, out_dir: str | None = None,
           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Fit, fine-tune, evaluate and save a tuned lens; returns the summary written to tuned.json."""
-    from attribution.lens import layer_labels
-    from attribution.lens.tuned import lens_dir
-
     cfg = cfg or TrainConfig()
     torch.manual_seed(cfg.seed)
     started = time.perf_counter()

@@ -14,7 +14,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.checks import Fields, read_json, read_tensors, t_finite
 from core.errors import ModelFileError
+from core.models.zoo import DATA_DIR
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +28,6 @@ if TYPE_CHECKING:
 def lens_dir(model_name: str) -> Path:
     """Where a model's tuned lens lives: data/lenses/<name> for a zoo model, <directory>/lens beside a model
     loaded from a local directory."""
-    from core.models.zoo import DATA_DIR
-
     if "/" in model_name or "\\" in model_name:
         return Path(model_name) / "lens"
     return DATA_DIR / "lenses" / model_name
@@ -101,8 +101,6 @@ class TunedLens:
         """A tuned lens read back as possibly damaged (core/checks.py): ModelFileError for a symlink, a
         truncated, zeroed or garbage file, a missing tensor, shapes that do not fit, NaN or Infinity, or a
         tuned.json that is not an object naming its model."""
-        from core.checks import Fields, read_json, read_tensors, t_finite
-
         directory = Path(directory)
         what = f"the tuned lens in {directory}"
         if directory.is_symlink():

@@ -14,7 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.checks import JSONTooDeep, loads_bounded
 from core.errors import DatasetError, RangeError
+from core.options import parse_layer_spec
+from core.prompt_files import check_input_file
 
 if TYPE_CHECKING:
     import torch
@@ -54,9 +57,6 @@ def word_type(text: str, word: str | None) -> str:
 
 def load_dataset(path: str | Path, min_per_class: int = 2) -> LabeledSet:
     """Read and check a labelled JSONL set: >= 2 classes, each with >= ``min_per_class`` examples."""
-    from core.checks import JSONTooDeep, loads_bounded
-    from core.prompt_files import check_input_file
-
     path = check_input_file(path, "dataset", DatasetError)  # missing, a directory, a pipe or a device: refused
     texts, labels, marked = [], [], []
     # JSONL lines end at "\n" only (splitlines() also splits at U+2028/U+2029/U+0085 inside strings);
@@ -121,8 +121,6 @@ def resid_hooks(model: Any, layers: str | list[int] = "all") -> list[str]:
 
 def parse_layers(spec: str, n_layers: int) -> list[int]:
     """'all', '3', '0,5,10' or '4-8' -> layer indices."""
-    from core.options import parse_layer_spec
-
     out = parse_layer_spec(spec)
     if out is None:
         return list(range(n_layers))

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attribution.probes.probe import make_probe
 from core.errors import DatasetError
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ def probe_vector(X: Float[torch.Tensor, "example d"], labels, positive: str,
                  c: float = 1.0) -> Float[torch.Tensor, " d"]:
     import numpy as np
     import torch
-
-    from attribution.probes.probe import make_probe
 
     y = (np.asarray(labels) == positive).astype(int)
     pipe = make_probe("logistic", c).fit(X.numpy(), y)

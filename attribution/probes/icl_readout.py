@@ -21,6 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from core.errors import MethodError
+
 if TYPE_CHECKING:
     import torch
     from jaxtyping import Float
@@ -263,8 +265,6 @@ def icl_readout(
     info = model.info.get("task") or {}
     task = model.info.get("task_source")
     if info.get("task") != "icl-regression" or task is None:
-        from core.errors import MethodError
-
         raise MethodError(f"{model.name} is not an in-context regression model (task {info.get('task')!r})")
     test = task.sample(n, seed, "test")
     train = task.sample(n_train, seed, "train")

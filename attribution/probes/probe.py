@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attribution.probes.geometry import gdv
 from core.errors import DatasetError
 
 if TYPE_CHECKING:
@@ -201,8 +202,6 @@ def probe_layers(
     """Probe every hook's pooled activations {hook: [example, d]} for ``labels``; ``on_hook()`` after each
     hook (a job's progress)."""
     import numpy as np
-
-    from attribution.probes.geometry import gdv
 
     y = np.asarray(labels)
     train, test = split_examples(y, test_frac, seed)

@@ -16,7 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from attribution.probes.activations import LabeledSet, parse_layers, pooled_activations
 from attribution.probes.concepts import ConceptResult, concept_vectors
+from attribution.probes.geometry import projection_figure, rsa_matrix
 from attribution.probes.probe import ProbeResult, probe_layers
+from attribution.sae.train import check_fits, load_sae
+from core.checks import reading
+from core.errors import ModelFileError, RunStoreError
+from core.models.zoo import DATA_DIR
+from core.store import RunDraft
 
 if TYPE_CHECKING:
     import torch
@@ -85,9 +91,6 @@ class ProbeRun:
     def save(self, store: Any) -> Any:
         import torch
 
-        from attribution.probes.geometry import projection_figure, rsa_matrix
-        from core.store import RunDraft
-
         res, acts, pooling = self.probe, self.acts, self.args.get("pooling", "last")
         best = res.best
         figures = {
@@ -121,9 +124,6 @@ class ProbeRun:
     @classmethod
     def from_run(cls, run: Any) -> ProbeRun:
         """A probe run read back from the store (activations only if it kept them)."""
-        from core.checks import reading
-        from core.errors import RunStoreError
-
         data = run.result()
         if run.kind != "probe" or "layers" not in data:
             raise RunStoreError(f"run {run.id} is not a probe run")
@@ -204,8 +204,6 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
     import json
     from pathlib import Path
 
-    from core.models.zoo import DATA_DIR
-
     found: dict[str, str] = {}
     for cfg in sorted((DATA_DIR / "saes").glob("*/cfg.json")):
         try:
@@ -219,8 +217,6 @@ def find_saes(model_name: str, extra: list[str] | None = None) -> dict[str, str]
     for path in extra or []:
         cfg = Path(path) / "cfg.json"
         if not cfg.exists():
-            from core.errors import ModelFileError
-
             raise ModelFileError(f"{path!r} is not an SAE directory (no cfg.json)")
         hook = json.loads(cfg.read_text()).get("metadata", {}).get("hook_name")
         if hook:
@@ -242,8 +238,6 @@ class ConceptsRun:
         return self.concepts.to_json() | {"saes": dict(self.sae_paths)}
 
     def save(self, store: Any) -> Any:
-        from core.store import RunDraft
-
         res = self.concepts
         return store.save(RunDraft(
             kind="concepts", model=res.model, method="concept-vectors",
@@ -269,7 +263,6 @@ def run_concepts(
 ) -> ConceptsRun:
     """Class-mean, probe and SAE concept vectors at ``hooks`` (SAEs from data/saes for the model plus the
     ``saes`` directories), their cosines, and steering with each at ``steer`` against a random vector."""
-    from attribution.sae.train import check_fits, load_sae
     from core.models.hooked import require
 
     require(model, "concept vectors")

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from attribution.sae.config import TrainConfig
+from attribution.sae.dictionary import load_dictionary
+from attribution.sae.evaluate import evaluate_dictionary
 from attribution.sae.shards import MANIFEST, ShardSet, cache_shards
+from attribution.sae.train import check_trained
 from attribution.sae.train_shards import (
     Progress,
     check_width,
@@ -29,7 +32,8 @@ from attribution.sae.train_shards import (
     train_topk_transcoder,
     write_info,
 )
-from core.errors import ModelFileError, RangeError
+from core.corpus import english_texts
+from core.errors import ModelFileError, NonFiniteError, RangeError
 
 HELDOUT_TOKENS = 64_000
 
@@ -86,8 +90,6 @@ def _reusable(root: Path, hooks: list[str], skip_first: int) -> Path | None:
 
 def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
                   on_progress: Progress | None = None) -> ShardSet:
-    from core.corpus import english_texts
-
     root = shards_root(model.name) / split
     target = _reusable(root, hooks, skip_first)
     if target is not None and ShardSet.open(target).n_tokens >= n_tokens:
@@ -110,9 +112,6 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
                      train_shards: ShardSet | None = None, heldout_shards: ShardSet | None = None,
                      eval_windows: int = 48, half: bool = False, eval_bf16: bool = False) -> dict[str, Any]:
     """Train one dictionary and save it to ``out`` (atomically); returns its workbench.json."""
-    from attribution.sae.dictionary import load_dictionary
-    from attribution.sae.evaluate import evaluate_dictionary
-
     spec = replace(spec, width=spec.width_for(model.arch.d_model))
     check_width(spec.width, spec.k)
     if spec.kind not in ("topk", "transcoder"):
@@ -145,13 +144,10 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         store_half(tmp)
     import shutil
 
-    from attribution.sae.train import check_trained
-
     try:  # a diverged dictionary (NaN weights or metrics) leaves nothing behind, not even its .tmp
         dic = load_dictionary(tmp)
     except ModelFileError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
-        from core.errors import NonFiniteError
 
         if "NaN or Infinity" in str(exc):
             raise NonFiniteError("dictionary not saved: its weights are not finite (training diverged: try a "
@@ -200,9 +196,6 @@ def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_wi
     it again; rewrites its weights and workbench.json in place."""
     import torch
     from safetensors.torch import load_file, save_file
-
-    from attribution.sae.dictionary import load_dictionary
-    from attribution.sae.evaluate import evaluate_dictionary
 
     info = json.loads((path / "workbench.json").read_text())
     weights_file = path / "sae_weights.safetensors"

@@ -14,7 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import DatasetError
+from attribution.sae.corpus import load_corpus
+from core.checks import Fields, read_json, read_tensors
+from core.errors import DatasetError, RangeError
+from core.models.tokens import SymbolTokenizer
+from core.models.zoo import DATA_DIR
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +72,6 @@ class ActivationCache:
 
     @classmethod
     def load(cls, path: Path) -> ActivationCache:
-        from core.checks import Fields, read_json, read_tensors
-
         if not (path / ACTS_FILE).exists():
             raise DatasetError(f"no activation cache at {path}")
         what = f"activation cache {path}"
@@ -120,8 +122,6 @@ NOT_PER_TOKEN = ("hook_pattern", "hook_attn_scores")
 
 def check_token_hook(hook: str) -> None:
     """RangeError for a hook without one activation vector per token (what a dictionary is trained on)."""
-    from core.errors import RangeError
-
     if hook.rsplit(".", 1)[-1] in NOT_PER_TOKEN:
         raise RangeError(f"--hook {hook} holds attention weights [head, query, key], not one vector per token: "
                          "a dictionary needs a per-position hook (hook_resid_post, attn.hook_z, mlp.hook_post, ...)")
@@ -206,11 +206,7 @@ def model_texts(
     of an SAE trained here do not reuse its training text; toy models then draw a new seed."""
     import torch
 
-    from core.models.tokens import SymbolTokenizer
-
     if not isinstance(model.tokenizer, SymbolTokenizer):
-        from attribution.sae.corpus import load_corpus
-
         texts = [d.text for d in load_corpus(corpus or default_corpus())]
         return texts[::-1] if held_out else texts
     seed = seed + 1000 if held_out else seed
@@ -227,6 +223,4 @@ def model_texts(
 
 
 def default_corpus() -> Path:
-    from core.models.zoo import DATA_DIR
-
     return DATA_DIR / "corpus"

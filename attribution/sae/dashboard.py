@@ -32,8 +32,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attribution.sae.cache import model_texts, stop_layer
 from attribution.sae.explanation_store import read_explanations
-from core.errors import DatasetError, ModelFileError, RangeError, TokenError
+from attribution.sae.units import check_model_fits
+from core.checks import Fields, parse_json, t_finite
+from core.corpus import english_texts
+from core.errors import DatasetError, ModelFileError, PromptError, RangeError, TokenError
+from core.models.tokens import SymbolTokenizer
 
 if TYPE_CHECKING:
     import torch
@@ -224,7 +229,6 @@ class Dashboards:
             raise ModelFileError(f"cannot read dashboards {path}: {str(exc).splitlines()[0]}") from None
         if text is None:
             raise ModelFileError(f"dashboards {path} are damaged: the file has no dashboards header")
-        from core.checks import parse_json
 
         meta = parse_json(text, f"dashboards {path} header", ModelFileError)
         if not isinstance(meta, dict) or meta.get("version") != VERSION:
@@ -245,8 +249,6 @@ def check_dashboards(tensors: dict[str, Any], meta: dict[str, Any], what: str) -
     """Dashboards read back from a file, checked before any is shown (ModelFileError naming the damage): every
     tensor present with its rank, one row per unit, finite values, indices (contexts, tokens, features) within
     what they index, and a header whose labels, vocabulary and context groups have the right types."""
-    from core.checks import Fields, t_finite
-
     def bad(why: str) -> ModelFileError:
         return ModelFileError(f"{what} are damaged: {why}; rebuild them")
 
@@ -297,17 +299,11 @@ def held_out_windows(model: HookedModel, n_tokens: int, ctx: int = 128, texts: l
     tokens (positions 1..L-1 of each window)."""
     import torch
 
-    from core.models.tokens import SymbolTokenizer
-
     ctx = min(ctx, int(model.arch.n_ctx))
     if texts is None:
         if isinstance(model.tokenizer, SymbolTokenizer):
-            from attribution.sae.cache import model_texts
-
             texts = model_texts(model, None, n_tokens, ctx, held_out=True)
         else:
-            from core.corpus import english_texts
-
             texts = english_texts("heldout")
     rows: list[list[int]] = []
     got = 0
@@ -350,8 +346,6 @@ def _batch_table(feats: torch.Tensor, order_key: torch.Tensor, payload: list[Any
 def _tokens(model: HookedModel, text: str, ctx: int) -> list[int]:
     """A document's token ids (its first ~3 characters per context position of the model; a piece the
     tokenizer makes longer than the context is tokenized in window-sized pieces instead)."""
-    from core.errors import PromptError
-
     text = text[: int(model.arch.n_ctx) * 3]
     try:
         return model.to_tokens(text)[0].tolist()
@@ -621,9 +615,6 @@ def build_dashboards(
     runs the model forward under CPU bfloat16 autocast (default: on for models over 10M parameters,
     about 3x faster on CPU); the dictionaries always encode in float32."""
     import torch
-
-    from attribution.sae.cache import stop_layer
-    from attribution.sae.units import check_model_fits
 
     if n_tokens < 1:
         raise RangeError(f"--tokens must be at least 1, got {n_tokens}")

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from core.checks import Fields, read_json, t_finite
 from core.errors import ModelFileError, RangeError
+from core.errors import ModelFileError as Err
+from core.models.zoo import DATA_DIR
 
 if TYPE_CHECKING:
     import torch
@@ -105,8 +108,6 @@ class Dictionary:
 
     def check_model(self, model: Any) -> None:
         """Typed error unless this dictionary was trained on ``model`` (name and width)."""
-        from core.errors import ModelFileError as Err
-
         name = getattr(model, "name", "")
         if self.model and name and Path(self.model).name != Path(name).name:
             raise Err(f"{self.name} was trained on {self.model}, not {name}")
@@ -142,8 +143,6 @@ def check_dictionary_dir(path: str | Path) -> tuple[dict[str, Any], dict[str, An
     """(cfg.json, workbench.json) of a dictionary directory, read as possibly damaged (core/checks.py):
     ModelFileError (one line) for a missing directory, a symlink, a config that is not an object, a width or
     layer that is not a whole number in bounds, a model/hook that is not a string, non-finite metrics."""
-    from core.checks import Fields, read_json
-
     path = Path(path)
     if path.is_symlink():
         raise ModelFileError(f"{str(path)!r} is a symlink; refusing to read a dictionary through it")
@@ -186,8 +185,6 @@ def load_dictionary(path: str | Path) -> Dictionary:
     its files (check_dictionary_dir), then its weights (shapes against cfg.json, every value finite)."""
     from sae_lens import SAE
 
-    from core.checks import t_finite
-
     path = Path(path)
     cfg, info = check_dictionary_dir(path)
     try:
@@ -211,8 +208,6 @@ def load_dictionary(path: str | Path) -> Dictionary:
 
 
 def dictionaries_root() -> Path:
-    from core.models.zoo import DATA_DIR
-
     return DATA_DIR / "saes"
 
 

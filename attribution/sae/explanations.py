@@ -17,7 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from attribution.sae.cache import stop_layer
 from attribution.sae.dashboard import N_TOP, Dashboards, held_out_windows
+from attribution.sae.explain import Text, choose, promoted, render, score_rule
 from attribution.sae.explanation_store import VERSION
 from core.errors import DatasetError
 
@@ -80,8 +82,6 @@ def activations(model: HookedModel, dictionaries: list[Any], windows: Any, batch
     """Per dictionary, [W, L, F] float16 activations of its units on ``windows`` (one shared forward)."""
     import torch
 
-    from attribution.sae.cache import stop_layer
-
     hooks = sorted({d.hook for d in dictionaries})
     stops = [stop_layer(h) for h in hooks]
     stop = {"stop_at_layer": max(stops)} if None not in stops and model.can_stop_at_layer else {}
@@ -109,8 +109,6 @@ def explain_units(db: Dashboards, ids: np.ndarray, acts: np.ndarray, text_of: di
                   seed: int = 0) -> dict[str, Any]:
     """Every unit's explanation and simulation score: rules chosen on the even windows of ``ids`` [W, L]
     (activations ``acts`` [W, L, F]), scored on the odd ones. Returns the stored file's content."""
-    from attribution.sae.explain import Text, choose, score_rule
-
     started = time.time()
     fire, prev = fire_lists(db)
     ex_text, sc_text = Text.of(ids[0::2], text_of), Text.of(ids[1::2], text_of)
@@ -141,8 +139,6 @@ def words(db: Dashboards, features: list[dict[str, Any]], text_of: dict[int, str
           fire: list[list[int]] | None = None) -> None:
     """Write (or rewrite) each live unit's ``text`` and ``short`` from its rule, its dashboard's tokens and
     what its top logit tokens promote (no forward pass: a change of wording re-renders stored rules)."""
-    from attribution.sae.explain import promoted, render
-
     fire = fire if fire is not None else fire_lists(db)[0]
     t = db.tensors
     logit_ok = (t["logit_top_vals"].abs().sum(1) > 0).tolist()

@@ -7,7 +7,9 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from core.errors import RangeError
+from attribution.sae.dashboard import Dashboards, build_dashboards, dashboard_dir, has_dashboards
+from attribution.sae.dictionary import list_dictionaries
+from core.errors import ModelFileError, RangeError
 
 if TYPE_CHECKING:
     from attribution.sae.dashboard import Dashboards
@@ -21,9 +23,6 @@ def summaries(root: str | Path | None = None, model: str | None = None) -> list[
     """One row per shipped or trained dictionary (data/saes, or ``root``): the contract fields of
     ``workbench sae list`` plus name, width, hook_out and whether its dashboards are built.
     Damaged entries are skipped with a warning (list_dictionaries)."""
-    from attribution.sae.dashboard import has_dashboards
-    from attribution.sae.dictionary import list_dictionaries
-
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         found = list_dictionaries(root, model)
@@ -53,15 +52,11 @@ def weights_digest(d: Any) -> str | None:
 def open_dashboards(d: Any) -> Dashboards:
     """The stored dashboards of a unit source (ModelFileError with the build command if absent);
     ``meta["stale"]`` is True when the dictionary's weights changed since they were built."""
-    from attribution.sae.dashboard import Dashboards, dashboard_dir
-
     db = Dashboards.load(dashboard_dir(d))
     built_on = db.meta.get("weights_sha256")
     db.meta["stale"] = bool(built_on) and built_on != weights_digest(d)
     n = int(d.W_dec.shape[0])
     if db.n_units != n:
-        from core.errors import ModelFileError
-
         raise ModelFileError(f"the dashboards in {dashboard_dir(d)} cover {db.n_units} units but {d.name} "
                              f"has {n}: rebuild them")
     return db
@@ -71,8 +66,6 @@ def build(model: HookedModel, dictionaries: list[Any], n_tokens: int = 65_536, s
           **kwargs: Any) -> list[Dashboards]:
     """Build (and by default store beside each dictionary) the dashboards of ``dictionaries``, all
     from one forward pass of ``model``; see dashboard.build_dashboards for the options."""
-    from attribution.sae.dashboard import build_dashboards, dashboard_dir
-
     out = build_dashboards(model, dictionaries, n_tokens=n_tokens, **kwargs)
     for d, db in zip(dictionaries, out, strict=True):
         db.meta["weights_sha256"] = weights_digest(d)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from attribution.sae.config import TrainConfig
+from core.checks import read_json
 from core.errors import ModelFileError, RangeError
 
 SET_FILE = "set.json"
@@ -146,8 +147,6 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
 
 
 def read_set(root: Path) -> dict[str, Any]:
-    from core.checks import read_json
-
     if not (root / SET_FILE).is_file():
         raise ModelFileError(f"{str(root)!r} is not a dictionary set (no {SET_FILE})")
     data = read_json(root / SET_FILE, f"{root}/{SET_FILE}", ModelFileError)

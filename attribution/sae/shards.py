@@ -23,6 +23,8 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+from attribution.sae.cache import stop_layer, token_windows
+from core.checks import read_tensors
 from core.errors import DatasetError
 
 MANIFEST = "manifest.json"
@@ -56,9 +58,6 @@ class ShardSet:
         return [self.root / s["file"] for s in self.manifest["shards"]]
 
     def load(self, index: int, hooks: list[str] | None = None) -> dict[str, Any]:
-        from core.checks import read_tensors
-        from core.errors import DatasetError
-
         file = self.files()[index]
         tensors = read_tensors(file, f"activation shard {file}", DatasetError)
         keep = set(hooks or self.hooks) | {"where", "windows"}
@@ -151,8 +150,6 @@ def plan_shards(model: Any, texts: Iterable[str], manifest: dict[str, Any], n_to
     closes after the batch that brings it to ``shard_tokens``, the last when ``n_tokens`` are stored.
     Only window lengths decide this, so every process that plans it gets the same shards, and any one
     shard can be written alone (write_shard) with the bytes a single pass writes."""
-    from attribution.sae.cache import token_windows
-
     skip = manifest["skip_first"]
     got = sum(s["n_tokens"] for s in manifest["shards"])
     stream: Iterator[list[int]] = islice(token_windows(model, texts, ctx), manifest["windows_done"], None)
@@ -208,8 +205,6 @@ def shard_tensors(model: Any, hooks: list[str], windows: list[list[int]], pad: A
     import contextlib
 
     import torch
-
-    from attribution.sae.cache import stop_layer
 
     stops = [stop_layer(h) for h in hooks]
     kwargs = {} if None in stops or not getattr(model, "can_stop_at_layer", False) else {

@@ -17,8 +17,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from attribution.sae.units import check_unit
 from core.errors import RangeError
-from core.options import check_number
+from core.options import check_finite, check_number
 
 if TYPE_CHECKING:
     from core.models.hooked import HookedModel
@@ -33,8 +34,6 @@ def _first(act: Any, skip_first: int) -> int:
 def steering_hooks(d: Any, unit: int, alpha: float | None = None, value: float | None = None,
                    skip_first: int = 1) -> list[tuple[str, Any]]:
     """TransformerLens forward hooks that add ``alpha`` to unit ``unit`` (or clamp it to ``value``)."""
-    from attribution.sae.units import check_unit
-
     check_unit(d, unit)
     if (alpha is None) == (value is None):
         raise RangeError("give exactly one of alpha (add) or value (clamp)")
@@ -132,7 +131,6 @@ def steer(model: HookedModel, d: Any, unit: int, prompt: str, alpha: float | Non
     import torch
 
     from core.models.hooked import require
-    from core.options import check_finite
 
     require(model, "sae steering")
     hooks = steering_hooks(d, unit, alpha, value, skip_first)

@@ -17,7 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from attribution.sae.config import TRAIN, WIDTH_PER_DIM_IN_MEMORY
-from core.errors import DatasetError, RangeError
+from attribution.sae.dictionary import check_dictionary_dir, load_dictionary
+from core.checks import t_finite
+from core.errors import DatasetError, NonFiniteError, RangeError
+from core.options import check_memory, first_non_finite
 
 if TYPE_CHECKING:
     import torch
@@ -37,8 +40,6 @@ def training_sae(
     hook: str = "",
 ):
     """A SAELens TrainingSAE of the given kind (inputs normalised to norm sqrt(d_in))."""
-    from core.options import check_memory
-
     # encoder and decoder, their gradients and Adam's two moments: 8 float32 copies of d_in x d_sae
     check_memory(f"an SAE of width {d_sae:,} on {d_in}-wide activations", 32 * int(d_in) * int(d_sae))
     import sae_lens as sl
@@ -150,15 +151,11 @@ def save_sae(sae: Any, path: Path, extra: dict[str, Any] | None = None) -> Path:
 def load_sae(path: str | Path) -> Any:
     """The SAELens object of a dictionary directory, checked as every dictionary is when opened
     (attribution/sae/dictionary.py: load_dictionary)."""
-    from attribution.sae.dictionary import load_dictionary
-
     return load_dictionary(path).sae
 
 
 def sae_info(path: str | Path) -> dict[str, Any]:
     """A dictionary's workbench.json ({} when absent), checked (ModelFileError when damaged)."""
-    from attribution.sae.dictionary import check_dictionary_dir
-
     return check_dictionary_dir(path)[1]
 
 
@@ -332,10 +329,6 @@ def train_sae(
 
 def check_trained(sae: Any, metrics: dict[str, Any]) -> None:
     """NonFiniteError (and nothing saved) when a trained dictionary's weights or metrics hold NaN/Infinity."""
-    from core.checks import t_finite
-    from core.errors import NonFiniteError
-    from core.options import first_non_finite
-
     for name, p in sae.named_parameters():
         if not t_finite(p.detach()):
             raise NonFiniteError(f"sae run not saved: its weight {name} is not finite (training diverged: "

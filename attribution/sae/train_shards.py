@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from attribution.sae.config import TRAIN
 from attribution.sae.shards import ShardSet, shard_batches
+from attribution.sae.train import training_sae
 from core.errors import RangeError
 
 if TYPE_CHECKING:
@@ -45,8 +46,6 @@ def train_topk_sae(shards: ShardSet, hook: str, width: int, k: int, n_tokens: in
     import sae_lens as sl
     import torch
     from sae_lens.config import SAETrainerConfig
-
-    from attribution.sae.train import training_sae
 
     torch.manual_seed(seed)
     steps = max(1, n_tokens // batch_size)

@@ -16,7 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from attribution.sae.cache import stop_layer
+from attribution.sae.dictionary import dictionaries_root, load_dictionary
 from core.errors import RangeError
+from core.models.zoo import DATA_DIR
 
 if TYPE_CHECKING:
     import torch
@@ -26,8 +29,6 @@ if TYPE_CHECKING:
 
 
 def neurons_root() -> Path:
-    from core.models.zoo import DATA_DIR
-
     return DATA_DIR / "neurons"
 
 
@@ -89,16 +90,12 @@ def neuron_dictionary(model: HookedModel, layer: int, model_name: str | None = N
 
 def open_dictionary(path: str | Path) -> Any:
     """A dictionary directory as a Dictionary, or ModelFileError (missing, damaged, not one)."""
-    from attribution.sae.dictionary import load_dictionary
-
     return load_dictionary(path)
 
 
 def resolve(spec: str, model: HookedModel | None = None) -> Any:
     """A unit source from its spec: a dictionary directory, the name of one under data/saes, or
     ``neurons:LAYER`` (the MLP neurons of ``model``'s layer; the model must be given)."""
-    from attribution.sae.dictionary import dictionaries_root
-
     spec = str(spec).strip()
     if spec.startswith("neurons:"):
         layer = spec.split(":", 1)[1]
@@ -132,7 +129,6 @@ def hook_widths(model: HookedModel, hooks: list[str]) -> dict[str, int]:
 
     for hook in hooks:
         model.check_hook(hook)
-    from attribution.sae.cache import stop_layer
 
     stops = [stop_layer(h) for h in hooks]
     stop = {"stop_at_layer": max(stops)} if None not in stops and model.can_stop_at_layer else {}

@@ -23,6 +23,7 @@ from attribution.vit import metrics as M
 from attribution.vit.data import ImageBatch
 from attribution.vit.maps import PatchMap, overlay_figure
 from attribution.vit.methods import explain, parse_methods, resolve_targets
+from core.store import RunDraft, RunStore
 
 METRICS = ("pointing_game", "energy_pointing_game", "mask_iou", "deletion_auc", "insertion_auc",
            "positive_perturbation_auc", "negative_perturbation_auc", "class_sensitivity", "seconds_per_image")
@@ -71,8 +72,6 @@ class ViTEvalResult:
         return figs
 
     def save(self, store=None, args: dict[str, Any] | None = None):
-        from core.store import RunDraft, RunStore
-
         tensors = {f"map_{k}": v.scores for k, v in self.maps.items()}
         if self.batch is not None:
             # Large inputs (DINOv2's 224 px: 0.6 MB an image) keep only the first images; every image is a pure

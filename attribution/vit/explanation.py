@@ -19,7 +19,10 @@ from typing import Any
 import torch
 from jaxtyping import Float
 
-from attribution.vit.maps import PatchMap
+from attribution.vit.maps import PatchMap, overlay_figure
+from attribution.vit.methods import explain, method_module
+from core.models import dinov2 as DV
+from core.models import zoo
 
 
 @dataclass
@@ -48,8 +51,6 @@ class ImageExplanation:
         return out
 
     def plot(self):
-        from attribution.vit.maps import overlay_figure
-
         masks = None
         if self.region is not None:
             from core.models.vit_heads import region_mask
@@ -85,8 +86,6 @@ def _as_image(image: Any, label: str) -> torch.Tensor:
 def explain_image(model: Any, image: Any, method: str = "dap", head: str | None = None, region: Any = None,
                   target: int | None = None, label: str = "image") -> ImageExplanation:
     """``model``: a zoo name / local path, or a loaded HookedViT. See the module docstring."""
-    from attribution.vit.methods import explain, method_module
-
     method_module(method)  # an unknown method is refused before anything is loaded
     name = model if isinstance(model, str) else getattr(model, "backbone_name", type(model).__name__)
     is_dino = _is_dino(model)
@@ -101,7 +100,6 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
     box = None
     if is_dino:
         from attribution.vit.images import fit_image, scale_region
-        from core.models import dinov2 as DV
 
         size = model.cfg.image_size if not isinstance(model, str) else 224
         x = fit_image(raw, size, DV.PATCH_SIZE, label)
@@ -117,9 +115,7 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
         extra = {"input_size": size, "original_size": [int(raw.shape[2]), int(raw.shape[1])]}
     else:
         if isinstance(model, str):
-            from core.models.zoo import load
-
-            vit = load(model)
+            vit = zoo.load(model)
         else:
             vit = model
         size = getattr(getattr(vit, "cfg", None), "image_size", None)
@@ -144,7 +140,5 @@ def explain_image(model: Any, image: Any, method: str = "dap", head: str | None 
 
 def _is_dino(model: Any) -> bool:
     if isinstance(model, str):
-        from core.models.zoo import resolve
-
-        return resolve(model).loader == "core.models.dinov2:load_dinov2"
+        return zoo.resolve(model).loader == "core.models.dinov2:load_dinov2"
     return getattr(model, "backbone_name", None) == "dinov2-small"

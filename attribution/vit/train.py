@@ -17,7 +17,8 @@ import torch
 import torch.nn.functional as F
 
 from attribution.vit import data
-from core.models.vit import HookedViT, ViTConfig, n_params
+from core.models.vit import HookedViT, ViTConfig, load_checkpoint, n_params, save_checkpoint
+from core.models.zoo import DATA_DIR
 
 
 @torch.no_grad()
@@ -58,8 +59,6 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 6
     else:
         raise ValueError(f"unknown dataset {dataset!r}")
     if init is not None:
-        from core.models.vit import load_checkpoint
-
         model = load_checkpoint(init)
         if model.cfg.n_classes != cfg.n_classes:
             raise ValueError(f"checkpoint {init} has {model.cfg.n_classes} classes; {dataset} has {cfg.n_classes}")
@@ -96,9 +95,6 @@ def train_vit(dataset: str = "synthetic", steps: int = 3000, batch_size: int = 6
 
 def save_trained(model: HookedViT, metrics: dict[str, Any], out: str | None = None):
     """Write the checkpoint with its zoo entry (data/models/vit-synth by default)."""
-    from core.models.vit import save_checkpoint
-    from core.models.zoo import DATA_DIR
-
     name = {"synthetic": "vit-synth", "hard": "vit-synth-hard"}.get(metrics["dataset"], "vit-digits")
     path = out or str(DATA_DIR / "models" / name)
     what = {"synthetic": "one red object (plus/ring/triangle/x) among 2-4 distractors, 32x32 RGB",

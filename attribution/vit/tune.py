@@ -17,7 +17,7 @@ from typing import Any
 
 from attribution.vit import metrics as M
 from attribution.vit.data import ImageBatch
-from attribution.vit.methods import dap
+from attribution.vit.methods import dap, explain
 
 GRID = {
     "prior": list(dap.PRIORS),
@@ -81,8 +81,6 @@ def select_dap_defaults(model, batch: ImageBatch, shortlist: int = 8, steps: int
 
 def rollout_reference(model, batch: ImageBatch, steps: int = 10) -> dict[str, float]:
     """Rollout's validation scores (same metrics and deletion steps as the DAP table)."""
-    from attribution.vit.methods import explain
-
     pm = explain(model, batch.images, "rollout", batch.labels)
     frac = M.patch_fraction(batch.masks, model.cfg.patch_size)
     images = model.check_images(batch.images)

@@ -19,7 +19,7 @@ import torch
 
 from attribution.methods import PATCH, view
 from attribution.vit.maps import PatchMap
-from core.errors import MethodError
+from core.errors import MethodError, check_range
 
 # command-line name -> module: the image-patch level of the one method table (attribution.methods.TABLE)
 METHODS = {name: spec.impls[PATCH].split(":")[0].rsplit(".", 1)[1] for name, spec in view(PATCH).items()}
@@ -45,8 +45,6 @@ def parse_methods(spec: str | list[str]) -> list[str]:
 
 def resolve_targets(model, images: torch.Tensor, target_class: Any) -> torch.Tensor:
     """None -> the predicted class of each image; an int or a per-image sequence otherwise."""
-    from core.errors import check_range
-
     n = images.shape[0]
     if target_class is None:
         with torch.no_grad():

@@ -36,6 +36,7 @@ import torch
 from jaxtyping import Float
 
 from attribution.vit.maps import Images, Maps, Patterns, Resid, Targets
+from attribution.vit.methods import dpa
 from attribution.vit.methods._common import capture, eye_like, pattern_name, resid_pre_name, rownorm
 from core.errors import MethodError
 
@@ -124,8 +125,6 @@ def capture_for_dap(model, images: Images, targets: Targets, layers: list[int]):
 
 def dpa_targets(model, images: Images, targets: Targets, layers: list[int]):
     """(patterns, resid_pre, DPA targets t^l) of the layers, from DPA's one forward pass (no backward)."""
-    from attribution.vit.methods import dpa
-
     keep: dict[int, Resid] = {}
     _, _, acts = dpa.propagate(model, images, targets, **dpa.DEFAULTS, keep=keep)
     return ([acts[pattern_name(l)] for l in layers], [acts[resid_pre_name(l)] for l in layers],
