@@ -146,18 +146,18 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     # driver process ("Ray is unavailable (...); running in this process instead"), and the pid its shard logs
     # is the driver's. Both placements are right; each is checked for what it promises.
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
-    _wait(lambda: board.get(job.id).done >= 2, timeout=120)
+    _wait(lambda: board.get(job.id).done >= 2, timeout=300)  # hang guards
     pid = _shard_pid(board.get(job.id))
     board.request_cancel(job.id)
-    _wait(lambda: board.get(job.id).state != "running", timeout=30)
+    _wait(lambda: board.get(job.id).state != "running", timeout=90)
     assert board.get(job.id).state == "cancelled"
     _wait(lambda: not pid_alive(pid), timeout=30)  # the worker (and all it held) is gone (how fast: bench_jobs)
 
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
-    _wait(lambda: board.get(job.id).done >= 2, timeout=120)
+    _wait(lambda: board.get(job.id).done >= 2, timeout=300)  # hang guards
     pid = _shard_pid(board.get(job.id))
     os.kill(pid, 9)
-    _wait(lambda: board.get(job.id).state != "running", timeout=30)
+    _wait(lambda: board.get(job.id).state != "running", timeout=90)
     got = board.get(job.id)
     assert got.state == "failed" and got.run_id is None, (got.state, got.log)
     if _ran_on_ray(got):
