@@ -43,11 +43,16 @@ def silent_server():
     srv.close()
 
 
+# The messages prove which wait was used ("within 5 s", "within 2 s"); the clock only rules out a hang. A busy
+# machine (CI beside other work) takes tens of seconds to start Python and import torch, so the guard is wide.
+HANG_S = 60
+
+
 def _run(args: list[str], env: dict[str, str], tmp_path) -> tuple[subprocess.CompletedProcess, float]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HTTP", "HTTPS", "ALL_PROXY"))
              and k.lower() not in ("http_proxy", "https_proxy", "all_proxy", "no_proxy")}
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=60,
+    proc = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=2 * HANG_S,
                           env={**clean, "HF_HOME": str(tmp_path / "hf"), **env})
     return proc, time.monotonic() - started
 
@@ -58,7 +63,7 @@ def test_info_on_a_silent_network_is_one_line_in_seconds(silent_server, tmp_path
     env = {"HF_ENDPOINT": silent_server} if how == "endpoint" else \
         {"HTTPS_PROXY": silent_server, "WORKBENCH_HUB_TIMEOUT": "2"}
     proc, seconds = _run(["-m", "workbench.cli", "info", "someorg/somemodel"], env, tmp_path)
-    assert seconds < 15, seconds
+    assert seconds < HANG_S, seconds
     assert proc.returncode == 2, proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert lines[0].startswith("looking up someorg/somemodel on the Hugging Face hub"), proc.stderr
@@ -69,7 +74,7 @@ def test_info_on_a_silent_network_is_one_line_in_seconds(silent_server, tmp_path
 def test_offline_setting_answers_at_once(tmp_path):
     proc, seconds = _run(["-m", "workbench.cli", "info", "someorg/somemodel"], {"HF_HUB_OFFLINE": "1"}, tmp_path)
     assert proc.returncode == 2 and "HF_HUB_OFFLINE is set" in proc.stderr and "hf download" in proc.stderr
-    assert "looking up" not in proc.stderr and seconds < 15
+    assert "looking up" not in proc.stderr and seconds < HANG_S
 
 
 REMOTE = """
@@ -87,7 +92,7 @@ def test_remote_model_offline_is_typed(silent_server, tmp_path, how):
     env = {"HF_ENDPOINT": silent_server, "WORKBENCH_HUB_TIMEOUT": "2"} if how == "silent" else \
         {"HF_HUB_OFFLINE": "1"}
     proc, seconds = _run(["-c", REMOTE], env, tmp_path)
-    assert seconds < 15, seconds
+    assert seconds < HANG_S, seconds
     assert proc.returncode == 0 and proc.stdout.startswith("TYPED model 'openai-community/gpt2'"), proc.stderr
     assert "hf download openai-community/gpt2 --include config.json" in proc.stdout
     assert ("within 2 s" if how == "silent" else "HF_HUB_OFFLINE") in proc.stdout
