@@ -28,6 +28,11 @@ from circuits.intervene import References, run_masked
 from circuits.subgraph import GraphEdge, Provenance, Subgraph
 from core.checks import Fields
 from core.errors import MethodError, RangeError, RunStoreError, WorkbenchError
+from core.figures import save_figure
+from core.models import zoo
+from core.models.hooked import require
+from core.prompt_files import read_prompts
+from core.store import RunDraft, RunStore
 
 PATCHING_LIMIT_EDGES = 5000  # above this, path patching needs an explicit sample
 # A saved circuit's graph is rebuilt from its meta.json: sizes beyond these are damage, refused before allocating.
@@ -124,8 +129,6 @@ class CircuitResult:
 
     def save_figure(self, path: Any, k: int | None = None) -> Any:
         """Save ``plot(k)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(k), path)
 
     def edge_table(self):
@@ -158,8 +161,6 @@ class CircuitResult:
         return self.faithfulness
 
     def save(self, store: Any = None):
-        from core.store import RunDraft, RunStore
-
         store = store or RunStore()
         figures = {"graph": self.plot()}
         if self.faithfulness is not None:
@@ -232,9 +233,7 @@ def _finite(value: float, what: str) -> float:
 
 def _model(model: Any) -> Any:
     if isinstance(model, str):
-        from core.models.zoo import load
-
-        return load(model)
+        return zoo.load(model)
     return model
 
 
@@ -247,8 +246,6 @@ def _check_model(model: Any, result: CircuitResult) -> None:
 
 
 def _rows(prompts: Any, limit: int | None) -> list[dict]:
-    from core.prompt_files import read_prompts
-
     if limit is not None and int(limit) < 1:
         raise RangeError(f"limit must be at least 1 (got {limit})")
     if isinstance(prompts, str):
@@ -310,7 +307,6 @@ def circuit(model: Any, prompts: Any, method: str = "eap", edges: int = 100, abl
         raise MethodError(f"unknown selection {selection!r}; choose topk or greedy")
     p = spec.check_params(params)
     model = _model(model)
-    from core.models.hooked import require
 
     require(model, "circuit")  # per-head inputs: TransformerLens' split q/k/v inputs
     graph = CircuitGraph.of(model)

@@ -21,7 +21,8 @@ from jaxtyping import Bool, Float
 from circuits.counterfactual import PromptSet
 from circuits.graph import CircuitGraph, check_k
 from circuits.intervene import References, run_masked
-from core.errors import MethodError
+from core.checks import Fields
+from core.errors import MethodError, RangeError
 
 DEFAULT_GRID = (10, 20, 50, 100, 200, 500, 1000, 2000)
 SELECTIONS = ("topk", "greedy")
@@ -45,9 +46,6 @@ class Faithfulness:
     def from_json(cls, data: Any, what: str = "faithfulness", error: type[Exception] | None = None) -> Faithfulness:
         """A curve read back from a file: every field checked (lists of equal length, finite numbers, sizes
         >= 1, no unknown key); ``error`` (default RangeError) names what is wrong."""
-        from core.checks import Fields
-        from core.errors import RangeError
-
         f = Fields(data, what, error or RangeError).only(cls.__dataclass_fields__)
         ks = f.items("k", int)
         if not ks or any(not isinstance(k, int) or k < 1 for k in ks):

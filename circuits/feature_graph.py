@@ -48,7 +48,8 @@ from attribution.features.scores import dpa_feature_scores, hooks_of
 from circuits.influence import graph_scores, node_influence, prune
 from circuits.replacement import build_replacement, gradient_graph
 from circuits.subgraph import FEATURE_GRAPH_KIND, Subgraph, feature_subgraph
-from core.errors import RangeError
+from core.errors import MethodError, RangeError
+from core.options import check_finite
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
@@ -131,8 +132,6 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
     replacement model of a transcoder set (circuits/replacement.py: attention patterns and norm scales frozen,
     every edge an exact linear effect). node_threshold / edge_threshold: prune by cumulative node and edge
     influence first (circuit-tracer's prune_graph; its defaults 0.8 and 0.98), then cap at max_nodes / max_edges."""
-    from core.options import check_finite
-
     for name, v in (("per_layer", per_layer), ("max_nodes", max_nodes), ("max_edges", max_edges),
                     ("batch_size", batch_size)):
         if int(v) < 1:
@@ -222,9 +221,6 @@ def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Diction
                             foil: str | None, per_layer: int, max_nodes: int, max_edges: int, keep_first: bool,
                             node_threshold: float | None, edge_threshold: float | None) -> Subgraph:
     """The replacement-model graph by backward passes (circuits/replacement.py)."""
-    from core.errors import MethodError
-    from core.options import check_finite
-
     enc = model.encode(prompt, target, foil)
     places = check_dictionaries(model, dicts)
     by_layer: dict[int, Dictionary] = {}

@@ -25,7 +25,9 @@ from typing import Any
 
 from circuits.influence import graph_scores, node_influence
 from circuits.subgraph import feature_subgraph
+from core import checks
 from core.errors import ExportError
+from core.store import RunStore
 
 MAX_BYTES = 256 * 2**20  # Neuronpedia's largest graphs are tens of MB
 MAX_NODES = 200_000
@@ -37,8 +39,6 @@ _LOGIT = re.compile(r'"(.*)"\s*\(p=')
 
 def read(path: str | Path) -> dict[str, Any]:
     """The graph JSON at ``path``, its size bounded before it is read and its layout checked."""
-    from core.checks import read_json
-
     path = Path(path)
     if path.is_symlink() or not path.is_file():
         raise ExportError(f"{path} is not a file" if path.exists() or path.is_symlink() else f"{path} does not exist")
@@ -46,7 +46,7 @@ def read(path: str | Path) -> dict[str, Any]:
     if size > MAX_BYTES:
         raise ExportError(f"{path} is {size:,} bytes, more than the {MAX_BYTES:,} a graph JSON may be here")
     _count_bounded(path)  # a file of too many nodes or links is refused before it is parsed (or read whole)
-    doc = read_json(path, f"graph JSON {path.name}", ExportError, max_bytes=MAX_BYTES)
+    doc = checks.read_json(path, f"graph JSON {path.name}", ExportError, max_bytes=MAX_BYTES)
     check(doc, path.name)
     return doc
 
@@ -240,8 +240,6 @@ def to_feature_graph(doc: dict[str, Any], source: str = "") -> Any:
 
 def import_graph_json(path: str | Path, store: Any = None) -> Any:
     """Store the circuit-tracer / Neuronpedia graph JSON at ``path`` as a feature-graph run; returns the Run."""
-    from core.store import RunStore
-
     path = Path(path)
     graph = to_feature_graph(read(path), path.name)
     store = store if isinstance(store, RunStore) else RunStore(store)

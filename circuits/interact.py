@@ -27,7 +27,9 @@ from typing import Any
 
 from circuits.influence import node_influence
 from circuits.subgraph import GraphEdge, GraphNode, Subgraph
+from core.checks import read_json
 from core.errors import ArgumentError, RunStoreError
+from core.store import RUN_ID, check_run_dir, is_marked, write_atomic
 
 ANNOTATIONS = "supernodes.json"  # a run's pins and supernodes, beside its meta.json
 KEPT = ("logits", "embed", "token")  # kinds pruning never drops: the graph's two ends
@@ -375,8 +377,6 @@ def matches(suggested: list[list[str]], reference: list[list[str]], min_jaccard:
 def _writable(run: Any) -> None:
     """Refuse a run the workbench's store did not save (RunStoreError): its folder must be a marked store, its
     name a run id as save() makes it, itself a sound run directory."""
-    from core.store import RUN_ID, check_run_dir, is_marked
-
     path = getattr(run, "path", None)
     if path is None or not RUN_ID.match(str(getattr(run, "id", ""))) or not is_marked(path.parent):
         raise RunStoreError(f"run {getattr(run, 'id', run)} was not saved by the workbench's run store: its "
@@ -393,7 +393,6 @@ def load(run: Any) -> Annotations:
         raise RunStoreError(f"run {run.id}: {ANNOTATIONS} is a symlink; refusing to read it")
     if not file.exists():
         return Annotations()
-    from core.checks import read_json
 
     return Annotations.from_json(read_json(file, f"run {run.id}'s {ANNOTATIONS}", RunStoreError),
                                  f"run {run.id}'s supernodes")
@@ -402,8 +401,6 @@ def load(run: Any) -> Annotations:
 def keep(run: Any, annotations: Annotations) -> None:
     """Write ``annotations`` into ``run``'s directory, whole (the store's atomic writer), only into a run the
     workbench's store saved."""
-    from core.store import write_atomic
-
     _writable(run)
     for s in annotations.supernodes:
         if not s.members:

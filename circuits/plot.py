@@ -26,6 +26,8 @@ from typing import Any
 
 import plotly.graph_objects as go
 
+from attribution.sae.dashboard import Dashboards
+
 POSITIVE, NEGATIVE = "#2166ac", "#b2182b"
 ROLE_DASH = {"q": "dash", "k": "dot", "v": "solid", None: "solid"}
 ROLE_NAME = {"q": "into a head's query (dashed)", "k": "into a head's key (dotted)",
@@ -359,8 +361,6 @@ def feature_labels(dictionaries: list[dict[str, Any]], load: Any = None) -> dict
     from pathlib import Path
 
     def _open(path: str) -> Any:
-        from attribution.sae.dashboard import Dashboards
-
         return Dashboards.load(path) if (Path(path) / "dashboards.safetensors").exists() else None
 
     out = {}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from attribution.result import AttributionResult
 from circuits.discover import CircuitResult
 from circuits.export import SUFFIX, check_kind, check_out, render, write_atomic
 from circuits.interact import load as load_annotations
@@ -44,8 +45,6 @@ def load_run(run: Any) -> Any:
     if run.kind in (FEATURE_GRAPH_KIND, SUBGRAPH_KIND):
         return subgraph_of(run)
     if run.kind == "attribute":
-        from attribution.result import AttributionResult
-
         scores = run.tensors().get("scores")
         if scores is None:
             raise RunStoreError(f"run {run.id} is damaged: its tensors file has no 'scores'")

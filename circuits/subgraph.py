@@ -21,7 +21,10 @@ from typing import TYPE_CHECKING, Any
 
 from circuits.export import export as export_to
 from circuits.influence import graph_scores
-from core.errors import RangeError
+from core.checks import reading
+from core.errors import RangeError, RunStoreError
+from core.figures import save_figure
+from core.store import RunDraft, RunStore
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -268,8 +271,6 @@ class Subgraph:
 
     def save_figure(self, path: Any, **plot_args: Any) -> Any:
         """Save ``plot(**plot_args)`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(**plot_args), path)
 
     def table(self) -> pd.DataFrame:
@@ -320,9 +321,6 @@ class Subgraph:
         included); anything else is a RunStoreError naming what is wrong."""
         import math
 
-        from core.checks import reading
-        from core.errors import RunStoreError
-
         if isinstance(d, dict) and "provenance" not in d:
             return _from_feature_json(d)
         with reading(what, RunStoreError):
@@ -345,8 +343,6 @@ class Subgraph:
         graph.json; ``method``: the run's method, the graph's own by default), any other graph as a ``subgraph``
         run (its figure, its JSON and the edge table)."""
         import json
-
-        from core.store import RunDraft, RunStore
 
         store = store if isinstance(store, RunStore) else RunStore(store)
         p = self.provenance
@@ -388,8 +384,6 @@ def feature_subgraph(model: str, prompt: str, tokens: list[str], target: str | N
 
 def _from_feature_json(d: dict[str, Any]) -> Subgraph:
     """A feature-graph run's result (``to_json``'s feature layout) as the one type."""
-    from core.errors import RunStoreError
-
     try:
         return feature_subgraph(**{k: d[k] for k in ("model", "prompt", "tokens", "target", "foil", "target_logit",
                                                      "dictionaries", "nodes", "edges", "seconds", "n_passes")},

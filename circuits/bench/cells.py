@@ -20,10 +20,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from circuits.bench.agreement import attach
+from circuits.bench.report import leaderboard, markdown
 from circuits.discover import MAX_HEADS, MAX_LAYERS, CircuitResult
 from circuits.graph import CircuitGraph
 from circuits.subgraph import Subgraph
+from core.checks import Fields
 from core.errors import RunStoreError
+from core.store import RunDraft
 
 if TYPE_CHECKING:  # the runner (every edge method) is imported where cells run, not where they are drawn
     from circuits.bench.runner import BenchConfig
@@ -70,9 +73,6 @@ class BenchResult:
     graph: dict[str, Any] = field(default_factory=dict)
 
     def save(self, store: Any) -> Any:
-        from circuits.bench.report import leaderboard, markdown
-        from core.store import RunDraft
-
         r = self.result
         return store.save(RunDraft(
             kind="bench", model=r["model"], method="circuits", args=r["config"], timings={"total": r["seconds"]},
@@ -107,8 +107,6 @@ def merge(cfg: BenchConfig, parts: list[dict[str, Any]]) -> BenchResult:
 def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, torch.Tensor]:
     """A stored bench run's graph and one cell's edge scores (float32, their stored scale restored);
     RunStoreError when the run predates per-cell scores, the cell has none, or the file is damaged."""
-    from core.checks import Fields
-
     result = Fields(run.result(), f"run {run.id}'s result.json", RunStoreError)
     if not isinstance(result.data, dict) or "cells" not in result.data:
         raise RunStoreError(f"run {run.id} was saved before bench runs kept each cell's edge scores")

@@ -35,7 +35,9 @@ from circuits.edges import EDGE_METHODS, get_method
 from circuits.graph import CircuitGraph
 from circuits.intervene import References
 from core.errors import MethodError, PromptError
+from core.models import zoo
 from core.paths import data_label, data_root
+from core.prompt_files import check_input_file, read_prompts
 
 METHODS = ("random", *EDGE_METHODS)  # the baseline, then every method of the edge-method table
 NODE_ONLY = tuple(n for n, m in EDGE_METHODS.items() if m.exact)  # one forward per edge: node level only
@@ -89,7 +91,6 @@ def check_config(cfg: BenchConfig) -> None:
         if not Path(task).suffix == ".jsonl":
             raise MethodError(f"unknown task {task!r}; choose from {', '.join(TASKS)} (ioi:counterfactual="
                               "s2_io|abc|names) or give a .jsonl file")
-        from core.prompt_files import check_input_file
 
         check_input_file(task, "task file", PromptError)  # missing, a directory, a pipe or a device
     for what, items in (("task", cfg.tasks), ("method", cfg.methods), ("level", cfg.levels)):
@@ -142,7 +143,6 @@ def load_rows(model: str, task: str, seed: int = 0) -> tuple[list[dict], str, st
                 bench_tasks.check_claimed_kinds(rows, data_label(path), params["counterfactual"])
             return rows, TASKS[name].metric, data_label(path)
         return [], TASKS[name].metric, "built"
-    from core.prompt_files import read_prompts
 
     rows = read_prompts(task, None)
     bench_tasks.check_claimed_kinds(rows, Path(task).name)
@@ -391,9 +391,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         if source != "built":
             check_task_rows(task, rows, cfg)
     if model is None:
-        from core.models.zoo import load
-
-        model = load(cfg.model)
+        model = zoo.load(cfg.model)
     check_model_kind(getattr(model, "kind", None) or ("vit" if "ViT" in type(model).__name__ else "llm"), cfg.model)
     started = time.perf_counter()
     tasks = [run_task(model, task, cfg, on_step) for task in cfg.tasks]

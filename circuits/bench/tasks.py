@@ -42,7 +42,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from core.errors import MethodError, WorkbenchError
+from core.errors import MethodError, PromptError, WorkbenchError
 
 SPLITS = ("train", "validation", "test")
 
@@ -367,8 +367,6 @@ def check_claimed_kinds(rows: list[dict], source: str, kind: str | None = None) 
     """Each IOI row's counterfactual is the kind it claims (its ``counterfactual`` field) and, given ``kind``,
     the kind asked for (rows without the field are checked against ``kind``); PromptError (one line) naming
     the first row that is not."""
-    from core.errors import PromptError
-
     for i, row in enumerate(rows, 1):
         claimed = row.get("counterfactual", kind)
         if claimed is None:

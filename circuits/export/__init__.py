@@ -19,8 +19,11 @@ import os
 from pathlib import Path
 from typing import Any
 
+from attribution.result import AttributionResult
 from circuits.export import graph_json, mib, tables
 from core.errors import ExportError
+from core.options import output_problem
+from core.store import write_atomic as write_whole
 
 FORMATS = ("graph-json", "mib", "csv", "parquet")
 # run kind -> the formats that can hold it
@@ -53,8 +56,6 @@ def check_kind(kind: str, fmt: str, subject: str = "this result") -> None:
 def check_out(path: str | Path, overwrite: bool = False, what: str = "the output path") -> Path:
     """The output path, checked before any work (core.options.output_problem: not empty, not under a system
     folder, not a folder, its folder exists and is writable), and not an existing file unless ``overwrite``."""
-    from core.options import output_problem
-
     why = output_problem(path)
     if why is not None:
         raise ExportError(f"{what} {os.fspath(path)} {why}")
@@ -67,15 +68,11 @@ def check_out(path: str | Path, overwrite: bool = False, what: str = "the output
 
 def write_atomic(out: Path, data: bytes) -> None:
     """``data`` into ``out`` whole: the store's writer (a temporary beside it, then a rename; a full disk: one line)."""
-    from core.store import write_atomic as write_whole
-
     write_whole(out, data, "the export", ExportError)
 
 
 def kind_of(obj: Any) -> str:
     """The run kind a result object is saved as."""
-    from attribution.result import AttributionResult
-
     kind = getattr(obj, "run_kind", None)  # a CircuitResult or a Subgraph names its run kind
     if kind in KIND_FORMATS:
         return kind

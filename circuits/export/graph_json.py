@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from attribution.sae.dashboard import Dashboards
 from circuits.influence import node_influence
 
 SCHEMA_VERSION = 1
@@ -167,8 +168,6 @@ def _feature_clerps(fg: Any) -> dict[str, list[str]]:
         if not d.get("path") or not path.is_file():
             continue
         try:
-            from attribution.sae.dashboard import Dashboards
-
             db = Dashboards.load(str(path.parent))
             out[d["name"]] = [db.describe(f, short=True) for f in range(db.n_units)]
         except Exception:  # noqa: BLE001 - a damaged dashboard file costs the explanations, not the export

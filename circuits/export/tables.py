@@ -13,6 +13,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+from attribution.result import AttributionResult
 from core.errors import ExportError
 
 
@@ -30,8 +31,6 @@ def encode(frame: Any, fmt: str) -> bytes:
 def table(obj: Any, which: str = "edges") -> Any:
     """The ``which`` (edges | nodes) table of a CircuitResult, a Subgraph (a feature graph: its own columns) or an
     AttributionResult."""
-    from attribution.result import AttributionResult
-
     if isinstance(obj, AttributionResult):
         return attribution_rows(obj)
     kind = getattr(obj, "run_kind", None)

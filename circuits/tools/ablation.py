@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from circuits.tools.common import as_tokens, logit_diff, prompts
 from core.errors import MethodError, RangeError
 
 if TYPE_CHECKING:
@@ -175,8 +176,6 @@ def ablate_prompts(
 ) -> AblationResult:
     """Logit difference (target - foil) on prompts with each component ablated: for LLMs."""
     import torch
-
-    from circuits.tools.common import as_tokens, logit_diff, prompts
 
     p = prompts(model, prompt, target, foil, pos)
     ref = None if reference is None else as_tokens(model, reference)

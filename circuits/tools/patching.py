@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from circuits.tools.common import Prompts, frame, heatmap, logit_diff, prompts
+from circuits.tools.common import Prompts, as_tokens, frame, heatmap, logit_diff, prompts
 from core.errors import PromptError, RangeError
+from core.figures import save_figure
 
 # |clean - corrupted| at or below this (relative to the logit differences' size, at least 1) leaves
 # the normalized effect undefined: float32 rounding alone moves a logit difference by ~1e-6 of it.
@@ -69,14 +70,10 @@ class PatchResult:
 
     def save_figure(self, path: Any) -> Any:
         """Save ``plot()`` as PNG, SVG, PDF, HTML or JSON, from the suffix (core.figures)."""
-        from core.figures import save_figure
-
         return save_figure(self.plot(), path)
 
 
 def _pair(model, clean, corrupted, target, foil, pos) -> tuple[Prompts, Any]:
-    from circuits.tools.common import as_tokens
-
     p = prompts(model, clean, target, foil, pos)
     bad = as_tokens(model, corrupted)
     if bad.shape != p.tokens.shape:

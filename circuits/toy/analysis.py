@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from circuits.tools.ablation import AblationResult, Component, ablation_hooks, parse
 from circuits.tools.spectra import spectra_from_weights
 from circuits.toy.train import evaluate
+from core.errors import ModelFileError
 from core.models.toy_checkpoint import read_config, snapshots
 
 if TYPE_CHECKING:
@@ -38,8 +39,6 @@ def spectra_over_training(model_or_path: Any, top: int = 8):
     from pathlib import Path
 
     import pandas as pd
-
-    from core.errors import ModelFileError
 
     path = Path(model_or_path.info["path"]) if hasattr(model_or_path, "info") else Path(model_or_path)
     snaps = snapshots(path)

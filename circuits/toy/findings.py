@@ -6,25 +6,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from circuits.tools import ablation, composition, fourier, patching
+from circuits.toy.analysis import ablate_task
+from circuits.toy.train import evaluate
+from core.models import zoo
+from core.models.toy_tasks import get_task
+
 
 def _load(name: str):
-    from core.models.zoo import load  # the core loader, not the facade (layers point down)
-
-    return load(name)
+    return zoo.load(name)  # the core loader, not the facade (layers point down)
 
 
 def _task(model):
-    from core.models.toy_tasks import get_task
-
     info = model.info["task"]
     return get_task(info["task"], **info["params"])
 
 
 def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
     """Test accuracy, and accuracy with each head ablated (zero, mean, resample)."""
-    from circuits.toy.analysis import ablate_task
-    from circuits.toy.train import evaluate
-
     m = _load(name)
     t = _task(m)
     b = t.batch("test")
@@ -39,8 +38,6 @@ def ioi_heads(name: str = "ioi-attn-1l2h") -> dict[str, Any]:
 def ioi_composition(name: str = "ioi-attn-2l1h") -> dict[str, float]:
     """Q-, K- and V-composition of L0H0 into L1H0, and the path-patching effect of L0H0 through
     each of L1H0's inputs (corrupted = IO and S swapped)."""
-    from circuits.tools import composition, patching
-
     m = _load(name)
     t = _task(m)
     b = t.batch("test")
@@ -57,9 +54,6 @@ def ioi_composition(name: str = "ioi-attn-2l1h") -> dict[str, float]:
 def carry_redistribution(name: str, method: str = "mean") -> dict[str, float]:
     """Accuracy with the attention layer or the FFN ablated; drops relative to the intact model,
     also on sum digits that take a carry."""
-    from circuits.tools import ablation
-    from circuits.toy.train import evaluate
-
     m = _load(name)
     t = _task(m)
     b = t.batch("test", 1000, seed=0)
@@ -92,9 +86,6 @@ def _digit_acc(m, b, mask, hooks=()) -> float:
 
 
 def modadd_fourier(name: str) -> dict[str, Any]:
-    from circuits.tools import fourier
-    from circuits.toy.train import evaluate
-
     m = _load(name)
     t = _task(m)
     r = fourier.fourier_analysis(m)

@@ -16,14 +16,13 @@ from typing import Any
 import torch
 
 from core.errors import MethodError
+from core.models.toy_tasks import get_task
 
 TASKS = ("ioi", "markov", "modadd")
 
 
 def task_rows(model: Any, n: int | None = None, seed: int = 0) -> list[dict]:
     """Rows {"prompt": ids, "target": id, "foil": id, "corrupt": ids} for a toy model's task."""
-    from core.models.toy_tasks import get_task
-
     info = (model.info or {}).get("task")
     if not info or info.get("task") not in TASKS:
         raise MethodError(f"{model.name} has no task with built-in counterfactuals (toy tasks: {', '.join(TASKS)}); "
