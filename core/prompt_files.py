@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from core.checks import JSONTooDeep, loads_bounded
-from core.errors import PromptError, WorkbenchError
+from core.errors import MethodError, PromptError, WorkbenchError
+from core.text import one_line
 
 
 def check_input_file(path: str | Path, what: str, error: type[WorkbenchError]) -> Path:
@@ -24,8 +25,6 @@ def check_input_file(path: str | Path, what: str, error: type[WorkbenchError]) -
     except FileNotFoundError:
         raise error(f"{what} {str(path)!r} does not exist") from None
     except OSError as exc:
-        from core.text import one_line
-
         raise error(f"cannot read {what} {str(path)!r}: {one_line(exc)}") from None
     if stat.S_ISREG(mode):
         return file
@@ -92,8 +91,6 @@ def encode_rows(model: Any, rows: list[dict], use_foil: bool = True, source: str
     """Every row encoded (target and foil one token each) before any method runs; a bad row fails as
     "SOURCE:N: why" (or "prompt N: why" without a source)."""
     if not hasattr(model, "encode"):
-        from core.errors import MethodError
-
         raise MethodError(f"{getattr(model, 'name', type(model).__name__)} is a vision model: prompts need a "
                           "language model")
     encs = []
