@@ -193,7 +193,7 @@ class AttributionResult:
         """A token-level result as coloured text (CircuitsVis' colored_tokens): a ColoredTokens that shows
         itself as HTML in a notebook; ``.html`` the fragment, ``.figure()`` a plotly version. Blue raises the
         target (minus the foil), red lowers it; ``skip_first`` leaves position 0 out of the colour scale."""
-        from attribution.colored_tokens import ColoredTokens
+        from attribution.colored_tokens import ColoredTokens  # lazy: --help imports this module
 
         if self.axes != ("token",):
             raise WorkbenchError(f"coloured tokens need token-level scores; this {self.method} result is at level "
@@ -221,7 +221,7 @@ class AttributionResult:
 
     def save(self, store=None):
         """Store as a run (kind "attribute"); returns the Run."""
-        from core.store import RunDraft, RunStore
+        from core.store import RunDraft, RunStore  # lazy: --help imports this module, not the run store
 
         store = store or RunStore()
         return store.save(RunDraft(

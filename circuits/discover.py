@@ -142,7 +142,7 @@ class CircuitResult:
         return export(self, fmt, path, overwrite=overwrite)
 
     def plot_faithfulness(self):
-        from circuits.plot import faithfulness_figure
+        from circuits.plot import faithfulness_figure  # plotly
 
         if self.faithfulness is None:
             raise MethodError("this circuit was not evaluated: call evaluate() first")

@@ -127,7 +127,7 @@ def prompt_features(model: HookedModel, d: Any, prompt: str, db: Dashboards | No
         raise RangeError(f"unknown ranking {rank!r}: {', '.join(RANKS)}")
     score = shown / ref if rank != "activation" and ref is not None else shown
     if rank == "informative" and db is not None and db.explanations is not None and shown.shape[0]:
-        from attribution.sae.explain import informative_weights
+        from attribution.sae.explain import informative_weights  # lazy: numpy
 
         ids = tokens[0, first:].tolist()
         score = score * torch.from_numpy(informative_weights(db.explanations, ids, {

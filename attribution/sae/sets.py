@@ -170,7 +170,7 @@ def resolve_set(name: str) -> Path:
 def load_set(name: str, layers: Iterable[int] | None = None, complete: bool = True) -> list[Any]:
     """The set's dictionaries, by layer. ``complete``: every layer the set was asked for must be built (a set
     missing a layer is refused, naming them); a damaged layer is a ModelFileError naming it."""
-    from attribution.sae.dictionary import load_dictionary
+    from attribution.sae.dictionary import load_dictionary  # lazy here and below: --help imports this module
 
     root = resolve_set(name)
     info = read_set(root)

@@ -53,7 +53,7 @@ class ImageExplanation:
     def plot(self):
         masks = None
         if self.region is not None:
-            from core.models.vit_heads import region_mask
+            from core.models.vit_heads import region_mask  # lazy here and below: TransformerLens (8 s)
 
             s = self.image.shape[-1]
             masks = region_mask(self.region, s, s)[None] > 0.5

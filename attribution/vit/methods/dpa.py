@@ -36,7 +36,7 @@ NEEDS_GRAD = False
 
 
 def _act_factor(g: torch.Tensor, kind: str, mode: str) -> torch.Tensor:
-    from core.models.vit import gelu
+    from core.models.vit import gelu  # lazy: parse_methods imports this module; TransformerLens waits for a model
 
     if mode == "ratio":  # act(g) / g, with its limit 0.5 at g = 0
         small = g.abs() < 1e-6
