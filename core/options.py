@@ -502,3 +502,15 @@ def nonempty(ctx, param, value):
     if not str(value).strip():
         raise typer.BadParameter("is empty: give a value or leave the option out")
     return value
+
+
+def token_text(ctx, param, value):
+    """typer callback for a token option (--target, --foil): '' is no token of any model, so it is refused as it
+    is parsed, before a model is loaded (a single space may be one, so only the empty string is refused)."""
+    import typer
+
+    if value is None or getattr(ctx, "resilient_parsing", False):
+        return value
+    if value == "":
+        raise typer.BadParameter("is empty: a token has at least one character (a leading space counts)")
+    return value

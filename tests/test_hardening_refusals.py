@@ -282,3 +282,51 @@ def test_warnings_as_lines_kinds_and_developer_warnings(capsys):
     err = capsys.readouterr().err
     assert err.splitlines() == ["warning: gap 1 too large", "warning: another"], err
     assert [str(w.message) for w in outside] == ["old API"]
+
+
+# -- refusals before anything heavy loads (issue 52 item 2) -------------------------------------------------------
+P = "N1 and N2 then N2"
+LIGHT_REFUSALS = [
+    (["ablate", TOY, "-c", ""], "bad component ''"),
+    (["ablate", TOY, "-c", "head:0"], "needs 2 indices"),
+    (["ablate", TOY, "--method", "nosuch"], "unknown ablation method 'nosuch'"),
+    (["ablate", TOY, "-c", "head:0.0", "--method", "resample", "--prompt", P, "--target", "N1"], "reference set"),
+    (["attribute", TOY, P, "--target", "N1", "--foil", ""], "'--foil': is empty"),
+    (["attribute", TOY, P, "--target", ""], "'--target': is empty"),
+    (["dla", TOY, P, "--target", "N1", "--foil", ""], "'--foil': is empty"),
+    (["patch", TOY, P, "N2 and N1 then N1", "--target", ""], "'--target': is empty"),
+    (["lens", TOY, P, "--target", ""], "'--target': is empty"),
+    (["attribute-set", "--model", TOY, "--prompts", "/dev/null"], "not a regular file"),
+]
+
+
+@pytest.mark.parametrize("args, words", LIGHT_REFUSALS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in LIGHT_REFUSALS])
+def test_syntax_is_refused_before_the_model_loads(no_model, monkeypatch, capsys, args, words):
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert_bad(code, err, words)
+
+
+def test_syntax_refusals_import_neither_torch_nor_transformer_lens(tmp_path):
+    """In a fresh interpreter, as a user runs the command: each refusal above is one line and exit 2 with torch
+    and TransformerLens never imported (they cost seconds; `workbench ablate M -c ''` took 8.8 s)."""
+    import subprocess
+
+    script = (
+        "import json, sys\n"
+        "from workbench.cli import main\n"
+        "codes = []\n"
+        f"for args in {json.dumps([a for a, _ in LIGHT_REFUSALS])}:\n"
+        "    sys.argv = ['workbench', *args]\n"
+        "    try:\n"
+        "        main()\n"
+        "    except SystemExit as exc:\n"
+        "        codes.append(exc.code)\n"
+        "print(json.dumps({'codes': codes, 'heavy': sorted(m for m in ('torch', 'transformer_lens') "
+        "if m in sys.modules)}))\n")
+    root = Path(__file__).resolve().parents[1]
+    env = dict(os.environ, WORKBENCH_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(root))
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=300)
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {"codes": [2] * len(LIGHT_REFUSALS), "heavy": []}, (got, proc.stderr[-2000:])
+    assert len([x for x in proc.stderr.splitlines() if x.startswith("error:")]) == len(LIGHT_REFUSALS)

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.figures import check_figure_path, png_option
-from core.options import positive_int
+from core.options import positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
@@ -81,7 +81,8 @@ def attribute(
     prompt: str = typer.Argument(..., help="The prompt (the model predicts the token after it)."),
     target: str = typer.Option(None, "--target",
                                help="Target token, one token, leading space included (' Paris'); required "
-                               "unless --position is before the last token (then: the prompt's next token)."),
+                               "unless --position is before the last token (then: the prompt's next token).",
+                               callback=token_text),
     foil: str = FOIL_OPTION,
     method: str = typer.Option("dpa", "--method", help="Attribution method (see the list above)."),
     level: str = LEVEL_OPTION,

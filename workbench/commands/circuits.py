@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from core.figures import check_figure_path, png_option
+from core.options import token_text
 from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, emit, finish, result_console
 
 
@@ -25,8 +26,8 @@ def ablate(
     ),
     method: str = typer.Option("mean", "--method", help="zero, mean or resample."),
     prompt: str = typer.Option(None, "--prompt", help="LLMs: the prompt (scored: logit diff target - foil)."),
-    target: str = typer.Option(None, "--target", help="LLMs: target token."),
-    foil: str = typer.Option(None, "--foil", help="LLMs: foil token."),
+    target: str = typer.Option(None, "--target", help="LLMs: target token.", callback=token_text),
+    foil: str = typer.Option(None, "--foil", help="LLMs: foil token.", callback=token_text),
     device: str = DEVICE_OPTION,
     dtype: str = DTYPE_OPTION,
     as_json: bool = JSON_OPTION,
@@ -38,11 +39,22 @@ def ablate(
     from core.models.zoo import check_text_model
     from workbench.commands.common import check_device
 
-    check_text_model(model, "ablate")
+    for spec in component or []:  # the syntax of -c and the method need no model: refused before it loads
+        ablation.parse(spec)
+    if method not in ablation.METHODS:
+        raise MethodError(f"unknown ablation method {method!r}: {', '.join(ablation.METHODS)}")
+    on_task = check_text_model(model, "ablate").kind == "toy" and prompt is None  # the zoo entry: nothing loaded
+    if not on_task:  # a prompt's logit difference: what it needs is known before the model loads
+        if prompt is None or target is None:
+            raise MethodError("give --prompt and --target (and --foil) to ablate on an LLM")
+        if method != "zero":
+            raise MethodError(
+                f"{method} ablation on a single prompt needs a reference set: use --method zero"
+            )
     m = wb.load(model, device=check_device(device), dtype=dtype)
     heads = [f"head:{la}.{h}" for la in range(m.arch.n_layers) for h in range(m.arch.n_heads)]
     comps = list(component or heads)
-    if m.kind == "toy" and prompt is None:
+    if on_task:
         from circuits.toy.analysis import ablate_task
         from core.models.toy_tasks import get_task
 
@@ -52,12 +64,6 @@ def ablate(
         ref = t.batch("train", None if info["task"] in ("ioi", "modadd") else 1000, seed=1).tokens
         res = ablate_task(m, batch, t, comps, method, reference=ref)
     else:
-        if prompt is None or target is None:
-            raise MethodError("give --prompt and --target (and --foil) to ablate on an LLM")
-        if method != "zero":
-            raise MethodError(
-                f"{method} ablation on a single prompt needs a reference set: use --method zero"
-            )
         res = ablation.ablate_prompts(m, prompt, target, foil, comps, method)
 
     def human(r):
@@ -73,8 +79,8 @@ def patch(
     model: str = typer.Argument(..., help="Model name or path."),
     clean: str = typer.Argument(..., help="Clean prompt."),
     corrupted: str = typer.Argument(None, help="Corrupted prompt (same number of tokens); or --swap-names."),
-    target: str = typer.Option(..., "--target", help="Target token (the clean answer)."),
-    foil: str = typer.Option(None, "--foil", help="Foil token (e.g. the corrupted answer)."),
+    target: str = typer.Option(..., "--target", help="Target token (the clean answer).", callback=token_text),
+    foil: str = typer.Option(None, "--foil", help="Foil token (e.g. the corrupted answer).", callback=token_text),
     site: str = typer.Option(
         "resid", "--site", "--kind",
         help="resid, attn or mlp (layer x position), heads (layer x head) or mlps (layer).",

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from core.options import any_int, nonneg_int, positive_int
+from core.options import any_int, nonneg_int, positive_int, token_text
 
 JSON_OPTION = typer.Option(False, "--json", help="Print only a JSON result on stdout.")
 
@@ -62,7 +62,8 @@ PROMPT_ARGUMENT = typer.Argument(..., help="The prompt.")
 LEVEL_OPTION = typer.Option("token", "--level", help="token, head, neuron or qk (a query-key pair of one head; "
                             "edge, its old name, still means qk).")
 # the token a one-prompt attribution explains (attribute, dla)
-FOIL_OPTION = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil).")
+FOIL_OPTION = typer.Option(None, "--foil", help="Foil token: attribute logit(target) - logit(foil).",
+                           callback=token_text)
 POSITION_OPTION = typer.Option(None, "--position", help="Explain the prediction made at this position "
                                "(0-based; negative counts from the end; default the last).", callback=any_int)
 # the commands that run a model over corpus windows (sae dashboards, sae explain)

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.figures import check_figure_path, png_option
-from core.options import positive_int
+from core.options import positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
@@ -31,7 +31,8 @@ def dla(
     model: str = MODEL_ARGUMENT,
     prompt: str = PROMPT_ARGUMENT,
     target: str = typer.Option(None, "--target", help="Target token, leading space included; required unless "
-                               "--position is before the last token (then: the prompt's next token)."),
+                               "--position is before the last token (then: the prompt's next token).",
+                               callback=token_text),
     foil: str = FOIL_OPTION,
     position: int = POSITION_OPTION,
     device: str = DEVICE_OPTION,

@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.figures import check_figure_path, png_option
-from core.options import positive_int
+from core.options import positive_int, token_text
 from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, MODEL_OPTION, console, finish
 
 
@@ -37,8 +37,9 @@ def _human(r: dict[str, Any]) -> None:
 def feature_graph(
     model: str = MODEL_OPTION,
     prompt: str = typer.Option(..., "--prompt", help="The prompt whose next token is explained."),
-    target: str = typer.Option(None, "--target", help="Target token (default: the model's top prediction)."),
-    foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil."),
+    target: str = typer.Option(None, "--target", help="Target token (default: the model's top prediction).",
+                               callback=token_text),
+    foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil.", callback=token_text),
     saes: str = typer.Option(..., "--saes", help="Dictionary directories (or names under data/saes), comma-"
                              "separated: residual SAEs and/or transcoders of this model; set:NAME for every "
                              "layer of a transcoder set (workbench sae build-set)."),

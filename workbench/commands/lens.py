@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from core.figures import check_figure_path, png_option
-from core.options import allow_long_option, any_int, float_range, positive_int
+from core.options import allow_long_option, any_int, float_range, positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
     DTYPE_OPTION,
@@ -35,7 +35,7 @@ def lens(
     prompt: str = PROMPT_ARGUMENT,
     kind: str = typer.Option("logit", "--kind", help="logit or tuned."),
     target: str = typer.Option(None, "--target", help="A token (leading space included) whose rank and "
-                               "probability are reported per layer."),
+                               "probability are reported per layer.", callback=token_text),
     position: int = typer.Option(None, "--position", help="Position of the target's rank (default the last; "
                                  "negative counts from the end).", callback=any_int),
     top_k: int = typer.Option(5, "--top-k", help="Tokens kept per layer and position.", callback=positive_int),

@@ -12,7 +12,7 @@ from typing import Any
 
 import typer
 
-from core.options import finite_float, nonempty, nonneg_int, positive_int
+from core.options import finite_float, nonempty, nonneg_int, positive_int, token_text
 from workbench.commands.common import (
     BF16_OPTION,
     DEVICE_OPTION,
@@ -270,7 +270,8 @@ def steer(
     clamp: float = typer.Option(None, "--clamp", help="Clamp the feature's activation to this value.",
                                 callback=finite_float),
     ablate: bool = typer.Option(False, "--ablate", help="Clamp the feature to 0."),
-    target: str = typer.Option(None, "--target", help="Token whose probability change is reported."),
+    target: str = typer.Option(None, "--target", help="Token whose probability change is reported.",
+                               callback=token_text),
     new_tokens: int = typer.Option(20, "--tokens", help="Greedy tokens to generate.", callback=nonneg_int),
     model: str = MODEL_OPTION,
     device: str = DEVICE_OPTION,
