@@ -297,11 +297,22 @@ LIGHT_REFUSALS = [
     (["patch", TOY, P, "N2 and N1 then N1", "--target", ""], "'--target': is empty"),
     (["lens", TOY, P, "--target", ""], "'--target': is empty"),
     (["attribute-set", "--model", TOY, "--prompts", "/dev/null"], "not a regular file"),
+    (["attribute", "nosuch-model", P, "--target", "N1"], "unknown model 'nosuch-model'"),
+    (["attribute", "vit-synth", P, "--target", "N1"], "vit-synth is a vision model"),
+    (["dla", "vit-synth", P, "--target", "N1"], "vit-synth is a vision model"),
+    (["generate", "vit-synth", P], "vit-synth is a vision model"),
+    (["lens", "vit-synth", P, "--no-save"], "not for vision models"),
+    (["lens-train", "vit-synth"], "not for vision models"),
+    (["lens-train", TOY], "is a toy model"),
+    (["patch", TOY, P, P, "--target", "N1", "--foil", "N2"], "the same text as the clean one"),
+    (["concepts", "--model", TOY, "--dataset", "d.jsonl", "--sae", "~nosuchuser/x"], "not an SAE directory"),
 ]
+DATASET = "".join(json.dumps({"text": f"N1 and N2 then N{i % 2 + 1}", "label": "ab"[i % 2]}) + "\n" for i in range(8))
 
 
 @pytest.mark.parametrize("args, words", LIGHT_REFUSALS, ids=[" ".join(a[:1] + a[-2:]) for a, _ in LIGHT_REFUSALS])
 def test_syntax_is_refused_before_the_model_loads(no_model, monkeypatch, capsys, args, words):
+    (no_model / "d.jsonl").write_text(DATASET)
     code, out, err = run_cli(monkeypatch, capsys, *args)
     assert_bad(code, err, words)
 
@@ -323,6 +334,7 @@ def test_syntax_refusals_import_neither_torch_nor_transformer_lens(tmp_path):
         "        codes.append(exc.code)\n"
         "print(json.dumps({'codes': codes, 'heavy': sorted(m for m in ('torch', 'transformer_lens') "
         "if m in sys.modules)}))\n")
+    (tmp_path / "d.jsonl").write_text(DATASET)
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, WORKBENCH_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(root))
     proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,

@@ -111,8 +111,12 @@ def attribute(
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
+    from core.models.zoo import check_text_model
+
+    check_text_model(model, "attribute")  # an unknown or vision model: refused before anything loads
     from attribution.cost import SLOW_METHODS
     from workbench.scheduler import resolve_address
+
 
     # slow methods always run as jobs (here, with one worker): their result is on the board, where the
     # Attribution page asking for the same work finds it instead of computing it again

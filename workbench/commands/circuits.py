@@ -108,6 +108,9 @@ def patch(
         if foil is None:
             raise MethodError("--swap-names needs --foil (the name exchanged with the target)")
         corrupted = patching.swap_names(clean, target, foil)
+    if corrupted == clean:  # nothing to patch, and no model is needed to see it
+        raise MethodError("the corrupted prompt is the same text as the clean one: patching it changes nothing "
+                          "(give a prompt that differs, or --swap-names)")
     from core.models.zoo import check_text_model
 
     check_text_model(model, "patch")

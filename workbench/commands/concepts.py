@@ -76,6 +76,13 @@ def concepts(
     from workbench.scheduler.specs import ConceptsSpec
 
     check_text_model(model, "concepts")  # before the job starts
+    for path in sae or []:  # a path needs no model: refused before anything loads
+        from pathlib import Path
+
+        from core.errors import ModelFileError
+
+        if not (Path(_sae_path(path)) / "cfg.json").is_file():
+            raise ModelFileError(f"--sae {path!r} is not an SAE directory (no cfg.json)")
     spec = ConceptsSpec(model=model_ref(model), device=check_device(device), **dtype_spec(dtype),
                         **dataset_spec(dataset, data), concept=concept, layers=layers, steer_layers=steer_layers,
                         pooling=pooling, scale=scale, n_steer=n_steer,

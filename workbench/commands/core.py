@@ -211,6 +211,10 @@ def generate(model: str, prompt: str, max_new_tokens: int = typer.Option(10, "--
 
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
+    from core.models.zoo import resolve
+
+    if resolve(model).kind == "vit":  # the zoo entry says so before anything loads
+        raise RangeError(f"{model} is a vision model: generate continues text with a language model")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     if not hasattr(m, "generate"):
         raise RangeError(f"{model} is a vision model: generate continues text with a language model")

@@ -51,6 +51,9 @@ def dla(
         raise PromptError("empty prompt: give at least one token")
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
+    from core.models.zoo import check_text_model
+
+    check_text_model(model, "dla")  # an unknown or vision model: refused before anything loads
     import workbench as wb
     from attribution import encode_at
     from attribution.dla import direct_logit_attribution

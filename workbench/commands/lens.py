@@ -56,7 +56,12 @@ def lens(
         raise PromptError("empty prompt: give at least one token")
     import workbench as wb
     from attribution.lens import lens as run_lens
+    from core.models.zoo import resolve
 
+    if resolve(model).kind == "vit":  # the zoo entry says so before anything loads
+        from core.errors import MethodError
+
+        raise MethodError(f"{model} is a vision model: the logit and tuned lenses are not for vision models")
     m = wb.load(model, device=check_device(device), dtype=dtype)
     res = run_lens(m, prompt, kind=kind, target=target, top_k=top_k, position=position)
 
@@ -111,22 +116,28 @@ def lens_train(
     from pathlib import Path
 
     import workbench as wb
-    from attribution.lens.train import TrainConfig, build, results_table
     from core.options import check_long, check_memory, check_output
 
     check_output("--out", out, kind="dir")  # both outputs before the model loads
     check_output("--table", table)
     check_long(f"--fit-seconds {fit_seconds:g} plus --kl-seconds {kl_seconds:g}", fit_seconds + kl_seconds,
                allow_long)
+    from core.errors import MethodError
+    from core.models.zoo import resolve
+
+    def why(kind: str) -> str:
+        return "lenses are not for vision models" if kind == "vit" else \
+            "tuned lenses are trained on the English corpus for LLMs"
+
+    entry_kind = resolve(model).kind  # a vision or toy model is refused before it loads (as after, below)
+    if entry_kind != "llm":
+        raise MethodError(f"{model} is a {entry_kind} model: {why(entry_kind)}")
+    from attribution.lens.train import TrainConfig, build, results_table
+
     m = wb.load(model, dtype=dtype)
     kind = getattr(m, "kind", None) or ("vit" if type(m).__name__ == "HookedViT" else "unknown")
     if kind != "llm":
-        from core.errors import MethodError
-
-        name = getattr(m, "name", model)
-        why = "lenses are not for vision models" if kind == "vit" else \
-            "tuned lenses are trained on the English corpus for LLMs"
-        raise MethodError(f"{name} is a {kind} model: {why}")
+        raise MethodError(f"{getattr(m, 'name', model)} is a {kind} model: {why(kind)}")
     a = m.arch  # the cached residual stacks [layer + 1, tokens, d_model] in float32 must fit
     check_memory(f"--kl-tokens {kl_tokens} and --heldout-tokens {heldout} of residual stacks",
                  4 * (a.n_layers + 1) * a.d_model * (kl_tokens + heldout) * 2)
