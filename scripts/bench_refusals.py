@@ -46,6 +46,11 @@ def timed(repo: Path, args: list[str], repeat: int) -> tuple[float, int, str]:
     return statistics.median(times), rc, line
 
 
+def commit(repo: Path) -> str:
+    out = subprocess.run(["git", "-C", str(repo), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or str(repo)
+
+
 def shown(args: list[str]) -> str:
     return "workbench " + " ".join(a if a and " " not in a else repr(a) for a in args)
 
@@ -72,7 +77,7 @@ def main() -> int:
         f"`python scripts/bench_refusals.py{' --before OLD' if opts.before else ''}` on {platform.node()} "
         f"({os.cpu_count()} CPU cores, load average {load:.1f} when it ended), Python {platform.python_version()}: "
         f"each command in a fresh process (start-up included), median of {opts.repeat} runs"
-        + (", before: one run in the older checkout" if opts.before else "") + ".",
+        + (f", before: one run in the checkout at {commit(opts.before)}" if opts.before else "") + ".",
         "",
         f"Every case is refused in one line with exit 2; the slowest takes {slowest:.2f} s "
         f"({'all under' if slowest < 1 else 'NOT all under'} 1 s). The first rows are commands that need no model "
