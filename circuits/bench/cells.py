@@ -15,21 +15,19 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from circuits.bench.agreement import attach
 from circuits.bench.report import leaderboard, markdown
+from circuits.bench.runner import BenchConfig, pack, prepare_task, run_method
 from circuits.discover import MAX_HEADS, MAX_LAYERS, CircuitResult
 from circuits.graph import CircuitGraph
 from circuits.subgraph import Subgraph
 from core.checks import Fields
 from core.errors import RunStoreError
 from core.store import RunDraft
-
-if TYPE_CHECKING:  # the runner (every edge method) is imported where cells run, not where they are drawn
-    from circuits.bench.runner import BenchConfig
 
 Cell = tuple[str, str]  # (task, method)
 
@@ -43,8 +41,6 @@ def run_cells(model: Any, cfg: BenchConfig, todo: list[Cell],
               on_step: Callable[[str], None] | None = None) -> list[dict[str, Any]]:
     """Run ``todo`` on ``model``: one part per cell {task, method, header, result, scores, scale, model, graph,
     started, finished} (times in seconds since the epoch, for the run's wall time)."""
-    from circuits.bench.runner import pack, prepare_task, run_method
-
     parts: list[dict[str, Any]] = []
     setup = None
     for task, method in todo:
