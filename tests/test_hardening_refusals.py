@@ -342,3 +342,12 @@ def test_syntax_refusals_import_neither_torch_nor_transformer_lens(tmp_path):
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {"codes": [2] * len(LIGHT_REFUSALS), "heavy": []}, (got, proc.stderr[-2000:])
     assert len([x for x in proc.stderr.splitlines() if x.startswith("error:")]) == len(LIGHT_REFUSALS)
+
+
+def test_a_model_config_nested_too_deep_is_one_line(tmp_path, monkeypatch, capsys):
+    """A model folder's config.json (a user's, or a hub snapshot) read through the same depth check."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("[" * 100_000)
+    code, out, err = run_cli(monkeypatch, capsys, "info", str(tmp_path / "m"))
+    assert_bad(code, err, "config.json", "nested more than 100 levels deep")
+    assert "'nested" not in err  # the cause, not its repr

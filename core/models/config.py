@@ -4,7 +4,6 @@ the LLM loader to check it before building the model. Plain JSON only (no torch)
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -23,11 +22,14 @@ def read_config(path: Path) -> dict[str, Any]:
     cfg = path / "config.json"
     if not cfg.is_file():
         raise ModelFileError(f"{str(path)!r} has no config.json: not a model directory (or a damaged snapshot)")
+    from core.checks import loads_bounded  # depth-bounded: a config nested 10^5 deep is one line, not a crash
+
     try:
-        config = json.loads(cfg.read_text())
+        config = loads_bounded(cfg.read_text())
     except (OSError, ValueError) as exc:
-        raise ModelFileError(f"cannot read {cfg}: {str(exc).splitlines()[0][:120] if str(exc) else exc!r}") \
-            from None
+        from core.text import one_line
+
+        raise ModelFileError(f"cannot read {cfg}: {one_line(exc)}") from None  # (was repr'd whole by a stray !r)
     if not isinstance(config, dict):
         raise ModelFileError(f"{cfg} is not a JSON object")
     for key, bound in CONFIG_BOUNDS.items():
