@@ -410,9 +410,10 @@ def finite_param(option: str, key: str, value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         raise NonFiniteError(f"{option} {key}={value}: not a finite number")
     most = COUNT_PARAMS.get(key.rpartition(".")[2])
-    if most is not None and not isinstance(value, bool) and isinstance(value, (int, float)) \
-            and (value != int(value) or not 1 <= value <= most):
-        raise WorkbenchError(f"{option} {key}={value}: must be a whole number >= 1 and <= {most:,}")
+    not_a_number = isinstance(value, bool) or not isinstance(value, (int, float))  # steps=abc: not a count either
+    if most is not None and (not_a_number or value != int(value) or not 1 <= value <= most):
+        shown = str(value) if len(str(value)) <= 40 else str(value)[:40] + "..."
+        raise WorkbenchError(f"{option} {key}={shown}: must be a whole number >= 1 and <= {most:,}")
     if isinstance(value, (list, tuple)):
         for v in value:
             finite_param(option, key, v)

@@ -306,6 +306,12 @@ LIGHT_REFUSALS = [
     (["lens-train", TOY], "is a toy model"),
     (["patch", TOY, P, P, "--target", "N1", "--foil", "N2"], "the same text as the clean one"),
     (["concepts", "--model", TOY, "--dataset", "d.jsonl", "--sae", "~nosuchuser/x"], "not an SAE directory"),
+    (["attribute", TOY, P, "--target", "N1", "--method", "ig", "--param", "steps=abc"],
+     "steps=abc: must be a whole number"),  # was internal error (int('abc') inside IG)
+    (["faithfulness", "--model", TOY, "--prompts", "d.jsonl", "--methods", "ig", "--param",
+      "ig.steps=" + "[" * 150 + "]" * 150], "--param ig.steps: the value is nested more than 100"),
+    (["train", "ioi", "--out", "o", "--task-param", "n=" + "[" * 150 + "]" * 150],
+     "--task-param n: the value is nested more than 100"),
 ]
 DATASET = "".join(json.dumps({"text": f"N1 and N2 then N{i % 2 + 1}", "label": "ab"[i % 2]}) + "\n" for i in range(8))
 

@@ -31,9 +31,8 @@ def parse_params(items: list[str], methods: list[str] | None = None) -> dict[str
     """--param ig.steps=32 -> {"integrated_gradients": {"steps": 32}} (values parsed as JSON if they can).
     With ``methods`` (those --methods runs), a parameter for a known method that is not run is refused: it
     would be dropped without a word."""
-    import json
-
     from attribution.methods import canonical
+    from core.checks import JSONTooDeep, loads_bounded
     from core.errors import MethodError
     from core.options import finite_param
 
@@ -44,7 +43,9 @@ def parse_params(items: list[str], methods: list[str] | None = None) -> dict[str
         if not sep or not dot or not method or not name:
             raise MethodError(f"--param {item!r}: write METHOD.NAME=VALUE, e.g. ig.steps=32")
         try:
-            parsed = json.loads(value)
+            parsed = loads_bounded(value)  # depth-bounded, as every JSON read
+        except JSONTooDeep as exc:
+            raise MethodError(f"--param {key}: the value is {exc}") from None
         except ValueError:
             parsed = value
         out.setdefault(canonical(method), {})[name] = finite_param("--param", key, parsed)
@@ -112,11 +113,11 @@ def faithfulness(
     from core.options import split_list
 
     names = split_list("--methods", methods)  # empty, "dpa," and "dpa,dpa" refused, naming --methods
-    from attribution.faithfulness import resolve_method  # light: the method table, no engines
+    params = parse_params(param, names)  # before resolve_method, which imports each method's engine (torch)
+    from attribution.faithfulness import resolve_method
 
     for name in names:
         resolve_method(name, level)
-    params = parse_params(param, names)
     fractions = parse_grid(grid) if grid is not None else None  # --grid '' is refused, not the default
     rows = read_prompts(prompts, limit)
     device = check_device(device)

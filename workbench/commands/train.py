@@ -180,8 +180,7 @@ def check_trained(model: Any, metrics: dict, hint: str) -> None:
 
 
 def _task_params(items: list[str]) -> dict:
-    import json
-
+    from core.checks import JSONTooDeep, loads_bounded
     from core.errors import WorkbenchError
 
     out = {}
@@ -190,7 +189,9 @@ def _task_params(items: list[str]) -> dict:
             raise WorkbenchError(f"--task-param {item!r}: use key=value")
         k, v = item.split("=", 1)
         try:
-            out[k] = json.loads(v)
+            out[k] = loads_bounded(v)  # depth-bounded, as every JSON read
+        except JSONTooDeep as exc:
+            raise WorkbenchError(f"--task-param {k}: the value is {exc}") from None
         except ValueError:
             out[k] = v
         if isinstance(out[k], list):
