@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 
 from circuits.counterfactual import ABLATIONS, METRICS, PromptSet, prepare
 from circuits.edges import EDGE_METHODS, get_method
@@ -61,7 +61,7 @@ class CircuitResult:
     def n_prompts(self) -> int:
         return len(self.rows)
 
-    def mask(self, k: int | None = None, selection: str | None = None) -> torch.Tensor:
+    def mask(self, k: int | None = None, selection: str | None = None) -> Bool[torch.Tensor, " edge"]:
         return select(self.graph, self.scores, check_k(k or self.edges, self.graph.n_edges),
                       selection or self.selection)
 

@@ -30,7 +30,7 @@ from functools import cached_property
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 
 from circuits.subgraph import GraphEdge, GraphNode, Provenance, Subgraph
 from core.errors import RangeError
@@ -104,7 +104,7 @@ class CircuitGraph:
         return m
 
     @cached_property
-    def edges(self) -> torch.Tensor:
+    def edges(self) -> Int[torch.Tensor, "edge 2"]:
         """[n_edges, 2] (sender index, receiver index), receiver-major."""
         recv, send = torch.nonzero(self.valid.T, as_tuple=True)
         return torch.stack([send, recv], dim=1)

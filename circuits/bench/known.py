@@ -28,6 +28,7 @@ import math
 from typing import Any
 
 import torch
+from jaxtyping import Bool, Float
 
 from circuits.bench.metrics import GRID
 from circuits.bench.select import greedy
@@ -43,14 +44,15 @@ KNOWN = {
 }
 
 
-def known_mask(graph: CircuitGraph, model: str) -> torch.Tensor:
+def known_mask(graph: CircuitGraph, model: str) -> Bool[torch.Tensor, " edge"]:
     mask = torch.zeros(graph.n_edges, dtype=torch.bool)
     for src, dst in KNOWN[model]:
         mask[graph.edge_id(src, dst)] = True
     return mask
 
 
-def mib_auroc(graph: CircuitGraph, scores: torch.Tensor, known: torch.Tensor) -> dict[str, Any]:
+def mib_auroc(graph: CircuitGraph, scores: Float[torch.Tensor, " edge"],
+              known: Bool[torch.Tensor, " edge"]) -> dict[str, Any]:
     tpr, fpr = [], []
     for pct in GRID:
         hyp = graph.prune_connected(greedy(graph, scores, math.ceil(pct * graph.n_edges), absolute=True))
@@ -61,7 +63,7 @@ def mib_auroc(graph: CircuitGraph, scores: torch.Tensor, known: torch.Tensor) ->
     return {"auroc": float(area), "tpr": tpr, "fpr": fpr}
 
 
-def rank_auroc(scores: torch.Tensor, known: torch.Tensor) -> float:
+def rank_auroc(scores: Float[torch.Tensor, " edge"], known: Bool[torch.Tensor, " edge"]) -> float:
     """P(|score| of a known edge > that of an unknown one), ties counting half."""
     s = scores.abs().double()
     pos, neg = s[known], s[~known]

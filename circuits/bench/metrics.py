@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
+from jaxtyping import Bool, Float, Int
 
 from circuits.graph import CircuitGraph
 from core.errors import MethodError
@@ -60,7 +61,8 @@ def _check_curve(fractions: Sequence[float], faith: Sequence[float]) -> None:
         raise MethodError("circuit sizes must increase")
 
 
-def normalized(values: torch.Tensor, full: torch.Tensor, empty: torch.Tensor) -> torch.Tensor:
+def normalized(values: Float[torch.Tensor, "*batch size"], full: Float[torch.Tensor, "*batch"],
+               empty: Float[torch.Tensor, "*batch"]) -> Float[torch.Tensor, "*batch size"]:
     """(m(C) - m(empty)) / (m(full) - m(empty)), elementwise (values [..., size], full/empty [...])."""
     return (values - empty[..., None]) / (full - empty)[..., None]
 
@@ -78,7 +80,8 @@ def check_grid(grid: Sequence[float]) -> list[float]:
 
 
 # -- circuits of a size ------------------------------------------------------------------------------
-def top_edges(graph: CircuitGraph, scores: torch.Tensor, n: int, absolute: bool) -> torch.Tensor:
+def top_edges(graph: CircuitGraph, scores: Float[torch.Tensor, " edge"], n: int,
+              absolute: bool) -> Bool[torch.Tensor, " edge"]:
     """The n highest-scoring edges (by |score| when ``absolute``), ties by edge order, then pruned."""
     mask = torch.zeros(graph.n_edges, dtype=torch.bool)
     if n > 0:
@@ -87,14 +90,15 @@ def top_edges(graph: CircuitGraph, scores: torch.Tensor, n: int, absolute: bool)
     return graph.prune_connected(mask)
 
 
-def node_scores_of(graph: CircuitGraph, edge_scores: torch.Tensor) -> torch.Tensor:
+def node_scores_of(graph: CircuitGraph, edge_scores: Float[torch.Tensor, " edge"]) -> Float[torch.Tensor, " sender"]:
     """A sender's node score from its edges: the sum of its outgoing edge scores (for EAP, EAP-IG and DPA
     this is exactly the node attribution: the gradient/target at a sender's output is the sum of those at
     the receivers it writes to)."""
     return graph.dense(edge_scores.double()).sum(1).float()
 
 
-def top_nodes(graph: CircuitGraph, node_scores: torch.Tensor, n: int, absolute: bool) -> torch.Tensor:
+def top_nodes(graph: CircuitGraph, node_scores: Float[torch.Tensor, " sender"], n: int,
+              absolute: bool) -> Bool[torch.Tensor, " edge"]:
     """Edge mask of the n highest-scoring nodes (senders): all their outgoing edges, then pruned."""
     mask = torch.zeros(graph.n_edges, dtype=torch.bool)
     if n > 0:
@@ -125,8 +129,8 @@ class Curve:
         return area_from_1(self.fractions, self.faithfulness)
 
 
-def curve_values(per_prompt: torch.Tensor, full: int, empty: int, points: list[int],
-                 idx: torch.Tensor | None = None) -> torch.Tensor:
+def curve_values(per_prompt: Float[torch.Tensor, "mask prompt"], full: int, empty: int, points: list[int],
+                 idx: Int[torch.Tensor, " sample"] | None = None) -> Float[torch.Tensor, " point"]:
     """Normalised faithfulness at each point from per-prompt metrics [mask, prompt] (optionally over a
     resample ``idx`` of the prompts)."""
     m = per_prompt if idx is None else per_prompt[:, idx]
@@ -134,7 +138,8 @@ def curve_values(per_prompt: torch.Tensor, full: int, empty: int, points: list[i
     return normalized(means[points], means[full], means[empty])
 
 
-def bootstrap(per_prompt: torch.Tensor, full: int, empty: int, points_cpr: list[int], points_cmd: list[int],
+def bootstrap(per_prompt: Float[torch.Tensor, "mask prompt"], full: int, empty: int, points_cpr: list[int],
+              points_cmd: list[int],
               fractions: list[float], n_boot: int = 1000, seed: int = 0,
               level: float = 0.95) -> dict[str, list[float]]:
     """Percentile intervals of CPR and CMD over prompts resampled with replacement. A resample whose

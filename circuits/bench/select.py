@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import torch
+from jaxtyping import Bool, Float
 
 from circuits.graph import CircuitGraph
 from core.errors import MethodError
@@ -26,7 +27,8 @@ from core.errors import MethodError
 SELECTIONS = ("topk", "greedy", "bootstrap", "positive_ratio")
 
 
-def bootstrapped_scores(chunks: torch.Tensor, n_boot: int = 200, seed: int = 0, q: float = 0.1) -> torch.Tensor:
+def bootstrapped_scores(chunks: Float[torch.Tensor, "chunk edge"], n_boot: int = 200, seed: int = 0,
+                        q: float = 0.1) -> Float[torch.Tensor, " edge"]:
     """Per-edge bootstrapped score from chunk scores [chunk, edge] (chunk means of equal weight)."""
     if chunks.dim() != 2 or chunks.shape[0] < 2:
         raise MethodError("bootstrapped selection needs the scores of at least two chunks of prompts")
@@ -42,14 +44,15 @@ def bootstrapped_scores(chunks: torch.Tensor, n_boot: int = 200, seed: int = 0, 
     return torch.where(consistent != 0, consistent, tiny).float()
 
 
-def greedy(graph: CircuitGraph, scores: torch.Tensor, n: int, absolute: bool) -> torch.Tensor:
+def greedy(graph: CircuitGraph, scores: Float[torch.Tensor, " edge"], n: int,
+           absolute: bool) -> Bool[torch.Tensor, " edge"]:
     """MIB's greedy: from the logits, repeatedly the best edge into a node already in the circuit."""
     return graph.grow(scores, n, absolute=absolute)
 
 
-def select_edges(graph: CircuitGraph, scores: torch.Tensor, n: int, selection: str = "topk",
+def select_edges(graph: CircuitGraph, scores: Float[torch.Tensor, " edge"], n: int, selection: str = "topk",
                  absolute: bool = False, connected: bool = True, ratio: float = 0.9,
-                 chunks: torch.Tensor | None = None) -> torch.Tensor:
+                 chunks: Float[torch.Tensor, "chunk edge"] | None = None) -> Bool[torch.Tensor, " edge"]:
     """Edge mask of the circuit with (at most) n edges under a selection option."""
     if selection not in SELECTIONS:
         raise MethodError(f"unknown selection {selection!r}; choose one of {', '.join(SELECTIONS)}")
@@ -79,6 +82,6 @@ def select_edges(graph: CircuitGraph, scores: torch.Tensor, n: int, selection: s
     return graph.prune_connected(mask) if connected else mask
 
 
-def is_connected(graph: CircuitGraph, mask: torch.Tensor) -> bool:
+def is_connected(graph: CircuitGraph, mask: Bool[torch.Tensor, " edge"]) -> bool:
     """Every kept edge lies on a path embed -> logits."""
     return bool(torch.equal(graph.prune_connected(mask), mask))
