@@ -14,6 +14,7 @@ import math
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.bench.metrics import finite
 from circuits.edges.patching import chosen_edges, score
@@ -40,7 +41,7 @@ def _corr(kind: str, a: torch.Tensor, b: torch.Tensor) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def agreement(sample: dict[str, Any], scores: dict[str, torch.Tensor]) -> dict[str, Any]:
+def agreement(sample: dict[str, Any], scores: dict[str, Float[torch.Tensor, " edge"]]) -> dict[str, Any]:
     """Each method's agreement with the sampled exact effects: {n_edges, n_prompts, methods: {m: {spearman,
     pearson}}}; ``scores``: each method's edge scores [n_edges of the graph]."""
     idx = torch.tensor(sample["edges"], dtype=torch.long)
@@ -50,7 +51,7 @@ def agreement(sample: dict[str, Any], scores: dict[str, torch.Tensor]) -> dict[s
     return {"n_edges": len(idx), "n_prompts": sample["n_prompts"], "methods": out}
 
 
-def attach(task: dict[str, Any], scores: dict[str, torch.Tensor]) -> None:
+def attach(task: dict[str, Any], scores: dict[str, Float[torch.Tensor, " edge"]]) -> None:
     """Set ``task["patching_agreement"]`` when one of its methods carries a patching sample (activation_patching
     at edge level); ``scores``: the other methods' edge scores."""
     sample = next((r["sample"] for r in task["methods"].values() if "sample" in r), None)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from jaxtyping import Bool, Float
 
 from circuits.counterfactual import PromptBatch, PromptSet, prepare
 from core.errors import PromptError
@@ -24,10 +25,10 @@ METRICS = ("logit_diff", "prob_diff")
 class SetBatch(PromptBatch):
     """A batch whose metric may be a probability mass difference over token sets."""
 
-    good: torch.Tensor | None = None  # [batch, vocab] bool
-    bad: torch.Tensor | None = None
+    good: Bool[torch.Tensor, "batch vocab"] | None = None
+    bad: Bool[torch.Tensor, "batch vocab"] | None = None
 
-    def metric(self, logits: torch.Tensor, kind: str) -> torch.Tensor:
+    def metric(self, logits: Float[torch.Tensor, "batch pos vocab"], kind: str) -> Float[torch.Tensor, " batch"]:
         if kind != "prob_diff":
             return super().metric(logits, kind)
         copies = logits.shape[0] // self.size
