@@ -16,10 +16,11 @@ from core.store import RunStore, pid_alive
 from workbench.scheduler import JobBoard, JobCancelled, JobError, run
 
 
-def _wait(pred, timeout: float = 60.0) -> None:
+def _wait(pred, timeout: float = 60.0, why=None) -> None:
+    """Until ``pred()``; past ``timeout`` a failure that says ``why()`` (say the job's log: where it got to)."""
     end = time.monotonic() + timeout
     while not pred():
-        assert time.monotonic() < end, "timed out"
+        assert time.monotonic() < end, f"timed out after {timeout:.0f} s" + (f": {why()}" if why else "")
         time.sleep(0.05)
 
 
@@ -146,7 +147,7 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     # driver process ("Ray is unavailable (...); running in this process instead"), and the pid its shard logs
     # is the driver's. Both placements are right; each is checked for what it promises.
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
-    _wait(lambda: board.get(job.id).done >= 2, timeout=300)  # hang guards
+    _wait(lambda: board.get(job.id).done >= 2, timeout=300, why=lambda: board.get(job.id).log)  # hang guards
     pid = _shard_pid(board.get(job.id))
     board.request_cancel(job.id)
     _wait(lambda: board.get(job.id).state != "running", timeout=90)
@@ -156,7 +157,7 @@ def test_on_ray_two_workers_match_one_process(tiny_llama_dir, tmp_path, monkeypa
     _wait(lambda: not pid_alive(pid), timeout=180)
 
     job = submit({"kind": "sleep", "seconds": 60, "steps": 600}, board=board)
-    _wait(lambda: board.get(job.id).done >= 2, timeout=300)  # hang guards
+    _wait(lambda: board.get(job.id).done >= 2, timeout=300, why=lambda: board.get(job.id).log)  # hang guards
     pid = _shard_pid(board.get(job.id))
     os.kill(pid, 9)
     _wait(lambda: board.get(job.id).state != "running", timeout=90)
