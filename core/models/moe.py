@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from jaxtyping import Float
 from transformer_lens.hook_points import HookPoint
 
 ACTS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
@@ -34,7 +35,7 @@ class Expert(nn.Module):
         self.hook_pre_linear = HookPoint()
         self.hook_post = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         if self.glu:
             gate = self.hook_pre(x @ self.W_gate)
             up = self.hook_pre_linear(x @ self.W_in + self.b_in)
@@ -67,7 +68,7 @@ class MoEMLP(nn.Module):
         self.hook_router_weights = HookPoint()
         self.hook_expert_out = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch pos d_model"]:
         logits = self.hook_router_logits(x @ self.W_router)
         probs = logits.softmax(-1)
         top = probs.topk(self.top_k, dim=-1)

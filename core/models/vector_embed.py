@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn as nn
+from jaxtyping import Float
 
 
 class VectorEmbed(nn.Module):
@@ -13,7 +14,7 @@ class VectorEmbed(nn.Module):
         super().__init__()
         self.W_E = nn.Parameter(torch.randn(d_in, d_model) / d_in**0.5)
 
-    def forward(self, inputs: torch.Tensor) -> torch.Tensor:
+    def forward(self, inputs: Float[torch.Tensor, "batch pos d_in"]) -> Float[torch.Tensor, "batch pos d_model"]:
         return inputs.to(self.W_E.dtype) @ self.W_E
 
 
@@ -24,6 +25,7 @@ class VectorPosEmbed(nn.Module):
         super().__init__()
         self.W_pos = nn.Parameter(torch.randn(n_ctx, d_model) * 0.02)
 
-    def forward(self, inputs: torch.Tensor, past_kv_pos_offset: int = 0, attention_mask=None) -> torch.Tensor:
+    def forward(self, inputs: Float[torch.Tensor, "batch pos d_in"], past_kv_pos_offset: int = 0,
+                attention_mask=None) -> Float[torch.Tensor, "batch pos d_model"]:
         n = inputs.shape[1]
         return self.W_pos[past_kv_pos_offset : past_kv_pos_offset + n][None].expand(inputs.shape[0], -1, -1)

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from jaxtyping import Float, Shaped
 from torch import nn
 from transformer_lens import HookedRootModule
 from transformer_lens.hook_points import HookPoint
@@ -85,7 +86,7 @@ class ViTConfig:
         return cls(**known)
 
 
-def gelu(x: torch.Tensor, kind: str) -> torch.Tensor:
+def gelu(x: Float[torch.Tensor, "*batch d_mlp"], kind: str) -> Float[torch.Tensor, "*batch d_mlp"]:
     """The MLP activation: "gelu" (exact), "gelu_new" (tanh approximation) or "quick_gelu" (CLIP)."""
     if kind == "quick_gelu":
         return x * torch.sigmoid(1.702 * x)
@@ -101,7 +102,7 @@ class LayerNorm(nn.Module):
         self.hook_scale = HookPoint()  # (batch, token, 1): the std that DPA freezes
         self.hook_normalized = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "*batch d_model"]) -> Float[torch.Tensor, "*batch d_model"]:
         x = x - x.mean(-1, keepdim=True)
         scale = self.hook_scale((x.pow(2).mean(-1, keepdim=True) + self.eps).sqrt())
         return self.hook_normalized(x / scale) * self.w + self.b
@@ -125,7 +126,7 @@ class Attention(nn.Module):
         for name in ("q", "k", "v", "attn_scores", "pattern", "z", "result"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "image token d_model"]) -> Float[torch.Tensor, "image token d_model"]:
         # One matmul for q, k and v (einsum over 4-d tensors is several times slower on CPU).
         h, dh = self.cfg.n_heads, self.cfg.d_head
         w = torch.cat([self.W_Q, self.W_K, self.W_V], 0).permute(1, 0, 2).reshape(x.shape[-1], 3 * h * dh)
@@ -154,7 +155,7 @@ class MLP(nn.Module):
         self.hook_pre = HookPoint()
         self.hook_post = HookPoint()
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "image token d_model"]) -> Float[torch.Tensor, "image token d_model"]:
         pre = self.hook_pre(x @ self.W_in + self.b_in)
         return self.hook_post(gelu(pre, self.act)) @ self.W_out + self.b_out
 
@@ -169,7 +170,7 @@ class Block(nn.Module):
         for name in ("resid_pre", "attn_out", "resid_mid", "mlp_out", "resid_post"):
             setattr(self, f"hook_{name}", HookPoint())
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: Float[torch.Tensor, "image token d_model"]) -> Float[torch.Tensor, "image token d_model"]:
         x = self.hook_resid_pre(x)
         x = self.hook_resid_mid(x + self.hook_attn_out(self.attn(self.ln1(x))))
         return self.hook_resid_post(x + self.hook_mlp_out(self.mlp(self.ln2(x))))
@@ -210,7 +211,7 @@ class HookedViT(HookedRootModule):
     def device(self) -> torch.device:
         return self.W_patch.device
 
-    def check_images(self, images: Any) -> torch.Tensor:
+    def check_images(self, images: Any) -> Float[torch.Tensor, "image channel height width"]:
         """A float batch (image, channel, height, width) on the model's device, or ImageError."""
         cfg = self.cfg
         if not isinstance(images, torch.Tensor):
@@ -228,14 +229,16 @@ class HookedViT(HookedRootModule):
             raise ImageError("images hold NaN or Infinity: pixel values must be finite")
         return images.to(self.device, torch.float32)
 
-    def patchify(self, images: torch.Tensor) -> torch.Tensor:
+    def patchify(self, images: Float[torch.Tensor, "image channel height width"]
+                 ) -> Float[torch.Tensor, "image patch pixel"]:
         """(batch, C, H, W) -> (batch, patch, C*p*p), patches row-major like a stride-p conv."""
         b, c, _, _ = images.shape
         g, p = self.cfg.grid, self.cfg.patch_size
         x = images.reshape(b, c, g, p, g, p).permute(0, 2, 4, 1, 3, 5)
         return x.reshape(b, g * g, c * p * p)
 
-    def embed(self, images: torch.Tensor) -> torch.Tensor:
+    def embed(self, images: Float[torch.Tensor, "image channel height width"]
+              ) -> Float[torch.Tensor, "image token d_model"]:
         x = (images - self.pixel_mean) / self.pixel_std
         patches = self.patchify(x) @ self.W_patch.T + self.b_patch
         prefix = [self.cls_token.expand(x.shape[0], 1, -1)]
@@ -245,13 +248,14 @@ class HookedViT(HookedRootModule):
         out = tokens + self.hook_pos_embed(self.pos_embed.expand(x.shape[0], -1, -1))
         return self.ln_pre(out) if self.cfg.ln_pre else out
 
-    def forward(self, images: torch.Tensor) -> torch.Tensor:
+    def forward(self, images: Shaped[torch.Tensor, "*image channel height width"]  # any dtype: check_images
+                ) -> Float[torch.Tensor, "image class"]:
         x = self.embed(self.check_images(images))
         for block in self.blocks:
             x = block(x)
         return self.readout(x)
 
-    def readout(self, x: torch.Tensor) -> torch.Tensor:
+    def readout(self, x: Float[torch.Tensor, "image token d_model"]) -> Float[torch.Tensor, "image class"]:
         """Logits (batch, class) from the last residual stream (batch, token, d_model)."""
         pool = self.cfg.head_pool
         if pool == "cls":

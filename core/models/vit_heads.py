@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float, Int, Shaped
 from torch import nn
 
 from core.errors import ModelFileError, WorkbenchError
@@ -42,8 +43,8 @@ class HeadError(WorkbenchError):
 @dataclass
 class LinearHead:
     name: str
-    weight: torch.Tensor  # (class, d_model)
-    bias: torch.Tensor  # (class,)
+    weight: Float[torch.Tensor, "class d_model"]
+    bias: Float[torch.Tensor, " class"]
     classes: list[str]
     info: dict[str, Any] = field(default_factory=dict)
 
@@ -123,7 +124,8 @@ class SaliencyDecoder(nn.Module):
         self.n_blocks = len(widths)
         self.final_conv = nn.Conv2d(widths[-1], 1, 1)
 
-    def logits(self, tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    def logits(self, tokens: Float[torch.Tensor, "image token d_model"], height: int,
+               width: int) -> Float[torch.Tensor, "image height width"]:
         """(image, H, W) before the sigmoid; ``tokens`` (image, 1 + patches, d_model), CLS first."""
         b, n, d = tokens.shape
         g = int(round(math.sqrt(n - 1)))
@@ -134,7 +136,8 @@ class SaliencyDecoder(nn.Module):
         x = torch.nn.functional.interpolate(x, size=(height, width), mode="bilinear", align_corners=False)
         return x[:, 0]
 
-    def forward(self, tokens: torch.Tensor, height: int, width: int) -> torch.Tensor:
+    def forward(self, tokens: Float[torch.Tensor, "image token d_model"], height: int,
+                width: int) -> Float[torch.Tensor, "image height width"]:
         return torch.sigmoid(self.logits(tokens, height, width))
 
     @classmethod
@@ -161,7 +164,7 @@ class SaliencyDecoder(nn.Module):
         return dec.eval()
 
 
-def region_mask(region: Any, height: int, width: int) -> torch.Tensor:
+def region_mask(region: Any, height: int, width: int) -> Float[torch.Tensor, "height width"]:
     """A (height, width) float mask from None (the whole image), a box (x0, y0, x1, y1) in pixels (x1, y1
     exclusive) or a boolean / 0-1 array of that shape; ImageError when it is empty or outside the image."""
     if region is None:
@@ -188,14 +191,16 @@ class SaliencyViT(HookedViT):
     """A HookedViT whose decision is the saliency decoder's mean inside ``region``: logits [log s, log(1 - s)].
     Its forward is HookedViT's; only the readout differs."""
 
-    def readout(self, x: torch.Tensor) -> torch.Tensor:
+    def readout(self, x: Float[torch.Tensor, "image token d_model"]) -> Float[torch.Tensor, "image class"]:
         return self.scores_from_tokens(self.ln_final(x))
 
-    def saliency(self, x_last: torch.Tensor) -> torch.Tensor:
+    def saliency(self, x_last: Float[torch.Tensor, "image token d_model"]
+                 ) -> Float[torch.Tensor, "image height width"]:
         s = self.cfg.image_size
         return self.decoder(self.ln_final(x_last), s, s)
 
-    def scores_from_tokens(self, normed: torch.Tensor) -> torch.Tensor:
+    def scores_from_tokens(self, normed: Float[torch.Tensor, "image token d_model"]
+                           ) -> Float[torch.Tensor, "image class"]:
         s = self.cfg.image_size
         sal = self.decoder(normed, s, s)
         r = self.region.to(sal.device)
@@ -203,7 +208,8 @@ class SaliencyViT(HookedViT):
         mean = mean.clamp(1e-6, 1 - 1e-6)
         return torch.stack([mean.log(), torch.log1p(-mean)], -1)
 
-    def saliency_map(self, images: torch.Tensor) -> torch.Tensor:
+    def saliency_map(self, images: Shaped[torch.Tensor, "*image channel height width"]
+                     ) -> Float[torch.Tensor, "image height width"]:
         """The decoder's output (image, H, W) in (0, 1)."""
         with torch.no_grad():
             x = self.embed(self.check_images(images))
@@ -211,7 +217,8 @@ class SaliencyViT(HookedViT):
                 x = block(x)
             return self.saliency(x)
 
-    def dpa_start(self, acts: dict, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def dpa_start(self, acts: dict, targets: Int[torch.Tensor, " image"]
+                  ) -> tuple[Float[torch.Tensor, "image token d_model"], Float[torch.Tensor, " image"]]:
         """DPA's target at the last residual stream: the gradient of the class score through the decoder,
         with the final LayerNorm's std frozen (as DPA freezes every LayerNorm); const = score - t . x."""
         x = acts[f"blocks.{self.cfg.n_layers - 1}.hook_resid_post"].detach().requires_grad_(True)

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from core.errors import WorkbenchError
+
+if TYPE_CHECKING:
+    import torch
+    from jaxtyping import Bool, Float, Int
 
 
 class UnknownTaskError(WorkbenchError):
@@ -14,9 +18,9 @@ class UnknownTaskError(WorkbenchError):
 
 @dataclass
 class Batch:
-    tokens: Any  # LongTensor [batch, seq] or FloatTensor [batch, seq, d_in]
-    targets: Any  # LongTensor [batch, seq] (classification) or FloatTensor [batch, seq] (regression)
-    mask: Any  # BoolTensor [batch, seq]
+    tokens: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos d_in"]  # ids, or vectors (regression)
+    targets: Int[torch.Tensor, "batch pos"] | Float[torch.Tensor, "batch pos"]  # classes, or values (regression)
+    mask: Bool[torch.Tensor, "batch pos"]
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __len__(self) -> int:
