@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from core.errors import ModelFileError
 from core.models.vit import HookedViT, ViTConfig
@@ -123,8 +124,8 @@ def load_hf_vit(entry: Any, device: str = "cpu", **_: Any) -> HookedViT:
 
 
 def convert_clip(hf, mean: list[float] | None = None, std: list[float] | None = None,
-                 head: tuple[torch.Tensor, torch.Tensor] | None = None, class_names: list[str] | None = None
-                 ) -> HookedViT:
+                 head: tuple[Float[torch.Tensor, "class features"], Float[torch.Tensor, " class"]] | None = None,
+                 class_names: list[str] | None = None) -> HookedViT:
     """A HookedViT with the weights of CLIP's vision tower (transformers CLIPVisionModel): patch conv without
     bias, a LayerNorm on the embeddings (``ln_pre``), quick GELU, ``post_layernorm`` on CLS as the final
     LayerNorm (what its pooler output is). No classifier of its own: ``head`` (weight, bias) or no classes."""
@@ -191,7 +192,8 @@ def _first_line(exc: BaseException) -> str:
 
 
 def convert_dinov2(hf, image_size: int | None = None, mean: list[float] | None = None,
-                   std: list[float] | None = None, head: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   std: list[float] | None = None,
+                   head: tuple[Float[torch.Tensor, "class features"], Float[torch.Tensor, " class"]] | None = None,
                    class_names: list[str] | None = None, head_pool: str = "cls") -> HookedViT:
     """A HookedViT with the weights of a transformers Dinov2Model (or the backbone of a
     Dinov2ForImageClassification, whose classifier reads [CLS, mean of patches]: ``head_pool="cls+mean"``).
