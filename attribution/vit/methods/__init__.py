@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from attribution.methods import PATCH, view
-from attribution.vit.maps import PatchMap
+from attribution.vit.maps import Images, PatchMap, Targets
 from core.errors import MethodError, check_range
 
 # command-line name -> module: the image-patch level of the one method table (attribution.methods.TABLE)
@@ -43,7 +43,7 @@ def parse_methods(spec: str | list[str]) -> list[str]:
     return names
 
 
-def resolve_targets(model, images: torch.Tensor, target_class: Any) -> torch.Tensor:
+def resolve_targets(model, images: Images, target_class: Any) -> Targets:
     """None -> the predicted class of each image; an int or a per-image sequence otherwise."""
     n = images.shape[0]
     if target_class is None:
@@ -59,7 +59,7 @@ def resolve_targets(model, images: torch.Tensor, target_class: Any) -> torch.Ten
     return t.clone()
 
 
-def explain(model, images: torch.Tensor, method: str, target_class: Any = None, **params: Any) -> PatchMap:
+def explain(model, images: Images, method: str, target_class: Any = None, **params: Any) -> PatchMap:
     """Run one method; returns a PatchMap (image, row, col) for the target classes."""
     mod = method_module(method)
     unknown = set(params) - set(mod.DEFAULTS)
@@ -78,7 +78,7 @@ def explain(model, images: torch.Tensor, method: str, target_class: Any = None, 
                     model.cfg.patch_size)
 
 
-def explain_all(model, images: torch.Tensor, methods: list[str] | None = None, target_class: Any = None
+def explain_all(model, images: Images, methods: list[str] | None = None, target_class: Any = None
                 ) -> dict[str, PatchMap]:
     """Every method (or those named) on the same images and targets."""
     names = parse_methods(methods or list(METHODS))
