@@ -24,10 +24,18 @@ from jaxtyping import Bool, Float
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
-from circuits.intervene import References, head_slot, live_reference, receiver_hooks, run_masked, sender_hooks
+from circuits.intervene import (
+    Reference,
+    References,
+    head_slot,
+    live_reference,
+    receiver_hooks,
+    run_masked,
+    sender_hooks,
+)
 
 
-def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: torch.Tensor,
+def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
                      keep: Bool[torch.Tensor, "copy edge"], metric: str) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only each copy's kept edges intact (one forward for all copies); the
     ablation is applied at the live positions only (identical prefixes, e.g. a task's solved example,
@@ -68,7 +76,7 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: t
     return batch.metric(logits, metric).view(copies, n)
 
 
-def sparse_enough(graph: CircuitGraph, mask: torch.Tensor, limit: float = 0.02) -> bool:
+def sparse_enough(graph: CircuitGraph, mask: Bool[torch.Tensor, " edge"], limit: float = 0.02) -> bool:
     """Whether run_masked's sparse lists beat the dense product: few edges kept or few ablated."""
     kept = int(mask.sum())
     return min(kept, graph.n_edges - kept) <= limit * graph.n_edges
@@ -169,7 +177,7 @@ def _takes_cache(tl: Any) -> bool:
     return isinstance(tl, HookedTransformer)
 
 
-def suffix_reference(ref: torch.Tensor, n_prefix: int) -> torch.Tensor:
+def suffix_reference(ref: Reference, n_prefix: int) -> Float[torch.Tensor, " sender #batch #suffix d_model"]:
     """A batch's reference outputs [sender, batch, pos, d] from ``n_prefix`` on (a mean reference, one
     position for all, stays as it is)."""
     return ref[:, :, n_prefix:] if ref.dim() == 4 and ref.shape[2] > 1 else ref

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.bench import metrics as mib
 from circuits.bench import tasks as bench_tasks
@@ -66,7 +67,7 @@ class BenchConfig:
     random_seeds: int = 5  # the random baseline: its curves averaged over this many seeds
 
 
-def pack(edge: torch.Tensor | None) -> tuple[torch.Tensor | None, float]:
+def pack(edge: Float[torch.Tensor, " edge"] | None) -> tuple[Float[torch.Tensor, " edge"] | None, float]:
     """Edge scores as float16 over their largest |score|, and that scale (1 for all-zero scores)."""
     if edge is None:
         return None, 1.0
@@ -174,7 +175,7 @@ def check_task_rows(task: str, rows: list[dict], cfg: BenchConfig) -> tuple[list
 
 
 def score_edges(model: Any, graph: CircuitGraph, method: str, prompts: Any, refs: References,
-                seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+                seed: int) -> tuple[Float[torch.Tensor, " edge"], Float[torch.Tensor, "chunk edge"]]:
     """Edge scores (mean over prompts) and per-chunk scores [chunk, edge] (one chunk per batch)."""
     if method == "random":
         gen = torch.Generator().manual_seed(seed)
@@ -204,7 +205,7 @@ class TaskSetup:
     p_test: Any
     refs_train: References
     refs_test: References
-    ends: torch.Tensor
+    ends: Float[torch.Tensor, "2 prompt"]  # the metric per test prompt of the full and the empty circuit
 
 
 def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
@@ -298,8 +299,9 @@ def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], N
     return out
 
 
-def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: References, ends: torch.Tensor,
-                   level: str, edge: torch.Tensor | None, node: torch.Tensor, chunks: torch.Tensor | None,
+def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: References,
+                   ends: Float[torch.Tensor, "2 prompt"], level: str, edge: Float[torch.Tensor, " edge"] | None,
+                   node: Float[torch.Tensor, " sender"], chunks: Float[torch.Tensor, "chunk edge"] | None,
                    cfg: BenchConfig) -> dict[str, Any]:
     """CPR (signed ordering) and CMD (absolute ordering) curves of one method at one level, each distinct
     circuit run once, with bootstrap intervals over the test prompts."""
