@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import torch
+from jaxtyping import Float, Int
 
 if TYPE_CHECKING:
     from attribution.sae.dictionary import Dictionary
@@ -34,9 +35,9 @@ if TYPE_CHECKING:
 class Replacement:
     """The clean run's frozen pieces and the leaves of the replacement model (batch 1)."""
 
-    tokens: torch.Tensor
+    tokens: Int[torch.Tensor, "1 pos"]
     frozen: dict[str, torch.Tensor]  # hook name -> clean value (patterns, norm scales)
-    emb: torch.Tensor  # [pos, d] leaf at hook_embed
+    emb: Float[torch.Tensor, "pos d_model"]  # leaf at hook_embed
     layers: dict[int, dict[str, Any]]  # layer -> {dic, pos, feat, acts (leaf), err (leaf), first}
     error_only: dict[int, torch.Tensor]  # layers with no transcoder: their MLP output as an error leaf
     source_names: list[str]
@@ -58,7 +59,7 @@ def _clean(model: HookedModel, tokens: torch.Tensor, dicts: dict[int, Dictionary
     return {k: v.detach() for k, v in cache.items()}
 
 
-def build_replacement(model: HookedModel, tokens: torch.Tensor, dicts: dict[int, Dictionary],
+def build_replacement(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"], dicts: dict[int, Dictionary],
                       keep_first: bool = False) -> Replacement:
     n_layers = model.arch.n_layers
     cache = _clean(model, tokens, dicts, n_layers)
@@ -100,7 +101,8 @@ def build_replacement(model: HookedModel, tokens: torch.Tensor, dicts: dict[int,
     return Replacement(tokens, frozen, emb, layers, error_only, names, kinds, n_features)
 
 
-def replacement_forward(model: HookedModel, rep: Replacement) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+def replacement_forward(model: HookedModel, rep: Replacement
+                        ) -> tuple[Float[torch.Tensor, "pos vocab"], dict[int, torch.Tensor]]:
     """Logits [pos, vocab] of the replacement model (equal to the clean run's) and the live MLP inputs of the
     transcoder layers (what each feature's encoder reads), all differentiable in the leaves."""
     live: dict[int, torch.Tensor] = {}
@@ -151,7 +153,7 @@ def leaves(rep: Replacement) -> list[torch.Tensor]:
     return acts + errs + [rep.emb]
 
 
-def row(target: torch.Tensor, rep: Replacement, retain: bool = True) -> torch.Tensor:
+def row(target: Float[torch.Tensor, ""], rep: Replacement, retain: bool = True) -> Float[torch.Tensor, " source"]:
     """One target's exact contributions from every source (rep.source_names' order): act x gradient for
     features, value . gradient for error and embedding vectors."""
     ls = leaves(rep)
@@ -171,13 +173,14 @@ class GradientRows:
     backward passes' raw output, not a graph result: circuits.feature_graph builds the Subgraph from it)."""
 
     rep: Replacement
-    rows: dict[str, torch.Tensor]  # target id -> [n_sources]
+    rows: dict[str, Float[torch.Tensor, " source"]]  # target id -> its contribution from every source
     target_value: dict[str, float]  # target id -> its value (logit difference, or pre-activation)
     n_passes: int
     seconds: float
 
 
-def gradient_graph(model: HookedModel, rep: Replacement, logit_direction: torch.Tensor, per_layer: int = 16,
+def gradient_graph(model: HookedModel, rep: Replacement, logit_direction: Float[torch.Tensor, " vocab"],
+                   per_layer: int = 16,
                    logit_id: str = "logits") -> GradientRows:
     """Expand the logit node, then top-down the ``per_layer`` most influential features of every layer."""
     started = time.perf_counter()

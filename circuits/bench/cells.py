@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import torch
+from jaxtyping import Float
 
 from circuits.bench.agreement import attach
 from circuits.bench.report import leaderboard, markdown
@@ -100,7 +101,7 @@ def merge(cfg: BenchConfig, parts: list[dict[str, Any]]) -> BenchResult:
     return BenchResult(result, kept, tensors, dict(parts[0]["graph"]))
 
 
-def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, torch.Tensor]:
+def cell_scores(run: Any, task: str, method: str) -> tuple[CircuitGraph, Float[torch.Tensor, " edge"]]:
     """A stored bench run's graph and one cell's edge scores (float32, their stored scale restored);
     RunStoreError when the run predates per-cell scores, the cell has none, or the file is damaged."""
     result = Fields(run.result(), f"run {run.id}'s result.json", RunStoreError)
