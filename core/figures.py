@@ -107,8 +107,15 @@ def _images(fig: Any, formats: Sequence[str], scale: float = SCALE) -> list[byte
         out = []
         for fmt in formats:
             kw = {} if kaleido._global_server.is_running() else {"kopts": {"mathjax": False}}
-            out.append(kaleido.calc_fig_sync(spec, opts={"format": fmt, "width": width, "height": height,
-                                                         "scale": scale if fmt == "png" else 1}, **kw))
+            opts = {"format": fmt, "width": width, "height": height, "scale": scale if fmt == "png" else 1}
+            try:
+                out.append(kaleido.calc_fig_sync(spec, opts=opts, **kw))
+            except Exception as exc:  # noqa: BLE001
+                # under heavy load the page was once asked to draw before kaleido's own script had loaded
+                # ("kaleido_scopes is not defined"); that one is a race, so it is tried once more
+                if "kaleido_scopes" not in str(exc):
+                    raise
+                out.append(kaleido.calc_fig_sync(spec, opts=opts, **kw))
     except Exception as exc:  # noqa: BLE001 - the browser's own failures, said in one line
         raise FigureError(f"the browser could not draw the figure ({type(exc).__name__}: "
                           f"{str(exc).splitlines()[0] if str(exc) else 'no message'})") from None
