@@ -23,12 +23,7 @@ ROWS = [{"prompt": P, "target": " N1", "foil": " N2"}]
 PROBE_ROWS = [{"text": f"N{i} and N{i + 1}", "label": ("even", "odd")[i % 2]} for i in range(1, 9)]
 
 
-def facade(name: str):
-    """wb.NAME as the facade defines it (every public name is a plain function)."""
-    return getattr(wb, name)
-
-
-PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(facade(n)))
+PUBLIC = sorted(n for n in wb.__all__ if inspect.isfunction(getattr(wb, n)))
 
 
 @pytest.fixture(scope="module")
@@ -86,19 +81,19 @@ def test_every_public_function_is_checked_and_listed():
     assert defined <= set(wb.__all__), sorted(defined - set(wb.__all__))
     assert len(PUBLIC) >= 24
     for name in PUBLIC:
-        assert hasattr(facade(name), "__checks__"), f"wb.{name} has no @checked"
+        assert hasattr(getattr(wb, name), "__checks__"), f"wb.{name} has no @checked"
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_unknown_keyword(name, m):
     with pytest.raises(ArgumentTypeError) as info:
-        facade(name)(**valid(name, m), no_such_argument=1)
+        getattr(wb, name)(**valid(name, m), no_such_argument=1)
     assert_typed(info, f"wb.{name}", "no_such_argument")
 
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_missing_and_surplus_arguments(name, m):
-    fn = facade(name)
+    fn = getattr(wb, name)
     sig = inspect.signature(fn)
     required = [p.name for p in sig.parameters.values()
                 if p.default is p.empty and p.kind not in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
@@ -116,7 +111,7 @@ def test_missing_and_surplus_arguments(name, m):
 
 def _spoilers(name: str) -> list[tuple[str, object]]:
     """(argument, a value it must refuse) for every named argument and every declared extra keyword."""
-    checks = facade(name).__checks__
+    checks = getattr(wb, name).__checks__
     out = []
     for pname, param in checks.signature.parameters.items():
         if param.kind in (param.VAR_KEYWORD, param.VAR_POSITIONAL):
@@ -134,7 +129,7 @@ def _spoilers(name: str) -> list[tuple[str, object]]:
 
 @pytest.mark.parametrize("name", PUBLIC)
 def test_wrong_types_and_out_of_range(name, m):
-    fn = facade(name)
+    fn = getattr(wb, name)
     good = valid(name, m)
     for pname, value in _spoilers(name):
         with pytest.raises((ArgumentTypeError, ArgumentError)) as info:

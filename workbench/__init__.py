@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from core.errors import ArgumentError, ArgumentTypeError, WorkbenchError
+from core.errors import WorkbenchError
 from core.models import zoo as _zoo
 from core.paths import version as _version
 from workbench.arguments import (
@@ -25,13 +25,14 @@ from workbench.arguments import (
     Float,
     Image,
     Int,
+    JobSpecArg,
     LoadedModel,
     PromptRows,
     Region,
-    Rule,
     StoredRun,
     Text,
     checked,
+    job_kinds,
 )
 
 # Every public function below checks its arguments (workbench/arguments.py): a wrong type, a missing or unknown
@@ -402,38 +403,7 @@ def _spec_fields(args: dict[str, Any]) -> dict[str, Any] | None:
     return {f.name: hints.get(f.name, Any) for f in fields(cls)}
 
 
-def _job_kinds() -> list[str]:
-    """Every job kind: the typed ones (workbench/scheduler/specs.py), their old spellings, and kinds a plug-in or a
-    test registered at run time (workbench.scheduler.kinds.KINDS)."""
-    from workbench.scheduler.kinds import KINDS
-    from workbench.scheduler.specs import ALIASES, SPECS
-
-    return list(dict.fromkeys([*SPECS, *ALIASES, *KINDS]))
-
-
-class JobSpecArg(Rule):
-    """A spec made by ``wb.job_spec``, or a dict whose ``kind`` is a job kind (here, not in workbench/arguments.py:
-    the job specs live in the top layer, which only the facade may import)."""
-
-    def check(self, where: str, value: Any) -> Any:
-        from workbench.scheduler.specs import JobSpec
-
-        if isinstance(value, JobSpec):
-            return value
-        if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got "
-                                    f"{type(value).__name__} {value!r:.60})")
-        kind = value.get("kind")
-        kinds = _job_kinds()
-        if not isinstance(kind, str) or kind not in kinds:
-            raise ArgumentError(f"{where} has kind {kind!r:.60}; kinds: {', '.join(kinds)}")
-        return value
-
-    def refused(self) -> list[Any]:
-        return [None, "faithfulness", {"kind": "nosuch"}, {}]
-
-
-@checked(extras=_spec_fields, kind=Choice(_job_kinds))
+@checked(extras=_spec_fields, kind=Choice(job_kinds))
 def job_spec(kind: str, **fields: Any):
     """The typed spec of a job (workbench/scheduler/specs.py): ``wb.job_spec("faithfulness", model=..., rows=...,
     methods=["dpa"])``, checked, with its defaults and its normalised ``.key()``; the kinds are the names in

@@ -499,3 +499,33 @@ def _as_value_error(cls: type[WorkbenchError]) -> type[WorkbenchError]:
     return types.new_class(cls.__name__, (cls, ValueError), {},
                            lambda ns: ns.update({"__module__": cls.__module__, "__qualname__": cls.__qualname__,
                                                  "__doc__": cls.__doc__}))
+
+
+def job_kinds() -> list[str]:
+    """Every job kind: the typed ones (workbench/scheduler/specs.py), their old spellings, and kinds a plug-in or a
+    test registered at run time (workbench.scheduler.kinds.KINDS)."""
+    from workbench.scheduler.kinds import KINDS
+    from workbench.scheduler.specs import ALIASES, SPECS
+
+    return list(dict.fromkeys([*SPECS, *ALIASES, *KINDS]))
+
+
+class JobSpecArg(Rule):
+    """A spec made by ``wb.job_spec``, or a dict whose ``kind`` is a job kind."""
+
+    def check(self, where: str, value: Any) -> Any:
+        from workbench.scheduler.specs import JobSpec
+
+        if isinstance(value, JobSpec):
+            return value
+        if not isinstance(value, dict):
+            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got "
+                                    f"{type(value).__name__} {value!r:.60})")
+        kind = value.get("kind")
+        kinds = job_kinds()
+        if not isinstance(kind, str) or kind not in kinds:
+            raise ArgumentError(f"{where} has kind {kind!r:.60}; kinds: {', '.join(kinds)}")
+        return value
+
+    def refused(self) -> list[Any]:
+        return [None, "faithfulness", {"kind": "nosuch"}, {}]
