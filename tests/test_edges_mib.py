@@ -86,8 +86,12 @@ def test_eap_ig_act_own_is_complete_per_layer(ioi2):
     assert err_fine < 0.5 * float((coarse - drops).abs().max())
 
 
-def test_eap_ig_act_table_and_bad_input(ioi2):
+def test_eap_ig_act_table_and_bad_input(ioi2, monkeypatch):
     m, rows = ioi2
+    # a clock that moves one second per reading, so the two estimates differ by their pass counts alone
+    # (two real timings compared flaked on a loaded CI machine)
+    ticks = iter(range(10**6))
+    monkeypatch.setattr("circuits.discover.time.perf_counter", lambda: float(next(ticks)))
     g = CircuitGraph.of(m)
     ps = prepare(m, rows)
     # the cost grows with the layers it moves: 1 + 2 x 3 x 5 passes on 2 attention layers, eap_ig 16
