@@ -128,12 +128,26 @@ def app_in_chromium(log: Path, height: int, env: dict[str, str] | None = None, w
     try:
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+            page = browser.new_page(viewport={"width": width, "height": height})
             try:
-                yield browser.new_page(viewport={"width": width, "height": height}), port
+                yield page, port
+            except Exception as err:
+                # a browser test that times out on a loaded machine says what the page and the server showed
+                err.add_note(_what_was_shown(page, log))
+                raise
             finally:
                 browser.close()
     finally:
         stop_app(proc)
+
+
+def _what_was_shown(page, log: Path) -> str:
+    try:
+        body = page.inner_text("body", timeout=5_000)[-1500:]
+    except Exception as err:  # the page itself may be what failed
+        body = f"(unreadable: {type(err).__name__})"
+    tail = log.read_text(errors="replace")[-2500:] if log.exists() else "(no log)"
+    return f"page {page.url} showed:\n{body}\n--- app log tail ---\n{tail}"
 
 
 def group_supernode(page, label: str, members: list[str], settle=settle) -> None:
