@@ -148,3 +148,23 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
     import torch
 
     torch.set_num_threads(1)
+
+
+# -- the slow suite (./dev test --slow) ----------------------------------------------------------------------------
+# Tests marked slow_suite (the README's long lines, the tour notebook, the wheel in a venv of its own) are too long
+# for CI's 15 minutes; they run only under --slow, and --slow runs only them (the rest is what CI runs).
+def pytest_configure(config):
+    config.addinivalue_line("markers", "slow_suite: too long for CI; run only by ./dev test --slow")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--slow", action="store_true", default=False,
+                     help="run only the slow suite (tests marked slow_suite), which CI leaves out")
+
+
+def pytest_collection_modifyitems(config, items):
+    slow = config.getoption("--slow")
+    chosen = [item for item in items if (item.get_closest_marker("slow_suite") is not None) == slow]
+    if len(chosen) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in chosen])
+        items[:] = chosen
