@@ -36,8 +36,10 @@ def proximity(total: Float[torch.Tensor, "... d_model"],
     return (total.abs().sum(-1) - (total - part).abs().sum(-1)).clamp_min(0)
 
 
-def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Normalised proximity shares: residual [S] and head/key parts [S(query), H, S(key)]."""
+def layer_shares(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Normalised proximity shares of resid_mid's parts at ``layer``: residual [S] and head/key parts
+    [S(query), H, S(key)], summing to 1 per query (circuits.flow draws them per position). ``cache`` holds the
+    hooks ``ifr_all`` caches."""
     a = model.arch
     pat = cache[f"blocks.{layer}.attn.hook_pattern"][0].float()  # [H, Sq, Sk]
     v = cache[f"blocks.{layer}.attn.hook_v"][0].float()  # [S, Hkv, dh]
@@ -65,20 +67,25 @@ def _layer_parts(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tens
     return res_imp / total, part_imp / total[:, None, None]
 
 
-def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, Float[torch.Tensor, "*axes"]]:
-    """All three levels from one cached forward: token [S], head [L, H, S], qk [L, H, S, S]."""
+def share_hooks(model: HookedModel) -> list[str]:
+    """The hooks ``layer_shares`` reads at every layer."""
     n = model.arch.n_layers
     names = [f"blocks.{l}.{k}" for l in range(n) for k in
              ("attn.hook_pattern", "attn.hook_v", "hook_resid_pre", "hook_attn_out")]
-    names += [site.scale_hook for l in range(n) if (site := model.norm_sites(l)["attn_post"]) is not None]
+    return names + [site.scale_hook for l in range(n) if (site := model.norm_sites(l)["attn_post"]) is not None]
+
+
+def ifr_all(model: HookedModel, enc: Encoding) -> dict[str, Float[torch.Tensor, "*axes"]]:
+    """All three levels from one cached forward: token [S], head [L, H, S], qk [L, H, S, S]."""
+    n = model.arch.n_layers
     with torch.no_grad():
-        _, cache = model.run_with_cache(enc.tokens, names_filter=names, return_type=None)
+        _, cache = model.run_with_cache(enc.tokens, names_filter=share_hooks(model), return_type=None)
         s = enc.seq_len
         w = torch.zeros(s)
         w[-1] = 1.0
         edge = torch.zeros(n, model.arch.n_heads, s, s)
         for layer in reversed(range(n)):
-            res, parts = _layer_parts(model, cache, layer)
+            res, parts = layer_shares(model, cache, layer)
             edge[layer] = (w[:, None, None] * parts).permute(1, 0, 2)  # [H, q, k]
             flow = parts.sum(1) + torch.diag(res)  # [q, k]: share of q's importance that comes from k
             w = w @ flow
