@@ -37,7 +37,8 @@ def test_prune_keeps_the_influential_share_and_the_ends():
     assert {n.id for n in half.nodes} == {"embed", "L0.H0", "L1.H0", "logits"}  # ~0.49 + ~0.26 of 1.95
     assert all(e.source in {"embed", "L0.H0", "L1.H0"} for e in half.edges)
     tiny = I.prune(sub, 0.01)
-    assert {n.id for n in tiny.nodes} == {"embed", "L1.H0", "logits"}  # the top node, never none
+    # the top node (never none), with its strongest path up from the embeddings (issue 50: pruning keeps paths)
+    assert {n.id for n in tiny.nodes} == {"embed", "L0.H0", "L1.H0", "logits"}
     counts = [len(I.prune(sub, t).nodes) for t in (0.05, 0.5, 0.8, 1.0)]
     assert counts == sorted(counts)  # the threshold only adds nodes as it rises
 
