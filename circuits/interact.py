@@ -5,9 +5,10 @@ suggested groups, and keep pins and supernodes with the run they were made on.
 Everything here works on a ``circuits.graph.Subgraph`` and returns a new one, so a circuit, the information
 flow and a feature graph go through the same steps; the app (app/graph_interact.py) draws the result.
 
-- ``prune(sub, threshold)``: the smallest set of nodes, most influential first, that holds ``threshold`` of the
-  influence on the logits (circuit-tracer's node threshold; its frontend's slider), then only what still
-  lies on a path to the logits. The logits and the input embeddings always stay.
+- ``prune(sub, threshold, pinned)``: the smallest set of nodes, most influential first, that holds ``threshold``
+  of the influence on the logits (circuit-tracer's node threshold; its frontend's slider), each with its most
+  influential path to the logits and from the embeddings, so the pruned graph stays connected. The logits, the
+  input embeddings and pinned nodes always stay.
 - ``group(sub, supernodes)``: each supernode's members become one node (kind ``supernode``), edges between
   the group and the rest summed, edges inside it dropped.
 - ``pinned_only(sub, pinned)``: the pinned nodes and the edges among them.
@@ -143,16 +144,21 @@ def influence(sub: Subgraph) -> dict[str, float]:
     return node_influence(rows, roots) if roots else {}
 
 
-def prune(sub: Subgraph, threshold: float) -> Subgraph:
-    """The nodes holding ``threshold`` of the influence on the logits (most influential first; the logits and
-    the embeddings always), the edges among them, and then only nodes on a path to the logits."""
+def prune(sub: Subgraph, threshold: float, pinned: list[str] | tuple[str, ...] = ()) -> Subgraph:
+    """circuit-tracer's node pruning with the paths kept: the nodes holding ``threshold`` of the influence on the
+    logits (most influential first; the logits and the embeddings always; ``pinned`` nodes always), then, for each
+    kept node, its most influential path down to the logits and (where one exists) up from the embeddings, so
+    nothing kept floats alone; the edges among the kept nodes. A node with no path to the logits goes (unless
+    pinned)."""
     threshold = check_threshold(threshold)
     if threshold >= 1.0:  # every node, as drawn (a small circuit shows its nodes without edges too)
         return sub
+    ids = {n.id for n in sub.nodes}
+    pins = {p for p in pinned if p in ids}
     infl = influence(sub)
     ranked = sorted((n for n in sub.nodes if n.kind not in KEPT), key=lambda n: -infl.get(n.id, 0.0))
     total = sum(max(infl.get(n.id, 0.0), 0.0) for n in ranked)
-    keep = {n.id for n in sub.nodes if n.kind in KEPT}
+    keep = {n.id for n in sub.nodes if n.kind in KEPT} | pins
     if total <= 0:
         keep |= {n.id for n in ranked}
     else:
@@ -162,12 +168,82 @@ def prune(sub: Subgraph, threshold: float) -> Subgraph:
                 break
             keep.add(n.id)
             run += max(infl.get(n.id, 0.0), 0.0)
+    keep = connect(sub, keep, infl)
     edges = [e for e in sub.edges if e.source in keep and e.target in keep]
-    return _to_logits(replace(sub, nodes=[n for n in sub.nodes if n.id in keep], edges=edges))
+    return _to_logits(replace(sub, nodes=[n for n in sub.nodes if n.id in keep], edges=edges), pins)
 
 
-def _to_logits(sub: Subgraph) -> Subgraph:
-    """Only the nodes with a path to the logits (the ends stay), and the edges among them."""
+def _edge_influence(sub: Subgraph, infl: dict[str, float]) -> dict[tuple[str, str], float]:
+    """Each edge's influence on the logits (circuit-tracer's: its target's influence x its share of the target's
+    |incoming| weight), summed over a head's q/k/v inputs."""
+    mass: dict[str, float] = {}
+    for e in sub.edges:
+        if e.source != e.target:
+            mass[e.target] = mass.get(e.target, 0.0) + abs(float(e.score))
+    out: dict[tuple[str, str], float] = {}
+    for e in sub.edges:
+        if e.source == e.target or not mass.get(e.target):
+            continue
+        k = (e.source, e.target)
+        out[k] = out.get(k, 0.0) + infl.get(e.target, 0.0) * abs(float(e.score)) / mass[e.target]
+    return out
+
+
+def connect(sub: Subgraph, keep: set[str], infl: dict[str, float] | None = None) -> set[str]:
+    """``keep`` and, for each of its nodes, the most influential path (edge by edge, by edge influence) down to
+    the logits and up from the input embeddings where the graph has one: the nodes a pruned graph needs so
+    that every kept node lies on a drawn path."""
+    infl = influence(sub) if infl is None else infl
+    ei = _edge_influence(sub, infl)
+    kind = {n.id: n.kind for n in sub.nodes}
+    outs: dict[str, list[tuple[float, str]]] = {}
+    ins: dict[str, list[tuple[float, str]]] = {}
+    for (s, t), v in ei.items():
+        if s in kind and t in kind:
+            outs.setdefault(s, []).append((v, t))
+            ins.setdefault(t, []).append((v, s))
+    inputs = {i for i, k in kind.items() if k in ("embed", "token")}
+    fed = set(inputs)  # nodes with a path from the input
+    changed = True
+    while changed:
+        changed = False
+        for (s, t) in ei:
+            if s in fed and t not in fed and t in kind:
+                fed.add(t)
+                changed = True
+    out = set(keep)
+    down_ok = {i for i, k in kind.items() if k == "logits"}
+    up_ok = set(inputs)
+    for start in list(keep):
+        if start not in kind:
+            continue
+        n, seen = start, set()
+        while n not in down_ok and n not in seen:  # down: the strongest edge into a node that reaches the logits
+            seen.add(n)
+            nxt = max(((v, t) for v, t in outs.get(n, []) if infl.get(t, 0.0) > 0 or kind[t] == "logits"),
+                      default=None)
+            if nxt is None:
+                break
+            n = nxt[1]
+            out.add(n)
+        else:
+            down_ok |= seen
+        n, seen = start, set()
+        while n in fed and n not in up_ok and n not in seen:  # up: the strongest edge from a node the input feeds
+            seen.add(n)
+            prev = max(((v, s) for v, s in ins.get(n, []) if s in fed), default=None)
+            if prev is None:
+                break
+            n = prev[1]
+            out.add(n)
+        else:
+            up_ok |= seen
+    return out
+
+
+def _to_logits(sub: Subgraph, pinned: set[str] | None = None) -> Subgraph:
+    """Only the nodes with a path to the logits (the ends and the ``pinned`` nodes stay), and the edges among
+    them."""
     reach = {n.id for n in sub.nodes if n.kind == "logits"}
     if not reach:
         return sub
@@ -178,7 +254,7 @@ def _to_logits(sub: Subgraph) -> Subgraph:
             if e.target in reach and e.source not in reach:
                 reach.add(e.source)
                 changed = True
-    keep = reach | {n.id for n in sub.nodes if n.kind in KEPT}
+    keep = reach | {n.id for n in sub.nodes if n.kind in KEPT} | (pinned or set())
     return replace(sub, nodes=[n for n in sub.nodes if n.id in keep],
                    edges=[e for e in sub.edges if e.source in keep and e.target in keep])
 

@@ -1,0 +1,66 @@
+"""Pruning as circuit-tracer prunes, with the paths kept (issue 50 item 4): on a Subgraph, every kept node lies on a
+drawn path to the logits (and from the embeddings where the graph has one), pinned nodes are never pruned, and a
+low threshold never leaves the ends alone when the graph joins them."""
+
+from __future__ import annotations
+
+import pytest
+
+from circuits import interact as I
+from circuits.subgraph import GraphEdge, GraphNode, Provenance, Subgraph
+
+
+def chain() -> Subgraph:
+    """embed -> L0.H0 -> L1.H0 -> L2.H0 -> logits, the one path; L2.H0 holds most influence but has no edge from
+    the embeddings, so a node threshold alone keeps it floating. A side MLP and a dead head (no path to logits)."""
+    nodes = [GraphNode("embed", "embed", -1), GraphNode("L0.H0", "head", 0), GraphNode("L1.H0", "head", 1),
+             GraphNode("L2.H0", "head", 2), GraphNode("L1.mlp", "mlp", 1), GraphNode("L0.H1", "head", 0),
+             GraphNode("logits", "logits", 3)]
+    edges = [GraphEdge("embed", "L0.H0", 1.0, "v"), GraphEdge("L0.H0", "L1.H0", 0.2, "q"),
+             GraphEdge("L1.H0", "L2.H0", 0.3, "v"), GraphEdge("embed", "L2.H0", 0.05, "k"),
+             GraphEdge("L2.H0", "logits", 3.0), GraphEdge("L1.mlp", "logits", 0.2), GraphEdge("embed", "L1.mlp", 0.2),
+             GraphEdge("embed", "L0.H1", 0.5, "v")]
+    return Subgraph(nodes, edges, Provenance("toy", "dpa", "circuit", [{"prompt": "x", "target": " a"}]))
+
+
+def paths_ok(sub: Subgraph) -> None:
+    """Every node reaches the logits along drawn edges, and every non-input node is reached from the input."""
+    ids = {n.id for n in sub.nodes}
+    down, up = {"logits"}, {"embed"}
+    for _ in ids:
+        down |= {e.source for e in sub.edges if e.target in down}
+        up |= {e.target for e in sub.edges if e.source in up}
+    assert ids <= down, ids - down
+    assert ids <= up, ids - up
+
+
+@pytest.mark.parametrize("t", [0.01, 0.1, 0.3, 0.5, 0.8, 0.95])
+def test_every_kept_node_is_on_a_path(t):
+    pruned = I.prune(chain(), t)
+    assert {"embed", "logits", "L2.H0"} <= {n.id for n in pruned.nodes}
+    assert pruned.edges, "a low threshold left the ends alone"
+    paths_ok(pruned)
+
+
+def test_dead_nodes_go_and_the_threshold_only_adds():
+    sub = chain()
+    assert "L0.H1" not in {n.id for n in I.prune(sub, 0.99).nodes}  # no path to the logits
+    counts = [len(I.prune(sub, t).nodes) for t in (0.01, 0.5, 0.9, 0.99)]
+    assert counts == sorted(counts)
+    assert I.prune(sub, 1.0) is sub
+
+
+def test_pinned_nodes_are_never_pruned():
+    sub = chain()
+    low = I.prune(sub, 0.01)
+    assert "L1.mlp" not in {n.id for n in low.nodes}
+    pinned = I.prune(sub, 0.01, pinned=["L1.mlp", "L0.H1", "not-a-node"])
+    ids = {n.id for n in pinned.nodes}
+    assert {"L1.mlp", "L0.H1"} <= ids and "not-a-node" not in ids
+    assert ("L1.mlp", "logits") in {(e.source, e.target) for e in pinned.edges}
+
+
+def test_connect_adds_the_strongest_path():
+    sub = chain()
+    got = I.connect(sub, {"embed", "logits", "L1.H0"})
+    assert got == {"embed", "logits", "L0.H0", "L1.H0", "L2.H0"}
