@@ -19,20 +19,29 @@ BIG = 5000  # tensors with more values than this are summarised, never drawn poi
 
 
 def describe(run: Any) -> dict[str, Any]:
-    """Level, prompt (or data set) and target of a run, from its arguments; a circuit's from its first prompt."""
+    """Level, prompt (or data set), target, foil, counterfactual and ablation of a run, from its arguments; a
+    circuit's from its first prompt, so runs of one prompt with different fields tell apart in the list."""
     args = run.meta.get("args") or {}
     prompt = args.get("prompt") or args.get("prompts") or args.get("dataset") or args.get("source")
-    target = args.get("target")
+    target, foil, corrupt = args.get("target"), args.get("foil"), args.get("corrupt") or args.get("corrupted")
     if run.meta.get("kind") == "circuit" and prompt is None:
         try:
             rows = run.rows("prompts.jsonl")
-        except Exception:  # noqa: BLE001 - a damaged prompts file only costs these two columns
+        except Exception:  # noqa: BLE001 - a damaged prompts file only costs these columns
             rows = []
         if rows:
-            prompt = str(rows[0].get("prompt")) + (f" (+{len(rows) - 1} more)" if len(rows) > 1 else "")
-            target = rows[0].get("target")
-    return {"level": args.get("level") or args.get("site"), "prompt": None if prompt is None else str(prompt)[:80],
-            "target": None if target is None else str(target)}
+            more = f" (+{len(rows) - 1} more)" if len(rows) > 1 else ""
+            prompt = str(rows[0].get("prompt")) + more
+            target, foil = rows[0].get("target"), rows[0].get("foil")
+            corrupt = rows[0].get("corrupt")
+            corrupt = None if corrupt is None else str(corrupt) + more
+    ablation = args.get("ablation")
+
+    def cut(v: Any) -> str | None:
+        return None if v is None else str(v)[:80]
+
+    return {"level": args.get("level") or args.get("site"), "prompt": cut(prompt), "target": cut(target),
+            "foil": cut(foil), "counterfactual": cut(corrupt), "ablation": cut(ablation)}
 
 
 def show_run(run: Any, prefix: str) -> None:

@@ -79,7 +79,8 @@ def describe(store: Any, run_id: str) -> dict[str, Any]:
     try:
         return RV.describe(store.get(run_id))
     except Exception:  # noqa: BLE001 - a run removed meanwhile: nothing to show
-        return {"level": None, "prompt": None, "target": None}
+        return {"level": None, "prompt": None, "target": None, "foil": None, "counterfactual": None,
+                "ablation": None}
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -187,7 +188,11 @@ st.dataframe(
     [{"id": r["id"], "created": r["created"], "kind": r["kind"], "model": r["model"], "method": r["method"],
       **info.get(r["id"], {}), "summary": json.dumps(r["summary"])} for r in visible],
     hide_index=True,
-    column_config={"prompt": st.column_config.TextColumn("prompt", help="the prompt (or data set) the run used")},
+    column_config={"prompt": st.column_config.TextColumn("prompt", help="the prompt (or data set) the run used"),
+                   "counterfactual": st.column_config.TextColumn(
+                       "counterfactual", help="the reference prompt of corrupt ablation (none: mean or zero)")},
+    column_order=["id", "created", "kind", "model", "method", "prompt", "target", "foil", "counterfactual",
+                  "ablation", "level", "summary"],
 )
 if damaged:  # skipped by the listing above; named here so they can be removed
     st.warning(f"{len(damaged)} damaged run(s) skipped (unreadable or malformed meta.json, or a symlink): "
