@@ -7,7 +7,17 @@ import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from attribution.methods import LEVEL_AXES, METHODS, Method, MethodSpec, Scored, as_scored, canonical, prompt_level
+from attribution.methods import (
+    LEVEL_AXES,
+    METHODS,
+    Method,
+    MethodSpec,
+    Scored,
+    as_scored,
+    canonical,
+    check_prompt_params,
+    prompt_level,
+)
 from attribution.result import TOKEN_AXES, AttributionResult
 from core.errors import MethodError, RangeError, TokenError
 
@@ -49,6 +59,7 @@ def attribute(model: HookedModel, prompt: str | list[int], target: str | int | N
     a position outside the prompt is a RangeError. level "edge" (the query-key level's old name) is "qk"."""
     level = prompt_level(level)
     spec, fn = get_method(method, level)
+    check_prompt_params(spec.name, params)
     enc = encode_at(model, prompt, target, foil, position)
     return run_encoded(model, spec.name, fn, enc, level, params, prompt if isinstance(prompt, str) else None)
 
@@ -85,6 +96,7 @@ def attribute_levels(model: HookedModel, prompt: str | list[int], target: str | 
     levels = tuple(prompt_level(lv) for lv in levels)
     specs = [get_method(method, lv) for lv in levels]
     spec = specs[0][0]
+    check_prompt_params(spec.name, params)
     if spec.one_pass is None or len(levels) < 2:
         return {lv: attribute(model, prompt, target, foil, method=spec.name, level=lv, position=position, **params)
                 for lv in levels}

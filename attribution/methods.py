@@ -292,3 +292,57 @@ METHODS: dict[str, MethodSpec] = view("prompt")  # attribute's methods (prompt l
 
 def levels_help() -> str:
     return "; ".join(f"{m.name}: {'/'.join(m.levels)}" for m in METHODS.values())
+
+
+# parameters an implementation takes that are not the user's to give
+_INTERNAL = frozenset({"model", "enc", "level", "levels", "on_step", "items"})
+
+
+def prompt_params(name: str) -> tuple[str, ...]:
+    """The parameters a prompt-level method takes, read from its implementation's source (not imported: the
+    CLI refuses a bad ``--param`` before torch loads). A function with ``**params`` takes DPA's path weights."""
+    impl = METHODS[canonical(name)].impl
+    module, func = impl.split(":")
+    names = _signature(_source(module), func)
+    if names is None:
+        return ()
+    own, var_kw = names
+    return tuple(own) + (_dataclass_fields(_source("attribution.dpa.params"), "DPAParams") if var_kw else ())
+
+
+def check_prompt_params(name: str, params: dict[str, Any]) -> None:
+    """MethodError naming what a method does not take (one line), before any model or engine is loaded."""
+    known = prompt_params(name)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        takes = f"parameters: {', '.join(known)}" if known else "it takes no parameters"
+        from core.errors import MethodError
+
+        raise MethodError(f"{canonical(name)} has no parameter {', '.join(unknown)}; {takes}")
+
+
+def _source(module: str) -> Any:
+    import ast
+    from pathlib import Path
+
+    base = Path(__file__).resolve().parents[1].joinpath(*module.split("."))
+    path = base / "__init__.py" if base.is_dir() else base.with_suffix(".py")
+    return ast.parse(path.read_text())
+
+
+def _signature(tree: Any, func: str) -> tuple[list[str], bool] | None:
+    import ast
+
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name == func:
+            a = node.args
+            own = [x.arg for x in (*a.posonlyargs, *a.args, *a.kwonlyargs) if x.arg not in _INTERNAL]
+            return own, a.kwarg is not None
+    return None
+
+
+def _dataclass_fields(tree: Any, cls: str) -> tuple[str, ...]:
+    import ast
+
+    node = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls)
+    return tuple(s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name))

@@ -308,6 +308,13 @@ LIGHT_REFUSALS = [
     (["concepts", "--model", TOY, "--dataset", "d.jsonl", "--sae", "~nosuchuser/x"], "not an SAE directory"),
     (["attribute", TOY, P, "--target", "N1", "--method", "ig", "--param", "steps=abc"],
      "steps=abc: must be a whole number"),  # was internal error (int('abc') inside IG)
+    (["attribute", TOY, P, "--target", "N1", "--param", "nosuch=1"], "dpa has no parameter nosuch"),
+    (["attribute", TOY, P, "--target", "N1", "--method", "gradient", "--param", "x=1"],
+     "gradient has no parameter x; it takes no parameters"),  # was internal error (an unexpected keyword)
+    (["attribute", TOY, P, "--target", "N1", "--method", "ig", "--param", "step=3"],
+     "integrated_gradients has no parameter step; parameters: steps"),
+    (["attribute-set", "--model", TOY, "--prompts", "d.jsonl", "--method", "rollout", "--param", "alpha=1"],
+     "rollout has no parameter alpha; parameters: residual"),
     (["faithfulness", "--model", TOY, "--prompts", "d.jsonl", "--methods", "ig", "--param",
       "ig.steps=" + "[" * 150 + "]" * 150], "--param ig.steps: the value is nested more than 100"),
     (["train", "ioi", "--out", "o", "--task-param", "n=" + "[" * 150 + "]" * 150],
@@ -357,3 +364,34 @@ def test_a_model_config_nested_too_deep_is_one_line(tmp_path, monkeypatch, capsy
     code, out, err = run_cli(monkeypatch, capsys, "info", str(tmp_path / "m"))
     assert_bad(code, err, "config.json", "nested more than 100 levels deep")
     assert "'nested" not in err  # the cause, not its repr
+
+
+def test_each_prompt_method_names_the_parameters_its_implementation_takes():
+    """The parameters read from the implementation's source (before torch loads) are the ones its function
+    takes: every one of them is accepted by the engine on a tiny model, and an unknown one is a MethodError."""
+    import inspect
+
+    from attribution import METHODS, get_method
+    from attribution.methods import check_prompt_params, prompt_params
+    from core.errors import MethodError
+
+    for name, spec in METHODS.items():
+        _spec, fn = get_method(name, spec.levels[0])
+        taken = {p.name for p in inspect.signature(fn).parameters.values() if p.kind is p.KEYWORD_ONLY
+                 or (p.kind is p.POSITIONAL_OR_KEYWORD and p.default is not p.empty)} - {"on_step", "items"}
+        assert taken <= set(prompt_params(name)), name
+        with pytest.raises(MethodError, match=f"{name} has no parameter zzz"):
+            check_prompt_params(name, {"zzz": 1})
+    assert set(prompt_params("dpa")) >= {"w_q", "w_v", "act_mode", "norm"}
+
+
+def test_the_api_refuses_an_unknown_parameter_in_one_line(tiny_llama):
+    """The engine's own call (the facade checks its arguments before it)."""
+    from attribution import attribute, attribute_levels
+    from core.errors import MethodError
+
+    for method in ("gradient", "dpa"):
+        with pytest.raises(MethodError, match=f"{method} has no parameter nosuch"):
+            attribute(tiny_llama, "a b c", target=" d", method=method, nosuch=1)
+    with pytest.raises(MethodError, match="gradient has no parameter nosuch"):
+        attribute_levels(tiny_llama, "a b c", target=" d", method="gradient", levels=("token", "head"), nosuch=1)

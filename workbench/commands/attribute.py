@@ -101,11 +101,13 @@ def attribute(
 ) -> None:
     """Score tokens, heads, query-key pairs or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
+    from attribution.methods import check_prompt_params
     from core.errors import PromptError, TokenError
     from workbench.commands.common import check_device
 
     name = check_method(method, level)
     params = parse_params(param)
+    check_prompt_params(name, params)  # a parameter the method does not take: refused before torch loads
     check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")

@@ -50,12 +50,14 @@ def attribute_set(
 
     Runs as a job (``workbench jobs list``): with --workers N the prompts are sharded over N Ray workers (at
     batch boundaries, so every score is what one process computes)."""
+    from attribution.methods import check_prompt_params
     from core.prompt_files import read_prompts
     from workbench.commands.attribute import check_method, parse_params
     from workbench.commands.common import check_device
 
     name = check_method(method, level)
     params = parse_params(param)
+    check_prompt_params(name, params)
     rows = read_prompts(prompts, limit)
     device = check_device(device)
     from core.models.zoo import check_text_model
