@@ -106,6 +106,11 @@ def grads(model: HookedModel, enc: Encoding, names: list[str], tokens: Int[torch
         acts[hook.name] = x
         return x
 
+    traced = getattr(model, "traced_grads", None)
+    if traced is not None:  # nnsight: forward, metric and backward in one trace (on NDIF, all of it runs there)
+        acts, gs, values = traced(tokens, [("hook_embed", embed_hook)], names, lambda lg: metric(lg, enc),
+                                  enc.position)
+        return acts, gs, values
     hooks = [("hook_embed", embed_hook)] + [(n, keep) for n in names if n != "hook_embed"]
     with torch.enable_grad():
         logits = last_logits(model, tokens, hooks, position=enc.position)
