@@ -23,7 +23,6 @@ TransformerLens backend's numbers. What does not run refuses in one BackendError
 from __future__ import annotations
 
 import os
-import re
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -33,76 +32,18 @@ from typing import Any
 from core.errors import BackendError, RangeError, WorkbenchError
 from core.models import hub
 from core.models.hooked import ArchInfo, HookedModel, NormSite
+from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
+    ENGINE_NEEDS,
+    GLOBAL_HOOKS,
+    GPT2_HOOKS,
+    HOOK_NAME,
+    LLAMA_BASIC,
+    LLAMA_HOOKS,
+    LLAMA_LIKE,
+    NEED_WORDS,
+    READ_ONLY,
+)
 from core.models.tokens import tokenizer_adds_bos
-
-# hook -> (module path relative to a block, "input" / "output" / "output0" / "output1", execution order of that
-# module value inside the block, how the hook's tensor follows from it). One module value is read once per
-# trace (nnsight 0.8 reads modules in execution order); several hooks may derive from it.
-_GPT2_HOOKS = {
-    "hook_resid_pre": ("", "input", 0, None),
-    "attn.hook_pattern": ("attn", "output1", 1, None),
-    "hook_attn_out": ("attn", "output0", 1, None),
-    "mlp.hook_post": ("mlp.c_proj", "input", 2, None),
-    "hook_mlp_out": ("mlp", "output", 3, None),
-    "hook_resid_post": ("", "output", 4, None),
-}
-_LLAMA_BASIC = {
-    "hook_resid_pre": ("", "input", 0, None),
-    "attn.hook_pattern": ("self_attn", "output1", 5, None),
-    "hook_attn_out": ("self_attn", "output0", 5, None),
-    "mlp.hook_post": ("mlp.down_proj", "input", 9, None),
-    "hook_mlp_out": ("mlp", "output", 10, None),
-    "hook_resid_post": ("", "output", 11, None),
-}
-# Llama-style blocks without q/k norms: the rest of TransformerLens' hooks, derived from module values
-_LLAMA_HOOKS = {
-    **_LLAMA_BASIC,
-    "ln1.hook_scale": ("", "input", 0, "scale"),
-    "ln1.hook_normalized": ("", "input", 0, "normalized"),
-    "attn.hook_q": ("self_attn.q_proj", "output", 1, "q"),
-    "attn.hook_rot_q": ("self_attn.q_proj", "output", 1, "rot_q"),
-    "attn.hook_k": ("self_attn.k_proj", "output", 2, "kv"),
-    "attn.hook_rot_k": ("self_attn.k_proj", "output", 2, "rot_kv"),
-    "attn.hook_v": ("self_attn.v_proj", "output", 3, "kv"),
-    "attn.hook_z": ("self_attn.o_proj", "input", 4, "q"),
-    "hook_resid_mid": ("post_attention_layernorm", "input", 6, None),
-    "ln2.hook_scale": ("post_attention_layernorm", "input", 6, "scale"),
-    "ln2.hook_normalized": ("post_attention_layernorm", "input", 6, "normalized"),
-    "mlp.hook_pre": ("mlp.gate_proj", "output", 7, None),
-    "mlp.hook_pre_linear": ("mlp.up_proj", "output", 8, None),
-}
-# hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
-_GLOBAL = {
-    "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
-    "llama": {"hook_embed": ("model.embed_tokens", "output", -1)},
-    "llama+": {"hook_embed": ("model.embed_tokens", "output", -1),
-               "ln_final.hook_scale": ("model.norm", "input", None),
-               "ln_final.hook_normalized": ("model.norm", "input", None)},
-}
-_READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv"}  # derived: a hook reads them, cannot change them
-LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
-_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
-
-# what each engine needs of a backend; NNsightModel.refusal says which of these a model lacks
-ENGINE_NEEDS: dict[str, str] = {
-    # attribution methods (attribution/methods.py)
-    "dpa": "internals", "dpa_path": "gradients", "random": "hooks", "gradient": "gradients",
-    "gradient_norm": "gradients", "input_x_gradient": "gradients", "integrated_gradients": "gradients",
-    "attention_last": "hooks", "attention_mean": "hooks", "rollout": "hooks", "atp": "gradients",
-    "atp_foil": "gradients", "ifr": "transformer_lens", "dla": "transformer_lens",
-    "activation_patching": "transformer_lens",
-    # the other engines
-    "lens": "internals", "tuned lens": "internals", "patch (resid, attn, mlp, mlps)": "hooks",
-    "patch (heads)": "internals", "path patching": "transformer_lens", "circuit": "transformer_lens",
-    "feature attribution": "internals", "feature graph": "internals", "sae steering": "hooks",
-    "probe": "hooks", "concept vectors": "hooks",
-}
-_NEED_WORDS = {
-    "internals": "the weights and every internal activation, which the nnsight backend gives for local "
-                 f"Llama-style models ({', '.join(sorted(LLAMA_LIKE))}) only",
-    "gradients": "gradients through the forward (backward hooks), which the nnsight backend does not run",
-    "transformer_lens": "TransformerLens modules (an ActivationCache, per-head inputs, stop_at_layer)",
-}
 
 
 class _Hook:
@@ -156,7 +97,7 @@ class NNsightModel(HookedModel):
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
         self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else "llama")
-        self._hook_table = {"gpt2": _GPT2_HOOKS, "llama": _LLAMA_BASIC, "llama+": _LLAMA_HOOKS}[self.layout]
+        self._hook_table = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS}[self.layout]
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
         act = getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None))
@@ -176,6 +117,8 @@ class NNsightModel(HookedModel):
                          arch=arch)
         self._active_hooks: list[tuple[str, Any]] = []  # forward hooks of the open ``hooks`` blocks
         self._ndif_checked = False
+        self._param_cache: dict[str, Any] | None = None  # the weights as one trace read them (``_params``)
+        self._rope_cache: dict[int, tuple[Any, Any]] = {}
 
     @property
     def device(self):
@@ -188,24 +131,21 @@ class NNsightModel(HookedModel):
     # -- what runs here ---------------------------------------------------------------------
     @property
     def internals(self) -> bool:
-        """Whether the weights and every internal activation the engines read are here: a local Llama-style
-        model (a hosted model's weights stay on NDIF)."""
-        return self.layout == "llama+" and self.hf is not None and not self.remote
+        """Whether every internal activation and weight the engines read can be traced: a Llama-style model,
+        local or on NDIF (weights are read inside a trace, ``_params``, never from the module directly)."""
+        return self.layout == "llama+"
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` (a key of ENGINE_NEEDS) does not run on this model, or None when it does."""
-        need = ENGINE_NEEDS.get(engine, "transformer_lens")
+        need = ENGINE_NEEDS.get(engine, "activation_cache")
         if need == "hooks" or (need == "internals" and self.internals):
             return None
-        why = _NEED_WORDS[need]
-        if need == "internals" and self.remote:
-            why += " (a remote model's weights stay on NDIF)"
-        return why
+        return NEED_WORDS[need]
 
     def _need_internals(self, what: str) -> None:
         if not self.internals:
             raise BackendError(f"{what} of {self.name} is not available on the nnsight backend: it needs "
-                               f"{_NEED_WORDS['internals']}" + (" (not a remote one)" if self.remote else ""))
+                               f"{NEED_WORDS['internals']}")
 
     @property
     def cfg(self) -> Any:
@@ -223,36 +163,41 @@ class NNsightModel(HookedModel):
     def _parse(self, name: str) -> tuple[int, str]:
         """(layer, hook) of a hook name; hooks outside the blocks sit at layer -1 (before block 0) or
         n_layers (after the last)."""
-        outside = _GLOBAL[self.layout]
+        outside = GLOBAL_HOOKS[self.layout]
         if name in outside:
             slot = outside[name][2]
             return (-1 if slot == -1 else self.arch.n_layers), name
-        m = _NAME.match(name)
+        m = HOOK_NAME.match(name)
         if not m or m.group(2) not in self._hook_table:
             raise RangeError(f"hook {name!r} is not available on the nnsight backend for {self.name}; "
                              f"use one of {', '.join(outside)}, blocks.L.{{{', '.join(self._hook_table)}}}")
         return self.check_layer(int(m.group(1))), m.group(2)
 
     def _spec(self, hook: str) -> tuple[str, str, int, str | None]:
-        if hook in _GLOBAL[self.layout]:
-            path, part, _ = _GLOBAL[self.layout][hook]
+        if hook in GLOBAL_HOOKS[self.layout]:
+            path, part, _ = GLOBAL_HOOKS[self.layout][hook]
             return path, part, 0, hook.rsplit("hook_", 1)[1] if hook.startswith("ln_final") else None
         return self._hook_table[hook]
 
     def _fetch(self, layer: int, hook: str) -> Any:
         """The module value (input or output) a hook derives from, inside a running trace."""
         path, part, _, _ = self._spec(hook)
-        mod = self.lm if hook in _GLOBAL[self.layout] else self._blocks()[layer]
+        mod = self.lm if hook in GLOBAL_HOOKS[self.layout] else self._blocks()[layer]
         for p in filter(None, path.split(".")):
             mod = getattr(mod, p)
         return mod.input if part == "input" else mod.output
 
+    def _base(self, raw: Any, hook: str) -> Any:
+        """The tensor of a module value a hook reads (one part of a tuple output), before any derivation."""
+        part = self._spec(hook)[1]
+        value = raw[int(part[-1])] if part in ("output0", "output1") else raw
+        return value[0] if isinstance(value, tuple) else value
+
     def _derive(self, raw: Any, hook: str, rope: Any) -> Any:
         """The hook's tensor from its module value: the real tensor (or a view of it, so that changing it in
         place changes the forward), or a value computed from it (a norm's scale, rotated queries/keys)."""
-        _, part, _, derive = self._spec(hook)
-        value = raw[int(part[-1])] if part in ("output0", "output1") else raw
-        value = value[0] if isinstance(value, tuple) else value
+        derive = self._spec(hook)[3]
+        value = self._base(raw, hook)
         if derive is None:
             return value
         if derive in ("scale", "normalized"):  # RMSNorm divides by sqrt(mean x^2 + eps): TL's hook_scale
@@ -269,13 +214,17 @@ class NNsightModel(HookedModel):
             value = value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
         return value
 
-    def _trace(self, tokens: Any, save: list[str] = (), fwd_hooks: list = (), start_at_layer: int | None = None):
+    def _trace(self, tokens: Any, save: list[str] = (), fwd_hooks: list = (), start_at_layer: int | None = None,
+               backward: tuple[Any, int | None, list[str]] | None = None):
         """One nnsight trace: ``fwd_hooks`` ((hook name, fn(act, hook)) as in TransformerLens) change the
         activations they are given, in place or by what they return; the names in ``save`` come back (after
         the hooks). With ``start_at_layer``, ``tokens`` is the residual stream entering that layer: the trace
         runs on placeholder ids of its shape and the block's input is replaced by it (positions are the
-        same; the layers before run on the placeholders and are not read). The same code runs locally and,
-        with ``remote=True``, on NDIF: only ``lm.trace``'s transport differs."""
+        same; the layers before run on the placeholders and are not read). With ``backward`` (metric, position,
+        names) the metric of the logits at ``position`` [batch] runs backward inside the same trace (nnsight's
+        backward tracing) and the gradients of its sum at ``names`` come back as ``saved["grad:" + name]``, the
+        metric as ``saved["metric"]``. The same code runs locally and, with ``remote=True``, on NDIF: only
+        ``lm.trace``'s transport differs."""
         import torch
 
         # (layer, module value's order in the block, start 0 / hook 1 / save 2, name, action): nnsight reads
@@ -285,10 +234,13 @@ class NNsightModel(HookedModel):
         for name, fn in [*self._active_hooks, *fwd_hooks]:
             layer, hook = self._parse(name)
             spec = self._spec(hook)
-            if spec[1] in _READ_ONLY or spec[3] in _READ_ONLY:
-                raise RangeError(f"hook {name!r} can be read, not changed, on the nnsight backend")
             steps.append((layer, spec[2], 1, name, fn))
-        for name in save:
+        grad_names = list(backward[2]) if backward is not None else []
+        for name in grad_names:  # a gradient is read at the module value: the hook must be it, or a view of it
+            if self._spec(self._parse(name)[1])[3] not in (None, "q", "kv"):
+                raise RangeError(f"the gradient at {name!r} is not available on the nnsight backend (a value "
+                                 "computed from a module's, not one the forward uses)")
+        for name in dict.fromkeys([*save, *grad_names]):
             layer, hook = self._parse(name)
             steps.append((layer, self._spec(hook)[2], 2, name, None))
         resid = None
@@ -305,8 +257,10 @@ class NNsightModel(HookedModel):
             self._check_remote()
         saved: dict[str, Any] = {}
         raw: dict[tuple[int, str, str], Any] = {}
+        live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
+        grad_mode = torch.enable_grad() if backward is not None else torch.no_grad()
         try:
-            with torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+            with grad_mode, self.lm.trace(ids, remote=self.remote):
                 for layer, _, kind, name, action in steps:
                     hook = self._parse(name)[1]
                     path, part = self._spec(hook)[:2]
@@ -317,12 +271,25 @@ class NNsightModel(HookedModel):
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
                     elif kind == 2:
-                        saved[name] = value.clone().save()
+                        saved[name] = value.detach().clone().save()
+                        if name in grad_names:
+                            live[name] = (self._base(raw[key], hook), value.shape)
                     else:
                         out = action(value, _Hook(name))
                         if out is not None and out is not value:
+                            spec = self._spec(hook)
+                            if spec[1] in READ_ONLY or spec[3] in READ_ONLY:  # derived: changing it changes nothing
+                                raise RangeError(f"hook {name!r} can be read, not changed, on the nnsight backend")
                             value.copy_(out)
-                logits = self.lm.output.logits.save()
+                logits = self.lm.output.logits
+                if backward is not None:
+                    metric, position = backward[0], backward[1]
+                    values = metric(logits[:, -1 if position is None else position].float())
+                    saved["metric"] = values.detach().save()
+                    with values.sum().backward():  # gradients come in the reverse of the forward's order
+                        for name in reversed(list(live)):
+                            saved["grad:" + name] = live[name][0].grad.view(live[name][1]).save()
+                logits = logits.detach().save()
         except WorkbenchError:
             raise
         except Exception as exc:
@@ -351,17 +318,35 @@ class NNsightModel(HookedModel):
     def logits(self, tokens):
         return self._trace(tokens)[0]
 
-    def __call__(self, tokens, start_at_layer: int | None = None, **kwargs):
+    def __call__(self, tokens, start_at_layer: int | None = None, stop_at_layer: int | None = None,
+                 return_type: str | None = "logits", **kwargs):
         """Logits [batch, pos, vocab]; with ``start_at_layer``, ``tokens`` is the residual stream entering
-        that layer [batch, pos, d_model] (as TransformerLens' forward takes it)."""
+        that layer [batch, pos, d_model]; with ``stop_at_layer``, the residual stream entering that layer
+        comes back (the whole forward runs; as TransformerLens' forward takes and gives them)."""
         if kwargs:
             raise BackendError(f"the nnsight backend's forward takes no {', '.join(sorted(kwargs))}")
-        return self._trace(tokens, start_at_layer=start_at_layer)[0]
+        if stop_at_layer is None:
+            logits = self._trace(tokens, start_at_layer=start_at_layer)[0]
+            return None if return_type is None else logits
+        stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
+        name = "hook_embed" if stop == 0 else f"blocks.{stop - 1}.hook_resid_post"
+        return self._trace(tokens, save=[name], start_at_layer=start_at_layer)[1][name]
+
+    def traced_grads(self, tokens, fwd_hooks: list, names: list[str], metric, position: int | None = None
+                     ) -> tuple[dict[str, Any], dict[str, Any], Any]:
+        """(activations at ``names``, d sum(metric) / d activation there, metric [batch]) from one trace: the
+        forward with ``fwd_hooks`` (and those of open ``hooks`` blocks), ``metric`` of the logits at
+        ``position`` (the last when None), and its backward inside the same trace (nnsight's backward
+        tracing: on NDIF the backward runs there too)."""
+        _, saved = self._trace(tokens, fwd_hooks=list(fwd_hooks), backward=(metric, position, list(names)))
+        return ({n: saved[n] for n in names}, {n: saved["grad:" + n] for n in names}, saved["metric"])
 
     def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):
         """Logits of a forward with TransformerLens-style forward hooks at the hook names this backend has."""
+        kwargs.pop("return_type", None)
         if bwd_hooks or kwargs:
-            raise BackendError("the nnsight backend runs forward hooks only (no backward hooks or options)")
+            raise BackendError("the nnsight backend runs forward hooks only (no backward hooks or options); "
+                               "gradients come from traced_grads")
         return self._trace(tokens, fwd_hooks=list(fwd_hooks))[0]
 
     @contextmanager
@@ -402,7 +387,7 @@ class NNsightModel(HookedModel):
         return new
 
     def hook_names(self) -> list[str]:
-        names = list(_GLOBAL[self.layout])
+        names = list(GLOBAL_HOOKS[self.layout])
         blocks = [h for h in self._hook_table if self.internals or not h.startswith("attn.hook_rot")]
         return names + [f"blocks.{l}.{h}" for l in range(self.arch.n_layers) for h in blocks]
 
@@ -417,10 +402,47 @@ class NNsightModel(HookedModel):
     def can_stop_at_layer(self) -> bool:
         return False
 
-    # -- weights and frozen pieces (local Llama-style models) ----------------------------------
-    def _block(self, layer: int) -> Any:
+    # -- weights and frozen pieces (Llama-style models), every one read inside a trace ------------------
+    def _params(self) -> dict[str, Any]:
+        """Every weight the engines read, from one trace of a one-token forward (``_read_params``): the same
+        code reads a hosted model's weights on NDIF; nothing here touches the module's parameters outside a
+        trace. Read once per model (``to`` reads them again)."""
         self._need_internals("the weights")
-        return self.hf.model.layers[self.check_layer(layer)]
+        if self._param_cache is None:
+            self._param_cache = self._read_params()
+        return self._param_cache
+
+    def _param_paths(self) -> list[str]:
+        """The module path (from the root) of every parameter the engines read: each module's ``weight`` and,
+        where it has one, ``bias``."""
+        paths = ["model.embed_tokens", "model.norm", "lm_head"]
+        for l in range(self.arch.n_layers):
+            paths += [f"model.layers.{l}.{part}" for part in (
+                "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
+                "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+        return paths
+
+    def _read_params(self) -> dict[str, Any]:
+        import torch
+
+        if self.remote:
+            self._check_remote()
+        paths = self._param_paths()
+        got: dict[str, Any] = {}
+        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        with torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+            for path in paths:
+                mod = self.lm
+                for p in path.split("."):
+                    mod = mod[int(p)] if p.isdigit() else getattr(mod, p)
+                got[path + ".weight"] = mod.weight.detach().save()
+                bias = getattr(mod, "bias", None)
+                if bias is not None:
+                    got[path + ".bias"] = bias.detach().save()
+        return got
+
+    def _param(self, key: str) -> Any:
+        return self._params().get(key)
 
     def has_mlp(self, layer: int) -> bool:
         self.check_layer(layer)
@@ -430,56 +452,74 @@ class NNsightModel(HookedModel):
         return None
 
     def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, Any]:
-        """Layer weights in TransformerLens' layout (see HookedModel.weights), read from the HF module."""
-        blk = self._block(layer)
-        attn, mlp = blk.self_attn, blk.mlp
+        """Layer weights in TransformerLens' layout (see HookedModel.weights), as a trace read them."""
+        self.check_layer(layer)
         a = self.arch
         rep = a.n_heads // a.n_kv_heads if repeat_kv else 1
+        b = f"model.layers.{layer}."
 
-        def heads(lin: Any, n: int) -> tuple[Any, Any]:  # [n * d_head, d_model] -> [n, d_model, d_head]
-            w = lin.weight.T.reshape(a.d_model, n, a.d_head).permute(1, 0, 2)
-            b = None if lin.bias is None else lin.bias.reshape(n, a.d_head)
+        def heads(part: str, n: int) -> tuple[Any, Any]:  # [n * d_head, d_model] -> [n, d_model, d_head]
+            w = self._param(b + part + ".weight").T.reshape(a.d_model, n, a.d_head).permute(1, 0, 2)
+            bias = self._param(b + part + ".bias")
+            bias = None if bias is None else bias.reshape(n, a.d_head)
             return w.repeat_interleave(rep, 0) if n != a.n_heads else w, \
-                (b.repeat_interleave(rep, 0) if b is not None and n != a.n_heads else b)
+                (bias.repeat_interleave(rep, 0) if bias is not None and n != a.n_heads else bias)
 
         w: dict[str, Any] = {}
-        w["W_Q"], w["b_Q"] = heads(attn.q_proj, a.n_heads)
-        w["W_K"], w["b_K"] = heads(attn.k_proj, a.n_kv_heads)
-        w["W_V"], w["b_V"] = heads(attn.v_proj, a.n_kv_heads)
-        w["W_O"] = attn.o_proj.weight.T.reshape(a.n_heads, a.d_head, a.d_model)
-        w["b_O"] = attn.o_proj.bias
-        w["ln1.w"], w["ln1.b"] = blk.input_layernorm.weight, None
-        w["ln2.w"], w["ln2.b"] = blk.post_attention_layernorm.weight, None
-        w["W_in"], w["W_gate"], w["W_out"] = mlp.up_proj.weight.T, mlp.gate_proj.weight.T, mlp.down_proj.weight.T
-        w["b_in"], w["b_out"] = mlp.up_proj.bias, mlp.down_proj.bias
+        w["W_Q"], w["b_Q"] = heads("self_attn.q_proj", a.n_heads)
+        w["W_K"], w["b_K"] = heads("self_attn.k_proj", a.n_kv_heads)
+        w["W_V"], w["b_V"] = heads("self_attn.v_proj", a.n_kv_heads)
+        w["W_O"] = self._param(b + "self_attn.o_proj.weight").T.reshape(a.n_heads, a.d_head, a.d_model)
+        w["b_O"] = self._param(b + "self_attn.o_proj.bias")
+        w["ln1.w"], w["ln1.b"] = self._param(b + "input_layernorm.weight"), None
+        w["ln2.w"], w["ln2.b"] = self._param(b + "post_attention_layernorm.weight"), None
+        w["W_in"] = self._param(b + "mlp.up_proj.weight").T
+        w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
+        w["W_out"] = self._param(b + "mlp.down_proj.weight").T
+        w["b_in"], w["b_out"] = self._param(b + "mlp.up_proj.bias"), self._param(b + "mlp.down_proj.bias")
         return w
 
     def norm_sites(self, layer: int) -> dict[str, NormSite | None]:
-        blk = self._block(layer)
-        return {"attn_pre": NormSite(f"blocks.{layer}.ln1.hook_scale", blk.input_layernorm.weight, None),
+        self.check_layer(layer)
+        b = f"model.layers.{layer}."
+        return {"attn_pre": NormSite(f"blocks.{layer}.ln1.hook_scale", self._param(b + "input_layernorm.weight"),
+                                     None),
                 "attn_post": None,
-                "mlp_pre": NormSite(f"blocks.{layer}.ln2.hook_scale", blk.post_attention_layernorm.weight, None),
+                "mlp_pre": NormSite(f"blocks.{layer}.ln2.hook_scale",
+                                    self._param(b + "post_attention_layernorm.weight"), None),
                 "mlp_post": None}
 
     def qk_norm_sites(self, layer: int) -> None:
         return None
 
     def act_fn(self, layer: int) -> Any:
-        return self._block(layer).mlp.act_fn
+        """The MLP activation, from the config (a function: nothing of the module is read)."""
+        from transformers.activations import ACT2FN
+
+        self.check_layer(layer)
+        return ACT2FN[self.arch.act_fn]
 
     def attn_scale(self, layer: int) -> float:
-        return 1.0 / float(self._block(layer).self_attn.scaling)
+        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim)."""
+        self.check_layer(layer)
+        self._need_internals("the attention scale")
+        return float(self.arch.d_head) ** 0.5
 
     def _rope_tables(self, seq: int) -> tuple[Any, Any]:
-        """(cos, sin) [seq, d_head] from the model's own rotary embedding (its scaling included)."""
+        """(cos, sin) [seq, d_head] from the model's own rotary embedding (its scaling included), saved from a
+        trace of placeholder ids of that length (once per length)."""
         import torch
 
         self._need_internals("the rotary tables")
-        pos = torch.arange(seq, device=self.device)[None]
-        probe = torch.zeros(1, seq, self.arch.d_head, device=self.device, dtype=self.hf.dtype)
-        with torch.no_grad():
-            cos, sin = self.hf.model.rotary_emb(probe, pos)
-        return cos[0], sin[0]
+        if seq not in self._rope_cache:
+            if self.remote:
+                self._check_remote()
+            ids = torch.zeros(1, seq, dtype=torch.long, device=self.device)
+            with torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+                cos, sin = self.lm.model.rotary_emb.output
+                cos, sin = cos.save(), sin.save()
+            self._rope_cache[seq] = (cos[0], sin[0])
+        return self._rope_cache[seq]
 
     def rope(self, layer: int, seq_len: int):
         self.check_layer(layer)
@@ -487,8 +527,14 @@ class NNsightModel(HookedModel):
         return cos, sin, False, int(cos.shape[-1])
 
     def _final_norm(self, x: Any) -> Any:
-        self._need_internals("the final norm")
-        return self.hf.model.norm(x)
+        """The final RMSNorm (as Llama computes it: in float32, then the weight), with the traced weight."""
+        import torch
+
+        w = self.final_norm_weight()
+        eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return w * h.to(x.dtype)
 
     def final_logits(self, resid):
         return self.read_out(resid[:, -1])
@@ -498,8 +544,7 @@ class NNsightModel(HookedModel):
 
     @property
     def W_U(self):
-        self._need_internals("the unembedding")
-        return self.hf.lm_head.weight.T
+        return self._param("lm_head.weight").T
 
     @property
     def b_U(self):
@@ -507,16 +552,14 @@ class NNsightModel(HookedModel):
 
     @property
     def W_E(self):
-        self._need_internals("the embedding")
-        return self.hf.model.embed_tokens.weight
+        return self._param("model.embed_tokens.weight")
 
     @property
     def W_pos(self):
         return None
 
     def final_norm_weight(self):
-        self._need_internals("the final norm")
-        return self.hf.model.norm.weight
+        return self._param("model.norm.weight")
 
     def final_norm_bias(self):
         return None
@@ -530,8 +573,8 @@ class NNsightModel(HookedModel):
         return torch.einsum("bphd,hdm->hbpm", z, W_O)
 
     def state_dict(self) -> dict[str, Any]:
-        self._need_internals("the state dict")
-        return self.hf.state_dict()
+        """The weights the engines read, under the HF module's names, as a trace read them."""
+        return dict(self._params())
 
     def load_state_dict(self, state: dict[str, Any], strict: bool = True) -> Any:
         raise BackendError("the nnsight backend's weights are the Hugging Face module's; load them there")
@@ -548,6 +591,7 @@ class NNsightModel(HookedModel):
         if self.hf is None:
             raise BackendError(f"a remote model runs on NDIF ({self.name}); it has no local device")
         self.lm.to(device)
+        self._param_cache, self._rope_cache = None, {}
         return self
 
 
