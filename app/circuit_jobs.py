@@ -1,8 +1,9 @@
 """Circuit discovery on the Circuits page runs where it is cheapest, by its estimate (one masked forward of
-the loaded model, circuits.discover.estimate, or earlier jobs' costs): quick work in the page; up to about
-10 s (smollm2's one-prompt DPA circuit with its curve) as a job in this server's own process, started on
-open; longer work, after one Run button, as a job on Ray. A job's stored run is read back into the page's
-results, so a later session, or the app after a restart, opens the same circuit at once.
+the loaded model, circuits.discover.estimate, or earlier jobs' costs): up to about 10 s (smollm2's one-prompt
+DPA circuit with its curve) in the page itself, no job, so a new prompt's circuit follows its fields; longer
+work only after the Run button (and, over an hour, a second confirmation), as a job on Ray. Nothing starts by
+itself, and a job whose fields were edited since it started is cancelled. A job's stored run is read back into
+the page's results, so a later session, or the app after a restart, opens the same circuit at once.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ EDGES = 100  # the K a job's run records; the page draws its own k from the scor
 # forward to measure it takes seconds itself (the job's estimate then comes from earlier jobs' costs).
 BIG_GRAPH = 5000
 MEASURE_ROWS = 4  # ... unless its prompts are this few: then one masked forward costs well under a second
+CONFIRM_S = 3600.0  # a job estimated longer than this needs a second, explicit confirmation
 
 
 def discover_spec(model: str, rows: list[dict], method: str, params: dict, ablation: str,
@@ -41,7 +43,7 @@ def seconds(loaded: Any, graph: Any, prepared: Any, method: str, params: dict, k
         with loaded.lock:
             secs = C.attempt(f"Cannot estimate {method}", estimate, loaded.model, graph, prepared, method,
                              params, grid=DEFAULT_GRID)
-            if secs is not None and secs > J.THRESHOLD_S:  # the first masked forward pays one-time costs
+            if secs is not None and secs > J.local_limit():  # the first masked forward pays one-time costs
                 secs = C.attempt(f"Cannot estimate {method}", estimate, loaded.model, graph, prepared, method,
                                  params, grid=DEFAULT_GRID)
             held[key] = secs
@@ -69,22 +71,46 @@ def _estimate(loaded: Any, graph: Any, prepared: Any, rows: list[dict], method: 
     return None if cost is None else cost.seconds
 
 
+def supersede(spec: Any, key: str) -> str | None:
+    """Cancel the job this session started under ``key`` when it is still running for other work than ``spec``
+    (a field was edited since): the id cancelled, else None."""
+    from workbench.scheduler.board import spec_key
+
+    held = st.session_state.get(key)
+    if not held:
+        return None
+    try:
+        job = J.board().get(held)
+        if job.key == spec_key(spec) or job.state not in J.ACTIVE:
+            return None
+        J.board().request_cancel(held)
+    except Exception:  # noqa: BLE001 - gone or finished meanwhile: nothing to cancel
+        return None
+    st.session_state.pop(key, None)
+    return held
+
+
+def _hours(secs: float) -> str:
+    return f"{secs / 3600:.1f} h" if secs >= 3600 else f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
+
+
 def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict[str, tuple], ablation: str,
                 selection: str, graph: Any, prepared: Any) -> dict[str, dict]:
     """Each method of ``todo``, where it is cheapest. A finished job's stored circuit joins the page's
     results (``_circ_cache``: another session, or the app after a restart, opens it at once); a running
-    job shows its live panel. Otherwise by its estimate: up to THRESHOLD_S it is returned, to be computed
-    in the page now; up to the runner's local threshold (about 10 s) it starts at once as a job in this
-    server (a thread on the loaded model: no Ray, and the circuit is stored); longer, or unknown, methods
-    share one Run button that starts them as jobs on Ray."""
-    from workbench.scheduler.runner import local_seconds
-
+    job shows its live panel, and one this session started for fields edited since is cancelled. Otherwise by
+    its estimate: up to the runner's local threshold (about 10 s) it is returned, to be computed in the page
+    now (no job); longer, or unknown, methods share one Run button that starts them as jobs on Ray, and a job
+    estimated over CONFIRM_S needs a second confirmation first. Nothing starts without a click."""
     cache = st.session_state.setdefault("_circ_cache", {})
     here: dict[str, dict] = {}
     offer: dict[str, tuple[Any, str, float | None]] = {}  # method -> (spec, session key, estimate)
+    cancelled = []
     for method, params in todo.items():
         spec = discover_spec(loaded.name, rows, method, params, ablation, selection)
         key = f"_circ_job_{method}"
+        if supersede(spec, key):
+            cancelled.append(method)
         job = J.follow(spec, key, f"circ_job_{method}")  # the job widget: progress, or why it failed
         if job is not None and job.state == "done" and job.run_id:
             res = C.attempt(f"Cannot read the {method} circuit run", _from_run, job.run_id)
@@ -94,22 +120,25 @@ def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict
         if job is not None and job.state in J.ACTIVE:
             continue  # its live panel reruns the page once when it ends
         secs = _estimate(loaded, graph, prepared, rows, method, params, keys[method], spec)
-        if job is None and secs is not None and secs <= J.THRESHOLD_S:
+        if job is None and secs is not None and secs <= J.local_limit():
             here[method] = params
             continue
-        if job is None and secs is not None and secs <= local_seconds():
-            started = J.submit(spec, key, seconds=secs)  # in this server, on its model (runner.placement)
-            if started is not None:
-                J.live_panel(started.id, f"circ_job_{method}")
-                continue
         offer[method] = (spec, key, secs)  # a failed or cancelled job's panel (why) is shown above
+    if cancelled:
+        st.caption(f"Cancelled the {', '.join(cancelled)} job started for the fields before your edit.")
     if offer:
-        costs = "; ".join(f"{m} on {len(rows)} prompts: " + (f"about {s:.0f} s here (estimated)" if s is not None
+        costs = "; ".join(f"{m} on {len(rows)} prompts: " + (f"about {_hours(s)} here (estimated)" if s is not None
                           else f"{graph.n_edges:,} edges, not yet measured") for m, (_, _, s) in offer.items())
         st.warning(f"{costs}. It runs as a job outside this app, so every page stays usable; its circuit is "
-                   "stored as a run.")
+                   "stored as a run. Nothing starts until you press the button.")
+        longest = max((s for _, _, s in offer.values() if s is not None), default=0.0)
+        sure = True
+        if longest > CONFIRM_S:
+            sure = st.checkbox(f"Yes, start a job of about {_hours(longest)}", key="circ_run_sure",
+                               help="A job estimated over an hour needs this second confirmation.")
         if st.button(f"Run {', '.join(offer)} as a job{'s' if len(offer) > 1 else ''}", key="circ_run",
-                     type="primary"):
+                     type="primary", disabled=not sure):
             if all(J.submit(spec, key, seconds=s) is not None for spec, key, s in offer.values()):
+                st.session_state.pop("circ_run_sure", None)
                 st.rerun()
     return here

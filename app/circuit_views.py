@@ -82,9 +82,20 @@ def connected_edges(res: Any, budget: int) -> tuple[list[dict[str, Any]], dict[s
     return edges, {"grown": max(lo, 1), "share": share}
 
 
-def subgraphs(results: dict[str, Any], drawn: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
-    """Each method's drawn edges as a circuits.graph.Subgraph (what graph_view draws and inspects)."""
-    return {m: results[m].subgraph(edges=edges) for m, edges in drawn.items()}
+def subgraphs(results: dict[str, Any], drawn: dict[str, list[dict[str, Any]]], k: int | None = None,
+              selection: str | None = None) -> dict[str, Any]:
+    """Each method's drawn edges as a circuits.graph.Subgraph (what graph_view draws and inspects), recording
+    the ``k`` and ``selection`` they were drawn at (so the graph is the one a run saved at them reopens)."""
+    return {m: results[m].subgraph(k, selection, edges=edges) for m, edges in drawn.items()}
+
+
+def identity(results: dict[str, Any], subs: dict[str, Any], k: int, selection: str, hidden: float = 0.0) -> str:
+    """The identity the page's interaction state is keyed on: the drawn circuit's Subgraph.key (with several
+    methods, of all their keys), the circuit at k and selection before the hide-weak-edges slider (a view of it)."""
+    import hashlib
+
+    keys = [(results[m].subgraph(k, selection) if hidden > 0 else sub).key for m, sub in subs.items()]
+    return keys[0] if len(keys) == 1 else hashlib.sha256("|".join(keys).encode()).hexdigest()[:16]
 
 
 def union(subs: dict[str, Any]) -> Any:
@@ -257,7 +268,9 @@ def prompt_circuit(loaded: Any, prompt: str, target: str, foil: str | None, key:
     node = st.session_state.get(f"_{key}_node")
     from app import graph_interact as GI
 
-    view = GI.controls(key, sub, current=node if node in names or node in GI.supernode_ids(key) else None)
+    GI.enter(key, sub.key, lineage=sig)  # this prompt's graph: its supernodes before the click is read
+    view = GI.controls(key, sub, current=node if node in names or node in GI.supernode_ids(key) else None,
+                       lineage=sig)
     pruned, drawn = view.apply(sub)
     names = {n.id for n in drawn.nodes}
     fig = GI.circuit_figure(pruned, drawn, f"DPA circuit: {len(edges)} of {res.graph.n_edges:,} edges "

@@ -341,10 +341,13 @@ def store():
     return RunStore()
 
 
-def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run store") -> None:
+def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run store",
+                after: Callable[[Any], None] | None = None, scope: str | None = None) -> None:
     """A button that saves ``draft_fn()`` (a RunDraft or a result with .save) and says where it went.
 
-    Saving happens in the click callback, before the page redraws, so run lists show the new run.
+    Saving happens in the click callback, before the page redraws, so run lists show the new run. ``after``
+    gets the saved run in the same callback (a graph's pins and supernodes written into it). ``scope``: what was
+    saved (a graph's identity); the "Saved as run" line stays only while the page shows that same thing.
     """
 
     def _save() -> None:
@@ -355,13 +358,16 @@ def save_button(draft_fn: Callable[[], Any], key: str, label: str = "Save to run
             # Not hasattr(obj, "save"): once nnsight is imported every object has a .save (its trace marker).
             run = store().save(obj) if isinstance(obj, RunDraft) else obj.save(store())
             st.session_state[f"{key}_saved"] = run.id
+            st.session_state[f"{key}_saved_scope"] = scope
+            if after is not None:
+                after(run)
         except Exception as exc:
             st.session_state[f"{key}_error"] = f"{type(exc).__name__}: {exc}"
 
     st.button(label, key=key, on_click=_save)
     if st.session_state.get(f"{key}_error"):
         st.error(f"Could not save the run: {esc(st.session_state.pop(f'{key}_error'))}")
-    if st.session_state.get(f"{key}_saved"):
+    if st.session_state.get(f"{key}_saved") and st.session_state.get(f"{key}_saved_scope") == scope:
         st.success(
             f"Saved as run {code(st.session_state[f'{key}_saved'])} (see the Runs page, "
             "or `workbench runs show` on the command line)."

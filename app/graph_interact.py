@@ -211,134 +211,232 @@ def top_logits(loaded: Any, prompt: str, k: int = TOP_LOGITS) -> list[tuple[str,
 
 
 # -- the controls ----------------------------------------------------------------------------------------------
+# Interaction state belongs to one graph: pins, supernodes, the threshold, pinned-only and the selected node are
+# held per view (``key``) and per graph identity (its Subgraph.key), so a new prompt starts clean, and what is
+# written into a run is only the state of the graph that run holds.
+MAX_STATES = 32  # graphs per view whose state a session keeps (a return to one finds it as it was left)
+
+
+@dataclass
+class GraphState:
+    """One graph's interaction state in one view, and the runs it is kept with (their ids)."""
+
+    annotations: Annotations = field(default_factory=Annotations)
+    threshold: float = 1.0
+    pinned_only: bool = False
+    node: str | None = None
+    runs: list[str] = field(default_factory=list)
+    lineage: Any = None
+
+
 @dataclass
 class View:
     """What the controls chose: the threshold, the pins, the supernodes (and whether only the pinned subgraph
-    is drawn)."""
+    is drawn), and the graph identity they belong to."""
 
     threshold: float = 1.0
     annotations: Annotations = field(default_factory=Annotations)
     pinned_only: bool = False
+    identity: str | None = None
 
     def apply(self, sub: Any) -> tuple[Any, Any]:
-        """(the pruned graph, the graph drawn: pruned, grouped, perhaps only the pinned part)."""
+        """(the pruned graph, the graph drawn: pruned, grouped, perhaps only the pinned part). Pinned nodes are
+        never pruned."""
         from circuits import interact as I
 
-        pruned = I.prune(sub, self.threshold)
+        pruned = I.prune(sub, self.threshold, self.annotations.pinned)
         drawn = I.group(pruned, self.annotations.supernodes)
         if self.pinned_only:
             drawn = I.pinned_only(drawn, self.annotations.pinned)
         return pruned, drawn
 
 
-def _held(key: str, run: Any) -> Annotations:
-    """This view's pins and supernodes: the run's own the first time a run is shown, then the session's."""
+def _states(key: str) -> dict[str, GraphState]:
+    return st.session_state.setdefault(f"_{key}_states", {})
+
+
+def state(key: str) -> GraphState | None:
+    """The state of the graph this view shows now (None before ``enter``)."""
+    return _states(key).get(st.session_state.get(f"_{key}_identity"))
+
+
+def _fresh(key: str, run: Any, lineage: Any, before: GraphState | None) -> GraphState:
+    """A graph seen for the first time: a stored run's kept state (it reopens with what it was saved with), else
+    the previous graph's pins, supernodes and threshold when it was the same result drawn another way (the same
+    ``lineage``: another k), else nothing."""
     from circuits.interact import load
 
-    slot, src = f"_{key}_ann", getattr(run, "id", None)
-    held = st.session_state.get(slot)
-    if held is None or (src is not None and held[0] != src):
+    if run is not None:
         ann = Annotations()
-        if run is not None:
-            try:
-                ann = load(run)
-            except Exception as exc:  # noqa: BLE001 - damaged annotations cost them, not the graph
-                st.warning(f"The supernodes kept with run {esc(run.id)} cannot be read: {esc(exc)}")
-        held = (src, ann)
-        st.session_state[slot] = held
-    return held[1]
+        try:
+            ann = load(run)
+        except Exception as exc:  # noqa: BLE001 - damaged annotations cost them, not the graph
+            st.warning(f"The supernodes kept with run {esc(run.id)} cannot be read: {esc(exc)}")
+        return GraphState(ann, ann.threshold or 1.0, runs=[run.id], lineage=lineage)
+    if before is not None and lineage is not None and before.lineage == lineage:
+        ann = before.annotations.copy()
+        return GraphState(ann, before.threshold, before.pinned_only, lineage=lineage)
+    return GraphState(lineage=lineage)
 
 
-def _runs(run: Any, saved_keys: list[str]) -> list[Any]:
-    """The runs this view's pins and supernodes are kept with: the run shown, and any saved from this view."""
-    out = [run] if run is not None else []
-    for k in saved_keys:
-        rid = st.session_state.get(k)
-        if rid:
-            try:
-                from app.common import store
+def enter(key: str, identity: str, run: Any = None, lineage: Any = None) -> tuple[GraphState, bool]:
+    """This view's state for the graph ``identity`` (its Subgraph.key), made on first sight (``_fresh``); returns
+    (state, whether the view's graph changed since its last run). On a change the view's widgets take the
+    graph's own values, so call it before they are drawn; a widget dropped while the page waited on a job gets
+    its graph's value back."""
+    s = st.session_state
+    states = _states(key)
+    before = s.get(f"_{key}_identity")
+    got = states.pop(identity, None)
+    if got is None:
+        got = _fresh(key, run, lineage, states.get(before))
+    states[identity] = got  # the newest last: the oldest goes first
+    while len(states) > MAX_STATES:
+        states.pop(next(iter(states)))
+    switched = before != identity
+    if switched:
+        s[f"_{key}_identity"] = identity
+        s[f"{key}_prune"] = got.threshold
+        s[f"{key}_pinned_only"] = got.pinned_only
+        for k in (f"{key}_pinned", f"_{key}_pinned_last", f"{key}_sn_members", f"_{key}_suggested", f"_{key}_open",
+                  f"{key}_sn_name", f"_{key}_prune_error"):
+            s.pop(k, None)
+    else:
+        if f"{key}_prune" not in s:
+            s[f"{key}_prune"] = got.threshold
+        if f"{key}_pinned_only" not in s:
+            s[f"{key}_pinned_only"] = got.pinned_only
+    return got, switched
 
-                out.append(store().get(rid))
-            except Exception:  # noqa: BLE001 - a run removed since: nothing to keep with
-                continue
-    return out
 
-
-def _keep(key: str, ann: Annotations, runs: list[Any]) -> list[str]:
-    """Write the pins and supernodes into each run whose copy differs; the runs kept with (ids)."""
+def saved(key: str, identity: str, run: Any) -> None:
+    """A run was just saved from this view's graph ``identity``: that graph's state (and only it) is written into
+    the run, and kept with it from now on. Called from the save button's callback."""
     from circuits.interact import keep
 
+    got = _states(key).get(identity)
+    if got is None:
+        return
+    ann = got.annotations
+    ann.threshold = None if got.threshold >= 1.0 else got.threshold
+    if ann.pinned or ann.supernodes or ann.threshold is not None:
+        try:
+            keep(run, ann)
+        except Exception as exc:  # noqa: BLE001 - said on the page; the run itself is saved
+            st.session_state[f"_{key}_keep_error"] = f"Supernodes not kept with run {run.id}: {exc}"
+            return
+        st.session_state[f"_{key}_kept_{run.id}"] = json.dumps(ann.to_json(), sort_keys=True)
+    if run.id not in got.runs:
+        got.runs.append(run.id)
+
+
+def _keep(key: str, got: GraphState) -> list[str]:
+    """Write this graph's pins, supernodes and threshold into each run it is kept with whose copy differs; the
+    runs kept with (ids)."""
+    from app.common import store
+    from circuits.interact import keep
+
+    ann = got.annotations
+    ann.threshold = None if got.threshold >= 1.0 else got.threshold
     text = json.dumps(ann.to_json(), sort_keys=True)
     kept = []
-    for run in runs:
-        slot = f"_{key}_kept_{run.id}"
+    for rid in list(got.runs):
+        slot = f"_{key}_kept_{rid}"
         if st.session_state.get(slot) != text:
             try:
-                keep(run, ann)
-            except Exception as exc:  # noqa: BLE001 - one line on the page; the session keeps them
-                st.warning(f"Supernodes not kept with run {esc(run.id)}: {esc(exc)}")
+                keep(store().get(rid), ann)
+            except Exception as exc:  # noqa: BLE001 - one line on the page (a run removed since: not kept)
+                st.warning(f"Supernodes not kept with run {esc(rid)}: {esc(exc)}")
                 continue
             st.session_state[slot] = text
-        kept.append(run.id)
+        kept.append(rid)
     return kept
 
 
-def _threshold(key: str) -> float:
-    """The pruning threshold in (0, 1]; a value outside keeps the last good one, with a message."""
+def _threshold_changed(key: str) -> None:
+    """on_change of the threshold box: a good value becomes the graph's; a bad one is a message and the box goes
+    back to the value in use."""
     from circuits.interact import check_threshold
 
-    good = f"_{key}_prune_good"
-    value = st.session_state.get(f"{key}_prune", 1.0)
+    got = state(key)
+    if got is None:
+        return
+    value = st.session_state.get(f"{key}_prune")
     try:
-        t = check_threshold(value)
-        st.session_state[good] = t
-        return t
+        got.threshold = check_threshold(value)
     except Exception as exc:  # noqa: BLE001 - ArgumentError: the message is the page's
-        last = st.session_state.get(good, 1.0)
-        st.warning(f"{esc(exc)}. The graph stays pruned at {last:g}.")
-        return last
+        st.session_state[f"_{key}_prune_error"] = str(exc)
+        st.session_state[f"{key}_prune"] = got.threshold
 
 
-def controls(key: str, sub: Any, run: Any = None, saved_keys: list[str] | None = None, current: str | None = None,
-             explanations: dict[str, str] | None = None) -> View:
+def _pinned_only_changed(key: str) -> None:
+    got = state(key)
+    if got is not None:
+        got.pinned_only = bool(st.session_state.get(f"{key}_pinned_only"))
+
+
+def _pin(key: str, node: str, on: bool) -> None:
+    """The Pin / Unpin button's callback: the change lands before the page redraws, so the button's label
+    follows it."""
+    got = state(key)
+    if got is None:
+        return
+    pins = got.annotations.pinned
+    if on and node not in pins:
+        pins.append(node)
+    elif not on and node in pins:
+        pins.remove(node)
+
+
+def controls(key: str, sub: Any, run: Any = None, current: str | None = None,
+             explanations: dict[str, str] | None = None, identity: str | None = None, lineage: Any = None) -> View:
     """The controls above a graph: the pruning threshold, pins (the clicked ``current`` node with one button, or
-    any from the list), supernodes (by hand or suggested) and whether to draw only the pinned subgraph. ``run``:
-    the stored run shown (its kept supernodes are loaded and written back); ``saved_keys``: session keys of run
-    ids saved from this view (``save_button``'s ``{key}_saved``), which keep them too."""
+    any from the list), supernodes (by hand or suggested) and whether to draw only the pinned subgraph, all of
+    them the state of one graph: ``identity`` (default ``sub.key``; see ``enter``). ``run``: the stored run shown
+    (its kept state is loaded, and written back as it changes); a run saved from the view through ``saved`` is
+    kept with the same way."""
     from circuits import interact as I
 
     hover_script()
-    ann = _held(key, run)
+    identity = identity or sub.key
+    got, _ = enter(key, identity, run, lineage)
+    ann = got.annotations
     ids = [n.id for n in sub.nodes]
     groupable = [n.id for n in sub.nodes if n.kind in I.GROUPABLE]
     c1, c2, c3 = st.columns([2, 2, 2])
-    if f"{key}_prune" not in st.session_state:
-        st.session_state[f"{key}_prune"] = 1.0
     c1.number_input("Pruning threshold (cumulative influence)", step=0.05, format="%.2f", key=f"{key}_prune",
+                    on_change=_threshold_changed, args=(key,),
                     help="Draw the most influential nodes that together hold this share of the influence on the "
-                         "logits (circuit-tracer's node threshold); 1 draws every node. In (0, 1].")
-    threshold = _threshold(key)
-    only = c2.toggle("Pinned subgraph only", key=f"{key}_pinned_only", help="Draw the pinned nodes and the edges "
-                     "among them (a supernode holding a pinned node counts).")
+                         "logits (circuit-tracer's node threshold), each with its strongest path to the logits and "
+                         "from the embeddings; pinned nodes always. 1 draws every node. In (0, 1].")
+    bad = st.session_state.pop(f"_{key}_prune_error", None)
+    if bad:
+        st.warning(f"{esc(bad)}. The graph stays pruned at {got.threshold:g}.")
+    c2.toggle("Pinned subgraph only", key=f"{key}_pinned_only", on_change=_pinned_only_changed, args=(key,),
+              help="Draw the pinned nodes and the edges among them (a supernode holding a pinned node counts).")
+    only = got.pinned_only
     if current in ids and current not in ann.pinned:
-        if c3.button(f"Pin {current}", key=f"{key}_pin"):
-            ann.pinned.append(current)
+        c3.button(f"Pin {current}", key=f"{key}_pin", on_click=_pin, args=(key, current, True))
     elif current in ann.pinned:
-        if c3.button(f"Unpin {current}", key=f"{key}_unpin"):
-            ann.pinned.remove(current)
+        c3.button(f"Unpin {current}", key=f"{key}_unpin", on_click=_pin, args=(key, current, False))
     else:
         c3.caption("Click a node to pin it; hover one to light its edges.")
-    with st.expander(f"Pins and supernodes ({len(ann.pinned)} pinned, {len(ann.supernodes)} supernodes)",
+    present = [p for p in ann.pinned if p in ids]
+    with st.expander(f"Pins and supernodes ({len(present)} pinned, {len(ann.supernodes)} supernodes)",
                      expanded=bool(st.session_state.get(f"_{key}_open"))):
         _pins(key, ann, ids)
         _grouping(key, ann, sub, groupable, explanations)
-        kept = _keep(key, ann, _runs(run, saved_keys or []))
+        kept = _keep(key, got)
+        err = st.session_state.pop(f"_{key}_keep_error", None)
+        if err:
+            st.warning(esc(err))
         st.caption(f"Kept with run {', '.join(code(r) for r in kept)} (and its graph-JSON export's qParams)."
-                   if kept else "Kept for this session: save the graph to keep them with its run.")
+                   if kept else "Kept for this session, with this graph only: save the graph to keep them with "
+                                "its run.")
     if only and not ann.pinned:
         st.info("No node is pinned yet: the whole graph is drawn. Click a node and press Pin.")
         only = False
-    return View(threshold, ann, only)
+    return View(got.threshold, ann, only, identity)
 
 
 def _pins(key: str, ann: Annotations, ids: list[str]) -> None:
@@ -416,22 +514,29 @@ def _grouping(key: str, ann: Annotations, sub: Any, groupable: list[str],
 
 
 def caption(view: View, full: Any, pruned: Any, drawn: Any) -> str:
-    """One line: what the threshold kept and what the pins and supernodes changed."""
+    """One line: what the threshold kept and what the pins and supernodes changed; pins are counted as drawn
+    (on their own, or inside a supernode)."""
     said = [f"threshold {view.threshold:g}: {len(pruned.nodes)} of {len(full.nodes)} nodes, "
             f"{len(pruned.edges)} of {len(full.edges)} edges"]
     n_super = sum(1 for n in drawn.nodes if n.kind == SUPER)
     if n_super:
         said.append(f"{n_super} supernode{'s' if n_super > 1 else ''} drawn as hexagons")
-    if view.annotations.pinned:
-        said.append(f"{len(view.annotations.pinned)} pinned (diamonds)"
+    ids = {n.id for n in drawn.nodes}
+    grouped = {m for n in drawn.nodes if n.kind == SUPER for m in n.metadata.get("members") or []}
+    alone = [p for p in view.annotations.pinned if p in ids]
+    inside = [p for p in view.annotations.pinned if p in grouped]
+    if alone or inside:
+        said.append(f"{len(alone) + len(inside)} pinned"
+                    + (" (diamonds)" if alone else "") + (f", {len(inside)} inside a supernode" if inside else "")
                     + (": only the pinned subgraph is drawn" if view.pinned_only else ""))
     return "Drawn at " + " · ".join(said) + ". Hover a node to light its neighbours and edges."
 
 
 def supernode_ids(key: str) -> list[str]:
-    """The ids of the supernodes this view holds (what a click on one names), before its controls are drawn."""
-    held = st.session_state.get(f"_{key}_ann")
-    return [s.id for s in held[1].supernodes] if held else []
+    """The ids of the supernodes of the graph this view shows (what a click on one names), before its controls
+    are drawn (after ``enter``)."""
+    got = state(key)
+    return [s.id for s in got.annotations.supernodes] if got else []
 
 
 # -- drawing ---------------------------------------------------------------------------------------------------

@@ -64,13 +64,22 @@ def supernode_id(name: str) -> str:
 
 @dataclass
 class Annotations:
-    """What a user keeps with a graph: pinned node ids and supernodes."""
+    """What a user keeps with a graph: pinned node ids, supernodes and (where set) the pruning threshold it was
+    drawn at."""
 
     pinned: list[str] = field(default_factory=list)
     supernodes: list[Supernode] = field(default_factory=list)
+    threshold: float | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"version": 1, "pinned": list(self.pinned), "supernodes": [s.to_json() for s in self.supernodes]}
+        out = {"version": 1, "pinned": list(self.pinned), "supernodes": [s.to_json() for s in self.supernodes]}
+        if self.threshold is not None:
+            out["threshold"] = self.threshold
+        return out
+
+    def copy(self) -> Annotations:
+        return Annotations(list(self.pinned), [Supernode(s.name, list(s.members), s.reason) for s in self.supernodes],
+                           self.threshold)
 
     @classmethod
     def from_json(cls, d: Any, what: str = "the annotations") -> Annotations:
@@ -89,7 +98,13 @@ class Annotations:
             if not ok:
                 raise RunStoreError(f"{what} are damaged: a supernode is not {{name, members}}")
             out.append(Supernode(g["name"], list(g["members"])))
-        return cls(list(pinned), out)
+        threshold = d.get("threshold")
+        if threshold is not None:
+            try:
+                threshold = check_threshold(threshold)
+            except ArgumentError as exc:
+                raise RunStoreError(f"{what} are damaged: {exc}") from None
+        return cls(list(pinned), out, threshold)
 
 
 # -- checks (bad input is one typed line) ----------------------------------------------------------------------

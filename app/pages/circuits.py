@@ -32,7 +32,7 @@ def show_saved() -> None:
                    f"ablation · {C.esc(res.selection)} selection · top {res.edges} edges")
         sub = res.subgraph()
         current = st.session_state.get("_circ_saved_graph_node")
-        view = GI.controls("circ_saved", sub, run=run, current=current)
+        view = GI.controls("circ_saved", sub, run=run, current=current)  # the run's own state, kept with it
         pruned, drawn = view.apply(sub)
         fig = GI.circuit_figure(pruned, drawn, f"saved {res.method} circuit", selected=current,
                                 pinned=view.annotations.pinned)
@@ -139,9 +139,10 @@ chosen = c1.multiselect("Methods", offered, key="circ_methods", on_change=C.reme
                         format_func=lambda m: EDGE_METHODS[m].title,
                         help="; ".join(f"{EDGE_METHODS[m].title}: {summaries[m]}" for m in offered))
 ablations = ["corrupt", "mean", "zero"] if all(r.get("corrupt") is not None for r in rows) else ["mean", "zero"]
-for held_key in ("circ_ablation", "circ_eval_ablation"):  # corrupt without a counterfactual: mean, which needs none
-    if held_key in st.session_state and st.session_state[held_key] not in ablations:
-        del st.session_state[held_key]
+# Set, not deleted: a keyed selectbox keeps its identity when its options change, so the browser would go on
+# showing a value no longer offered; a value set here is sent to it. Corrupt without a counterfactual: mean.
+if st.session_state.get("circ_ablation") not in ablations:
+    st.session_state["circ_ablation"] = ablations[0] if "circ_ablation" not in st.session_state else "mean"
 ablation = c2.selectbox("Ablation", ablations, key="circ_ablation",
                         help="What an edge outside the circuit carries instead: the counterfactual run's value, "
                              "the mean over the prompts' positions, or zero.")
@@ -182,20 +183,28 @@ if not results:
     st.stop()
 
 drawn = {m: CV.circuit_edges(res, k, selection, threshold) for m, res in results.items()}
-subs = CV.subgraphs(results, drawn)
+subs = CV.subgraphs(results, drawn, k, selection)
 graph_keys = [f"circ_graph_{m}" for m in results]
-# pins, supernodes and the pruning threshold (app/graph_interact.py): one set for every method's graph
+# pins, supernodes, the pruning threshold and the selected node (app/graph_interact.py) belong to this graph:
+# its identity is the drawn circuit's Subgraph.key (every method's, k and selection; not the hide slider), so a
+# new prompt starts clean; another k of the same results carries them over (the lineage).
 union = CV.union(subs)
+identity = CV.identity(results, subs, k, selection, threshold)
+lineage = (loaded.name, json.dumps(rows, sort_keys=True), ablation, tuple(results))
+got, switched = GI.enter("circ", identity, lineage=lineage)
+if switched or "circ_node" not in st.session_state:
+    st.session_state["circ_node"] = got.node or NONE
 follow_click(graph_keys, "circ_node", [NONE] + [n.id for n in union.nodes] + GI.supernode_ids("circ"))
 held_node = st.session_state["circ_node"]
-view = GI.controls("circ", union, saved_keys=[f"circ_save_{m}_saved" for m in results],
-                   current=None if held_node == NONE else held_node)
+view = GI.controls("circ", union, current=None if held_node == NONE else held_node, identity=identity,
+                   lineage=lineage)
 shown_subs = {m: view.apply(sub) for m, sub in subs.items()}
 shown = {n.id for _, sub in shown_subs.values() for n in sub.nodes}
 options = [NONE] + [n.name for n in graph.nodes if n.name in shown] + sorted(i for i in shown if i.startswith("⊕ "))
 if st.session_state["circ_node"] not in options:  # pruned away or grouped: nothing to inspect
     st.session_state["circ_node"] = NONE
 selected = None if st.session_state["circ_node"] == NONE else st.session_state["circ_node"]
+got.node = selected
 top = GI.top_logits(loaded, rows[0]["prompt"]) if len(rows) == 1 else []
 panes = st.columns(len(results)) if len(results) <= 2 else st.tabs(list(results))
 for pane, method, key in zip(panes, results, graph_keys, strict=True):
@@ -217,8 +226,9 @@ if node != NONE:
 
 st.subheader("Faithfulness")
 e1, e2 = st.columns([1, 2])
-eval_ablation = e1.selectbox("Evaluate under ablation", ablations, index=ablations.index(ablation),
-                             key="circ_eval_ablation")
+if st.session_state.get("circ_eval_ablation") not in ablations:
+    st.session_state["circ_eval_ablation"] = ablation
+eval_ablation = e1.selectbox("Evaluate under ablation", ablations, key="circ_eval_ablation")
 if e2.button(f"Evaluate circuit at k={k} ({selection})", key="circ_evaluate"):
     evaluate_all(loaded, results, k, eval_ablation, selection)
 curves = {m: r.faithfulness for m, r in results.items() if r.faithfulness is not None}
@@ -249,5 +259,7 @@ S.share("circ", loaded.name,
 st.subheader("Edges")
 st.dataframe(CV.edges_table(drawn), hide_index=True, key="circ_edges")
 for method, res in results.items():
+    # saving writes this graph's pins and supernodes (and only its) into the run; the "Saved" line stays with it
     C.save_button(lambda res=res: replace(res, edges=k, selection=selection), key=f"circ_save_{method}",
-                  label=f"Save the {method} circuit (k={k}) to the run store")
+                  label=f"Save the {method} circuit (k={k}) to the run store",
+                  after=lambda run: GI.saved("circ", identity, run), scope=identity)

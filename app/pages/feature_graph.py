@@ -47,7 +47,7 @@ def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths:
     return FV.readable(full, per_row, edges)
 
 
-def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = None, loaded: Any = None) -> None:
+def show(graph: Any, key: str, run: Any = None, loaded: Any = None) -> None:
     st.caption(f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
                + (f" minus {C.quoted(graph.foil)}" if graph.foil else "")
                + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
@@ -55,6 +55,11 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
                f"{graph.seconds:.2f} s")
     st.caption(FV.scores_caption(graph))
     ids = [n.id for n in graph.nodes]
+    # pins, supernodes, threshold and the selected node belong to this graph (its Subgraph.key): a new graph
+    # starts clean, a stored one with what it was saved with
+    got, switched = GI.enter(key, graph.key, run)
+    if switched and got.node in ids:
+        st.session_state[f"{key}_node"] = got.node
     if st.session_state.get(f"{key}_node") not in ids:  # start on the most influential feature
         features = [n for n in graph.nodes if n.kind == "feature"] or graph.nodes
         st.session_state[f"{key}_node"] = max(features, key=lambda n: float(n.metadata["influence"])).id
@@ -62,7 +67,7 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
     chosen = st.session_state.get(f"{key}_node")
     sub = graph  # the one graph type: what the interaction prunes and groups
     labels = FV.all_labels(graph, full=True)  # each feature's whole explanation: cut on the node, whole on hover
-    view = GI.controls(key, sub, run=run, saved_keys=saved_keys, current=chosen,
+    view = GI.controls(key, sub, run=run, current=chosen, identity=graph.key,
                        explanations=FV.explanations(graph, labels))
     pruned, drawn = view.apply(sub)
     shown = [n.id for n in drawn.nodes]
@@ -80,7 +85,8 @@ def show(graph: Any, key: str, run: Any = None, saved_keys: list[str] | None = N
                    "token positions. Labels: feature id and its explanation, cut to its column (hover for all). "
                    "Beside the logits: the model's next most probable tokens.")
     with right:
-        chosen = st.selectbox("Node", shown, key=f"{key}_node", help="Click a node of the graph, or pick it here.")
+        chosen = got.node = st.selectbox("Node", shown, key=f"{key}_node",
+                                         help="Click a node of the graph, or pick it here.")
         picked = next(n for n in drawn.nodes if n.id == chosen)
         inspect_node({"dpa": drawn}, chosen, key,
                      extra=lambda _: inspect(graph, graph.node(chosen)) if picked.kind != "supernode" else
@@ -186,7 +192,9 @@ elif st.button("Build the feature graph", key="fg_run", type="primary"):
 if held is not None:
     if held[0] != sig:
         st.caption("The inputs changed since this graph was built: press the button to rebuild it.")
-    show(held[1], "fg_graph", saved_keys=["fg_save_saved"], loaded=loaded)
-    C.save_button(lambda: held[1], key="fg_save")
+    show(held[1], "fg_graph", loaded=loaded)
+    # saving writes this graph's pins and supernodes (only its) into the run; the "Saved" line stays with it
+    C.save_button(lambda: held[1], key="fg_save", after=lambda run: GI.saved("fg_graph", held[1].key, run),
+                  scope=held[1].key)
 elif paths:
     st.caption("Press the button to build the graph (seconds on smollm2-135m with four dictionaries).")
