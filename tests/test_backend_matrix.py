@@ -1,14 +1,18 @@
 """Engines x backends: every engine gives the TransformerLens backend's numbers on the nnsight and bridge backends
 (a tiny random Llama with grouped-query attention), or refuses in one BackendError line naming the engine and the
-backend. README's "Engines x backends" table is this file's REFUSED. Plus the nnsight remote path (same trace code,
-only the transport swapped; no network: one line within seconds), an unknown backend, and one slow check on the
-real smollm2-135m."""
+backend. Every row of README's "Engines x backends" table is here (ROWS below names the row each engine is
+checked for); a cell is a real comparison, within 1e-4 of the reference's own scale (its largest magnitude),
+and a reference or result that is all zeros fails. README's counts are this file's (checked below). Plus the
+nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds), an
+unknown backend, and one slow check on the real smollm2-135m."""
 
 from __future__ import annotations
 
+import re
 import socket
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 import torch
@@ -19,8 +23,8 @@ from core.errors import BackendError
 
 CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
-ROWS = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
-GRADIENTS = ("dpa_path", "gradient", "input_x_gradient", "integrated_gradients", "atp", "atp_foil")
+IOI = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
+REL_TOL = 1e-4
 
 
 def _attr(method: str, level: str) -> Callable:
@@ -35,44 +39,107 @@ def _steer(m):
     return torch.tensor([res.target_logit_clean, res.target_logit_steered])
 
 
-def _probe_activations(m):
-    from attribution.probes.activations import from_rows, pooled_activations
+def _labeled():
+    from attribution.probes.activations import from_rows
 
-    data = from_rows([{"text": t, "label": str(i % 2)} for i, t in enumerate(["The cat sat", "A car drove"])])
-    acts = pooled_activations(m, data, ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"])
+    texts = ["The cat sat", "A car drove", "The dog ran", "A bus went"]
+    return from_rows([{"text": t, "label": str(i % 2)} for i, t in enumerate(texts)])
+
+
+def _probe_activations(m):
+    from attribution.probes.activations import pooled_activations
+
+    acts = pooled_activations(m, _labeled(), ["blocks.0.hook_resid_post", "blocks.1.hook_resid_post"])
     return torch.stack([torch.as_tensor(a) for a in acts.values()])
+
+
+def _concepts(m):
+    from attribution.probes.run import run_concepts
+
+    run = run_concepts(m, _labeled(), "1", ["blocks.0.hook_resid_post"], ["blocks.0.hook_resid_post"], n_steer=2)
+    layer = run.concepts.layers[0]
+    return torch.tensor([layer.cos_mean_probe, *layer.steering.values()])
+
+
+_DICTIONARY: dict[str, object] = {}
+
+
+def _features(m):
+    """Feature-level DPA over a random TopK SAE on blocks.1.hook_resid_post (made once, in a temporary folder)."""
+    import tempfile
+
+    from test_feature_dpa import save_dictionary
+
+    from attribution.features.placement import load_dictionaries
+    from attribution.features.scores import feature_attribution
+
+    if "sae" not in _DICTIONARY:
+        folder = Path(tempfile.mkdtemp()) / "sae-L1"
+        _DICTIONARY["sae"] = load_dictionaries([str(save_dictionary(folder, m.name, "blocks.1.hook_resid_post"))])[0]
+    res = feature_attribution(m, CLEAN, [_DICTIONARY["sae"]], target=" Mary", foil=" John")
+    return torch.as_tensor(res.layers[0].scores)
+
+
+def _path_patch(m):
+    from circuits.tools.patching import path_patch
+
+    res = path_patch(m, CLEAN, CORRUPTED, " Mary", " John", sender=(0, 1), receivers=[(1, 2)])
+    return torch.tensor([res["patched"], res["effect"]])
+
+
+def _patch(site: str) -> Callable:
+    return lambda m: wb.patch(m, CLEAN, CORRUPTED, " Mary", " John", site=site).effect
 
 
 # engine (as the refusal names it) -> what it returns on a model
 ENGINES: dict[str, Callable] = {
     **{f"dpa/{lv}": _attr("dpa", lv) for lv in ("token", "head", "qk", "neuron")},
+    "feature attribution": _features,
     "dpa_path/token": _attr("dpa_path", "token"),
     "gradient/head": _attr("gradient", "head"),
+    "gradient_norm/token": _attr("gradient_norm", "token"),
     "input_x_gradient/neuron": _attr("input_x_gradient", "neuron"),
     "integrated_gradients/token": _attr("integrated_gradients", "token"),
     "atp/qk": _attr("atp", "qk"),
     "atp_foil/token": _attr("atp_foil", "token"),
     "attention_last/qk": _attr("attention_last", "qk"),
+    "attention_mean/token": _attr("attention_mean", "token"),
     "rollout/token": _attr("rollout", "token"),
+    "random/head": _attr("random", "head"),
     "ifr/head": _attr("ifr", "head"),
-    "activation_patching/head": _attr("activation_patching", "head"),
     "dla": lambda m: wb.dla(m, CLEAN, target=" Mary", foil=" John").head_scores,
+    "activation_patching/head": _attr("activation_patching", "head"),
     "lens": lambda m: wb.lens(m, CLEAN, target=" Mary").target_prob,
-    **{f"patch ({site})": (lambda s: lambda m: wb.patch(m, CLEAN, CORRUPTED, " Mary", " John", site=s).effect)(site)
-       for site in ("resid", "heads", "mlps")},
-    "circuit": lambda m: wb.circuit(m, ROWS, method="eap", edges=5, evaluate=False).scores,
+    **{f"patch ({site})": _patch(site) for site in ("resid", "attn", "mlp", "mlps", "heads")},
+    "path patching": _path_patch,
+    "circuit": lambda m: wb.circuit(m, IOI, method="eap", edges=5, evaluate=False).scores,
     "sae steering": _steer,
     "probe": _probe_activations,
+    "concept vectors": _concepts,
 }
-# what refuses where (README "Engines x backends"); every other cell runs with TransformerLens' numbers
-REFUSED = {
-    "nnsight": {*(f"{m}/" for m in GRADIENTS), "ifr/", "activation_patching/", "dla", "circuit"},
-    "bridge": {"circuit"},
+# README's rows (first column, up to the first "(" or ";") -> the engines checked for it
+ROWS: dict[str, list[str]] = {
+    "DPA token / head / qk / neuron": [f"dpa/{lv}" for lv in ("token", "head", "qk", "neuron")],
+    "feature attribution": ["feature attribution"],
+    "dpa_path, gradient, gradient_norm, input_x_gradient, IG, AtP, AtP-foil": [
+        "dpa_path/token", "gradient/head", "gradient_norm/token", "input_x_gradient/neuron",
+        "integrated_gradients/token", "atp/qk", "atp_foil/token"],
+    "attention_last / attention_mean / rollout, random": [
+        "attention_last/qk", "attention_mean/token", "rollout/token", "random/head"],
+    "IFR, DLA": ["ifr/head", "dla"],
+    "activation_patching": ["activation_patching/head"],
+    "logit lens": ["lens"],
+    "patching: resid, attn, mlp, mlps, heads": [f"patch ({s})" for s in ("resid", "attn", "mlp", "mlps", "heads")],
+    "path patching, circuits": ["path patching", "circuit"],
+    "SAE / neuron steering, probes, concept vectors": ["sae steering", "probe", "concept vectors"],
 }
-
-
-def _refused(engine: str, backend: str) -> bool:
-    return any(engine.startswith(r) for r in REFUSED[backend])
+# what refuses where (README "Engines x backends"), with the reason its line gives; every other cell runs with
+# TransformerLens' numbers
+REFUSED: dict[str, dict[str, str]] = {
+    "nnsight": {"dla": "ActivationCache", "path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
+    "bridge": {"path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
+}
+BACKENDS = ("nnsight", "bridge")
 
 
 @pytest.fixture(scope="module")
@@ -93,25 +160,54 @@ def reference(tiny_llama):
     return get
 
 
-@pytest.mark.parametrize("backend", ["nnsight", "bridge"])
+def close(got: torch.Tensor, ref: torch.Tensor) -> None:
+    """``got`` equals ``ref`` within REL_TOL of ref's own scale; neither may be all zeros (a backend that gave
+    zeros, or a reference that cannot tell one from the truth, fails)."""
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    scale = float(ref.abs().max())
+    assert scale > 0 and float(got.abs().max()) > 0, "an all-zero result compares nothing"
+    assert torch.isfinite(got).all()
+    diff = float((got - ref).abs().max())
+    assert diff <= REL_TOL * scale, f"max difference {diff:.3g} against scale {scale:.3g}"
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("engine", list(ENGINES))
 def test_engine_on_backend(models, reference, engine, backend):
     model = models[backend]
-    if _refused(engine, backend):
+    if engine in REFUSED[backend]:
         with pytest.raises(BackendError) as err:
             ENGINES[engine](model)
         msg = str(err.value)
         assert "\n" not in msg and f"the {backend} backend" in msg, msg
-        assert engine.split("/")[0].split(" (")[0] in msg, msg
+        assert engine.split("/")[0] in msg and REFUSED[backend][engine] in msg, msg
         return
-    got, ref = torch.as_tensor(ENGINES[engine](model)).float(), reference(engine)
-    assert got.shape == ref.shape
-    scale = float(ref.abs().max()) or 1.0
-    assert float((got - ref).abs().max()) <= 1e-4 * max(scale, 1.0), (engine, backend)
+    close(torch.as_tensor(ENGINES[engine](model)).float(), reference(engine))
+
+
+def test_every_readme_row_is_checked_and_the_counts_are_this_files():
+    """README's table has exactly ROWS' rows, every engine here belongs to one, and the counts README states
+    ("N comparisons and M refusals per backend") are those of ENGINES and REFUSED."""
+    text = (Path(__file__).parents[1] / "README.md").read_text()
+    section = text[text.index("### Engines x backends"):]
+    section = section[:section.index("\n## ")]
+    rows = [line.split("|")[1].strip() for line in section.splitlines()
+            if line.startswith("| ") and not line.startswith("| engine")]
+    assert [r.split(" (")[0] for r in rows] == list(ROWS), rows
+    assert sorted(e for es in ROWS.values() for e in es) == sorted(ENGINES)
+    flat = " ".join(section.split())  # the sentence may wrap
+    for backend in BACKENDS:
+        n_ref = len(REFUSED[backend])
+        m = re.search(rf"{backend}: (\d+) engines checked, (\d+) with the TransformerLens backend's numbers, "
+                      rf"(\d+) refus", flat)
+        assert m, f"README states no counts for {backend}"
+        assert tuple(int(x) for x in m.groups()) == (len(ENGINES), len(ENGINES) - n_ref, n_ref)
 
 
 # -- nnsight remote: the same trace code, only the transport swapped ------------------------------
 def test_remote_runs_the_local_trace_code(models, monkeypatch):
+    """With remote=True every trace (the weights', the gradients' too) goes to the transport, and the numbers
+    are the local ones: DPA and a gradient method need nothing outside a trace."""
     import core.models.remote as remote
 
     nn = models["nnsight"]
@@ -122,18 +218,25 @@ def test_remote_runs_the_local_trace_code(models, monkeypatch):
         calls.append((remote, tuple(a.shape for a in args)))
         return original(*args, remote=False, **kwargs)
 
+    def run() -> list[torch.Tensor]:
+        return [wb.patch(nn, CLEAN, CORRUPTED, " Mary", " John", site="mlps").effect,
+                ENGINES["dpa/head"](nn), ENGINES["gradient/head"](nn), ENGINES["integrated_gradients/token"](nn)]
+
     monkeypatch.setattr(nn.lm, "trace", recording_trace)
-    local = wb.patch(nn, CLEAN, CORRUPTED, " Mary", " John", site="mlps").effect
+    monkeypatch.setattr(nn, "_param_cache", None)  # the weights are read again, by a trace
+    monkeypatch.setattr(nn, "_rope_cache", {})
+    local = run()
     n_local = len(calls)
     monkeypatch.setattr(nn, "remote", True)
     monkeypatch.setattr(remote, "check_ndif", lambda *a, **k: None)  # NDIF "answers"
     monkeypatch.setattr(nn, "_ndif_checked", False)
-    sent = wb.patch(nn, CLEAN, CORRUPTED, " Mary", " John", site="mlps").effect
-    assert [c[0] for c in calls] == [False] * n_local + [True] * n_local  # every trace went "remote"
+    monkeypatch.setattr(nn, "_param_cache", None)
+    monkeypatch.setattr(nn, "_rope_cache", {})
+    sent = run()
+    assert n_local > 4 and [c[0] for c in calls] == [False] * n_local + [True] * n_local  # every trace "remote"
     assert [c[1] for c in calls[:n_local]] == [c[1] for c in calls[n_local:]]  # the same traces
-    assert torch.equal(local, sent)
-    with pytest.raises(BackendError, match="nnsight backend .*NDIF"):  # a hosted model's weights stay there
-        wb.attribute(nn, CLEAN, target=" Mary", method="dpa")
+    for a, b in zip(local, sent, strict=True):
+        assert torch.equal(a, b)
 
 
 def test_remote_without_network_is_one_line_in_seconds(models, monkeypatch):
