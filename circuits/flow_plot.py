@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any
 import plotly.graph_objects as go
 
 if TYPE_CHECKING:
-    from circuits.flow import Flow
     from circuits.subgraph import Subgraph
 
 ROLE_COLOUR = {"attn": "#2166ac", "resid": "#9e9e9e", "mlp": "#e08214"}
@@ -23,7 +22,7 @@ ROW_PX = 15  # px per half layer
 COL_PX = 92  # px per token column
 
 
-def _xy(flow: Flow, node: Any) -> tuple[float, float]:
+def _xy(flow: Any, node: Any) -> tuple[float, float]:
     return float(node.position) + (MLP_DX if node.kind == "mlp" else 0.0), float(node.layer)
 
 
@@ -39,8 +38,9 @@ def _token_tick(tok: str, pos: int) -> str:
     return f"{text[:12]}{'…' if len(text) > 12 else ''}<br>{pos}"
 
 
-def flow_figure(flow: Flow, graph: Subgraph, selected: str | None = None, title: str | None = None) -> go.Figure:
-    """The pruned graph ``graph`` of ``flow`` laid out by (position, layer)."""
+def flow_figure(flow: Any, graph: Subgraph, selected: str | None = None, title: str | None = None) -> go.Figure:
+    """The pruned graph ``graph`` of ``flow`` (a circuits.flow.Flow, which imports this module) laid out by
+    (position, layer)."""
     pos = {n.id: _xy(flow, n) for n in graph.nodes}
     fig = go.Figure()
     groups: dict[tuple[str, int], tuple[list, list]] = {}
