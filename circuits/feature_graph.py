@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from attribution.dpa.linear import norm_back
 from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, embedding, logit_target, pull_back
 from attribution.features.placement import (
@@ -82,17 +83,47 @@ def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement]
     return out
 
 
+def _skip_back(model: HookedModel, cache: dict[str, Any], lay: _Layer, t: torch.Tensor,
+               keep_first: bool) -> torch.Tensor:
+    """What a transcoder's live skip term sends below its layer: the target at its output ([batch, pos, d_model],
+    at resid_post) through W_skip and the frozen ln2 scale to resid_mid (read_target's path). The replacement
+    model's skip is a linear function of the MLP input, so its share of a target belongs to what lies below it,
+    as the gradient graph carries it; zero at the sink position when it is left out (its skip is error there)."""
+    w = getattr(lay.d.sae, "W_skip", None)
+    if w is None:
+        return torch.zeros_like(t)
+    g = t @ w.float().to(t.device)  # skip(x) = x @ W_skip^T, so its transpose is t @ W_skip
+    if not keep_first:
+        g[:, :1] = 0.0
+    g, _ = norm_back(g, cache.get(f"blocks.{lay.place.mlp}.ln2.hook_scale"), None, None,
+                     model.arch.norm == "layernorm")
+    return g
+
+
 def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer], below: int, t: torch.Tensor,
-                start: tuple[int, str], p: DPAParams) -> list[tuple[str, torch.Tensor]]:
+                start: tuple[int, str], p: DPAParams, live_skip: bool = True,
+                keep_first: bool = False) -> list[tuple[str, torch.Tensor]]:
     """One batched pass from targets t at ``start``: (source id, scores [batch]) for every source met in the
-    layers with index < ``below``, down to the first residual SAE (a cut) or the embeddings."""
+    layers with index < ``below``, down to the first residual SAE (a cut) or the embeddings. ``live_skip``: a
+    transcoder's skip term passes the target on to the stream below it (False: it is held as a constant that no
+    node carries, the behaviour before issue 53; kept for the study)."""
     frozen: set[int] = set()
     by_point: dict[tuple[int, str], list[_Layer]] = {}
     for lay in layers[:below]:
         by_point.setdefault(lay.place.write, []).append(lay)
     out: list[tuple[str, torch.Tensor]] = []
+    t = t.clone()  # the skip updates below are written into the pass's own target tensor
+    added: torch.Tensor | None = None
     for point, tv in pull_back(model, cache, t, start, p, frozen_mlps=frozen, lowest=(-1, "post")):
+        if added is not None:
+            # top_down hands the same tensor from a frozen MLP's post point to its mid point; the skip's update
+            # was added into it in place (pull_back has no hook for a frozen MLP's own update)
+            if tv is not added:
+                raise RuntimeError("DPA's top-down pass no longer hands its target on in place; the skip update "
+                                   "in circuits.feature_graph._edges_from must move into attribution.dpa.steps")
+            added = None
         cut = False
+        skip = None
         for lay in sorted(by_point.get(point, []), key=lambda x: x.place.order, reverse=True):
             s = lay.src
             scores = torch.cat([s.feature_scores(tv), Sources.per_position(s.error, tv)], dim=1)
@@ -101,8 +132,13 @@ def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer],
                 cut = True
                 break
             frozen.add(lay.place.mlp)
+            if live_skip:
+                skip = _skip_back(model, cache, lay, tv, keep_first)
         if cut:
             return out
+        if skip is not None:
+            tv.add_(skip)
+            added = tv
         if point == (-1, "post"):
             emb = Sources.per_position(embedding(cache)[0], tv)
             out += [(f"emb@p{q}", emb[:, q]) for q in range(emb.shape[1])]
@@ -110,6 +146,17 @@ def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer],
 
 
 METHODS = ("dpa", "gradient")
+
+
+def choose_method(method: str, dictionaries: list[Dictionary], params: dict[str, Any] | None = None) -> str:
+    """``auto``: the gradient graph on a replacement model (every dictionary a transcoder, no DPA parameter
+    given), DPA otherwise. On a replacement model DPA's default path weights send the logits' influence through
+    attention's query/key paths at half the value path's weight, so its graphs end mostly in error nodes
+    (results/sae/replacement.md, "Why DPA's replacement score collapses"); the gradient graph is exact there."""
+    if method != "auto":
+        return method
+    transcoders = bool(dictionaries) and all(d.hook_out != d.hook for d in dictionaries)
+    return "gradient" if transcoders and not params else "dpa"
 
 
 def check_thresholds(node_threshold: float | None, edge_threshold: float | None) -> None:
@@ -125,7 +172,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
                   foil: str | None = None, per_layer: int = 16, max_nodes: int = 40, max_edges: int = 120,
                   keep_first: bool = False, batch_size: int = 32, method: str = "dpa",
                   node_threshold: float | None = None, edge_threshold: float | None = None,
-                  **params: Any) -> Subgraph:
+                  live_skip: bool = True, **params: Any) -> Subgraph:
     """Build and prune the feature graph of ``prompt`` (target minus foil) over ``dictionaries``.
 
     method "dpa": DPA top-down passes (the module's docstring); "gradient": the plain backward pass through the
@@ -145,6 +192,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
         return _gradient_feature_graph(model, prompt, list(dictionaries), target, foil, per_layer, max_nodes,
                                        max_edges, keep_first, node_threshold, edge_threshold)
     p = DPAParams.from_kwargs(**params)
+    skip = live_skip and not model.arch.parallel  # a parallel block's MLP reads resid_pre: no mid point to add it at
     enc = model.encode(prompt, target, foil)
     places = check_dictionaries(model, list(dictionaries))
     pairs = sorted(zip(places, dictionaries, strict=True), key=lambda pd: pd[0].order)
@@ -158,7 +206,8 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
     edges: dict[str, dict[str, float]] = {}
     t, _ = logit_target(model, enc, cache)
     top = (model.arch.n_layers - 1, "post")
-    edges["logits"] = {n: float(v[0]) for n, v in _edges_from(model, cache, layers, len(layers), t, top, p)}
+    edges["logits"] = {n: float(v[0]) for n, v in _edges_from(model, cache, layers, len(layers), t, top, p, skip,
+                                                                      keep_first)}
     influence = {"logits": 1.0}
     n_passes = 1
     for i in reversed(range(len(layers))):
@@ -173,7 +222,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
             pos, feat = lay.src.positions[chunk], lay.src.features[chunk]
             dirs = encoder_directions(lay.d, lay.src.x_in, pos, feat)
             tv = read_target(model, lay.place, cache, dirs, pos, seq)
-            found = _edges_from(model, cache, layers, i, tv, lay.place.read, p)
+            found = _edges_from(model, cache, layers, i, tv, lay.place.read, p, skip, keep_first)
             for b, j in enumerate(chunk.tolist()):
                 edges[lay.names[j]] = {n: float(v[b]) for n, v in found}
             n_passes += len(chunk)
@@ -200,7 +249,7 @@ def feature_graph(model: HookedModel, prompt: str, dictionaries: list[Dictionary
         nodes=node_list, edges=edge_list, seconds=seconds, n_passes=n_passes,
         params={"method": "dpa", "per_layer": per_layer, "max_nodes": max_nodes, "max_edges": max_edges,
                 "keep_first": keep_first, "node_threshold": node_threshold, "edge_threshold": edge_threshold,
-                "top_logits": _top_logits(model, probs), **p.to_dict()},
+                "live_skip": skip, "top_logits": _top_logits(model, probs), **p.to_dict()},
         scores=scores, token_ids=[int(t) for t in enc.tokens[0].tolist()], target_id=target_id,
         target_prob=float(probs[target_id]))
 
