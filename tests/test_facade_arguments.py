@@ -49,7 +49,7 @@ def valid(name: str, m) -> dict:
         "load": {"name_or_path": TOY},
         "remote_model": {"repo_id": "openai-community/gpt2"},
         "attribute": {**model_prompt, "target": " N1"},
-        "lens": model_prompt, "dla": model_prompt, "attention": model_prompt,
+        "lens": model_prompt, "dla": model_prompt, "attention": model_prompt, "flow": model_prompt,
         "attribute_set": {"model": m, "prompts": ROWS},
         "circuit": {"model": m, "prompts": ROWS},
         "patch": {"model": m, "clean": P, "corrupted": "N2 and N1 then N1", "target": " N1"},

@@ -41,7 +41,7 @@ from workbench.arguments import (
 __all__ = ["WorkbenchError", "list_models", "load", "register", "models", "runs", "export", "attribute",
            "attribute_set", "remote_model", "circuit", "patch", "path_patch", "probe", "feature_attribution",
            "feature_graph", "jobs", "run_job", "submit_job", "estimate_job", "job_spec", "lens", "dla", "saes",
-           "sae_dashboards", "sae_features", "sae_steer", "vit_explain", "attention"]
+           "sae_dashboards", "sae_features", "sae_steer", "vit_explain", "attention", "flow"]
 __version__ = _version()  # the installed distribution's (importlib.metadata)
 
 BACKENDS = ("transformer_lens", "bridge", "nnsight")
@@ -189,6 +189,16 @@ def lens(model: Any, prompt: str, kind: str = "logit", target: str | None = None
     from attribution.lens import lens as _lens
 
     return _lens(model, prompt, kind=kind, target=target, top_k=top_k, position=position)
+
+
+@checked(model=LoadedModel(), prompt=Text())
+def flow(model: Any, prompt: str):
+    """Information flow by token (IFR per position, as the LLM Transparency Tool draws it): a circuits.flow.Flow
+    with ``.plot(threshold, position)`` (positions across, layers up), ``.graph(threshold, position)`` (the routes
+    to one position's prediction, a Subgraph), ``.describe(node)`` (its logit lens and heads), ``.save()``."""
+    from circuits.flow import flow as _flow
+
+    return _flow(model, prompt)
 
 
 @checked(model=LoadedModel(), prompt=Text())
