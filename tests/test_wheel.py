@@ -4,9 +4,12 @@ prompt and bench sets) and the results documents; installed into a fresh venv an
 ``workbench models`` lists every model the editable install lists, ``sae list`` finds the dictionaries, and the
 app's first render has no error.
 
-The fresh venv reuses this venv's dependencies through a ``.pth`` line (no download): a plain path line is added
-to sys.path without reading that folder's own .pth files, so the checkout's editable finder stays inactive there.
-About 40 s: the build (~12 s), the install, three commands and one app render (which loads smollm2 from the cache).
+In CI the fresh venv reuses this venv's dependencies through a ``.pth`` line (no download): a plain path line is
+added to sys.path without reading that folder's own .pth files, so the checkout's editable finder stays inactive
+there. About 40 s: the build (~12 s), the install, three commands and one app render (which loads smollm2 from the
+cache). In the slow suite (./dev test --slow) the wheel goes into a venv of its own, nothing borrowed: pip resolves
+every dependency from the wheel's metadata alone (torch==2.13.0, the CPU build, from the machine's wheel folder as
+./dev installs it; the rest from the package index), ``pip check`` finds them consistent, and the same commands run.
 """
 
 from __future__ import annotations
@@ -132,7 +135,34 @@ def test_wheel_holds_app_data_and_results(wheel):
     assert not any("__pycache__" in n or n.startswith(("tests/", "scripts/", "data/")) for n in names)
 
 
+@pytest.fixture(scope="module")
+def own_venv(wheel, tmp_path_factory) -> Path:
+    """A fresh venv of its own (no .pth line, no system site-packages) with the wheel and the dependencies its
+    metadata names, resolved by pip as a user's `pip install workbench-*.whl` would."""
+    tmp = tmp_path_factory.mktemp("own-venv")
+    env = tmp / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(env)], check=True, timeout=300)
+    python = str(env / "bin" / "python")
+    _run([python, "-m", "pip", "install", "-q", str(wheel[0])], cwd=tmp, timeout=1800)
+    _run([python, "-m", "pip", "check"], cwd=tmp)
+    return env
+
+
 def test_fresh_venv_runs_the_whole_product(venv, tmp_path):
+    _runs_the_whole_product(venv, tmp_path)
+
+
+@pytest.mark.slow_suite
+def test_venv_of_its_own_runs_the_whole_product(own_venv, tmp_path):
+    """What the CI test checks, with nothing borrowed from this venv: a dependency missing from the metadata fails."""
+    site = Path(_run([str(own_venv / "bin" / "python"), "-c", "import sys; print(sys.prefix)"], tmp_path).strip())
+    assert site == own_venv and not (own_venv / "pyvenv.cfg").read_text().count("include-system-site-packages = true")
+    pths = [p.name for p in own_venv.rglob("*.pth") if sysconfig.get_paths()["purelib"] in p.read_text()]
+    assert not pths, f"the venv reads this venv's packages through {pths}"
+    _runs_the_whole_product(own_venv, tmp_path)
+
+
+def _runs_the_whole_product(venv: Path, tmp_path: Path) -> None:
     outside = tmp_path / "elsewhere"
     outside.mkdir()
     bin_ = venv / "bin"
