@@ -76,6 +76,8 @@ class Flow:
     predictions: list[str]
     seconds: float = 0.0
     params: dict[str, Any] = field(default_factory=dict)
+    threshold: float = THRESHOLD  # what graph, plot, to_json and save use when given none (``at``)
+    position: int | None = None
     hooked: Any = field(default=None, repr=False, compare=False)  # the model, for the lens; None once saved
 
     @property
@@ -105,6 +107,20 @@ class Flow:
             raise RangeError(f"position {position} is outside the prompt's {self.n_tokens} tokens")
         return p % self.n_tokens
 
+    def at(self, threshold: float | None = None, position: int | None = None) -> Flow:
+        """This flow with another default threshold and position (what ``.save()`` and ``.plot()`` then draw)."""
+        import dataclasses
+
+        t = self.threshold if threshold is None else float(threshold)
+        self._check(t)
+        return dataclasses.replace(self, threshold=t, position=self._position(position if position is not None
+                                                                                else self.position))
+
+    @staticmethod
+    def _check(threshold: float) -> None:
+        if not 0.0 <= float(threshold) <= 1.0:
+            raise RangeError(f"threshold {threshold} is outside [0, 1]: it is a share of a residual sum")
+
     # -- the pruned graph ------------------------------------------------------------------------------------
     def importance(self, position: int | None = None) -> dict[str, Float[torch.Tensor, "layer pos"]]:
         """Each node's share of the prediction at ``position`` (default the last), walked down the unpruned
@@ -123,13 +139,13 @@ class Flow:
         out["E"] = w[None]
         return out
 
-    def graph(self, threshold: float = THRESHOLD, position: int | None = None) -> Subgraph:
+    def graph(self, threshold: float | None = None, position: int | None = None) -> Subgraph:
         """The routes to the prediction at ``position`` (default the last): the nodes reachable from it down edges
         whose share exceeds ``threshold``, as the one graph type (node positions and rows set; edge roles attn,
         resid and mlp; node metadata: token, importance, top lens tokens)."""
-        if not 0.0 <= float(threshold) <= 1.0:
-            raise RangeError(f"threshold {threshold} is outside [0, 1]: it is a share of a residual sum")
-        p = self._position(position)
+        threshold = self.threshold if threshold is None else threshold
+        self._check(threshold)
+        p = self._position(self.position if position is None else position)
         imp = self.importance(p)
         t = float(threshold)
         edges: list[GraphEdge] = []
@@ -215,7 +231,7 @@ class Flow:
         return out
 
     # -- drawn, written, saved -------------------------------------------------------------------------------
-    def plot(self, threshold: float = THRESHOLD, position: int | None = None, selected: str | None = None,
+    def plot(self, threshold: float | None = None, position: int | None = None, selected: str | None = None,
              title: str | None = None) -> go.Figure:
         """The graph laid out by token position (x) and layer (y), edge width by share (circuits.flow_plot)."""
         from circuits.flow_plot import flow_figure
@@ -227,18 +243,18 @@ class Flow:
 
         return save_figure(self.plot(**plot_args), path)
 
-    def to_json(self, threshold: float = THRESHOLD, position: int | None = None) -> dict[str, Any]:
+    def to_json(self, threshold: float | None = None, position: int | None = None) -> dict[str, Any]:
         """The pruned graph and what it was drawn from (model, prompt, tokens, prediction, threshold, seconds)."""
         g = self.graph(threshold, position)
         return {"model": self.model, "prompt": self.prompt, "tokens": self.tokens, "prediction": self.prediction,
-                "threshold": float(threshold), "position": g.provenance.params["position"],
+                "threshold": g.provenance.params["threshold"], "position": g.provenance.params["position"],
                 "seconds": round(self.seconds, 3), "n_nodes": len(g.nodes), "n_edges": len(g.edges),
                 "nodes": [{"id": n.id, "row": n.layer, "position": n.position, "label": n.label,
                            "importance": n.metadata["importance"]} for n in g.nodes],
                 "edges": [{"source": e.source, "target": e.target, "role": e.role, "score": e.score}
                           for e in g.edges]}
 
-    def save(self, store: Any = None, threshold: float = THRESHOLD, position: int | None = None) -> Run:
+    def save(self, store: Any = None, threshold: float | None = None, position: int | None = None) -> Run:
         """A ``subgraph`` run (the Runs page and ``circuits.runs.subgraph_of`` reopen it): the pruned graph, this
         figure, and the dense shares as tensors."""
         import json

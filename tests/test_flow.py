@@ -127,3 +127,21 @@ def test_bad_input_is_one_typed_error(llama):
         flow(object(), PROMPT)
     assert parse_node("F1@3") == ("F", 1, 3)
     assert isinstance(f, Flow)
+
+
+def test_cli_routes_and_bad_input(monkeypatch, capsys):
+    import json
+
+    from tests.cli_helpers import assert_bad, run_cli
+
+    args = ("flow", "ioi-attn-1l2h", "N1 and N2 then N2", "--no-save")
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    assert r["tokens"] == ["N1", "and", "N2", "then", "N2"] and r["position"] == 4
+    assert r["attention"] and r["attention"][0]["to"] == 4 and r["attention"][0]["heads"]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and "information flow" in out and "strongest attention edges" in out, err
+    assert_bad(*run_cli(monkeypatch, capsys, *args, "--threshold", "2")[::2], "--threshold")
+    assert_bad(*run_cli(monkeypatch, capsys, *args, "--position", "9")[::2], "position 9")
+    assert_bad(*run_cli(monkeypatch, capsys, "flow", "ioi-attn-1l2h", " ")[::2], "empty prompt")
