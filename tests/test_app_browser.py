@@ -48,7 +48,7 @@ def app_pages() -> list[str]:
     return ["" if i == 1 else Path(path).stem for i, (path, _title, _icon) in enumerate(pages)]
 
 
-LLM_PAGES = {"", "model", "circuits", "probes", "lens"}  # given the tiny model so the test stays fast
+LLM_PAGES = {"", "model", "circuits", "probes", "lens", "flow"}  # given the tiny model so the test stays fast
 QUERIES = {"vision": "?methods=attention,rollout,dap"}
 
 
