@@ -24,6 +24,8 @@ from jaxtyping import Float, Int
 from attribution.dpa.linear import norm_back
 from attribution.dpa.steps import Point, rank
 from attribution.sae.dictionary import Dictionary, dictionaries_root, load_dictionary
+from attribution.sae.pretrained import PREFIX as PRETRAINED
+from attribution.sae.pretrained import load_pretrained
 from attribution.sae.sets import load_set
 from core.errors import MethodError
 
@@ -180,9 +182,10 @@ def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc
     return t
 
 
-def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
+def load_dictionaries(spec: str | list[Any], model: Any = None) -> list[Dictionary]:
     """Dictionaries from "PATH,PATH" (or a list of paths, names under data/saes, ``set:NAME`` for every layer of a
-    dictionary set, or Dictionary objects)."""
+    dictionary set, ``pretrained:RELEASE/ID`` from SAELens' registry, or Dictionary objects). ``model``: needed
+    only to convert a pretrained dictionary the first time (attribution/sae/pretrained.py)."""
     from pathlib import Path
 
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
@@ -196,6 +199,9 @@ def load_dictionaries(spec: str | list[Any]) -> list[Dictionary]:
         if isinstance(item, str) and item.startswith("set:"):  # a transcoder set (workbench sae build-set)
 
             out += load_set(item[4:])
+            continue
+        if isinstance(item, str) and item.startswith(PRETRAINED):
+            out += load_pretrained(item, model)
             continue
         path = Path(item)
         if not path.exists() and not path.is_absolute() and (dictionaries_root() / path).is_dir():
