@@ -211,17 +211,32 @@ def dictionaries_root() -> Path:
     return DATA_DIR / "saes"
 
 
+def pretrained_root() -> Path:
+    """Where published dictionaries are kept once converted: <cache>/pretrained/<release>/<id>/."""
+    import os
+
+    base = Path(os.environ.get("WORKBENCH_CACHE", Path.home() / ".cache" / "workbench"))
+    return base / "pretrained"
+
+
 def list_dictionaries(root: str | Path | None = None, model: str | None = None) -> list[Dictionary]:
-    """Every loadable dictionary under ``root`` (default data/saes), sorted by layer then kind;
+    """Every loadable dictionary under ``root`` (default data/saes and the converted pretrained ones), sorted by
+    layer then kind;
     damaged entries are reported as warnings and skipped."""
     if root:  # a folder the user named must be one
         root = Path(root)
         if not root.is_dir():
             what = "a file" if root.exists() else "missing"
             raise ModelFileError(f"dictionary folder {str(root)!r} is {what}: give a directory of dictionaries")
-    root = Path(root) if root else dictionaries_root()
+    if root:
+        folders = sorted(Path(root).iterdir())
+    else:  # the shipped ones, then pretrained ones converted into the user's cache (attribution/sae/pretrained.py)
+        base, extra = dictionaries_root(), pretrained_root()
+        folders = sorted(base.iterdir()) if base.is_dir() else []
+        folders += sorted(d for r in (sorted(extra.iterdir()) if extra.is_dir() else []) if r.is_dir()
+                          for d in r.iterdir())
     out = []
-    for d in sorted(root.iterdir()) if root.is_dir() else []:
+    for d in folders:
         if d.name.startswith(".") or not (d.is_dir() or d.is_symlink()):
             continue
         try:

@@ -43,8 +43,9 @@ def feature_graph(
     saes: str = typer.Option(..., "--saes", help="Dictionary directories (or names under data/saes), comma-"
                              "separated: residual SAEs and/or transcoders of this model; set:NAME for every "
                              "layer of a transcoder set (workbench sae build-set)."),
-    method: str = typer.Option("dpa", "--method", help="dpa (DPA passes) or gradient (backward passes through "
-                               "the replacement model of a transcoder set, as circuit-tracer)."),
+    method: str = typer.Option("auto", "--method", help="dpa (DPA passes), gradient (backward passes through "
+                               "the replacement model of transcoders, as circuit-tracer), or auto: gradient when "
+                               "every dictionary is a transcoder and no --param is given, else dpa."),
     node_threshold: float = typer.Option(None, "--node-threshold", help="Prune by cumulative node influence "
                                          "(circuit-tracer: 0.8), in (0, 1]."),
     edge_threshold: float = typer.Option(None, "--edge-threshold", help="Prune by cumulative edge influence "
@@ -78,18 +79,30 @@ def feature_graph(
     from core.errors import RangeError
 
     check_thresholds(node_threshold, edge_threshold)
-    if method not in METHODS:
-        raise RangeError(f"--method {method!r}: {', '.join(METHODS)}")
+    if method not in (*METHODS, "auto"):
+        raise RangeError(f"--method {method!r}: auto, {', '.join(METHODS)}")
     from attribution.features.placement import load_dictionaries
     from core.options import split_list
 
-    dicts = load_dictionaries(",".join(split_list("--saes", saes)))
+    specs = split_list("--saes", saes)
+    if any(s.startswith("pretrained:") for s in specs):
+        from attribution.sae.pretrained import parse_ref, sae_ids
+
+        for s in specs:  # a malformed or unknown reference fails before the model loads
+            if s.startswith("pretrained:"):
+                sae_ids(*parse_ref(s))
+    else:
+        dicts = load_dictionaries(",".join(specs))
     import workbench as wb
+    from circuits.feature_graph import choose_method
     from circuits.feature_graph import feature_graph as build
     from core.models.zoo import check_text_model
 
     check_text_model(model, "feature-graph")
     m = wb.load(model, device=check_device(device), dtype=dtype)
+    if any(s.startswith("pretrained:") for s in specs):  # converting one the first time folds in model weights
+        dicts = load_dictionaries(",".join(specs), model=m)
+    method = choose_method(method, dicts, params)
     graph = build(m, prompt, dicts, target=target, foil=foil, per_layer=per_layer, max_nodes=nodes,
                   max_edges=edges, keep_first=keep_first, method=method, node_threshold=node_threshold,
                   edge_threshold=edge_threshold, **params)

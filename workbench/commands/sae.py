@@ -43,6 +43,7 @@ def register(app: typer.Typer) -> None:
     sae_app.command("eval")(evaluate)
     sae_app.command("corpus")(corpus)
     sae_app.command("build-set")(build_set)
+    sae_app.command("pull")(pull)
     app.add_typer(sae_app, name="sae")
 
 
@@ -389,3 +390,37 @@ def build_set(
                     f"{r['seconds'] or 0:.0f} s")
 
     emit(out, as_json, human)
+
+
+def pull(
+    ref: str = typer.Argument(..., help="RELEASE/SAE_ID from SAELens' registry (pretrained_saes.yaml); * in the id "
+                              "takes several, e.g. gemma-scope-2-270m-pt-transcoders-all/"
+                              "layer_*_width_16k_l0_small_affine."),
+    model: str = typer.Option(None, "--model", help="The model they were trained on (needed to convert those that "
+                              "read a norm's output: its weight is folded in).", callback=nonempty),
+    as_json: bool = JSON_OPTION,
+) -> None:
+    """Fetch published dictionaries by name (the hub, or a local copy of the release under
+    $WORKBENCH_SAE_RELEASES) and convert them once into ~/.cache/workbench/pretrained/; then `--saes
+    pretrained:RELEASE/ID` reads them offline and `sae list` shows them."""
+    from attribution.sae.pretrained import parse_ref, sae_ids
+
+    ids = sae_ids(*parse_ref(ref))  # a bad name fails before anything loads
+    m = None
+    if model:
+        import workbench as wb
+
+        m = wb.load(model)
+    from attribution.sae.pretrained import load_pretrained
+
+    dicts = load_pretrained(ref if ref.startswith("pretrained:") else f"pretrained:{ref}", m)
+    rows = [{"name": d.name, "path": str(d.path), "hook": d.hook, "hook_out": d.hook_out, "layer": d.layer,
+             "kind": d.kind, "width": d.d_sae} for d in dicts]
+
+    def human(rows):
+        c = result_console()
+        c.print(f"{len(rows)} of {len(ids)} dictionaries ready:")
+        for r in rows:
+            c.print(f"  L{r['layer']}  {r['kind']}  width {r['width']}  {r['path']}")
+
+    emit(rows, as_json, human)
