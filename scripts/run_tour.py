@@ -1,18 +1,21 @@
 """Execute notebooks/tour.ipynb (smollm2-135m, dinov2-small) with nbclient and write its outputs back.
 
     .venv/bin/python scripts/run_tour.py                  # runs in place, a fresh run store in a temp folder
+    .venv/bin/python scripts/run_tour.py --notebook notebooks/quickstart.ipynb   # the other notebook
     .venv/bin/python scripts/run_tour.py --threads 2 --store ~/.workbench/runs --out /tmp/tour.ipynb
 
 The notebook runs in a fresh kernel from the checkout's root; its runs and jobs go to a temporary run store
 unless --store names one (the tour must not fill a user's store when it is only being checked). The output
 notebook is written atomically, and only when every cell ran; on an error the failing cell and its error are
-printed in one line each and the exit status is 1. Per-cell times (nbclient's own timing metadata) and the
-whole run's time are printed at the end.
+printed in one line each and the exit status is 1. Each code cell records the SHA-1 of the source it ran
+(metadata "source_sha1"), so a cell edited after the run shows as stale. Per-cell times (nbclient's own timing
+metadata) and the whole run's time are printed at the end.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import sys
 import tempfile
@@ -32,6 +35,11 @@ def cell_seconds(cell) -> float | None:  # noqa: ANN001
         return None
     parse = lambda s: datetime.fromisoformat(s.replace("Z", "+00:00"))  # noqa: E731
     return (parse(end) - parse(start)).total_seconds()
+
+
+def source_sha1(source: str) -> str:
+    """The fingerprint of a cell's source that its outputs were produced from."""
+    return hashlib.sha1(source.encode("utf-8")).hexdigest()
 
 
 def tidy_streams(cell) -> None:  # noqa: ANN001
@@ -92,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
     for cell in nb.cells:
         if cell.cell_type == "code":
             tidy_streams(cell)
+            # the source these outputs came from: tests/test_notebooks.py fails on a cell edited and never re-run
+            cell.metadata["source_sha1"] = source_sha1(cell.source)
     part = out.with_name(f".{out.name}.part")
     nbformat.write(nb, part)
     part.replace(out)
