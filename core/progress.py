@@ -1,4 +1,5 @@
-"""Progress bars for the notebook API's long calls (patching, circuit discovery, jobs).
+"""Progress for long work: bars for the notebook API's long calls (patching, circuit discovery, jobs), and
+plain lines per finished unit (``Lines``, ``unit_line``) for commands whose stderr may be a log file.
 
 A bar shows only inside a Jupyter kernel: the CLI has its own progress on stderr and the app its own bars, and
 a script or a test calling the facade stays quiet. tqdm's notebook bar is used when ipywidgets is installed,
@@ -60,3 +61,54 @@ class Bar:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def clock(seconds: float) -> str:
+    """Seconds as a short duration: 42 s, 3m05s, 1h02m."""
+    s = max(0, int(round(seconds)))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{s % 3600 // 60:02d}m"
+
+
+def unit_line(unit: str, seconds: float | None, done: int, total: int | None, elapsed: float,
+              left: float | None = None) -> str:
+    """One finished unit as a log line: ``[elapsed] unit: its seconds · done/total · about T left``.
+    ``left`` defaults to the mean time per unit so far times the units left (none while nothing is done)."""
+    parts = [f"[{clock(elapsed):>8}] {unit}" + (f": {seconds:.1f} s" if seconds is not None else "")]
+    if total:
+        parts.append(f"{min(done, total)}/{total}")
+        if left is None and done:
+            left = elapsed / done * max(0, total - done)
+        if left is not None:
+            parts.append(f"about {clock(left)} left")
+    return " · ".join(parts)
+
+
+class Lines:
+    """A line per finished unit on a stream (stderr by default), written and flushed whether or not the stream
+    is a terminal, so a run scripted to a log file reports as it goes. ``done(unit)`` times the unit from the
+    last one (or the start); ``clock`` is injectable for tests."""
+
+    def __init__(self, total: int | None = None, stream: Any = None, clock: Any = None) -> None:
+        import time
+
+        self.total, self.n = total, 0
+        self._stream = stream
+        self._clock = clock or time.monotonic
+        self.start = self.last = self._clock()
+
+    def done(self, unit: str, n: int = 1, seconds: float | None = None) -> str:
+        now = self._clock()
+        own = now - self.last if seconds is None else seconds
+        self.n += n
+        self.last = now
+        line = unit_line(unit, own, self.n, self.total, now - self.start)
+        stream = self._stream if self._stream is not None else sys.stderr
+        try:
+            print(line, file=stream, flush=True)
+        except (OSError, ValueError):  # a closed or full stream: progress is never worth a failure
+            pass
+        return line

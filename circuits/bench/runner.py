@@ -246,7 +246,7 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
                on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
     """One (task, method) cell: scores on train (timed), curves on test at each level; (its result, its edge
     scores, None for a node-level-only method)."""
-    task, metric, graph = setup.header["task"], setup.header["metric"], setup.graph
+    metric, graph = setup.header["metric"], setup.graph
     res: dict[str, Any] = {"levels": {}}
     started = time.perf_counter()
     if split_variant(method)[0] in NODE_ONLY:
@@ -261,7 +261,7 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
                                             params.get("sample") or cfg.patch_sample, params.get("seed", cfg.seed),
                                             params.get("copies", 8))
             if on_step:
-                on_step(f"{task} {method} edge sample")
+                on_step(f"{setup.header['label']} x {method} edge sample")
     else:
         # the random baseline: cfg.random_seeds draws (seeds cfg.seed, cfg.seed + 1, ...), its figures their mean
         draws = [score_edges(model, graph, method, setup.p_train, setup.refs_train, cfg.seed + k)
@@ -281,7 +281,7 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
             res["levels"][level] = evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level,
                                                   edge, node, chunks, cfg)
         if on_step:
-            on_step(f"{task} {method} {level}")
+            on_step(f"{setup.header['label']} x {method} {level}")
     return res, edge
 
 

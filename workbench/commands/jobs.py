@@ -128,6 +128,50 @@ def jobs_cancel(job_id: str = JOB_ID_ARGUMENT,
     emit({"cancelling": job.id}, as_json, lambda r: print(f"cancelling {r['cancelling']}"))
 
 
+class _ProgressLines:
+    """Plain progress lines on stderr, on a terminal or not (a run scripted to a log file reports as it goes):
+    every new line of the job's log (a finished unit and its time, e.g. a bench cell's level) with the count
+    done and the estimate of what is left; for a kind that logs no units, a count line at most every
+    ``EVERY_S`` while items finish."""
+
+    EVERY_S = 30.0
+    SKIP = ("started (pid",)  # the runner's own notes that say nothing of the work
+
+    def __init__(self, err: Any) -> None:
+        import time
+
+        self.err, self.seen, self.t0, self.last, self.done = err, "", time.monotonic(), 0.0, 0
+
+    def show(self, job: Any) -> None:
+        import time
+
+        from core.progress import unit_line
+
+        now = time.monotonic()
+        log = list(job.log)
+        new = log[log.index(self.seen) + 1:] if self.seen in log else log
+        if log:
+            self.seen = log[-1]
+        units = [line.split(" ", 1)[-1] for line in new if not any(s in line for s in self.SKIP)]
+        if not units and job.done > self.done and now - self.last >= self.EVERY_S:
+            units = [job.kind.replace('_', '-')]
+        for unit in units:
+            self._print(unit_line(unit, None, job.done, job.total, now - self.t0, job.eta_s))
+            self.last = now
+        self.done = job.done
+
+    def _print(self, line: str) -> None:
+        import sys
+
+        try:
+            if self.err.is_terminal:
+                self.err.print(line, highlight=False, markup=False)  # above the bar
+            else:
+                print(line, file=sys.stderr, flush=True)
+        except (OSError, ValueError):  # stderr closed or full: progress is never worth a failure
+            pass
+
+
 def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True) -> tuple[Any, Any]:
     """Run a job (a JobSpec of workbench/scheduler/specs.py) from a command with a progress bar on stderr: (job,
     result). Ctrl-C cancels it. Its estimate (when one can be made: see workbench/scheduler/kinds.py) is printed once
@@ -167,11 +211,14 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
                   console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(spec["kind"].replace("_", "-"), total=None)
 
+        lines = _ProgressLines(err)
+
         def show(job: Any) -> None:
             if job.total:
                 say_estimate()
             bar.update(task, total=job.total or None, completed=job.done,
                        description=f"{spec['kind'].replace('_', '-')} [{job.id}]")
+            lines.show(job)
 
         out = run(spec, workers=workers, address=ray_address, save=save, on_progress=show)
     say_estimate()  # a kind that never reported its items: said at the end, never before an error

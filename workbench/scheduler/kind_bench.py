@@ -12,6 +12,7 @@ Spec: workbench/scheduler/specs.py BenchCircuitsSpec.
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from workbench.scheduler.kinds import split, worker_model
@@ -48,7 +49,15 @@ class BenchCircuitsJob:
         cfg = bench_config(spec)
         model = worker_model(spec)
         report.total(sum(method_steps(cfg, m) for _, m in shard))
-        return run_cells(model, cfg, [tuple(c) for c in shard], on_step=lambda what: report.step(1))
+        last = [time.monotonic()]
+
+        def step(what: str) -> None:  # a finished (task, method, level): counted, and a log line with its time
+            now = time.monotonic()
+            report.step(1)
+            report.note(f"{what}: {now - last[0]:.1f} s")
+            last[0] = now
+
+        return run_cells(model, cfg, [tuple(c) for c in shard], on_step=step)
 
     def finish(self, spec: dict[str, Any], parts: list[list[dict[str, Any]]]) -> Any:
         from circuits.bench.cells import merge

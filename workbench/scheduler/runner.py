@@ -411,9 +411,13 @@ def _run_here(job: Job, board: JobBoard, kind: Any, shards: list[Any],
             if board.cancel_requested(job.id):
                 raise JobCancelled(f"job {job.id} cancelled")
 
+        def note(text: str, i: int = i) -> None:
+            tracker.event(i, "log", text)
+            tracker.flush(force=True)  # a finished unit is shown (and recorded) as it comes
+
         with model_lock(job.spec):  # a model lent by the app: one hooked forward at a time
             parts.append(kind.run_shard(job.spec, shard,
-                                        Report(lambda n, i=i: tracker.event(i, "total", n), step)))
+                                        Report(lambda n, i=i: tracker.event(i, "total", n), step, note)))
     tracker.flush(force=True)
     return parts, tracker
 

@@ -24,10 +24,17 @@ LEAN_RAY = ({} if os.environ.get("WORKBENCH_RAY_PRESTART") == "1"
 
 
 class Report:
-    """The progress callback a shard's engine call gets: total(n) once known, step(n) as items finish."""
+    """The progress callback a shard's engine call gets: total(n) once known, step(n) as items finish,
+    note(text) for a line in the job's log (a finished unit and its time: commands print it as it comes)."""
 
-    def __init__(self, on_total: Callable[[int], None], on_step: Callable[[int], None]) -> None:
+    def __init__(self, on_total: Callable[[int], None], on_step: Callable[[int], None],
+                 on_note: Callable[[str], None] | None = None) -> None:
         self.total, self.step = on_total, on_step
+        self._note = on_note
+
+    def note(self, text: str) -> None:
+        if self._note is not None:
+            self._note(text)
 
 
 def shard_events(spec: dict[str, Any], shard: Any):
@@ -40,7 +47,8 @@ def shard_events(spec: dict[str, Any], shard: Any):
         try:
             box["part"] = get_kind(spec["kind"]).run_shard(
                 spec, shard, Report(on_total=lambda n: events.put(("total", n)),
-                                    on_step=lambda n: events.put(("step", n))))
+                                    on_step=lambda n: events.put(("step", n)),
+                                    on_note=lambda text: events.put(("log", text))))
         except BaseException as exc:  # re-raised in the task below, so Ray carries it to the driver
             box["error"] = exc
         finally:
@@ -74,6 +82,9 @@ def _relay(events: queue.Queue):
             if item[0] == "step":
                 steps += item[1]
             else:
+                if steps:  # the steps before a note first: its line then counts them
+                    yield ("step", steps)
+                    steps = 0
                 yield item
             try:
                 item = events.get(timeout=max(0.0, batch_end - time.monotonic()))
