@@ -15,7 +15,7 @@ PAGES = [
     ("pages/model.py", "Model", ":material/memory:"),
     ("pages/attribution.py", "Attribution", ":material/account_tree:"),
     ("pages/lens.py", "Lens", ":material/visibility:"),
-    ("pages/flow.py", "Information flow", ":material/timeline:"),
+    ("pages/flow.py", "Flow by token", ":material/timeline:"),
     ("pages/circuits.py", "Circuits", ":material/share:"),
     ("pages/benchmark.py", "Circuit benchmark", ":material/leaderboard:"),
     ("pages/prompt_sets.py", "Prompt sets", ":material/list_alt:"),

@@ -96,7 +96,7 @@ def flow_figure(flow: Any, graph: Subgraph, selected: str | None = None, title: 
                      ticktext=[_token_tick(t, i) for i, t in enumerate(flow.tokens)], showgrid=False, zeroline=False,
                      title="token position")
     step = 1 if n_layers <= 12 else 2
-    ticks = [-1] + list(range(0, n_layers, step))
+    ticks = [-1] + list(range(0, n_layers, step)) + ([n_layers - 1] if (n_layers - 1) % step else [])  # the top too
     fig.update_yaxes(range=[-1.6, n_layers - 0.2], tickvals=ticks,
                      ticktext=["embed" if t < 0 else f"L{t}" for t in ticks], showgrid=True, gridcolor="#f0f0f0",
                      zeroline=False, title="layer (after attention half a row below)")

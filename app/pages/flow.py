@@ -10,7 +10,7 @@ from app import shared as SH
 from app import views as V
 from app.flow_view import caption, clicked_node, head_rows, incoming_rows, lens_rows
 
-st.title("Information flow")
+st.title("Information flow by token")
 st.caption("Where the prediction's information came from, token by token (Ferrando and Voita's information flow "
            "routes; the LLM Transparency Tool's graph). Positions run across, layers up. Blue edges carry "
            "information between positions through attention, grey ones keep it in the residual stream at one "
