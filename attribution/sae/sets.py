@@ -29,7 +29,7 @@ from typing import Any
 
 from attribution.sae.config import TrainConfig
 from core.checks import read_json
-from core.errors import ModelFileError, RangeError
+from core.errors import DatasetError, ModelFileError, RangeError
 
 SET_FILE = "set.json"
 Progress = Callable[[str, int, int], None]
@@ -167,6 +167,72 @@ def resolve_set(name: str) -> Path:
     return path
 
 
+# What every layer of one set must share: a graph over layers trained on other widths or token counts would
+# compare features of unlike quality as if they were one replacement model.
+UNIFORM = (("width", "width"), ("train_tokens", "tokens"))  # (workbench.json key, SetSpec field)
+
+
+def check_uniform(root: Path, infos: dict[int, dict[str, Any]], spec: dict[str, Any] | None = None) -> None:
+    """ModelFileError (one line) when the built layers' workbench.json disagree on width or training tokens
+    (with each other, or with ``spec``, the set's training settings), naming the layers on each side."""
+    for key, spec_key in UNIFORM:
+        groups: dict[Any, list[int]] = {}
+        for layer, info in sorted(infos.items()):
+            if info.get(key) is not None:  # a layer that does not record it is not held against the others
+                groups.setdefault(info.get(key), []).append(layer)
+        want = (spec or {}).get(spec_key)
+        if len(groups) > 1 or (want is not None and groups and set(groups) != {want}):
+            what = "; ".join(f"{k} in L{_ranges(v)}" for k, v in groups.items())
+            expect = f" (the set says {want})" if want is not None else ""
+            noun = {"width": "widths", "tokens": "token counts"}[spec_key]
+            raise ModelFileError(f"dictionary set {root.name!r} mixes layers trained on different {noun}: "
+                                 f"{what}{expect}; rebuild the odd layers (delete their L folders and run `workbench "
+                                 "sae build-set` with the set's settings) or give another --name")
+
+
+def _layer_infos(root: Path, layers: Iterable[int]) -> dict[int, dict[str, Any]]:
+    out = {}
+    for layer in layers:
+        info = read_json(layer_dir(root, layer) / "workbench.json", f"{root.name}/L{layer}/workbench.json",
+                         ModelFileError)
+        out[layer] = info if isinstance(info, dict) else {}
+    return out
+
+
+def check_cache(root: Path, layers: Iterable[int]) -> None:
+    """Before a resumed build reads them: every cached manifest parses and every shard it lists is whole (its
+    safetensors header covers the file). DatasetError (one line) naming the damaged file; nothing is deleted,
+    so the layers already built, and the other layers' shards, stay."""
+    from safetensors import safe_open
+
+    acts = root / ".acts"
+    for split in ("train", "heldout"):
+        for layer in layers:
+            d = acts / split / f"L{layer}"
+            manifest = d / "manifest.json"
+            if not d.is_dir() or not manifest.exists():
+                continue
+            fix = (f"delete {d} (the cached activations of that layer; the set's built layers are kept) and run "
+                   "the build again")
+            try:
+                data = read_json(manifest, str(manifest), DatasetError) if manifest.is_file() else None
+            except DatasetError as exc:
+                raise DatasetError(f"the cached activations of set {root.name!r} are damaged: {exc}; {fix}") from None
+            shards = data.get("shards") if isinstance(data, dict) else None
+            if not isinstance(shards, list) or not all(isinstance(x, dict) and "file" in x for x in shards):
+                raise DatasetError(f"the cached activations of set {root.name!r} are damaged: {manifest} lists no "
+                                   f"shards; {fix}")
+            for entry in shards:
+                f = d / str(entry["file"])
+                try:
+                    with safe_open(str(f), framework="pt") as h:
+                        h.keys()
+                except Exception as exc:  # noqa: BLE001 - missing, truncated, zeroed, garbage: all one line
+                    reason = (str(exc).splitlines() or [type(exc).__name__])[0][:120]
+                    raise DatasetError(f"the cached activations of set {root.name!r} are damaged: {f} ({reason}); "
+                                       f"{fix}") from None
+
+
 def load_set(name: str, layers: Iterable[int] | None = None, complete: bool = True) -> list[Any]:
     """The set's dictionaries, by layer. ``complete``: every layer the set was asked for must be built (a set
     missing a layer is refused, naming them); a damaged layer is a ModelFileError naming it."""
@@ -188,6 +254,7 @@ def load_set(name: str, layers: Iterable[int] | None = None, complete: bool = Tr
             out.append(load_dictionary(layer_dir(root, layer)))
         except ModelFileError as exc:
             raise ModelFileError(f"dictionary set {root.name!r}, layer {layer}: {exc}") from None
+    check_uniform(root, {d.layer: {**d.info, "width": d.d_sae} for d in out}, info.get("training"))
     return out
 
 
@@ -283,11 +350,15 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
         seconds = dict(old.get("seconds") or {})
     else:
         layers, seconds = list(spec.layers), {}
+    # a resumed build: refuse layers built otherwise and damaged cached activations before writing anything
+    built = built_layers(root)
+    check_uniform(root, _layer_infos(root, [x for x in layers if x in built]), spec.same_training())
+    todo = [x for x in spec.layers if x not in built]
+    check_cache(root, todo)
     root.mkdir(parents=True, exist_ok=True)
     meta = {"model": spec.model, "kind": spec.kind, "layers": layers, "training": spec.same_training(),
             "spec": asdict(spec), "seconds": seconds}
     _write_json(root / SET_FILE, meta)
-    todo = [x for x in spec.layers if x not in built_layers(root)]
     acts = root / ".acts"
     t0 = time.time()
     if todo:
