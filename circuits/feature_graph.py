@@ -83,19 +83,19 @@ def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement]
     return out
 
 
-def _skip_back(model: HookedModel, cache: dict[str, Any], lay: _Layer, t: torch.Tensor,
-               keep_first: bool) -> torch.Tensor:
+def skip_back(model: HookedModel, cache: dict[str, Any], d: Dictionary, layer: int, t: torch.Tensor,
+              keep_first: bool = False) -> torch.Tensor:
     """What a transcoder's live skip term sends below its layer: the target at its output ([batch, pos, d_model],
     at resid_post) through W_skip and the frozen ln2 scale to resid_mid (read_target's path). The replacement
     model's skip is a linear function of the MLP input, so its share of a target belongs to what lies below it,
     as the gradient graph carries it; zero at the sink position when it is left out (its skip is error there)."""
-    w = getattr(lay.d.sae, "W_skip", None)
+    w = getattr(d.sae, "W_skip", None)
     if w is None:
         return torch.zeros_like(t)
     g = t @ w.float().to(t.device)  # skip(x) = x @ W_skip^T, so its transpose is t @ W_skip
     if not keep_first:
         g[:, :1] = 0.0
-    g, _ = norm_back(g, cache.get(f"blocks.{lay.place.mlp}.ln2.hook_scale"), None, None,
+    g, _ = norm_back(g, cache.get(f"blocks.{layer}.ln2.hook_scale"), None, None,
                      model.arch.norm == "layernorm")
     return g
 
@@ -133,7 +133,7 @@ def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer],
                 break
             frozen.add(lay.place.mlp)
             if live_skip:
-                skip = _skip_back(model, cache, lay, tv, keep_first)
+                skip = skip_back(model, cache, lay.d, lay.place.mlp, tv, keep_first)
         if cut:
             return out
         if skip is not None:

@@ -143,6 +143,99 @@ def report(path: str) -> None:
                   f"{mean('seconds'):.1f} |")
 
 
+# DPA's variants on a replacement model (issue 53 item 3): path weights x the transcoders' skip term
+VARIANTS = {"gradient": None,
+            "dpa (old: skip held)": dict(live_skip=False),
+            "dpa": dict(),
+            "dpa frozen attention, skip held": dict(live_skip=False, w_q=0.0, w_k=0.0, w_v=1.0),
+            "dpa frozen attention": dict(w_q=0.0, w_k=0.0, w_v=1.0)}
+
+
+def _sinks(g) -> tuple[dict[str, float], dict[str, float], float]:
+    """Where a graph's influence on the logits ends, as graph_scores counts it: per layer the error nodes'
+    influence, the embeddings' by position, and the total (token + error)."""
+    from circuits.influence import node_influence, node_kind
+
+    edges: dict[str, dict[str, float]] = {}
+    for e in g.edges:
+        edges.setdefault(e.target, {})[e.source] = float(e.score)
+    targets = set(edges)
+    edges = {t: {s: v for s, v in row.items() if node_kind(s) != "feature" or s in targets}
+             for t, row in edges.items()}
+    infl = node_influence(edges, {"logits": 1.0})
+    err: dict[str, float] = {}
+    emb: dict[str, float] = {}
+    for n, v in infl.items():
+        if node_kind(n) == "error":
+            layer = n.split(".")[0].lstrip("L").rstrip("TM")
+            err[layer] = err.get(layer, 0.0) + v
+        elif node_kind(n) == "token":
+            emb[n] = v
+    return err, emb, sum(err.values()) + sum(emb.values())
+
+
+def anatomy(args: argparse.Namespace) -> None:
+    """Per prompt, the gradient graph and DPA's four variants over the set: scores, where the influence on the
+    logits ends (per layer's error nodes, the embeddings), how far each DPA variant's edges into the logits are
+    from the gradient graph's, and each layer's skip-term share of the logit target (what the old DPA dropped)."""
+    import torch
+
+    torch.set_num_threads(1)
+    import workbench as wb
+    from attribution.dpa.params import DPAParams
+    from attribution.dpa.pullback import dpa_cache, logit_target, pull_back
+    from attribution.features.placement import load_dictionaries, sources
+    from attribution.features.scores import hooks_of
+    from circuits.feature_graph import feature_graph, skip_back
+
+    model = wb.load(args.model)
+    tcs = load_dictionaries(f"set:{args.set}")
+    by_layer = {d.layer: d for d in tcs}
+    rows = prompts(args.model, args.source, args.ioi, args.facts)
+    with open(args.out, "a") as fh:
+        for p in rows:
+            graphs = {}
+            for name, kw in VARIANTS.items():
+                t0 = time.perf_counter()
+                method = "gradient" if kw is None else "dpa"
+                graphs[name] = feature_graph(model, p["prompt"], tcs, target=p["target"], foil=p.get("foil"),
+                                             method=method, per_layer=args.per_layer, max_nodes=100_000,
+                                             max_edges=10**6, **(kw or {}))
+                graphs[name].metadata["wall"] = time.perf_counter() - t0
+            ref = {e.source: e.score for e in graphs["gradient"].edges if e.target == "logits"}
+            scale = sum(abs(v) for v in ref.values())
+            # each layer's skip term against the logit target at its output (exact, frozen attention: no q/k)
+            enc = model.encode(p["prompt"], p["target"], p.get("foil"))
+            exact = DPAParams.from_kwargs(w_q=0.0, w_k=0.0, w_v=1.0)
+            cache = dpa_cache(model, enc.tokens, exact, hooks_of(tcs))
+            t, logit = logit_target(model, enc, cache)
+            skip_share: dict[str, float] = {}
+            frozen: set[int] = set()
+            for point, tv in pull_back(model, cache, t.clone(), (model.arch.n_layers - 1, "post"), exact,
+                                       frozen_mlps=frozen):
+                layer, where = point
+                if where == "post" and layer in by_layer:
+                    src = sources(by_layer[layer], cache)
+                    skip_share[str(layer)] = float((tv[0] * src.skip).sum())
+                    frozen.add(layer)
+                    tv.add_(skip_back(model, cache, by_layer[layer], layer, tv))  # as feature_graph's passes do
+            out = {"model": args.model, "prompt": p["prompt"], "target": p["target"], "foil": p.get("foil"),
+                   "set": p["set"], "logit": logit, "skip_at_output": skip_share, "variants": {}}
+            for name, g in graphs.items():
+                err, emb, total = _sinks(g)
+                mine = {e.source: e.score for e in g.edges if e.target == "logits"}
+                diff = sum(abs(mine.get(k, 0.0) - v) for k, v in ref.items())
+                out["variants"][name] = {**{k: g.graph_scores().get(k) for k in ("replacement", "completeness")},
+                                         "error_by_layer": {k: v / total for k, v in err.items()},
+                                         "embeddings": sum(emb.values()) / total,
+                                         "logit_edges_l1_from_gradient": diff / scale,
+                                         "seconds": round(g.metadata["wall"], 1), "passes": g.n_passes}
+            fh.write(json.dumps(out) + "\n")
+            fh.flush()
+            print(json.dumps({"prompt": p["prompt"], **{k: (v["replacement"], v["logit_edges_l1_from_gradient"])
+                                                         for k, v in out["variants"].items()}}), flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -157,8 +250,11 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=10)
     ap.add_argument("--out", default="/tmp/replacement_study.jsonl")
     ap.add_argument("--report", default="", help="print the summary table of this JSON-lines file and stop")
+    ap.add_argument("--anatomy", action="store_true", help="DPA's variants against the gradient graph (issue 53)")
     args = ap.parse_args()
-    if args.report:
+    if args.anatomy:
+        anatomy(args)
+    elif args.report:
         report(args.report)
     else:
         run(args)
