@@ -27,11 +27,14 @@ gives the same targets and the score is the exact effect of patching the edge; w
 attention-only model without norms DPA's target is the gradient, and ``dpa_path`` equals ``eap_ig`` at the
 same steps (tests/test_dpa_path.py checks all three).
 
-Cost per batch: one forward of the clean and reference prompts (as dpa), the ``steps - 1`` interior points'
-forwards (no gradient) and top-down passes, and the edge products. Points are taken ``ROWS`` prompt rows at a
-time: one forward and one top-down pass for a group of points (the prompts repeated, one interpolation per
-copy), the group's targets summed before one round of products; on smollm2 this costs much less than a pass
-per point, and memory is bounded by the group whatever ``steps`` is. ``steps`` runs from 1 to ``MAX_STEPS``.
+Cost per batch: one forward of the clean and reference prompts (as dpa), then the ``steps`` points as one
+batch: one forward of the ``steps - 1`` interior points (no gradient; the prompts repeated, one interpolation
+per copy), one top-down pass over all ``steps`` copies, their targets summed before one round of edge products.
+Points go ``ROWS`` prompt rows at a time, so memory stays bounded (DPA's cache holds each row's patterns, norm
+scales and MLP pre-activations: about 8 MB a row on smollm2-135m at 20 positions); at the benchmark's 8
+prompts a batch, steps up to 16 are one pass. The work itself (rows x layers) is what it was: a row of a
+point costs a no-grad forward and a top-down pass, EAP-IG's a forward and a backward
+(results/circuits/time_breakdown.md has the measured share). ``steps`` runs from 1 to ``MAX_STEPS``.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from circuits.intervene import EdgeProducts, References
 from core.errors import MethodError
 
 MAX_STEPS = 256  # points on the path: each is a forward and a top-down pass per batch
-ROWS = 64  # prompt rows per forward and top-down pass over a group of points
+ROWS = 128  # prompt rows per forward and top-down pass over a group of points (16 points of 8 prompts: one)
 
 
 def check_steps(steps: Any) -> int:
