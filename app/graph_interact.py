@@ -298,9 +298,11 @@ def enter(key: str, identity: str, run: Any = None, lineage: Any = None) -> tupl
         s[f"_{key}_identity"] = identity
         s[f"{key}_prune"] = got.threshold
         s[f"{key}_pinned_only"] = got.pinned_only
-        for k in (f"{key}_pinned", f"_{key}_pinned_last", f"{key}_sn_members", f"_{key}_suggested", f"_{key}_open",
-                  f"{key}_sn_name", f"_{key}_prune_error"):
+        for k in (f"_{key}_pinned_last", f"_{key}_suggested", f"_{key}_open", f"_{key}_prune_error"):
             s.pop(k, None)
+        # set, not dropped: the browser keeps a dropped widget's text; a value set here is sent to it
+        s[f"{key}_sn_name"], s[f"{key}_sn_members"] = "", []
+        s.pop(f"{key}_pinned", None)
     else:
         if f"{key}_prune" not in s:
             s[f"{key}_prune"] = got.threshold
