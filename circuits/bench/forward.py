@@ -36,14 +36,17 @@ from circuits.intervene import (
 
 
 def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
-                     keep: Bool[torch.Tensor, "copy edge"], metric: str) -> Float[torch.Tensor, "copy batch"]:
+                     keep: Bool[torch.Tensor, "copy edge"], metric: str,
+                     live: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+                     ) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only each copy's kept edges intact (one forward for all copies); the
     ablation is applied at the live positions only (identical prefixes, e.g. a task's solved example,
-    cost nothing)."""
+    cost nothing). ``live``: ``live_reference(model, batch, ref)`` when the caller keeps it (then ``ref`` is
+    not read)."""
     copies = int(keep.shape[0])
     n, seq = batch.tokens.shape
     d = model.arch.d_model
-    lb, lp, ref_live = live_reference(model, batch, ref)
+    lb, lp, ref_live = live if live is not None else live_reference(model, batch, ref)
     n_live = len(lb)
     dense = torch.stack([graph.mask_dense(k) for k in keep])  # [copy, S, R]
     ablated = (graph.valid[None] & ~dense).float().to(model.device)
@@ -212,6 +215,53 @@ def prompt_metrics(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: Re
                 if on_step:
                     on_step(len(ids))
     return out
+
+
+class TaskForwards:
+    """What every masked forward over one task's test prompts shares, computed once per task and kept for every
+    method, grid size and random draw: per batch its shared prefix run once (``PrefixReuse``), its suffix,
+    and the counterfactual run's sender outputs at the live positions (``live_reference``). ``metrics`` then
+    runs any number of masks through the dense product, as many copies stacked along the batch of one
+    forward as ``budget_mb`` of sender differences allows."""
+
+    def __init__(self, model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,
+                 reuse_prefix: bool = True, budget_mb: float = 384.0) -> None:
+        self.model, self.graph, self.prompts, self.budget_mb = model, graph, prompts, budget_mb
+        self.parts: list[tuple[list[int], Any, PromptBatch, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]] = []
+        for batch in prompts.batches:
+            ref = refs.of(batch)  # the counterfactual's forward: once per batch and task, not per call
+            runner, part = model, batch
+            reuse = PrefixReuse.of(model, batch) if reuse_prefix else None
+            if reuse is not None:
+                runner, part, n_prefix = reuse
+                ref = suffix_reference(ref, n_prefix)
+            lb, lp, ref_live = live_reference(model, part, ref)
+            self.parts.append((list(batch.rows), runner, part, (lb, lp, ref_live.contiguous())))
+            del ref
+
+    def copies(self, live: int) -> int:
+        """How many masks one forward stacks: the sender differences [copy, sender, live x d_model] in float32
+        within the budget."""
+        per = len(self.graph.senders) * live * self.model.arch.d_model * 4
+        return max(1, int(self.budget_mb * 2**20 // max(per, 1)))
+
+    def metrics(self, masks: Bool[torch.Tensor, "mask edge"],
+                on_step: Callable[[int], None] | None = None) -> Float[torch.Tensor, "mask prompt"]:
+        """The metric of every prompt (prompt-set order) with only each mask's edges intact; masks equal to
+        the whole model or to nothing run like any other (callers that know m(full), m(empty) skip them)."""
+        out = torch.zeros(masks.shape[0], self.prompts.n_prompts, dtype=torch.float64)
+        if not masks.shape[0]:
+            return out
+        for rows, runner, part, live in self.parts:
+            size = self.copies(len(live[0]))
+            index = torch.tensor(rows)
+            for start in range(0, masks.shape[0], size):
+                chunk = masks[start:start + size]
+                values = run_masked_dense(runner, self.graph, part, None, chunk, self.prompts.metric, live)
+                out[start:start + len(chunk), index] = values.double().cpu()
+                if on_step:
+                    on_step(len(chunk))
+        return out
 
 
 def node_patching(model: Any, graph: CircuitGraph, prompts: PromptSet, refs: References,

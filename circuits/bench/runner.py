@@ -26,7 +26,7 @@ from jaxtyping import Float
 from circuits.bench import metrics as mib
 from circuits.bench import tasks as bench_tasks
 from circuits.bench.agreement import attach, sample_patching
-from circuits.bench.forward import node_patching, prompt_metrics
+from circuits.bench.forward import TaskForwards, node_patching, prompt_metrics
 from circuits.bench.prompts import task_prompts
 from circuits.bench.select import SELECTIONS, select_edges
 from circuits.bench.tasks import TASKS, build, is_task, keep_rows, parse_task, split_rows
@@ -206,10 +206,15 @@ class TaskSetup:
     refs_train: References
     refs_test: References
     ends: Float[torch.Tensor, "2 prompt"]  # the metric per test prompt of the full and the empty circuit
+    forwards: TaskForwards | None = None  # batched evaluation: the test prompts' shared runs, once per task
 
 
-def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
-    """A task's rows (built now when the model has no data file), prompts, references and its two ends."""
+def prepare_task(model: Any, task: str, cfg: BenchConfig, batched: bool = True) -> TaskSetup:
+    """A task's rows (built now when the model has no data file), prompts, references and its two ends.
+    ``batched``: the test prompts' counterfactual runs and shared prefixes are computed here once for every
+    method, grid size and draw (``TaskForwards``), and each method's circuits stack along the batch of one
+    forward; without it each evaluation recomputes them and runs two circuits a forward (the figures agree to
+    float rounding: tests/test_eval_batched.py)."""
     rows, metric, source = load_rows(model.name, task, cfg.seed)
     if source == "built":
         rows = build(model, task, n=128, seed=cfg.seed, fractions=(0.375, 0.125, 0.5))
@@ -228,9 +233,9 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
     p_test = task_prompts(model, test, metric, cfg.batch_size)
     refs_train, refs_test = References(model, graph, p_train), References(model, graph, p_test)
     started = time.perf_counter()
-    ends = prompt_metrics(model, graph, p_test, refs_test,
-                          torch.stack([torch.ones(graph.n_edges, dtype=torch.bool),
-                                       torch.zeros(graph.n_edges, dtype=torch.bool)]))
+    both = torch.stack([torch.ones(graph.n_edges, dtype=torch.bool), torch.zeros(graph.n_edges, dtype=torch.bool)])
+    forwards = TaskForwards(model, graph, p_test, refs_test) if batched else None
+    ends = forwards.metrics(both) if forwards is not None else prompt_metrics(model, graph, p_test, refs_test, both)
     header: dict[str, Any] = {"task": task, "label": task_label(task), "metric": metric, "source": source,
                               "n_train": len(train), "n_test": len(test),
                               "rows": {s: sum(1 for r in rows if r.get("split") == s) for s in bench_tasks.SPLITS},
@@ -239,7 +244,7 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig) -> TaskSetup:
     mib.finite(header["m_full"] - header["m_empty"], f"task {task}'s span m(full) - m(empty)")
     if abs(header["m_full"] - header["m_empty"]) < 1e-9:
         raise MethodError(f"task {task}: the metric is the same intact and fully ablated; nothing to explain")
-    return TaskSetup(header, graph, train, p_train, p_test, refs_train, refs_test, ends)
+    return TaskSetup(header, graph, train, p_train, p_test, refs_train, refs_test, ends, forwards)
 
 
 def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
@@ -273,7 +278,13 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
     for level in cfg.levels:
         if level == "edge" and edge is None:
             continue
-        if edge is not None and len(draws) > 1:
+        if setup.forwards is not None:  # every draw's circuits (one for a method) in stacked forwards
+            if edge is None or len(draws) == 1:
+                found = evaluate_draws(setup, level, [(edge, node, chunks)], cfg)
+            else:
+                found = evaluate_draws(setup, level, [(e, mib.node_scores_of(graph, e), c) for e, c in draws], cfg)
+            res["levels"][level] = found[0] if len(found) == 1 else mean_levels(found)
+        elif edge is not None and len(draws) > 1:
             res["levels"][level] = mean_levels([
                 evaluate_level(model, graph, setup.p_test, setup.refs_test, setup.ends, level, e,
                                mib.node_scores_of(graph, e), c, cfg) for e, c in draws])
@@ -285,9 +296,9 @@ def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
     return res, edge
 
 
-def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], None] | None = None
-             ) -> dict[str, Any]:
-    setup = prepare_task(model, task, cfg)
+def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], None] | None = None,
+             batched: bool = True) -> dict[str, Any]:
+    setup = prepare_task(model, task, cfg, batched)
     out: dict[str, Any] = {**setup.header, "methods": {}}
     scores = {}
     for method in cfg.methods:
@@ -299,13 +310,11 @@ def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], N
     return out
 
 
-def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: References,
-                   ends: Float[torch.Tensor, "2 prompt"], level: str, edge: Float[torch.Tensor, " edge"] | None,
-                   node: Float[torch.Tensor, " sender"], chunks: Float[torch.Tensor, "chunk edge"] | None,
-                   cfg: BenchConfig) -> dict[str, Any]:
-    """CPR (signed ordering) and CMD (absolute ordering) curves of one method at one level, each distinct
-    circuit run once, with bootstrap intervals over the test prompts."""
-    started = time.perf_counter()
+def level_masks(graph: CircuitGraph, level: str, edge: Float[torch.Tensor, " edge"] | None,
+                node: Float[torch.Tensor, " sender"], chunks: Float[torch.Tensor, "chunk edge"] | None,
+                cfg: BenchConfig) -> tuple[list[int], list[torch.Tensor], dict[bool, list[int]]]:
+    """MIB's grid at one level: (its sizes, its distinct circuits, per ordering (absolute or not) the index of
+    each size's circuit)."""
     n_items = graph.n_edges if level == "edge" else len(graph.senders)
     counts = mib.sizes(cfg.grid, n_items)
     masks: list[torch.Tensor] = []
@@ -323,19 +332,22 @@ def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: Referenc
                 keys[key] = len(masks)
                 masks.append(mask)
             points[absolute].append(keys[key])
+    return counts, masks, points
+
+
+def _ends_of(graph: CircuitGraph, masks: list[torch.Tensor]) -> tuple[list[int], dict[int, int]]:
+    """The circuits that need a forward, and those equal to the whole model (0) or to nothing (1)."""
     full_key = torch.ones(graph.n_edges, dtype=torch.bool).numpy().tobytes()
     empty_key = torch.zeros(graph.n_edges, dtype=torch.bool).numpy().tobytes()
-    todo = [i for i, m in enumerate(masks) if m.numpy().tobytes() not in (full_key, empty_key)]
-    per_prompt = torch.zeros(len(masks) + 2, prompts.n_prompts, dtype=torch.float64)
-    per_prompt[-2], per_prompt[-1] = ends[0], ends[1]
-    if todo:
-        per_prompt[todo] = prompt_metrics(model, graph, prompts, refs, torch.stack([masks[i] for i in todo]))
-    for i, m in enumerate(masks):  # circuits equal to the whole model or to nothing need no forward
-        key = m.numpy().tobytes()
-        if key == full_key:
-            per_prompt[i] = ends[0]
-        elif key == empty_key:
-            per_prompt[i] = ends[1]
+    known = {i: 0 if m.numpy().tobytes() == full_key else 1 for i, m in enumerate(masks)
+             if m.numpy().tobytes() in (full_key, empty_key)}
+    return [i for i in range(len(masks)) if i not in known], known
+
+
+def level_figures(per_prompt: Float[torch.Tensor, "mask prompt"], masks: list[torch.Tensor], counts: list[int],
+                  points: dict[bool, list[int]], cfg: BenchConfig, n_forwards: int, seconds: float) -> dict[str, Any]:
+    """CPR, CMD, their intervals and curves from the per-prompt metric of every circuit (rows as ``masks``,
+    then m(full), m(empty))."""
     full, empty = len(masks), len(masks) + 1
     curves = {}
     for absolute, name in ((False, "cpr"), (True, "cmd")):
@@ -346,8 +358,67 @@ def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: Referenc
     ci = mib.bootstrap(per_prompt, full, empty, points[False], points[True], list(cfg.grid), cfg.n_boot, cfg.seed)
     return {"cpr": mib.finite(curves["cpr"].cpr, "CPR"), "cmd": mib.finite(curves["cmd"].cmd, "CMD"),
             "cpr_ci": ci["cpr"], "cmd_ci": ci["cmd"], "curves": {k: asdict(v) for k, v in curves.items()},
-            "n_forwards": len(todo), "eval_seconds": time.perf_counter() - started,
+            "n_forwards": n_forwards, "eval_seconds": seconds,
             "empty": empty_sizes({k: asdict(v) for k, v in curves.items()})}
+
+
+def _per_prompt(masks: list[torch.Tensor], todo: list[int], known: dict[int, int],
+                ends: Float[torch.Tensor, "2 prompt"], measured: Float[torch.Tensor, "todo prompt"]
+                ) -> Float[torch.Tensor, "row prompt"]:
+    per_prompt = torch.zeros(len(masks) + 2, ends.shape[1], dtype=torch.float64)
+    per_prompt[-2], per_prompt[-1] = ends[0], ends[1]
+    if todo:
+        per_prompt[todo] = measured
+    for i, end in known.items():  # circuits equal to the whole model or to nothing need no forward
+        per_prompt[i] = ends[end]
+    return per_prompt
+
+
+def evaluate_level(model: Any, graph: CircuitGraph, prompts: Any, refs: References,
+                   ends: Float[torch.Tensor, "2 prompt"], level: str, edge: Float[torch.Tensor, " edge"] | None,
+                   node: Float[torch.Tensor, " sender"], chunks: Float[torch.Tensor, "chunk edge"] | None,
+                   cfg: BenchConfig) -> dict[str, Any]:
+    """CPR (signed ordering) and CMD (absolute ordering) curves of one method at one level, each distinct
+    circuit run once (two a forward, the counterfactual and prefix runs made again: the unbatched way), with
+    bootstrap intervals over the test prompts."""
+    started = time.perf_counter()
+    counts, masks, points = level_masks(graph, level, edge, node, chunks, cfg)
+    todo, known = _ends_of(graph, masks)
+    measured = prompt_metrics(model, graph, prompts, refs, torch.stack([masks[i] for i in todo])) if todo else None
+    per_prompt = _per_prompt(masks, todo, known, ends, measured)
+    return level_figures(per_prompt, masks, counts, points, cfg, len(todo), time.perf_counter() - started)
+
+
+def evaluate_draws(setup: TaskSetup, level: str,
+                   draws: list[tuple[Float[torch.Tensor, " edge"] | None, Float[torch.Tensor, " sender"],
+                                     Float[torch.Tensor, "chunk edge"] | None]],
+                   cfg: BenchConfig) -> list[dict[str, Any]]:
+    """``evaluate_level`` for one or more score draws (random's seeds; one for a method) at once: every draw's
+    distinct circuits go through the task's shared runs (``setup.forwards``) stacked along the batch, a circuit
+    two draws share once; each draw's figures as evaluate_level gives them (its eval_seconds an equal share)."""
+    started = time.perf_counter()
+    plans = []
+    unique: dict[bytes, int] = {}
+    stack: list[torch.Tensor] = []
+    for edge, node, chunks in draws:
+        counts, masks, points = level_masks(setup.graph, level, edge, node, chunks, cfg)
+        todo, known = _ends_of(setup.graph, masks)
+        for i in todo:
+            key = masks[i].numpy().tobytes()
+            if key not in unique:
+                unique[key] = len(stack)
+                stack.append(masks[i])
+        plans.append((counts, masks, points, todo, known))
+    measured = setup.forwards.metrics(torch.stack(stack)) if stack else None
+    out = []
+    for counts, masks, points, todo, known in plans:
+        rows = measured[[unique[masks[i].numpy().tobytes()] for i in todo]] if todo else None
+        per_prompt = _per_prompt(masks, todo, known, setup.ends, rows)
+        out.append(level_figures(per_prompt, masks, counts, points, cfg, len(todo), 0.0))
+    share = (time.perf_counter() - started) / len(draws)
+    for figures in out:
+        figures["eval_seconds"] = share
+    return out
 
 
 def empty_sizes(curves: dict[str, dict[str, Any]]) -> dict[str, int]:
@@ -384,7 +455,8 @@ def mean_levels(levels: list[dict[str, Any]]) -> dict[str, Any]:
             "seeds": [{"cpr": lv["cpr"], "cmd": lv["cmd"]} for lv in levels]}
 
 
-def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | None = None) -> dict[str, Any]:
+def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | None = None,
+        batched: bool = True) -> dict[str, Any]:
     """The whole benchmark for one model: {"config", "tasks": [...], "seconds"}."""
     check_config(cfg)
     # every task's rows are checked before the model loads or any method runs: bad input costs nothing
@@ -396,7 +468,7 @@ def run(cfg: BenchConfig, model: Any = None, on_step: Callable[[str], None] | No
         model = zoo.load(cfg.model)
     check_model_kind(getattr(model, "kind", None) or ("vit" if "ViT" in type(model).__name__ else "llm"), cfg.model)
     started = time.perf_counter()
-    tasks = [run_task(model, task, cfg, on_step) for task in cfg.tasks]
+    tasks = [run_task(model, task, cfg, on_step, batched) for task in cfg.tasks]
     return {"config": asdict(cfg), "model": model.name, "tasks": tasks, "seconds": time.perf_counter() - started}
 
 
