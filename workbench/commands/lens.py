@@ -144,7 +144,19 @@ def lens_train(
     cfg = TrainConfig(train_tokens=tokens, fit_seconds=fit_seconds, kl_seconds=kl_seconds, kl_tokens=kl_tokens,
                       heldout_tokens=heldout, seed=seed, kl_batch=kl_batch, batch_windows=batch_windows)
     c = console()
-    summary = build(m, cfg, out_dir=out, log=lambda line: c.print(line))
+    import time
+
+    from core.progress import clock
+
+    started = time.monotonic()
+
+    def log(line: str) -> None:  # each batch or step as it ends, on a terminal or a log file; the budgets bound it
+        elapsed = time.monotonic() - started
+        left = max(0.0, fit_seconds + kl_seconds - elapsed)
+        c.print(f"[{clock(elapsed):>8}] {line} · at most {clock(left)} left (and the held-out KL)",
+                highlight=False, markup=False)
+
+    summary = build(m, cfg, out_dir=out, log=log)
     if table:
         Path(table).write_text(results_table(summary))
     emit(summary, as_json, lambda s: print(results_table(s)))
