@@ -369,11 +369,20 @@ def build_set(
             last.update(t=now, stage=stage)
             print(f"[{now - started:7.0f} s] {stage} {done:,}/{total:,}", file=sys.stderr, flush=True)
 
+    built = {"n": 0, "t": started}
+
     def layer_done(layer: int, info: dict) -> None:
+        from core.progress import clock
+
         q = info.get("metrics") or {}
-        print(f"[{time.time() - started:7.0f} s] layer {layer} built: EV {q.get('explained_variance', 0):.3f} "
-              f"L0 {q.get('l0', 0):.1f} dead {q.get('dead_fraction', 0):.1%} "
-              f"loss change {q.get('ce_loss_delta', 0):+.4f}", file=sys.stderr, flush=True)
+        now = time.time()
+        built["n"] += 1  # what is left: the mean time a layer so far (its share of the cache included)
+        left = (now - started) / built["n"] * max(0, len(todo) - built["n"])
+        print(f"[{now - started:7.0f} s] layer {layer} built in {now - built['t']:.0f} s: EV "
+              f"{q.get('explained_variance', 0):.3f} L0 {q.get('l0', 0):.1f} dead {q.get('dead_fraction', 0):.1%} "
+              f"loss change {q.get('ce_loss_delta', 0):+.4f} · {built['n']}/{len(todo)} · about {clock(left)} left",
+              file=sys.stderr, flush=True)
+        built["t"] = now
 
     out = run(m, spec, root=root, on_progress=progress, on_layer=layer_done)
 
