@@ -259,7 +259,7 @@ class NNsightModel(HookedModel):
         raw: dict[tuple[int, str, str], Any] = {}
         live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
         grad_mode = torch.enable_grad() if backward is not None else torch.no_grad()
-        try:
+        with self._transport():
             with grad_mode, self.lm.trace(ids, remote=self.remote):
                 for layer, _, kind, name, action in steps:
                     hook = self._parse(name)[1]
@@ -290,19 +290,30 @@ class NNsightModel(HookedModel):
                         for name in reversed(list(live)):
                             saved["grad:" + name] = live[name][0].grad.view(live[name][1]).save()
                 logits = logits.detach().save()
-        except WorkbenchError:
-            raise
-        except Exception as exc:
-            if not self.remote:
-                raise
-            raise BackendError(f"nnsight remote trace of {self.name} failed: "
-                               f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
         return logits, saved
 
     def _check_remote(self) -> None:
         if not self._ndif_checked:
             check_ndif()
             self._ndif_checked = True
+
+    @contextmanager
+    def _transport(self) -> Iterator[None]:
+        """Around every trace: with ``remote=True`` a failure of the transport or of the server (one that
+        answers but is not NDIF, a refused request) is one BackendError line; locally errors pass as they are."""
+        try:
+            yield
+        except WorkbenchError:
+            raise
+        except Exception as exc:
+            if not self.remote:
+                raise
+            from nnsight import CONFIG
+
+            first = str(exc).splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise BackendError(f"nnsight remote trace of {self.name} failed ({type(exc).__name__}: {first}); "
+                               f"is {CONFIG.API.HOST} an NDIF server (nnsight.CONFIG.API.HOST), and is the model "
+                               "hosted there?") from None
 
     def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
         """(logits, {hook name: tensor}) for the requested TransformerLens hook names (a list, or a filter
@@ -430,7 +441,7 @@ class NNsightModel(HookedModel):
         paths = self._param_paths()
         got: dict[str, Any] = {}
         ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
-        with torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+        with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
             for path in paths:
                 mod = self.lm
                 for p in path.split("."):
@@ -515,7 +526,7 @@ class NNsightModel(HookedModel):
             if self.remote:
                 self._check_remote()
             ids = torch.zeros(1, seq, dtype=torch.long, device=self.device)
-            with torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+            with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
                 cos, sin = self.lm.model.rotary_emb.output
                 cos, sin = cos.save(), sin.save()
             self._rope_cache[seq] = (cos[0], sin[0])
