@@ -103,18 +103,26 @@ def _latest_checkpoint(ckpt: Path) -> Path | None:
 class _TopKSkipTranscoder:
     """The trainable form: f = TopK(relu(x W_enc + b_enc)); y = f W_dec + b_dec + x W_skip^T."""
 
-    def __init__(self, d_in: int, d_out: int, width: int, k: int, seed: int) -> None:
+    def __init__(self, d_in: int, d_out: int, width: int, k: int, seed: int, init: str = "small") -> None:
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        w = torch.randn(d_in, width, generator=gen)
-        w = w / w.norm(dim=0, keepdim=True)
+        if init == "transpose":  # the field's TopK init: unit decoder rows in the output space, encoder = W_dec^T
+            w = torch.randn(d_out, width, generator=gen)
+            w = w / w.norm(dim=0, keepdim=True)
+            dec_scale = 1.0
+            if d_out != d_in:
+                raise RangeError("the transpose init needs the input and output widths equal")
+        else:
+            w = torch.randn(d_in, width, generator=gen)
+            w = w / w.norm(dim=0, keepdim=True)
+            dec_scale = 0.01
         self.k = k
         self.params = {
             "W_enc": w.clone().requires_grad_(),
             "b_enc": torch.zeros(width, requires_grad=True),
-            # a small decoder: the features start near silent beside the least-squares skip term
-            "W_dec": (w.T.contiguous() * 0.01).requires_grad_(),
+            # "small": a small decoder, the features start near silent beside the least-squares skip term
+            "W_dec": (w.T.contiguous() * dec_scale).requires_grad_(),
             "b_dec": torch.zeros(d_out, requires_grad=True),
             "W_skip": torch.zeros(d_out, d_in, requires_grad=True),
         }
@@ -164,21 +172,43 @@ class _TopKSkipTranscoder:
         return y, f, aux
 
 
+def _lr_factor(step: int, steps: int, warmup: int, schedule: str, decay_from: int) -> float:
+    import math
+
+    if step < warmup:
+        return (step + 1) / warmup
+    if schedule == "cosine":
+        done = (step - warmup) / max(1, steps - warmup)
+        return 0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * done))
+    if schedule == "constant" or step < decay_from:
+        return 1.0
+    return max(0.05, (steps - step) / (steps - decay_from))
+
+
 def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: int, k: int,
                           n_tokens: int, ckpt: Path, batch_size: int = TRAIN.batch_size, lr: float = TRAIN.lr,
                           seed: int = TRAIN.seed, on_progress: Progress | None = None,
-                          checkpoint_every: int = 200) -> dict[str, Any]:
+                          checkpoint_every: int = 200, recipe: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train a TopK skip transcoder; returns raw-scale weights (normalization folded) plus the
-    input and output scales."""
+    input and output scales.
+
+    ``recipe`` (the efficient-training ingredients measured in results/sae/replacement.md; the defaults are the
+    set builder's): init "small" (random unit encoder, decoder its transpose x 0.01) or "transpose" (unit decoder,
+    encoder its transpose); aux (AuxK on dead features, True) and aux_window (steps without firing before a
+    feature counts as dead; default a quarter of the steps, 50..1000); warmup (linear lr warm-up steps, 0);
+    schedule "decay" (linear decay over the last 20%) | "cosine" | "constant"; epochs (passes over the cached
+    activations, 1)."""
+    r = {"init": "small", "aux": True, "aux_window": None, "warmup": 0, "schedule": "decay", "epochs": 1,
+         **(recipe or {})}
     import torch
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(seed)
-    steps = max(1, n_tokens // batch_size)
+    steps = max(1, int(r["epochs"]) * n_tokens // batch_size)
     first = shards.load(0, [hook_in, hook_out])
     s_in, s_out = _scale(first[hook_in][:50_000]), _scale(first[hook_out][:50_000])
     d_in, d_out = first[hook_in].shape[1], first[hook_out].shape[1]
-    tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed)
+    tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed, r["init"])
     with torch.no_grad():  # the skip term starts at the least-squares linear map, so features
         # only have to model what is nonlinear in the MLP (training from zero is far slower)
         xs = first[hook_in][:50_000].float() * s_in
@@ -204,12 +234,13 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         opt = torch.optim.Adam(tc.params.values(), lr=lr)  # moments restart; weights resume
     data = shard_batches(shards, hook_in, batch_size, seed, skip=step, hook_out=hook_out)
     decay_from = int(steps * 0.8)
-    window = min(1000, max(50, steps // 4))  # steps without firing before a feature counts as dead
+    # steps without firing before a feature counts as dead
+    window = int(r["aux_window"] or min(1000, max(50, steps // 4)))
     while step < steps:
         x, y = next(data)
         x, y = x * s_in, y * s_out
         dead = (step - last_fired) > window
-        y_hat, f, aux = tc.forward(x, dead if step > window else None)
+        y_hat, f, aux = tc.forward(x, dead if (r["aux"] and step > window) else None)
         err = y - y_hat
         loss = (err**2).sum(-1).mean()
         if aux is not None:
@@ -217,7 +248,7 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         opt.zero_grad()
         loss.backward()
         for g in opt.param_groups:
-            g["lr"] = lr if step < decay_from else lr * max(0.05, (steps - step) / (steps - decay_from))
+            g["lr"] = lr * _lr_factor(step, steps, int(r["warmup"]), str(r["schedule"]), decay_from)
         opt.step()
         last_fired[(f > 0).any(0)] = step
         step += 1

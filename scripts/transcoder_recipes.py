@@ -1,0 +1,119 @@
+"""Which efficient-training ingredients pay for the per-layer transcoders (issue 53 item 1), measured on a few
+layers of one model: the set builder's recipe against one change at a time (the encoder initialised as the
+transpose of a unit-norm decoder; no AuxK, or AuxK from early on; lr warm-up and cosine decay; several epochs over
+the one activation cache), then all the winners together. Every variant trains on the same cached tokens (the
+set's shard format, one forward for all layers) and is scored on the same held-out tokens in its TopK form:
+explained variance of the MLP output, dead features (never in the top k on the held-out tokens), seconds.
+
+    nice -n 19 python scripts/transcoder_recipes.py --model smollm2-135m --layers 3,11,20 --tokens 40000 \\
+        --out results/sae/transcoder_recipes.jsonl
+    python scripts/transcoder_recipes.py --report results/sae/transcoder_recipes.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+VARIANTS = {
+    "set recipe": {},
+    "transpose init": {"init": "transpose"},
+    "no AuxK": {"aux": False},
+    "AuxK early (window 10)": {"aux_window": 10},
+    "warm-up 10% + cosine": {"warmup": "10%", "schedule": "cosine"},
+    "3 epochs": {"epochs": 3},
+}
+
+
+def _score(w: dict, x, y) -> dict:
+    import torch
+
+    with torch.no_grad():
+        pre = torch.relu(x @ w["W_enc"] + w["b_enc"])
+        vals, idx = pre.topk(int(w["k"]), dim=-1)
+        f = torch.zeros_like(pre).scatter(-1, idx, vals)
+        y_hat = f @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T
+        ev = 1 - float(((y - y_hat) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+        fired = (f > 0).any(0)
+        skip_only = x @ w["W_skip"].T + w["b_dec"]
+        ev_skip = 1 - float(((y - skip_only) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
+    return {"ev": ev, "dead": 1 - float(fired.float().mean()), "ev_skip_only": ev_skip}
+
+
+def run(args: argparse.Namespace) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    import workbench as wb
+    from attribution.sae.sets import _hooks, _shuffled_docs, cache_layers
+    from attribution.sae.train_shards import train_topk_transcoder
+
+    model = wb.load(args.model)
+    layers = [int(x) for x in args.layers.split(",")]
+    cache = Path(args.cache)
+    t0 = time.time()
+    train = cache_layers(model, layers, _shuffled_docs("train", 0), cache / "train", args.tokens)
+    held = cache_layers(model, layers, _shuffled_docs("heldout", 0), cache / "heldout", 8192)
+    print(f"cached {args.tokens} + 8192 tokens of layers {layers} in {time.time() - t0:.0f} s", flush=True)
+    want = args.variants.split(",") if args.variants else list(VARIANTS)
+    with open(args.out, "a") as fh:
+        for layer in layers:
+            hin, hout = _hooks(layer)
+            x, y = held[layer].tensor(hin).float(), held[layer].tensor(hout).float()
+            for name in want:
+                recipe = dict(VARIANTS.get(name) or json.loads(name))
+                steps = int(recipe.get("epochs", 1)) * args.tokens // 512
+                if isinstance(recipe.get("warmup"), str):
+                    recipe["warmup"] = max(1, steps * int(recipe["warmup"].rstrip("%")) // 100)
+                ckpt = cache / "ckpt" / f"L{layer}-{abs(hash(name))}"
+                shutil.rmtree(ckpt, ignore_errors=True)
+                t1 = time.time()
+                w = train_topk_transcoder(train[layer], hin, hout, args.width, 32, args.tokens, ckpt, lr=7e-4,
+                                          recipe=recipe, checkpoint_every=10**9)
+                row = {"model": args.model, "layer": layer, "variant": name, "recipe": recipe, "tokens": args.tokens,
+                       "width": args.width, "steps": steps, "seconds": round(time.time() - t1, 1),
+                       **_score(w, x, y)}
+                fh.write(json.dumps(row) + "\n")
+                fh.flush()
+                print(json.dumps(row), flush=True)
+                shutil.rmtree(ckpt, ignore_errors=True)
+
+
+def report(path: str) -> None:
+    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    layers = sorted({r["layer"] for r in rows})
+    names = list(dict.fromkeys(r["variant"] for r in rows))
+    print("| variant | " + " | ".join(f"L{x} EV" for x in layers) + " | mean EV | mean dead | mean s |")
+    print("|---|" + "---:|" * (len(layers) + 3))
+    for n in names:
+        rs = {r["layer"]: r for r in rows if r["variant"] == n}
+        if len(rs) < len(layers):
+            continue
+        evs = [rs[x]["ev"] for x in layers]
+        print(f"| {n} | " + " | ".join(f"{v:.3f}" for v in evs) + f" | {sum(evs) / len(evs):.3f} | "
+              f"{sum(rs[x]['dead'] for x in layers) / len(layers):.1%} | "
+              f"{sum(rs[x]['seconds'] for x in layers) / len(layers):.0f} |")
+    base = {r["layer"]: r["ev_skip_only"] for r in rows}
+    print("\nskip term alone (the least-squares linear map the features start from): "
+          + ", ".join(f"L{x} {base[x]:.3f}" for x in layers))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="smollm2-135m")
+    ap.add_argument("--layers", default="3,11,20")
+    ap.add_argument("--tokens", type=int, default=40_000)
+    ap.add_argument("--width", type=int, default=1152)
+    ap.add_argument("--variants", default="", help="names from VARIANTS (comma-separated) or one JSON recipe")
+    ap.add_argument("--cache", default=str(Path.home() / ".cache/workbench/recipes"))
+    ap.add_argument("--out", default="/tmp/transcoder_recipes.jsonl")
+    ap.add_argument("--report", default="")
+    args = ap.parse_args()
+    report(args.report) if args.report else run(args)
+
+
+if __name__ == "__main__":
+    main()
