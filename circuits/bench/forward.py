@@ -37,12 +37,13 @@ from circuits.intervene import (
 
 def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
                      keep: Bool[torch.Tensor, "copy edge"], metric: str,
-                     live: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-                     ) -> Float[torch.Tensor, "copy batch"]:
+                     live: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     last_only: bool = False) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only each copy's kept edges intact (one forward for all copies); the
     ablation is applied at the live positions only (identical prefixes, e.g. a task's solved example,
     cost nothing). ``live``: ``live_reference(model, batch, ref)`` when the caller keeps it (then ``ref`` is
-    not read)."""
+    not read). ``last_only``: the final norm and unembedding at each prompt's last position only (the metric
+    reads nothing else; on smollm2 the unembedding is a fifth of a position's multiply-adds)."""
     copies = int(keep.shape[0])
     n, seq = batch.tokens.shape
     d = model.arch.d_model
@@ -75,8 +76,30 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: R
 
     hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
     with torch.no_grad(), model.split_inputs():
+        if last_only and _takes_cache(getattr(model, "tl", None)):
+            return _last_metric(model, batch, batch.tokens.repeat(copies, 1), hooks, metric).view(copies, n)
         logits = model.run_with_hooks(batch.tokens.repeat(copies, 1), fwd_hooks=hooks)
     return batch.metric(logits, metric).view(copies, n)
+
+
+def _last_metric(model: Any, batch: PromptBatch, tokens: torch.Tensor, hooks: list[Any],
+                 metric: str) -> Float[torch.Tensor, " row"]:
+    """The metric of every row (copies of ``batch``) from the residual stream at its last position: the blocks
+    run with ``hooks``, then the final norm, unembedding and soft cap (TransformerLens' own modules, as its
+    forward applies them) at that position alone."""
+    import dataclasses
+
+    from transformer_lens.utilities.activation_functions import apply_softcap
+
+    tl = model.tl
+    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=tl.cfg.n_layers)
+    copies = tokens.shape[0] // batch.size
+    x = resid[torch.arange(tokens.shape[0]), batch.last.repeat(copies)][:, None]  # [row, 1, d_model]
+    if tl.cfg.normalization_type is not None:
+        x = tl.ln_final(x)
+    logits = apply_softcap(tl.unembed(x), tl.cfg.output_logits_soft_cap)
+    at_zero = dataclasses.replace(batch, last=torch.zeros_like(batch.last))
+    return at_zero.metric(logits, metric)
 
 
 def sparse_enough(graph: CircuitGraph, mask: Bool[torch.Tensor, " edge"], limit: float = 0.02) -> bool:
@@ -257,7 +280,8 @@ class TaskForwards:
             index = torch.tensor(rows)
             for start in range(0, masks.shape[0], size):
                 chunk = masks[start:start + size]
-                values = run_masked_dense(runner, self.graph, part, None, chunk, self.prompts.metric, live)
+                values = run_masked_dense(runner, self.graph, part, None, chunk, self.prompts.metric, live,
+                                          last_only=True)
                 out[start:start + len(chunk), index] = values.double().cpu()
                 if on_step:
                     on_step(len(chunk))
