@@ -3,8 +3,8 @@
 backend. Every row of README's "Engines x backends" table is here (ROWS below names the row each engine is
 checked for); a cell is a real comparison, within 1e-4 of the reference's own scale (its largest magnitude),
 and a reference or result that is all zeros fails. README's counts are this file's (checked below). Plus the
-nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds), an
-unknown backend, and one slow check on the real smollm2-135m."""
+nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds) and an
+unknown backend. The real smollm2-135m: tests/test_nnsight_smollm2.py."""
 
 from __future__ import annotations
 
@@ -136,7 +136,7 @@ ROWS: dict[str, list[str]] = {
 # what refuses where (README "Engines x backends"), with the reason its line gives; every other cell runs with
 # TransformerLens' numbers
 REFUSED: dict[str, dict[str, str]] = {
-    "nnsight": {"dla": "ActivationCache", "path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
+    "nnsight": {"path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
     "bridge": {"path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
 }
 BACKENDS = ("nnsight", "bridge")
@@ -270,18 +270,3 @@ def test_unknown_backend_is_one_line(tiny_llama_dir, monkeypatch, capsys):
         wb.load(str(tiny_llama_dir), backend="nnsite")
     code, out, err = run_cli(monkeypatch, capsys, "info", str(tiny_llama_dir), "--backend", "nnsite")
     assert code == 2 and err.startswith("error:") and "nnsite" in err and len(err.strip().splitlines()) == 1
-
-
-# -- the real model ---------------------------------------------------------------------------------
-@pytest.mark.slow
-def test_smollm2_nnsight_matches_transformer_lens(smollm2, one_thread):
-    nn = wb.load("smollm2-135m", backend="nnsight")
-    ref = wb.attribute(smollm2, CLEAN, target=" Mary", foil=" John", method="dpa").scores
-    got = wb.attribute(nn, CLEAN, target=" Mary", foil=" John", method="dpa").scores
-    rel = float((got - ref).norm() / ref.norm())
-    print(f"smollm2-135m DPA token scores, nnsight vs TransformerLens: relative difference {rel:.2e}")
-    assert rel < 1e-3
-    short, corrupt = "When Mary and John went out, John gave it to", "When Mary and John went out, Mary gave it to"
-    p_ref = wb.patch(smollm2, short, corrupt, " Mary", " John", site="mlps")
-    p_nn = wb.patch(nn, short, corrupt, " Mary", " John", site="mlps")
-    assert torch.allclose(p_nn.effect, p_ref.effect, atol=1e-3), (p_nn.effect - p_ref.effect).abs().max()

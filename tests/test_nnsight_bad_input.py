@@ -30,13 +30,12 @@ def _one_line(err: pytest.ExceptionInfo, *words: str) -> None:
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("engine", ["dla", "circuit", "path patching"])
+@pytest.mark.parametrize("engine", ["circuit", "path patching"])
 def test_a_refused_engine_is_one_line(nn, engine):
     from circuits.tools.patching import path_patch
 
-    calls = {"dla": lambda: wb.dla(nn, CLEAN, target=" Mary", foil=" John"),
-             "circuit": lambda: wb.circuit(nn, [{"prompt": CLEAN, "target": " Mary", "foil": " John"}],
-                                           method="eap", edges=5, evaluate=False),
+    calls = {"circuit": lambda: wb.circuit(nn, [{"prompt": CLEAN, "target": " Mary", "foil": " John"}],
+                                method="eap", edges=5, evaluate=False),
              "path patching": lambda: path_patch(nn, CLEAN, CLEAN, " Mary", " John")}
     with pytest.raises(BackendError) as err:
         calls[engine]()

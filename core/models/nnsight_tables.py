@@ -59,7 +59,7 @@ ENGINE_NEEDS: dict[str, str] = {
     "dpa": "internals", "dpa_path": "internals", "random": "hooks", "gradient": "internals",
     "gradient_norm": "internals", "input_x_gradient": "internals", "integrated_gradients": "internals",
     "attention_last": "hooks", "attention_mean": "hooks", "rollout": "hooks", "atp": "internals",
-    "atp_foil": "internals", "ifr": "internals", "dla": "activation_cache",
+    "atp_foil": "internals", "ifr": "internals", "dla": "internals",
     "activation_patching": "internals",
     # the other engines
     "lens": "internals", "tuned lens": "internals", "patch (resid, attn, mlp, mlps)": "hooks",

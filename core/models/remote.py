@@ -322,9 +322,30 @@ class NNsightModel(HookedModel):
             wanted = [n for n in self.hook_names() if names_filter(n)]
         elif names is not None:
             wanted = list(names)
-        else:
-            wanted = list(names_filter) if isinstance(names_filter, list | tuple | set | frozenset) else []
+        elif isinstance(names_filter, list | tuple | set | frozenset):
+            wanted = list(names_filter)
+        else:  # no filter: every hook, in TransformerLens' ActivationCache (its decompositions, as DLA reads them)
+            logits, saved = self._trace(tokens, save=self.hook_names())
+            return logits, self._activation_cache(saved)
         return self._trace(tokens, save=wanted)
+
+    def _activation_cache(self, saved: dict[str, Any]) -> Any:
+        """TransformerLens' ActivationCache over the traced activations, its model a stand-in with the facts and
+        weights (read inside a trace) its methods use: the config, each block's W_O and W_out, the final norm."""
+        from transformer_lens import ActivationCache
+
+        self._need_internals("an ActivationCache")
+        a = self.arch
+        cfg = SimpleNamespace(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, d_mlp=a.d_mlp,
+                              d_head=a.d_head, normalization_type="RMS", attn_only=False, device=self.device,
+                              positional_embedding_type="rotary", layers_block_type=None)
+        blocks = []
+        for layer in range(a.n_layers):
+            w = self.weights(layer)
+            blocks.append(SimpleNamespace(attn=SimpleNamespace(W_O=w["W_O"], b_O=w["b_O"]),
+                                          mlp=SimpleNamespace(W_out=w["W_out"], b_out=w["b_out"])))
+        stand_in = SimpleNamespace(cfg=cfg, blocks=blocks, ln_final=self._final_norm)
+        return ActivationCache(saved, stand_in)
 
     def logits(self, tokens):
         return self._trace(tokens)[0]
