@@ -30,8 +30,12 @@ refuse (a value its callback, with core/options.py's bounds table, accepts is le
 Issue 41's cases (issue41_cli_cases; store_cases and network_app_cases are engineers D's and F's): error cases
 must answer within 30 s; the tally counts those that did not. Everything a case writes goes into this script's
 temporary folder (its store, its working directory, files/out/), never the checkout.
-Exit status: 0 when no case is a traceback, internal error, silent non-finite, exit 0 on bad input, left file,
-removed or changed file outside, timeout or other failure.
+Every error case names the words its one error line must hold (the value or file the user gave, the option, what to
+do instead); the run is refused when one names none. In the shared worker, what a case writes to the process's real
+stdout/stderr (below sys.stdout/sys.stderr) is counted with its output too.
+Exit status: 0 only when every case is clear-error or ok; 2 when any is a traceback, internal error, silent
+non-finite, exit 0 on bad input, left file, removed or changed file outside, timeout or other failure; 1 when the
+rest are unclear errors, good inputs refused, runs saved on an error, setup failures or cases not run (--budget).
 """
 
 from __future__ import annotations
@@ -60,7 +64,8 @@ from tests.damage import edit_json, nan_tensor, symlink  # noqa: E402
 
 TOY = "ioi-attn-1l2h"
 P = "N1 and N2 then N2"  # a prompt in the toy's vocabulary (5 tokens = its context)
-GOOD_CLASSES = ("clear-error", "ok", "not-run")
+GOOD_CLASSES = ("clear-error", "ok", "not-run")  # not flagged in the listing (not-run: --budget spent)
+PASS_CLASSES = ("clear-error", "ok")  # the only classes an exit status 0 allows
 FAILURE_CLASSES = ("traceback", "internal-error", "silent-non-finite", "timeout", "other-exit", "left-files",
                    "deleted-outside", "accepted-bad", "changed-outside")
 ANSWER_WITHIN_S = 30  # an error case that takes longer is counted a hang in the tally
@@ -602,8 +607,8 @@ def catalogue(f: dict[str, str]) -> list[Case]:
     add("sae train too few tokens", ["sae", "train", "--model", TOY, "--hook", "blocks.0.hook_resid_post",
                                      "--tokens", "10"], group=g)
     add("sae eval missing SAE", ["sae", "eval", "--sae", "nosuch-sae"], group=g)
-    add("sae features missing SAE", ["sae", "features", "--sae", "nosuch-sae"], group=g)
-    add("sae features SAE dir is not one", ["sae", "features", "--sae", f["emptydir"]], group=g)
+    add("sae features missing SAE", ["sae", "features", "--sae", "nosuch-sae", "--feature", "0"], group=g)
+    add("sae features SAE dir is not one", ["sae", "features", "--sae", f["emptydir"], "--feature", "0"], group=g)
     add("recover-heads ok", ["recover-heads", "--d", "2", "--heads", "1", "--json", "--no-save"], "ok", group=g,
         timeout=300)
     add("recover-heads bound below heads", ["recover-heads", "--d", "2", "--heads", "2", "--bound", "1"],
@@ -739,7 +744,90 @@ def catalogue(f: dict[str, str]) -> list[Case]:
     # issue 41's classes; D's and F's cases go in functions of their own, called here the same way
     for more in (issue41_cli_cases, store_cases, network_app_cases, replacement_graph_cases):
         C.extend(more(f))
+    for c in C:  # the words of the cases written without them (the table below)
+        if c.expect == "error" and not c.words:
+            c.words = WORDS.get(c.name, ())
     return C
+
+
+_LANGUAGE = ("vit-synth", "vision model", "language model")
+# What the one error line must name for the cases above written without words: what the user typed wrong (the
+# value, the file, the option) and what to do instead where the message can say it. Lower case suffices.
+WORDS: dict[str, tuple[str, ...]] = {
+    "recover-heads --oracle returning NaN": ("oracle", "non-finite"),
+    "recover-heads --d 3 --heads 2 --noise 1e-3": ("noise", "--oversample"),
+    **{f"runs {verb} {rid!r}": ("no run", rid) for verb in ("show", "rm")
+       for rid in ("../../etc", "../x", "/etc/passwd", ".", "..", "a/b", ".tmp-x")},
+    "runs show ''": ("run id",), "runs rm ''": ("run id",),
+    "empty model directory": ("emptydir", "config.json"),
+    "empty JSONL": ("empty.jsonl", "no prompts"),
+    "JSONL row not an object": ("notobject.jsonl:1", '"prompt"', '"target"'),
+    "JSONL empty prompt": ("emptyprompt.jsonl:1", "empty prompt"),
+    "JSONL multi-token target": ("multitoken.jsonl:1", "'n1 n2'", "2 tokens"),
+    "JSONL foil = target": ("foilsame.jsonl:1", "foil", "same token"),
+    "binary prompt file": ("binary.jsonl", "utf-8"),
+    "prompt file is a directory": ("emptydir", "directory"),
+    "prompt longer than the context": ("7 tokens", "context of 5"),
+    "symbol not in vocabulary": ("'when'", "vocabulary"),
+    "multi-token target": ("target", "'n1 n2'", "2 tokens"),
+    "empty target": ("--target", "empty"),
+    "foil = target": ("foil", "same token"),
+    "ablate MLP of a model without one": ("no mlp", "layer 0"),
+    "ablate bad component syntax": ("'nonsense'", "head:l.h"),
+    "ablate unknown method": ("'nosuch'", "zero", "mean", "resample"),
+    "patch: different lengths": ("corrupted", "same number of tokens"),
+    "probe one-class dataset": ("dataset1class.jsonl", "one class"),
+    "probe missing dataset": ("nosuch.jsonl", "does not exist"),
+    "probe unknown pooling": ("pooling 'x'", "last", "mean", "marked"),
+    "faithfulness unknown level": ("level 'edge'", "token", "head", "neuron"),
+    "faithfulness unknown ablation": ("ablation 'x'", "zero", "mean"),
+    "faithfulness unknown rank": ("rank 'x'", "signed", "abs"),
+    "faithfulness bad grid": ("grid", "0.5, 2.0"),
+    "faithfulness grid with nan": ("grid", "nan"),
+    "faithfulness empty methods": ("--methods", "empty"),
+    "faithfulness method twice": ("--methods", "dpa", "more than once"),
+    "faithfulness --param bad form": ("--param", "steps=3", "method.name=value"),
+    "vit-explain class out of range": ("99", "out of range", "0..3"),
+    "train unknown ffn": ("ffn 'nosuch'", "dense"),
+    "train heads not dividing d_model": ("heads (3)", "d_model (32)"),
+    "train bad --task-param": ("--task-param", "'nonsense'", "key=value"),
+    "train unknown --task-param": ("'zz'", "ioi"),
+    "train-vit unknown dataset": ("dataset 'x'", "synthetic"),
+    "sae train unknown kind": ("kind 'x'", "topk"),
+    "sae train too few tokens": ("--tokens", "256"),
+    "sae eval missing SAE": ("nosuch-sae", "cfg.json"),
+    "sae features missing SAE": ("nosuch-sae",),
+    "sae features SAE dir is not one": ("emptydir",),
+    "recover-heads bound below heads": ("bound", "heads"),
+    "recover-heads --ffn without --d": ("--ffn", "--d", "--heads"),
+    "recover-heads unknown model": ("'nosuch'", "known"),
+    "recover-heads bad oracle spec": ("'nosuch:f'",),
+    "icl-readout on a non-ICL model": ("ioi-attn-1l2h", "in-context regression"),
+    "circuit discover corrupt of another length": ("prompt 1", "same number of tokens"),
+    "circuit discover missing foil": ("prompt 1", "foil", "--metric"),
+    "circuit discover bad grid": ("--grid", "0,-1"),
+    "circuit discover unknown ablation": ("ablation 'x'", "corrupt"),
+    "circuit discover unknown param": ("zz", "parameter"),
+    "circuit evaluate --keep unknown edge": ("'l9.h9'",),
+    "circuit evaluate --keep bad syntax": ("--keep", "'nonsense'"),
+    "circuit evaluate missing run": ("'nosuch'", "no run"),
+    "info, tiny model folder truncated": ("model.safetensors", "damaged"),
+    "info, tiny model folder garbage": ("model.safetensors", "damaged"),
+    "info, tiny model folder layers-1e9": ("config.json", "layers", "1000000000"),
+    "info, tiny model folder config-list": ("config.json", "json object"),
+    "attribute, toy checkpoint layers-1e9": ("config.json", "layers", "1000000000"),
+    "attribute, toy checkpoint weights-garbage": ("model.safetensors", "corrupt"),
+    "smollm2 multi-token target": ("' parisian city'", "3 tokens"),
+    "smollm2 foil = target": ("foil", "same token"),
+    "train --d-model 16384 (memory or hours)": ("16384", "memory"),
+    "vit-explain --target 999": ("999", "out of range"),
+    **{f"{cmd} on a vision model": _LANGUAGE for cmd in (
+        "dla", "attribute", "faithfulness", "circuit discover", "probe", "concepts", "patch", "ablate", "sae train",
+        "feature-graph", "sae eval", "sae dashboards", "sae steer neurons:0", "icl-readout")},
+    "generate on a vision model": ("vit-synth", "vision model"),
+    "recover-heads on a vision model": ("vit-synth", "not a toy attention model"),
+    "concepts --sae ~nosuchuser/x": ("--sae", "~nosuchuser/x"),
+}
 
 
 def replacement_graph_cases(f: dict[str, str]) -> list[Case]:
@@ -1312,6 +1400,7 @@ def generated_numeric_cases() -> list[Case]:
     cases = []
     for path, fn in walk(app, []):
         hints = typing.get_type_hints(fn)
+        required = _required_options(fn)
         for name, prm in inspect.signature(fn).parameters.items():
             info, h = prm.default, hints.get(name)
             base = typing.get_args(h)[0] if typing.get_origin(h) is list else h
@@ -1339,9 +1428,30 @@ def generated_numeric_cases() -> list[Case]:
                         continue  # a valid value for this option: not a bad input
                     except Exception:  # noqa: BLE001 - typer.BadParameter: the option refuses it
                         pass
-                cases.append(Case(f"{' '.join(path)} {flag} {raw}", path + [f"{flag}={raw}"], "error", (flag,),
-                                  "numeric options (generated)", timeout=ANSWER_WITHIN_S))
+                # an option checked in the command's body (no callback) is reached only past click's own check
+                # of the required options: those get good values, so the case is about this option
+                given = required if info.callback is None and required is not None else []
+                cases.append(Case(f"{' '.join(path)} {flag} {raw}", path + given + [f"{flag}={raw}"], "error",
+                                  (flag,), "numeric options (generated)", timeout=ANSWER_WITHIN_S))
     return cases
+
+
+REQUIRED_FILL = {"--model": TOY, "--prompt": P, "--saes": "smollm2-135m-L6-resid-topk2304"}
+
+
+def _required_options(fn: Any) -> list[str] | None:
+    """Good values for a command's required options (None when one has no value in REQUIRED_FILL or a required
+    argument is positional)."""
+    given: list[str] = []
+    for prm in inspect.signature(fn).parameters.values():
+        info = prm.default
+        if not hasattr(info, "param_decls") or info.default is not ...:
+            continue
+        flag = next((d for d in info.param_decls or () if d.startswith("--")), None)
+        if flag not in REQUIRED_FILL:
+            return None
+        given += [flag, REQUIRED_FILL[flag]]
+    return given
 
 
 # -- running and classifying -----------------------------------------------------------------------------
@@ -1565,7 +1675,10 @@ def worker() -> int:
         raise _Alarm()
 
     signal.signal(signal.SIGALRM, on_alarm)
-    real_out = sys.stdout
+    # The answers go out on a copy of fd 1; during a case fds 1 and 2 point at files of that case, so what is
+    # written below Python's sys.stdout/sys.stderr (a handler holding the original stream, C code, a child
+    # process) is counted with the case's output, never lost.
+    real_out = os.fdopen(os.dup(1), "w")
     for line in sys.stdin:
         job = json.loads(line)
         saved_env = {k: os.environ.get(k) for k in job.get("env", {})}
@@ -1576,6 +1689,11 @@ def worker() -> int:
         out, err = io.StringIO(), io.StringIO()
         rc: int | None = 0
         started = time.time()
+        fd_out, fd_err = tempfile.TemporaryFile(), tempfile.TemporaryFile()
+        sys.__stdout__.flush()
+        sys.__stderr__.flush()
+        os.dup2(fd_out.fileno(), 1)
+        os.dup2(fd_err.fileno(), 2)
         signal.alarm(max(1, int(job["timeout"])))
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -1592,6 +1710,12 @@ def worker() -> int:
             rc = 1
         finally:
             signal.alarm(0)
+            sys.__stdout__.flush()
+            sys.__stderr__.flush()
+            for fd, buf in ((fd_out, out), (fd_err, err)):  # what reached the real fds, after Python's own
+                fd.seek(0)
+                buf.write(fd.read().decode("utf-8", "replace"))
+                fd.close()
             os.chdir(ROOT)
             for k, v in saved_env.items():
                 if v is None:
@@ -1615,6 +1739,7 @@ class Batch:
         if self.proc is None or self.proc.poll() is not None:
             env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="200")
             env.pop("WORKBENCH_DEBUG", None)
+            # its stderr before the first case (the imports' own noise) is not a case's; a case's is all counted
             self.proc = subprocess.Popen([sys.executable, __file__, "--worker"], stdin=subprocess.PIPE,
                                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
                                          text=True)
@@ -1710,6 +1835,11 @@ def run_catalogue(opts: argparse.Namespace, work: Path) -> int:
         cases = [c for c in cases if opts.only.lower() in (c.name + " " + c.group).lower()]
     if opts.skip_slow:
         cases = [c for c in cases if not c.slow]
+    wordless = [c.name for c in cases if c.expect == "error" and not c.words]
+    if wordless:  # any one "error:" line would pass such a case: each must name what the user needs to know
+        print(f"error: {len(wordless)} error case(s) name no words their error line must hold (WORDS): "
+              + "; ".join(wordless[:20]), file=sys.stderr)
+        return 2
     if opts.list:
         for c in cases:
             print(f"{c.group:28s} {c.name:55s} workbench {' '.join(c.args)}")
@@ -1761,7 +1891,11 @@ def run_catalogue(opts: argparse.Namespace, work: Path) -> int:
         if failures:
             print(f"not as expected: {len(failures)}: " + "; ".join(f"{c.name} ({c.result['class']})"
                                                                  for c in failures))
-    return 1 if any(c.result["class"] in FAILURE_CLASSES for c in cases) else 0
+    # strict: every case must be a clear error or ok (unclear errors, good inputs refused, runs saved on an error,
+    # cases not run for --budget all fail the run); 2 when the product is broken (FAILURE_CLASSES), else 1
+    if any(c.result["class"] in FAILURE_CLASSES for c in cases):
+        return 2
+    return 1 if any(c.result["class"] not in PASS_CLASSES for c in cases) else 0
 
 
 if __name__ == "__main__":
