@@ -15,6 +15,7 @@ import importlib
 import json
 import os
 import re
+import threading
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -301,9 +302,16 @@ def load(name_or_path: str, device: str = "cpu", dtype: str | None = None, **kwa
         if entry.kind != "llm":
             raise ModelFileError(f"--dtype {name} is for LLMs; {entry.name} ({entry.kind}) runs in float32")
         kwargs["dtype"] = name
-    model = _loader_function(entry)(entry, device=device, **kwargs)
+    with _LOADING:
+        model = _loader_function(entry)(entry, device=device, **kwargs)
     check_finite_weights(model, entry.name)
     return model
+
+
+# One load at a time in a process: the app's sessions load in threads, and transformers' lazy imports are not
+# thread-safe (two pages loading at once in a loaded CI run: "cannot import name 'AutoTokenizer' from
+# 'transformers'"). Reentrant, since a loader may load a base model.
+_LOADING = threading.RLock()
 
 
 def _all_finite(torch: Any, p: Any) -> bool:
