@@ -1,0 +1,207 @@
+"""The nnsight backend's weights and frozen pieces, every one read inside a trace: ``TracedWeights`` (a mixin of
+core.models.remote.NNsightModel) reads the parameters the engines use in one trace of a one-token forward and
+the rotary tables in a trace of the prompt's length, so the same code serves a model whose weights live on
+NDIF; nothing here touches the module's parameters outside a trace (tests/test_nnsight_weights.py)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from core.models.hooked import NormSite
+
+
+class TracedWeights:
+    """Weights, norms, rotary tables and TransformerLens' ActivationCache for NNsightModel (it provides ``lm``,
+    ``arch``, ``remote``, ``device``, ``_transport``, ``_check_remote``, ``_need_internals``, ``check_layer``)."""
+
+    def _params(self) -> dict[str, Any]:
+        """Every weight the engines read, from one trace of a one-token forward (``_read_params``): the same
+        code reads a hosted model's weights on NDIF; nothing here touches the module's parameters outside a
+        trace. Read once per model (``to`` reads them again)."""
+        self._need_internals("the weights")
+        if self._param_cache is None:
+            self._param_cache = self._read_params()
+        return self._param_cache
+
+    def _param_paths(self) -> list[str]:
+        """The module path (from the root) of every parameter the engines read: each module's ``weight`` and,
+        where it has one, ``bias``."""
+        paths = ["model.embed_tokens", "model.norm", "lm_head"]
+        for l in range(self.arch.n_layers):
+            paths += [f"model.layers.{l}.{part}" for part in (
+                "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
+                "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+        return paths
+
+    def _read_params(self) -> dict[str, Any]:
+        import torch
+
+        if self.remote:
+            self._check_remote()
+        paths = self._param_paths()
+        got: dict[str, Any] = {}
+        ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
+        with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+            for path in paths:
+                mod = self.lm
+                for p in path.split("."):
+                    mod = mod[int(p)] if p.isdigit() else getattr(mod, p)
+                got[path + ".weight"] = mod.weight.detach().save()
+                bias = getattr(mod, "bias", None)
+                if bias is not None:
+                    got[path + ".bias"] = bias.detach().save()
+        return got
+
+    def _param(self, key: str) -> Any:
+        return self._params().get(key)
+
+    def has_mlp(self, layer: int) -> bool:
+        self.check_layer(layer)
+        return True
+
+    def n_experts(self, layer: int) -> int | None:
+        return None
+
+    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, Any]:
+        """Layer weights in TransformerLens' layout (see HookedModel.weights), as a trace read them."""
+        self.check_layer(layer)
+        a = self.arch
+        rep = a.n_heads // a.n_kv_heads if repeat_kv else 1
+        b = f"model.layers.{layer}."
+
+        def heads(part: str, n: int) -> tuple[Any, Any]:  # [n * d_head, d_model] -> [n, d_model, d_head]
+            w = self._param(b + part + ".weight").T.reshape(a.d_model, n, a.d_head).permute(1, 0, 2)
+            bias = self._param(b + part + ".bias")
+            bias = None if bias is None else bias.reshape(n, a.d_head)
+            return w.repeat_interleave(rep, 0) if n != a.n_heads else w, \
+                (bias.repeat_interleave(rep, 0) if bias is not None and n != a.n_heads else bias)
+
+        w: dict[str, Any] = {}
+        w["W_Q"], w["b_Q"] = heads("self_attn.q_proj", a.n_heads)
+        w["W_K"], w["b_K"] = heads("self_attn.k_proj", a.n_kv_heads)
+        w["W_V"], w["b_V"] = heads("self_attn.v_proj", a.n_kv_heads)
+        w["W_O"] = self._param(b + "self_attn.o_proj.weight").T.reshape(a.n_heads, a.d_head, a.d_model)
+        w["b_O"] = self._param(b + "self_attn.o_proj.bias")
+        w["ln1.w"], w["ln1.b"] = self._param(b + "input_layernorm.weight"), None
+        w["ln2.w"], w["ln2.b"] = self._param(b + "post_attention_layernorm.weight"), None
+        w["W_in"] = self._param(b + "mlp.up_proj.weight").T
+        w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
+        w["W_out"] = self._param(b + "mlp.down_proj.weight").T
+        w["b_in"], w["b_out"] = self._param(b + "mlp.up_proj.bias"), self._param(b + "mlp.down_proj.bias")
+        return w
+
+    def norm_sites(self, layer: int) -> dict[str, NormSite | None]:
+        self.check_layer(layer)
+        b = f"model.layers.{layer}."
+        return {"attn_pre": NormSite(f"blocks.{layer}.ln1.hook_scale", self._param(b + "input_layernorm.weight"),
+                                     None),
+                "attn_post": None,
+                "mlp_pre": NormSite(f"blocks.{layer}.ln2.hook_scale",
+                                    self._param(b + "post_attention_layernorm.weight"), None),
+                "mlp_post": None}
+
+    def qk_norm_sites(self, layer: int) -> None:
+        return None
+
+    def act_fn(self, layer: int) -> Any:
+        """The MLP activation, from the config (a function: nothing of the module is read)."""
+        from transformers.activations import ACT2FN
+
+        self.check_layer(layer)
+        return ACT2FN[self.arch.act_fn]
+
+    def attn_scale(self, layer: int) -> float:
+        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim)."""
+        self.check_layer(layer)
+        self._need_internals("the attention scale")
+        return float(self.arch.d_head) ** 0.5
+
+    def _rope_tables(self, seq: int) -> tuple[Any, Any]:
+        """(cos, sin) [seq, d_head] from the model's own rotary embedding (its scaling included), saved from a
+        trace of placeholder ids of that length (once per length)."""
+        import torch
+
+        self._need_internals("the rotary tables")
+        if seq not in self._rope_cache:
+            if self.remote:
+                self._check_remote()
+            ids = torch.zeros(1, seq, dtype=torch.long, device=self.device)
+            with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+                cos, sin = self.lm.model.rotary_emb.output
+                cos, sin = cos.save(), sin.save()
+            self._rope_cache[seq] = (cos[0], sin[0])
+        return self._rope_cache[seq]
+
+    def rope(self, layer: int, seq_len: int):
+        self.check_layer(layer)
+        cos, sin = self._rope_tables(seq_len)
+        return cos, sin, False, int(cos.shape[-1])
+
+    def _final_norm(self, x: Any) -> Any:
+        """The final RMSNorm (as Llama computes it: in float32, then the weight), with the traced weight."""
+        import torch
+
+        w = self.final_norm_weight()
+        eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        return w * h.to(x.dtype)
+
+    def final_logits(self, resid):
+        return self.read_out(resid[:, -1])
+
+    def read_out(self, resid):
+        return self._final_norm(resid) @ self.W_U
+
+    @property
+    def W_U(self):
+        return self._param("lm_head.weight").T
+
+    @property
+    def b_U(self):
+        return None
+
+    @property
+    def W_E(self):
+        return self._param("model.embed_tokens.weight")
+
+    @property
+    def W_pos(self):
+        return None
+
+    def final_norm_weight(self):
+        return self._param("model.norm.weight")
+
+    def final_norm_bias(self):
+        return None
+
+    def head_writes(self, z, layer: int, heads_first: bool = False):
+        import torch
+
+        W_O = self.weights(layer)["W_O"]
+        if not heads_first:
+            return torch.einsum("bphd,hdm->bphm", z, W_O)
+        return torch.einsum("bphd,hdm->hbpm", z, W_O)
+
+    def state_dict(self) -> dict[str, Any]:
+        """The weights the engines read, under the HF module's names, as a trace read them."""
+        return dict(self._params())
+
+    def _activation_cache(self, saved: dict[str, Any]) -> Any:
+        """TransformerLens' ActivationCache over the traced activations, its model a stand-in with the facts and
+        weights (read inside a trace) its methods use: the config, each block's W_O and W_out, the final norm."""
+        from transformer_lens import ActivationCache
+
+        self._need_internals("an ActivationCache")
+        a = self.arch
+        cfg = SimpleNamespace(n_layers=a.n_layers, n_heads=a.n_heads, d_model=a.d_model, d_mlp=a.d_mlp,
+                              d_head=a.d_head, normalization_type="RMS", attn_only=False, device=self.device,
+                              positional_embedding_type="rotary", layers_block_type=None)
+        blocks = []
+        for layer in range(a.n_layers):
+            w = self.weights(layer)
+            blocks.append(SimpleNamespace(attn=SimpleNamespace(W_O=w["W_O"], b_O=w["b_O"]),
+                                          mlp=SimpleNamespace(W_out=w["W_out"], b_out=w["b_out"])))
+        stand_in = SimpleNamespace(cfg=cfg, blocks=blocks, ln_final=self._final_norm)
+        return ActivationCache(saved, stand_in)
