@@ -53,13 +53,70 @@ def show_subgraph(sub: Subgraph, key: str, title: str = "", selected: str | None
         # circuits.plot lays it out (evenly spaced rows, head columns, bowed edges, labels kept apart): the
         # notebook's and the paper figures' layout; the app only adds the click handling
         nodes, edges = sub.drawable()
-        fig = graph_figure(nodes, edges, title=title, selected=selected, height=height)
-        fig.update_layout(clickmode="event+select", dragmode=False, width=None)
-        st.plotly_chart(fig, key=key, on_select="rerun", selection_mode="points")
-        return clicked(key)
+        figure = graph_figure(nodes, edges, title=title, selected=selected, height=height)
+        figure.update_layout(width=None)
     figure.update_layout(clickmode="event+select", dragmode=False)
+    labels_inside(figure)
+    if fit_height(figure, key):
+        figure.update_layout(dragmode="zoom")  # a fitted tall graph: drag a box to zoom in, double-click back
     st.plotly_chart(figure, key=key, on_select="rerun", selection_mode="points")
     return clicked(key)
+
+
+MIN_WIDTH = 640  # px: the narrowest a graph is drawn in the app (a wide page's column beside a dashboard)
+TALL = 1100  # px: a graph taller than this is offered fitted to the window
+
+
+def labels_inside(fig: Any, min_width: int = MIN_WIDTH) -> Any:
+    """Keep every node label inside the figure: labels may spill out of the plotting area into the margins
+    (``cliponaxis`` off: the rightmost output token was cut at the axis), and a label centred on a node so near the
+    left or right edge that it would pass the figure's edge is set to that node's inner side instead. Widths are
+    estimated as circuits.plot estimates them, at the narrower of the figure's own width and ``min_width``."""
+    from circuits.plot import text_width
+
+    lay = fig.layout
+    xr = lay.xaxis.range
+    if xr is None or xr[1] == xr[0]:
+        return fig
+    m = lay.margin
+    left, right = float(m.l if m.l is not None else 80), float(m.r if m.r is not None else 80)
+    width = min(float(lay.width or min_width), float(min_width))
+    px = (width - left - right) / (float(xr[1]) - float(xr[0]))
+    for trace in fig.data:
+        if trace.type != "scatter" or trace.text is None or trace.x is None or "text" not in (trace.mode or ""):
+            continue
+        trace.cliponaxis = False
+        texts = list(trace.text) if isinstance(trace.text, list | tuple) else [trace.text] * len(trace.x)
+        pos = trace.textposition
+        pos = list(pos) if isinstance(pos, list | tuple) else [pos or "middle center"] * len(trace.x)
+        size = trace.textfont.size if isinstance(trace.textfont.size, int | float) else 12
+        for i, (x, text) in enumerate(zip(trace.x, texts, strict=False)):
+            if x is None or not text:
+                continue
+            lines = str(text).split("<br>")
+            half = max(text_width(line, size) for line in lines) / 2
+            at = (float(x) - float(xr[0])) * px  # px from the plotting area's left edge
+            vertical = pos[i].split(" ")[0]
+            if pos[i].endswith("center") and at + half > width - left - 2:
+                pos[i] = f"{vertical} left"
+            elif pos[i].endswith("center") and at - half < -left + 2:
+                pos[i] = f"{vertical} right"
+        trace.textposition = pos
+    return fig
+
+
+def fit_height(fig: Any, key: str, tall: int = TALL) -> bool:
+    """A graph taller than ``tall`` px (an imported graph of 59 nodes was 3,000 px) is drawn fitted to ``tall``
+    unless the user turns "Fit to the window" off; True when it was fitted. Plotly's zoom then reads its parts."""
+    height = fig.layout.height
+    if not height or height <= tall:
+        return False
+    if not st.toggle("Fit to the window", value=True, key=f"{key}_fit",
+                     help=f"The graph is {int(height)} px tall. On: drawn {tall} px tall (drag a box to zoom in, "
+                          "double-click to fit again). Off: at full height, scroll to read it."):
+        return False
+    fig.update_layout(height=tall)
+    return True
 
 
 NUMBERS = {"influence": "influence", "score": "DPA score", "activation": "activation"}  # metadata shown first
@@ -67,11 +124,20 @@ NUMBERS_HELP = ("Influence: its share of the logits' attribution, propagated dow
                 "influence). DPA score: its direct effect on the target logit.")
 
 
+def graph_name(name: str, sub: Any) -> str:
+    """What a graph's edges are, truthfully: an imported graph's are the file's (its format), not the page's
+    method (an imported circuit-tracer graph's provenance still reads "dpa")."""
+    imported = (getattr(getattr(sub, "provenance", None), "params", None) or {}).get("imported")
+    if isinstance(imported, dict):
+        return f"imported {imported.get('format') or 'graph'}"
+    return name
+
+
 def node_edges(graphs: dict[str, Subgraph], node: str):
     """A node's incoming and outgoing edges in each graph (``method``: the graph's name), strongest first."""
     import pandas as pd
 
-    rows = [{"method": name, "direction": r["direction"], "src": r["source"],
+    rows = [{"method": graph_name(name, sub), "direction": r["direction"], "src": r["source"],
              "dst": f"{r['target']}.{r['role']}" if r["role"] else r["target"], "score": r["score"]}
             for name, sub in graphs.items() for r in sub.edges_of(node)]
     return pd.DataFrame(rows, columns=["method", "direction", "src", "dst", "score"])
@@ -120,4 +186,4 @@ def inspect_clicked(sub: Any, clicked: str | None, prefix: str) -> None:
     """The node inspector (inspect_node) for the node clicked in a stored graph (none when nothing is clicked)."""
     if clicked is not None and any(n.id == clicked for n in sub.nodes):
         st.markdown(f"**{esc(clicked)}** (the clicked node)")
-        inspect_node({sub.provenance.method or "graph": sub}, clicked, f"{prefix}_node")
+        inspect_node({graph_name(sub.provenance.method or "graph", sub): sub}, clicked, f"{prefix}_node")
