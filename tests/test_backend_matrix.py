@@ -130,14 +130,15 @@ ROWS: dict[str, list[str]] = {
     "activation_patching": ["activation_patching/head"],
     "logit lens": ["lens"],
     "patching: resid, attn, mlp, mlps, heads": [f"patch ({s})" for s in ("resid", "attn", "mlp", "mlps", "heads")],
-    "path patching, circuits": ["path patching", "circuit"],
+    "path patching": ["path patching"],
+    "circuits": ["circuit"],
     "SAE / neuron steering, probes, concept vectors": ["sae steering", "probe", "concept vectors"],
 }
 # what refuses where (README "Engines x backends"), with the reason its line gives; every other cell runs with
 # TransformerLens' numbers
 REFUSED: dict[str, dict[str, str]] = {
-    "nnsight": {"path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
-    "bridge": {"path patching": "per-head q/k/v inputs", "circuit": "per-head q/k/v inputs"},
+    "nnsight": {"circuit": "per-head q/k/v inputs"},
+    "bridge": {"circuit": "per-head q/k/v inputs"},
 }
 BACKENDS = ("nnsight", "bridge")
 

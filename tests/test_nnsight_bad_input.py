@@ -30,13 +30,10 @@ def _one_line(err: pytest.ExceptionInfo, *words: str) -> None:
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("engine", ["circuit", "path patching"])
+@pytest.mark.parametrize("engine", ["circuit"])
 def test_a_refused_engine_is_one_line(nn, engine):
-    from circuits.tools.patching import path_patch
-
     calls = {"circuit": lambda: wb.circuit(nn, [{"prompt": CLEAN, "target": " Mary", "foil": " John"}],
-                                method="eap", edges=5, evaluate=False),
-             "path patching": lambda: path_patch(nn, CLEAN, CLEAN, " Mary", " John")}
+                                method="eap", edges=5, evaluate=False)}
     with pytest.raises(BackendError) as err:
         calls[engine]()
     _one_line(err, engine, "nnsight backend", "needs")

@@ -92,7 +92,7 @@ def require(model: Any, engine: str) -> None:
 # What TransformerLens' TransformerBridge (3.9, compatibility mode) lacks for an engine: engine -> what it needs
 _SPLIT = ("per-head q/k/v inputs (split_qkv_input), which the bridge does not honour for grouped-query "
           "attention (a shape error)")
-BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT, "path patching": _SPLIT}
+BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
 
 
 @dataclass(frozen=True)
