@@ -33,12 +33,32 @@ def scores_caption(graph: Any) -> str:
 
 def figure(graph: Any, labels: dict[str, list[str]], selected: str | None = None):
     """The graph drawn by circuits.plot.feature_graph_figure, with the app's click handling and the page's
-    width."""
+    width. A node's label is cut to its column; its hover holds the feature's whole explanation, wrapped (the
+    stored dashboards' full text where they have it, else ``labels``)."""
     from circuits.plot import feature_graph_figure
 
-    fig = feature_graph_figure(feature_view(graph), labels, selected=selected)
-    fig.update_layout(clickmode="event+select", dragmode=False)
+    full = {name: names for name, names in all_labels(graph, full=True).items() if names}
+    fig = feature_graph_figure(feature_view(graph), {**labels, **full}, selected=selected)
+    nodes = fig.data[-1]
+    if nodes.hovertext is not None:
+        nodes.hovertext = [wrap_hover(h) for h in nodes.hovertext]
+    fig.update_layout(clickmode="event+select", dragmode=False, hoverlabel={"namelength": -1})
     return fig
+
+
+def wrap_hover(text: str, width: int = 70) -> str:
+    """A hover label's long lines broken at spaces (plotly does not wrap hover labels: a long explanation ran off
+    the screen)."""
+    import textwrap
+
+    return "<br>".join("<br>".join(textwrap.wrap(line, width, break_long_words=False) or [""])
+                       for line in str(text).split("<br>"))
+
+
+def wrapped_contexts(html: str) -> str:
+    """Contexts as ``attribution.sae.render.contexts_html`` writes them (one line each, scrolled sideways), made to
+    wrap inside the dashboard's column so each reads whole without scrolling."""
+    return html.replace("white-space:pre;overflow-x:auto", "white-space:pre-wrap;overflow-wrap:anywhere")
 
 
 @st.cache_resource(show_spinner=False, max_entries=16)
@@ -121,4 +141,4 @@ def dashboard_card(graph: Any, node: Any) -> None:
         st.caption("Raises: " + " · ".join(f"{quoted(t)} {v:+.2f}" for t, v in card["top_logits"][:6]))
     top = [c for c in card["contexts"] if c["group"] == "top"][:5]
     if top:
-        st.html(contexts_html(top, card["max_activation"]))
+        st.html(wrapped_contexts(contexts_html(top, card["max_activation"])))
