@@ -1456,6 +1456,7 @@ def _required_options(fn: Any) -> list[str] | None:
 
 # -- running and classifying -----------------------------------------------------------------------------
 
+PROGRESS_LINE = re.compile(r"\[\s*\d+ s\] |estimate: ")  # a job's progress frames and cost estimate (stderr)
 NONFINITE = re.compile(r"(?<![\w.])-?(NaN|Infinity|nan|inf)(?![\w])")
 
 
@@ -1604,9 +1605,12 @@ def _exists(p: Path) -> bool:
 def classify(case: Case, args: list[str], out: str, err: str, rc: int | None, store: Path, before: set[str],
              planted: set[str]) -> dict[str, Any]:
     """The class of one case's outcome (see the module's docstring)."""
-    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
-    # "note:" lines (damaged runs skipped) and progress lines ("looking up X ... (up to 5 s) ...") are not errors
-    error_lines = [ln for ln in lines if not ln.startswith("note:") and not ln.rstrip().endswith("...")]
+    # every line of stderr as a terminal shows it (a progress frame redrawn with \r: its last state)
+    lines = [ln.rsplit("\r", 1)[-1] for ln in err.strip().splitlines() if ln.rsplit("\r", 1)[-1].strip()]
+    # "note:" lines (damaged runs skipped) and progress lines ("looking up X ... (up to 5 s) ...", a job's
+    # "[  7 s] faithfulness · 1/1" frames and its "estimate: ..." line) are not errors; any other line is
+    error_lines = [ln for ln in lines if not ln.startswith("note:") and not ln.rstrip().endswith("...")
+                   and not PROGRESS_LINE.match(ln)]
     saved = runs_in(store) - before
     bad_store = next((x for x in all_non_finite(store) if x not in planted), None)
     detail = (error_lines[-1] if error_lines else out.strip()[:200])[:300]

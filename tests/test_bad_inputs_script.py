@@ -38,6 +38,8 @@ def test_classes_are_strict(tmp_path):
     assert judge(2, "error: --top must be positive\n") == "clear-error"
     assert judge(2, "error: something is wrong\n") == "unclear-error"  # does not name --top
     assert judge(2, "warning: slow\nerror: --top must be positive\n") == "unclear-error"  # two lines
+    progress = "[      0 s] estimate: 1 items x 2 ms\nestimate: 1 items\n[   7 s] x · 1/1\r[   8 s] x · 1/1\n"
+    assert judge(2, progress + "error: --top must be positive\n") == "clear-error"  # a job's progress on stderr
     good = bi.Case("y", ["models"], expect="ok")
     assert bi.classify(good, good.args, "", "error: no\n", 2, tmp_path, set(), set())["class"] == "refused-good"
 
