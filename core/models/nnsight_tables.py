@@ -63,7 +63,7 @@ ENGINE_NEEDS: dict[str, str] = {
     "activation_patching": "internals",
     # the other engines
     "lens": "internals", "tuned lens": "internals", "patch (resid, attn, mlp, mlps)": "hooks",
-    "patch (heads)": "internals", "path patching": "internals", "circuit": "split_inputs",
+    "patch (heads)": "internals", "path patching": "internals", "circuit": "internals",
     "feature attribution": "internals", "feature graph": "internals", "sae steering": "hooks",
     "probe": "hooks", "concept vectors": "hooks",
 }

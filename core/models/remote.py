@@ -32,6 +32,7 @@ from typing import Any
 from core.errors import BackendError, RangeError, WorkbenchError
 from core.models import hub
 from core.models.hooked import ArchInfo, HookedModel
+from core.models.nnsight_split import SERVED, SPLIT_HOOKS, split_attention
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
     ENGINE_NEEDS,
     GLOBAL_HOOKS,
@@ -98,7 +99,8 @@ class NNsightModel(TracedWeights, HookedModel):
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
         self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else "llama")
-        self._hook_table = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS}[self.layout]
+        self._hooks = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS}[self.layout]
+        self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
         act = getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None))
@@ -161,6 +163,10 @@ class NNsightModel(TracedWeights, HookedModel):
     def _blocks(self):
         return self.lm.transformer.h if self._gpt2 else self.lm.model.layers
 
+    @property
+    def _hook_table(self) -> dict[str, tuple]:
+        return {**self._hooks, **SPLIT_HOOKS} if self._split else self._hooks
+
     def _parse(self, name: str) -> tuple[int, str]:
         """(layer, hook) of a hook name; hooks outside the blocks sit at layer -1 (before block 0) or
         n_layers (after the last)."""
@@ -199,7 +205,7 @@ class NNsightModel(TracedWeights, HookedModel):
         place changes the forward), or a value computed from it (a norm's scale, rotated queries/keys)."""
         derive = self._spec(hook)[3]
         value = self._base(raw, hook)
-        if derive is None:
+        if derive in (None, "split", "mlp_in"):  # split inputs: the module value, copied where it is used
             return value
         if derive in ("scale", "normalized"):  # RMSNorm divides by sqrt(mean x^2 + eps): TL's hook_scale
             eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
@@ -249,17 +255,21 @@ class NNsightModel(TracedWeights, HookedModel):
             resid = tokens
             steps.append((self.check_layer(start_at_layer), 0, 0, f"blocks.{start_at_layer}.hook_resid_pre", None))
             tokens = torch.zeros(resid.shape[:2], dtype=torch.long, device=resid.device)
-        steps.sort(key=lambda step: step[:3])
         ids = self._tokens(tokens)
+        split: dict[int, list] = {}
+        if self._split:  # each layer's attention from per-head inputs (nnsight_split), at its block's input
+            steps, split = self._split_steps(steps)
+        steps.sort(key=lambda step: step[:3])
         rope = None
-        if any(self._spec(self._parse(s[3])[1])[3] in ("rot_q", "rot_kv") for s in steps):
+        if split or any(self._spec(self._parse(s[3])[1])[3] in ("rot_q", "rot_kv") for s in steps):
             rope = self._rope_tables(ids.shape[1])
         if self.remote:
             self._check_remote()
         saved: dict[str, Any] = {}
         raw: dict[tuple[int, str, str], Any] = {}
         live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
-        grad_mode = torch.enable_grad() if backward is not None else torch.no_grad()
+        # the caller's grad mode (a circuit's backward after the trace, locally), or the traced backward's
+        grad_mode = torch.enable_grad() if backward is not None or torch.is_grad_enabled() else torch.no_grad()
         with self._transport():
             with grad_mode, self.lm.trace(ids, remote=self.remote):
                 for layer, _, kind, name, action in steps:
@@ -271,6 +281,12 @@ class NNsightModel(TracedWeights, HookedModel):
                     value = self._derive(raw[key], hook, rope)
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
+                    elif kind == 3:  # this layer's attention from per-head inputs; the module's is skipped
+                        attn = self._blocks()[layer].self_attn
+                        attn.skip(split_attention(self, layer, value, split[layer], rope, saved))
+                    elif kind == 1 and hook == "hook_mlp_in":  # the MLP's own input: the residual is left as it is
+                        out = action(value.clone(), _Hook(name))
+                        self._blocks()[layer].post_attention_layernorm.input = value.clone() if out is None else out
                     elif kind == 2:
                         saved[name] = value.detach().clone().save()
                         if name in grad_names:
@@ -290,8 +306,28 @@ class NNsightModel(TracedWeights, HookedModel):
                     with values.sum().backward():  # gradients come in the reverse of the forward's order
                         for name in reversed(list(live)):
                             saved["grad:" + name] = live[name][0].grad.view(live[name][1]).save()
-                logits = logits.detach().save()
+                keep = backward is None and logits.requires_grad  # a backward after the trace (local only)
+                logits = logits.save() if keep else logits.detach().save()
         return logits, saved
+
+    def _split_steps(self, steps: list) -> tuple[list, dict[int, list]]:
+        """Steps for split inputs: the per-head q/k/v input hooks and hook_z (hooks and saves) of every layer go to
+        its split attention step (kind 3, after the block input's own hooks and saves); other attention internals
+        are not there (the module's attention does not run)."""
+        split: dict[int, list] = {layer: [] for layer in range(self.arch.n_layers)}
+        kept = []
+        for step in steps:
+            layer, order, kind, name, action = step
+            hook = self._parse(name)[1] if layer >= 0 and layer < self.arch.n_layers else None
+            if hook in SERVED:
+                split[layer].append((name, action if kind == 1 else None))
+            elif hook is not None and 1 <= order <= 5:
+                raise RangeError(f"hook {name!r} is not available inside split_inputs on the nnsight backend "
+                                 f"(per-head inputs replace the layer's attention): use {', '.join(SERVED)}")
+            else:
+                kept.append(step)
+        kept += [(layer, 0, 3, f"blocks.{layer}.hook_resid_pre", None) for layer in split]
+        return kept, split
 
     def _check_remote(self) -> None:
         if not self._ndif_checked:
@@ -381,9 +417,14 @@ class NNsightModel(TracedWeights, HookedModel):
 
     @contextmanager
     def split_inputs(self) -> Iterator[NNsightModel]:
-        raise BackendError(f"per-head inputs (edge-level circuits) do not run on the nnsight backend ({self.name}); "
-                           "load it with backend='transformer_lens'")
-        yield self  # pragma: no cover - a generator for contextmanager
+        """Within the block every head reads its own q/k/v input and every MLP its own input, as
+        HookedModel.split_inputs (core/models/nnsight_split.py computes the attention from them in the trace)."""
+        self._need_internals("per-head inputs (edge-level circuits)")
+        before, self._split = self._split, True
+        try:
+            yield self
+        finally:
+            self._split = before
 
     def greedy(self, tokens, max_new_tokens: int, kv_cache: bool = True) -> list[int]:
         """Greedy continuation ids, each step a whole-sequence trace (no KV cache), stopping after
