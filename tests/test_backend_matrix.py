@@ -25,6 +25,8 @@ CLEAN = "When Mary and John went to the store, John gave a drink to"
 CORRUPTED = "When Mary and John went to the store, Mary gave a drink to"
 IOI = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
 REL_TOL = 1e-4
+CIRCUIT_METHODS = ("eap", "eap_ig", "eap_ig_act", "ifr", "dpa", "dpa_norm", "dpa_cf", "dpa_path", "edge_pruning",
+                   "activation_patching")  # circuits.edges.EDGE_METHODS (checked below)
 
 
 def _attr(method: str, level: str) -> Callable:
@@ -87,6 +89,10 @@ def _path_patch(m):
     return torch.tensor([res["patched"], res["effect"]])
 
 
+def _circuit(method: str) -> Callable:
+    return lambda m: wb.circuit(m, IOI, method=method, edges=5, evaluate=False).scores
+
+
 def _patch(site: str) -> Callable:
     return lambda m: wb.patch(m, CLEAN, CORRUPTED, " Mary", " John", site=site).effect
 
@@ -112,7 +118,7 @@ ENGINES: dict[str, Callable] = {
     "lens": lambda m: wb.lens(m, CLEAN, target=" Mary").target_prob,
     **{f"patch ({site})": _patch(site) for site in ("resid", "attn", "mlp", "mlps", "heads")},
     "path patching": _path_patch,
-    "circuit": lambda m: wb.circuit(m, IOI, method="eap", edges=5, evaluate=False).scores,
+    **{f"circuit/{method}": _circuit(method) for method in CIRCUIT_METHODS},
     "sae steering": _steer,
     "probe": _probe_activations,
     "concept vectors": _concepts,
@@ -131,14 +137,14 @@ ROWS: dict[str, list[str]] = {
     "logit lens": ["lens"],
     "patching: resid, attn, mlp, mlps, heads": [f"patch ({s})" for s in ("resid", "attn", "mlp", "mlps", "heads")],
     "path patching": ["path patching"],
-    "circuits": ["circuit"],
+    "circuits": [f"circuit/{method}" for method in CIRCUIT_METHODS],
     "SAE / neuron steering, probes, concept vectors": ["sae steering", "probe", "concept vectors"],
 }
 # what refuses where (README "Engines x backends"), with the reason its line gives; every other cell runs with
 # TransformerLens' numbers
 REFUSED: dict[str, dict[str, str]] = {
-    "nnsight": {"circuit": "per-head q/k/v inputs"},
-    "bridge": {"circuit": "per-head q/k/v inputs"},
+    "nnsight": {},
+    "bridge": {f"circuit/{method}": "per-head q/k/v inputs" for method in CIRCUIT_METHODS},
 }
 BACKENDS = ("nnsight", "bridge")
 
@@ -196,6 +202,9 @@ def test_every_readme_row_is_checked_and_the_counts_are_this_files():
             if line.startswith("| ") and not line.startswith("| engine")]
     assert [r.split(" (")[0] for r in rows] == list(ROWS), rows
     assert sorted(e for es in ROWS.values() for e in es) == sorted(ENGINES)
+    from circuits.edges import EDGE_METHODS
+
+    assert sorted(CIRCUIT_METHODS) == sorted(EDGE_METHODS)
     flat = " ".join(section.split())  # the sentence may wrap
     for backend in BACKENDS:
         n_ref = len(REFUSED[backend])

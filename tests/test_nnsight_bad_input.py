@@ -30,13 +30,24 @@ def _one_line(err: pytest.ExceptionInfo, *words: str) -> None:
         assert w in msg, msg
 
 
-@pytest.mark.parametrize("engine", ["circuit"])
-def test_a_refused_engine_is_one_line(nn, engine):
-    calls = {"circuit": lambda: wb.circuit(nn, [{"prompt": CLEAN, "target": " Mary", "foil": " John"}],
-                                method="eap", edges=5, evaluate=False)}
+IOI = [{"prompt": CLEAN, "target": " Mary", "foil": " John"}]
+
+
+def test_an_engine_a_backend_still_refuses_is_one_line(nn, tiny_llama_dir, tiny_gpt2_dir, monkeypatch):
+    """What still refuses: circuits on the bridge (grouped kv heads), the internals on a non-Llama family
+    through nnsight, circuits on a remote model (their backward runs after the trace)."""
+    bridge = wb.load(str(tiny_llama_dir), backend="bridge")
     with pytest.raises(BackendError) as err:
-        calls[engine]()
-    _one_line(err, engine, "nnsight backend", "needs")
+        wb.circuit(bridge, IOI, method="eap", edges=5, evaluate=False)
+    _one_line(err, "circuit", "bridge backend", "per-head q/k/v inputs")
+    gpt2 = wb.load(str(tiny_gpt2_dir), backend="nnsight")
+    with pytest.raises(BackendError) as err:
+        wb.attribute(gpt2, CLEAN, target=" Mary", method="dpa")
+    _one_line(err, "dpa", "nnsight backend", "Llama-style")
+    monkeypatch.setattr(nn, "remote", True)
+    with pytest.raises(BackendError) as err:
+        wb.circuit(nn, IOI, method="eap", edges=5, evaluate=False)
+    _one_line(err, "circuit", "nnsight backend", "remote trace cannot return")
 
 
 def _remote(nn, monkeypatch, host: str) -> None:

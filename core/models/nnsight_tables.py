@@ -70,7 +70,9 @@ ENGINE_NEEDS: dict[str, str] = {
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
                  f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}) only",
-    "activation_cache": "TransformerLens' ActivationCache (decompose_resid, stack_head_results, apply_ln_to_stack)",
-    "split_inputs": "per-head q/k/v inputs (each head reading its own copy of the residual, TransformerLens' "
-                    "split_qkv_input), which HF attention modules traced by nnsight do not have",
+    "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
+                      "the trace), which a remote trace cannot return; run circuits on a local model",
 }
+# engines whose gradients are taken by a backward after the trace (PyTorch autograd on the trace's tensors), not
+# inside it: local models only
+LOCAL_BACKWARD = frozenset({"circuit"})

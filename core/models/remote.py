@@ -41,6 +41,7 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     LLAMA_BASIC,
     LLAMA_HOOKS,
     LLAMA_LIKE,
+    LOCAL_BACKWARD,
     NEED_WORDS,
     READ_ONLY,
 )
@@ -140,7 +141,9 @@ class NNsightModel(TracedWeights, HookedModel):
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` (a key of ENGINE_NEEDS) does not run on this model, or None when it does."""
-        need = ENGINE_NEEDS.get(engine, "activation_cache")
+        need = ENGINE_NEEDS.get(engine, "internals")
+        if engine in LOCAL_BACKWARD and self.remote:
+            return NEED_WORDS["local_backward"]
         if need == "hooks" or (need == "internals" and self.internals):
             return None
         return NEED_WORDS[need]
