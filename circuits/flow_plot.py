@@ -6,12 +6,9 @@ on_select); each attention edge has a hover point at its middle naming its heads
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import plotly.graph_objects as go
-
-if TYPE_CHECKING:
-    from circuits.subgraph import Subgraph
 
 ROLE_COLOUR = {"attn": "#2166ac", "resid": "#9e9e9e", "mlp": "#e08214"}
 ROLE_NAME = {"attn": "attention (between positions)", "resid": "residual (same position)", "mlp": "MLP"}
@@ -38,9 +35,9 @@ def _token_tick(tok: str, pos: int) -> str:
     return f"{text[:12]}{'…' if len(text) > 12 else ''}<br>{pos}"
 
 
-def flow_figure(flow: Any, graph: Subgraph, selected: str | None = None, title: str | None = None) -> go.Figure:
-    """The pruned graph ``graph`` of ``flow`` (a circuits.flow.Flow, which imports this module) laid out by
-    (position, layer)."""
+def flow_figure(flow: Any, graph: Any, selected: str | None = None, title: str | None = None) -> go.Figure:
+    """The pruned graph ``graph`` (a circuits.subgraph.Subgraph) of ``flow`` (a circuits.flow.Flow) laid out by
+    (position, layer); both modules import this one, so it names neither."""
     pos = {n.id: _xy(flow, n) for n in graph.nodes}
     fig = go.Figure()
     groups: dict[tuple[str, int], tuple[list, list]] = {}
@@ -55,7 +52,7 @@ def flow_figure(flow: Any, graph: Subgraph, selected: str | None = None, title: 
         bucket[1].extend(ys)
         if role == "attn":
             layer, q, k = graph.node(e.target).metadata["block"], int(x1), int(x0)
-            heads = [h for h in flow.heads_into(layer, q, k) if h["share"] > 0.005][:4]
+            heads = [h for h in flow.heads_into(layer, q, k) if h["share"] > 0.005][:4] if flow.heads_into else []
             mids.append((xs[len(xs) // 2 - 1], ys[len(ys) // 2 - 1],
                          f"layer {layer} attention: {k} {flow.tokens[k]!r} → {q} {flow.tokens[q]!r}: {e.score:.3f}"
                          + "".join(f"<br>{h['head']} {h['share']:.3f}" for h in heads)))
@@ -108,3 +105,17 @@ def flow_figure(flow: Any, graph: Subgraph, selected: str | None = None, title: 
         legend={"orientation": "h", "y": -0.08 - 40 / max(480, ROW_PX * 2 * (n_layers + 1) + 170)},
         hovermode="closest", dragmode="pan")
     return fig
+
+
+def stored_flow_figure(graph: Any, title: str | None = None, selected: str | None = None) -> go.Figure:
+    """A saved flow graph (a ``subgraph`` run whose source is ``flow``) drawn from the graph alone: its tokens and
+    prediction from its metadata; no per-head hover (the shares stay in the run's tensors)."""
+    from types import SimpleNamespace
+
+    tokens = list(graph.metadata.get("flow_tokens") or [])
+    layers = [int(n.metadata.get("block", -1)) for n in graph.nodes if n.kind in ("resid", "mlp")]
+    position = int(graph.provenance.params.get("position", len(tokens) - 1))
+    predictions = {position: str(graph.metadata.get("prediction", "?"))}
+    view = SimpleNamespace(model=graph.model, tokens=tokens, n_tokens=len(tokens), n_layers=max(layers, default=0) + 1,
+                           heads_into=None, predictions=predictions)
+    return flow_figure(view, graph, selected=selected, title=title)

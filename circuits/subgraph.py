@@ -261,6 +261,10 @@ class Subgraph:
         if self.is_feature_graph:
             return feature_graph_plot(self, per_row, max_edges, selected=selected, title=title)
         p = self.provenance
+        if p.source == "flow":  # information flow by token (circuits.flow): by position and layer
+            from circuits.flow_plot import stored_flow_figure
+
+            return stored_flow_figure(self, title=title, selected=selected)
         row = p.prompts[0] if len(p.prompts) == 1 else {}
         what = metric_name(row.get("target"), row.get("foil")) if row else "target − foil"
         title = title or f"{p.method} {p.source} of {what} on {p.model}: {len(self.edges)} edges"

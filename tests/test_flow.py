@@ -145,3 +145,15 @@ def test_cli_routes_and_bad_input(monkeypatch, capsys):
     assert_bad(*run_cli(monkeypatch, capsys, *args, "--threshold", "2")[::2], "--threshold")
     assert_bad(*run_cli(monkeypatch, capsys, *args, "--position", "9")[::2], "position 9")
     assert_bad(*run_cli(monkeypatch, capsys, "flow", "ioi-attn-1l2h", " ")[::2], "empty prompt")
+
+
+def test_a_saved_flow_graph_plots_by_position_from_the_graph_alone(llama, tmp_path):
+    from circuits.runs import subgraph_of
+
+    f = flow(llama, PROMPT).at(0.05)
+    back = subgraph_of(f.save(tmp_path))
+    fig = back.plot()
+    nodes = next(t for t in fig.data if t.customdata is not None)
+    assert set(nodes.customdata) == {n.id for n in f.graph().nodes}
+    assert list(fig.layout.xaxis.tickvals) == list(range(f.n_tokens))  # one column per token, as drawn live
+    assert any(f.prediction in (a.text or "") for a in fig.layout.annotations)
