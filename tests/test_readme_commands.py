@@ -407,7 +407,7 @@ def _cluster_script(block: list[Command], fill: dict[str, str], node_ports: dict
     lines = []
     for c in block:
         words = list(c.args)
-        if words[:2] == ("ray", "start") and "--head" not in words:
+        if tuple(words[:2]) == ("ray", "start") and "--head" not in words:
             words = [w for w in words if w != "..."] + node_ports["b"]
         words = [fill.get(w, w) for w in words]
         words = [re.sub(r"\b(HEAD_IP|NODE_IP)\b", "127.0.0.1", w).replace(":6379", ":" + fill["6379"]) for w in words]
