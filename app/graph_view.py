@@ -47,6 +47,8 @@ def show_subgraph(sub: Subgraph, key: str, title: str = "", selected: str | None
     """Draw a Subgraph as a layered graph (input at the bottom, output on top) and return the clicked node's id.
     ``figure``: the page's own drawing of it (the feature graph's token columns), shown with the same click
     handling."""
+    if figure is None and sub.provenance.source == "flow":  # information flow by token: by position and layer
+        figure = sub.plot(title=title or None, selected=selected)
     if figure is None:
         from circuits.plot import graph_figure
 

@@ -63,3 +63,17 @@ def test_a_click_reads_the_node():
     assert clicked_node(event, {"M1@2"}) is None
     assert clicked_node(SimpleNamespace(selection=SimpleNamespace(points=[])), {"A1@2"}) is None
     assert clicked_node(None, {"A1@2"}) is None
+
+
+def test_a_saved_flow_opens_on_the_runs_page_by_position(tiny_llama):
+    from circuits.flow import flow
+    from core.store import RunStore
+
+    f = flow(tiny_llama, PROMPT)
+    run = f.save(RunStore())
+    at = open_page("runs")
+    at.selectbox(key="runs_pick").set_value(run.id).run()
+    assert not problems(at)
+    spec = chart(at, "runs_open_graph")
+    assert set(_nodes(spec)) == {n.id for n in f.graph().nodes}  # every node, its edges drawn by position
+    assert spec["layout"]["xaxis"]["tickvals"] == list(range(f.n_tokens))
