@@ -166,10 +166,9 @@ class Flow:
                 if self.resid_attn[l, i] > t:
                     edges.append(GraphEdge(src(i), a, float(self.resid_attn[l, i]), "resid"))
                     below.add(i)
-                for j in range(i + 1):
-                    if head_sum[l, i, j] > t:
-                        edges.append(GraphEdge(src(j), a, float(head_sum[l, i, j]), "attn"))
-                        below.add(j)
+                for j in (head_sum[l, i, : i + 1] > t).nonzero().flatten().tolist():  # a long prompt: no loop over keys
+                    edges.append(GraphEdge(src(j), a, float(head_sum[l, i, j]), "attn"))
+                    below.add(j)
             live = below
         ids = {node_id("M", self.n_layers - 1, p)} | {e.source for e in edges} | {e.target for e in edges}
         nodes = [self._node(name, imp) for name in sorted(ids, key=_order)]
