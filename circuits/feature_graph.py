@@ -8,17 +8,26 @@ reconstruction), ``emb@p3`` (the input embedding) and ``logits`` (target minus f
 
 Edges come from DPA top-down passes in the replacement model: a residual SAE cuts the stream (everything
 below it reaches a higher node through its features and error), a transcoder's MLP is held fixed (its
-output is its features, error, bias and skip). A target node's pass starts at its input hook with its
-encoder direction (the logits: DPA's own target vector) and goes down to the nearest cut; every source it
-meets scores act x (decoder direction . target vector) (an error node: error . target vector; an
-embedding: embedding . target vector). So one DPA pass per target node, batched over targets, where
-circuit-tracer runs one backward pass per node.
+output is its features, error, bias and skip; the skip term is linear in the MLP's input, so the target
+passes through it to the stream below, as the replacement model's gradient does). A target node's pass
+starts at its input hook with its encoder direction (the logits: DPA's own target vector) and goes down to
+the nearest cut; every source it meets scores act x (decoder direction . target vector) (an error node:
+error . target vector; an embedding: embedding . target vector). So one DPA pass per target node, batched
+over targets, where circuit-tracer runs one backward pass per node.
 
 Which targets get a pass: dictionaries are expanded from the top down, each keeping the
 ``per_layer`` features of largest influence on the logits so far (circuit-tracer's influence: each
 target's incoming |edges| normalised to sum to one, propagated from the logits). Pruning keeps the
 ``max_nodes`` nodes of largest influence, the ``max_edges`` strongest edges among them (by edge influence),
 then only what lies on a path to the logits.
+
+DPA on a replacement model (every MLP a transcoder) is a different linearisation from the gradient graph's, by
+design: DPA splits each attention layer's target between the value path (weight 0.5) and the query/key paths
+(0.25 each), where the replacement model freezes the patterns (value path 1, no query/key paths). With
+``w_q=0, w_k=0, w_v=1`` DPA's edges equal the gradient graph's exactly (norms are frozen in both); with its
+default weights less of the logits' influence reaches the embeddings (replacement 0.26 against 0.40 on the README
+IOI prompt over a smollm2-135m set: results/sae/replacement.md), so the feature-graph command's ``--method auto``
+takes the gradient graph on a replacement model.
 
 Scores (circuit-tracer's ``compute_graph_scores``, on the graph before pruning): the replacement score is the
 share of end-to-end influence on the logits that reaches them from the token embeddings rather than from error

@@ -236,6 +236,31 @@ def anatomy(args: argparse.Namespace) -> None:
                                                          for k, v in out["variants"].items()}}), flush=True)
 
 
+def anatomy_report(path: str) -> None:
+    """Markdown tables of an --anatomy run: per prompt and variant, then per layer averaged over the prompts."""
+    rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
+    names = list(rows[0]["variants"])
+    print("| prompt | variant | replacement | completeness | influence ending in embeddings | logit edges' L1 "
+          "distance from the gradient graph (share) | seconds |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    for r in rows:
+        for n in names:
+            v = r["variants"][n]
+            print(f"| {r['prompt'][:40]} ({r['set']}) | {n} | {v['replacement']:.3f} | {v['completeness']:.3f} | "
+                  f"{v['embeddings']:.3f} | {v['logit_edges_l1_from_gradient']:.2e} | {v['seconds']:.0f} |")
+    layers = sorted({int(k) for r in rows for k in r["skip_at_output"]})
+    print(f"\nPer layer, mean over {len(rows)} prompts: share of the influence on the logits that ends in the layer's "
+          "error nodes under each graph, and the layer's skip term . (target at its output) / |logit|")
+    print("| layer | " + " | ".join(names) + " | skip share of the logit |")
+    print("|---:|" + "---:|" * (len(names) + 1))
+    for layer in layers:
+        cells = [sum(r["variants"][n]["error_by_layer"].get(str(layer), 0.0) for r in rows) / len(rows) for n in names]
+        skip = sum(abs(r["skip_at_output"].get(str(layer), 0.0)) / abs(r["logit"]) for r in rows) / len(rows)
+        print(f"| {layer} | " + " | ".join(f"{c:.3f}" for c in cells) + f" | {skip:.3f} |")
+    emb = [sum(r["variants"][n]["embeddings"] for r in rows) / len(rows) for n in names]
+    print("| embeddings | " + " | ".join(f"{c:.3f}" for c in emb) + " | |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
@@ -251,8 +276,11 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/replacement_study.jsonl")
     ap.add_argument("--report", default="", help="print the summary table of this JSON-lines file and stop")
     ap.add_argument("--anatomy", action="store_true", help="DPA's variants against the gradient graph (issue 53)")
+    ap.add_argument("--anatomy-report", default="", help="print the tables of an --anatomy JSON-lines file")
     args = ap.parse_args()
-    if args.anatomy:
+    if args.anatomy_report:
+        anatomy_report(args.anatomy_report)
+    elif args.anatomy:
         anatomy(args)
     elif args.report:
         report(args.report)
