@@ -1,10 +1,12 @@
 """Nothing reads a weight outside a trace on the nnsight backend: with every parameter and buffer of the Hugging Face
 module unreachable except while nnsight runs a trace (a guard on ``Module.__getattr__``, where ``mod.weight`` is
 looked up), every engine that runs on nnsight gives the TransformerLens backend's numbers. A model hosted on NDIF
-is the same situation (its weights are only reachable inside a trace), with the transport changed."""
+is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
+test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF)."""
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import pytest
@@ -18,12 +20,9 @@ class WeightOutsideTrace(RuntimeError):
     pass
 
 
-@pytest.fixture(scope="module")
-def guarded(tiny_llama_dir, tiny_llama, one_thread):
-    """An nnsight model whose module's parameters and buffers raise WeightOutsideTrace when read outside
-    ``LanguageModel.interleave`` (what runs a trace's forward and its body). The TransformerLens model loads
-    first: its run-time shape checks import beartype before nnsight mounts ``.save`` on ``object``."""
-    nn = wb.load(str(tiny_llama_dir), backend="nnsight")
+def _guard(mp: pytest.MonkeyPatch, nn) -> None:
+    """Make ``nn``'s module parameters and buffers raise WeightOutsideTrace when read outside
+    ``LanguageModel.interleave`` (what runs a trace's forward and its body)."""
     from nnsight import LanguageModel
 
     guarded_modules = {id(m) for m in nn.hf.modules()}
@@ -44,9 +43,34 @@ def guarded(tiny_llama_dir, tiny_llama, one_thread):
         finally:
             tracing.clear()
 
+    mp.setattr(torch.nn.Module, "__getattr__", getattr_guard)
+    mp.setattr(LanguageModel, "interleave", interleave)
+
+
+@pytest.fixture(scope="module")
+def guarded(tiny_llama_dir, tiny_llama, one_thread):
+    """An nnsight model behind the guard. The TransformerLens model loads first: its run-time shape checks import
+    beartype before nnsight mounts ``.save`` on ``object``."""
+    nn = wb.load(str(tiny_llama_dir), backend="nnsight")
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.nn.Module, "__getattr__", getattr_guard)
-        mp.setattr(LanguageModel, "interleave", interleave)
+        _guard(mp, nn)
+        yield nn
+
+
+@pytest.fixture(scope="module")
+def simulated(tiny_llama_dir, tiny_llama, one_thread):
+    """An nnsight model behind the guard whose traces go through nnsight's own remote simulation
+    (``remote="local"``: each request serialised and deserialised as for NDIF, then run in this process)."""
+    import core.models.remote as remote
+
+    nn = wb.load(str(tiny_llama_dir), backend="nnsight")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, nn)
+        mp.setattr(remote, "check_ndif", lambda *a, **k: None)  # no server to ask: the simulation is local
+        # the simulation imports the trace's modules afresh, as a server does; the suite's run-time shape checker
+        # (conftest's jaxtyping import hook) cannot instrument such a second import (a KeyError in its registry)
+        mp.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != "_JaxtypingFinder"])
+        nn.remote = "local"
         yield nn
 
 
@@ -60,4 +84,12 @@ def test_the_guard_guards(guarded):
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e not in REFUSED["nnsight"]])
 def test_engine_reads_weights_only_inside_traces(guarded, tiny_llama, engine):
     got = torch.as_tensor(ENGINES[engine](guarded)).float()
+    close(got, torch.as_tensor(ENGINES[engine](tiny_llama)).float())
+
+
+@pytest.mark.parametrize("engine", [e for e in ENGINES if e not in REFUSED["nnsight"] and not e.startswith("circuit")])
+def test_engine_through_nnsights_remote_simulation(simulated, tiny_llama, engine):
+    """Every engine but the circuits (their backward runs after the trace: refused on a remote model) gives the
+    TransformerLens numbers when every trace is serialised and deserialised as a remote request is."""
+    got = torch.as_tensor(ENGINES[engine](simulated)).float()
     close(got, torch.as_tensor(ENGINES[engine](tiny_llama)).float())
