@@ -1,7 +1,6 @@
 """The nnsight backend on the real smollm2-135m gives the TransformerLens backend's numbers: DPA (token, head), the
-gradient, integrated gradients, AtP and activation patching of heads, each within 1e-4 of the values' own scale
-(their largest magnitude). The edge-level circuits still refuse on nnsight (per-head q/k/v inputs): one line, and
-the EAP circuit runs on TransformerLens from the same prompt."""
+gradient, integrated gradients, AtP, activation patching of heads and an EAP circuit's edge scores, each within
+1e-4 of the values' own scale (their largest magnitude)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,6 @@ import pytest
 import torch
 
 import workbench as wb
-from core.errors import BackendError
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
 
@@ -50,10 +48,10 @@ def test_head_patching_matches_transformer_lens(smollm2, nn):
     _close(run(nn), run(smollm2), "patch (heads)")
 
 
-def test_eap_circuit_runs_on_transformer_lens_and_refuses_on_nnsight(smollm2, nn):
+def test_eap_circuit_matches_transformer_lens(smollm2, nn):
     rows = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
-    ref = wb.circuit(smollm2, rows, method="eap", edges=20, evaluate=False).scores
-    assert float(ref.abs().max()) > 0
-    with pytest.raises(BackendError) as err:
-        wb.circuit(nn, rows, method="eap", edges=20, evaluate=False)
-    assert "\n" not in str(err.value) and "per-head q/k/v inputs" in str(err.value)
+
+    def run(m):
+        return wb.circuit(m, rows, method="eap", edges=20, evaluate=False).scores
+
+    _close(run(nn), run(smollm2), "EAP circuit edge scores")
