@@ -34,7 +34,9 @@ def prompts(model: str, source: str, n_ioi: int, n_facts: int) -> list[dict]:
         if source == "bench":
             rows = [r for r in rows if r.get("split") == "test"]
         out += [{"prompt": r["prompt"], "target": r["target"], "foil": r.get("foil"), "set": name} for r in rows[:n]]
-    return out
+    ioi, facts = [r for r in out if r["set"] == "ioi"], [r for r in out if r["set"] == "facts"]
+    mixed = [r for pair in zip(ioi, facts, strict=False) for r in pair]  # alternated: a run cut short has both
+    return out[:1] + mixed + ioi[len(facts):] + facts[len(ioi):]
 
 
 def prompts_of(path: str, n_ioi: int, n_facts: int) -> list[dict]:
@@ -65,16 +67,19 @@ def run(args: argparse.Namespace) -> None:
     label = f"{len(resid)} residual SAE{'s' if len(resid) > 1 else ''} (L{','.join(str(d.layer) for d in resid)})"
     want = args.graphs.split(",")
     tcs = load_dictionaries(f"set:{args.set}") if any(w.startswith("set") for w in want) else []
-    configs = [c for c in [("resid", "dpa", resid), ("set", "dpa", tcs), ("set", "gradient", tcs)]
-               if f"{c[0]}-{c[1]}" in want]
+    # set-dpa-held: DPA with the transcoders' skip terms held constant, as before issue 53 (the "before" rows)
+    configs = [c for c in [("resid", "dpa", resid), ("set", "dpa", tcs), ("set", "dpa-held", tcs),
+                           ("set", "gradient", tcs)] if f"{c[0]}-{c[1]}" in want]
     with open(args.out, "a") as fh:
         rows = (prompts_of(args.prompts_from, args.ioi, args.facts) if args.prompts_from
                 else prompts(args.model, args.source, args.ioi, args.facts))
         for p in rows:
             for dicts_name, method, dicts in configs:
                 t0 = time.perf_counter()
-                kw = dict(target=p["target"], foil=p.get("foil"), method=method,
+                kw = dict(target=p["target"], foil=p.get("foil"), method=method.split("-")[0],
                           per_layer=args.per_layer if dicts_name == "set" else 16)
+                if method == "dpa-held":
+                    kw["live_skip"] = False
                 # one unpruned graph: the scores are computed on it either way, the intervention check reads it
                 # (at node 0.8 the per-layer graphs keep a feature or two), and circuit-tracer's pruning (node
                 # 0.8, edge 0.98, then at most 80 nodes / 400 edges) of its edges gives the features kept

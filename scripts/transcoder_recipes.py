@@ -25,6 +25,9 @@ VARIANTS = {
     "AuxK early (window 10)": {"aux_window": 10},
     "warm-up 10% + cosine": {"warmup": "10%", "schedule": "cosine"},
     "3 epochs": {"epochs": 3},
+    "lr 2e-3": {"lr": 2e-3},
+    "lr 2e-3 + 3 epochs": {"lr": 2e-3, "epochs": 3},
+    "6 epochs": {"epochs": 6},
 }
 
 
@@ -58,21 +61,23 @@ def run(args: argparse.Namespace) -> None:
     train = cache_layers(model, layers, _shuffled_docs("train", 0), cache / "train", args.tokens)
     held = cache_layers(model, layers, _shuffled_docs("heldout", 0), cache / "heldout", 8192)
     print(f"cached {args.tokens} + 8192 tokens of layers {layers} in {time.time() - t0:.0f} s", flush=True)
-    want = args.variants.split(",") if args.variants else list(VARIANTS)
+    want = args.variants.split("|") if args.variants else list(VARIANTS)
     with open(args.out, "a") as fh:
         for layer in layers:
             hin, hout = _hooks(layer)
             x, y = held[layer].tensor(hin).float(), held[layer].tensor(hout).float()
             for name in want:
-                recipe = dict(VARIANTS.get(name) or json.loads(name))
+                recipe = dict(VARIANTS[name])
                 steps = int(recipe.get("epochs", 1)) * args.tokens // 512
                 if isinstance(recipe.get("warmup"), str):
                     recipe["warmup"] = max(1, steps * int(recipe["warmup"].rstrip("%")) // 100)
                 ckpt = cache / "ckpt" / f"L{layer}-{abs(hash(name))}"
                 shutil.rmtree(ckpt, ignore_errors=True)
                 t1 = time.time()
-                w = train_topk_transcoder(train[layer], hin, hout, args.width, 32, args.tokens, ckpt, lr=7e-4,
+                lr = float(recipe.pop("lr", 7e-4))  # the set's lr unless the variant names one
+                w = train_topk_transcoder(train[layer], hin, hout, args.width, 32, args.tokens, ckpt, lr=lr,
                                           recipe=recipe, checkpoint_every=10**9)
+                recipe["lr"] = lr
                 row = {"model": args.model, "layer": layer, "variant": name, "recipe": recipe, "tokens": args.tokens,
                        "width": args.width, "steps": steps, "seconds": round(time.time() - t1, 1),
                        **_score(w, x, y)}
@@ -107,7 +112,7 @@ def main() -> None:
     ap.add_argument("--layers", default="3,11,20")
     ap.add_argument("--tokens", type=int, default=40_000)
     ap.add_argument("--width", type=int, default=1152)
-    ap.add_argument("--variants", default="", help="names from VARIANTS (comma-separated) or one JSON recipe")
+    ap.add_argument("--variants", default="", help="names from VARIANTS, separated by '|'")
     ap.add_argument("--cache", default=str(Path.home() / ".cache/workbench/recipes"))
     ap.add_argument("--out", default="/tmp/transcoder_recipes.jsonl")
     ap.add_argument("--report", default="")
