@@ -225,7 +225,7 @@ class NNsightModel(TracedWeights, HookedModel):
         return value
 
     def _trace(self, tokens: Any, save: list[str] = (), fwd_hooks: list = (), start_at_layer: int | None = None,
-               backward: tuple[Any, int | None, list[str]] | None = None):
+               backward: tuple[Any, int | None, list[str]] | None = None, logits_to_keep: Any = 0):
         """One nnsight trace: ``fwd_hooks`` ((hook name, fn(act, hook)) as in TransformerLens) change the
         activations they are given, in place or by what they return; the names in ``save`` come back (after
         the hooks). With ``start_at_layer``, ``tokens`` is the residual stream entering that layer: the trace
@@ -233,8 +233,9 @@ class NNsightModel(TracedWeights, HookedModel):
         same; the layers before run on the placeholders and are not read). With ``backward`` (metric, position,
         names) the metric of the logits at ``position`` [batch] runs backward inside the same trace (nnsight's
         backward tracing) and the gradients of its sum at ``names`` come back as ``saved["grad:" + name]``, the
-        metric as ``saved["metric"]``. The same code runs locally and, with ``remote=True``, on NDIF: only
-        ``lm.trace``'s transport differs."""
+        metric as ``saved["metric"]``. ``logits_to_keep`` (Hugging Face's: the last n positions, or a tensor of
+        them) spares the unembedding of positions nobody reads. The same code runs locally and, with
+        ``remote=True``, on NDIF: only ``lm.trace``'s transport differs."""
         import torch
 
         # (layer, module value's order in the block, start 0 / hook 1 / save 2, name, action): nnsight reads
@@ -273,8 +274,12 @@ class NNsightModel(TracedWeights, HookedModel):
         live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
         # the caller's grad mode (a circuit's backward after the trace, locally), or the traced backward's
         grad_mode = torch.enable_grad() if backward is not None or torch.is_grad_enabled() else torch.no_grad()
+        if backward is not None:  # the metric reads one position: only it is unembedded
+            at = ids.shape[1] - 1 if backward[1] is None else backward[1] % ids.shape[1]
+            logits_to_keep, backward = torch.tensor([at], device=ids.device), (backward[0], -1, backward[2])
+        options = {"logits_to_keep": logits_to_keep} if not isinstance(logits_to_keep, int) or logits_to_keep else {}
         with self._transport():
-            with grad_mode, self.lm.trace(ids, remote=self.remote):
+            with grad_mode, self.lm.trace(ids, remote=self.remote, **options):
                 for layer, _, kind, name, action in steps:
                     hook = self._parse(name)[1]
                     path, part = self._spec(hook)[:2]
@@ -384,7 +389,7 @@ class NNsightModel(TracedWeights, HookedModel):
             return None if return_type is None else logits
         stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
         name = "hook_embed" if stop == 0 else f"blocks.{stop - 1}.hook_resid_post"
-        return self._trace(tokens, save=[name], start_at_layer=start_at_layer)[1][name]
+        return self._trace(tokens, save=[name], start_at_layer=start_at_layer, logits_to_keep=1)[1][name]
 
     def traced_grads(self, tokens, fwd_hooks: list, names: list[str], metric, position: int | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any], Any]:
