@@ -386,7 +386,8 @@ def symlinked_run(store: Path) -> None:
 
 
 def saved_circuit(store: Path) -> None:
-    env = dict(os.environ, WORKBENCH_RUNS=str(store))
+    # one torch thread: a toy's circuit on a loaded machine took minutes with every core's threads spinning
+    env = dict(os.environ, WORKBENCH_RUNS=str(store), OMP_NUM_THREADS="1")
     subprocess.run([sys.executable, "-m", "workbench.cli", "circuit", "discover", "--model", TOY, "--prompts",
                     "task", "--edges", "5", "--no-evaluate", "--limit", "8", "--json"], env=env, cwd=ROOT,
                    capture_output=True, timeout=300, check=True)
