@@ -6,19 +6,47 @@ from __future__ import annotations
 from typing import Any
 
 
+def _points(event: Any) -> list[dict[str, Any]]:
+    """The clicked points of a chart's selection: Streamlit's event (attributes) or its session-state value (a
+    dict, as a test sets it)."""
+    try:
+        points = event["selection"]["points"] if isinstance(event, dict) else event.selection.points
+    except (AttributeError, KeyError, TypeError):
+        return []
+    return [p for p in points or [] if isinstance(p, dict)]
+
+
 def clicked_node(event: Any, ids: set[str]) -> str | None:
     """The node id (the node trace's customdata) of the point the user clicked, if it is one of ``ids``."""
-    try:
-        points = event.selection.points if event is not None else []
-    except AttributeError:
-        return None
-    for p in points or []:
+    for p in _points(event):
         name = p.get("customdata")
         if isinstance(name, list):
             name = name[0] if name else None
         if isinstance(name, str) and name in ids:
             return name
     return None
+
+
+def clicked_edge(event: Any, graph: Any) -> tuple[str, str] | None:
+    """(source, target) of the attention edge whose middle point the user clicked, if it is one of ``graph``'s."""
+    kept = {(e.source, e.target) for e in graph.edges if e.role == "attn"}
+    for p in _points(event):
+        name = p.get("customdata")
+        name = (name[0] if name else None) if isinstance(name, list) else name
+        if isinstance(name, str) and "->" in name:
+            src, dst = name.split("->", 1)
+            if (src, dst) in kept:
+                return src, dst
+    return None
+
+
+def edge_head_rows(flow: Any, source: str, target: str) -> list[dict[str, Any]]:
+    """Every head's share of an attention edge (of the sum at its target, from its source's position)."""
+    from circuits.flow import parse_node
+
+    _, _, key = parse_node(source)
+    _, layer, query = parse_node(target)
+    return [{"head": h["head"], "share": h["share"]} for h in flow.heads_into(layer, query, key)]
 
 
 def caption(flow: Any, graph: Any) -> str:

@@ -41,7 +41,7 @@ def flow_figure(flow: Any, graph: Any, selected: str | None = None, title: str |
     pos = {n.id: _xy(flow, n) for n in graph.nodes}
     fig = go.Figure()
     groups: dict[tuple[str, int], tuple[list, list]] = {}
-    mids: list[tuple[float, float, str]] = []
+    mids: list[tuple[float, float, str, str]] = []
     for e in graph.edges:
         (x0, y0), (x1, y1) = pos[e.source], pos[e.target]
         role = e.role or "resid"
@@ -55,7 +55,8 @@ def flow_figure(flow: Any, graph: Any, selected: str | None = None, title: str |
             heads = [h for h in flow.heads_into(layer, q, k) if h["share"] > 0.005][:4] if flow.heads_into else []
             mids.append((xs[len(xs) // 2 - 1], ys[len(ys) // 2 - 1],
                          f"layer {layer} attention: {k} {flow.tokens[k]!r} → {q} {flow.tokens[q]!r}: {e.score:.3f}"
-                         + "".join(f"<br>{h['head']} {h['share']:.3f}" for h in heads)))
+                         + "".join(f"<br>{h['head']} {h['share']:.3f}" for h in heads) + "<br>click: every head",
+                         f"{e.source}->{e.target}"))
     for (role, b), (xs, ys) in sorted(groups.items()):
         fig.add_trace(go.Scatter(x=xs, y=ys, mode="lines", hoverinfo="skip", showlegend=False,
                                  line={"color": ROLE_COLOUR[role], "width": 0.8 + 0.9 * (b + 0.5)},
@@ -63,7 +64,8 @@ def flow_figure(flow: Any, graph: Any, selected: str | None = None, title: str |
     if mids:
         fig.add_trace(go.Scatter(x=[m[0] for m in mids], y=[m[1] for m in mids], mode="markers", showlegend=False,
                                  marker={"size": 6, "color": ROLE_COLOUR["attn"], "opacity": 0.35},
-                                 hovertext=[m[2] for m in mids], hoverinfo="text", name="attention edges"))
+                                 hovertext=[m[2] for m in mids], hoverinfo="text", name="attention edges",
+                                 customdata=[m[3] for m in mids]))
     for role in ("attn", "resid", "mlp"):
         if any((e.role or "resid") == role for e in graph.edges):
             fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=ROLE_NAME[role], hoverinfo="skip",

@@ -23,9 +23,9 @@ from scripts.screenshots import save_small, settle  # noqa: E402
 PROMPT = "When Mary and John went to the store, John gave a drink to"
 
 # The node trace's ids, and where a node is on the screen (plotly's axes map data to pixels).
-NODES_JS = "gd => gd.data.filter(t => t.customdata && t.mode === 'markers').map(t => t.customdata)[0] || []"
+NODES_JS = "gd => gd.data.filter(t => t.name === 'nodes').map(t => t.customdata)[0] || []"
 POINT_JS = """([gd, id]) => {
-  const t = gd.data.find(t => t.customdata && t.mode === 'markers'), i = t.customdata.indexOf(id);
+  const t = gd.data.find(t => t.name === 'nodes'), i = t.customdata.indexOf(id);
   const L = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + L.xaxis._offset + L.xaxis.d2p(t.x[i]), r.top + L.yaxis._offset + L.yaxis.d2p(t.y[i])];
 }"""

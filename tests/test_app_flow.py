@@ -15,7 +15,7 @@ PROMPT = "The capital of France is"
 
 
 def _nodes(spec: dict) -> list[str]:
-    return next(t["customdata"] for t in spec["data"] if t.get("customdata"))
+    return next(t["customdata"] for t in spec["data"] if t.get("name") == "nodes")
 
 
 def test_graph_node_panel_and_controls(tiny_llama_dir):
@@ -77,3 +77,17 @@ def test_a_saved_flow_opens_on_the_runs_page_by_position(tiny_llama):
     spec = chart(at, "runs_open_graph")
     assert set(_nodes(spec)) == {n.id for n in f.graph().nodes}  # every node, its edges drawn by position
     assert spec["layout"]["xaxis"]["tickvals"] == list(range(f.n_tokens))
+
+
+def test_a_click_on_an_attention_edge_shows_its_heads(tiny_llama_dir):
+    at = open_page("flow", {"flow_model": str(tiny_llama_dir), "flow_prompt": PROMPT, "flow_threshold": 0.0})
+    spec = chart(at, "flow_graph")
+    mids = next(t for t in spec["data"] if t.get("name") == "attention edges")
+    edge = next(e for e in mids["customdata"] if e.endswith("@4") and e.startswith("M0@"))
+    at.session_state["flow_graph"] = {"selection": {"points": [{"customdata": edge}]}}
+    at.run()
+    assert not problems(at)
+    assert at.selectbox(key="flow_node").value == edge.split("->")[1]  # the edge's target, with the edge's heads
+    heads = next(d.value for d in at.dataframe if list(d.value.columns) == ["head", "share"])
+    assert len(heads) == 4 and list(heads["share"]) == sorted(heads["share"], reverse=True)
+    assert any(f"Edge {edge.split('->')[0]}" in m.value for m in at.markdown)

@@ -101,7 +101,7 @@ def test_lens_describe_plot_and_save(llama, tmp_path):
     assert len(d["lens"]) == 3 and d["lens"][0]["token"] == f.predictions[6]
     assert d["mlp share"] + d["residual share"] == pytest.approx(1.0, abs=1e-5)
     fig = f.plot(threshold=0.05, selected="M1@6")
-    clickable = [t for t in fig.data if t.customdata is not None]
+    clickable = [t for t in fig.data if t.name == "nodes"]
     assert set(clickable[0].customdata) == {n.id for n in f.graph(0.05).nodes}
     run = f.save(tmp_path, threshold=0.05)
     from circuits.runs import subgraph_of
@@ -153,7 +153,7 @@ def test_a_saved_flow_graph_plots_by_position_from_the_graph_alone(llama, tmp_pa
     f = flow(llama, PROMPT).at(0.05)
     back = subgraph_of(f.save(tmp_path))
     fig = back.plot()
-    nodes = next(t for t in fig.data if t.customdata is not None)
+    nodes = next(t for t in fig.data if t.name == "nodes")
     assert set(nodes.customdata) == {n.id for n in f.graph().nodes}
     assert list(fig.layout.xaxis.tickvals) == list(range(f.n_tokens))  # one column per token, as drawn live
     assert any(f.prediction in (a.text or "") for a in fig.layout.annotations)

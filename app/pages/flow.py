@@ -8,7 +8,15 @@ import streamlit as st
 from app import common as C
 from app import shared as SH
 from app import views as V
-from app.flow_view import caption, clicked_node, head_rows, incoming_rows, lens_rows
+from app.flow_view import (
+    caption,
+    clicked_edge,
+    clicked_node,
+    edge_head_rows,
+    head_rows,
+    incoming_rows,
+    lens_rows,
+)
 
 st.title("Information flow by token")
 st.caption("Where the prediction's information came from, token by token (Ferrando and Voita's information flow "
@@ -17,7 +25,8 @@ st.caption("Where the prediction's information came from, token by token (Ferran
            "position, orange ones pass through that position's MLP. An edge's width is its share of the sum it "
            "enters (L1 proximity), a node's size its share of the prediction. Only nodes reachable from the "
            "chosen position's prediction along edges above the threshold are drawn. Click a node for its top "
-           "tokens by the logit lens and its heads.")
+           "tokens by the logit lens and its heads, or the dot in the middle of an attention edge for each head's "
+           "share of it.")
 loaded = C.sidebar_model(("llm", "toy"), key="flow_model", default="smollm2-135m")
 model = loaded.model
 C.seed_from_query({"prompt": "flow_prompt"})
@@ -56,10 +65,17 @@ if st.session_state.get("flow_node") not in ids:
     st.session_state["flow_node"] = top
 event = st.plotly_chart(res.plot(threshold, position, selected=st.session_state["flow_node"]), key="flow_graph",
                         on_select="rerun", selection_mode="points", width="content")
+event = st.session_state.get("flow_graph", event)  # the chart's selection (what a test sets, too)
 picked = clicked_node(event, set(ids))
+edge = clicked_edge(event, graph)
+if edge is not None:  # an attention edge's middle: its target node, with the edge's heads
+    picked = edge[1]
+    st.session_state["flow_edge"] = edge
 if picked is not None and picked != st.session_state.get("_flow_last_click"):
     st.session_state["_flow_last_click"] = picked  # a click moves the node picker below, once
     st.session_state["flow_node"] = picked
+    if edge is None:
+        st.session_state.pop("flow_edge", None)
     st.rerun()
 st.caption(caption(res, graph))
 node = st.selectbox("Node", ids, key="flow_node", help="Click a node in the graph, or pick it here. E@p: the "
@@ -76,6 +92,10 @@ if info is not None:
         if shares:
             st.caption(" · ".join(f"{k}: {v:.3f}" for k, v in shares.items()))
     with right:
+        shown = st.session_state.get("flow_edge")
+        if shown and shown[1] == node and any((e.source, e.target) == tuple(shown) for e in graph.edges):
+            st.markdown(f"**Edge {C.esc(shown[0])} → {C.esc(shown[1])}: each head's share**")
+            st.dataframe(edge_head_rows(res, *shown), hide_index=True, key="flow_edge_heads")
         if info.get("heads"):
             st.markdown("**Heads: share of this sum** (all keys)")
             st.dataframe(head_rows(info), hide_index=True, key="flow_heads")
