@@ -66,7 +66,8 @@ def show_subgraph(sub: Subgraph, key: str, title: str = "", selected: str | None
 
 
 MIN_WIDTH = 640  # px: the narrowest a graph is drawn in the app (a wide page's column beside a dashboard)
-TALL = 1100  # px: a graph taller than this is offered fitted to the window
+TALL = 1400  # px: a graph taller than this (about two windows) is offered fitted to the window
+FIT = 1000  # px: the height a fitted graph is drawn at
 
 
 def labels_inside(fig: Any, min_width: int = MIN_WIDTH) -> Any:
@@ -107,17 +108,17 @@ def labels_inside(fig: Any, min_width: int = MIN_WIDTH) -> Any:
     return fig
 
 
-def fit_height(fig: Any, key: str, tall: int = TALL) -> bool:
-    """A graph taller than ``tall`` px (an imported graph of 59 nodes was 3,000 px) is drawn fitted to ``tall``
-    unless the user turns "Fit to the window" off; True when it was fitted. Plotly's zoom then reads its parts."""
+def fit_height(fig: Any, key: str, tall: int = TALL, fit: int = FIT) -> bool:
+    """A graph taller than ``tall`` px (an imported graph of 59 nodes was 3,000 px) is drawn ``fit`` px tall unless
+    the user turns "Fit to the window" off; True when it was fitted. Plotly's zoom then reads its parts."""
     height = fig.layout.height
     if not height or height <= tall:
         return False
     if not st.toggle("Fit to the window", value=True, key=f"{key}_fit",
-                     help=f"The graph is {int(height)} px tall. On: drawn {tall} px tall (drag a box to zoom in, "
+                     help=f"The graph is {int(height)} px tall. On: drawn {fit} px tall (drag a box to zoom in, "
                           "double-click to fit again). Off: at full height, scroll to read it."):
         return False
-    fig.update_layout(height=tall)
+    fig.update_layout(height=fit)
     return True
 
 

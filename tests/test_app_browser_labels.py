@@ -89,13 +89,13 @@ def test_labels_inside_moves_edge_labels_inward():
 def test_a_tall_graph_is_fitted_and_an_imported_graphs_edges_are_named_truthfully():
     import plotly.graph_objects as go
 
-    from app.graph_view import TALL, fit_height, graph_name, node_edges
+    from app.graph_view import FIT, TALL, fit_height, graph_name, node_edges
     from circuits.subgraph import GraphEdge, GraphNode, Provenance, Subgraph
 
     tall = go.Figure(layout={"height": 3000})
-    assert fit_height(tall, "t") and tall.layout.height == TALL  # the toggle's default (bare mode) is on
-    short = go.Figure(layout={"height": 600})
-    assert not fit_height(short, "s") and short.layout.height == 600
+    assert fit_height(tall, "t") and tall.layout.height == FIT  # the toggle's default (bare mode) is on
+    short = go.Figure(layout={"height": TALL})
+    assert not fit_height(short, "s") and short.layout.height == TALL
     nodes = [GraphNode("a", "token", -1, 0), GraphNode("logits", "logits", 1, 0)]
     imported = Subgraph(nodes, [GraphEdge("a", "logits", 0.5)],
                         Provenance("m", "dpa", "feature-graph", params={"imported": {"format": "graph-json"}}))
