@@ -65,7 +65,7 @@ def floor(model: Any, setup: Any, units: int) -> dict[str, tuple[float, float]]:
     chunk sizes: "suffix" runs each batch's suffix against its cached prefix with split head inputs and the
     logits at the last position (the masked forward less its masking), "plain" the whole prompts through the
     model as it is (no prefix reuse, no split inputs, every position's logits)."""
-    from circuits.bench.forward import _last_metric
+    from circuits.bench.forward import last_metric
 
     f = setup.forwards
     out = {}
@@ -79,7 +79,7 @@ def floor(model: Any, setup: Any, units: int) -> dict[str, tuple[float, float]]:
                 with torch.no_grad():
                     if kind == "suffix":
                         with model.split_inputs():
-                            _last_metric(runner, part, part.tokens.repeat(k, 1), [], f.prompts.metric)
+                            last_metric(runner, part, part.tokens.repeat(k, 1), [], f.prompts.metric)
                     else:
                         batch.metric(model.run_with_hooks(batch.tokens.repeat(k, 1), fwd_hooks=[]), f.prompts.metric)
                 left -= k

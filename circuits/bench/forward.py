@@ -77,12 +77,12 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: R
     hooks = sender_hooks(model, graph, write) + receiver_hooks(graph, read)
     with torch.no_grad(), model.split_inputs():
         if last_only and _takes_cache(getattr(model, "tl", None)):
-            return _last_metric(model, batch, batch.tokens.repeat(copies, 1), hooks, metric).view(copies, n)
+            return last_metric(model, batch, batch.tokens.repeat(copies, 1), hooks, metric).view(copies, n)
         logits = model.run_with_hooks(batch.tokens.repeat(copies, 1), fwd_hooks=hooks)
     return batch.metric(logits, metric).view(copies, n)
 
 
-def _last_metric(model: Any, batch: PromptBatch, tokens: torch.Tensor, hooks: list[Any],
+def last_metric(model: Any, batch: PromptBatch, tokens: torch.Tensor, hooks: list[Any],
                  metric: str) -> Float[torch.Tensor, " row"]:
     """The metric of every row (copies of ``batch``) from the residual stream at its last position: the blocks
     run with ``hooks``, then the final norm, unembedding and soft cap (TransformerLens' own modules, as its
