@@ -129,6 +129,9 @@ def app_in_chromium(log: Path, height: int, env: dict[str, str] | None = None, w
         with sync_playwright() as p:
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
             page = browser.new_page(viewport={"width": width, "height": height})
+            # clicks and reads without their own timeout wait up to 2 minutes, not Playwright's 30 s: on a CI
+            # machine at load 20 a tab stayed "not stable" past 30 s while the page redrew
+            page.set_default_timeout(120_000)
             try:
                 yield page, port
             except Exception as err:
