@@ -141,10 +141,11 @@ ROWS: dict[str, list[str]] = {
     "SAE / neuron steering, probes, concept vectors": ["sae steering", "probe", "concept vectors"],
 }
 # what refuses where (README "Engines x backends"), with the reason its line gives; every other cell runs with
-# TransformerLens' numbers
+# TransformerLens' numbers. Nothing refuses on a Llama-style model now: tests/test_nnsight_bad_input.py checks what
+# still refuses elsewhere (other families, remote circuits)
 REFUSED: dict[str, dict[str, str]] = {
     "nnsight": {},
-    "bridge": {f"circuit/{method}": "per-head q/k/v inputs" for method in CIRCUIT_METHODS},
+    "bridge": {},
 }
 BACKENDS = ("nnsight", "bridge")
 

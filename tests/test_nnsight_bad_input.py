@@ -34,9 +34,10 @@ IOI = [{"prompt": CLEAN, "target": " Mary", "foil": " John"}]
 
 
 def test_an_engine_a_backend_still_refuses_is_one_line(nn, tiny_llama_dir, tiny_gpt2_dir, monkeypatch):
-    """What still refuses: circuits on the bridge (grouped kv heads), the internals on a non-Llama family
-    through nnsight, circuits on a remote model (their backward runs after the trace)."""
-    bridge = wb.load(str(tiny_llama_dir), backend="bridge")
+    """What still refuses: circuits on the bridge for a non-Llama attention (its split heads are computed for
+    Llama-style attention only), the internals on a non-Llama family through nnsight, circuits on a remote model
+    (their backward runs after the trace)."""
+    bridge = wb.load(str(tiny_gpt2_dir), backend="bridge")
     with pytest.raises(BackendError) as err:
         wb.circuit(bridge, IOI, method="eap", edges=5, evaluate=False)
     _one_line(err, "circuit", "bridge backend", "per-head q/k/v inputs")

@@ -90,8 +90,8 @@ def require(model: Any, engine: str) -> None:
 
 
 # What TransformerLens' TransformerBridge (3.9, compatibility mode) lacks for an engine: engine -> what it needs
-_SPLIT = ("per-head q/k/v inputs (split_qkv_input), which the bridge does not honour for grouped-query "
-          "attention (a shape error)")
+_SPLIT = ("per-head q/k/v inputs, which the bridge gives by computing the attention from them for Llama-style "
+          "attention only (its own split_qkv_input fails on grouped kv heads)")
 BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
 
 
@@ -130,8 +130,13 @@ class HookedModel:
         return next(self.tl.parameters()).device
 
     def refusal(self, engine: str) -> str | None:
-        """Why ``engine`` does not run on this model's backend (what it needs), or None when it runs."""
-        return BRIDGE_REFUSALS.get(engine) if self.backend == "bridge" else None
+        """Why ``engine`` does not run on this model's backend (what it needs), or None when it runs. The bridge
+        splits head inputs itself (core/models/nnsight_split.py) for Llama-style attention only."""
+        from core.models.nnsight_split import llama_like
+
+        if self.backend != "bridge" or (engine == "circuit" and llama_like(self.arch)):
+            return None
+        return BRIDGE_REFUSALS.get(engine)
 
     # -- tokens ---------------------------------------------------------------------------
     def _encode_text(self, text: str) -> list[int]:
@@ -258,13 +263,21 @@ class HookedModel:
         return self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
 
     def run_with_hooks(self, tokens: ModelInput, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
-        return self.tl.run_with_hooks(self._tokens(tokens), fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks),
-                                      **kwargs)
+        return self.tl.run_with_hooks(self._tokens(tokens), fwd_hooks=self._split_hooks(fwd_hooks),
+                                      bwd_hooks=list(bwd_hooks), **kwargs)
 
     @contextmanager
     def hooks(self, fwd_hooks=(), bwd_hooks=()) -> Iterator[Any]:
-        with self.tl.hooks(fwd_hooks=list(fwd_hooks), bwd_hooks=list(bwd_hooks)) as m:
+        with self.tl.hooks(fwd_hooks=self._split_hooks(fwd_hooks), bwd_hooks=list(bwd_hooks)) as m:
             yield m
+
+    def _split_hooks(self, fwd_hooks) -> list:
+        """The hooks as given, or inside the bridge's split_inputs those that split head inputs themselves."""
+        if not getattr(self, "_split_heads", False):
+            return list(fwd_hooks)
+        from core.models.nnsight_split import split_hooks
+
+        return split_hooks(self, list(fwd_hooks))
 
     @contextmanager
     def split_inputs(self) -> Iterator[HookedModel]:
@@ -273,6 +286,17 @@ class HookedModel:
         kv heads ungrouped to one per query head) and every MLP its own ``blocks.{l}.hook_mlp_in``: the
         receiver inputs of the edge-level graph. Restores the model's settings on exit."""
         cfg = self.tl.cfg
+        if self.backend == "bridge":  # HF attention on grouped kv heads: split_hooks computes it from the splits
+            from core.models.nnsight_split import llama_like
+
+            if not llama_like(self.arch):
+                raise BackendError(f"circuit does not run on the bridge backend ({self.name}): it needs {_SPLIT}")
+            before, cfg.use_hook_mlp_in, self._split_heads = cfg.use_hook_mlp_in, True, True
+            try:
+                yield self
+            finally:
+                cfg.use_hook_mlp_in, self._split_heads = before, False
+            return
         if not hasattr(self.tl, "set_use_split_qkv_input"):
             raise RangeError(f"{self.name} ({self.backend} backend) cannot split head inputs; "
                              "load it with the transformer_lens backend for edge-level circuits")

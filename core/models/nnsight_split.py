@@ -3,13 +3,16 @@ query, key and value (``blocks.{l}.hook_q_input`` / ``hook_k_input`` / ``hook_v_
 d_model], grouped kv heads ungrouped to one per query head), and the MLP its own ``hook_mlp_in``, as
 TransformerLens' ``split_qkv_input`` gives them: the receiver inputs of the edge-level circuits.
 
-A traced Hugging Face attention has no per-head input, so inside the trace the layer's attention is computed here
-from the (hooked) copies with the weights read inside a trace (``TracedWeights``), and the module's own forward is
-skipped with that result (nnsight's ``Envoy.skip``). Llama-style attention (llama, mistral, qwen2): RMSNorm before
-it, RoPE over halves, a causal softmax scaled by 1 / sqrt(d_head)."""
+A Hugging Face attention has no per-head input, so the layer's attention is computed here from the (hooked) copies:
+inside an nnsight trace with the weights read inside a trace (``TracedWeights``), the module's own forward skipped
+with that result (nnsight's ``Envoy.skip``); on TransformerLens' bridge, whose attention runs on the grouped kv
+heads, in a hook at the block's input whose result replaces ``hook_attn_out`` (core.models.hooked). Llama-style
+attention (llama, mistral, qwen2): RMSNorm before it, RoPE over halves, a causal softmax scaled by 1 / sqrt(d_head),
+no q/k norms, post-norms or soft caps."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -37,16 +40,15 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
     return x * cos + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin
 
 
-def split_attention(model: Any, layer: int, resid: Any, hooks: list[tuple[str, Callable | None]],
+def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks: list[tuple[str, Callable | None]],
                     rope: tuple[Any, Any], saved: dict[str, Any]) -> tuple[Any, Any]:
-    """(attention output [batch, pos, d_model], pattern [batch, head, q, k]) of ``layer`` from the residual
-    stream entering it, each head reading its own hooked copy. ``hooks``: (hook name, fn) in the order
-    TransformerLens runs them, fn None to save the value into ``saved`` (hook_z only)."""
+    """(attention output [batch, pos, d_model], pattern [batch, head, q, k]) of a layer (weights ``w`` in
+    TransformerLens' layout, kv heads repeated; RMSNorm epsilon ``eps``) from the residual stream entering it,
+    each head reading its own hooked copy. ``hooks``: (hook name, fn) in the order TransformerLens runs them, fn
+    None to save the value into ``saved`` (hook_z only, inside an nnsight trace)."""
     import torch
 
-    a = model.arch
-    w = model.weights(layer)
-    eps = float(getattr(model.lm.config, "rms_norm_eps", 1e-6))
+    a = arch
     b, p, d = resid.shape
 
     def run(hook: str, value: Any) -> Any:
@@ -63,10 +65,14 @@ def split_attention(model: Any, layer: int, resid: Any, hooks: list[tuple[str, C
     for role in ("q", "k", "v"):
         x = resid[:, :, None, :].expand(b, p, a.n_heads, d).clone()
         x = run(f"hook_{role}_input", x)
-        proj = torch.einsum("bphd,hde->bphe", _rms(x, w["ln1.w"], eps), w[f"W_{role.upper()}"])
-        bias = w[f"b_{role.upper()}"]
+        weight, bias = w[f"W_{role.upper()}"], w[f"b_{role.upper()}"]
+        if weight.shape[0] != a.n_heads:  # grouped kv heads as a backend keeps them: one per query head
+            rep = a.n_heads // weight.shape[0]
+            weight = weight.repeat_interleave(rep, 0)
+            bias = None if bias is None else bias.repeat_interleave(rep, 0)
+        proj = torch.einsum("bphd,hde->bphe", _rms(x, w["ln1.w"], eps), weight)
         heads[role] = proj if bias is None else proj + bias
-    cos, sin = (t[:p, None, :].to(resid.dtype) for t in rope)  # [pos, 1, d_head]
+    cos, sin = (t[:p, None, :].to(resid.device, resid.dtype) for t in rope)  # [pos, 1, d_head]
     q, k = _rotate(heads["q"], cos, sin), _rotate(heads["k"], cos, sin)
     scores = torch.einsum("bqhe,bkhe->bhqk", q, k).float() / (a.d_head ** 0.5)
     causal = torch.ones(p, p, dtype=torch.bool, device=resid.device).tril()
@@ -81,3 +87,55 @@ class _Named:
 
     def __init__(self, name: str) -> None:
         self.name = name
+
+
+SPLIT_NAME = re.compile(r"^blocks\.(\d+)\.(hook_[qkv]_input|attn\.hook_z)$")
+
+
+def llama_like(arch: Any) -> bool:
+    """Whether split_attention computes this architecture's attention: pre-RMSNorm, RoPE, no q/k norms,
+    post-norms, parallel blocks or soft caps."""
+    return (arch.norm == "rmsnorm" and arch.norm_placement == "pre" and arch.positional == "rope"
+            and arch.qk_norm == "none" and not arch.parallel and arch.attn_softcap is None)
+
+
+def split_hooks(model: Any, hooks: list[tuple[str, Callable]]) -> list[tuple[str, Callable]]:
+    """TransformerLens-style forward hooks for a module whose attention cannot split its inputs (the bridge: HF
+    attention on grouped kv heads): the per-head q/k/v input and hook_z hooks go to split_attention, run at each
+    block's input (after that point's own hooks), and its output replaces the block's ``hook_attn_out``."""
+    per_layer: dict[int, list] = {layer: [] for layer in range(model.arch.n_layers)}
+    out: list[tuple[str, Callable]] = []
+    for name, fn in hooks:
+        m = SPLIT_NAME.match(name)
+        if m:
+            per_layer[int(m.group(1))].append((name, fn))
+        elif name.endswith(".hook_mlp_in"):  # the MLP's own input: its norm's input, the residual left alone
+            out.append((name.replace(".hook_mlp_in", ".ln2.hook_in"), _fresh(fn, name)))
+        else:
+            out.append((name, _fresh(fn, name)))
+    stash: dict[int, Any] = {}
+    eps = float(model.tl.cfg.eps)
+
+    def attend(x: Any, hook: Any) -> None:
+        layer = int(hook.name.split(".")[1])
+        cos, sin = model.rope(layer, x.shape[1])[:2]
+        stash[layer] = split_attention(model.weights(layer), model.arch, eps, x, per_layer[layer], (cos, sin), {})[0]
+
+    def replace(x: Any, hook: Any) -> Any:
+        return stash.pop(int(hook.name.split(".")[1])).to(x.dtype)
+
+    for layer in per_layer:
+        out += [(f"blocks.{layer}.hook_resid_pre", attend), (f"blocks.{layer}.hook_attn_out", replace)]
+    return out
+
+
+def _fresh(fn: Callable, name: str) -> Callable:
+    """``fn`` given a copy of the bridge's value, its result (or the copy) returned: a value handed back unchanged
+    is not the one the bridge computes on, so a gradient hook on it would never fire."""
+
+    def hook(x: Any, hook: Any) -> Any:
+        copy = x.clone()
+        out = fn(copy, _Named(name))
+        return copy if out is None else out
+
+    return hook

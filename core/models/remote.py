@@ -167,6 +167,10 @@ class NNsightModel(TracedWeights, HookedModel):
         return self.lm.transformer.h if self._gpt2 else self.lm.model.layers
 
     @property
+    def _eps(self) -> float:
+        return float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
+
+    @property
     def _hook_table(self) -> dict[str, tuple]:
         return {**self._hooks, **SPLIT_HOOKS} if self._split else self._hooks
 
@@ -267,6 +271,8 @@ class NNsightModel(TracedWeights, HookedModel):
         rope = None
         if split or any(self._spec(self._parse(s[3])[1])[3] in ("rot_q", "rot_kv") for s in steps):
             rope = self._rope_tables(ids.shape[1])
+        if split:
+            self._params()  # the weights' own trace first: traces do not nest
         if self.remote:
             self._check_remote()
         saved: dict[str, Any] = {}
@@ -278,6 +284,8 @@ class NNsightModel(TracedWeights, HookedModel):
             at = ids.shape[1] - 1 if backward[1] is None else backward[1] % ids.shape[1]
             logits_to_keep, backward = torch.tensor([at], device=ids.device), (backward[0], -1, backward[2])
         options = {"logits_to_keep": logits_to_keep} if not isinstance(logits_to_keep, int) or logits_to_keep else {}
+        # inside the trace a statement stays on one line where it can: nnsight's remote serialisation finds the
+        # nested backward block by its lines (a call wrapped over two lines before it broke it, remote="local")
         with self._transport():
             with grad_mode, self.lm.trace(ids, remote=self.remote, **options):
                 for layer, _, kind, name, action in steps:
@@ -290,8 +298,8 @@ class NNsightModel(TracedWeights, HookedModel):
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
                     elif kind == 3:  # this layer's attention from per-head inputs; the module's is skipped
-                        attn = self._blocks()[layer].self_attn
-                        attn.skip(split_attention(self, layer, value, split[layer], rope, saved))
+                        attn, w = self._blocks()[layer].self_attn, self.weights(layer)
+                        attn.skip(split_attention(w, self.arch, self._eps, value, split[layer], rope, saved))
                     elif kind == 1 and hook == "hook_mlp_in":  # the MLP's own input: the residual is left as it is
                         out = action(value.clone(), _Hook(name))
                         self._blocks()[layer].post_attention_layernorm.input = value.clone() if out is None else out
