@@ -14,10 +14,12 @@ Only activations named in ``names`` travel back. Names follow TransformerLens co
 (Llama-style ``model.layers`` and GPT-2's ``transformer.h``) has hook_resid_pre, hook_attn_out,
 attn.hook_pattern, mlp.hook_post, hook_mlp_out, hook_resid_post and hook_embed. Llama-style models without
 q/k norms (llama, mistral, qwen2: SmolLM2 among them) have the rest of what the engines read: ln1/ln2/ln_final
-hook_scale, attn.hook_q/k/v/z and hook_rot_q/k, hook_resid_mid, mlp.hook_pre/hook_pre_linear; loaded locally,
-they also give the weights in TransformerLens' layout, so DPA, the lens and head patching run here with the
-TransformerLens backend's numbers. What does not run refuses in one BackendError line
-(``NNsightModel.refusal``; the table is README's "Engines x backends").
+hook_scale, attn.hook_q/k/v/z and hook_rot_q/k, hook_resid_mid, mlp.hook_pre/hook_pre_linear, and their weights
+in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Gradients
+of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
+for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
+backend's numbers; what does not run (other families; circuits on a remote model, whose backward runs after the
+trace) refuses in one BackendError line (``NNsightModel.refusal``; README's "Engines x backends").
 """
 
 from __future__ import annotations
