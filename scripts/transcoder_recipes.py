@@ -41,9 +41,16 @@ def _score(w: dict, x, y) -> dict:
         y_hat = f @ w["W_dec"] + w["b_dec"] + x @ w["W_skip"].T
         ev = 1 - float(((y - y_hat) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
         fired = (f > 0).any(0)
+        # massive-activation tokens (MLP output norm > 50x the median: smollm2's layer 11 writes ~24,000 at a few
+        # position-1 tokens) carry nearly all the variance where they occur; EV without them as well
+        norm = y.norm(dim=1)
+        ok = norm <= 50 * norm.median()
+        yt, yh = y[ok], y_hat[ok]
+        ev_typical = 1 - float(((yt - yh) ** 2).sum() / ((yt - yt.mean(0)) ** 2).sum())
         skip_only = x @ w["W_skip"].T + w["b_dec"]
         ev_skip = 1 - float(((y - skip_only) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
-    return {"ev": ev, "dead": 1 - float(fired.float().mean()), "ev_skip_only": ev_skip}
+    return {"ev": ev, "dead": 1 - float(fired.float().mean()), "ev_skip_only": ev_skip, "ev_typical": ev_typical,
+            "massive_tokens": int((~ok).sum())}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -101,9 +108,13 @@ def report(path: str) -> None:
         print(f"| {n} | " + " | ".join(f"{v:.3f}" for v in evs) + f" | {sum(evs) / len(evs):.3f} | "
               f"{sum(rs[x]['dead'] for x in layers) / len(layers):.1%} | "
               f"{sum(rs[x]['seconds'] for x in layers) / len(layers):.0f} |")
-    base = {r["layer"]: r["ev_skip_only"] for r in rows}
-    print("\nskip term alone (the least-squares linear map the features start from): "
-          + ", ".join(f"L{x} {base[x]:.3f}" for x in layers))
+    base = {r["layer"]: r["ev_skip_only"] for r in rows if r["variant"] == names[0]}
+    print(f"\n{names[0]}'s trained skip term alone (features off): "
+          + ", ".join(f"L{x} {base[x]:.3f}" for x in layers if x in base))
+    typical = [r for r in rows if r.get("ev_typical") is not None]
+    for r in typical:
+        print(f"L{r['layer']} {r['variant']}: EV {r['ev']:.3f}, without its {r['massive_tokens']} massive-activation "
+              f"tokens {r['ev_typical']:.3f}")
 
 
 def main() -> None:
