@@ -61,3 +61,21 @@ def test_schedules():
     assert _lr_factor(99, 100, 10, "cosine", 80) < 0.06
     assert _lr_factor(50, 100, 0, "decay", 80) == 1.0 and _lr_factor(90, 100, 0, "decay", 80) == pytest.approx(0.5)
     assert _lr_factor(99, 100, 0, "constant", 80) == 1.0
+
+
+def test_a_set_trains_several_epochs_and_resumes_only_with_them(tmp_path):
+    from attribution.sae.sets import SetSpec, build_set, read_set
+    from core.errors import RangeError
+
+    model = tiny_model(layers=1, d_model=16, n_ctx=32)
+    texts = {"train": torch.randint(0, 10, (200, 24), generator=torch.Generator().manual_seed(0)).tolist(),
+             "heldout": torch.randint(0, 10, (60, 24), generator=torch.Generator().manual_seed(1)).tolist()}
+    spec = dict(model=model.name, layers=[0], width=32, k=4, tokens=2000, heldout_tokens=500, batch_size=128,
+                shard_tokens=500, eval_windows=4, ctx=24)
+    out = build_set(model, SetSpec(**spec, epochs=2), root=tmp_path / "s", texts=texts)
+    assert out["complete"] and read_set(tmp_path / "s")["training"]["epochs"] == 2
+    for other in (1, 3):  # resumed with other settings: refused, as for lr or width
+        with pytest.raises(RangeError, match="epochs 2"):
+            build_set(model, SetSpec(**spec, epochs=other), root=tmp_path / "s", texts=texts)
+    with pytest.raises(RangeError, match="--epochs 0"):
+        SetSpec(**spec, epochs=0).check()

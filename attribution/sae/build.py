@@ -45,6 +45,7 @@ class BuildSpec(TrainConfig):
 
     hook: str  # the input hook (for a transcoder: blocks.L.ln2.hook_normalized)
     l0_target: float | None = None  # transcoders: L0 the JumpReLU threshold aims at (default k)
+    recipe: dict[str, Any] | None = None  # transcoders: train_topk_transcoder's recipe (epochs, schedule, ...)
 
     @property
     def layer(self) -> int:
@@ -134,7 +135,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         sae.save_inference_model(str(tmp))
     else:
         w = train_topk_transcoder(train, spec.hook, spec.hook_out, spec.width, spec.k, tokens, ckpt,
-                                  spec.batch_size, spec.lr, spec.seed, on_progress)
+                                  spec.batch_size, spec.lr, spec.seed, on_progress, recipe=spec.recipe)
         x = threshold_sample(train, spec.hook)
         tmp.mkdir(parents=True, exist_ok=True)
         save_transcoder(w, topk_threshold(w, x, spec.l0_target), tmp, model.name, spec.hook, spec.hook_out)

@@ -58,6 +58,7 @@ class SetSpec(TrainConfig):
     eval_windows: int = 6
     shard_tokens: int = 16_384
     ctx: int = 128
+    epochs: int = 1  # passes over the cached tokens (3 with lr 2e-3 paid most: results/sae/replacement.md)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
@@ -67,12 +68,15 @@ class SetSpec(TrainConfig):
             raise RangeError("a dictionary set needs at least one layer")
         if not 0 < self.k <= self.width:
             raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
+        if not 1 <= self.epochs <= 100:
+            raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
         if self.tokens < self.batch_size:
             raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
 
     def same_training(self) -> dict[str, Any]:
         """The fields two builds of one set must agree on."""
-        return {k: getattr(self, k) for k in ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed")}
+        keys = ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed", "epochs")
+        return {k: getattr(self, k) for k in keys}
 
 
 def sets_root() -> Path:
@@ -126,7 +130,7 @@ def estimate(spec: SetSpec, n_params: float, d_model: int, n_layers: int, todo: 
     depth = (max(todo) + 1) / n_layers
     cache_tokens = spec.tokens + spec.heldout_tokens
     cache_s = cache_tokens * 2 * n_params * depth / FORWARD_FLOPS
-    steps = spec.tokens // spec.batch_size
+    steps = spec.epochs * spec.tokens // spec.batch_size
     step_flops = 6 * spec.batch_size * (2 * d_model * spec.width + d_model * d_model)
     train_s = len(todo) * steps * step_flops / TRAIN_FLOPS
     eval_tokens = 2 * spec.eval_windows * spec.ctx  # clean + spliced forwards per layer
@@ -339,7 +343,7 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
     root = root or sets_root() / (name or default_name(spec.model, spec.width))
     if root.exists() and (root / SET_FILE).exists():
         old = read_set(root)
-        theirs = old.get("training") or {}
+        theirs = {"epochs": 1, **(old.get("training") or {})}  # sets built before --epochs trained one
         ours = spec.same_training()
         diff = [k for k in ours if k in theirs and theirs[k] != ours[k]]
         if diff:
@@ -380,7 +384,8 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
         _write_json(root / SET_FILE, meta)
         for layer in todo:
             t1 = time.time()
-            bs = BuildSpec(hook=_hooks(layer)[0], **spec.training())
+            bs = BuildSpec(hook=_hooks(layer)[0], **spec.training(),
+                           recipe={"epochs": spec.epochs} if spec.epochs != 1 else None)
             info = build_dictionary(model, bs, layer_dir(root, layer), on_progress=on_progress,
                                     train_shards=train[layer], heldout_shards=held[layer],
                                     eval_windows=spec.eval_windows, half=half, eval_bf16=True)

@@ -315,6 +315,10 @@ def build_set(
                                callback=positive_int),
     name: str = typer.Option(None, "--name", help="The set's name (default MODEL-transcoders-wWIDTH), under "
                              "~/.cache/workbench/sets/.", callback=nonempty),
+    epochs: int = typer.Option(SetSpec.epochs, "--epochs", help="Passes over the cached tokens (cheap steps: no "
+                               "forward pass; 3 with --lr 0.002 paid most in results/sae/replacement.md).",
+                               callback=positive_int),
+    lr: float = typer.Option(SetSpec.lr, "--lr", help="Learning rate.", callback=positive_float),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cost estimate and what is built; train nothing."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads.", callback=positive_int),
     as_json: bool = JSON_OPTION,
@@ -343,7 +347,8 @@ def build_set(
     import workbench as wb
 
     m = wb.load(model)
-    spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens)
+    spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens,
+                   epochs=epochs, lr=lr)
     spec.check()
     root = sets_root() / (name or default_name(m.name, width))
     todo = [x for x in spec.layers if x not in built_layers(root)]
