@@ -46,8 +46,6 @@ def build_backend(path: Path, name: str, device: str = "cpu", backend: str = "tr
         raise BackendError(f"unknown backend {backend!r}: {', '.join(BACKENDS)}")
     if backend == "nnsight":
         hf, tokenizer = load_hf_model(path, device, dtype)
-        for p in hf.parameters():
-            p.requires_grad_(False)  # engines ask for gradients on activations, not weights (as TransformerLens')
         return NNsightModel(hf, tokenizer, name=name, remote=remote, prepend_bos=prepend_bos)
     if backend in ("transformer_lens", "bridge"):  # refuse an unsupported family before loading anything
         family_of(read_config(path), str(path))

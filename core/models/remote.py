@@ -98,6 +98,9 @@ class NNsightModel(TracedWeights, HookedModel):
         # the Hugging Face module we loaded ourselves (None for a hosted model): its weights, rotary tables and
         # norms are read from it directly, never from nnsight's private attributes
         self.hf = None if isinstance(hf_or_repo, str) else hf_or_repo
+        if self.hf is not None:  # engines ask for gradients on activations, not weights (as on TransformerLens)
+            for p in self.hf.parameters():
+                p.requires_grad_(False)
         self.remote = remote
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
