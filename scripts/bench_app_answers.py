@@ -4,10 +4,13 @@
 
 Starts `workbench app` on a free port (a fresh run store under a temporary folder), opens the Circuits page in
 headless Chromium, waits for the model and the default circuit, then times, --reps times each: a new prompt
-typed (Ctrl+Enter) until its one-prompt circuit is drawn and the page is quiet (the circuit computed in the page,
-no job); and graph interactions (a node pinned, two nodes grouped, the pruning threshold changed) until the page
-is quiet again. "Quiet" is app.serving.settle's moment: Streamlit's running widget gone (it waits 2 s more to be
-sure, not counted). Each figure is printed with the load average read beside it: on a shared machine the load
+typed (Ctrl+Enter) until its one-prompt circuit is drawn (computed in the page, no job; its faithfulness curve is
+computed below it afterwards); and graph interactions (a node pinned, two nodes grouped, the pruning threshold
+changed), each from the key press or click until the page shows the answer: the new graph's logits node naming
+the new target; the Unpin button and the pin in the caption; the supernode in the caption; the caption's new
+threshold (polled every 50 ms; the page then settles before the next step, not counted). Run it without nice:
+the app server and the browser it starts inherit the priority, and on a loaded machine a niced browser waits
+minutes for the CPU. Each figure is printed with the load average read beside it: on a shared machine the load
 says how much of a figure is the machine's. Writes a Markdown document and its JSON twin.
 """
 
@@ -31,6 +34,7 @@ PROMPTS = ["The Eiffel Tower is located in the city of", "After Lisa and Tom lef
            "The capital of Japan is the city of", "When Anna and Peter met at the park, Peter threw the ball to"]
 TARGETS = {"new prompt -> circuit drawn": 5.0, "pin a node": 1.0, "change the threshold": 1.0,
            "group two nodes": 1.0}
+TEXTS_JS = "gd => gd.data[gd.data.length - 1].text"
 NODES_JS = "gd => { const t = gd.data[gd.data.length - 1]; return {x: t.x, y: t.y, names: t.customdata}; }"
 POINT_JS = """(gd, [x, y]) => { const L = gd._fullLayout, r = gd.getBoundingClientRect();
   return [r.left + L.xaxis._offset + L.xaxis.d2p(x), r.top + L.yaxis._offset + L.yaxis.d2p(y)]; }"""
@@ -74,6 +78,8 @@ def main() -> None:
                 t0 = act()
                 deadline = t0 + 300
                 while not done():
+                    if os.environ.get("BENCH_DEBUG") and int(time.perf_counter() - t0) % 20 == 0:
+                        print("waiting:", page.url, quiet(), flush=True)
                     if time.perf_counter() > deadline:
                         page.screenshot(path=str(tmp / "stuck.png"), full_page=True)
                         raise TimeoutError(f"{what}: no answer after 300 s (page {page.url}; {tmp / 'stuck.png'})")
@@ -99,9 +105,17 @@ def main() -> None:
                     box.press("Control+Enter")
                     return t0
 
-                # the share link (the URL's query) is written after the graph is drawn
-                def new_graph(prompt=prompt) -> bool:
-                    return urllib.parse.quote_plus(prompt) in page.url and quiet() and "Drawn at threshold" in body()
+                before_target = page.get_by_role("textbox", name="Target token", exact=True).input_value()
+
+                def new_graph(before_target=before_target) -> bool:
+                    """The circuit of the new prompt on the screen: the graph's logits node names the target the
+                    new prompt filled in (the old graph's names another)."""
+                    try:
+                        target = page.get_by_role("textbox", name="Target token", exact=True).input_value(timeout=500)
+                        texts = graph.first.evaluate(TEXTS_JS, timeout=500)
+                    except Exception:  # noqa: BLE001 - redrawn meanwhile: not yet
+                        return False
+                    return target != before_target and any(repr(target) in str(t) for t in texts or [])
 
                 timed("new prompt -> circuit drawn", type_prompt, new_graph)
                 g = graph.first

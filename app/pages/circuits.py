@@ -53,13 +53,15 @@ def cache_key(loaded: Any, rows: list[dict], ablation: str, method: str, params:
     return (loaded.name, json.dumps(rows, sort_keys=True), ablation, method, json.dumps(params, sort_keys=True))
 
 
-def run_methods(loaded: Any, rows: list[dict], jobs: dict[str, dict], ablation: str, k: int, selection: str) -> None:
-    """Score (and evaluate) each method's circuit; results land in the session's cache."""
+def run_methods(loaded: Any, rows: list[dict], jobs: dict[str, dict], ablation: str, k: int, selection: str,
+                evaluate: bool = True) -> None:
+    """Score (and evaluate) each method's circuit; results land in the session's cache. Without ``evaluate``
+    the curve is left for later in the page (``curves_due``), so the graph is drawn first."""
     cache = st.session_state.setdefault("_circ_cache", {})
     with C.Progress(f"Circuits on {len(rows)} prompts", len(jobs)) as prog, loaded.lock:
         for method, params in jobs.items():
             res = prog.attempt(f"{method} failed", circuit, loaded.model, rows, method=method, edges=k,
-                            ablation=ablation, selection=selection, **params)
+                               ablation=ablation, selection=selection, evaluate=evaluate, **params)
             prog.step(f"{method} done")
             if res is not None:
                 cache[cache_key(loaded, rows, ablation, method, params)] = res
@@ -98,6 +100,21 @@ def evaluate_all(loaded: Any, results: dict[str, Any], k: int, ablation: str, se
         for method, res in results.items():
             prog.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation, selection)
             prog.step(method)
+
+
+def curves_due(loaded: Any, results: dict[str, Any], keys: dict[str, tuple]) -> None:
+    """The faithfulness curves left for after the graph (one-prompt work scored in the page), computed now at
+    the grid discovery uses, on the result's own ablation and selection."""
+    due = st.session_state.setdefault("_circ_curve_due", set())
+    todo = {m: r for m, r in results.items() if keys[m] in due and r.faithfulness is None}
+    if not todo:
+        return
+    with C.Progress("Faithfulness curve", len(todo)) as prog, loaded.lock:
+        for method, res in todo.items():
+            prog.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, DEFAULT_GRID, res.ablation,
+                         res.selection)
+            prog.step(method)
+    due.difference_update(keys[m] for m in todo)
 
 
 def faithfulness_at(res: Any, k: int) -> float | None:
@@ -173,8 +190,9 @@ todo = {m: p for m, p in jobs.items() if keys[m] not in cache}
 # Quick methods are computed now, in the page; up to ~10 s as a job in this server; longer ones behind one
 # Run button, as jobs on Ray (app/circuit_jobs.py). The default prompt's circuit is drawn on open.
 todo = CJ.run_as_jobs(loaded, rows, todo, keys, ablation, selection, graph, prepared)
-if todo:
-    run_methods(loaded, rows, todo, ablation, k, selection)
+if todo:  # in the page: the graph first, its faithfulness curve below it once the graph is drawn
+    st.session_state.setdefault("_circ_curve_due", set()).update(keys[m] for m in todo)
+    run_methods(loaded, rows, todo, ablation, k, selection, evaluate=False)
 results = {m: cache[keys[m]] for m in jobs if keys[m] in cache}
 if not results:
     st.caption(f"{graph.n_edges:,} edges, {len(rows)} prompts ({C.esc(source)}, {prepared.metric}, {ablation} "
@@ -225,6 +243,7 @@ if node != NONE:
     CV.show_node(loaded, subs, node, rows[0])
 
 st.subheader("Faithfulness")
+curves_due(loaded, results, keys)
 e1, e2 = st.columns([1, 2])
 if st.session_state.get("circ_eval_ablation") not in ablations:
     st.session_state["circ_eval_ablation"] = ablation
