@@ -195,9 +195,9 @@ def write(args: argparse.Namespace, times: dict[str, list[tuple[float, str]]], f
     lines = [f"# Answers in the browser: Circuits page on {args.model}", "",
              f"`scripts/bench_app_answers.py --model {args.model} --reps {args.reps}` at {meta['when']}, "
              f"{meta['cpus']} CPUs, headless Chromium, a fresh app server. Each time runs from the key press or "
-             "click to the moment Streamlit's running widget went away (the graph drawn). The load average "
-             "(1, 5, 15 min) was read as each figure was taken: the machine was shared, so read the figures "
-             "with it.", "",
+             "click to the moment the answer is on the screen (the new prompt's graph, the pin, the supernode, "
+             "the new threshold in the caption). The load average (1, 5, 15 min) was read as each figure was "
+             "taken: the machine was shared, so read the figures with it.", "",
              f"First open (model load and the default prompt's circuit): {first_open:.1f} s.", "",
              "| what | target | median | every run (s) | load average at each |", "|---|---|---|---|---|"]
     for k, r in rows.items():
