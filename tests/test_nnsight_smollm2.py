@@ -1,6 +1,6 @@
 """The nnsight backend on the real smollm2-135m gives the TransformerLens backend's numbers: DPA (token, head), the
 gradient, integrated gradients, AtP, activation patching of heads and an EAP circuit's edge scores, each within
-1e-4 of the values' own scale (their largest magnitude)."""
+1e-4 of the values' own scale (their largest magnitude); and the bridge's EAP circuit (its split head inputs)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def _close(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     scale = float(ref.abs().max())
     assert scale > 0 and float(got.abs().max()) > 0, what
     rel = float((got - ref).abs().max()) / scale
-    print(f"smollm2-135m {what}: nnsight vs TransformerLens, max difference / scale = {rel:.1e}")
+    print(f"smollm2-135m {what}: against TransformerLens, max difference / scale = {rel:.1e}")
     assert rel < REL_TOL, (what, rel)
 
 
@@ -55,3 +55,14 @@ def test_eap_circuit_matches_transformer_lens(smollm2, nn):
         return wb.circuit(m, rows, method="eap", edges=20, evaluate=False).scores
 
     _close(run(nn), run(smollm2), "EAP circuit edge scores")
+
+
+def test_bridge_eap_circuit_matches_transformer_lens(smollm2):
+    """The bridge's split head inputs (computed attention, grouped kv heads ungrouped) on the real model."""
+    bridge = wb.load("smollm2-135m", backend="bridge")
+    rows = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
+
+    def run(m):
+        return wb.circuit(m, rows, method="eap", edges=20, evaluate=False).scores
+
+    _close(run(bridge), run(smollm2), "EAP circuit edge scores (bridge)")
