@@ -219,7 +219,8 @@ MAX_STATES = 32  # graphs per view whose state a session keeps (a return to one 
 
 @dataclass
 class GraphState:
-    """One graph's interaction state in one view, and the runs it is kept with (their ids)."""
+    """One graph's interaction state in one view; the stored run it was opened from, whose copy follows every
+    change (``runs``), and the runs saved from it, each holding the state as it was when saved (``saved``)."""
 
     annotations: Annotations = field(default_factory=Annotations)
     threshold: float = 1.0
@@ -227,6 +228,7 @@ class GraphState:
     node: str | None = None
     runs: list[str] = field(default_factory=list)
     lineage: Any = None
+    saved: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -312,8 +314,9 @@ def enter(key: str, identity: str, run: Any = None, lineage: Any = None) -> tupl
 
 
 def saved(key: str, identity: str, run: Any) -> None:
-    """A run was just saved from this view's graph ``identity``: that graph's state (and only it) is written into
-    the run, and kept with it from now on. Called from the save button's callback."""
+    """A run was just saved from this view's graph ``identity``: that graph's state as it is now (and only it) is
+    written into the run, so the run reopens with exactly that; later changes stay in the session until saved
+    again. Called from the save button's callback."""
     from circuits.interact import keep
 
     got = _states(key).get(identity)
@@ -327,9 +330,8 @@ def saved(key: str, identity: str, run: Any) -> None:
         except Exception as exc:  # noqa: BLE001 - said on the page; the run itself is saved
             st.session_state[f"_{key}_keep_error"] = f"Supernodes not kept with run {run.id}: {exc}"
             return
-        st.session_state[f"_{key}_kept_{run.id}"] = json.dumps(ann.to_json(), sort_keys=True)
-    if run.id not in got.runs:
-        got.runs.append(run.id)
+    if run.id not in got.saved:
+        got.saved.append(run.id)
 
 
 def _keep(key: str, got: GraphState) -> list[str]:
@@ -432,9 +434,13 @@ def controls(key: str, sub: Any, run: Any = None, current: str | None = None,
         err = st.session_state.pop(f"_{key}_keep_error", None)
         if err:
             st.warning(esc(err))
-        st.caption(f"Kept with run {', '.join(code(r) for r in kept)} (and its graph-JSON export's qParams)."
-                   if kept else "Kept for this session, with this graph only: save the graph to keep them with "
-                                "its run.")
+        if kept:
+            st.caption(f"Kept with run {', '.join(code(r) for r in kept)} (and its graph-JSON export's qParams).")
+        elif got.saved:
+            st.caption(f"Saved with run {', '.join(code(r) for r in got.saved)} as they were then; changes since "
+                       "stay in this session, with this graph only (save again to keep them).")
+        else:
+            st.caption("Kept for this session, with this graph only: save the graph to keep them with its run.")
     if only and not ann.pinned:
         st.info("No node is pinned yet: the whole graph is drawn. Click a node and press Pin.")
         only = False
