@@ -58,20 +58,20 @@ def run(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     import workbench as wb
-    from attribution.sae.sets import _hooks, _shuffled_docs, cache_layers
+    from attribution.sae.sets import cache_layers, shuffled_docs, transcoder_hooks
     from attribution.sae.train_shards import train_topk_transcoder
 
     model = wb.load(args.model)
     layers = [int(x) for x in args.layers.split(",")]
     cache = Path(args.cache)
     t0 = time.time()
-    train = cache_layers(model, layers, _shuffled_docs("train", 0), cache / "train", args.tokens)
-    held = cache_layers(model, layers, _shuffled_docs("heldout", 0), cache / "heldout", 8192)
+    train = cache_layers(model, layers, shuffled_docs("train", 0), cache / "train", args.tokens)
+    held = cache_layers(model, layers, shuffled_docs("heldout", 0), cache / "heldout", 8192)
     print(f"cached {args.tokens} + 8192 tokens of layers {layers} in {time.time() - t0:.0f} s", flush=True)
     want = args.variants.split("|") if args.variants else list(VARIANTS)
     with open(args.out, "a") as fh:
         for layer in layers:
-            hin, hout = _hooks(layer)
+            hin, hout = transcoder_hooks(layer)
             x, y = held[layer].tensor(hin).float(), held[layer].tensor(hout).float()
             for name in want:
                 recipe = dict(VARIANTS[name])

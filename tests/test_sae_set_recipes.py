@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from attribution.sae.sets import _hooks, cache_layers
-from attribution.sae.train_shards import _lr_factor, train_topk_transcoder
+from attribution.sae.sets import cache_layers, transcoder_hooks
+from attribution.sae.train_shards import lr_factor, train_topk_transcoder
 from core.models.tiny import tiny_model
 
 
@@ -21,13 +21,13 @@ def shards(tmp_path_factory):
 
 
 def _train(shards, tmp_path, recipe):
-    hin, hout = _hooks(0)
+    hin, hout = transcoder_hooks(0)
     return train_topk_transcoder(shards, hin, hout, 32, 4, 2000, tmp_path / str(abs(hash(str(recipe)))),
                                  batch_size=128, recipe=recipe, checkpoint_every=10**9)
 
 
 def _ev(w, shards):
-    hin, hout = _hooks(0)
+    hin, hout = transcoder_hooks(0)
     x, y = shards.tensor(hin).float(), shards.tensor(hout).float()
     pre = torch.relu(x @ w["W_enc"] + w["b_enc"])
     v, i = pre.topk(4, dim=-1)
@@ -42,7 +42,7 @@ def test_default_recipe_is_the_set_builders(shards, tmp_path):
         assert torch.allclose(a[k], b[k], atol=1e-5), k
     # W_skip up to its null space: the tiny model's LayerNorm centres the input, so the least-squares start
     # is not unique along the all-ones direction, which no input reads
-    x = shards.tensor(_hooks(0)[0]).float()
+    x = shards.tensor(transcoder_hooks(0)[0]).float()
     assert torch.allclose(x @ a["W_skip"].T, x @ b["W_skip"].T, atol=1e-3)
 
 
@@ -56,11 +56,11 @@ def test_each_ingredient_trains(shards, tmp_path, recipe):
 
 
 def test_schedules():
-    assert _lr_factor(0, 100, 10, "cosine", 80) == pytest.approx(0.1)
-    assert _lr_factor(9, 100, 10, "cosine", 80) == pytest.approx(1.0)
-    assert _lr_factor(99, 100, 10, "cosine", 80) < 0.06
-    assert _lr_factor(50, 100, 0, "decay", 80) == 1.0 and _lr_factor(90, 100, 0, "decay", 80) == pytest.approx(0.5)
-    assert _lr_factor(99, 100, 0, "constant", 80) == 1.0
+    assert lr_factor(0, 100, 10, "cosine", 80) == pytest.approx(0.1)
+    assert lr_factor(9, 100, 10, "cosine", 80) == pytest.approx(1.0)
+    assert lr_factor(99, 100, 10, "cosine", 80) < 0.06
+    assert lr_factor(50, 100, 0, "decay", 80) == 1.0 and lr_factor(90, 100, 0, "decay", 80) == pytest.approx(0.5)
+    assert lr_factor(99, 100, 0, "constant", 80) == 1.0
 
 
 def test_a_set_trains_several_epochs_and_resumes_only_with_them(tmp_path):

@@ -140,7 +140,7 @@ def estimate(spec: SetSpec, n_params: float, d_model: int, n_layers: int, todo: 
             "total_s": round(cache_s + train_s + eval_s), "disk_gb": round(disk, 2)}
 
 
-def _hooks(layer: int) -> list[str]:
+def transcoder_hooks(layer: int) -> list[str]:
     return [f"blocks.{layer}.ln2.hook_normalized", f"blocks.{layer}.hook_mlp_out"]
 
 
@@ -273,7 +273,7 @@ def _ranges(xs: list[int]) -> str:
     return ",".join(parts)
 
 
-def _shuffled_docs(split: str, seed: int) -> list[str]:
+def shuffled_docs(split: str, seed: int) -> list[str]:
     from core.corpus import english_texts
 
     docs = english_texts(split)
@@ -290,7 +290,8 @@ def cache_layers(model: Any, layers: list[int], texts: Iterable[Any], out: Path,
 
     from attribution.sae.shards import MANIFEST, ShardSet, open_manifest, plan_shards, shard_tensors, write_atomic
 
-    manifests = {lay: open_manifest(model, _hooks(lay), out / f"L{lay}", ctx, skip_first, bf16) for lay in layers}
+    manifests = {lay: open_manifest(model, transcoder_hooks(lay), out / f"L{lay}", ctx, skip_first, bf16)
+                 for lay in layers}
     n_done = min(len(m["shards"]) for m in manifests.values())
     ref = min(manifests.values(), key=lambda m: len(m["shards"]))
     for m in manifests.values():  # a layer ahead of the others (interrupted mid-shard) steps back to them
@@ -300,7 +301,7 @@ def cache_layers(model: Any, layers: list[int], texts: Iterable[Any], out: Path,
     windows, plan = plan_shards(model, texts, ref, n_tokens, ctx, batch_size, shard_tokens)
     import torch
 
-    hooks = [h for lay in layers for h in _hooks(lay)]
+    hooks = [h for lay in layers for h in transcoder_hooks(lay)]
     for a, b, _ in plan:
         chunk = windows[a:b]
         pad = torch.full((len(chunk), ctx), -1, dtype=torch.long)
@@ -317,7 +318,8 @@ def cache_layers(model: Any, layers: list[int], texts: Iterable[Any], out: Path,
         entry = {"file": f"shard_{index:05d}.safetensors", "n_tokens": int(tensors["where"].shape[0]),
                  "n_windows": len(chunk)}
         for lay, m in manifests.items():
-            part = {h: tensors[h] for h in _hooks(lay)} | {"where": tensors["where"], "windows": tensors["windows"]}
+            part = {h: tensors[h] for h in transcoder_hooks(lay)}
+            part |= {"where": tensors["where"], "windows": tensors["windows"]}
             d = out / f"L{lay}"
             write_atomic(d / entry["file"], lambda p, part=part: save_file(part, str(p)))
             if m is not ref:
@@ -367,8 +369,8 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
     t0 = time.time()
     if todo:
         src = texts or {}
-        train_texts = src.get("train") or _shuffled_docs("train", spec.seed)
-        held_texts = src.get("heldout") or _shuffled_docs("heldout", spec.seed)
+        train_texts = src.get("train") or shuffled_docs("train", spec.seed)
+        held_texts = src.get("heldout") or shuffled_docs("heldout", spec.seed)
 
         def cache_report(stage: str) -> Callable[[int, int], None]:
             return lambda done, total: on_progress(stage, done, total) if on_progress else None
@@ -384,7 +386,7 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
         _write_json(root / SET_FILE, meta)
         for layer in todo:
             t1 = time.time()
-            bs = BuildSpec(hook=_hooks(layer)[0], **spec.training(),
+            bs = BuildSpec(hook=transcoder_hooks(layer)[0], **spec.training(),
                            recipe={"epochs": spec.epochs} if spec.epochs != 1 else None)
             info = build_dictionary(model, bs, layer_dir(root, layer), on_progress=on_progress,
                                     train_shards=train[layer], heldout_shards=held[layer],

@@ -172,7 +172,7 @@ class _TopKSkipTranscoder:
         return y, f, aux
 
 
-def _lr_factor(step: int, steps: int, warmup: int, schedule: str, decay_from: int) -> float:
+def lr_factor(step: int, steps: int, warmup: int, schedule: str, decay_from: int) -> float:
     import math
 
     if step < warmup:
@@ -248,7 +248,7 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         opt.zero_grad()
         loss.backward()
         for g in opt.param_groups:
-            g["lr"] = lr * _lr_factor(step, steps, int(r["warmup"]), str(r["schedule"]), decay_from)
+            g["lr"] = lr * lr_factor(step, steps, int(r["warmup"]), str(r["schedule"]), decay_from)
         opt.step()
         last_fired[(f > 0).any(0)] = step
         step += 1
