@@ -187,8 +187,8 @@ threshold = c5.slider("Hide edges under this fraction of the strongest", 0.0, 1.
 keys = {m: cache_key(loaded, rows, ablation, m, p) for m, p in jobs.items()}
 cache = st.session_state.setdefault("_circ_cache", {})
 todo = {m: p for m, p in jobs.items() if keys[m] not in cache}
-# Quick methods are computed now, in the page; up to ~10 s as a job in this server; longer ones behind one
-# Run button, as jobs on Ray (app/circuit_jobs.py). The default prompt's circuit is drawn on open.
+# Work up to ~10 s (a one-prompt circuit on a small model always) is computed now, in the page; longer work only
+# behind the Run button, as jobs on Ray (app/circuit_jobs.py). The default prompt's circuit is drawn on open.
 todo = CJ.run_as_jobs(loaded, rows, todo, keys, ablation, selection, graph, prepared)
 if todo:  # in the page: the graph first, its faithfulness curve below it once the graph is drawn
     st.session_state.setdefault("_circ_curve_due", set()).update(keys[m] for m in todo)
@@ -245,8 +245,10 @@ if node != NONE:
 st.subheader("Faithfulness")
 curves_due(loaded, results, keys)
 e1, e2 = st.columns([1, 2])
-if st.session_state.get("circ_eval_ablation") not in ablations:
+# the evaluation's ablation follows the discovery's when that changes (the box shows the value it will use)
+if st.session_state.get("circ_eval_ablation") not in ablations or st.session_state.get("_circ_eval_for") != ablation:
     st.session_state["circ_eval_ablation"] = ablation
+st.session_state["_circ_eval_for"] = ablation
 eval_ablation = e1.selectbox("Evaluate under ablation", ablations, key="circ_eval_ablation")
 if e2.button(f"Evaluate circuit at k={k} ({selection})", key="circ_evaluate"):
     evaluate_all(loaded, results, k, eval_ablation, selection)
@@ -281,4 +283,4 @@ for method, res in results.items():
     # saving writes this graph's pins and supernodes (and only its) into the run; the "Saved" line stays with it
     C.save_button(lambda res=res: replace(res, edges=k, selection=selection), key=f"circ_save_{method}",
                   label=f"Save the {method} circuit (k={k}) to the run store",
-                  after=lambda run: GI.saved("circ", identity, run), scope=identity)
+                  after=lambda run, identity=identity: GI.saved("circ", identity, run), scope=identity)

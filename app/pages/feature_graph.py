@@ -194,7 +194,7 @@ if held is not None:
         st.caption("The inputs changed since this graph was built: press the button to rebuild it.")
     show(held[1], "fg_graph", loaded=loaded)
     # saving writes this graph's pins and supernodes (only its) into the run; the "Saved" line stays with it
-    C.save_button(lambda: held[1], key="fg_save", after=lambda run: GI.saved("fg_graph", held[1].key, run),
+    C.save_button(lambda: held[1], key="fg_save", after=lambda run, gk=held[1].key: GI.saved("fg_graph", gk, run),
                   scope=held[1].key)
 elif paths:
     st.caption("Press the button to build the graph (seconds on smollm2-135m with four dictionaries).")
