@@ -59,3 +59,23 @@ def test_bad_dictionary_is_an_error_in_the_page(tiny, tmp_path, one_thread):
     at.button(key="fg_run").click().run()
     assert [e.value for e in at.exception] == []
     assert any("not a dictionary directory" in str(e.value) for e in at.error)
+
+
+def test_an_imported_graph_says_so_and_not_what_it_lacks(tiny, one_thread):
+    """Issue 50 finding 5: an imported graph's caption said "target logit 0.000 · 0 DPA passes"."""
+    from test_import_graph import FIXTURE, fixture_doc
+
+    from circuits.importer import import_graph_json
+
+    model_dir, _ = tiny
+    run = import_graph_json(FIXTURE, RunStore())
+    doc = fixture_doc()
+    at = open_page("feature_graph", {"fg_model": str(model_dir)})
+    at.selectbox(key="fg_open").set_value(run.id).run()
+    assert not problems(at)
+    captions = [str(c.value) for c in at.caption]
+    head = next(c for c in captions if c.startswith("Imported"))
+    assert "graph-json" in head and FIXTURE.name in head and "gemma-2-2b" in head
+    assert f"{len(doc['nodes'])} nodes, {len(doc['links'])} edges" in head
+    assert not any("target logit" in c or "DPA passes" in c for c in captions)
+    assert chart(at, "fg_saved_graph")["data"]  # drawn

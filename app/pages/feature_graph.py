@@ -47,12 +47,24 @@ def build(loaded: Any, prompt: str, target: str | None, foil: str | None, paths:
     return FV.readable(full, per_row, edges)
 
 
+def header(graph: Any) -> str:
+    """The graph's first caption, truthfully: a built graph's target logit and passes; an imported one's format,
+    file and counts (it has no target logit or passes of ours)."""
+    counts = f"{len(graph.nodes)} nodes, {len(graph.edges)} edges"
+    what = (f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
+            + (f" minus {C.quoted(graph.foil)}" if graph.foil else ""))
+    imported = (graph.params or {}).get("imported")
+    if isinstance(imported, dict):
+        source = f" file {C.esc(imported['file'])}" if imported.get("file") else ""
+        return (f"Imported from a {C.esc(imported.get('format') or 'graph')}{source} · {what} · {counts} (edges "
+                "as the file gives them)")
+    passes = "backward" if graph.params.get("method") == "gradient" else "DPA"
+    return (f"{what} · target logit {graph.target_logit:.3f} · {counts} · {graph.n_passes} {passes} passes in "
+            f"{graph.seconds:.2f} s")
+
+
 def show(graph: Any, key: str, run: Any = None, loaded: Any = None) -> None:
-    st.caption(f"{C.esc(graph.model)} · {C.quoted(graph.prompt)} → {C.quoted(graph.target)}"
-               + (f" minus {C.quoted(graph.foil)}" if graph.foil else "")
-               + f" · target logit {graph.target_logit:.3f} · {len(graph.nodes)} nodes, {len(graph.edges)} edges · "
-               f"{graph.n_passes} {'backward' if graph.params.get('method') == 'gradient' else 'DPA'} passes in "
-               f"{graph.seconds:.2f} s")
+    st.caption(header(graph))
     st.caption(FV.scores_caption(graph))
     ids = [n.id for n in graph.nodes]
     # pins, supernodes, threshold and the selected node belong to this graph (its Subgraph.key): a new graph
@@ -75,7 +87,7 @@ def show(graph: Any, key: str, run: Any = None, loaded: Any = None) -> None:
         chosen = st.session_state[f"{key}_node"] = max(drawn.nodes, key=lambda n: float(
             n.metadata.get("influence") or 0.0) if n.kind != "logits" else -1.0).id
     top = GI.top_logits(loaded, graph.prompt) if loaded is not None and loaded.name == graph.model else []
-    left, right = st.columns([5, 2])
+    left, right = st.columns([3, 2])  # the dashboard's contexts need the room
     with left:
         fig = GI.feature_figure(graph, drawn, labels, selected=chosen, pinned=view.annotations.pinned, top=top)
         show_subgraph(drawn, key, figure=fig)
