@@ -140,9 +140,11 @@ def faith_table(results: dict[str, Any]):
     return pd.DataFrame(rows)
 
 
-def curve_note(curves: dict[str, Any], tolerance: float = 0.05) -> str | None:
+def curve_note(curves: dict[str, Any], tolerance: float = 0.05, ablations: dict[str, str] | None = None) -> str | None:
     """One note on faithfulness curves that go below zero or fall as the circuit grows, with what usually
-    causes it; None when every curve is non-negative and (within ``tolerance``) rising."""
+    causes it; None when every curve is non-negative and (within ``tolerance``) rising. ``ablations``: the
+    ablation each method's curve was computed under; advice to use corrupt ablation is given only where it
+    was not (unknown: given)."""
     negative = [m for m, f in curves.items() if min(f.normalized, default=0.0) < 0]
     falling = [m for m, f in curves.items()
                if any(b < a - tolerance for a, b in zip(f.normalized, f.normalized[1:], strict=False))]
@@ -158,8 +160,14 @@ def curve_note(curves: dict[str, Any], tolerance: float = 0.05) -> str | None:
         said.append(f"{', '.join(falling)} fell as edges were added (non-monotone)")
     f = curves[(negative or falling)[0]]
     gap = f.metric_full - f.metric_empty
-    causes = ["mean ablation puts the edges outside the circuit off the model's distribution (their mean over "
-              "positions is no input the model ever saw): try corrupt ablation with a counterfactual"]
+    used = {(ablations or {}).get(m) for m in negative or falling}
+    causes = []
+    if "mean" in used or None in used:
+        causes.append("mean ablation puts the edges outside the circuit off the model's distribution (their mean "
+                      "over positions is no input the model ever saw): try corrupt ablation with a counterfactual")
+    elif "zero" in used:
+        causes.append("zero ablation puts the edges outside the circuit off the model's distribution (a zero "
+                      "input is none the model ever saw): try corrupt ablation with a counterfactual")
     if gap <= 0 or abs(gap) < 0.1 * max(abs(f.metric_full), 1e-9):
         causes.append(f"the empty circuit already scores the metric as well as the full model (metric ablated "
                       f"{f.metric_empty:+.3f} vs intact {f.metric_full:+.3f}): the normalised score divides by "

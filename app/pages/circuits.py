@@ -43,7 +43,7 @@ def show_saved() -> None:
         st.caption(GI.caption(view, sub, pruned, drawn))
         if res.faithfulness is not None:
             st.plotly_chart(res.plot_faithfulness(), key="circ_saved_faith")
-            note = CV.curve_note({res.method: res.faithfulness})
+            note = CV.curve_note({res.method: res.faithfulness}, ablations={res.method: res.ablation})
             if note:
                 st.info(note)
         st.dataframe(res.table(), hide_index=True)
@@ -98,8 +98,11 @@ def evaluate_all(loaded: Any, results: dict[str, Any], k: int, ablation: str, se
     grid = sorted(set(DEFAULT_GRID) | {k})
     with C.Progress(f"Evaluating at k={k} ({ablation} ablation)", len(results)) as prog, loaded.lock:
         for method, res in results.items():
-            prog.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation, selection)
+            curve = prog.attempt(f"Evaluating {method} failed", res.evaluate, loaded.model, grid, ablation,
+                                 selection)
             prog.step(method)
+            if curve is not None:  # which ablation this curve is under (the note's advice depends on it)
+                st.session_state.setdefault("_circ_curve_ablation", {})[method] = (id(curve), ablation)
 
 
 def curves_due(loaded: Any, results: dict[str, Any], keys: dict[str, tuple]) -> None:
@@ -115,6 +118,14 @@ def curves_due(loaded: Any, results: dict[str, Any], keys: dict[str, tuple]) -> 
                          res.selection)
             prog.step(method)
     due.difference_update(keys[m] for m in todo)
+
+
+def curve_ablations(results: dict[str, Any]) -> dict[str, str]:
+    """The ablation each method's curve was computed under: the evaluation's where it made that curve,
+    otherwise the result's own."""
+    under = st.session_state.get("_circ_curve_ablation", {})
+    return {m: under[m][1] if m in under and under[m][0] == id(r.faithfulness) else r.ablation
+            for m, r in results.items()}
 
 
 def faithfulness_at(res: Any, k: int) -> float | None:
@@ -255,7 +266,7 @@ if e2.button(f"Evaluate circuit at k={k} ({selection})", key="circ_evaluate"):
 curves = {m: r.faithfulness for m, r in results.items() if r.faithfulness is not None}
 if curves:
     st.plotly_chart(faithfulness_figure(curves), key="circ_faith")
-    note = CV.curve_note(curves)
+    note = CV.curve_note(curves, ablations=curve_ablations(results))
     if note:
         st.info(note)
 at_k = {m: faithfulness_at(r, k) for m, r in results.items()}
