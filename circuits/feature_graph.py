@@ -168,11 +168,13 @@ def choose_method(method: str, dictionaries: list[Dictionary], params: dict[str,
     return "gradient" if transcoders and not params else "dpa"
 
 
-def check_thresholds(node_threshold: float | None, edge_threshold: float | None) -> None:
-    """Pruning thresholds are shares of cumulative influence: in (0, 1] (circuit-tracer's 0.8 and 0.98)."""
+def check_thresholds(node_threshold: float | None, edge_threshold: float | None,
+                     names: tuple[str, str] = ("node_threshold", "edge_threshold")) -> None:
+    """Pruning thresholds are shares of cumulative influence: in (0, 1] (circuit-tracer's 0.8 and 0.98).
+    ``names``: what the caller calls them (the CLI: its flags)."""
     import math
 
-    for name, v in (("node_threshold", node_threshold), ("edge_threshold", edge_threshold)):
+    for name, v in zip(names, (node_threshold, edge_threshold), strict=True):
         if v is not None and not (isinstance(v, int | float) and math.isfinite(v) and 0 < v <= 1):
             raise RangeError(f"{name} must be in (0, 1] (got {v}); circuit-tracer's defaults are node 0.8, edge 0.98")
 

@@ -122,7 +122,7 @@ def test_cli_bad_inputs_exit_2(built, monkeypatch, capsys, tmp_path):
     assert_bad(code, err, "transcoder")
     base = ["feature-graph", "--model", "smollm2-135m", "--prompt", "a b", "--no-save"]
     code, _, err = cli(monkeypatch, capsys, *base, "--saes", f"set:{built[0]}", "--edge-threshold", "1.5")
-    assert_bad(code, err, "edge_threshold must be in (0, 1]")
+    assert_bad(code, err, "--edge-threshold must be in (0, 1]")
     code, _, err = cli(monkeypatch, capsys, *base, "--saes", "set:no-such-set")
     assert_bad(code, err, "no dictionary set 'no-such-set'")
 
@@ -149,7 +149,7 @@ def test_cli_bad_sets_exit_2_and_nothing_lost(built, monkeypatch, capsys, tmp_pa
         assert _tree(where) == before
     assert not runs.exists() or not any(runs.rglob("*.json"))
     code, _, err = cli(monkeypatch, capsys, *base, "--saes", f"set:{root}", "--node-threshold", "0")
-    assert_bad(code, err, "node_threshold must be in (0, 1]")
+    assert_bad(code, err, "--node-threshold must be in (0, 1]")
 
 
 def test_set_for_another_model_is_refused(built):

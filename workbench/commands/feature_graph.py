@@ -78,7 +78,7 @@ def feature_graph(
     from circuits.feature_graph import METHODS, check_thresholds
     from core.errors import RangeError
 
-    check_thresholds(node_threshold, edge_threshold)
+    check_thresholds(node_threshold, edge_threshold, names=("--node-threshold", "--edge-threshold"))
     if method not in (*METHODS, "auto"):
         raise RangeError(f"--method {method!r}: auto, {', '.join(METHODS)}")
     from attribution.features.placement import load_dictionaries
