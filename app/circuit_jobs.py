@@ -20,7 +20,7 @@ EDGES = 100  # the K a job's run records; the page draws its own k from the scor
 # forward to measure it takes seconds itself (the job's estimate then comes from earlier jobs' costs).
 BIG_GRAPH = 5000
 MEASURE_ROWS = 4  # ... unless its prompts are this few: then one masked forward costs well under a second
-CONFIRM_S = 3600.0  # a job estimated longer than this needs a second, explicit confirmation
+CONFIRM_S = J.CONFIRM_S  # a job estimated longer than this needs a second, explicit confirmation
 # One prompt, a method of a few passes, a model of this size or less: computed in the page with no estimate. On
 # smollm2 the measured estimate (one edge-masked forward over 123,211 edges) costs more than the work: 8-16 s
 # against ~3 s (DPA with its curve) under load, so a new prompt waited on its estimate.
@@ -106,8 +106,7 @@ def supersede(spec: Any, key: str) -> str | None:
     return held
 
 
-def _hours(secs: float) -> str:
-    return f"{secs / 3600:.1f} h" if secs >= 3600 else f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
+_hours = J.hours
 
 
 def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict[str, tuple], ablation: str,
@@ -151,10 +150,7 @@ def run_as_jobs(loaded: Any, rows: list[dict], todo: dict[str, dict], keys: dict
         st.warning(f"{costs}. It runs as a job outside this app, so every page stays usable; its circuit is "
                    "stored as a run. Nothing starts until you press the button.")
         longest = max((s for _, _, s in offer.values() if s is not None), default=0.0)
-        sure = True
-        if longest > CONFIRM_S:
-            sure = st.checkbox(f"Yes, start a job of about {_hours(longest)}", key="circ_run_sure",
-                               help="A job estimated over an hour needs this second confirmation.")
+        sure = J.confirmed(longest, "circ_run_sure")
         if st.button(f"Run {', '.join(offer)} as a job{'s' if len(offer) > 1 else ''}", key="circ_run",
                      type="primary", disabled=not sure):
             if all(J.submit(spec, key, seconds=s) is not None for spec, key, s in offer.values()):

@@ -160,6 +160,23 @@ RAY_FOOTPRINT = ("a warm local Ray instance: about 0.6 GB in 8 processes of its 
                  "model it keeps loaded for the next job (smollm2-135m); it ends after 10 min without a job")
 
 
+CONFIRM_S = 3600.0  # a job estimated longer than this needs a second, explicit confirmation
+
+
+def hours(secs: float) -> str:
+    """A duration as a person reads it: 5.6 h, 10 min, 42 s."""
+    return f"{secs / 3600:.1f} h" if secs >= 3600 else f"{secs / 60:.0f} min" if secs >= 120 else f"{secs:.0f} s"
+
+
+def confirmed(seconds: float | None, key: str) -> bool:
+    """The second confirmation of a job estimated over CONFIRM_S: a checkbox naming its hours (under ``key``);
+    True when ticked, or when the job is not that long (or has no estimate: nothing to name)."""
+    if seconds is None or seconds <= CONFIRM_S:
+        return True
+    return st.checkbox(f"Yes, start a job of about {hours(seconds)}", key=key,
+                       help="A job estimated over an hour needs this second confirmation.")
+
+
 def local_limit() -> float:
     """The runner's threshold for work in this server's process (about 10 s; more on a busy machine)."""
     from workbench.scheduler.runner import local_seconds
@@ -210,7 +227,8 @@ def start_button(spec: Any, key: str, label: str, workers: int = 1, estimate: tu
                  button: str | None = None) -> Any | None:
     """The Run button of a page's long work. It shows the job's estimate (``estimate``: (seconds, text) the
     page measured; else items x the per-item seconds an earlier job of the same shape measured here); above
-    THRESHOLD_S the estimate is a warning and the button names it, so pressing it is the confirmation. Starts
+    THRESHOLD_S the estimate is a warning and the button names it, so pressing it is the confirmation (over
+    CONFIRM_S a second one, ``confirmed``, comes first). Starts
     ``spec`` as a job (remembered under ``key``) and returns it; None when not pressed or it could not start."""
     if estimate is None:
         estimate = estimate_here(spec, workers)
@@ -227,8 +245,11 @@ def start_button(spec: Any, key: str, label: str, workers: int = 1, estimate: tu
         st.caption("No estimate yet (no job of this shape has run here and its model is not loaded in this "
                    f"server): it runs on Ray ({RAY_FOOTPRINT}); later jobs of its shape are placed by this one's "
                    "measured cost.")
-    if not st.button(label, key=button or f"{key}_start", type="primary"):
+    button = button or f"{key}_start"
+    sure = confirmed(None if estimate is None else estimate[0], f"{button}_sure")  # over an hour: asked twice
+    if not st.button(label, key=button, type="primary", disabled=not sure):
         return None
+    st.session_state.pop(f"{button}_sure", None)  # the next long job is asked again
     return submit(spec, key, workers=workers, seconds=None if estimate is None else estimate[0])
 
 

@@ -66,3 +66,31 @@ def test_slow_levels_ask_first_run_as_jobs_and_are_shared(recorded, tiny_llama_d
     assert not problems(fresh)
     assert any("cancelled" in i.value for i in fresh.info)  # what happened, and the button to start it again
     assert "attr_job_go_neuron" in {b.key for b in fresh.button}
+
+
+def test_a_job_over_an_hour_needs_a_second_confirmation(recorded, tiny_llama_dir, monkeypatch):
+    """Issue 50 finding 7: a 5.6-hour neuron-level job started with one click. Over an hour (the neuron
+    level's estimate faked here), its button stays disabled until the checkbox naming the hours is ticked;
+    a short level's button needs one click as before."""
+    from dataclasses import replace
+
+    import attribution.cost as cost
+
+    real = cost.estimate
+
+    def estimate(model, enc, method, level, *a, **k):
+        got = real(model, enc, method, level, *a, **k)
+        return replace(got, seconds_per_item=20_000.0 / got.items) if level == "neuron" and got else got
+
+    monkeypatch.setattr(cost, "estimate", estimate)
+    at = open_page("attribution", state(tiny_llama_dir))
+    assert not problems(at), problems(at)
+    sure = at.checkbox(key="attr_job_go_neuron_sure")
+    assert "5.6 h" in sure.label and not sure.value
+    assert at.button(key="attr_job_go_neuron").disabled and not at.button(key="attr_job_go_head").disabled
+    assert "attr_job_go_head_sure" not in {c.key for c in at.checkbox}  # not long: no second question
+    assert not recorded
+    at.checkbox(key="attr_job_go_neuron_sure").check().run()
+    assert not at.button(key="attr_job_go_neuron").disabled
+    at.button(key="attr_job_go_neuron").click().run()
+    assert not problems(at) and [j.spec["level"] for j in recorded] == ["neuron"]
