@@ -172,16 +172,27 @@ def circuit_parts(run: Any) -> tuple[Any, dict[str, Any]]:
 
 
 def _circuit(run: Any, prefix: str) -> bool:
+    from app import graph_interact as GI
     from circuits.plot import faithfulness_figure
 
     sub, result = circuit_parts(run)
     total = result.get("n_edges_total")
-    clicked = show_subgraph(sub, key=f"{prefix}_circuit",
-                            title=f"{run.meta.get('method')} circuit: top {len(sub.edges)} of "
-                                  f"{f'{total:,}' if isinstance(total, int) else '?'} edges "
-                                  f"({result.get('n_prompts', '?')} prompts, {result.get('ablation')} ablation)")
-    st.caption(LEGEND_HELP)
-    inspect_clicked(sub, clicked, prefix)
+    # the Circuits page's controls, opened with what the run was saved with (its supernodes.json): its
+    # supernodes, pins and threshold
+    slot = f"_{prefix}_circuit_node"
+    current = st.session_state.get(slot)
+    view = GI.controls(f"{prefix}_circ", sub, run=run, current=current)
+    pruned, drawn = view.apply(sub)
+    fig = GI.circuit_figure(pruned, drawn, f"{run.meta.get('method')} circuit: top {len(sub.edges)} of "
+                                           f"{f'{total:,}' if isinstance(total, int) else '?'} edges "
+                                           f"({result.get('n_prompts', '?')} prompts, {result.get('ablation')} "
+                                           "ablation)", selected=current, pinned=view.annotations.pinned)
+    clicked = show_subgraph(drawn, key=f"{prefix}_circuit", figure=fig)
+    if clicked is not None and clicked != current:
+        st.session_state[slot] = clicked
+        st.rerun()  # the Pin button names the clicked node
+    st.caption(GI.caption(view, sub, pruned, drawn) + " " + LEGEND_HELP)
+    inspect_clicked(drawn, clicked, prefix)
     if result.get("faithfulness"):
         st.plotly_chart(faithfulness_figure({run.meta.get("method") or "circuit": result["faithfulness"]}),
                         key=f"{prefix}_faith")

@@ -114,3 +114,29 @@ def test_feature_graph_and_subgraph_runs_open_with_the_node_inspector(circuits):
     at.selectbox(key="runs_pick").set_value(sub.id).run()
     assert not problems(at)
     assert "logits" in chart(at, "runs_open_graph")["data"][-1]["customdata"]
+
+
+def test_a_stored_circuit_opens_with_its_supernodes(circuits):
+    """Issue 50 finding 5: the Runs page drew a stored circuit without the supernodes saved with it. It now
+    draws them (and the pins), with the Circuits page's controls."""
+    from circuits.interact import Annotations, Supernode, keep
+
+    a, _ = circuits
+    run = RunStore().get(a.id)
+    heads = sorted({n for e in run.result()["edges"] for n in (e["src"], e["dst"])
+                    if n not in ("embed", "logits") and ".H" in n})[:2]
+    assert len(heads) == 2, run.result()["edges"][:3]
+    group = Supernode("two heads", heads)
+    keep(run, Annotations(pinned=["logits"], supernodes=[group]))
+    at = open_page("runs")
+    at.selectbox(key="runs_pick").set_value(a.id).run()
+    assert not problems(at)
+    nodes = list(chart(at, "runs_open_circuit")["data"][-1]["customdata"])
+    assert group.id in nodes and not set(heads) & set(nodes)  # its members drawn as the one supernode
+    assert any("1 supernode drawn" in str(c.value) and "1 pinned" in str(c.value) for c in at.caption)
+    at.session_state["runs_open_circuit"] = {"selection": {"points": [{"customdata": "embed"}]}}
+    at.run()  # a click on a node: the Pin button names it, as on the Circuits page
+    assert not problems(at)
+    assert at.button(key="runs_open_circ_pin").label == "Pin embed"
+    assert at.button(key="runs_open_circ_pin").click().run() and not problems(at)
+    assert any("2 pinned" in str(c.value) for c in at.caption)
