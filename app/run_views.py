@@ -14,6 +14,7 @@ from app import common as C
 from app import views as V
 from app.bench_view import show_leaderboard
 from app.graph_view import LEGEND_HELP, inspect_clicked, show_subgraph
+from app.graph_view import clicked as clicked_node
 
 BIG = 5000  # tensors with more values than this are summarised, never drawn point by point
 
@@ -179,20 +180,16 @@ def _circuit(run: Any, prefix: str) -> bool:
     total = result.get("n_edges_total")
     # the Circuits page's controls, opened with what the run was saved with (its supernodes.json): its
     # supernodes, pins and threshold
-    slot = f"_{prefix}_circuit_node"
-    current = st.session_state.get(slot)
+    current = clicked_node(f"{prefix}_circuit")  # the last click (the chart's state), before the controls
     view = GI.controls(f"{prefix}_circ", sub, run=run, current=current)
     pruned, drawn = view.apply(sub)
     fig = GI.circuit_figure(pruned, drawn, f"{run.meta.get('method')} circuit: top {len(sub.edges)} of "
                                            f"{f'{total:,}' if isinstance(total, int) else '?'} edges "
                                            f"({result.get('n_prompts', '?')} prompts, {result.get('ablation')} "
                                            "ablation)", selected=current, pinned=view.annotations.pinned)
-    clicked = show_subgraph(drawn, key=f"{prefix}_circuit", figure=fig)
-    if clicked is not None and clicked != current:
-        st.session_state[slot] = clicked
-        st.rerun()  # the Pin button names the clicked node
+    show_subgraph(drawn, key=f"{prefix}_circuit", figure=fig)
     st.caption(GI.caption(view, sub, pruned, drawn) + " " + LEGEND_HELP)
-    inspect_clicked(drawn, clicked, prefix)
+    inspect_clicked(drawn, current, prefix)
     if result.get("faithfulness"):
         st.plotly_chart(faithfulness_figure({run.meta.get("method") or "circuit": result["faithfulness"]}),
                         key=f"{prefix}_faith")
@@ -208,6 +205,7 @@ def _bench(run: Any, prefix: str) -> bool:
 
 def _feature_graph(run: Any, prefix: str) -> bool:
     from app import feature_view as FV
+    from app import graph_interact as GI
     from circuits.subgraph import Subgraph
 
     graph = Subgraph.from_json(run.result())
@@ -219,10 +217,17 @@ def _feature_graph(run: Any, prefix: str) -> bool:
         st.caption(f"The stored graph has {len(graph.nodes):,} nodes and {len(graph.edges):,} edges; drawn: each "
                    "layer's most influential nodes and the strongest edges among them (export holds them all).")
         graph = FV.readable(graph, per_row, n_edges)
-    sub = graph
-    clicked = show_subgraph(sub, f"{prefix}_fg", figure=FV.figure(graph, FV.all_labels(graph)))
-    inspect_clicked(sub, clicked, prefix)
-    st.dataframe(sub.node_table(), hide_index=True, key=f"{prefix}_fg_nodes")
+    # the Feature graph page's controls, opened with the run's saved supernodes, pins and threshold
+    current = clicked_node(f"{prefix}_fg")  # the last click (the chart's state), before the controls
+    labels = FV.all_labels(graph, full=True)
+    view = GI.controls(f"{prefix}_fgc", graph, run=run, current=current,
+                       explanations=FV.explanations(graph, labels))
+    pruned, drawn = view.apply(graph)
+    fig = GI.feature_figure(graph, drawn, labels, selected=current, pinned=view.annotations.pinned)
+    show_subgraph(drawn, f"{prefix}_fg", figure=fig)
+    st.caption(GI.caption(view, graph, pruned, drawn))
+    inspect_clicked(drawn, current, prefix)
+    st.dataframe(graph.node_table(), hide_index=True, key=f"{prefix}_fg_nodes")
     return True
 
 

@@ -140,3 +140,26 @@ def test_a_stored_circuit_opens_with_its_supernodes(circuits):
     assert at.button(key="runs_open_circ_pin").label == "Pin embed"
     assert at.button(key="runs_open_circ_pin").click().run() and not problems(at)
     assert any("2 pinned" in str(c.value) for c in at.caption)
+
+
+def test_a_stored_feature_graph_opens_with_its_supernodes():
+    """The same for a feature graph (here an imported one): its saved supernode is drawn in place of its
+    members, with the Feature graph page's controls."""
+    from test_import_graph import FIXTURE
+
+    from circuits.importer import import_graph_json
+    from circuits.interact import Annotations, Supernode, keep
+    from circuits.runs import load_run
+
+    run = import_graph_json(FIXTURE, RunStore())
+    graph = load_run(run)
+    features = sorted((n for n in graph.nodes if n.kind == "feature"),
+                      key=lambda n: -float(n.metadata.get("influence") or 0.0))[:2]
+    group = Supernode("top two", [n.id for n in features])
+    keep(run, Annotations(supernodes=[group]))
+    at = open_page("runs")
+    at.selectbox(key="runs_pick").set_value(run.id).run()
+    assert not problems(at)
+    nodes = list(chart(at, "runs_open_fg")["data"][-1]["customdata"])
+    assert group.id in nodes and not {n.id for n in features} & set(nodes)
+    assert any("1 supernode drawn" in str(c.value) for c in at.caption)
