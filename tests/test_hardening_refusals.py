@@ -301,6 +301,7 @@ LIGHT_REFUSALS = [
     (["attribute", "vit-synth", P, "--target", "N1"], "vit-synth is a vision model"),
     (["dla", "vit-synth", P, "--target", "N1"], "vit-synth is a vision model"),
     (["generate", "vit-synth", P], "vit-synth is a vision model"),
+    (["flow", "vit-synth", P], "vit-synth is a vision model: information flow needs a language model"),
     (["lens", "vit-synth", P, "--no-save"], "not for vision models"),
     (["lens-train", "vit-synth"], "not for vision models"),
     (["lens-train", TOY], "is a toy model"),

@@ -41,16 +41,15 @@ def flow(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The routes to one position's prediction, laid out by token and layer."""
-    from core.errors import MethodError, PromptError
+    from core.errors import PromptError
     from workbench.commands.common import check_device
 
     check_figure_path(png)  # a bad --png fails before any work
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
-    from core.models.zoo import resolve
+    from core.models.zoo import check_text_model
 
-    if resolve(model).kind == "vit":  # the zoo entry says so before anything loads
-        raise MethodError(f"{model} is a vision model: information flow routes follow tokens")
+    check_text_model(model, "information flow")  # the zoo entry says so before anything loads
     import workbench as wb
     from circuits.flow import flow as run_flow
 
