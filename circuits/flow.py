@@ -319,7 +319,7 @@ def _top_tokens(model: Any, x: Float[torch.Tensor, "n d_model"], k: int) -> list
     """The logit lens' top ``k`` tokens (and probabilities) of each row of ``x``."""
     if not 1 <= int(k) <= 100:
         raise RangeError(f"top_k {k} is outside 1..100")
-    dtype = next(iter(model.tl.parameters())).dtype if hasattr(model, "tl") else torch.float32
+    dtype = getattr(model, "weight_dtype", torch.float32)
     with torch.no_grad():
         logits = model.read_out(x.to(dtype)).float()
         top = logits.topk(min(int(k), logits.shape[-1]), dim=-1)

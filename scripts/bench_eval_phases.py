@@ -93,7 +93,8 @@ def mask_macs(model: Any, graph: Any) -> tuple[float, float]:
     inputs repeat for every query head)."""
     from circuits.intervene import receiver_groups
 
-    plain = sum(p.numel() for n, p in model.tl.named_parameters() if "embed" not in n or "unembed" in n)
+    pos = model.W_pos
+    plain = model.n_params() - model.W_E.numel() - (0 if pos is None else pos.numel())  # the embeddings are lookups
     added = sum((cols.stop - cols.start) * n_up for n_up, cols in receiver_groups(graph)) * model.arch.d_model
     a = model.arch
     d_head = a.d_model // a.n_heads

@@ -89,15 +89,10 @@ def last_metric(model: Any, batch: PromptBatch, tokens: torch.Tensor, hooks: lis
     forward applies them) at that position alone."""
     import dataclasses
 
-    from transformer_lens.utilities.activation_functions import apply_softcap
-
-    tl = model.tl
-    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=tl.cfg.n_layers)
+    resid = model.run_with_hooks(tokens, fwd_hooks=hooks, stop_at_layer=model.arch.n_layers)
     copies = tokens.shape[0] // batch.size
     x = resid[torch.arange(tokens.shape[0]), batch.last.repeat(copies)][:, None]  # [row, 1, d_model]
-    if tl.cfg.normalization_type is not None:
-        x = tl.ln_final(x)
-    logits = apply_softcap(tl.unembed(x), tl.cfg.output_logits_soft_cap)
+    logits = model.forward_logits(x)
     at_zero = dataclasses.replace(batch, last=torch.zeros_like(batch.last))
     return at_zero.metric(logits, metric)
 

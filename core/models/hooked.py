@@ -497,6 +497,19 @@ class HookedModel:
             x = self.tl.ln_final(x)
         return self.tl.unembed(x)[:, 0]
 
+    def forward_logits(self, resid: Float[torch.Tensor, "*batch d_model"]) -> Float[torch.Tensor, "*batch vocab"]:
+        """Logits of final residual vectors as the model's own forward makes them: the final norm, the
+        unembedding and the soft cap where the model has one (read_out, the lens' reading, has no cap)."""
+        from transformer_lens.utilities.activation_functions import apply_softcap
+
+        x = self.tl.ln_final(resid) if getattr(self.tl.cfg, "normalization_type", None) is not None else resid
+        return apply_softcap(self.tl.unembed(x), self.tl.cfg.output_logits_soft_cap)
+
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        """The weights' precision (float32 unless loaded with --dtype)."""
+        return next(self.tl.parameters()).dtype
+
     def read_out(self, resid: Float[torch.Tensor, "*batch d_model"]) -> Float[torch.Tensor, "*batch vocab"]:
         """Logits of residual vectors of any leading shape: the final norm (each vector's own scale), then the
         unembedding; what the logit lens reads at every layer and position."""

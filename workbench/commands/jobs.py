@@ -135,12 +135,16 @@ class _ProgressLines:
     ``EVERY_S`` while items finish."""
 
     EVERY_S = 30.0
-    SKIP = ("started (pid",)  # the runner's own notes that say nothing of the work
+    # the runner's own notes that say nothing of the work; the estimate, which run_job prints itself once the
+    # job's inputs are checked (never before an error)
+    SKIP = ("started (pid", "estimate:")
 
     def __init__(self, err: Any) -> None:
         import time
 
-        self.err, self.seen, self.t0, self.last, self.done = err, "", time.monotonic(), 0.0, 0
+        # the first count line comes after EVERY_S of work: a short job (or one refused at once) prints none
+        self.err, self.seen, self.t0, self.done = err, "", time.monotonic(), 0
+        self.last = self.t0
 
     def show(self, job: Any) -> None:
         import time
