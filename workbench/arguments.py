@@ -519,8 +519,7 @@ class JobSpecArg(Rule):
         if isinstance(value, JobSpec):
             return value
         if not isinstance(value, dict):
-            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got "
-                                    f"{type(value).__name__} {value!r:.60})")
+            raise ArgumentTypeError(f"{where} must be a wb.job_spec(...) or a dict with a 'kind' (got {_got(value)})")
         kind = value.get("kind")
         kinds = job_kinds()
         if not isinstance(kind, str) or kind not in kinds:

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option
+from core.figures import png_option
 from core.options import positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
@@ -17,6 +17,7 @@ from workbench.commands.common import (
     MODEL_ARGUMENT,
     POSITION_OPTION,
     SAVE_OPTION,
+    check_prompt,
     console,
     dtype_spec,
     finish,
@@ -102,15 +103,13 @@ def attribute(
     """Score tokens, heads, query-key pairs or neurons for the target (minus foil) logit. Slow methods (activation
     patching) print their estimated cost, measured on this model and prompt, before they start."""
     from attribution.methods import check_prompt_params
-    from core.errors import PromptError, TokenError
+    from core.errors import TokenError
     from workbench.commands.common import check_device
 
     name = check_method(method, level)
     params = parse_params(param)
     check_prompt_params(name, params)  # a parameter the method does not take: refused before torch loads
-    check_figure_path(png)  # a bad --png fails before any work
-    if not prompt.strip():
-        raise PromptError("empty prompt: give at least one token")
+    check_prompt(prompt, png)  # a bad --png or an empty prompt fails before any work
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
     from core.models.zoo import check_text_model

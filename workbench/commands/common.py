@@ -298,3 +298,13 @@ def check_device(device: str) -> str:
     from core.models.zoo import check_device as check
 
     return check(device)
+
+
+def check_prompt(prompt: str, png: str | None = None) -> None:
+    """What every one-prompt command refuses before any work, in one order: a bad --png, then an empty prompt."""
+    from core.errors import PromptError
+    from core.figures import check_figure_path
+
+    check_figure_path(png)
+    if not prompt.strip():
+        raise PromptError("empty prompt: give at least one token")

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option
+from core.figures import png_option
 from core.options import positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
@@ -17,6 +17,7 @@ from workbench.commands.common import (
     POSITION_OPTION,
     PROMPT_ARGUMENT,
     SAVE_OPTION,
+    check_prompt,
     finish,
     result_console,
 )
@@ -43,12 +44,10 @@ def dla(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Direct logit attribution of the target (minus foil) logit."""
-    from core.errors import PromptError, TokenError
+    from core.errors import TokenError
     from workbench.commands.common import check_device
 
-    check_figure_path(png)  # a bad --png fails before any work
-    if not prompt.strip():
-        raise PromptError("empty prompt: give at least one token")
+    check_prompt(prompt, png)  # a bad --png or an empty prompt fails before any work
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
     from core.models.zoo import check_text_model

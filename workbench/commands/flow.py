@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option
+from core.figures import png_option
 from core.options import any_int, fraction, positive_int
 from workbench.commands.common import (
     DEVICE_OPTION,
@@ -15,6 +15,7 @@ from workbench.commands.common import (
     MODEL_ARGUMENT,
     PROMPT_ARGUMENT,
     SAVE_OPTION,
+    check_prompt,
     finish,
     result_console,
 )
@@ -41,12 +42,9 @@ def flow(
     as_json: bool = JSON_OPTION,
 ) -> None:
     """The routes to one position's prediction, laid out by token and layer."""
-    from core.errors import PromptError
     from workbench.commands.common import check_device
 
-    check_figure_path(png)  # a bad --png fails before any work
-    if not prompt.strip():
-        raise PromptError("empty prompt: give at least one token")
+    check_prompt(prompt, png)  # a bad --png or an empty prompt fails before any work
     from core.models.zoo import check_text_model
 
     check_text_model(model, "information flow")  # the zoo entry says so before anything loads

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from core.figures import check_figure_path, png_option
+from core.figures import png_option
 from core.options import allow_long_option, any_int, float_range, positive_int, token_text
 from workbench.commands.common import (
     DEVICE_OPTION,
@@ -16,6 +16,7 @@ from workbench.commands.common import (
     PROMPT_ARGUMENT,
     SAVE_OPTION,
     SEED_OPTION,
+    check_prompt,
     console,
     emit,
     finish,
@@ -47,13 +48,10 @@ def lens(
 ) -> None:
     """Each layer's top tokens at every position through the logit or tuned lens."""
     from attribution.lens import check_kind
-    from core.errors import PromptError
     from workbench.commands.common import check_device
 
     check_kind(kind)
-    check_figure_path(png)  # a bad --png fails before any work
-    if not prompt.strip():
-        raise PromptError("empty prompt: give at least one token")
+    check_prompt(prompt, png)  # a bad --png or an empty prompt fails before any work
     import workbench as wb
     from attribution.lens import lens as run_lens
     from core.models.zoo import resolve
