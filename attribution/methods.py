@@ -1,12 +1,13 @@
 """THE method table (``TABLE``): every method of the workbench declared once, whatever it scores — its name,
-the levels it serves (token, head, qk, neuron on one prompt; edge of the component graph; image patch), where
-each level's implementation lives ("module:function", imported only when the method runs), and its
+the levels it serves (token, head, qk, neuron on one prompt; edge of the component graph; dictionary feature;
+image patch), where each level's implementation lives ("module:function", imported only when the method runs), and its
 capabilities (signed, complete, counterfactual, cost class, ...). Declarations only: nothing heavy is imported,
 so ``workbench attribute --help`` lists methods and levels fast, and the table sits low (attribution) while
 naming implementations above it (circuits.edges) as strings.
 
-The three dispatchers read views of it: ``METHODS`` here (attribute's prompt levels), ``circuits.edges
-.EDGE_METHODS`` (edge scorers) and ``attribution.vit.methods.METHODS`` (ViT maps); ``view(family)`` makes each.
+The dispatchers read views of it: ``METHODS`` here (attribute's prompt levels), ``circuits.edges
+.EDGE_METHODS`` (edge scorers), ``circuits.feature_graph.METHODS`` (dictionary features) and
+``attribution.vit.methods.METHODS`` (ViT maps); ``view(family)`` makes each.
 
 A prompt-level implementation is a ``Method``: ``fn(model: HookedModel, enc: Encoding, level: str, **params)``
 returning the score tensor laid out on the level's axes (see LEVEL_AXES), or a ``Scored`` that also
@@ -67,13 +68,18 @@ def as_scored(out: Any) -> Scored:
 #                               (or a Scored); attribution.attribute dispatches them
 #   "edge": an edge of the component graph (circuits.graph.CircuitGraph): fn(model, graph, prompts, refs,
 #           on_step=None, **params) -> scores [edge]; circuits.edges.EDGE_METHODS dispatches them
+#   "feature": a dictionary feature (SAE or transcoder) at a position: fn(model, enc: Encoding, dictionaries,
+#              keep_first, ...) -> one LayerFeatures per dictionary; circuits.feature_graph and the feature-level
+#              faithfulness curve choose among them
 #   "patch": an image patch of a ViT: fn(model, images, targets, **params) -> scores [image, patch] with the
 #            module's DEFAULTS naming its parameters; attribution.vit.methods.explain dispatches them
 EDGE = "edge"
+FEATURE = "feature"
 PATCH = "patch"
 LEVEL_INPUTS: dict[str, str] = {
     "token": "model, Encoding", "head": "model, Encoding", "qk": "model, Encoding", "neuron": "model, Encoding",
-    EDGE: "model, CircuitGraph, prompts, references", PATCH: "model, images, target classes",
+    EDGE: "model, CircuitGraph, prompts, references", FEATURE: "model, Encoding, dictionaries",
+    PATCH: "model, images, target classes",
 }
 LEVELS: tuple[str, ...] = tuple(LEVEL_INPUTS)
 # "edge" was the name of the query-key level before "edge" came to mean one thing, the component graph's edge:
@@ -168,7 +174,7 @@ _DPA_CHOICES = {"act_mode": ("ratio", "derivative"), "norm": ("frozen", "aware")
 TABLE: dict[str, MethodSpec] = {m.name: m for m in (
     MethodSpec("dpa", "Dual Path Attribution: one forward + one top-down target propagation",
                {**_at("attribution.dpa.engine:dpa_scores", *_PROMPT), EDGE: "circuits.edges.dpa:score",
-                PATCH: "attribution.vit.methods.dpa:run"},
+                FEATURE: "attribution.features.scores:dpa_feature_scores", PATCH: "attribution.vit.methods.dpa:run"},
                one_pass="attribution.dpa.engine:dpa_levels", complete=True, position=True, counterfactual=(EDGE,),
                edge=EdgeLevel("Dual Path Attribution: (clean - reference) output of the sender . DPA target at the "
                               "receiver input", dict(_DPA_W), cost=3.0, label="DPA", choices=_DPA_CHOICES)),
@@ -192,7 +198,8 @@ TABLE: dict[str, MethodSpec] = {m.name: m for m in (
                {**_at("attribution.baselines.random:random_scores", *_PROMPT),
                 PATCH: "attribution.vit.methods.random_map:run"}, signed=False),
     MethodSpec("gradient", "gradient of the target logit, summed over the item's dimensions (signed)",
-               _at("attribution.baselines.gradient:gradient_scores", "token", "head", "neuron"),
+               {**_at("attribution.baselines.gradient:gradient_scores", "token", "head", "neuron"),
+                FEATURE: "attribution.features.scores:gradient_feature_scores"},
                cost="backward", position=True),
     MethodSpec("gradient_norm", "saliency: the gradient's L2 norm over the item's dimensions (unsigned)",
                _at("attribution.baselines.gradient:gradient_norm_scores", "token", "head", "neuron"),
@@ -271,13 +278,14 @@ LISTED: dict[str, tuple[str, ...]] = {
                "attention_last", "attention_mean", "rollout", "atp", "atp_foil", "ifr", "dla", "activation_patching"),
     EDGE: ("eap", "eap_ig", "eap_ig_act", "ifr", "dpa", "dpa_norm", "dpa_cf", "dpa_path", "edge_pruning",
            "activation_patching"),
+    FEATURE: ("dpa", "gradient"),
     PATCH: ("dap", "attention", "rollout", "gae", "gradcam", "tam", "ig", "random", "dpa"),  # ig: the ViT CLI's name
 }
 
 
 def view(family: str) -> dict[str, MethodSpec]:
     """The table as one dispatcher sees it: name (as that dispatcher spells it) -> the method restricted to the
-    family's levels ("prompt": LEVEL_AXES; "edge"; "patch"), in LISTED order."""
+    family's levels ("prompt": LEVEL_AXES; "edge"; "feature"; "patch"), in LISTED order."""
     levels = _PROMPT if family == "prompt" else (family,)
     names = [*LISTED[family], *(n for n in TABLE if n not in {canonical(x) for x in LISTED[family]})]
     return {n: TABLE[canonical(n)].only(levels) for n in names if any(lv in TABLE[canonical(n)].impls for lv in levels)}

@@ -55,6 +55,7 @@ from attribution.features.placement import (
     sources,
 )
 from attribution.features.scores import dpa_feature_scores, hooks_of
+from attribution.methods import FEATURE, view
 from circuits.influence import graph_scores, node_influence, prune
 from circuits.replacement import build_replacement, gradient_graph
 from circuits.subgraph import FEATURE_GRAPH_KIND, Subgraph, feature_subgraph
@@ -154,7 +155,7 @@ def _edges_from(model: HookedModel, cache: dict[str, Any], layers: list[_Layer],
     return out
 
 
-METHODS = ("dpa", "gradient")
+METHODS: tuple[str, ...] = tuple(view(FEATURE))  # the method table's feature level: dpa, gradient
 
 
 def choose_method(method: str, dictionaries: list[Dictionary], params: dict[str, Any] | None = None) -> str:

@@ -150,12 +150,23 @@ def test_shapes_are_checked_at_run_time_in_the_tests(llama):
 
 def test_one_method_table_serves_every_dispatcher():
     """One table (attribution.methods.TABLE) declares every method once; attribute's METHODS, the edge scorers'
-    EDGE_METHODS and the ViT methods are its views. DPA is one entry from tokens to graph edges and image patches."""
-    from attribution.methods import EDGE, LEVEL_INPUTS, PATCH, TABLE, canonical
+    EDGE_METHODS, the feature graph's and feature curve's methods and the ViT methods are its views. DPA is one entry
+    from tokens to graph edges, dictionary features and image patches."""
+    import importlib
+
+    import attribution.vit
+    from attribution.features import faithfulness
+    from attribution.methods import EDGE, FEATURE, LEVEL_INPUTS, PATCH, TABLE, canonical
     from attribution.vit.methods import METHODS as VIT
+    from circuits import feature_graph
     from circuits.edges import EDGE_METHODS
 
-    assert TABLE["dpa"].levels == ("token", "head", "qk", "neuron", EDGE, PATCH)
+    assert TABLE["dpa"].levels == ("token", "head", "qk", "neuron", EDGE, FEATURE, PATCH)
+    assert feature_graph.METHODS == ("dpa", "gradient") and faithfulness.METHODS == ("dpa", "gradient", "random")
+    assert attribution.vit.METHODS == tuple(VIT)
+    for name in feature_graph.METHODS:  # every feature-level implementation the table names exists
+        module, function = TABLE[name].impls[FEATURE].split(":")
+        assert callable(getattr(importlib.import_module(module), function))
     assert set(TABLE["dpa"].levels) <= set(LEVEL_INPUTS)
     for name, spec in METHODS.items():
         assert TABLE[name].impls[spec.levels[0]] == spec.impl and set(spec.levels) <= {"token", "head", "qk", "neuron"}

@@ -16,6 +16,7 @@ from app import common as C
 from app import feature_view as FV
 from app import graph_interact as GI
 from app.graph_view import LEGEND_HELP, follow_click, inspect_node, show_subgraph
+from attribution.methods import FEATURE, view
 
 DEFAULT_PROMPT = "When Mary and John went to the store, John gave a drink to"
 SAE_PAGE = "pages/sae.py"
@@ -187,7 +188,7 @@ n_nodes = c1.slider("Nodes per layer", 2, 24, 8, key="fg_nodes",
                          "logits, at most three at one position.")
 n_edges = c2.slider("Edges kept", 5, 400, 120, key="fg_edges")
 per_layer = c3.slider("Features expanded per dictionary", 1, 64, 16, key="fg_per_layer")
-method = st.radio("Edges by", ["dpa", "gradient"], key="fg_method", horizontal=True,
+method = st.radio("Edges by", list(view(FEATURE)), key="fg_method", horizontal=True,
                   help="dpa: DPA top-down passes; gradient: backward passes through the replacement model of a "
                        "transcoder set (attention and norms frozen, every edge exact, as circuit-tracer).")
 

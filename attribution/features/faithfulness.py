@@ -25,6 +25,7 @@ from attribution.dpa.params import DPAParams
 from attribution.dpa.pullback import dpa_cache, logit_target, targets_at
 from attribution.features.placement import Sources, placement, sources
 from attribution.features.scores import hooks_of
+from attribution.methods import FEATURE, view
 from core.errors import DatasetError
 
 if TYPE_CHECKING:
@@ -33,7 +34,7 @@ if TYPE_CHECKING:
     from core.models.tokens import Encoding
 
 GRID = (1, 2, 5, 10, 20, 50)
-METHODS = ("dpa", "gradient", "random")
+METHODS: tuple[str, ...] = (*view(FEATURE), "random")  # the table's feature level, then a random order
 
 
 @dataclass

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from attribution.methods import PATCH, view
+
 if TYPE_CHECKING:
     from attribution.vit.maps import Images
 
 __all__ = ["sample_images", "explain", "explain_all", "image_metrics", "evaluate", "METHODS"]
 
-METHODS = ("dap", "attention", "rollout", "gae", "gradcam", "tam", "ig", "random", "dpa")
+METHODS: tuple[str, ...] = tuple(view(PATCH))  # the method table's image-patch level (attribution.methods)
 
 
 def sample_images(dataset: str = "synthetic", n: int = 8, seed: int = 2):
