@@ -197,7 +197,7 @@ def read_jsonl(path: str | Path, what: str, error: type[WorkbenchError], max_byt
 
 
 def read_tensors(path: str | Path, what: str, error: type[WorkbenchError], finite: bool = False,
-                 max_bytes: int = MAX_TENSOR_BYTES) -> dict[str, torch.Tensor]:
+                 max_bytes: int = MAX_TENSOR_BYTES) -> dict[str, torch.Tensor]:  # mixed shapes
     """Every tensor of a safetensors file (never a pickle); ``error`` when it is a symlink, truncated, zeroed,
     garbage, or (``finite``) holds a NaN or Infinity in a floating tensor."""
     path = Path(path)

@@ -176,7 +176,8 @@ def _tl_loop(tl: Any, tokens: torch.Tensor, max_new_tokens: int, eos: int | None
             mask = mask0.to(device) if not new else torch.cat(
                 [mask0.to(device), torch.ones(1, len(new), dtype=mask0.dtype, device=device)], dim=1)
 
-        def forward(index: int = index, mask: Any = mask, embeds: torch.Tensor = embeds) -> torch.Tensor:
+        def forward(index: int = index, mask: Any = mask,
+                    embeds: Float[torch.Tensor, "batch pos d_model"] = embeds) -> Float[torch.Tensor, "batch d_vocab"]:
             residual, shortformer = tl.get_residual(embeds, tl.get_pos_offset(cache, 1),
                                                     return_shortformer_pos_embed=True, device=device,
                                                     attention_mask=mask)

@@ -348,11 +348,11 @@ class HookedModel:
         new = decode(self.tl, tokens, max_new_tokens, temperature=temperature)
         return torch.cat([tokens, tokens.new_tensor([new])], dim=1)
 
-    def state_dict(self) -> dict[str, torch.Tensor]:
+    def state_dict(self) -> dict[str, torch.Tensor]:  # mixed shapes
         """The module's parameters and buffers (TransformerLens names)."""
         return self.tl.state_dict()
 
-    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> Any:
+    def load_state_dict(self, state: dict[str, torch.Tensor], strict: bool = True) -> Any:  # mixed shapes
         return self.tl.load_state_dict(state, strict=strict)
 
     def n_params(self) -> int:
@@ -403,7 +403,7 @@ class HookedModel:
             raise RangeError(f"{self.name} has no MLP neurons")
         return check_range("neuron", neuron, self.arch.d_mlp)
 
-    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, torch.Tensor | None]:
+    def weights(self, layer: int, repeat_kv: bool = True) -> dict[str, torch.Tensor | None]:  # mixed shapes
         """Layer weights in TransformerLens layout; every key is present (None where the model has none).
 
         W_Q [head, d_model, d_head], W_K/W_V [head or kv head, d_model, d_head], W_O [head, d_head, d_model],

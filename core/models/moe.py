@@ -79,5 +79,5 @@ class MoEMLP(nn.Module):
         outs = torch.stack([e(x) for e in self.experts], dim=-2)  # [b, p, e, d]
         return self.hook_expert_out(outs * weights[..., None]).sum(-2)
 
-    def load_balance(self) -> torch.Tensor | None:
+    def load_balance(self) -> Float[torch.Tensor, ""] | None:  # a scalar auxiliary loss; none here
         return None

@@ -69,7 +69,7 @@ def convert(hf, mean: list[float] | None = None, std: list[float] | None = None)
     for l in range(cfg.n_layers):
         b = f"blocks.{l}."
 
-        def get(*keys: str, l: int = l) -> torch.Tensor | None:
+        def get(*keys: str, l: int = l) -> torch.Tensor | None:  # mixed shapes
             # transformers 5 names (vit.layers.N.attention.q_proj) first, then 4.x names
             for k in keys:
                 for pre in (f"vit.layers.{l}.", f"vit.encoder.layer.{l}."):
