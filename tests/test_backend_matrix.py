@@ -4,7 +4,9 @@ backend. Every row of README's "Engines x backends" table is here (ROWS below na
 checked for); a cell is a real comparison, within 1e-4 of the reference's own scale (its largest magnitude),
 and a reference or result that is all zeros fails. README's counts are this file's (checked below). Plus the
 nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds) and an
-unknown backend. The real smollm2-135m: tests/test_nnsight_smollm2.py."""
+unknown backend. The nnsight column again on a tiny random Gemma 3 (q/k norms, post-norms, a scaled embedding, sliding
+windows shorter than the prompt, norm gains randomised), against TransformerLens on the same weights. The real
+smollm2-135m: tests/test_nnsight_smollm2.py; the real gemma3-270m: tests/test_nnsight_gemma3.py."""
 
 from __future__ import annotations
 
@@ -67,7 +69,8 @@ _DICTIONARY: dict[str, object] = {}
 
 
 def _features(m):
-    """Feature-level DPA over a random TopK SAE on blocks.1.hook_resid_post (made once, in a temporary folder)."""
+    """Feature-level DPA over a random TopK SAE on blocks.1.hook_resid_post (made once per model, in a temporary
+    folder)."""
     import tempfile
 
     from test_feature_dpa import save_dictionary
@@ -75,10 +78,11 @@ def _features(m):
     from attribution.features.placement import load_dictionaries
     from attribution.features.scores import feature_attribution
 
-    if "sae" not in _DICTIONARY:
+    key = Path(m.name).name  # one dictionary per model (its name is checked), shared by its backends
+    if key not in _DICTIONARY:
         folder = Path(tempfile.mkdtemp()) / "sae-L1"
-        _DICTIONARY["sae"] = load_dictionaries([str(save_dictionary(folder, m.name, "blocks.1.hook_resid_post"))])[0]
-    res = feature_attribution(m, CLEAN, [_DICTIONARY["sae"]], target=" Mary", foil=" John")
+        _DICTIONARY[key] = load_dictionaries([str(save_dictionary(folder, m.name, "blocks.1.hook_resid_post"))])[0]
+    res = feature_attribution(m, CLEAN, [_DICTIONARY[key]], target=" Mary", foil=" John")
     return torch.as_tensor(res.layers[0].scores)
 
 
@@ -168,6 +172,40 @@ def reference(tiny_llama):
     return get
 
 
+@pytest.fixture(scope="module")
+def tiny_gemma3_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 3 with smollm2's tokenizer: 3 layers (sliding, full, sliding; window 4), 4 heads over
+    1 kv head, every weight and norm gain random."""
+    import shutil
+
+    from conftest import TOKENIZER_FILES, _smollm2_tokenizer_dir
+    from transformers import AutoModelForCausalLM, Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=8, vocab_size=49152, max_position_embeddings=128,
+                           sliding_window=4, query_pre_attn_scalar=8,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                           bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg.architectures = ["Gemma3ForCausalLM"]
+    torch.manual_seed(0)
+    hf = AutoModelForCausalLM.from_config(cfg)
+    with torch.no_grad():
+        for p in hf.parameters():
+            if p.dim() == 1:  # Gemma's norms multiply by 1 + w: a zero w would hide a missing 1
+                p.add_(0.3 * torch.randn_like(p))
+    path = tmp_path_factory.mktemp("tiny-gemma3")
+    hf.save_pretrained(path)
+    for name in TOKENIZER_FILES:
+        shutil.copy(_smollm2_tokenizer_dir() / name, path / name)
+    return path
+
+
+@pytest.fixture(scope="module")
+def gemma3_pair(tiny_gemma3_dir, one_thread):
+    """(TransformerLens, nnsight) over the tiny Gemma 3."""
+    return wb.load(str(tiny_gemma3_dir)), wb.load(str(tiny_gemma3_dir), backend="nnsight")
+
+
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
     """``got`` equals ``ref`` within REL_TOL of ref's own scale; neither may be all zeros (a backend that gave
     zeros, or a reference that cannot tell one from the truth, fails)."""
@@ -191,6 +229,13 @@ def test_engine_on_backend(models, reference, engine, backend):
         assert engine.split("/")[0] in msg and REFUSED[backend][engine] in msg, msg
         return
     close(torch.as_tensor(ENGINES[engine](model)).float(), reference(engine))
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_nnsight_gemma3(gemma3_pair, engine):
+    """Every engine on the nnsight backend over a Gemma 3 gives TransformerLens' numbers on the same weights."""
+    tl, nn = gemma3_pair
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 
 def test_every_readme_row_is_checked_and_the_counts_are_this_files():

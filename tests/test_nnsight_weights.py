@@ -2,7 +2,8 @@
 module unreachable except while nnsight runs a trace (a guard on ``Module.__getattr__``, where ``mod.weight`` is
 looked up), every engine that runs on nnsight gives the TransformerLens backend's numbers. A model hosted on NDIF
 is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
-test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF)."""
+test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF). The same guard
+over a tiny Gemma 3 (its q/k norms, post-norms and per-kind rotary tables also read inside traces)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import threading
 
 import pytest
 import torch
-from test_backend_matrix import ENGINES, REFUSED, close
+from test_backend_matrix import ENGINES, REFUSED, close, gemma3_pair, tiny_gemma3_dir  # noqa: F401 - fixtures
 
 import workbench as wb
 
@@ -93,3 +94,17 @@ def test_engine_through_nnsights_remote_simulation(simulated, tiny_llama, engine
     TransformerLens numbers when every trace is serialised and deserialised as a remote request is."""
     got = torch.as_tensor(ENGINES[engine](simulated)).float()
     close(got, torch.as_tensor(ENGINES[engine](tiny_llama)).float())
+
+
+@pytest.fixture(scope="module")
+def guarded_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811 - the imported fixtures
+    nn = wb.load(str(tiny_gemma3_dir), backend="nnsight")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, nn)
+        yield nn
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_gemma3_engine_reads_weights_only_inside_traces(guarded_gemma3, gemma3_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](guarded_gemma3)).float()
+    close(got, torch.as_tensor(ENGINES[engine](gemma3_pair[0])).float())

@@ -8,7 +8,8 @@ inside an nnsight trace with the weights read inside a trace (``TracedWeights``)
 with that result (nnsight's ``Envoy.skip``); on TransformerLens' bridge, whose attention runs on the grouped kv
 heads, in a hook at the block's input whose result replaces ``hook_attn_out`` (core.models.hooked). Llama-style
 attention (llama, mistral, qwen2): RMSNorm before it, RoPE over halves, a causal softmax scaled by 1 / sqrt(d_head),
-no q/k norms, post-norms or soft caps."""
+no q/k norms, post-norms or soft caps; with ``qk_norm``, ``scale`` and ``window`` Gemma 3's (per-head q/k RMSNorms
+before RoPE, 1 / sqrt(query_pre_attn_scalar), sliding windows; its post-norm runs after, in the module)."""
 
 from __future__ import annotations
 
@@ -41,11 +42,14 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 
 def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks: list[tuple[str, Callable | None]],
-                    rope: tuple[Any, Any], saved: dict[str, Any]) -> tuple[Any, Any]:
+                    rope: tuple[Any, Any], saved: dict[str, Any], qk_norm: tuple[Any, Any] | None = None,
+                    scale: float | None = None, window: int | None = None) -> tuple[Any, Any]:
     """(attention output [batch, pos, d_model], pattern [batch, head, q, k]) of a layer (weights ``w`` in
     TransformerLens' layout, kv heads repeated; RMSNorm epsilon ``eps``) from the residual stream entering it,
     each head reading its own hooked copy. ``hooks``: (hook name, fn) in the order TransformerLens runs them, fn
-    None to save the value into ``saved`` (hook_z only, inside an nnsight trace)."""
+    None to save the value into ``saved`` (hook_z only, inside an nnsight trace). ``qk_norm``: (q gain, k gain) of
+    per-head RMSNorms as TransformerLens holds them (Gemma's 1 + w); ``scale``: the scores' divisor (sqrt(d_head)
+    when None); ``window``: a key is seen while query - key < window."""
     import torch
 
     a = arch
@@ -72,10 +76,14 @@ def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks:
             bias = None if bias is None else bias.repeat_interleave(rep, 0)
         proj = torch.einsum("bphd,hde->bphe", _rms(x, w["ln1.w"], eps), weight)
         heads[role] = proj if bias is None else proj + bias
+    if qk_norm is not None:
+        heads["q"], heads["k"] = _rms(heads["q"], qk_norm[0], eps), _rms(heads["k"], qk_norm[1], eps)
     cos, sin = (t[:p, None, :].to(resid.device, resid.dtype) for t in rope)  # [pos, 1, d_head]
     q, k = _rotate(heads["q"], cos, sin), _rotate(heads["k"], cos, sin)
-    scores = torch.einsum("bqhe,bkhe->bhqk", q, k).float() / (a.d_head ** 0.5)
+    scores = torch.einsum("bqhe,bkhe->bhqk", q, k).float() / (a.d_head ** 0.5 if scale is None else scale)
     causal = torch.ones(p, p, dtype=torch.bool, device=resid.device).tril()
+    if window is not None:
+        causal = causal & ~torch.ones(p, p, dtype=torch.bool, device=resid.device).tril(-window)
     pattern = scores.masked_fill(~causal, float("-inf")).softmax(-1).to(resid.dtype)
     z = run("attn.hook_z", torch.einsum("bhqk,bkhe->bqhe", pattern, heads["v"]))
     out = torch.einsum("bqhe,hem->bqm", z, w["W_O"])

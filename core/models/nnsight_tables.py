@@ -41,6 +41,40 @@ LLAMA_HOOKS = {
     "mlp.hook_pre": ("mlp.gate_proj", "output", 7, None),
     "mlp.hook_pre_linear": ("mlp.up_proj", "output", 8, None),
 }
+# Gemma 3 blocks (q/k norms, post-norms around both sublayers, a scaled embedding; no soft caps): TransformerLens'
+# hook_attn_out and hook_mlp_out are the post-norms' outputs (what the residual adds), hook_q/k the projections before
+# the q/k norms, hook_rot_q/k the normed and rotated ones (HF's q/k norm outputs, [batch, head, pos, d_head])
+GEMMA3_HOOKS = {
+    "hook_resid_pre": ("", "input", 0, None),
+    "ln1.hook_scale": ("", "input", 0, "scale"),
+    "ln1.hook_normalized": ("", "input", 0, "normalized"),
+    "attn.hook_q": ("self_attn.q_proj", "output", 1, "q"),
+    "attn.q_norm.hook_scale": ("self_attn.q_proj", "output", 1, "q_scale"),
+    "attn.hook_k": ("self_attn.k_proj", "output", 2, "kv"),
+    "attn.k_norm.hook_scale": ("self_attn.k_proj", "output", 2, "kv_scale"),
+    "attn.hook_v": ("self_attn.v_proj", "output", 3, "kv"),
+    "attn.hook_rot_q": ("self_attn.q_norm", "output", 4, "rot_q_t"),
+    "attn.hook_rot_k": ("self_attn.k_norm", "output", 5, "rot_kv_t"),
+    "attn.hook_z": ("self_attn.o_proj", "input", 6, "q"),
+    "attn.hook_pattern": ("self_attn", "output1", 7, None),
+    "ln1_post.hook_scale": ("post_attention_layernorm", "input", 8, "scale"),
+    "ln1_post.hook_normalized": ("post_attention_layernorm", "input", 8, "normalized"),
+    "hook_attn_out": ("post_attention_layernorm", "output", 9, None),
+    "hook_resid_mid": ("pre_feedforward_layernorm", "input", 10, None),
+    "ln2.hook_scale": ("pre_feedforward_layernorm", "input", 10, "scale"),
+    "ln2.hook_normalized": ("pre_feedforward_layernorm", "input", 10, "normalized"),
+    "mlp.hook_pre": ("mlp.gate_proj", "output", 11, None),
+    "mlp.hook_pre_linear": ("mlp.up_proj", "output", 12, None),
+    "mlp.hook_post": ("mlp.down_proj", "input", 13, None),
+    "ln2_post.hook_scale": ("post_feedforward_layernorm", "input", 14, "scale"),
+    "ln2_post.hook_normalized": ("post_feedforward_layernorm", "input", 14, "normalized"),
+    "hook_mlp_out": ("post_feedforward_layernorm", "output", 15, None),
+    "hook_resid_post": ("", "output", 16, None),
+}
+# the orders of the attention's internals per layout (split inputs replace the module's attention: none of them run)
+ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8)}
+# the module whose input is the MLP's own input (TransformerLens' hook_mlp_in), per layout: (path, order)
+MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10)}
 # hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
 GLOBAL_HOOKS = {
     "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
@@ -49,8 +83,11 @@ GLOBAL_HOOKS = {
                "ln_final.hook_scale": ("model.norm", "input", None),
                "ln_final.hook_normalized": ("model.norm", "input", None)},
 }
-READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv"}  # derived: a hook reads them, cannot change them
+GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["llama+"]
+# derived: a hook reads them, cannot change them
+READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t"}
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
+GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
 HOOK_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 # what each engine needs of a backend; NNsightModel.refusal says which of these a model lacks
@@ -69,7 +106,8 @@ ENGINE_NEEDS: dict[str, str] = {
 }
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
-                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}) only",
+                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}) and "
+                 "Gemma 3 without soft caps only",
     "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
                       "the trace), which a remote trace cannot return; run circuits on a local model",
 }

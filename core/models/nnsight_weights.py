@@ -28,10 +28,12 @@ class TracedWeights:
         """The module path (from the root) of every parameter the engines read: each module's ``weight`` and,
         where it has one, ``bias``."""
         paths = ["model.embed_tokens", "model.norm", "lm_head"]
+        parts = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
+                 "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+        if self.layout == "gemma3":
+            parts += ["self_attn.q_norm", "self_attn.k_norm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for l in range(self.arch.n_layers):
-            paths += [f"model.layers.{l}.{part}" for part in (
-                "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
-                "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")]
+            paths += [f"model.layers.{l}.{part}" for part in parts]
         return paths
 
     def _read_params(self) -> dict[str, Any]:
@@ -55,6 +57,15 @@ class TracedWeights:
 
     def _param(self, key: str) -> Any:
         return self._params().get(key)
+
+    def _norm_w(self, path: str) -> Any:
+        """An RMSNorm's gain as TransformerLens holds it: Gemma's norms multiply by 1 + weight."""
+        w = self._param(path + ".weight")
+        return w + 1.0 if self.layout == "gemma3" else w
+
+    def _mlp_norm(self) -> str:
+        """The module name of the norm before the MLP (TransformerLens' ln2)."""
+        return "pre_feedforward_layernorm" if self.layout == "gemma3" else "post_attention_layernorm"
 
     def has_mlp(self, layer: int) -> bool:
         self.check_layer(layer)
@@ -83,8 +94,8 @@ class TracedWeights:
         w["W_V"], w["b_V"] = heads("self_attn.v_proj", a.n_kv_heads)
         w["W_O"] = self._param(b + "self_attn.o_proj.weight").T.reshape(a.n_heads, a.d_head, a.d_model)
         w["b_O"] = self._param(b + "self_attn.o_proj.bias")
-        w["ln1.w"], w["ln1.b"] = self._param(b + "input_layernorm.weight"), None
-        w["ln2.w"], w["ln2.b"] = self._param(b + "post_attention_layernorm.weight"), None
+        w["ln1.w"], w["ln1.b"] = self._norm_w(b + "input_layernorm"), None
+        w["ln2.w"], w["ln2.b"] = self._norm_w(b + self._mlp_norm()), None
         w["W_in"] = self._param(b + "mlp.up_proj.weight").T
         w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
         w["W_out"] = self._param(b + "mlp.down_proj.weight").T
@@ -93,16 +104,26 @@ class TracedWeights:
 
     def norm_sites(self, layer: int) -> dict[str, NormSite | None]:
         self.check_layer(layer)
-        b = f"model.layers.{layer}."
-        return {"attn_pre": NormSite(f"blocks.{layer}.ln1.hook_scale", self._param(b + "input_layernorm.weight"),
-                                     None),
-                "attn_post": None,
-                "mlp_pre": NormSite(f"blocks.{layer}.ln2.hook_scale",
-                                    self._param(b + "post_attention_layernorm.weight"), None),
-                "mlp_post": None}
+        b, h = f"model.layers.{layer}.", f"blocks.{layer}."
+        sites = {"attn_pre": NormSite(h + "ln1.hook_scale", self._norm_w(b + "input_layernorm"), None),
+                 "attn_post": None,
+                 "mlp_pre": NormSite(h + "ln2.hook_scale", self._norm_w(b + self._mlp_norm()), None),
+                 "mlp_post": None}
+        if self.layout == "gemma3":  # post-norms on both sublayers' outputs, before the residual adds them
+            sites["attn_post"] = NormSite(h + "ln1_post.hook_scale", self._norm_w(b + "post_attention_layernorm"),
+                                          None)
+            sites["mlp_post"] = NormSite(h + "ln2_post.hook_scale", self._norm_w(b + "post_feedforward_layernorm"),
+                                         None)
+        return sites
 
-    def qk_norm_sites(self, layer: int) -> None:
-        return None
+    def qk_norm_sites(self, layer: int) -> tuple[NormSite, NormSite] | None:
+        """Gemma 3's per-head q and k norms (their scales [batch * pos * head, 1]); None elsewhere."""
+        self.check_layer(layer)
+        if self.layout != "gemma3":
+            return None
+        b, h = f"model.layers.{layer}.self_attn.", f"blocks.{layer}.attn."
+        return (NormSite(h + "q_norm.hook_scale", self._norm_w(b + "q_norm"), None),
+                NormSite(h + "k_norm.hook_scale", self._norm_w(b + "k_norm"), None))
 
     def act_fn(self, layer: int) -> Any:
         """The MLP activation, from the config (a function: nothing of the module is read)."""
@@ -112,40 +133,76 @@ class TracedWeights:
         return ACT2FN[self.arch.act_fn]
 
     def attn_scale(self, layer: int) -> float:
-        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim)."""
+        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim); Gemma 3 by
+        1 / sqrt(query_pre_attn_scalar) (config facts, no weight)."""
         self.check_layer(layer)
         self._need_internals("the attention scale")
+        if self.layout == "gemma3":
+            return float(self.lm.config.query_pre_attn_scalar) ** 0.5
         return float(self.arch.d_head) ** 0.5
 
-    def _rope_tables(self, seq: int) -> tuple[Any, Any]:
-        """(cos, sin) [seq, d_head] from the model's own rotary embedding (its scaling included), saved from a
-        trace of placeholder ids of that length (once per length)."""
+    def _layer_types(self) -> list[str]:
+        """Each layer's attention kind (Gemma 3: sliding or full, each with its own rotary tables)."""
+        types = getattr(self.lm.config, "layer_types", None) if self.layout == "gemma3" else None
+        return list(types) if types else ["full_attention"] * self.arch.n_layers
+
+    def _window(self, layer: int) -> int | None:
+        """The sliding window of a layer's attention (a key is seen while query - key < window), or None."""
+        if self._layer_types()[layer] != "sliding_attention":
+            return None
+        return int(self.lm.config.sliding_window)
+
+    def _layer_rope(self, tables: dict[str, Any] | None, layer: int) -> Any:
+        """(cos, sin) of ``layer`` from ``_rope_tables``' answer (None stays None, as do hooks outside the blocks)."""
+        if tables is None or not 0 <= layer < self.arch.n_layers:
+            return None
+        return tables[self._layer_types()[layer]]
+
+    def _split_extra(self, layer: int) -> dict[str, Any]:
+        """What split_attention needs beyond Llama's: Gemma 3's q/k norm gains, attention scale and window."""
+        if self.layout != "gemma3":
+            return {}
+        sites = self.qk_norm_sites(layer)
+        return {"qk_norm": (sites[0].w, sites[1].w), "scale": self.attn_scale(layer), "window": self._window(layer)}
+
+    def _rope_tables(self, seq: int) -> dict[str, tuple[Any, Any]]:
+        """{layer kind: (cos, sin) [seq, d_head]} from the model's own rotary embedding (its scaling included), as
+        the first layer of each kind is given them, saved from a trace of placeholder ids of that length (once
+        per length)."""
         import torch
 
         self._need_internals("the rotary tables")
         if seq not in self._rope_cache:
             if self.remote:
                 self._check_remote()
+            firsts: dict[str, int] = {}
+            for layer, kind in enumerate(self._layer_types()):
+                firsts.setdefault(kind, layer)
+            got: dict[str, tuple[Any, Any]] = {}
             ids = torch.zeros(1, seq, dtype=torch.long, device=self.device)
             with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
-                cos, sin = self.lm.model.rotary_emb.output
-                cos, sin = cos.save(), sin.save()
-            self._rope_cache[seq] = (cos[0], sin[0])
+                for kind, layer in sorted(firsts.items(), key=lambda item: item[1]):  # in execution order
+                    cos, sin = self.lm.model.layers[layer].inputs[1]["position_embeddings"]
+                    got[kind] = (cos.save(), sin.save())
+            self._rope_cache[seq] = {kind: (cos[0], sin[0]) for kind, (cos, sin) in got.items()}
         return self._rope_cache[seq]
 
     def rope(self, layer: int, seq_len: int):
         self.check_layer(layer)
-        cos, sin = self._rope_tables(seq_len)
+        cos, sin = self._layer_rope(self._rope_tables(seq_len), layer)
         return cos, sin, False, int(cos.shape[-1])
 
     def _final_norm(self, x: Any) -> Any:
-        """The final RMSNorm (as Llama computes it: in float32, then the weight), with the traced weight."""
+        """The final RMSNorm (as Llama computes it: in float32, then the weight; Gemma: the weight in float32,
+        then the cast), with the traced weight."""
         import torch
 
         w = self.final_norm_weight()
         eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+        if self.layout == "gemma3":
+            return (h * w.float()).to(x.dtype)
         return w * h.to(x.dtype)
 
     def final_logits(self, resid):
@@ -153,6 +210,14 @@ class TracedWeights:
 
     def read_out(self, resid):
         return self._final_norm(resid) @ self.W_U
+
+    def forward_logits(self, resid):
+        """The model's own logits of final residual vectors: the nnsight layouts served have no soft cap."""
+        return self.read_out(resid)
+
+    @property
+    def weight_dtype(self):
+        return self._param("lm_head.weight").dtype
 
     @property
     def W_U(self):
@@ -164,14 +229,21 @@ class TracedWeights:
 
     @property
     def W_E(self):
-        return self._param("model.embed_tokens.weight")
+        """The embedding as hook_embed reads it: Gemma scales it by sqrt(d_model) (a config fact, in the weight's
+        precision, as Hugging Face and TransformerLens do)."""
+        w = self._param("model.embed_tokens.weight")
+        if self.layout == "gemma3":
+            import torch
+
+            return w * torch.tensor(self.arch.d_model ** 0.5, dtype=w.dtype)
+        return w
 
     @property
     def W_pos(self):
         return None
 
     def final_norm_weight(self):
-        return self._param("model.norm.weight")
+        return self._norm_w("model.norm")
 
     def final_norm_bias(self):
         return None

@@ -15,7 +15,9 @@ Only activations named in ``names`` travel back. Names follow TransformerLens co
 attn.hook_pattern, mlp.hook_post, hook_mlp_out, hook_resid_post and hook_embed. Llama-style models without
 q/k norms (llama, mistral, qwen2: SmolLM2 among them) have the rest of what the engines read: ln1/ln2/ln_final
 hook_scale, attn.hook_q/k/v/z and hook_rot_q/k, hook_resid_mid, mlp.hook_pre/hook_pre_linear, and their weights
-in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Gradients
+in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Gemma 3
+without soft caps (gemma3-270m) has them too, with its q/k norms' scales (attn.q_norm/k_norm.hook_scale), post-norms
+(ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows. Gradients
 of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
 for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
 backend's numbers; what does not run (other families; circuits on a remote model, whose backward runs after the
@@ -36,7 +38,10 @@ from core.models import hub
 from core.models.hooked import ArchInfo, HookedModel
 from core.models.nnsight_split import SERVED, SPLIT_HOOKS, split_attention
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
+    ATTN_ORDERS,
     ENGINE_NEEDS,
+    GEMMA3,
+    GEMMA3_HOOKS,
     GLOBAL_HOOKS,
     GPT2_HOOKS,
     HOOK_NAME,
@@ -44,6 +49,7 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     LLAMA_HOOKS,
     LLAMA_LIKE,
     LOCAL_BACKWARD,
+    MLP_IN,
     NEED_WORDS,
     READ_ONLY,
 )
@@ -104,12 +110,16 @@ class NNsightModel(TracedWeights, HookedModel):
         self.remote = remote
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
-        self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else "llama")
-        self._hooks = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS}[self.layout]
+        self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else
+                                                 "gemma3" if _plain_gemma3(cfg) else "llama")
+        self._gemma = self.layout == "gemma3"
+        self._hooks = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS,
+                       "gemma3": GEMMA3_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
-        act = getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None))
+        act = getattr(cfg, "hidden_activation", None) if self._gemma else None
+        act = act or getattr(cfg, "hidden_act", getattr(cfg, "activation_function", None))
         arch = ArchInfo(
             n_layers=getattr(cfg, "num_hidden_layers", getattr(cfg, "n_layer", 0)), n_heads=n_heads,
             n_kv_heads=getattr(cfg, "num_key_value_heads", None) or n_heads, d_model=d_model,
@@ -120,6 +130,7 @@ class NNsightModel(TracedWeights, HookedModel):
             norm="layernorm" if self._gpt2 else "rmsnorm",
             mlp="gelu" if self._gpt2 else ("swiglu" if act == "silu" else f"glu-{act}"),
             positional="learned" if self._gpt2 else "rope", act_fn=act,
+            norm_placement="pre+post" if self._gemma else "pre", qk_norm="head" if self._gemma else "none",
         )
         super().__init__(tl=None, tokenizer=self.lm.tokenizer, name=name, kind="llm", backend="nnsight",
                          prepend_bos=tokenizer_adds_bos(self.lm.tokenizer) if prepend_bos is None else prepend_bos,
@@ -142,7 +153,7 @@ class NNsightModel(TracedWeights, HookedModel):
     def internals(self) -> bool:
         """Whether every internal activation and weight the engines read can be traced: a Llama-style model,
         local or on NDIF (weights are read inside a trace, ``_params``, never from the module directly)."""
-        return self.layout == "llama+"
+        return self.layout in ("llama+", "gemma3")
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` (a key of ENGINE_NEEDS) does not run on this model, or None when it does."""
@@ -177,7 +188,17 @@ class NNsightModel(TracedWeights, HookedModel):
 
     @property
     def _hook_table(self) -> dict[str, tuple]:
-        return {**self._hooks, **SPLIT_HOOKS} if self._split else self._hooks
+        if not self._split:
+            return self._hooks
+        path, order = MLP_IN.get(self.layout, MLP_IN["llama+"])
+        return {**self._hooks, **SPLIT_HOOKS, "hook_mlp_in": (path, "input", order, "mlp_in")}
+
+    def _module(self, layer: int, path: str) -> Any:
+        """The envoy at ``path`` inside block ``layer``."""
+        mod = self._blocks()[layer]
+        for p in filter(None, path.split(".")):
+            mod = getattr(mod, p)
+        return mod
 
     def _parse(self, name: str) -> tuple[int, str]:
         """(layer, hook) of a hook name; hooks outside the blocks sit at layer -1 (before block 0) or
@@ -223,6 +244,16 @@ class NNsightModel(TracedWeights, HookedModel):
             eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
             scale = (value.pow(2).mean(-1, keepdim=True) + eps).sqrt()
             return scale if derive == "scale" else value / scale
+        if derive in ("q_scale", "kv_scale"):  # a q/k norm's scale per head: [batch * pos * head, 1], as TL's
+            flat = value.reshape(-1, self.arch.d_head)
+            return (flat.pow(2).mean(-1, keepdim=True) + self._eps).sqrt()
+        if derive in ("rot_q_t", "rot_kv_t"):  # a q/k norm's output [batch, head, pos, d_head], then RoPE
+            import torch
+
+            value = value.transpose(1, 2)
+            cos, sin = (t[:, None, :].to(value.dtype) for t in rope)
+            half = value.shape[-1] // 2
+            return value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
         heads = self.arch.n_heads if derive in ("q", "rot_q") else self.arch.n_kv_heads
         value = value.view(*value.shape[:-1], heads, self.arch.d_head)
         if derive.startswith("rot"):  # RoPE over halves (Llama), as HF applies it after this projection
@@ -274,7 +305,8 @@ class NNsightModel(TracedWeights, HookedModel):
             steps, split = self._split_steps(steps)
         steps.sort(key=lambda step: step[:3])
         rope = None
-        if split or any(self._spec(self._parse(s[3])[1])[3] in ("rot_q", "rot_kv") for s in steps):
+        rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t")
+        if split or any(self._spec(self._parse(s[3])[1])[3] in rotated for s in steps):
             rope = self._rope_tables(ids.shape[1])
         if split:
             self._params()  # the weights' own trace first: traces do not nest
@@ -299,15 +331,16 @@ class NNsightModel(TracedWeights, HookedModel):
                     key = (layer, path, "input" if part == "input" else "output")
                     if key not in raw:  # each module value once (a second read would wait for another call)
                         raw[key] = self._fetch(layer, hook)
-                    value = self._derive(raw[key], hook, rope)
+                    value = self._derive(raw[key], hook, self._layer_rope(rope, layer))
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
                     elif kind == 3:  # this layer's attention from per-head inputs; the module's is skipped
-                        attn, w = self._blocks()[layer].self_attn, self.weights(layer)
-                        attn.skip(split_attention(w, self.arch, self._eps, value, split[layer], rope, saved))
+                        attn, w, extra = self._blocks()[layer].self_attn, self.weights(layer), self._split_extra(layer)
+                        rope_l = self._layer_rope(rope, layer)
+                        attn.skip(split_attention(w, self.arch, self._eps, value, split[layer], rope_l, saved, **extra))
                     elif kind == 1 and hook == "hook_mlp_in":  # the MLP's own input: the residual is left as it is
                         out = action(value.clone(), _Hook(name))
-                        self._blocks()[layer].post_attention_layernorm.input = value.clone() if out is None else out
+                        self._module(layer, path).input = value.clone() if out is None else out
                     elif kind == 2:
                         saved[name] = value.detach().clone().save()
                         if name in grad_names:
@@ -342,7 +375,7 @@ class NNsightModel(TracedWeights, HookedModel):
             hook = self._parse(name)[1] if layer >= 0 and layer < self.arch.n_layers else None
             if hook in SERVED:
                 split[layer].append((name, action if kind == 1 else None))
-            elif hook is not None and 1 <= order <= 5:
+            elif hook is not None and order in ATTN_ORDERS.get(self.layout, ATTN_ORDERS["llama+"]):
                 raise RangeError(f"hook {name!r} is not available inside split_inputs on the nnsight backend "
                                  f"(per-head inputs replace the layer's attention): use {', '.join(SERVED)}")
             else:
@@ -496,6 +529,12 @@ class NNsightModel(TracedWeights, HookedModel):
         self.lm.to(device)
         self._param_cache, self._rope_cache = None, {}
         return self
+
+
+def _plain_gemma3(cfg: Any) -> bool:
+    """A Gemma 3 text model the nnsight tables map: no attention or final-logit soft cap (gemma3-270m has none)."""
+    return cfg.model_type in GEMMA3 and not getattr(cfg, "attn_logit_softcapping", None) \
+        and not getattr(cfg, "final_logit_softcapping", None)
 
 
 # what a remote model needs locally: its config and tokenizer (the weights stay on NDIF)
