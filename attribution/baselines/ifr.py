@@ -36,7 +36,8 @@ def proximity(total: Float[torch.Tensor, "... d_model"],
     return (total.abs().sum(-1) - (total - part).abs().sum(-1)).clamp_min(0)
 
 
-def layer_shares(model: HookedModel, cache: Any, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+def layer_shares(model: HookedModel, cache: Any, layer: int,
+                 ) -> tuple[Float[torch.Tensor, " query"], Float[torch.Tensor, "query head key"]]:
     """Normalised proximity shares of resid_mid's parts at ``layer``: residual [S] and head/key parts
     [S(query), H, S(key)], summing to 1 per query (circuits.flow draws them per position). ``cache`` holds the
     hooks ``ifr_all`` caches."""

@@ -90,7 +90,8 @@ def ig_scores(model: HookedModel, enc: Encoding, level: str, steps: int = 20, ba
     for start in range(0, steps, batch):
         a = alphas[start:start + batch].to(enc.tokens.device)
 
-        def on_path(x: torch.Tensor, a: torch.Tensor = a) -> torch.Tensor:
+        def on_path(x: Float[torch.Tensor, "alpha pos d_model"], a: Float[torch.Tensor, " alpha"] = a,
+                    ) -> Float[torch.Tensor, "alpha pos d_model"]:
             return base + a.view(-1, 1, 1) * (x - base)
 
         _, gs, _ = grads(model, enc, ["hook_embed"], tokens=enc.tokens.expand(len(a), -1), embed_path=on_path)
@@ -113,7 +114,7 @@ def end_points(model: HookedModel, enc: Encoding, base: Float[torch.Tensor, "pos
     """f(input), f(baseline) from one forward of two rows, and the input's embedding [S, D]."""
     got = {}
 
-    def ends(x: torch.Tensor, hook: Any) -> torch.Tensor:
+    def ends(x: Float[torch.Tensor, "2 pos d_model"], hook: Any) -> Float[torch.Tensor, "2 pos d_model"]:  # input, base
         got["embed"] = x[0].detach().clone()
         return torch.stack([x[0], base.expand_as(x[0])])
 

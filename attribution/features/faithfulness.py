@@ -29,6 +29,8 @@ from attribution.methods import FEATURE, view
 from core.errors import DatasetError
 
 if TYPE_CHECKING:
+    from jaxtyping import Float
+
     from attribution.sae.dictionary import Dictionary
     from core.models.hooked import HookedModel
     from core.models.tokens import Encoding
@@ -78,7 +80,8 @@ def _ablated_metric(model: HookedModel, enc: Encoding, d: Dictionary, cache: dic
     start = _start_layer(d)
     resid = cache[f"blocks.{start}.hook_resid_pre"].expand(len(deltas), -1, -1)
 
-    def ablate(x: torch.Tensor, hook: Any) -> torch.Tensor:  # noqa: ARG001
+    def ablate(x: Float[torch.Tensor, "n pos d_model"], hook: Any,  # noqa: ARG001
+               ) -> Float[torch.Tensor, "n pos d_model"]:
         return x - deltas.to(x.dtype)
 
     with torch.no_grad():

@@ -33,6 +33,8 @@ from core.corpus import english_texts
 from core.errors import DatasetError
 
 if TYPE_CHECKING:
+    from jaxtyping import Float, Int
+
     from core.models.hooked import HookedModel
 
 
@@ -56,7 +58,8 @@ class TrainConfig:
         return asdict(self)
 
 
-def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, seed: int) -> Iterator[torch.Tensor]:
+def windows(model: HookedModel, texts: list[str], n_tokens: int, window: int, seed: int,
+            ) -> Iterator[Int[torch.Tensor, " window"]]:
     """Token windows [window] from documents in a seeded random order (each window within one document run;
     documents are concatenated), until n_tokens tokens have been given."""
     order = list(range(len(texts)))
@@ -87,7 +90,8 @@ def _batches(model: HookedModel, split: str, n_tokens: int, cfg: TrainConfig) ->
         yield torch.stack(rows)
 
 
-def stack_of(model: HookedModel, tokens: torch.Tensor, bf16: bool) -> torch.Tensor:
+def stack_of(model: HookedModel, tokens: Int[torch.Tensor, "batch pos"], bf16: bool,
+             ) -> Float[torch.Tensor, "layer batch pos-1 d_model"]:
     """Residual stack [layer, batch, pos - 1, d_model] in float32, position 0 dropped."""
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
         resid = residual_stack(model, tokens)
@@ -99,7 +103,7 @@ def _rms(x: torch.Tensor) -> torch.Tensor:
 
 
 def fit_least_squares(model: HookedModel, cfg: TrainConfig, log: Callable[[str], None] = print,
-                      ) -> tuple[TunedLens, torch.Tensor, dict[str, Any]]:
+                      ) -> tuple[TunedLens, Float[torch.Tensor, "layer tokens d_model"], dict[str, Any]]:
     """Stage 1: the ridge least-squares translators, and a cache of the first cfg.kl_tokens tokens' residual
     stacks [layer, tokens, d_model] for stage 2."""
     a = model.arch
@@ -132,8 +136,8 @@ def fit_least_squares(model: HookedModel, cfg: TrainConfig, log: Callable[[str],
     return lens, torch.cat(kept, dim=1), {"fit_tokens": tokens, "fit_seconds": time.perf_counter() - started}
 
 
-def kl_per_layer(model: HookedModel, resid: torch.Tensor, lens: TunedLens | None, bf16: bool = True,
-                 chunk: int = 128) -> torch.Tensor:
+def kl_per_layer(model: HookedModel, resid: Float[torch.Tensor, "layer tokens d_model"], lens: TunedLens | None,
+                 bf16: bool = True, chunk: int = 128) -> Float[torch.Tensor, " layer"]:
     """KL(final || lens) in nats per row of a stack [layer, tokens, d_model], summed over tokens (float64)."""
     total = torch.zeros(resid.shape[0], dtype=torch.float64)
     with torch.no_grad():
@@ -149,7 +153,8 @@ def kl_per_layer(model: HookedModel, resid: torch.Tensor, lens: TunedLens | None
     return total
 
 
-def fine_tune_kl(model: HookedModel, lens: TunedLens, cache: torch.Tensor, cfg: TrainConfig,
+def fine_tune_kl(model: HookedModel, lens: TunedLens, cache: Float[torch.Tensor, "layer tokens d_model"],
+                 cfg: TrainConfig,
                  log: Callable[[str], None] = print) -> dict[str, Any]:
     """Stage 2: Adam on KL(final || tuned) over random batches of the cached residuals, for cfg.kl_seconds."""
     weight = lens.weight.clone().requires_grad_(True)

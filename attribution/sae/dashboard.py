@@ -42,6 +42,7 @@ from core.models.tokens import SymbolTokenizer
 
 if TYPE_CHECKING:
     import torch
+    from jaxtyping import Float, Int
 
     from core.models.hooked import HookedModel
 
@@ -391,7 +392,7 @@ class _Acc:
         pick = cat[0].topk(old[0].shape[1], dim=1, largest=largest).indices
         return [c.gather(1, pick) for c in cat]
 
-    def update(self, fa: torch.Tensor, token_ids: torch.Tensor) -> None:
+    def update(self, fa: Float[torch.Tensor, "token feature"], token_ids: Int[torch.Tensor, " token"]) -> None:
         import torch
 
         b = fa.shape[0]
@@ -426,7 +427,8 @@ class _Acc:
         self.n += b
 
     # lookups of unit activations at given token rows, from the store
-    def values_at(self, rows: torch.Tensor, feats: torch.Tensor) -> torch.Tensor:
+    def values_at(self, rows: Int[torch.Tensor, "feature context offset"],
+                  feats: Int[torch.Tensor, "feature context offset"]) -> Float[torch.Tensor, "feature context offset"]:
         """Activation of unit feats[i] at token rows[i] (rows < 0 give 0)."""
         import torch
 
@@ -445,7 +447,7 @@ class _Acc:
                 out.view(-1)[s : s + (1 << 18)] = (vals[rr].float() * hit).sum(1)
         return out * ok
 
-    def histogram(self) -> torch.Tensor:
+    def histogram(self) -> Int[torch.Tensor, "feature bin"]:
         import torch
 
         counts = torch.zeros(self.F * HIST_BINS, dtype=torch.long)

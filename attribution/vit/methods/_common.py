@@ -35,7 +35,7 @@ def capture(model, images: Images, names: list[str], grad: bool, targets: Target
     """
     acts: dict[str, torch.Tensor] = {}
 
-    def keep(t: torch.Tensor, hook) -> None:
+    def keep(t: Float[torch.Tensor, "image ..."], hook) -> None:  # any hook point: its own axes after image
         acts[hook.name] = t
 
     hooks = list(extra_hooks or []) + [(n, keep) for n in names]
