@@ -63,6 +63,8 @@ from core.errors import MethodError, RangeError
 from core.options import check_finite
 
 if TYPE_CHECKING:
+    from jaxtyping import Float
+
     from attribution.sae.dictionary import Dictionary
     from core.models.hooked import HookedModel
 
@@ -93,8 +95,9 @@ def _layers(model: HookedModel, dicts: list[Dictionary], places: list[Placement]
     return out
 
 
-def skip_back(model: HookedModel, cache: dict[str, Any], d: Dictionary, layer: int, t: torch.Tensor,
-              keep_first: bool = False) -> torch.Tensor:
+def skip_back(model: HookedModel, cache: dict[str, Any], d: Dictionary, layer: int,
+              t: Float[torch.Tensor, "batch pos d_model"], keep_first: bool = False,
+              ) -> Float[torch.Tensor, "batch pos d_model"]:
     """What a transcoder's live skip term sends below its layer: the target at its output ([batch, pos, d_model],
     at resid_post) through W_skip and the frozen ln2 scale to resid_mid (read_target's path). The replacement
     model's skip is a linear function of the MLP input, so its share of a target belongs to what lies below it,

@@ -193,7 +193,9 @@ class _Ablation:
         self.by_total = self.by_total.to(device)
         self.n_receivers = len(graph.receivers)
 
-    def delta(self, diff: torch.Tensor, total: torch.Tensor, cols: torch.Tensor) -> torch.Tensor:
+    def delta(self, diff: Float[torch.Tensor, "copy sender batch pos d_model"],
+              total: Float[torch.Tensor, "copy batch pos d_model"], cols: Int[torch.Tensor, " col"],
+              ) -> Float[torch.Tensor, "copy col batch pos d_model"]:
         """What to subtract from the receivers ``cols``: [copy, len(cols), *diff.shape[2:]]."""
         local = torch.full((self.n_receivers,), -1, dtype=torch.long, device=diff.device)
         local[cols] = torch.arange(len(cols), device=diff.device)

@@ -36,10 +36,11 @@ class Replacement:
     """The clean run's frozen pieces and the leaves of the replacement model (batch 1)."""
 
     tokens: Int[torch.Tensor, "1 pos"]
-    frozen: dict[str, torch.Tensor]  # hook name -> clean value (patterns, norm scales)
+    frozen: dict[str, torch.Tensor]  # mixed shapes: hook name -> clean value (patterns, norm scales)
     emb: Float[torch.Tensor, "pos d_model"]  # leaf at hook_embed
     layers: dict[int, dict[str, Any]]  # layer -> {dic, pos, feat, acts (leaf), err (leaf), first}
-    error_only: dict[int, torch.Tensor]  # layers with no transcoder: their MLP output as an error leaf
+    # layers with no transcoder: their MLP output as an error leaf
+    error_only: dict[int, Float[torch.Tensor, "pos d_model"]]
     source_names: list[str]
     source_kinds: list[str]
     n_features: int
@@ -102,12 +103,12 @@ def build_replacement(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"], di
 
 
 def replacement_forward(model: HookedModel, rep: Replacement
-                        ) -> tuple[Float[torch.Tensor, "pos vocab"], dict[int, torch.Tensor]]:
+                        ) -> tuple[Float[torch.Tensor, "pos vocab"], dict[int, Float[torch.Tensor, "pos d_model"]]]:
     """Logits [pos, vocab] of the replacement model (equal to the clean run's) and the live MLP inputs of the
     transcoder layers (what each feature's encoder reads), all differentiable in the leaves."""
     live: dict[int, torch.Tensor] = {}
 
-    def put(value: torch.Tensor):
+    def put(value: Float[torch.Tensor, "1 ..."]):  # any frozen hook's value (or the embedding), batch 1
         return lambda act, hook: value.to(act.dtype).reshape(act.shape)  # noqa: ARG005
 
     def grab(layer: int):
@@ -146,7 +147,7 @@ def replacement_forward(model: HookedModel, rep: Replacement
     return logits[0], live
 
 
-def leaves(rep: Replacement) -> list[torch.Tensor]:
+def leaves(rep: Replacement) -> list[torch.Tensor]:  # mixed shapes: acts [active], errors and emb [pos d_model]
     n_layers = len(rep.layers) + len(rep.error_only)
     acts = [rep.layers[x]["acts"] for x in sorted(rep.layers)]
     errs = [rep.layers[x]["err"] if x in rep.layers else rep.error_only[x] for x in range(n_layers)]
@@ -261,7 +262,7 @@ def intervention_check(model: HookedModel, graph: Any, dictionaries: list[Dictio
     vocab = model.arch.d_vocab
     target_id = graph.target_id if graph.target_id is not None else enc.target_id
 
-    def metric(logits: torch.Tensor) -> float:
+    def metric(logits: Float[torch.Tensor, "1 pos vocab"]) -> float:
         last = logits[0, -1].double()
         if enc.foil_id is not None:
             return float(last[target_id] - last[enc.foil_id])

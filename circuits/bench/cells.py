@@ -66,7 +66,7 @@ class BenchResult:
 
     result: dict[str, Any]
     cells: list[dict[str, Any]] = field(default_factory=list)  # {task, method, tensor, scale}
-    tensors: dict[str, torch.Tensor] = field(default_factory=dict)
+    tensors: dict[str, Float[torch.Tensor, " edge"]] = field(default_factory=dict)  # packed (float16)
     graph: dict[str, Any] = field(default_factory=dict)
 
     def save(self, store: Any) -> Any:

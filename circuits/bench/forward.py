@@ -20,7 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from jaxtyping import Bool, Float
+from jaxtyping import Bool, Float, Int
 
 from circuits.counterfactual import PromptBatch, PromptSet
 from circuits.graph import CircuitGraph
@@ -35,9 +35,10 @@ from circuits.intervene import (
 )
 
 
-def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference,
+def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: Reference | None,
                      keep: Bool[torch.Tensor, "copy edge"], metric: str,
-                     live: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None,
+                     live: tuple[Int[torch.Tensor, " live"], Int[torch.Tensor, " live"],
+                                 Float[torch.Tensor, "sender live d_model"]] | None = None,
                      last_only: bool = False) -> Float[torch.Tensor, "copy batch"]:
     """The metric per prompt with only each copy's kept edges intact (one forward for all copies); the
     ablation is applied at the live positions only (identical prefixes, e.g. a task's solved example,
@@ -82,7 +83,7 @@ def run_masked_dense(model: Any, graph: CircuitGraph, batch: PromptBatch, ref: R
     return batch.metric(logits, metric).view(copies, n)
 
 
-def last_metric(model: Any, batch: PromptBatch, tokens: torch.Tensor, hooks: list[Any],
+def last_metric(model: Any, batch: PromptBatch, tokens: Int[torch.Tensor, "row pos"], hooks: list[Any],
                  metric: str) -> Float[torch.Tensor, " row"]:
     """The metric of every row (copies of ``batch``) from the residual stream at its last position: the blocks
     run with ``hooks``, then the final norm, unembedding and soft cap (TransformerLens' own modules, as its
@@ -152,7 +153,7 @@ class PrefixReuse:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._model, name)
 
-    def run_with_hooks(self, tokens: torch.Tensor, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
+    def run_with_hooks(self, tokens: Int[torch.Tensor, "row pos"], fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
         copies = tokens.shape[0] // self._prefix.shape[0]
         group = self._model.arch.n_heads // self._model.arch.n_kv_heads  # query heads a kv-head serves
         entries = [_PrefixEntry(k.repeat(copies, 1, 1, 1), v.repeat(copies, 1, 1, 1), group, frozen=True)
@@ -168,14 +169,17 @@ class _PrefixEntry:
     entries cannot hold (its offset check wants the kv-head count): ``past_keys`` shows one head per group,
     all that check and the position offset read; ``append`` returns every head."""
 
-    def __init__(self, keys: torch.Tensor, values: torch.Tensor, group: int, frozen: bool = False) -> None:
+    def __init__(self, keys: Float[torch.Tensor, "batch pos head d_head"],
+                 values: Float[torch.Tensor, "batch pos head d_head"], group: int, frozen: bool = False) -> None:
         self.keys, self.values, self.group, self.frozen = keys, values, group, frozen
 
     @property
-    def past_keys(self) -> torch.Tensor:
+    def past_keys(self) -> Float[torch.Tensor, "batch pos kv_head d_head"]:
         return self.keys[:, :, ::self.group]
 
-    def append(self, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def append(self, keys: Float[torch.Tensor, "batch new head d_head"],
+               values: Float[torch.Tensor, "batch new head d_head"],
+               ) -> tuple[Float[torch.Tensor, "batch pos head d_head"], Float[torch.Tensor, "batch pos head d_head"]]:
         k, v = torch.cat([self.keys, keys], dim=1), torch.cat([self.values, values], dim=1)
         if not self.frozen:
             self.keys, self.values = k, v

@@ -153,7 +153,7 @@ def bootstrap(per_prompt: Float[torch.Tensor, "mask prompt"], full: int, empty: 
     if int(ok.sum()) < 2:
         raise MethodError("the bootstrap found no resample with a nonzero span m(full) - m(empty)")
 
-    def areas(points: list[int], fn) -> torch.Tensor:
+    def areas(points: list[int], fn) -> Float[torch.Tensor, " boot"]:  # the resamples with a span
         f = (means[points] - means[empty]) / span  # [point, boot]
         return torch.tensor([fn(fractions, f[:, b].tolist()) for b in range(n_boot) if ok[b]])
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from jaxtyping import Float
+from jaxtyping import Bool, Float
 
 from circuits.bench import metrics as mib
 from circuits.bench import tasks as bench_tasks
@@ -248,7 +248,8 @@ def prepare_task(model: Any, task: str, cfg: BenchConfig, batched: bool = True) 
 
 
 def run_method(model: Any, setup: TaskSetup, method: str, cfg: BenchConfig,
-               on_step: Callable[[str], None] | None = None) -> tuple[dict[str, Any], torch.Tensor | None]:
+               on_step: Callable[[str], None] | None = None,
+               ) -> tuple[dict[str, Any], Float[torch.Tensor, " edge"] | None]:
     """One (task, method) cell: scores on train (timed), curves on test at each level; (its result, its edge
     scores, None for a node-level-only method)."""
     metric, graph = setup.header["metric"], setup.graph
@@ -312,7 +313,7 @@ def run_task(model: Any, task: str, cfg: BenchConfig, on_step: Callable[[str], N
 
 def level_masks(graph: CircuitGraph, level: str, edge: Float[torch.Tensor, " edge"] | None,
                 node: Float[torch.Tensor, " sender"], chunks: Float[torch.Tensor, "chunk edge"] | None,
-                cfg: BenchConfig) -> tuple[list[int], list[torch.Tensor], dict[bool, list[int]]]:
+                cfg: BenchConfig) -> tuple[list[int], list[Bool[torch.Tensor, " edge"]], dict[bool, list[int]]]:
     """MIB's grid at one level: (its sizes, its distinct circuits, per ordering (absolute or not) the index of
     each size's circuit)."""
     n_items = graph.n_edges if level == "edge" else len(graph.senders)
@@ -344,7 +345,8 @@ def _ends_of(graph: CircuitGraph, masks: list[torch.Tensor]) -> tuple[list[int],
     return [i for i in range(len(masks)) if i not in known], known
 
 
-def level_figures(per_prompt: Float[torch.Tensor, "mask prompt"], masks: list[torch.Tensor], counts: list[int],
+def level_figures(per_prompt: Float[torch.Tensor, "mask prompt"], masks: list[Bool[torch.Tensor, " edge"]],
+                  counts: list[int],
                   points: dict[bool, list[int]], cfg: BenchConfig, n_forwards: int, seconds: float) -> dict[str, Any]:
     """CPR, CMD, their intervals and curves from the per-prompt metric of every circuit (rows as ``masks``,
     then m(full), m(empty))."""

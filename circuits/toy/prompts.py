@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from jaxtyping import Int
 
 from core.errors import MethodError
 from core.models.toy_tasks import get_task
@@ -47,7 +48,8 @@ def _markov(task: Any, seed: int, n: int = 200, resample: int = 4) -> list[dict]
     corrupt = tokens.clone()
     corrupt[:, seq - resample:] = torch.randint(0, task.n_symbols, (tokens.shape[0], resample), generator=gen)
 
-    def best(x: torch.Tensor) -> torch.Tensor:  # the chain's most likely next symbol (reads x[:, seq - lag])
+    # the chain's most likely next symbol (reads x[:, seq - lag])
+    def best(x: Int[torch.Tensor, "batch pos"]) -> Int[torch.Tensor, " batch"]:
         return task.next_logits(torch.cat([x, x[:, -1:]], 1), seq).argmax(-1)
 
     target, foil = best(tokens), best(corrupt)
