@@ -4,6 +4,7 @@ each engine needs of a backend (core/models/remote.py reads them)."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 # hook -> (module path relative to a block, "input" / "output" / "output0" / "output1", execution order of that
 # module value inside the block, how the hook's tensor follows from it). One module value is read once per
@@ -88,6 +89,17 @@ GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["llama+"]
 READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t"}
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
 GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
+
+
+def serves_internals(config: Any) -> bool:
+    """Whether the nnsight backend gives every internal (the "internals" engines) for a model of this config (a
+    config.json dict or a transformers config): Llama-style, or Gemma 3 without soft caps."""
+    get = config.get if isinstance(config, dict) else (lambda key: getattr(config, key, None))
+    if get("model_type") in LLAMA_LIKE:
+        return True
+    return get("model_type") in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping")
+
+
 HOOK_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
 
 # what each engine needs of a backend; NNsightModel.refusal says which of these a model lacks

@@ -26,7 +26,6 @@ trace) refuses in one BackendError line (``NNsightModel.refusal``; README's "Eng
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,11 +35,12 @@ from typing import Any
 from core.errors import BackendError, RangeError, WorkbenchError
 from core.models import hub
 from core.models.hooked import ArchInfo, HookedModel
+from core.models.nnsight_ndif import check_ndif as _check_host
+from core.models.nnsight_ndif import remote_timeout  # noqa: F401 - re-exported
 from core.models.nnsight_split import SERVED, SPLIT_HOOKS, split_attention
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
     ATTN_ORDERS,
     ENGINE_NEEDS,
-    GEMMA3,
     GEMMA3_HOOKS,
     GLOBAL_HOOKS,
     GPT2_HOOKS,
@@ -52,6 +52,7 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     MLP_IN,
     NEED_WORDS,
     READ_ONLY,
+    serves_internals,
 )
 from core.models.nnsight_weights import TracedWeights
 from core.models.tokens import tokenizer_adds_bos
@@ -64,30 +65,13 @@ class _Hook:
         self.name = name
 
 
-def remote_timeout() -> float:
-    """Seconds to wait for NDIF before a remote trace is refused (WORKBENCH_REMOTE_TIMEOUT, default 5)."""
-    try:
-        return max(0.1, float(os.environ.get("WORKBENCH_REMOTE_TIMEOUT", "5")))
-    except ValueError:
-        return 5.0
-
-
 def check_ndif(host: str | None = None, timeout: float | None = None) -> None:
-    """A BackendError in one line unless NDIF answers (any HTTP status) within ``timeout`` seconds: a
-    remote trace without a network, or behind a silent proxy, is refused at once rather than after
-    nnsight's own waits (10 s to connect, 600 s to read)."""
-    import httpx
+    """A BackendError in one line unless NDIF (nnsight's configured host) answers (any HTTP status) within
+    ``timeout`` seconds: a remote trace without a network, or behind a silent proxy, is refused at once rather
+    than after nnsight's own waits (10 s to connect, 600 s to read)."""
     from nnsight import CONFIG
 
-    host = host or CONFIG.API.HOST
-    timeout = remote_timeout() if timeout is None else timeout
-    try:
-        with httpx.Client(timeout=httpx.Timeout(timeout)) as client:
-            client.get(host)
-    except httpx.HTTPError as exc:
-        reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise BackendError(f"nnsight remote=True: NDIF at {host} did not answer within {timeout:g} s ({reason}); "
-                           "check the network, or load the model locally (remote=False)") from None
+    _check_host(host or CONFIG.API.HOST, timeout)
 
 
 class NNsightModel(TracedWeights, HookedModel):
@@ -111,7 +95,7 @@ class NNsightModel(TracedWeights, HookedModel):
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
         self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else
-                                                 "gemma3" if _plain_gemma3(cfg) else "llama")
+                                                 "gemma3" if serves_internals(cfg) else "llama")
         self._gemma = self.layout == "gemma3"
         self._hooks = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS,
                        "gemma3": GEMMA3_HOOKS}[self.layout]
@@ -529,12 +513,6 @@ class NNsightModel(TracedWeights, HookedModel):
         self.lm.to(device)
         self._param_cache, self._rope_cache = None, {}
         return self
-
-
-def _plain_gemma3(cfg: Any) -> bool:
-    """A Gemma 3 text model the nnsight tables map: no attention or final-logit soft cap (gemma3-270m has none)."""
-    return cfg.model_type in GEMMA3 and not getattr(cfg, "attn_logit_softcapping", None) \
-        and not getattr(cfg, "final_logit_softcapping", None)
 
 
 # what a remote model needs locally: its config and tokenizer (the weights stay on NDIF)

@@ -98,6 +98,10 @@ def attribute(
                                     "('local': a local Ray instance; default WORKBENCH_RAY_ADDRESS, else here)."),
     workers: int = workers_option("activation patching's items"),
     png: str = png_option(),
+    backend: str = typer.Option("tl", "--backend", help="tl (TransformerLens, the default), nnsight or bridge: "
+                                "the same numbers (README's engines x backends); nnsight and bridge run here."),
+    remote: bool = typer.Option(False, "--remote", help="Run on NDIF through nnsight (with --backend nnsight; MODEL "
+                                "a hub id hosted there; nnsight's API key and NDIF_HOST as nnsight reads them)."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Score tokens, heads, query-key pairs or neurons for the target (minus foil) logit. Slow methods (activation
@@ -112,16 +116,19 @@ def attribute(
     check_prompt(prompt, png)  # a bad --png or an empty prompt fails before any work
     if target is None and position is None:
         raise TokenError("give --target (or --position N before the last token to explain the prompt's next token)")
-    from core.models.zoo import check_text_model
-
-    check_text_model(model, "attribute")  # an unknown or vision model: refused before anything loads
+    backend = _check_backend(model, backend, remote, name)  # before torch: a bad backend or server is one line
     from attribution.cost import SLOW_METHODS
     from workbench.scheduler import resolve_address
 
+    elsewhere = workers > 1 or resolve_address(ray_address) is not None
+    if elsewhere and (backend != "transformer_lens" or remote):
+        from core.errors import BackendError
 
-    # slow methods always run as jobs (here, with one worker): their result is on the board, where the
-    # Attribution page asking for the same work finds it instead of computing it again
-    if workers > 1 or resolve_address(ray_address) is not None or name in SLOW_METHODS:
+        raise BackendError(f"--backend {backend}{' --remote' if remote else ''} runs in this process: drop "
+                           "--workers and --ray-address (jobs load the TransformerLens backend)")
+    # slow methods run as jobs (here, with one worker) on the default backend: their result is on the board, where
+    # the Attribution page asking for the same work finds it instead of computing it again
+    if backend == "transformer_lens" and (elsewhere or name in SLOW_METHODS):
         from workbench.commands.jobs import run_job
         from workbench.scheduler.specs import AttributeSpec
 
@@ -138,7 +145,8 @@ def attribute(
         from attribution import encode_at
         from attribution.cost import estimate
 
-        m = wb.load(model, device=check_device(device), dtype=dtype)
+        m = wb.remote_model(model) if remote else wb.load(model, device=check_device(device), dtype=dtype,
+                                                          backend=backend)
         enc = encode_at(m, prompt, target, foil, position)
         if target is None and enc.target is None:
             raise TokenError(f"position {position} is the prompt's last token: give --target")
@@ -148,6 +156,8 @@ def attribute(
         res = run_attribute(m, prompt, target=target, foil=foil, method=name, level=level, position=position,
                             **params)
         out = res.to_json()  # integrated gradients adds baseline_logit, convergence_delta, converged
+        if backend != "transformer_lens" or remote:
+            out["backend"] = backend + (" (remote, NDIF)" if remote else "")
         save_here = save
 
     def human(r: dict[str, Any]) -> None:
@@ -162,6 +172,32 @@ def attribute(
         print(_top_table(res, top).to_string(index=False))
 
     finish(out, as_json, human, res, save=save_here, png=png)
+
+
+def _check_backend(model: str, backend: str, remote: bool, method: str) -> str:
+    """The loader's backend name, once the backend, the model and (with ``remote``) NDIF are checked without torch:
+    an unknown backend, a method the backend refuses on this model, ``--remote`` off nnsight, a model name that is no
+    hub id, and a host that does not answer, or answers but not as NDIF, are each one line."""
+    from core.models.backend_check import backend_name, check_backend_engine
+
+    backend = backend_name(backend)
+    if not remote:
+        from core.models.zoo import check_text_model
+
+        check_text_model(model, "attribute")  # an unknown or vision model: refused before anything loads
+        check_backend_engine(model, backend, method)
+        return backend
+    check_backend_engine(model, backend, method, remote=True)
+    from core.errors import BackendError
+    from core.models import hub
+
+    if not hub.HUB_ID.match(model):
+        raise BackendError(f"--remote takes the hub id of a model hosted on NDIF (ORG/NAME, e.g. "
+                           f"meta-llama/Llama-3.1-8B), not {model!r}")
+    from core.models.nnsight_ndif import check_ndif
+
+    check_ndif(identify=True)
+    return backend
 
 
 def _top_table(res: Any, k: int):
