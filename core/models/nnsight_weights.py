@@ -231,12 +231,15 @@ class TracedWeights:
     def W_E(self):
         """The embedding as hook_embed reads it: Gemma scales it by sqrt(d_model) (a config fact, in the weight's
         precision, as Hugging Face and TransformerLens do)."""
-        w = self._param("model.embed_tokens.weight")
-        if self.layout == "gemma3":
+        params = self._params()
+        w = params["model.embed_tokens.weight"]
+        if self.layout != "gemma3":
+            return w
+        if "W_E" not in params:  # once per read of the weights: a 262k-row product costs 0.2 s
             import torch
 
-            return w * torch.tensor(self.arch.d_model ** 0.5, dtype=w.dtype)
-        return w
+            params["W_E"] = w * torch.tensor(self.arch.d_model ** 0.5, dtype=w.dtype)
+        return params["W_E"]
 
     @property
     def W_pos(self):
@@ -258,7 +261,7 @@ class TracedWeights:
 
     def state_dict(self) -> dict[str, Any]:
         """The weights the engines read, under the HF module's names, as a trace read them."""
-        return dict(self._params())
+        return {k: v for k, v in self._params().items() if k != "W_E"}
 
     def _activation_cache(self, saved: dict[str, Any]) -> Any:
         """TransformerLens' ActivationCache over the traced activations, its model a stand-in with the facts and

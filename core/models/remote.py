@@ -393,6 +393,8 @@ class NNsightModel(TracedWeights, HookedModel):
     def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
         """(logits, {hook name: tensor}) for the requested TransformerLens hook names (a list, or a filter
         function over hook_names())."""
+        # return_type=None (as TransformerLens takes it): no logits come back, and one position is unembedded
+        keep = 1 if "return_type" in kwargs and kwargs.pop("return_type") is None else 0
         if callable(names_filter):
             wanted = [n for n in self.hook_names() if names_filter(n)]
         elif names is not None:
@@ -400,9 +402,10 @@ class NNsightModel(TracedWeights, HookedModel):
         elif isinstance(names_filter, list | tuple | set | frozenset):
             wanted = list(names_filter)
         else:  # no filter: every hook, in TransformerLens' ActivationCache (its decompositions, as DLA reads them)
-            logits, saved = self._trace(tokens, save=self.hook_names())
-            return logits, self._activation_cache(saved)
-        return self._trace(tokens, save=wanted)
+            logits, saved = self._trace(tokens, save=self.hook_names(), logits_to_keep=keep)
+            return (None if keep else logits), self._activation_cache(saved)
+        logits, saved = self._trace(tokens, save=wanted, logits_to_keep=keep)
+        return (None if keep else logits), saved
 
     def logits(self, tokens):
         return self._trace(tokens)[0]
@@ -432,11 +435,13 @@ class NNsightModel(TracedWeights, HookedModel):
 
     def run_with_hooks(self, tokens, fwd_hooks=(), bwd_hooks=(), **kwargs):
         """Logits of a forward with TransformerLens-style forward hooks at the hook names this backend has."""
-        kwargs.pop("return_type", None)
+        return_type = kwargs.pop("return_type", "logits")
         if bwd_hooks or kwargs:
             raise BackendError("the nnsight backend runs forward hooks only (no backward hooks or options); "
                                "gradients come from traced_grads")
-        return self._trace(tokens, fwd_hooks=list(fwd_hooks))[0]
+        # no logits wanted (the hooks are the point): one position is unembedded, not all (a 262k vocabulary)
+        logits = self._trace(tokens, fwd_hooks=list(fwd_hooks), logits_to_keep=1 if return_type is None else 0)[0]
+        return None if return_type is None else logits
 
     @contextmanager
     def hooks(self, fwd_hooks=(), bwd_hooks=()) -> Iterator[NNsightModel]:
