@@ -258,8 +258,8 @@ class NNsightModel(TracedWeights, HookedModel):
         names) the metric of the logits at ``position`` [batch] runs backward inside the same trace (nnsight's
         backward tracing) and the gradients of its sum at ``names`` come back as ``saved["grad:" + name]``, the
         metric as ``saved["metric"]``. ``logits_to_keep`` (Hugging Face's: the last n positions, or a tensor of
-        them) spares the unembedding of positions nobody reads. The same code runs locally and, with
-        ``remote=True``, on NDIF: only ``lm.trace``'s transport differs."""
+        them; None: no logits at all, the unembedding skipped) spares the unembedding of what nobody reads. The
+        same code runs locally and, with ``remote=True``, on NDIF: only ``lm.trace``'s transport differs."""
         import torch
 
         # (layer, module value's order in the block, start 0 / hook 1 / save 2, name, action): nnsight reads
@@ -304,6 +304,8 @@ class NNsightModel(TracedWeights, HookedModel):
         if backward is not None:  # the metric reads one position: only it is unembedded
             at = ids.shape[1] - 1 if backward[1] is None else backward[1] % ids.shape[1]
             logits_to_keep, backward = torch.tensor([at], device=ids.device), (backward[0], -1, backward[2])
+        unembed = logits_to_keep is not None  # None: no logits wanted, the unembedding is skipped
+        logits_to_keep = 1 if logits_to_keep is None else logits_to_keep
         options = {"logits_to_keep": logits_to_keep} if not isinstance(logits_to_keep, int) or logits_to_keep else {}
         # inside the trace a statement stays on one line where it can: nnsight's remote serialisation finds the
         # nested backward block by its lines (a call wrapped over two lines before it broke it, remote="local")
@@ -336,6 +338,8 @@ class NNsightModel(TracedWeights, HookedModel):
                             if spec[1] in READ_ONLY or spec[3] in READ_ONLY:  # derived: changing it changes nothing
                                 raise RangeError(f"hook {name!r} can be read, not changed, on the nnsight backend")
                             value.copy_(out)
+                if not unembed:  # one column of the final hidden state stands in for the logits nobody reads
+                    self.lm.lm_head.skip(self.lm.lm_head.input[..., :1])
                 logits = self.lm.output.logits
                 if backward is not None:
                     metric, position = backward[0], backward[1]
@@ -393,8 +397,8 @@ class NNsightModel(TracedWeights, HookedModel):
     def run_with_cache(self, tokens, names_filter=None, names: list[str] | None = None, **kwargs):
         """(logits, {hook name: tensor}) for the requested TransformerLens hook names (a list, or a filter
         function over hook_names())."""
-        # return_type=None (as TransformerLens takes it): no logits come back, and one position is unembedded
-        keep = 1 if "return_type" in kwargs and kwargs.pop("return_type") is None else 0
+        # return_type=None (as TransformerLens takes it): no logits come back, and nothing is unembedded
+        keep = None if "return_type" in kwargs and kwargs.pop("return_type") is None else 0
         if callable(names_filter):
             wanted = [n for n in self.hook_names() if names_filter(n)]
         elif names is not None:
@@ -402,10 +406,11 @@ class NNsightModel(TracedWeights, HookedModel):
         elif isinstance(names_filter, list | tuple | set | frozenset):
             wanted = list(names_filter)
         else:  # no filter: every hook, in TransformerLens' ActivationCache (its decompositions, as DLA reads them)
+            unembed = keep is not None
             logits, saved = self._trace(tokens, save=self.hook_names(), logits_to_keep=keep)
-            return (None if keep else logits), self._activation_cache(saved)
+            return logits if unembed else None, self._activation_cache(saved)
         logits, saved = self._trace(tokens, save=wanted, logits_to_keep=keep)
-        return (None if keep else logits), saved
+        return logits if keep is not None else None, saved
 
     def logits(self, tokens):
         return self._trace(tokens)[0]
@@ -422,7 +427,7 @@ class NNsightModel(TracedWeights, HookedModel):
             return None if return_type is None else logits
         stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
         name = "hook_embed" if stop == 0 else f"blocks.{stop - 1}.hook_resid_post"
-        return self._trace(tokens, save=[name], start_at_layer=start_at_layer, logits_to_keep=1)[1][name]
+        return self._trace(tokens, save=[name], start_at_layer=start_at_layer, logits_to_keep=None)[1][name]
 
     def traced_grads(self, tokens, fwd_hooks: list, names: list[str], metric, position: int | None = None
                      ) -> tuple[dict[str, Any], dict[str, Any], Any]:
@@ -439,8 +444,8 @@ class NNsightModel(TracedWeights, HookedModel):
         if bwd_hooks or kwargs:
             raise BackendError("the nnsight backend runs forward hooks only (no backward hooks or options); "
                                "gradients come from traced_grads")
-        # no logits wanted (the hooks are the point): one position is unembedded, not all (a 262k vocabulary)
-        logits = self._trace(tokens, fwd_hooks=list(fwd_hooks), logits_to_keep=1 if return_type is None else 0)[0]
+        # no logits wanted (the hooks are the point): nothing is unembedded (a 262k vocabulary)
+        logits = self._trace(tokens, fwd_hooks=list(fwd_hooks), logits_to_keep=None if return_type is None else 0)[0]
         return None if return_type is None else logits
 
     @contextmanager
