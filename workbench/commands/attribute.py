@@ -165,7 +165,8 @@ def attribute(
         c.print(f"{r['method']} · {r['level']} · target {r['target']!r}"
                 + (f" vs {r['foil']!r}" if r["foil"] else "")
                 + ("" if r["position"] is None else f" · at position {r['position']} {r['tokens'][r['position']]!r}")
-                + f" · logit {r['target_logit']:.3f} · {r['seconds']:.3f} s")
+                + f" · logit {r['target_logit']:.3f} · {r['seconds']:.3f} s"
+                + (f" · {r['backend']} backend" if r.get("backend") else ""))
         if "convergence_delta" in r:
             c.print(f"completeness gap {r['convergence_delta']:.3g} (sum of scores - (f(input) - f(baseline)))"
                     + ("" if r["converged"] else ": NOT converged; try --param baseline=mean --param keep_first=true"))
