@@ -25,6 +25,14 @@ LLAMA_BASIC = {
     "hook_mlp_out": ("mlp", "output", 10, None),
     "hook_resid_post": ("", "output", 11, None),
 }
+# families whose sublayer outputs pass a post-norm before the residual adds them (TransformerLens' hook_attn_out and
+# hook_mlp_out are the post-norms' outputs): their hook-only table reads those
+POST_NORMED = frozenset({"gemma2", "gemma3_text", "olmo2", "olmo3"})
+POST_BASIC = {
+    **LLAMA_BASIC,
+    "hook_attn_out": ("post_attention_layernorm", "output", 6, None),
+    "hook_mlp_out": ("post_feedforward_layernorm", "output", 10, None),
+}
 # Llama-style blocks without q/k norms: the rest of TransformerLens' hooks, derived from module values
 LLAMA_HOOKS = {
     **LLAMA_BASIC,

@@ -51,6 +51,8 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     LOCAL_BACKWARD,
     MLP_IN,
     NEED_WORDS,
+    POST_BASIC,
+    POST_NORMED,
     READ_ONLY,
     serves_internals,
 )
@@ -97,8 +99,8 @@ class NNsightModel(TracedWeights, HookedModel):
         self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else
                                                  "gemma3" if serves_internals(cfg) else "llama")
         self._gemma = self.layout == "gemma3"
-        self._hooks = {"gpt2": GPT2_HOOKS, "llama": LLAMA_BASIC, "llama+": LLAMA_HOOKS,
-                       "gemma3": GEMMA3_HOOKS}[self.layout]
+        self._hooks = {"gpt2": GPT2_HOOKS, "llama": POST_BASIC if cfg.model_type in POST_NORMED else LLAMA_BASIC,
+                       "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
