@@ -4,8 +4,9 @@ backend. Every row of README's "Engines x backends" table is here (ROWS below na
 checked for); a cell is a real comparison, within 1e-4 of the reference's own scale (its largest magnitude),
 and a reference or result that is all zeros fails. README's counts are this file's (checked below). Plus the
 nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds) and an
-unknown backend. The nnsight column again on a tiny random Gemma 3 (q/k norms, post-norms, a scaled embedding, sliding
-windows shorter than the prompt, norm gains randomised), against TransformerLens on the same weights. The real
+unknown backend. The nnsight column again on a tiny random Qwen 3 (per-head q/k norms) and a tiny random Gemma 3
+(q/k norms, post-norms, a scaled embedding, sliding windows shorter than the prompt), norm gains randomised,
+against TransformerLens on the same weights. The real
 smollm2-135m: tests/test_nnsight_smollm2.py; the real gemma3-270m: tests/test_nnsight_gemma3.py."""
 
 from __future__ import annotations
@@ -172,28 +173,20 @@ def reference(tiny_llama):
     return get
 
 
-@pytest.fixture(scope="module")
-def tiny_gemma3_dir(tmp_path_factory) -> Path:
-    """A tiny random Gemma 3 with smollm2's tokenizer: 3 layers (sliding, full, sliding; window 4), 4 heads over
-    1 kv head, every weight and norm gain random."""
+def _tiny_with_random_gains(path: Path, cfg) -> Path:
+    """A random model of ``cfg`` with smollm2's tokenizer, its norm gains random too (Gemma's norms multiply by
+    1 + w: a zero w would hide a missing 1)."""
     import shutil
 
     from conftest import TOKENIZER_FILES, _smollm2_tokenizer_dir
-    from transformers import AutoModelForCausalLM, Gemma3TextConfig
+    from transformers import AutoModelForCausalLM
 
-    cfg = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
-                           num_key_value_heads=1, head_dim=8, vocab_size=49152, max_position_embeddings=128,
-                           sliding_window=4, query_pre_attn_scalar=8,
-                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
-                           bos_token_id=1, eos_token_id=2, pad_token_id=0)
-    cfg.architectures = ["Gemma3ForCausalLM"]
     torch.manual_seed(0)
     hf = AutoModelForCausalLM.from_config(cfg)
     with torch.no_grad():
         for p in hf.parameters():
-            if p.dim() == 1:  # Gemma's norms multiply by 1 + w: a zero w would hide a missing 1
+            if p.dim() == 1:
                 p.add_(0.3 * torch.randn_like(p))
-    path = tmp_path_factory.mktemp("tiny-gemma3")
     hf.save_pretrained(path)
     for name in TOKENIZER_FILES:
         shutil.copy(_smollm2_tokenizer_dir() / name, path / name)
@@ -201,9 +194,37 @@ def tiny_gemma3_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
+def tiny_gemma3_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 3 with smollm2's tokenizer: 3 layers (sliding, full, sliding; window 4), 4 heads over
+    1 kv head, every weight and norm gain random."""
+    from transformers import Gemma3TextConfig
+
+    cfg = Gemma3TextConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=4,
+                           num_key_value_heads=1, head_dim=8, vocab_size=49152, max_position_embeddings=128,
+                           sliding_window=4, query_pre_attn_scalar=8,
+                           layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                           bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg.architectures = ["Gemma3ForCausalLM"]
+    return _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-gemma3"), cfg)
+
+
+@pytest.fixture(scope="module")
 def gemma3_pair(tiny_gemma3_dir, one_thread):
     """(TransformerLens, nnsight) over the tiny Gemma 3."""
     return wb.load(str(tiny_gemma3_dir)), wb.load(str(tiny_gemma3_dir), backend="nnsight")
+
+
+@pytest.fixture(scope="module")
+def qwen3_pair(tmp_path_factory, one_thread):
+    """(TransformerLens, nnsight) over a tiny random Qwen 3 (per-head q/k norms; 4 heads over 2 kv heads)."""
+    from transformers import Qwen3Config
+
+    cfg = Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                      num_key_value_heads=2, head_dim=8, vocab_size=49152, max_position_embeddings=128,
+                      tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
+    cfg.architectures = ["Qwen3ForCausalLM"]
+    path = _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-qwen3"), cfg)
+    return wb.load(str(path)), wb.load(str(path), backend="nnsight")
 
 
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -235,6 +256,13 @@ def test_engine_on_backend(models, reference, engine, backend):
 def test_engine_on_nnsight_gemma3(gemma3_pair, engine):
     """Every engine on the nnsight backend over a Gemma 3 gives TransformerLens' numbers on the same weights."""
     tl, nn = gemma3_pair
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_nnsight_qwen3(qwen3_pair, engine):
+    """The same on a Qwen 3 (q/k norms before the transpose, gains w)."""
+    tl, nn = qwen3_pair
     close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 

@@ -3,7 +3,8 @@ module unreachable except while nnsight runs a trace (a guard on ``Module.__geta
 looked up), every engine that runs on nnsight gives the TransformerLens backend's numbers. A model hosted on NDIF
 is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
 test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF). The same guard
-over a tiny Gemma 3 (its q/k norms, post-norms and per-kind rotary tables also read inside traces)."""
+over a tiny Gemma 3 and a tiny Qwen 3 (their q/k norms, post-norms and per-kind rotary tables also read inside
+traces)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import threading
 
 import pytest
 import torch
-from test_backend_matrix import ENGINES, REFUSED, close, gemma3_pair, tiny_gemma3_dir  # noqa: F401 - fixtures
+from test_backend_matrix import ENGINES, REFUSED, close, gemma3_pair, qwen3_pair, tiny_gemma3_dir  # noqa: F401
 
 import workbench as wb
 
@@ -108,3 +109,16 @@ def guarded_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811 - the imported f
 def test_gemma3_engine_reads_weights_only_inside_traces(guarded_gemma3, gemma3_pair, engine):  # noqa: F811
     got = torch.as_tensor(ENGINES[engine](guarded_gemma3)).float()
     close(got, torch.as_tensor(ENGINES[engine](gemma3_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def guarded_qwen3(qwen3_pair):  # noqa: F811
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, qwen3_pair[1])
+        yield qwen3_pair[1]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_qwen3_engine_reads_weights_only_inside_traces(guarded_qwen3, qwen3_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](guarded_qwen3)).float()
+    close(got, torch.as_tensor(ENGINES[engine](qwen3_pair[0])).float())

@@ -80,10 +80,35 @@ GEMMA3_HOOKS = {
     "hook_mlp_out": ("post_feedforward_layernorm", "output", 15, None),
     "hook_resid_post": ("", "output", 16, None),
 }
+# Qwen 3 blocks: Llama's, with per-head q/k norms (gain w) applied before the transpose, q then k (HF's order)
+QWEN3_HOOKS = {
+    "hook_resid_pre": ("", "input", 0, None),
+    "ln1.hook_scale": ("", "input", 0, "scale"),
+    "ln1.hook_normalized": ("", "input", 0, "normalized"),
+    "attn.hook_q": ("self_attn.q_proj", "output", 1, "q"),
+    "attn.q_norm.hook_scale": ("self_attn.q_proj", "output", 1, "q_scale"),
+    "attn.hook_rot_q": ("self_attn.q_norm", "output", 2, "rot_q_n"),
+    "attn.hook_k": ("self_attn.k_proj", "output", 3, "kv"),
+    "attn.k_norm.hook_scale": ("self_attn.k_proj", "output", 3, "kv_scale"),
+    "attn.hook_rot_k": ("self_attn.k_norm", "output", 4, "rot_kv_n"),
+    "attn.hook_v": ("self_attn.v_proj", "output", 5, "kv"),
+    "attn.hook_z": ("self_attn.o_proj", "input", 6, "q"),
+    "attn.hook_pattern": ("self_attn", "output1", 7, None),
+    "hook_attn_out": ("self_attn", "output0", 7, None),
+    "hook_resid_mid": ("post_attention_layernorm", "input", 8, None),
+    "ln2.hook_scale": ("post_attention_layernorm", "input", 8, "scale"),
+    "ln2.hook_normalized": ("post_attention_layernorm", "input", 8, "normalized"),
+    "mlp.hook_pre": ("mlp.gate_proj", "output", 9, None),
+    "mlp.hook_pre_linear": ("mlp.up_proj", "output", 10, None),
+    "mlp.hook_post": ("mlp.down_proj", "input", 11, None),
+    "hook_mlp_out": ("mlp", "output", 12, None),
+    "hook_resid_post": ("", "output", 13, None),
+}
 # the orders of the attention's internals per layout (split inputs replace the module's attention: none of them run)
-ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8)}
+ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8)}
 # the module whose input is the MLP's own input (TransformerLens' hook_mlp_in), per layout: (path, order)
-MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10)}
+MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10),
+          "qwen3": ("post_attention_layernorm", 8)}
 # hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
 GLOBAL_HOOKS = {
     "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
@@ -92,18 +117,20 @@ GLOBAL_HOOKS = {
                "ln_final.hook_scale": ("model.norm", "input", None),
                "ln_final.hook_normalized": ("model.norm", "input", None)},
 }
-GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["llama+"]
+GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["llama+"]
 # derived: a hook reads them, cannot change them
-READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t"}
+READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t",
+             "rot_q_n", "rot_kv_n"}
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
 GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
+QWEN3 = frozenset({"qwen3"})  # Llama-style with per-head q/k norms
 
 
 def serves_internals(config: Any) -> bool:
     """Whether the nnsight backend gives every internal (the "internals" engines) for a model of this config (a
-    config.json dict or a transformers config): Llama-style, or Gemma 3 without soft caps."""
+    config.json dict or a transformers config): Llama-style, Qwen 3, or Gemma 3 without soft caps."""
     get = config.get if isinstance(config, dict) else (lambda key: getattr(config, key, None))
-    if get("model_type") in LLAMA_LIKE:
+    if get("model_type") in LLAMA_LIKE | QWEN3:
         return True
     return get("model_type") in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping")
 
@@ -126,8 +153,8 @@ ENGINE_NEEDS: dict[str, str] = {
 }
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
-                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}) and "
-                 "Gemma 3 without soft caps only",
+                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}), Qwen 3 "
+                 "and Gemma 3 without soft caps only",
     "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
                       "the trace), which a remote trace cannot return; run circuits on a local model",
 }

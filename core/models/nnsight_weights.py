@@ -30,8 +30,10 @@ class TracedWeights:
         paths = ["model.embed_tokens", "model.norm", "lm_head"]
         parts = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
                  "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
+        if self.layout in ("gemma3", "qwen3"):
+            parts += ["self_attn.q_norm", "self_attn.k_norm"]
         if self.layout == "gemma3":
-            parts += ["self_attn.q_norm", "self_attn.k_norm", "pre_feedforward_layernorm", "post_feedforward_layernorm"]
+            parts += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for l in range(self.arch.n_layers):
             paths += [f"model.layers.{l}.{part}" for part in parts]
         return paths
@@ -117,9 +119,9 @@ class TracedWeights:
         return sites
 
     def qk_norm_sites(self, layer: int) -> tuple[NormSite, NormSite] | None:
-        """Gemma 3's per-head q and k norms (their scales [batch * pos * head, 1]); None elsewhere."""
+        """Gemma 3's and Qwen 3's per-head q and k norms (their scales [batch * pos * head, 1]); None elsewhere."""
         self.check_layer(layer)
-        if self.layout != "gemma3":
+        if self.layout not in ("gemma3", "qwen3"):
             return None
         b, h = f"model.layers.{layer}.self_attn.", f"blocks.{layer}.attn."
         return (NormSite(h + "q_norm.hook_scale", self._norm_w(b + "q_norm"), None),
@@ -142,8 +144,8 @@ class TracedWeights:
         return float(self.arch.d_head) ** 0.5
 
     def _layer_types(self) -> list[str]:
-        """Each layer's attention kind (Gemma 3: sliding or full, each with its own rotary tables)."""
-        types = getattr(self.lm.config, "layer_types", None) if self.layout == "gemma3" else None
+        """Each layer's attention kind (Gemma 3, Qwen 3: sliding or full; Gemma's each with its own rotary tables)."""
+        types = getattr(self.lm.config, "layer_types", None) if self.layout in ("gemma3", "qwen3") else None
         return list(types) if types else ["full_attention"] * self.arch.n_layers
 
     def _window(self, layer: int) -> int | None:
@@ -159,8 +161,8 @@ class TracedWeights:
         return tables[self._layer_types()[layer]]
 
     def _split_extra(self, layer: int) -> dict[str, Any]:
-        """What split_attention needs beyond Llama's: Gemma 3's q/k norm gains, attention scale and window."""
-        if self.layout != "gemma3":
+        """What split_attention needs beyond Llama's: q/k norm gains, attention scale and window (Gemma 3, Qwen 3)."""
+        if self.layout not in ("gemma3", "qwen3"):
             return {}
         sites = self.qk_norm_sites(layer)
         return {"qk_norm": (sites[0].w, sites[1].w), "scale": self.attn_scale(layer), "window": self._window(layer)}

@@ -53,6 +53,8 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     NEED_WORDS,
     POST_BASIC,
     POST_NORMED,
+    QWEN3,
+    QWEN3_HOOKS,
     READ_ONLY,
     serves_internals,
 )
@@ -97,10 +99,11 @@ class NNsightModel(TracedWeights, HookedModel):
         cfg = self.lm.config
         self._gpt2 = cfg.model_type == "gpt2"
         self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else
+                                                 "qwen3" if cfg.model_type in QWEN3 else
                                                  "gemma3" if serves_internals(cfg) else "llama")
         self._gemma = self.layout == "gemma3"
         self._hooks = {"gpt2": GPT2_HOOKS, "llama": POST_BASIC if cfg.model_type in POST_NORMED else LLAMA_BASIC,
-                       "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS}[self.layout]
+                       "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS, "qwen3": QWEN3_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
@@ -116,7 +119,8 @@ class NNsightModel(TracedWeights, HookedModel):
             norm="layernorm" if self._gpt2 else "rmsnorm",
             mlp="gelu" if self._gpt2 else ("swiglu" if act == "silu" else f"glu-{act}"),
             positional="learned" if self._gpt2 else "rope", act_fn=act,
-            norm_placement="pre+post" if self._gemma else "pre", qk_norm="head" if self._gemma else "none",
+            norm_placement="pre+post" if self._gemma else "pre",
+            qk_norm="head" if self.layout in ("gemma3", "qwen3") else "none",
         )
         super().__init__(tl=None, tokenizer=self.lm.tokenizer, name=name, kind="llm", backend="nnsight",
                          prepend_bos=tokenizer_adds_bos(self.lm.tokenizer) if prepend_bos is None else prepend_bos,
@@ -139,7 +143,7 @@ class NNsightModel(TracedWeights, HookedModel):
     def internals(self) -> bool:
         """Whether every internal activation and weight the engines read can be traced: a Llama-style model,
         local or on NDIF (weights are read inside a trace, ``_params``, never from the module directly)."""
-        return self.layout in ("llama+", "gemma3")
+        return self.layout in ("llama+", "gemma3", "qwen3")
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` (a key of ENGINE_NEEDS) does not run on this model, or None when it does."""
@@ -233,10 +237,11 @@ class NNsightModel(TracedWeights, HookedModel):
         if derive in ("q_scale", "kv_scale"):  # a q/k norm's scale per head: [batch * pos * head, 1], as TL's
             flat = value.reshape(-1, self.arch.d_head)
             return (flat.pow(2).mean(-1, keepdim=True) + self._eps).sqrt()
-        if derive in ("rot_q_t", "rot_kv_t"):  # a q/k norm's output [batch, head, pos, d_head], then RoPE
+        if derive in ("rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n"):  # a q/k norm's output, then RoPE
             import torch
 
-            value = value.transpose(1, 2)
+            if derive.endswith("_t"):  # Gemma normalises [batch, head, pos, d_head]; Qwen 3 before the transpose
+                value = value.transpose(1, 2)
             cos, sin = (t[:, None, :].to(value.dtype) for t in rope)
             half = value.shape[-1] // 2
             return value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
@@ -291,7 +296,7 @@ class NNsightModel(TracedWeights, HookedModel):
             steps, split = self._split_steps(steps)
         steps.sort(key=lambda step: step[:3])
         rope = None
-        rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t")
+        rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n")
         if split or any(self._spec(self._parse(s[3])[1])[3] in rotated for s in steps):
             rope = self._rope_tables(ids.shape[1])
         if split:
