@@ -15,8 +15,9 @@ Only activations named in ``names`` travel back. Names follow TransformerLens co
 attn.hook_pattern, mlp.hook_post, hook_mlp_out, hook_resid_post and hook_embed. Llama-style models without
 q/k norms (llama, mistral, qwen2: SmolLM2 among them) have the rest of what the engines read: ln1/ln2/ln_final
 hook_scale, attn.hook_q/k/v/z and hook_rot_q/k, hook_resid_mid, mlp.hook_pre/hook_pre_linear, and their weights
-in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Gemma 3
-without soft caps (gemma3-270m) has them too, with its q/k norms' scales (attn.q_norm/k_norm.hook_scale), post-norms
+in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Qwen 3
+has them too, with its per-head q/k norms' scales (attn.q_norm/k_norm.hook_scale); Gemma 3 without soft caps
+(gemma3-270m) as well, with its q/k norms' scales (attn.q_norm/k_norm.hook_scale), post-norms
 (ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows. Gradients
 of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
 for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
