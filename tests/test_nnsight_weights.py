@@ -122,3 +122,24 @@ def guarded_qwen3(qwen3_pair):  # noqa: F811
 def test_qwen3_engine_reads_weights_only_inside_traces(guarded_qwen3, qwen3_pair, engine):  # noqa: F811
     got = torch.as_tensor(ENGINES[engine](guarded_qwen3)).float()
     close(got, torch.as_tensor(ENGINES[engine](qwen3_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def simulated_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811
+    """The tiny Gemma 3 behind the guard, every trace through nnsight's remote simulation (its per-kind rotary
+    tables are read from each layer's inputs: that too must survive serialisation)."""
+    import core.models.remote as remote
+
+    nn = wb.load(str(tiny_gemma3_dir), backend="nnsight")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, nn)
+        mp.setattr(remote, "check_ndif", lambda *a, **k: None)
+        mp.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != "_JaxtypingFinder"])
+        nn.remote = "local"
+        yield nn
+
+
+@pytest.mark.parametrize("engine", ["dpa/head", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"])
+def test_gemma3_through_nnsights_remote_simulation(simulated_gemma3, gemma3_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](simulated_gemma3)).float()
+    close(got, torch.as_tensor(ENGINES[engine](gemma3_pair[0])).float())
