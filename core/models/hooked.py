@@ -95,6 +95,29 @@ _SPLIT = ("per-head q/k/v inputs, which the bridge gives by computing the attent
 BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
 
 
+def _bridge_arch(tl: Any, arch: ArchInfo) -> ArchInfo:
+    """The bridge's architecture facts where its config understates them: the bridge's cfg does not say that
+    Gemma 3 has post-norms (ln1_post / ln2_post) and per-head q/k norms, but its blocks hold them."""
+    from dataclasses import replace
+
+    block = tl.blocks[0]
+    if arch.norm_placement == "pre" and getattr(block, "ln1_post", None) is not None:
+        arch = replace(arch, norm_placement="pre+post")
+    if arch.qk_norm == "none" and getattr(block.attn, "q_norm", None) is not None:
+        arch = replace(arch, qk_norm="head")
+    return arch
+
+
+def _qk_norm_as_tl(cache: Any) -> Any:
+    """The bridge's per-head q/k norm values ([batch, head, pos, x]) in ``cache`` laid out as TransformerLens
+    caches them ([batch * pos * head, x]), as the engines read them."""
+    for key in list(cache.cache_dict):
+        if (".q_norm.hook_" in key or ".k_norm.hook_" in key) and cache.cache_dict[key].dim() == 4:
+            value = cache.cache_dict[key]
+            cache.cache_dict[key] = value.transpose(1, 2).reshape(-1, value.shape[-1])
+    return cache
+
+
 @dataclass(frozen=True)
 class NormSite:
     """One frozen norm of a block: the hook of its scale (1/rms or 1/std divides by it), weight, bias (over the
@@ -118,6 +141,8 @@ class HookedModel:
         self.backend = backend
         self.prepend_bos = prepend_bos
         self.arch = arch or arch_from_cfg(tl.cfg)
+        if backend == "bridge":
+            self.arch = _bridge_arch(tl, self.arch)
         self.info = info or {}
 
     def __repr__(self) -> str:
@@ -260,7 +285,10 @@ class HookedModel:
         if isinstance(names_filter, list | tuple | set | frozenset):
             # TransformerLens tests a list filter by linear search at every hook point; a set is O(1)
             names_filter = frozenset(names_filter).__contains__
-        return self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
+        out = self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
+        if self.backend == "bridge" and self.arch.qk_norm == "head":
+            _qk_norm_as_tl(out[1])
+        return out
 
     def run_with_hooks(self, tokens: ModelInput, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
         return self.tl.run_with_hooks(self._tokens(tokens), fwd_hooks=self._split_hooks(fwd_hooks),
@@ -392,6 +420,13 @@ class HookedModel:
             return _recompute_greedy(self.tl, tokens, n, eos)
 
     # -- checks and weights ---------------------------------------------------------------
+    def _gain(self, w: Float[torch.Tensor, " d_norm"] | None) -> Float[torch.Tensor, " d_norm"] | None:
+        """A norm's gain as TransformerLens holds it: the bridge keeps Gemma's raw w where the norm multiplies by
+        1 + w (TransformerLens folds the 1 in)."""
+        if w is None or self.backend != "bridge" or not getattr(self.tl.cfg, "rmsnorm_uses_offset", False):
+            return w
+        return w + 1
+
     def check_layer(self, layer: int) -> int:
         return check_range("layer", layer, self.arch.n_layers)
 
@@ -420,7 +455,7 @@ class HookedModel:
             w[key] = getattr(attn, "_" + key) if grouped else getattr(attn, key, None)
         for ln in ("ln1", "ln2"):
             norm = getattr(block, ln, None)
-            w[f"{ln}.w"], w[f"{ln}.b"] = getattr(norm, "w", None), getattr(norm, "b", None)
+            w[f"{ln}.w"], w[f"{ln}.b"] = self._gain(getattr(norm, "w", None)), getattr(norm, "b", None)
         mlp = getattr(block, "mlp", None)
         for key in ("W_in", "W_gate", "W_out", "b_in", "b_out"):
             w[key] = getattr(mlp, key, None)
@@ -437,7 +472,8 @@ class HookedModel:
             norm = getattr(block, name, None)
             if norm is None or not hasattr(norm, "hook_scale"):
                 return None
-            return NormSite(f"blocks.{layer}.{name}.hook_scale", getattr(norm, "w", None), getattr(norm, "b", None))
+            return NormSite(f"blocks.{layer}.{name}.hook_scale", self._gain(getattr(norm, "w", None)),
+                            getattr(norm, "b", None))
 
         sites: dict[str, NormSite | None] = {"attn_pre": None, "attn_post": None, "mlp_pre": None, "mlp_post": None}
         if placement in ("pre", "pre+post"):
@@ -456,8 +492,8 @@ class HookedModel:
             return None
         attn = self.tl.blocks[self.check_layer(layer)].attn
         b = f"blocks.{layer}.attn."
-        return (NormSite(b + "q_norm.hook_scale", attn.q_norm.w, None),
-                NormSite(b + "k_norm.hook_scale", attn.k_norm.w, None))
+        return (NormSite(b + "q_norm.hook_scale", self._gain(attn.q_norm.w), None),
+                NormSite(b + "k_norm.hook_scale", self._gain(attn.k_norm.w), None))
 
     def act_fn(self, layer: int
                ) -> Callable[[Float[torch.Tensor, "*batch d_mlp"]], Float[torch.Tensor, "*batch d_mlp"]]:
@@ -483,11 +519,24 @@ class HookedModel:
         cfg = self.tl.cfg
         if not hasattr(attn, "rotary_cos") and hasattr(self.tl, "rotary_emb"):  # TransformerBridge: HF's tables
             pos = torch.arange(seq_len, device=self.device)[None]
-            with torch.no_grad():
-                cos, sin = self.tl.rotary_emb(torch.zeros(1, seq_len, self.arch.d_head, device=self.device), pos)
+            x = torch.zeros(1, seq_len, self.arch.d_head, device=self.device)
+            kind = self._layer_type(layer)
+            with torch.no_grad():  # Gemma 3: each layer kind (sliding, full) has its own tables
+                cos, sin = self.tl.rotary_emb(x, pos) if kind is None else self.tl.rotary_emb(x, pos, kind)
             return cos[0], sin[0], False, int(cos.shape[-1])
         return (attn.rotary_cos[:seq_len], attn.rotary_sin[:seq_len], bool(cfg.rotary_adjacent_pairs),
                 int(cfg.rotary_dim))
+
+    def _layer_type(self, layer: int) -> str | None:
+        """A bridged layer's attention kind ("sliding_attention", "full_attention") where its rotary embedding
+        takes one (Gemma 3), else None."""
+        import inspect
+
+        emb = getattr(self.tl.rotary_emb, "original_component", None) or self.tl.rotary_emb  # HF's, under the bridge's
+        if "layer_type" not in inspect.signature(emb.forward).parameters:
+            return None
+        types = getattr(self.tl.cfg, "layer_types", None)
+        return str(types[layer]) if types else "full_attention"
 
     def final_logits(self, resid: Float[torch.Tensor, "batch pos d_model"]) -> Float[torch.Tensor, "batch vocab"]:
         """Last-position logits [B, vocab] from the final residual stream [B, S, d_model] (final norm, then
@@ -536,7 +585,7 @@ class HookedModel:
         return getattr(self.tl, "W_pos", None) if self.arch.positional == "learned" else None
 
     def final_norm_weight(self) -> Float[torch.Tensor, " d_model"] | None:
-        return getattr(getattr(self.tl, "ln_final", None), "w", None)
+        return self._gain(getattr(getattr(self.tl, "ln_final", None), "w", None))
 
     def final_norm_bias(self) -> Float[torch.Tensor, " d_model"] | None:
         """The final LayerNorm's bias (None for RMSNorm or no final norm)."""
