@@ -6,7 +6,8 @@ and a reference or result that is all zeros fails. README's counts are this file
 nnsight remote path (same trace code, only the transport swapped; no network: one line within seconds) and an
 unknown backend. The nnsight column again on a tiny random Qwen 3 (per-head q/k norms) and a tiny random Gemma 3
 (q/k norms, post-norms, a scaled embedding, sliding windows shorter than the prompt), norm gains randomised,
-against TransformerLens on the same weights. The real
+against TransformerLens on the same weights; the bridge column on that Gemma 3 too (per-layer rotary tables and
+windows, 1 + w gains, post-norms, circuits through split head inputs). The real
 smollm2-135m: tests/test_nnsight_smollm2.py; the real gemma3-270m: tests/test_nnsight_gemma3.py."""
 
 from __future__ import annotations
@@ -215,6 +216,13 @@ def gemma3_pair(tiny_gemma3_dir, one_thread):
 
 
 @pytest.fixture(scope="module")
+def gemma3_bridge(tiny_gemma3_dir, gemma3_pair):
+    """The tiny Gemma 3 on the bridge backend (TransformerBridge over HF's module), against gemma3_pair's
+    TransformerLens model."""
+    return wb.load(str(tiny_gemma3_dir), backend="bridge")
+
+
+@pytest.fixture(scope="module")
 def qwen3_pair(tmp_path_factory, one_thread):
     """(TransformerLens, nnsight) over a tiny random Qwen 3 (per-head q/k norms; 4 heads over 2 kv heads)."""
     from transformers import Qwen3Config
@@ -257,6 +265,29 @@ def test_engine_on_nnsight_gemma3(gemma3_pair, engine):
     """Every engine on the nnsight backend over a Gemma 3 gives TransformerLens' numbers on the same weights."""
     tl, nn = gemma3_pair
     close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+# what the bridge refuses on a Gemma 3, with the reason its line gives (every other engine: TransformerLens' numbers)
+REFUSED_BRIDGE_GEMMA3: dict[str, str] = {}
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_bridge_gemma3(gemma3_pair, gemma3_bridge, engine):
+    """Every engine on the bridge backend over a Gemma 3 (per-layer rotary tables and windows, q/k norms,
+    post-norms, 1 + w gains) gives TransformerLens' numbers on the same weights, or refuses in one line."""
+    tl, bridge = gemma3_pair[0], gemma3_bridge
+    if engine in REFUSED_BRIDGE_GEMMA3:
+        with pytest.raises(BackendError) as err:
+            ENGINES[engine](bridge)
+        msg = str(err.value)
+        assert "\n" not in msg and "the bridge backend" in msg and REFUSED_BRIDGE_GEMMA3[engine] in msg, msg
+        return
+    close(torch.as_tensor(ENGINES[engine](bridge)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+def test_bridge_gemma3_count():
+    """The bridge x Gemma 3 column: 39 engines, every one compared but REFUSED_BRIDGE_GEMMA3's."""
+    assert len(ENGINES) - len(REFUSED_BRIDGE_GEMMA3) == len(ENGINES) == 39
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))

@@ -91,7 +91,7 @@ def require(model: Any, engine: str) -> None:
 
 # What TransformerLens' TransformerBridge (3.9, compatibility mode) lacks for an engine: engine -> what it needs
 _SPLIT = ("per-head q/k/v inputs, which the bridge gives by computing the attention from them for Llama-style "
-          "attention only (its own split_qkv_input fails on grouped kv heads)")
+          "and Gemma 3 attention only (its own split_qkv_input fails on grouped kv heads)")
 BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
 
 
@@ -116,6 +116,30 @@ def _qk_norm_as_tl(cache: Any) -> Any:
             value = cache.cache_dict[key]
             cache.cache_dict[key] = value.transpose(1, 2).reshape(-1, value.shape[-1])
     return cache
+
+
+def _bridge_splits(arch: ArchInfo) -> bool:
+    """Whether the bridge splits head inputs on ``arch`` (core.models.nnsight_split computes the attention):
+    Llama-style attention, or Gemma 3's (per-head q/k norms, post-norms, sliding windows; no soft caps)."""
+    from core.models.nnsight_split import llama_like
+
+    return llama_like(arch) or (arch.norm == "rmsnorm" and arch.norm_placement in ("pre", "pre+post")
+                                and arch.positional == "rope" and arch.qk_norm in ("none", "head")
+                                and not arch.parallel and arch.attn_softcap is None)
+
+
+def _qk_norm_hook(fn: Callable) -> Callable:
+    """A hook on a bridge's per-head q/k norm value ([batch, head, pos, x]) that gets and gives it in
+    TransformerLens' layout ([batch * pos * head, x])."""
+
+    def hook(x: Any, hook: Any) -> Any:
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            return fn(x, hook)
+        b, h, p, d = x.shape
+        out = fn(x.transpose(1, 2).reshape(-1, d), hook)
+        return None if out is None else out.view(b, p, h, d).transpose(1, 2)
+
+    return hook
 
 
 @dataclass(frozen=True)
@@ -156,10 +180,8 @@ class HookedModel:
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` does not run on this model's backend (what it needs), or None when it runs. The bridge
-        splits head inputs itself (core/models/nnsight_split.py) for Llama-style attention only."""
-        from core.models.nnsight_split import llama_like
-
-        if self.backend != "bridge" or (engine == "circuit" and llama_like(self.arch)):
+        splits head inputs itself (core/models/nnsight_split.py) for Llama-style and Gemma 3 attention only."""
+        if self.backend != "bridge" or (engine == "circuit" and _bridge_splits(self.arch)):
             return None
         return BRIDGE_REFUSALS.get(engine)
 
@@ -301,6 +323,9 @@ class HookedModel:
 
     def _split_hooks(self, fwd_hooks) -> list:
         """The hooks as given, or inside the bridge's split_inputs those that split head inputs themselves."""
+        if self.backend == "bridge" and self.arch.qk_norm == "head":
+            fwd_hooks = [(name, _qk_norm_hook(fn) if ".q_norm.hook_" in name or ".k_norm.hook_" in name else fn)
+                         for name, fn in fwd_hooks]
         if not getattr(self, "_split_heads", False):
             return list(fwd_hooks)
         from core.models.nnsight_split import split_hooks
@@ -315,9 +340,7 @@ class HookedModel:
         receiver inputs of the edge-level graph. Restores the model's settings on exit."""
         cfg = self.tl.cfg
         if self.backend == "bridge":  # HF attention on grouped kv heads: split_hooks computes it from the splits
-            from core.models.nnsight_split import llama_like
-
-            if not llama_like(self.arch):
+            if not _bridge_splits(self.arch):
                 raise BackendError(f"circuit does not run on the bridge backend ({self.name}): it needs {_SPLIT}")
             before, cfg.use_hook_mlp_in, self._split_heads = cfg.use_hook_mlp_in, True, True
             try:
@@ -526,6 +549,18 @@ class HookedModel:
             return cos[0], sin[0], False, int(cos.shape[-1])
         return (attn.rotary_cos[:seq_len], attn.rotary_sin[:seq_len], bool(cfg.rotary_adjacent_pairs),
                 int(cfg.rotary_dim))
+
+    def split_extra(self, layer: int) -> dict[str, Any]:
+        """What core.models.nnsight_split.split_attention needs on the bridge beyond Llama's attention: the q/k
+        norm gains, the scores' divisor and the sliding window of ``layer`` (Gemma 3); empty for Llama-style."""
+        extra: dict[str, Any] = {"scale": self.attn_scale(layer)}
+        sites = self.qk_norm_sites(layer)
+        if sites is not None:
+            extra["qk_norm"] = (sites[0].w, sites[1].w)
+        types = getattr(self.tl.cfg, "layer_types", None)
+        if types and types[layer] == "sliding_attention":  # a key is seen while query - key < window
+            extra["window"] = int(self.tl.original_model.config.sliding_window)
+        return extra
 
     def _layer_type(self, layer: int) -> str | None:
         """A bridged layer's attention kind ("sliding_attention", "full_attention") where its rotary embedding

@@ -110,7 +110,8 @@ def llama_like(arch: Any) -> bool:
 def split_hooks(model: Any, hooks: list[tuple[str, Callable]]) -> list[tuple[str, Callable]]:
     """TransformerLens-style forward hooks for a module whose attention cannot split its inputs (the bridge: HF
     attention on grouped kv heads): the per-head q/k/v input and hook_z hooks go to split_attention, run at each
-    block's input (after that point's own hooks), and its output replaces the block's ``hook_attn_out``."""
+    block's input (after that point's own hooks), and its output replaces the block's ``hook_attn_out`` (its post-norm's
+    input where it has one)."""
     per_layer: dict[int, list] = {layer: [] for layer in range(model.arch.n_layers)}
     out: list[tuple[str, Callable]] = []
     for name, fn in hooks:
@@ -127,13 +128,17 @@ def split_hooks(model: Any, hooks: list[tuple[str, Callable]]) -> list[tuple[str
     def attend(x: Any, hook: Any) -> None:
         layer = int(hook.name.split(".")[1])
         cos, sin = model.rope(layer, x.shape[1])[:2]
-        stash[layer] = split_attention(model.weights(layer), model.arch, eps, x, per_layer[layer], (cos, sin), {})[0]
+        extra = model.split_extra(layer) if hasattr(model, "split_extra") else {}  # Gemma 3's norms, window
+        stash[layer] = split_attention(model.weights(layer), model.arch, eps, x, per_layer[layer], (cos, sin), {},
+                                       **extra)[0]
 
     def replace(x: Any, hook: Any) -> Any:
         return stash.pop(int(hook.name.split(".")[1])).to(x.dtype)
 
+    # the attention's output, before a post-norm where the block has one (Gemma 3's ln1_post)
+    at = "ln1_post.hook_in" if model.arch.norm_placement == "pre+post" else "hook_attn_out"
     for layer in per_layer:
-        out += [(f"blocks.{layer}.hook_resid_pre", attend), (f"blocks.{layer}.hook_attn_out", replace)]
+        out += [(f"blocks.{layer}.hook_resid_pre", attend), (f"blocks.{layer}.{at}", replace)]
     return out
 
 
