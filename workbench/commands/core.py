@@ -174,15 +174,15 @@ BACKENDS = ("transformer_lens", "bridge", "nnsight")
 
 
 def info(model: str, device: str = DEVICE_OPTION, backend: str = typer.Option(
-        "transformer_lens", help="transformer_lens, bridge or nnsight."), dtype: str = DTYPE_OPTION,
-        as_json: bool = JSON_OPTION) -> None:
+        "tl", help="tl (TransformerLens, the default; transformer_lens too), nnsight or bridge: as attribute's."),
+        dtype: str = DTYPE_OPTION, as_json: bool = JSON_OPTION) -> None:
     """Print a model's architecture facts (a language model's are read from its config.json, nothing built)."""
     import workbench as wb
     from core.errors import MethodError
+    from core.models.backend_check import backend_name
     from workbench.commands.common import check_device
 
-    if backend not in BACKENDS:
-        raise MethodError(f"unknown --backend {backend!r}: {', '.join(BACKENDS)}")
+    backend = backend_name(backend)  # the names attribute takes, as the loader spells them
     llm = _is_llm(model)
     if not llm and backend != BACKENDS[0]:
         raise MethodError(f"--backend {backend} is for language models; {model} loads its own way")
