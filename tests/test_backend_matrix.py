@@ -7,7 +7,7 @@ nnsight remote path (same trace code, only the transport swapped; no network: on
 unknown backend. The nnsight column again on a tiny random Qwen 3 (per-head q/k norms) and a tiny random Gemma 3
 (q/k norms, post-norms, a scaled embedding, sliding windows shorter than the prompt), norm gains randomised,
 against TransformerLens on the same weights; the bridge column on that Gemma 3 too (per-layer rotary tables and
-windows, 1 + w gains, post-norms, circuits through split head inputs). The real
+windows, 1 + w gains, post-norms, circuits through split head inputs) and on that Qwen 3. The real
 smollm2-135m: tests/test_nnsight_smollm2.py; the real gemma3-270m: tests/test_nnsight_gemma3.py."""
 
 from __future__ import annotations
@@ -223,16 +223,27 @@ def gemma3_bridge(tiny_gemma3_dir, gemma3_pair):
 
 
 @pytest.fixture(scope="module")
-def qwen3_pair(tmp_path_factory, one_thread):
-    """(TransformerLens, nnsight) over a tiny random Qwen 3 (per-head q/k norms; 4 heads over 2 kv heads)."""
+def tiny_qwen3_dir(tmp_path_factory) -> Path:
+    """A tiny random Qwen 3 with smollm2's tokenizer (per-head q/k norms; 4 heads over 2 kv heads)."""
     from transformers import Qwen3Config
 
     cfg = Qwen3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                       num_key_value_heads=2, head_dim=8, vocab_size=49152, max_position_embeddings=128,
                       tie_word_embeddings=False, bos_token_id=1, eos_token_id=2)
     cfg.architectures = ["Qwen3ForCausalLM"]
-    path = _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-qwen3"), cfg)
-    return wb.load(str(path)), wb.load(str(path), backend="nnsight")
+    return _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-qwen3"), cfg)
+
+
+@pytest.fixture(scope="module")
+def qwen3_pair(tiny_qwen3_dir, one_thread):
+    """(TransformerLens, nnsight) over the tiny Qwen 3."""
+    return wb.load(str(tiny_qwen3_dir)), wb.load(str(tiny_qwen3_dir), backend="nnsight")
+
+
+@pytest.fixture(scope="module")
+def qwen3_bridge(tiny_qwen3_dir, qwen3_pair):
+    """The tiny Qwen 3 on the bridge backend."""
+    return wb.load(str(tiny_qwen3_dir), backend="bridge")
 
 
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
@@ -283,6 +294,14 @@ def test_engine_on_bridge_gemma3(gemma3_pair, gemma3_bridge, engine):
         assert "\n" not in msg and "the bridge backend" in msg and REFUSED_BRIDGE_GEMMA3[engine] in msg, msg
         return
     close(torch.as_tensor(ENGINES[engine](bridge)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_bridge_qwen3(qwen3_pair, qwen3_bridge, engine):
+    """The bridge on a Qwen 3 (per-head q/k norms, which its caches hold head first): TransformerLens' numbers for
+    every engine (15 gave other numbers without refusing before: the q/k norms were left out)."""
+    close(torch.as_tensor(ENGINES[engine](qwen3_bridge)).float(),
+          torch.as_tensor(ENGINES[engine](qwen3_pair[0])).float())
 
 
 def test_bridge_gemma3_count():
