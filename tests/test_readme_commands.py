@@ -391,11 +391,12 @@ def test_readme_slow_line_runs(cmd: Command, slow_env, monkeypatch):
     args = _filled(cmd.args, slow_env)
     exe = Path(sys.executable).parent / "workbench"
     program = [str(exe)] if cmd.args[0] == "workbench" else [sys.executable]
-    started = time.monotonic()
+    load, started = os.getloadavg()[0], time.monotonic()
     done = subprocess.run([*program, *args], cwd=slow_env["checkout"], env=slow_env["env"], capture_output=True,
                           text=True, timeout=4 * 3600)
     seconds = time.monotonic() - started
-    print(f"README line {cmd.line}: {seconds:.0f} s: {cmd.text}")
+    # the figures for results/cli/slow_suite.md (./dev test --slow -s): a time means little without the load
+    print(f"README line {cmd.line}: {seconds:.0f} s (load {load:.2f} -> {os.getloadavg()[0]:.2f}): {cmd.text}")
     assert done.returncode == 0, f"README line {cmd.line}: `{cmd.text}` exited {done.returncode}: " \
                                  f"{done.stderr[-2000:]}"
     assert done.stdout.strip() or cmd.args[0] == "python", f"README line {cmd.line}: no result on stdout"
