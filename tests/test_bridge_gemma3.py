@@ -1,7 +1,7 @@
 """The bridge backend (TransformerLens' TransformerBridge over HF's module) on the real gemma3-270m (q/k norms with
 1 + w gains, post-norms, sliding and full layers with their own rotary tables, 1 kv head) gives the TransformerLens
-backend's numbers: DPA (token, head) and an EAP circuit's edge scores (split head inputs), each within 1e-4 of the
-values' own scale. Every engine on a tiny random Gemma 3: tests/test_backend_matrix.py."""
+backend's numbers: DPA (token, head, qk), dpa_path, IFR, DLA and an EAP circuit's edge scores (split head inputs),
+each within 1e-4 of the values' own scale. Every engine on a tiny random Gemma 3: tests/test_backend_matrix.py."""
 
 from __future__ import annotations
 
@@ -37,12 +37,21 @@ def _close(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
     assert rel < REL_TOL, (what, rel)
 
 
-@pytest.mark.parametrize("level", ["token", "head"])
-def test_dpa_matches_transformer_lens(tl, bridge, level):
+@pytest.mark.parametrize(("method", "level"), [("dpa", "token"), ("dpa", "head"), ("dpa", "qk"),
+                                              ("dpa_path", "token"), ("ifr", "head")])
+def test_method_matches_transformer_lens(tl, bridge, method, level):
     def run(m):
-        return wb.attribute(m, CLEAN, target=" Mary", foil=" John", method="dpa", level=level).scores
+        return wb.attribute(m, CLEAN, target=" Mary", foil=" John", method=method, level=level).scores
 
-    _close(run(bridge), run(tl), f"dpa/{level}")
+    _close(run(bridge), run(tl), f"{method}/{level}")
+
+
+def test_dla_matches_transformer_lens(tl, bridge):
+    """DLA reads the post-norms' scales and their 1 + w gains."""
+    def run(m):
+        return wb.dla(m, CLEAN, target=" Mary", foil=" John").head_scores
+
+    _close(run(bridge), run(tl), "dla")
 
 
 def test_eap_circuit_matches_transformer_lens(tl, bridge):
