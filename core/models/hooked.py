@@ -93,6 +93,11 @@ def require(model: Any, engine: str) -> None:
 _SPLIT = ("per-head q/k/v inputs, which the bridge gives by computing the attention from them for Llama-style "
           "and Gemma 3 attention only (its own split_qkv_input fails on grouped kv heads)")
 BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
+# engines that read the norms around the sublayers, on families whose only norms follow them (OLMo-2): the bridge
+# names those norms ln1/ln2 as if they came first, and these engines gave other numbers than TransformerLens'
+_POST_ONLY = ("the norms after each sublayer (OLMo-2's placement), which the bridge's blocks present as norms before "
+              "them")
+BRIDGE_POST_ONLY_REFUSALS = frozenset({"dpa", "dpa_path", "ifr", "dla", "circuit", "information flow"})
 
 
 def _bridge_arch(tl: Any, arch: ArchInfo) -> ArchInfo:
@@ -181,7 +186,11 @@ class HookedModel:
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` does not run on this model's backend (what it needs), or None when it runs. The bridge
         splits head inputs itself (core/models/nnsight_split.py) for Llama-style and Gemma 3 attention only."""
-        if self.backend != "bridge" or (engine == "circuit" and _bridge_splits(self.arch)):
+        if self.backend != "bridge":
+            return None
+        if engine in BRIDGE_POST_ONLY_REFUSALS and getattr(self.tl.cfg, "architecture", None) in POST_NORM_FAMILIES:
+            return _POST_ONLY
+        if engine == "circuit" and _bridge_splits(self.arch):
             return None
         return BRIDGE_REFUSALS.get(engine)
 
