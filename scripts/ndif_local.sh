@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Issue 49 item 4: can NDIF's own server (PyPI `ndif` 0.1.2) serve an nnsight remote request on this CPU-only
 # machine? Reproduces what results/models/ndif_local.md reports. Everything lives outside the repo (/tmp);
-# the workbench's dependencies are not touched. Usage: scripts/ndif_local.sh [install|stock|cpu|stop]
+# the workbench's dependencies are not touched. Usage: scripts/ndif_local.sh [install|stock|cpu|request|stop]
 #   install  venv /tmp/ndif312 (python 3.12) with ndif[api,ray]==0.1.2 (pins nnsight 0.8.1, as the workbench)
 #   stock    ndif's own `ndif start` + `ndif deploy`: the controller sees no GPU node, nothing is placed
 #   cpu      Ray head advertising one logical GPU, the model actor swapped through ndif's actor-class
 #            setting for a CPU one (scripts/ndif_cpu_actor.py), then one remote request from the workbench
+#   request  only the requests of `cpu`, against a server already started (NO_REQUEST=1 scripts/ndif_local.sh cpu)
 #   stop     stop everything this script started (ndif stop + ray stop for /tmp/ndif_ray)
 set -euo pipefail
 HERE=$(cd "$(dirname "$0")/.." && pwd)
@@ -64,11 +65,15 @@ cpu)
   deploy "${ACTOR:-ndif_cpu_actor.CPUModelActor}"
   for _ in $(seq 30); do curl -s -m 10 http://127.0.0.1:8001/status | grep -q '"RUNNING"\|"running"' && break; sleep 10; done
   curl -s -m 10 http://127.0.0.1:8001/status; echo
+  [ -n "${NO_REQUEST:-}" ] && exit 0   # serve only; `request` runs the workbench's requests later
+  "$0" request
+  ;;
+request)
   cd "$HERE" && NDIF_HOST=http://127.0.0.1:8001 nice -n 10 .venv/bin/python scripts/ndif_local_request.py "$MODEL"
   ;;
 stop)
   ndif stop || true
   ray stop --force || true   # note: stops every Ray process of this user on the machine
   ;;
-*) echo "usage: $0 install|stock|cpu|stop" >&2; exit 2 ;;
+*) echo "usage: $0 install|stock|cpu|request|stop" >&2; exit 2 ;;
 esac

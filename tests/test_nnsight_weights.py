@@ -2,7 +2,8 @@
 module unreachable except while nnsight runs a trace (a guard on ``Module.__getattr__``, where ``mod.weight`` is
 looked up), every engine that runs on nnsight gives the TransformerLens backend's numbers. A model hosted on NDIF
 is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
-test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF). The same guard
+test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF, run as NDIF's
+server runs it: only the names the trace binds and saves come back). The same guard
 over a tiny Gemma 3 and a tiny Qwen 3 (their q/k norms, post-norms and per-kind rotary tables also read inside
 traces)."""
 
@@ -49,6 +50,53 @@ def _guard(mp: pytest.MonkeyPatch, nn) -> None:
     mp.setattr(LanguageModel, "interleave", interleave)
 
 
+def _as_a_server(backend, tracer) -> None:
+    """nnsight's local simulation run as NDIF's server runs a request (ndif 0.1.2, ``execute_traced_block``): the
+    block deserialised with its own copies of the variables it uses, executed, and only the names its frame binds
+    and saves sent back (through ``torch.save``, as the response is) into the caller's frame. nnsight's own
+    simulation executes the block against the caller's variables, so a container made before the trace and
+    filled inside it comes back filled there and empty from a real server; here it comes back empty too."""
+    import io
+
+    from nnsight.intervention.backends.remote import RemoteBackend
+    from nnsight.ndif import pull_env
+    from nnsight.schema.request import RequestModel
+    from nnsight.tracing.tracer import _saves, dec, inc
+
+    pull_env()
+    blob = RequestModel.serialize(tracer, compress=False)
+    hidden = backend._hide_local_modules()
+    try:
+        restored = RequestModel.deserialize(blob, backend.model._remoteable_persistent_objects(), compress=False)
+    finally:
+        backend._restore(hidden)
+    inc()
+    try:
+        restored.execute(restored.info.code)
+        saves = _saves()
+        result = {name: value for name, value in restored.info.frame.f_locals.items() if id(value) in saves}
+    finally:
+        dec()
+    buffer = io.BytesIO()
+    torch.save(result, buffer)
+    buffer.seek(0)
+    RemoteBackend._push(None, torch.load(buffer, weights_only=False), tracer)
+
+
+def _serve_like_ndif(mp: pytest.MonkeyPatch, nn) -> None:
+    """Every trace of ``nn`` through ``_as_a_server``, with no server to check."""
+    from nnsight.intervention.backends.local import LocalSimulationBackend
+
+    import core.models.remote as remote
+
+    mp.setattr(remote, "check_ndif", lambda *a, **k: None)  # no server to ask: the simulation is local
+    # the simulation imports the trace's modules afresh, as a server does; the suite's run-time shape checker
+    # (conftest's jaxtyping import hook) cannot instrument such a second import (a KeyError in its registry)
+    mp.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != "_JaxtypingFinder"])
+    mp.setattr(LocalSimulationBackend, "__call__", _as_a_server)
+    nn.remote = "local"
+
+
 @pytest.fixture(scope="module")
 def guarded(tiny_llama_dir, tiny_llama, one_thread):
     """An nnsight model behind the guard. The TransformerLens model loads first: its run-time shape checks import
@@ -62,17 +110,12 @@ def guarded(tiny_llama_dir, tiny_llama, one_thread):
 @pytest.fixture(scope="module")
 def simulated(tiny_llama_dir, tiny_llama, one_thread):
     """An nnsight model behind the guard whose traces go through nnsight's own remote simulation
-    (``remote="local"``: each request serialised and deserialised as for NDIF, then run in this process)."""
-    import core.models.remote as remote
-
+    (``remote="local"``: each request serialised and deserialised as for NDIF, run in this process as the server
+    runs it, only its saved names sent back: ``_as_a_server``)."""
     nn = wb.load(str(tiny_llama_dir), backend="nnsight")
     with pytest.MonkeyPatch.context() as mp:
         _guard(mp, nn)
-        mp.setattr(remote, "check_ndif", lambda *a, **k: None)  # no server to ask: the simulation is local
-        # the simulation imports the trace's modules afresh, as a server does; the suite's run-time shape checker
-        # (conftest's jaxtyping import hook) cannot instrument such a second import (a KeyError in its registry)
-        mp.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != "_JaxtypingFinder"])
-        nn.remote = "local"
+        _serve_like_ndif(mp, nn)
         yield nn
 
 
@@ -87,6 +130,22 @@ def test_the_guard_guards(guarded):
 def test_engine_reads_weights_only_inside_traces(guarded, tiny_llama, engine):
     got = torch.as_tensor(ENGINES[engine](guarded)).float()
     close(got, torch.as_tensor(ENGINES[engine](tiny_llama)).float())
+
+
+def test_the_simulation_returns_only_what_a_server_returns(simulated):
+    """As measured against ndif 0.1.2 (results/models/ndif_local.md): a dict made before the trace and filled inside
+    it comes back empty; one made inside and saved comes back with its values, as does a saved name."""
+    import nnsight
+
+    ids = torch.zeros(1, 3, dtype=torch.long)
+    outside: dict = {}
+    with simulated.lm.trace(ids, remote="local"):
+        box = nnsight.save({"h": simulated.lm.model.norm.output.save()})  # modules in execution order
+        outside["logits"] = simulated.lm.output.logits.save()
+        total = simulated.lm.output.logits.sum(-1).save()
+    assert outside == {}
+    assert tuple(total.shape) == (1, 3) and torch.isfinite(total).all()
+    assert list(box) == ["h"] and tuple(box["h"].shape[:2]) == (1, 3) and torch.isfinite(box["h"]).all()
 
 
 @pytest.mark.parametrize("engine", [e for e in ENGINES if e not in REFUSED["nnsight"] and not e.startswith("circuit")])
@@ -128,14 +187,10 @@ def test_qwen3_engine_reads_weights_only_inside_traces(guarded_qwen3, qwen3_pair
 def simulated_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811
     """The tiny Gemma 3 behind the guard, every trace through nnsight's remote simulation (its per-kind rotary
     tables are read from each layer's inputs: that too must survive serialisation)."""
-    import core.models.remote as remote
-
     nn = wb.load(str(tiny_gemma3_dir), backend="nnsight")
     with pytest.MonkeyPatch.context() as mp:
         _guard(mp, nn)
-        mp.setattr(remote, "check_ndif", lambda *a, **k: None)
-        mp.setattr(sys, "meta_path", [f for f in sys.meta_path if type(f).__name__ != "_JaxtypingFinder"])
-        nn.remote = "local"
+        _serve_like_ndif(mp, nn)
         yield nn
 
 

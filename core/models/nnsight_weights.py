@@ -39,14 +39,17 @@ class TracedWeights:
         return paths
 
     def _read_params(self) -> dict[str, Any]:
+        import nnsight
         import torch
 
         if self.remote:
             self._check_remote()
         paths = self._param_paths()
-        got: dict[str, Any] = {}
         ids = torch.zeros(1, 1, dtype=torch.long, device=self.device)
         with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+            # made and saved inside the trace: a server returns the names the body binds and saves, not the
+            # contents of a dict made before it
+            got: dict[str, Any] = nnsight.save({})
             for path in paths:
                 mod = self.lm
                 for p in path.split("."):
@@ -171,6 +174,7 @@ class TracedWeights:
         """{layer kind: (cos, sin) [seq, d_head]} from the model's own rotary embedding (its scaling included), as
         the first layer of each kind is given them, saved from a trace of placeholder ids of that length (once
         per length)."""
+        import nnsight
         import torch
 
         self._need_internals("the rotary tables")
@@ -180,9 +184,9 @@ class TracedWeights:
             firsts: dict[str, int] = {}
             for layer, kind in enumerate(self._layer_types()):
                 firsts.setdefault(kind, layer)
-            got: dict[str, tuple[Any, Any]] = {}
             ids = torch.zeros(1, seq, dtype=torch.long, device=self.device)
             with self._transport(), torch.no_grad(), self.lm.trace(ids, remote=self.remote):
+                got: dict[str, tuple[Any, Any]] = nnsight.save({})  # inside the trace: see _read_params
                 for kind, layer in sorted(firsts.items(), key=lambda item: item[1]):  # in execution order
                     cos, sin = self.lm.model.layers[layer].inputs[1]["position_embeddings"]
                     got[kind] = (cos.save(), sin.save())

@@ -39,6 +39,7 @@ from core.models.hooked import ArchInfo, HookedModel
 from core.models.nnsight_ndif import check_ndif as _check_host
 from core.models.nnsight_ndif import remote_timeout  # noqa: F401 - re-exported
 from core.models.nnsight_split import SERVED, SPLIT_HOOKS, split_attention
+from core.models.nnsight_state import hook_state, restore_state
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
     ATTN_ORDERS,
     ENGINE_NEEDS,
@@ -268,6 +269,7 @@ class NNsightModel(TracedWeights, HookedModel):
         metric as ``saved["metric"]``. ``logits_to_keep`` (Hugging Face's: the last n positions, or a tensor of
         them; None: no logits at all, the unembedding skipped) spares the unembedding of what nobody reads. The
         same code runs locally and, with ``remote=True``, on NDIF: only ``lm.trace``'s transport differs."""
+        import nnsight
         import torch
 
         # (layer, module value's order in the block, start 0 / hook 1 / save 2, name, action): nnsight reads
@@ -304,9 +306,6 @@ class NNsightModel(TracedWeights, HookedModel):
             self._params()  # the weights' own trace first: traces do not nest
         if self.remote:
             self._check_remote()
-        saved: dict[str, Any] = {}
-        raw: dict[tuple[int, str, str], Any] = {}
-        live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
         # the caller's grad mode (a circuit's backward after the trace, locally), or the traced backward's
         grad_mode = torch.enable_grad() if backward is not None or torch.is_grad_enabled() else torch.no_grad()
         if backward is not None:  # the metric reads one position: only it is unembedded
@@ -317,8 +316,15 @@ class NNsightModel(TracedWeights, HookedModel):
         options = {"logits_to_keep": logits_to_keep} if not isinstance(logits_to_keep, int) or logits_to_keep else {}
         # inside the trace a statement stays on one line where it can: nnsight's remote serialisation finds the
         # nested backward block by its lines (a call wrapped over two lines before it broke it, remote="local")
+        state = hook_state(fn for _, fn in [*self._active_hooks, *fwd_hooks])
         with self._transport():
             with grad_mode, self.lm.trace(ids, remote=self.remote, **options):
+                # the containers are made inside the trace and ``saved`` itself is saved: a server returns only the
+                # names the trace's body binds and saves, so a dict made outside and filled here comes back empty
+                saved: dict[str, Any] = nnsight.save({})
+                kept = nnsight.save(list(state))  # what the hooks keep, returned as a server returns it
+                raw: dict[tuple[int, str, str], Any] = {}
+                live: dict[str, Any] = {}  # the tensors whose gradients the backward reads, in forward order
                 for layer, _, kind, name, action in steps:
                     hook = self._parse(name)[1]
                     path, part = self._spec(hook)[:2]
@@ -358,6 +364,7 @@ class NNsightModel(TracedWeights, HookedModel):
                             saved["grad:" + name] = live[name][0].grad.view(live[name][1]).save()
                 keep = backward is None and logits.requires_grad  # a backward after the trace (local only)
                 logits = logits.save() if keep else logits.detach().save()
+        restore_state(state, kept)
         return logits, saved
 
     def _split_steps(self, steps: list) -> tuple[list, dict[int, list]]:
