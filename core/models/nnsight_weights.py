@@ -163,6 +163,24 @@ class TracedWeights:
             return None
         return tables[self._layer_types()[layer]]
 
+    def _pattern_of(self, layer: int, raw: dict, rope: Any) -> Any:
+        """A layer's attention pattern [batch, head, q, k] from its rotated queries and keys (their module values
+        in ``raw``, read in the trace): what the attention module returns as its weights when it runs eagerly. A
+        server's model (NDIF's: its default attention kernel) returns none."""
+        import torch
+
+        q, k = (self._derive(raw[(layer, self._spec(h)[0], "output")], h, rope)
+                for h in ("attn.hook_rot_q", "attn.hook_rot_k"))
+        p = q.shape[1]
+        k = k.repeat_interleave(q.shape[2] // k.shape[2], 2)
+        scale = self.attn_scale(layer) if self.layout in ("gemma3", "qwen3") else self.arch.d_head ** 0.5
+        scores = torch.einsum("bqhe,bkhe->bhqk", q.float(), k.float()) / scale
+        seen = torch.ones(p, p, dtype=torch.bool, device=q.device).tril()
+        window = self._window(layer) if self.layout in ("gemma3", "qwen3") else None
+        if window is not None:
+            seen = seen & ~torch.ones(p, p, dtype=torch.bool, device=q.device).tril(-window)
+        return scores.masked_fill(~seen, float("-inf")).softmax(-1).to(q.dtype)
+
     def _split_extra(self, layer: int) -> dict[str, Any]:
         """What split_attention needs beyond Llama's: q/k norm gains, attention scale and window (Gemma 3, Qwen 3)."""
         if self.layout not in ("gemma3", "qwen3"):

@@ -288,6 +288,11 @@ class NNsightModel(TracedWeights, HookedModel):
         for name in dict.fromkeys([*save, *grad_names]):
             layer, hook = self._parse(name)
             steps.append((layer, self._spec(hook)[2], 2, name, None))
+            if self.remote and hook == "attn.hook_pattern" and "attn.hook_rot_q" in self._hooks:
+                # a server's attention may return no weights (its default kernel): its rotated q and k are read
+                # (kind 4: fetched, not saved) for the pattern to be computed from them
+                for part in ("attn.hook_rot_q", "attn.hook_rot_k"):
+                    steps.append((layer, self._spec(part)[2], 4, f"blocks.{layer}.{part}", None))
         resid = None
         if start_at_layer is not None:
             resid = tokens
@@ -341,7 +346,11 @@ class NNsightModel(TracedWeights, HookedModel):
                     elif kind == 1 and hook == "hook_mlp_in":  # the MLP's own input: the residual is left as it is
                         out = action(value.clone(), _Hook(name))
                         self._module(layer, path).input = value.clone() if out is None else out
+                    elif kind == 4:  # read for a pattern (above)
+                        continue
                     elif kind == 2:
+                        if value is None and hook == "attn.hook_pattern":  # the server's attention gave no weights
+                            value = self._pattern_of(layer, raw, self._layer_rope(rope, layer))
                         saved[name] = value.detach().clone().save()
                         if name in grad_names:
                             live[name] = (self._base(raw[key], hook), value.shape)
@@ -404,7 +413,9 @@ class NNsightModel(TracedWeights, HookedModel):
                 raise
             from nnsight import CONFIG
 
-            first = str(exc).splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            # a server's error is its traceback: its last line names the exception, the first says nothing
+            first = (lines[-1] if lines[0].startswith("Traceback") else lines[0])[:300] if lines else type(exc).__name__
             raise BackendError(f"nnsight remote trace of {self.name} failed ({type(exc).__name__}: {first}); "
                                f"is {CONFIG.API.HOST} an NDIF server (nnsight.CONFIG.API.HOST), and is the model "
                                "hosted there?") from None
