@@ -52,6 +52,10 @@ stock)
 cpu)
   mkdir -p $NDIF_HOME $NDIF_RAY_TEMP_DIR
   ndif start redis api
+  # results larger than Redis' pubsub cap go to an object store (MinIO/rustfs at localhost:9000, not run here);
+  # ndif derives the cap from Redis' own limits (min(soft, hard / 2)): raised to 1 GiB, so the weights the
+  # workbench reads in one trace (540 MB for smollm2-135m) come back on the websocket
+  sleep 2; redis-cli -p 6379 config set client-output-buffer-limit "pubsub 2gb 1gb 60"
   # ndif's start.sh computes cuda_memory_bytes=0 and Ray sees no GPU: declare one logical GPU with 8 GB,
   # and put the CPU actor module on the workers' path.
   # GRPC_ENABLE_FORK_SUPPORT=0 as ndif's start.sh sets it: without it a second ray:// client (a second

@@ -307,8 +307,9 @@ class NNsightModel(TracedWeights, HookedModel):
         rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n")
         if split or any(self._spec(self._parse(s[3])[1])[3] in rotated for s in steps):
             rope = self._rope_tables(ids.shape[1])
-        if split:
-            self._params()  # the weights' own trace first: traces do not nest
+        # the weights' own trace first (traces do not nest), and only the split layers' go with the request: the
+        # model itself travels without its weight cache (__getstate__)
+        split_weights = {layer: (self.weights(layer), self._split_extra(layer)) for layer in split}
         if self.remote:
             self._check_remote()
         # the caller's grad mode (a circuit's backward after the trace, locally), or the traced backward's
@@ -340,8 +341,9 @@ class NNsightModel(TracedWeights, HookedModel):
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
                     elif kind == 3:  # this layer's attention from per-head inputs; the module's is skipped
-                        attn, w, extra = self._blocks()[layer].self_attn, self.weights(layer), self._split_extra(layer)
+                        w, extra = split_weights[layer]
                         rope_l = self._layer_rope(rope, layer)
+                        attn = self._blocks()[layer].self_attn
                         attn.skip(split_attention(w, self.arch, self._eps, value, split[layer], rope_l, saved, **extra))
                     elif kind == 1 and hook == "hook_mlp_in":  # the MLP's own input: the residual is left as it is
                         out = action(value.clone(), _Hook(name))
@@ -394,6 +396,13 @@ class NNsightModel(TracedWeights, HookedModel):
                 kept.append(step)
         kept += [(layer, 0, 3, f"blocks.{layer}.hook_resid_pre", None) for layer in split]
         return kept, split
+
+    def __getstate__(self) -> dict[str, Any]:
+        """A trace's body refers to this model, so it travels with every remote request: without the weights and
+        rotary tables read back from earlier traces (the whole model's weights would go up with each request)."""
+        state = self.__dict__.copy()
+        state["_param_cache"], state["_rope_cache"] = None, {}
+        return state
 
     def _check_remote(self) -> None:
         if not self._ndif_checked:
