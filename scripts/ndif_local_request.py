@@ -48,6 +48,7 @@ tl = wb.load("smollm2-135m")  # TransformerLens backend, local: the reference nu
 rm = NNsightModel(path, tokenizer=AutoTokenizer.from_pretrained(path), name="smollm2-135m", remote=True,
                   prepend_bos=tl.prepend_bos)
 prompt, target = "When Mary and John went to the store, John gave a drink to", " Mary"
+print("load average", os.getloadavg())
 for method, level in [("dpa", "token"), ("dpa", "head"), ("gradient", "token"), ("input_x_gradient", "token")]:
     ref = wb.attribute(tl, prompt, target, method=method, level=level).scores.float()
     t0 = time.perf_counter()
@@ -61,3 +62,4 @@ for method, level in [("dpa", "token"), ("dpa", "head"), ("gradient", "token"), 
     diff = (got - ref).abs().max().item()
     print(f"{method}/{level}: remote {dt:.2f}s, shape {tuple(got.shape)}, max|remote-TL| {diff:.3e}, "
           f"scale {scale:.3e}, relative {diff / scale:.2e}")
+print("load average", os.getloadavg())
