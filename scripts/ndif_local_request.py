@@ -49,7 +49,8 @@ rm = NNsightModel(path, tokenizer=AutoTokenizer.from_pretrained(path), name="smo
                   prepend_bos=tl.prepend_bos)
 prompt, target = "When Mary and John went to the store, John gave a drink to", " Mary"
 print("load average", os.getloadavg())
-for method, level in [("dpa", "token"), ("dpa", "head"), ("gradient", "token"), ("input_x_gradient", "token")]:
+for method, level in [("dpa", "token"), ("dpa", "head"), ("gradient", "token"), ("input_x_gradient", "token"),
+                      ("integrated_gradients", "token")]:
     ref = wb.attribute(tl, prompt, target, method=method, level=level).scores.float()
     t0 = time.perf_counter()
     try:
