@@ -51,7 +51,7 @@ stock)
   ;;
 cpu)
   mkdir -p $NDIF_HOME $NDIF_RAY_TEMP_DIR
-  ndif start redis api
+  (cd $NDIF_HOME && ndif start redis api)   # from there: redis writes its dump.rdb into its working directory
   # results larger than Redis' pubsub cap go to an object store (MinIO/rustfs at localhost:9000, not run here);
   # ndif derives the cap from Redis' own limits (min(soft, hard / 2)): raised to 1 GiB, so the weights the
   # workbench reads in one trace (540 MB for smollm2-135m) come back on the websocket
