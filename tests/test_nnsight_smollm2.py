@@ -5,15 +5,11 @@ gradient, integrated gradients, AtP, activation patching of heads and an EAP cir
 from __future__ import annotations
 
 import pytest
-import torch
 
 import workbench as wb
+from tests.backend_checks import attribute_scores, close, eap_scores, head_patching
 
 pytestmark = [pytest.mark.real, pytest.mark.slow, pytest.mark.usefixtures("one_thread")]
-
-CLEAN = "When Mary and John went out, John gave it to"
-CORRUPTED = "When Mary and John went out, Mary gave it to"
-REL_TOL = 1e-4
 
 
 @pytest.fixture(scope="module")
@@ -21,48 +17,23 @@ def nn():
     return wb.load("smollm2-135m", backend="nnsight")
 
 
-def _close(got: torch.Tensor, ref: torch.Tensor, what: str) -> None:
-    got, ref = torch.as_tensor(got).float(), torch.as_tensor(ref).float()
-    assert got.shape == ref.shape
-    scale = float(ref.abs().max())
-    assert scale > 0 and float(got.abs().max()) > 0, what
-    rel = float((got - ref).abs().max()) / scale
-    print(f"smollm2-135m {what}: against TransformerLens, max difference / scale = {rel:.1e}")
-    assert rel < REL_TOL, (what, rel)
-
-
 @pytest.mark.parametrize(("method", "level", "params"), [
     ("dpa", "token", {}), ("dpa", "head", {}), ("gradient", "head", {}),
     ("integrated_gradients", "token", {"steps": 4}), ("atp", "head", {})])
 def test_method_matches_transformer_lens(smollm2, nn, method, level, params):
-    def run(m):
-        return wb.attribute(m, CLEAN, target=" Mary", foil=" John", method=method, level=level, **params).scores
-
-    _close(run(nn), run(smollm2), f"{method}/{level}")
+    close(attribute_scores(nn, method, level, **params), attribute_scores(smollm2, method, level, **params),
+          f"smollm2-135m {method}/{level}")
 
 
 def test_head_patching_matches_transformer_lens(smollm2, nn):
-    def run(m):
-        return wb.patch(m, CLEAN, CORRUPTED, " Mary", " John", site="heads").effect
-
-    _close(run(nn), run(smollm2), "patch (heads)")
+    close(head_patching(nn), head_patching(smollm2), "smollm2-135m patch (heads)")
 
 
 def test_eap_circuit_matches_transformer_lens(smollm2, nn):
-    rows = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
-
-    def run(m):
-        return wb.circuit(m, rows, method="eap", edges=20, evaluate=False).scores
-
-    _close(run(nn), run(smollm2), "EAP circuit edge scores")
+    close(eap_scores(nn), eap_scores(smollm2), "smollm2-135m EAP circuit edge scores")
 
 
 def test_bridge_eap_circuit_matches_transformer_lens(smollm2):
     """The bridge's split head inputs (computed attention, grouped kv heads ungrouped) on the real model."""
     bridge = wb.load("smollm2-135m", backend="bridge")
-    rows = [{"prompt": CLEAN, "target": " Mary", "foil": " John", "corrupt": CORRUPTED}]
-
-    def run(m):
-        return wb.circuit(m, rows, method="eap", edges=20, evaluate=False).scores
-
-    _close(run(bridge), run(smollm2), "EAP circuit edge scores (bridge)")
+    close(eap_scores(bridge), eap_scores(smollm2), "smollm2-135m EAP circuit edge scores (bridge)")
