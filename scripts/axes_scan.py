@@ -10,7 +10,7 @@ Tensor in it sits in a jaxtyping dtype (Float[torch.Tensor, "..."], Int[...], ..
 ``# mixed shapes`` is counted as mixed (the values really differ in shape, e.g. a state_dict), not as bare.
 Functions defined inside another function and methods of private classes are no public API: they are counted
 apart as "inner" (names starting with "_" are left out either way).
-Skips the NNsight/remote backends (issue 48 item 6 leaves them to another change).
+The nnsight transport modules hold no tensor annotation (their values are trace proxies, typed Any).
 """
 from __future__ import annotations
 
@@ -19,7 +19,6 @@ import pathlib
 import sys
 
 ROOTS = ("core", "attribution", "circuits")
-SKIP = ("core/models/remote.py", "core/models/nnsight_")
 DTYPES = ("Float[", "Int[", "Bool[", "Shaped[", "Num[", "Real[", "Integer[", "Inexact[", "UInt[", "Complex[")
 MIXED = "# mixed shapes"
 
@@ -99,9 +98,7 @@ def main(argv: list[str]) -> int:
     rows = []
     for root in roots:
         for p in sorted((repo / root).rglob("*.py")):
-            rel = p.relative_to(repo)
-            if not any(str(rel).startswith(s) for s in SKIP):
-                rows += scan(p, rel)
+            rows += scan(p, p.relative_to(repo))
     for scope in ("public", "inner"):
         counts = {k: sum(1 for s, kk, _ in rows if s == scope and kk == k) for k in ("named", "bare", "mixed")}
         print(f"{scope}: named {counts['named']} bare {counts['bare']} mixed {counts['mixed']}")
