@@ -42,12 +42,19 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-def _save_tiny(path: Path, config) -> Path:
+def _save_tiny(path: Path, config, gain_noise: float = 0.0) -> Path:
+    """A random model of ``config`` with smollm2's tokenizer; ``gain_noise`` > 0 also makes every 1-D weight (norm
+    gains, biases) random, so that a norm multiplying by 1 + w cannot hide a missing 1 behind a zero w."""
     import torch
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(0)
     model = AutoModelForCausalLM.from_config(config)
+    if gain_noise:
+        with torch.no_grad():
+            for p in model.parameters():
+                if p.dim() == 1:
+                    p.add_(gain_noise * torch.randn_like(p))
     model.save_pretrained(path)
     for name in TOKENIZER_FILES:
         shutil.copy(_smollm2_tokenizer_dir() / name, path / name)

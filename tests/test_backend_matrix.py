@@ -177,21 +177,9 @@ def reference(tiny_llama):
 def _tiny_with_random_gains(path: Path, cfg) -> Path:
     """A random model of ``cfg`` with smollm2's tokenizer, its norm gains random too (Gemma's norms multiply by
     1 + w: a zero w would hide a missing 1)."""
-    import shutil
+    from conftest import _save_tiny
 
-    from conftest import TOKENIZER_FILES, _smollm2_tokenizer_dir
-    from transformers import AutoModelForCausalLM
-
-    torch.manual_seed(0)
-    hf = AutoModelForCausalLM.from_config(cfg)
-    with torch.no_grad():
-        for p in hf.parameters():
-            if p.dim() == 1:
-                p.add_(0.3 * torch.randn_like(p))
-    hf.save_pretrained(path)
-    for name in TOKENIZER_FILES:
-        shutil.copy(_smollm2_tokenizer_dir() / name, path / name)
-    return path
+    return _save_tiny(path, cfg, gain_noise=0.3)
 
 
 @pytest.fixture(scope="module")

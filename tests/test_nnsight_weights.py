@@ -95,7 +95,7 @@ def _as_a_server(backend, tracer) -> None:
     buffer = io.BytesIO()
     torch.save(result, buffer)
     buffer.seek(0)
-    RemoteBackend._push(None, torch.load(buffer, weights_only=False), tracer)
+    RemoteBackend._push(None, torch.load(buffer, weights_only=True), tracer)  # tensors, dicts, lists, numbers
 
 
 def _serve_like_ndif(mp: pytest.MonkeyPatch, nn) -> None:
