@@ -29,6 +29,7 @@ import torch
 from jaxtyping import Float, Int
 
 from core.errors import BackendError, PromptError, RangeError, TokenError, check_range
+from core.models import bridge_rotary
 from core.models.arch import POST_NORM_FAMILIES, ArchInfo, arch_from_cfg  # noqa: F401 - re-exported
 from core.models.decode import decode
 from core.models.tokens import Encoding, SymbolTokenizer, check_prompt, single_token
@@ -98,6 +99,10 @@ BRIDGE_REFUSALS: dict[str, str] = {"circuit": _SPLIT}
 _POST_ONLY = ("the norms after each sublayer (OLMo-2's placement), which the bridge's blocks present as norms before "
               "them")
 BRIDGE_POST_ONLY_REFUSALS = frozenset({"dpa", "dpa_path", "ifr", "dla", "circuit", "information flow"})
+
+
+# what HF MLPs call their activation, per family (TransformerLens' JointGateUpMLPBridge looks in the same places)
+_HF_ACT_NAMES = ("act_fn", "activation_fn", "act", "activation")
 
 
 def _bridge_arch(tl: Any, arch: ArchInfo) -> ArchInfo:
@@ -172,6 +177,8 @@ class HookedModel:
         self.arch = arch or arch_from_cfg(tl.cfg)
         if backend == "bridge":
             self.arch = _bridge_arch(tl, self.arch)
+        # a bridged fused-qkv rotary attention (Phi-3, GPT-NeoX) never fires hook_rot_q/k: core.models.bridge_rotary
+        self._rot_unfired = backend == "bridge" and self.arch.positional == "rope" and not bridge_rotary.rot_fires(tl)
         self.info = info or {}
 
     def __repr__(self) -> str:
@@ -288,11 +295,13 @@ class HookedModel:
             pad = getattr(self.tokenizer, "pad_token_id", None)
             x = torch.full(resid.shape[:2], 1 if pad == 0 else 0, dtype=torch.long, device=resid.device)
             start = self.check_layer(start_at_layer)
-            # replaced where it is made (the block before's output), so that hooks a caller put on this
-            # block's hook_resid_pre (a patch) still act on it afterwards
-            at = f"blocks.{start - 1}.hook_resid_post" if start > 0 else \
-                ("hook_embed" if self.arch.positional != "learned" else "blocks.0.hook_resid_pre")
+            # replaced where it is made (the block before's output, or the embedding), so that hooks a caller put
+            # on this block's hook_resid_pre (a patch) still act on it afterwards; with learned positions the
+            # token embedding takes it and the positional one adds nothing (GPT-2: the patch at layer 0 was lost)
+            at = f"blocks.{start - 1}.hook_resid_post" if start > 0 else "hook_embed"
             hooks.append((at, lambda act, hook: resid.to(act.dtype)))
+            if start == 0 and self.arch.positional == "learned":
+                hooks.append(("hook_pos_embed", lambda act, hook: torch.zeros_like(act)))
         kept: dict[str, Any] = {}
         if stop_at_layer is not None:
             stop = int(stop_at_layer) % (self.arch.n_layers + 1) if stop_at_layer < 0 else int(stop_at_layer)
@@ -316,9 +325,16 @@ class HookedModel:
         if isinstance(names_filter, list | tuple | set | frozenset):
             # TransformerLens tests a list filter by linear search at every hook point; a set is O(1)
             names_filter = frozenset(names_filter).__contains__
+        rot = getattr(self, "_rot_unfired", False)
+        if rot:  # the rotated q/k are made from hook_q / hook_k where the bridge's attention leaves them unfired
+            asked = (names_filter if callable(names_filter) else (lambda _: True) if names_filter is None
+                     else frozenset([names_filter]).__contains__)
+            names_filter = bridge_rotary.with_unrotated(asked)
         out = self.tl.run_with_cache(self._tokens(tokens), names_filter=names_filter, **kwargs)
         if self.backend == "bridge" and self.arch.qk_norm == "head":
             _qk_norm_as_tl(out[1])
+        if rot:
+            bridge_rotary.fill_rotated(self, out[1], asked)
         return out
 
     def run_with_hooks(self, tokens: ModelInput, fwd_hooks=(), bwd_hooks=(), **kwargs: Any) -> Any:
@@ -331,7 +347,10 @@ class HookedModel:
             yield m
 
     def _split_hooks(self, fwd_hooks) -> list:
-        """The hooks as given, or inside the bridge's split_inputs those that split head inputs themselves."""
+        """The hooks as given, or inside the bridge's split_inputs those that split head inputs themselves (and
+        on a bridge that never fires hook_rot_q/k, hooks there moved to hook_q/k, core.models.bridge_rotary)."""
+        if getattr(self, "_rot_unfired", False):
+            fwd_hooks = bridge_rotary.rot_hooks(self, list(fwd_hooks))
         if self.backend == "bridge" and self.arch.qk_norm == "head":
             fwd_hooks = [(name, _qk_norm_hook(fn) if ".q_norm.hook_" in name or ".k_norm.hook_" in name else fn)
                          for name, fn in fwd_hooks]
@@ -529,8 +548,18 @@ class HookedModel:
 
     def act_fn(self, layer: int
                ) -> Callable[[Float[torch.Tensor, "*batch d_mlp"]], Float[torch.Tensor, "*batch d_mlp"]]:
-        """The MLP activation of a layer, as a function on tensors."""
-        return self.tl.blocks[self.check_layer(layer)].mlp.act_fn
+        """The MLP activation of a layer, as a function on tensors. On the bridge it is the HF MLP's own, under
+        whichever name its family gives it (Phi-3: activation_fn, GPT-2 / GPT-NeoX: act), as the bridge reads it."""
+        mlp = self.tl.blocks[self.check_layer(layer)].mlp
+        if self.backend != "bridge":
+            return mlp.act_fn
+        hf = getattr(mlp, "original_component", None) or mlp
+        for attr in _HF_ACT_NAMES:
+            fn = getattr(hf, attr, None)
+            if callable(fn):
+                return fn
+        raise BackendError(f"the bridge backend ({self.name}) gives no MLP activation for layer {layer}: its HF MLP "
+                           f"({type(hf).__name__}) names none of {', '.join(_HF_ACT_NAMES)}")
 
     def attn_scale(self, layer: int) -> float:
         """The divisor of a layer's attention scores (sqrt(d_head) unless the model says otherwise)."""
