@@ -234,6 +234,26 @@ def qwen3_bridge(tiny_qwen3_dir, qwen3_pair):
     return wb.load(str(tiny_qwen3_dir), backend="bridge")
 
 
+@pytest.fixture(scope="module")
+def tiny_gemma2_dir(tmp_path_factory) -> Path:
+    """A tiny random Gemma 2 with smollm2's tokenizer: 2 layers (sliding, full; window 4), 4 heads over 2 kv heads,
+    soft caps on the attention scores and the logits small enough that their slopes are far from 1."""
+    from transformers import Gemma2Config
+
+    cfg = Gemma2Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=8, vocab_size=49152, max_position_embeddings=128,
+                       sliding_window=4, query_pre_attn_scalar=8, attn_logit_softcapping=2.0,
+                       final_logit_softcapping=3.0, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg.architectures = ["Gemma2ForCausalLM"]
+    return _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-gemma2"), cfg)
+
+
+@pytest.fixture(scope="module")
+def gemma2_pair(tiny_gemma2_dir, one_thread):
+    """(TransformerLens, nnsight) over the tiny Gemma 2."""
+    return wb.load(str(tiny_gemma2_dir)), wb.load(str(tiny_gemma2_dir), backend="nnsight")
+
+
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
     """``got`` equals ``ref`` within REL_TOL of ref's own scale; neither may be all zeros (a backend that gave
     zeros, or a reference that cannot tell one from the truth, fails)."""
@@ -301,6 +321,14 @@ def test_bridge_gemma3_count():
 def test_engine_on_nnsight_qwen3(qwen3_pair, engine):
     """The same on a Qwen 3 (q/k norms before the transpose, gains w)."""
     tl, nn = qwen3_pair
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_nnsight_gemma2(gemma2_pair, engine):
+    """The same on a Gemma 2 (soft caps on the attention scores and the logits, post-norms, 1 + w gains, a scaled
+    embedding, query_pre_attn_scalar, a sliding window shorter than the prompt)."""
+    tl, nn = gemma2_pair
     close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 

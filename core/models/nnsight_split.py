@@ -9,7 +9,8 @@ with that result (nnsight's ``Envoy.skip``); on TransformerLens' bridge, whose a
 heads, in a hook at the block's input whose result replaces ``hook_attn_out`` (core.models.hooked). Llama-style
 attention (llama, mistral, qwen2): RMSNorm before it, RoPE over halves, a causal softmax scaled by 1 / sqrt(d_head),
 no q/k norms, post-norms or soft caps; with ``qk_norm``, ``scale`` and ``window`` Gemma 3's (per-head q/k RMSNorms
-before RoPE, 1 / sqrt(query_pre_attn_scalar), sliding windows; its post-norm runs after, in the module)."""
+before RoPE, 1 / sqrt(query_pre_attn_scalar), sliding windows; its post-norm runs after, in the module); with
+``softcap`` Gemma 2's (its scores capped before the mask)."""
 
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks: list[tuple[str, Callable | None]],
                     rope: tuple[Any, Any], saved: dict[str, Any], qk_norm: tuple[Any, Any] | None = None,
-                    scale: float | None = None, window: int | None = None) -> tuple[Any, Any]:
+                    scale: float | None = None, window: int | None = None, softcap: float | None = None
+                    ) -> tuple[Any, Any]:
     """(attention output [batch, pos, d_model], pattern [batch, head, q, k]) of a layer (weights ``w`` in
     TransformerLens' layout, kv heads repeated; RMSNorm epsilon ``eps``) from the residual stream entering it,
     each head reading its own hooked copy. ``hooks``: (hook name, fn) in the order TransformerLens runs them, fn
     None to save the value into ``saved`` (hook_z only, inside an nnsight trace). ``qk_norm``: (q gain, k gain) of
     per-head RMSNorms as TransformerLens holds them (Gemma's 1 + w); ``scale``: the scores' divisor (sqrt(d_head)
-    when None); ``window``: a key is seen while query - key < window."""
+    when None); ``window``: a key is seen while query - key < window; ``softcap``: scores -> cap * tanh(scores /
+    cap) before the mask (Gemma 2)."""
     import torch
 
     a = arch
@@ -81,6 +84,8 @@ def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks:
     cos, sin = (t[:p, None, :].to(resid.device, resid.dtype) for t in rope)  # [pos, 1, d_head]
     q, k = _rotate(heads["q"], cos, sin), _rotate(heads["k"], cos, sin)
     scores = torch.einsum("bqhe,bkhe->bhqk", q, k).float() / (a.d_head ** 0.5 if scale is None else scale)
+    if softcap:
+        scores = softcap * torch.tanh(scores / softcap)
     causal = torch.ones(p, p, dtype=torch.bool, device=resid.device).tril()
     if window is not None:
         causal = causal & ~torch.ones(p, p, dtype=torch.bool, device=resid.device).tril(-window)

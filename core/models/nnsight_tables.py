@@ -104,11 +104,39 @@ QWEN3_HOOKS = {
     "hook_mlp_out": ("mlp", "output", 12, None),
     "hook_resid_post": ("", "output", 13, None),
 }
+# Gemma 2 blocks: Gemma 3's without q/k norms, with a soft cap on the attention scores (TransformerLens'
+# hook_attn_scores: capped, masked entries -inf, computed from the rotated q and k as the pattern's module reads them)
+GEMMA2_HOOKS = {
+    "hook_resid_pre": ("", "input", 0, None),
+    "ln1.hook_scale": ("", "input", 0, "scale"),
+    "ln1.hook_normalized": ("", "input", 0, "normalized"),
+    "attn.hook_q": ("self_attn.q_proj", "output", 1, "q"),
+    "attn.hook_rot_q": ("self_attn.q_proj", "output", 1, "rot_q"),
+    "attn.hook_k": ("self_attn.k_proj", "output", 2, "kv"),
+    "attn.hook_rot_k": ("self_attn.k_proj", "output", 2, "rot_kv"),
+    "attn.hook_v": ("self_attn.v_proj", "output", 3, "kv"),
+    "attn.hook_z": ("self_attn.o_proj", "input", 4, "q"),
+    "attn.hook_attn_scores": ("self_attn", "output1", 5, "scores"),
+    "attn.hook_pattern": ("self_attn", "output1", 5, None),
+    "ln1_post.hook_scale": ("post_attention_layernorm", "input", 6, "scale"),
+    "ln1_post.hook_normalized": ("post_attention_layernorm", "input", 6, "normalized"),
+    "hook_attn_out": ("post_attention_layernorm", "output", 7, None),
+    "hook_resid_mid": ("pre_feedforward_layernorm", "input", 8, None),
+    "ln2.hook_scale": ("pre_feedforward_layernorm", "input", 8, "scale"),
+    "ln2.hook_normalized": ("pre_feedforward_layernorm", "input", 8, "normalized"),
+    "mlp.hook_pre": ("mlp.gate_proj", "output", 9, None),
+    "mlp.hook_pre_linear": ("mlp.up_proj", "output", 10, None),
+    "mlp.hook_post": ("mlp.down_proj", "input", 11, None),
+    "ln2_post.hook_scale": ("post_feedforward_layernorm", "input", 12, "scale"),
+    "ln2_post.hook_normalized": ("post_feedforward_layernorm", "input", 12, "normalized"),
+    "hook_mlp_out": ("post_feedforward_layernorm", "output", 13, None),
+    "hook_resid_post": ("", "output", 14, None),
+}
 # the orders of the attention's internals per layout (split inputs replace the module's attention: none of them run)
-ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8)}
+ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8), "gemma2": range(1, 6)}
 # the module whose input is the MLP's own input (TransformerLens' hook_mlp_in), per layout: (path, order)
 MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10),
-          "qwen3": ("post_attention_layernorm", 8)}
+          "qwen3": ("post_attention_layernorm", 8), "gemma2": ("pre_feedforward_layernorm", 8)}
 # hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
 GLOBAL_HOOKS = {
     "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
@@ -117,22 +145,41 @@ GLOBAL_HOOKS = {
                "ln_final.hook_scale": ("model.norm", "input", None),
                "ln_final.hook_normalized": ("model.norm", "input", None)},
 }
-GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["llama+"]
+GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["gemma2"] = GLOBAL_HOOKS["llama+"]
 # derived: a hook reads them, cannot change them
 READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t",
-             "rot_q_n", "rot_kv_n"}
+             "rot_q_n", "rot_kv_n", "scores"}
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
 GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
 QWEN3 = frozenset({"qwen3"})  # Llama-style with per-head q/k norms
+GEMMA2 = frozenset({"gemma2"})  # Gemma 3's layout without q/k norms, soft caps on attention scores and logits
+
+
+def layout_of(config: Any) -> str:
+    """The nnsight backend's layout of a model of this config (a config.json dict or a transformers config): the
+    hook table it reads ("gpt2" and "llama": hooks only; the others every internal)."""
+    get = config.get if isinstance(config, dict) else (lambda key: getattr(config, key, None))
+    kind = get("model_type")
+    if kind == "gpt2":
+        return "gpt2"
+    if kind in LLAMA_LIKE:
+        return "llama+"
+    if kind in QWEN3:
+        return "qwen3"
+    if kind in GEMMA2:
+        return "gemma2"
+    if kind in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping"):
+        return "gemma3"
+    return "llama"
+
+
+INTERNAL_LAYOUTS = frozenset({"llama+", "qwen3", "gemma2", "gemma3"})
 
 
 def serves_internals(config: Any) -> bool:
     """Whether the nnsight backend gives every internal (the "internals" engines) for a model of this config (a
-    config.json dict or a transformers config): Llama-style, Qwen 3, or Gemma 3 without soft caps."""
-    get = config.get if isinstance(config, dict) else (lambda key: getattr(config, key, None))
-    if get("model_type") in LLAMA_LIKE | QWEN3:
-        return True
-    return get("model_type") in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping")
+    config.json dict or a transformers config): Llama-style, Qwen 3, Gemma 2, or Gemma 3 without soft caps."""
+    return layout_of(config) in INTERNAL_LAYOUTS
 
 
 HOOK_NAME = re.compile(r"^blocks\.(\d+)\.(.+)$")
@@ -153,8 +200,8 @@ ENGINE_NEEDS: dict[str, str] = {
 }
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
-                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}), Qwen 3 "
-                 "and Gemma 3 without soft caps only",
+                 f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}), Qwen 3, "
+                 "Gemma 2 and Gemma 3 without soft caps only",
     "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
                       "the trace), which a remote trace cannot return; run circuits on a local model",
 }

@@ -32,7 +32,7 @@ class TracedWeights:
                  "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
         if self.layout in ("gemma3", "qwen3"):
             parts += ["self_attn.q_norm", "self_attn.k_norm"]
-        if self.layout == "gemma3":
+        if self._gemma:
             parts += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for l in range(self.arch.n_layers):
             paths += [f"model.layers.{l}.{part}" for part in parts]
@@ -66,11 +66,11 @@ class TracedWeights:
     def _norm_w(self, path: str) -> Any:
         """An RMSNorm's gain as TransformerLens holds it: Gemma's norms multiply by 1 + weight."""
         w = self._param(path + ".weight")
-        return w + 1.0 if self.layout == "gemma3" else w
+        return w + 1.0 if self._gemma else w
 
     def _mlp_norm(self) -> str:
         """The module name of the norm before the MLP (TransformerLens' ln2)."""
-        return "pre_feedforward_layernorm" if self.layout == "gemma3" else "post_attention_layernorm"
+        return "pre_feedforward_layernorm" if self._gemma else "post_attention_layernorm"
 
     def has_mlp(self, layer: int) -> bool:
         self.check_layer(layer)
@@ -114,7 +114,7 @@ class TracedWeights:
                  "attn_post": None,
                  "mlp_pre": NormSite(h + "ln2.hook_scale", self._norm_w(b + self._mlp_norm()), None),
                  "mlp_post": None}
-        if self.layout == "gemma3":  # post-norms on both sublayers' outputs, before the residual adds them
+        if self._gemma:  # post-norms on both sublayers' outputs, before the residual adds them
             sites["attn_post"] = NormSite(h + "ln1_post.hook_scale", self._norm_w(b + "post_attention_layernorm"),
                                           None)
             sites["mlp_post"] = NormSite(h + "ln2_post.hook_scale", self._norm_w(b + "post_feedforward_layernorm"),
@@ -138,17 +138,18 @@ class TracedWeights:
         return ACT2FN[self.arch.act_fn]
 
     def attn_scale(self, layer: int) -> float:
-        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim); Gemma 3 by
-        1 / sqrt(query_pre_attn_scalar) (config facts, no weight)."""
+        """sqrt(d_head): Llama-style attention (llama, mistral, qwen2) scales by 1 / sqrt(head_dim); Gemma 2 and 3
+        by 1 / sqrt(query_pre_attn_scalar) (config facts, no weight)."""
         self.check_layer(layer)
         self._need_internals("the attention scale")
-        if self.layout == "gemma3":
+        if self._gemma:
             return float(self.lm.config.query_pre_attn_scalar) ** 0.5
         return float(self.arch.d_head) ** 0.5
 
     def _layer_types(self) -> list[str]:
-        """Each layer's attention kind (Gemma 3, Qwen 3: sliding or full; Gemma's each with its own rotary tables)."""
-        types = getattr(self.lm.config, "layer_types", None) if self.layout in ("gemma3", "qwen3") else None
+        """Each layer's attention kind (Gemma 2 and 3, Qwen 3: sliding or full; Gemma 3's each with its own rotary
+        tables)."""
+        types = getattr(self.lm.config, "layer_types", None) if self.layout in ("gemma2", "gemma3", "qwen3") else None
         return list(types) if types else ["full_attention"] * self.arch.n_layers
 
     def _window(self, layer: int) -> int | None:
@@ -163,30 +164,44 @@ class TracedWeights:
             return None
         return tables[self._layer_types()[layer]]
 
-    def _pattern_of(self, layer: int, raw: dict, rope: Any) -> Any:
-        """A layer's attention pattern [batch, head, q, k] from its rotated queries and keys (their module values
-        in ``raw``, read in the trace): what the attention module returns as its weights when it runs eagerly. A
-        server's model (NDIF's: its default attention kernel) returns none."""
+    def _scores_of(self, layer: int, raw: dict, rope: Any, cast: bool = True) -> Any:
+        """A layer's attention scores [batch, head, q, k] as TransformerLens' hook_attn_scores holds them, from its
+        rotated queries and keys (their module values in ``raw``, read in the trace): divided by the attention
+        scale, soft-capped where the model caps them (Gemma 2), -inf outside the causal (sliding) window; in float32
+        unless ``cast``."""
         import torch
 
         q, k = (self._derive(raw[(layer, self._spec(h)[0], "output")], h, rope)
                 for h in ("attn.hook_rot_q", "attn.hook_rot_k"))
         p = q.shape[1]
         k = k.repeat_interleave(q.shape[2] // k.shape[2], 2)
-        scale = self.attn_scale(layer) if self.layout in ("gemma3", "qwen3") else self.arch.d_head ** 0.5
-        scores = torch.einsum("bqhe,bkhe->bhqk", q.float(), k.float()) / scale
+        scores = torch.einsum("bqhe,bkhe->bhqk", q.float(), k.float()) / self.attn_scale(layer)
+        cap = self.arch.attn_softcap
+        if cap:
+            scores = cap * torch.tanh(scores / cap)
         seen = torch.ones(p, p, dtype=torch.bool, device=q.device).tril()
-        window = self._window(layer) if self.layout in ("gemma3", "qwen3") else None
+        window = self._window(layer)
         if window is not None:
             seen = seen & ~torch.ones(p, p, dtype=torch.bool, device=q.device).tril(-window)
-        return scores.masked_fill(~seen, float("-inf")).softmax(-1).to(q.dtype)
+        scores = scores.masked_fill(~seen, float("-inf"))
+        return scores.to(q.dtype) if cast else scores
+
+    def _pattern_of(self, layer: int, raw: dict, rope: Any) -> Any:
+        """A layer's attention pattern [batch, head, q, k] from its scores (``_scores_of``): what the attention
+        module returns as its weights when it runs eagerly. A server's model (NDIF's: its default attention
+        kernel) returns none."""
+        scores = self._scores_of(layer, raw, rope, cast=False)
+        dtype = self._base(raw[(layer, self._spec("attn.hook_rot_q")[0], "output")], "attn.hook_rot_q").dtype
+        return scores.softmax(-1).to(dtype)
 
     def _split_extra(self, layer: int) -> dict[str, Any]:
-        """What split_attention needs beyond Llama's: q/k norm gains, attention scale and window (Gemma 3, Qwen 3)."""
-        if self.layout not in ("gemma3", "qwen3"):
+        """What split_attention needs beyond Llama's: q/k norm gains, attention scale, window and soft cap (Gemma 2
+        and 3, Qwen 3)."""
+        if self.layout not in ("gemma2", "gemma3", "qwen3"):
             return {}
         sites = self.qk_norm_sites(layer)
-        return {"qk_norm": (sites[0].w, sites[1].w), "scale": self.attn_scale(layer), "window": self._window(layer)}
+        return {"qk_norm": None if sites is None else (sites[0].w, sites[1].w), "scale": self.attn_scale(layer),
+                "window": self._window(layer), "softcap": self.arch.attn_softcap}
 
     def _rope_tables(self, seq: int) -> dict[str, tuple[Any, Any]]:
         """{layer kind: (cos, sin) [seq, d_head]} from the model's own rotary embedding (its scaling included), as
@@ -225,7 +240,7 @@ class TracedWeights:
         eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-        if self.layout == "gemma3":
+        if self._gemma:
             return (h * w.float()).to(x.dtype)
         return w * h.to(x.dtype)
 
@@ -236,8 +251,12 @@ class TracedWeights:
         return self._final_norm(resid) @ self.W_U
 
     def forward_logits(self, resid):
-        """The model's own logits of final residual vectors: the nnsight layouts served have no soft cap."""
-        return self.read_out(resid)
+        """The model's own logits of final residual vectors: with the soft cap where the model has one (Gemma 2)."""
+        import torch
+
+        logits = self.read_out(resid)
+        cap = self.arch.logit_softcap
+        return logits if not cap else cap * torch.tanh(logits / cap)
 
     @property
     def weight_dtype(self):
@@ -257,7 +276,7 @@ class TracedWeights:
         precision, as Hugging Face and TransformerLens do)."""
         params = self._params()
         w = params["model.embed_tokens.weight"]
-        if self.layout != "gemma3":
+        if not self._gemma:
             return w
         if "W_E" not in params:  # once per read of the weights: a 262k-row product costs 0.2 s
             import torch

@@ -18,7 +18,9 @@ hook_scale, attn.hook_q/k/v/z and hook_rot_q/k, hook_resid_mid, mlp.hook_pre/hoo
 in TransformerLens' layout, read inside a trace (core/models/nnsight_weights.py), local or hosted alike. Qwen 3
 has them too, with its per-head q/k norms' scales (attn.q_norm/k_norm.hook_scale); Gemma 3 without soft caps
 (gemma3-270m) as well, with its q/k norms' scales (attn.q_norm/k_norm.hook_scale), post-norms
-(ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows. Gradients
+(ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows; Gemma 2 as well
+(Gemma 3's layout without q/k norms), with its soft-capped attention scores (attn.hook_attn_scores, computed in the
+trace from the rotated q and k) and its capped logits. Gradients
 of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
 for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
 backend's numbers; what does not run (other families; circuits on a remote model, whose backward runs after the
@@ -43,10 +45,12 @@ from core.models.nnsight_state import hook_state, restore_state
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
     ATTN_ORDERS,
     ENGINE_NEEDS,
+    GEMMA2_HOOKS,
     GEMMA3_HOOKS,
     GLOBAL_HOOKS,
     GPT2_HOOKS,
     HOOK_NAME,
+    INTERNAL_LAYOUTS,
     LLAMA_BASIC,
     LLAMA_HOOKS,
     LLAMA_LIKE,
@@ -55,13 +59,17 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     NEED_WORDS,
     POST_BASIC,
     POST_NORMED,
-    QWEN3,
     QWEN3_HOOKS,
     READ_ONLY,
-    serves_internals,
+    layout_of,
 )
 from core.models.nnsight_weights import TracedWeights
 from core.models.tokens import tokenizer_adds_bos
+
+
+def _cap(value: Any) -> float | None:
+    """A soft cap of the config (None where there is none: absent, zero or negative)."""
+    return float(value) if value is not None and float(value) > 0 else None
 
 
 class _Hook:
@@ -99,13 +107,12 @@ class NNsightModel(TracedWeights, HookedModel):
                 p.requires_grad_(False)
         self.remote = remote
         cfg = self.lm.config
-        self._gpt2 = cfg.model_type == "gpt2"
-        self.layout = "gpt2" if self._gpt2 else ("llama+" if cfg.model_type in LLAMA_LIKE else
-                                                 "qwen3" if cfg.model_type in QWEN3 else
-                                                 "gemma3" if serves_internals(cfg) else "llama")
-        self._gemma = self.layout == "gemma3"
+        self.layout = layout_of(cfg)
+        self._gpt2 = self.layout == "gpt2"
+        self._gemma = self.layout in ("gemma2", "gemma3")  # 1 + w gains, post-norms, a scaled embedding
         self._hooks = {"gpt2": GPT2_HOOKS, "llama": POST_BASIC if cfg.model_type in POST_NORMED else LLAMA_BASIC,
-                       "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS, "qwen3": QWEN3_HOOKS}[self.layout]
+                       "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS, "qwen3": QWEN3_HOOKS,
+                       "gemma2": GEMMA2_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
@@ -123,6 +130,8 @@ class NNsightModel(TracedWeights, HookedModel):
             positional="learned" if self._gpt2 else "rope", act_fn=act,
             norm_placement="pre+post" if self._gemma else "pre",
             qk_norm="head" if self.layout in ("gemma3", "qwen3") else "none",
+            attn_softcap=_cap(getattr(cfg, "attn_logit_softcapping", None)) if self.internals else None,
+            logit_softcap=_cap(getattr(cfg, "final_logit_softcapping", None)) if self.internals else None,
         )
         super().__init__(tl=None, tokenizer=self.lm.tokenizer, name=name, kind="llm", backend="nnsight",
                          prepend_bos=tokenizer_adds_bos(self.lm.tokenizer) if prepend_bos is None else prepend_bos,
@@ -145,7 +154,7 @@ class NNsightModel(TracedWeights, HookedModel):
     def internals(self) -> bool:
         """Whether every internal activation and weight the engines read can be traced: a Llama-style model,
         local or on NDIF (weights are read inside a trace, ``_params``, never from the module directly)."""
-        return self.layout in ("llama+", "gemma3", "qwen3")
+        return self.layout in INTERNAL_LAYOUTS
 
     def refusal(self, engine: str) -> str | None:
         """Why ``engine`` (a key of ENGINE_NEEDS) does not run on this model, or None when it does."""
@@ -229,6 +238,8 @@ class NNsightModel(TracedWeights, HookedModel):
         """The hook's tensor from its module value: the real tensor (or a view of it, so that changing it in
         place changes the forward), or a value computed from it (a norm's scale, rotated queries/keys)."""
         derive = self._spec(hook)[3]
+        if derive == "scores":  # from the rotated q and k: computed in the trace (_scores_of)
+            return None
         value = self._base(raw, hook)
         if derive in (None, "split", "mlp_in"):  # split inputs: the module value, copied where it is used
             return value
@@ -280,6 +291,9 @@ class NNsightModel(TracedWeights, HookedModel):
             layer, hook = self._parse(name)
             spec = self._spec(hook)
             steps.append((layer, spec[2], 1, name, fn))
+            if spec[3] == "scores":  # computed from the rotated q and k (kind 4: fetched, not saved)
+                for part in ("attn.hook_rot_q", "attn.hook_rot_k"):
+                    steps.append((layer, self._spec(part)[2], 4, f"blocks.{layer}.{part}", None))
         grad_names = list(backward[2]) if backward is not None else []
         for name in grad_names:  # a gradient is read at the module value: the hook must be it, or a view of it
             if self._spec(self._parse(name)[1])[3] not in (None, "q", "kv"):
@@ -288,9 +302,10 @@ class NNsightModel(TracedWeights, HookedModel):
         for name in dict.fromkeys([*save, *grad_names]):
             layer, hook = self._parse(name)
             steps.append((layer, self._spec(hook)[2], 2, name, None))
-            if self.remote and hook == "attn.hook_pattern" and "attn.hook_rot_q" in self._hooks:
+            if (hook == "attn.hook_attn_scores" or self.remote and hook == "attn.hook_pattern") \
+                    and "attn.hook_rot_q" in self._hooks:
                 # a server's attention may return no weights (its default kernel): its rotated q and k are read
-                # (kind 4: fetched, not saved) for the pattern to be computed from them
+                # (kind 4: fetched, not saved) for the pattern to be computed from them; the scores always are
                 for part in ("attn.hook_rot_q", "attn.hook_rot_k"):
                     steps.append((layer, self._spec(part)[2], 4, f"blocks.{layer}.{part}", None))
         resid = None
@@ -323,6 +338,10 @@ class NNsightModel(TracedWeights, HookedModel):
         # inside the trace a statement stays on one line where it can: nnsight's remote serialisation finds the
         # nested backward block by its lines (a call wrapped over two lines before it broke it, remote="local")
         state = hook_state(fn for _, fn in [*self._active_hooks, *fwd_hooks])
+        # a traced backward's metric reads the logits as TransformerLens' final_logits give them (``head`` below):
+        # the unembedding's output, before the soft cap a model may put on its logits (Gemma 2), which the logits
+        # returned have. No comment there: two comment lines just above the backward block made nnsight's remote
+        # serialisation miss the block (the server simulation's backward got None)
         with self._transport():
             with grad_mode, self.lm.trace(ids, remote=self.remote, **options):
                 # the containers are made inside the trace and ``saved`` itself is saved: a server returns only the
@@ -338,6 +357,8 @@ class NNsightModel(TracedWeights, HookedModel):
                     if key not in raw:  # each module value once (a second read would wait for another call)
                         raw[key] = self._fetch(layer, hook)
                     value = self._derive(raw[key], hook, self._layer_rope(rope, layer))
+                    if value is None and hook == "attn.hook_attn_scores":  # from the rotated q and k read before
+                        value = self._scores_of(layer, raw, self._layer_rope(rope, layer))
                     if kind == 0:  # the residual stream replaces the block's input
                         value.copy_(resid.to(value.dtype))
                     elif kind == 3:  # this layer's attention from per-head inputs; the module's is skipped
@@ -365,10 +386,11 @@ class NNsightModel(TracedWeights, HookedModel):
                             value.copy_(out)
                 if not unembed:  # one column of the final hidden state stands in for the logits nobody reads
                     self.lm.lm_head.skip(self.lm.lm_head.input[..., :1])
+                head = self.lm.lm_head.output if backward is not None and self.arch.logit_softcap else None
                 logits = self.lm.output.logits
                 if backward is not None:
                     metric, position = backward[0], backward[1]
-                    values = metric(logits[:, -1 if position is None else position].float())
+                    values = metric((logits if head is None else head)[:, -1 if position is None else position].float())
                     saved["metric"] = values.detach().save()
                     with values.sum().backward():  # gradients come in the reverse of the forward's order
                         for name in reversed(list(live)):
