@@ -16,6 +16,7 @@ import argparse
 import json
 import shutil
 import time
+from itertools import islice
 from pathlib import Path
 
 VARIANTS = {
@@ -28,10 +29,18 @@ VARIANTS = {
     "lr 2e-3": {"lr": 2e-3},
     "lr 2e-3 + 3 epochs": {"lr": 2e-3, "epochs": 3},
     "6 epochs": {"epochs": 6},
+    # the set's massive-token rule (SetSpec.massive_above): tokens whose MLP output is over 100x the median norm
+    # left out of training; every variant's EV is also reported without them (ev_rule)
+    "set recipe, massive left out": {"massive_above": 100},
+    "lr 2e-3 + 3 epochs, massive left out": {"lr": 2e-3, "epochs": 3, "massive_above": 100},
+    # a lower multiple, to see what it would take beside the ordinary tails (layer 2's reach 73x)
+    "lr 2e-3 + 3 epochs, over 50x left out": {"lr": 2e-3, "epochs": 3, "massive_above": 50},
 }
+RULE = 100  # the multiple of the median MLP-output norm the rule uses (SetSpec's default)
 
 
-def _score(w: dict, x, y) -> dict:
+def _score(w: dict, x, y, limit: float) -> dict:
+    """EV on every held-out token, and (ev_rule) without those over ``limit`` (the rule's MLP-output norm)."""
     import torch
 
     with torch.no_grad():
@@ -47,10 +56,14 @@ def _score(w: dict, x, y) -> dict:
         ok = norm <= 50 * norm.median()
         yt, yh = y[ok], y_hat[ok]
         ev_typical = 1 - float(((yt - yh) ** 2).sum() / ((yt - yt.mean(0)) ** 2).sum())
+        keep = norm <= limit
+        yr, yrh = y[keep], y_hat[keep]
+        ev_rule = 1 - float(((yr - yrh) ** 2).sum() / ((yr - yr.mean(0)) ** 2).sum())
         skip_only = x @ w["W_skip"].T + w["b_dec"]
         ev_skip = 1 - float(((y - skip_only) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
     return {"ev": ev, "dead": 1 - float(fired.float().mean()), "ev_skip_only": ev_skip, "ev_typical": ev_typical,
-            "massive_tokens": int((~ok).sum())}
+            "massive_tokens": int((~ok).sum()), "ev_rule": ev_rule, "rule_heldout_left_out": int((~keep).sum()),
+            "rule_train_left_out": w.get("massive_train"), "median_ratio_max": float(norm.max() / norm.median())}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -59,7 +72,7 @@ def run(args: argparse.Namespace) -> None:
     torch.set_num_threads(1)
     import workbench as wb
     from attribution.sae.sets import cache_layers, shuffled_docs, transcoder_hooks
-    from attribution.sae.train_shards import train_topk_transcoder
+    from attribution.sae.train_shards import massive_norm, train_topk_transcoder
 
     model = wb.load(args.model)
     layers = [int(x) for x in args.layers.split(",")]
@@ -73,6 +86,8 @@ def run(args: argparse.Namespace) -> None:
         for layer in layers:
             hin, hout = transcoder_hooks(layer)
             x, y = held[layer].tensor(hin).float(), held[layer].tensor(hout).float()
+            # the rule's limit as the trainer sets it: RULE x the median of the first training shard's sample
+            limit = massive_norm(train[layer].load(0, [hout])[hout][:50_000], RULE)
             for name in want:
                 recipe = dict(VARIANTS[name])
                 steps = int(recipe.get("epochs", 1)) * args.tokens // 512
@@ -87,27 +102,81 @@ def run(args: argparse.Namespace) -> None:
                 recipe["lr"] = lr
                 row = {"model": args.model, "layer": layer, "variant": name, "recipe": recipe, "tokens": args.tokens,
                        "width": args.width, "steps": steps, "seconds": round(time.time() - t1, 1),
-                       **_score(w, x, y)}
+                       **_score(w, x, y, limit)}
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 print(json.dumps(row), flush=True)
                 shutil.rmtree(ckpt, ignore_errors=True)
 
 
+def norms(args: argparse.Namespace) -> None:
+    """How the MLP-output norm (and the MLP input's, the normed stream) spreads on every layer, as multiples of
+    the layer's median, over ``--norm-tokens`` tokens of each split (position 0 left out, as the shards leave it):
+    the data the set's massive-token rule (SetSpec.massive_above) is chosen from."""
+    import torch
+
+    torch.set_num_threads(1)
+    import workbench as wb
+    from attribution.sae.cache import token_windows
+    from attribution.sae.sets import shuffled_docs, transcoder_hooks
+
+    model = wb.load(args.model)
+    n_layers = model.arch.n_layers
+    hooks = [h for lay in range(n_layers) for h in transcoder_hooks(lay)]
+    cuts = (10, 30, 100, 300, 1000)
+    for split in ("train", "heldout"):
+        got: dict[str, list] = {h: [] for h in hooks}
+        n = 0
+        stream = iter(token_windows(model, shuffled_docs(split, 0), 128))
+        while n < args.norm_tokens:
+            batch = list(islice(stream, 16))
+            if not batch:
+                break
+            batch = [w for w in batch if len(w) == 128] or batch[:1]
+            toks = torch.tensor([w[:min(len(x) for x in batch)] for w in batch])
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                _, cache = model.run_with_cache(toks, names_filter=hooks)
+            for h in hooks:
+                got[h].append(cache[h][:, 1:].float().norm(dim=-1).flatten())
+            n += toks[:, 1:].numel()
+        for lay in range(n_layers):
+            row = {"split": split, "layer": lay, "tokens": n}
+            for part, h in zip(("in", "out"), transcoder_hooks(lay), strict=True):
+                v = torch.cat(got[h])
+                med = float(v.median())
+                r = v / med
+                row[part] = {"median": round(med, 2), "p99.9": round(float(r.quantile(0.999)), 1),
+                             "max": round(float(r.max()), 1), "over": {c: int((r > c).sum()) for c in cuts}}
+            print(json.dumps(row), flush=True)
+
+
 def report(path: str) -> None:
     rows = [json.loads(x) for x in Path(path).read_text().splitlines() if x.strip()]
     layers = sorted({r["layer"] for r in rows})
     names = list(dict.fromkeys(r["variant"] for r in rows))
-    print("| variant | " + " | ".join(f"L{x} EV" for x in layers) + " | mean EV | mean dead | mean s |")
-    print("|---|" + "---:|" * (len(layers) + 3))
+    rule = all(r.get("ev_rule") is not None for r in rows)  # runs since the massive-token rule
+    cols = [f"L{x} EV" for x in layers] + ([f"L{x} EV (rule)" for x in layers] if rule else [])
+    print("| variant | " + " | ".join(cols) + " | mean EV |" + (" mean EV (rule) |" if rule else "")
+          + " mean dead | mean s |")
+    print("|---|" + "---:|" * (len(cols) + 3 + rule))
     for n in names:
         rs = {r["layer"]: r for r in rows if r["variant"] == n}
         if len(rs) < len(layers):
             continue
         evs = [rs[x]["ev"] for x in layers]
-        print(f"| {n} | " + " | ".join(f"{v:.3f}" for v in evs) + f" | {sum(evs) / len(evs):.3f} | "
-              f"{sum(rs[x]['dead'] for x in layers) / len(layers):.1%} | "
+        cells = [f"{v:.3f}" for v in evs] + [f"{sum(evs) / len(evs):.3f}"]
+        if rule:
+            evr = [rs[x]["ev_rule"] for x in layers]
+            cells = [f"{v:.3f}" for v in evs + evr] + [f"{sum(evs) / len(evs):.3f}", f"{sum(evr) / len(evr):.3f}"]
+        print(f"| {n} | " + " | ".join(cells) + f" | {sum(rs[x]['dead'] for x in layers) / len(layers):.1%} | "
               f"{sum(rs[x]['seconds'] for x in layers) / len(layers):.0f} |")
+    if rule:
+        for x in layers:
+            r = next(r for r in rows if r["layer"] == x)
+            left = [q.get("rule_train_left_out") for q in rows if q["layer"] == x and q.get("rule_train_left_out")
+                    and q["recipe"].get("massive_above") == RULE]
+            print(f"L{x}: largest held-out MLP-output norm {r['median_ratio_max']:.0f}x the median; the rule leaves "
+                  f"out {r['rule_heldout_left_out']} held-out and {max(left, default=0)} training tokens")
     base = {r["layer"]: r["ev_skip_only"] for r in rows if r["variant"] == names[0]}
     print(f"\n{names[0]}'s trained skip term alone (features off): "
           + ", ".join(f"L{x} {base[x]:.3f}" for x in layers if x in base))
@@ -127,8 +196,14 @@ def main() -> None:
     ap.add_argument("--cache", default=str(Path.home() / ".cache/workbench/recipes"))
     ap.add_argument("--out", default="/tmp/transcoder_recipes.jsonl")
     ap.add_argument("--report", default="")
+    ap.add_argument("--norms", action="store_true", help="print every layer's MLP norm spread (multiples of the "
+                    "median) and stop")
+    ap.add_argument("--norm-tokens", type=int, default=16_384)
     args = ap.parse_args()
-    report(args.report) if args.report else run(args)
+    if args.norms:
+        norms(args)
+    else:
+        report(args.report) if args.report else run(args)
 
 
 if __name__ == "__main__":

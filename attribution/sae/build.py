@@ -133,13 +133,16 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
                              spec.lr, spec.seed, on_progress)
         tmp.mkdir(parents=True, exist_ok=True)
         sae.save_inference_model(str(tmp))
+        massive = {}
     else:
         w = train_topk_transcoder(train, spec.hook, spec.hook_out, spec.width, spec.k, tokens, ckpt,
                                   spec.batch_size, spec.lr, spec.seed, on_progress, recipe=spec.recipe)
-        x = threshold_sample(train, spec.hook)
+        x = threshold_sample(train, spec.hook, hook_out=spec.hook_out, massive_norm=w["massive_norm"])
         tmp.mkdir(parents=True, exist_ok=True)
         save_transcoder(w, topk_threshold(w, x, spec.l0_target), tmp, model.name, spec.hook, spec.hook_out)
         scale = {"input": w["scale_in"], "output": w["scale_out"]}
+        massive = {"massive_above": w["massive_above"], "massive_norm": w["massive_norm"],
+                   "massive_train_tokens": w["massive_train"]}
     t_train = time.time() - t0
     if half:
         store_half(tmp)
@@ -157,7 +160,8 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
     dic.info.update({"hook": spec.hook, "hook_out": spec.hook_out})
     if on_progress:
         on_progress("evaluate", 0, 1)
-    metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first, eval_bf16)
+    metrics = evaluate_dictionary(model, dic, held, train, eval_windows, spec.skip_first, eval_bf16,
+                                  massive.get("massive_norm"))
     try:
         check_trained(dic.sae, metrics)
     except BaseException:
@@ -176,6 +180,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         "batch_size": spec.batch_size,
         "lr": spec.lr,
         "skip_first": spec.skip_first,
+        **massive,  # transcoders: the massive-token rule (multiple, norm limit, training tokens left out)
         "activation_scale": scale,
         "corpus": "data/corpus/english.jsonl.gz (train split; metrics on the held-out split)",
         "seconds": {"cache": round(t_cache, 1), "train": round(t_train, 1)},
@@ -202,11 +207,14 @@ def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_wi
     weights_file = path / "sae_weights.safetensors"
     tensors = load_file(str(weights_file))
     w = {"W_enc": tensors["W_enc"].float(), "b_enc": tensors["b_enc"].float(), "k": info["k"]}
-    t = topk_threshold(w, threshold_sample(train, info["hook"]), l0)
+    limit = info.get("massive_norm")  # the tokens its training left out stay out (None: a build before the rule)
+    t = topk_threshold(w, threshold_sample(train, info["hook"], hook_out=info.get("hook_out"), massive_norm=limit),
+                       l0)
     tensors["threshold"] = torch.full_like(tensors["threshold"], t)
     save_file(tensors, str(weights_file))
     dic = load_dictionary(path)
-    info["metrics"] = evaluate_dictionary(model, dic, held, train, eval_windows, info.get("skip_first", 1))
+    info["metrics"] = evaluate_dictionary(model, dic, held, train, eval_windows, info.get("skip_first", 1),
+                                          massive_norm=limit)
     info["threshold"] = t
     info["threshold_l0_target"] = l0 or info["k"]
     write_info(path, info)
@@ -214,11 +222,21 @@ def rethreshold(model: Any, path: Path, train: ShardSet, held: ShardSet, eval_wi
 
 
 
-def threshold_sample(train: ShardSet, hook: str, n: int = 8_000) -> Any:
+def threshold_sample(train: ShardSet, hook: str, n: int = 8_000, hook_out: str | None = None,
+                     massive_norm: float | None = None) -> Any:
     """Training activations from every shard (the shards follow the corpus order, one source
-    after another, so one shard alone would fit the threshold to one kind of text)."""
+    after another, so one shard alone would fit the threshold to one kind of text); with ``massive_norm``,
+    without the tokens whose output at ``hook_out`` exceeds it (as in training)."""
     import torch
 
     n_shards = len(train.manifest["shards"])
     per = max(1, n // n_shards)
-    return torch.cat([train.load(i, [hook])[hook][:per] for i in range(n_shards)])
+    parts = []
+    for i in range(n_shards):
+        if massive_norm is None or hook_out is None:
+            parts.append(train.load(i, [hook])[hook][:per])
+            continue
+        t = train.load(i, [hook, hook_out])
+        ok = t[hook_out][:per].float().norm(dim=1) <= massive_norm
+        parts.append(t[hook][:per][ok])
+    return torch.cat(parts)

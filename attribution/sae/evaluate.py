@@ -7,6 +7,11 @@
   last 100k training tokens), dense fraction (active on more than 10% of tokens);
 - next-token loss with the dictionary's reconstruction spliced in at every position but the first,
   minus the clean loss, on held-out windows.
+
+A transcoder trained with the massive-token rule (``massive_norm``: an MLP-output norm limit, see
+train_shards.massive_norm) is measured without the tokens over the limit, as it was trained: they are left out
+of every figure above (counted in ``massive_tokens``) and keep their clean activation in the spliced loss, as
+position 0 does.
 """
 
 from __future__ import annotations
@@ -57,11 +62,12 @@ def reconstruction(dic: Any, x: Float[torch.Tensor, "token d_in"], y: Float[torc
 
 
 def spliced_loss(model: Any, dic: Any, windows: Int[torch.Tensor, "window ctx"], skip_first: int = 1,
-                 bf16: bool = False) -> tuple[float, float]:
+                 bf16: bool = False, massive_norm: float | None = None) -> tuple[float, float]:
     """(clean, spliced) mean next-token loss over ``windows`` [n, ctx] (-1 = padding): the
     activation at ``hook_out`` is replaced by the dictionary's reconstruction from position
     ``skip_first`` on (from the activation at ``hook`` for a transcoder). ``bf16``: both forwards under
-    bfloat16 autocast (the transcoder set's per-layer figure: a third of the time on this CPU)."""
+    bfloat16 autocast (the transcoder set's per-layer figure: a third of the time on this CPU). ``massive_norm``:
+    positions whose clean output norm exceeds it keep the clean activation (the tokens left out of training)."""
     import contextlib
 
     import torch
@@ -77,7 +83,11 @@ def spliced_loss(model: Any, dic: Any, windows: Int[torch.Tensor, "window ctx"],
         part = src[:, skip_first:]
         flat = part.reshape(-1, part.shape[-1]).float()
         out = act.clone()
-        out[:, skip_first:] = dic.reconstruct(flat).to(act.dtype).reshape(act[:, skip_first:].shape)
+        rec = dic.reconstruct(flat).to(act.dtype).reshape(act[:, skip_first:].shape)
+        if massive_norm is not None:
+            clean = act[:, skip_first:]
+            rec = torch.where(clean.float().norm(dim=-1, keepdim=True) > massive_norm, clean, rec)
+        out[:, skip_first:] = rec
         return out
 
     tokens = windows.long()
@@ -103,12 +113,22 @@ def spliced_loss(model: Any, dic: Any, windows: Int[torch.Tensor, "window ctx"],
 
 
 def evaluate_dictionary(model: Any, dic: Any, held: ShardSet, train: ShardSet | None = None,
-                        eval_windows: int = 48, skip_first: int = 1, bf16: bool = False) -> dict[str, Any]:
+                        eval_windows: int = 48, skip_first: int = 1, bf16: bool = False,
+                        massive_norm: float | None = None) -> dict[str, Any]:
+    """The held-out figures (module docstring); ``massive_norm`` (transcoders): the MLP-output norm above which a
+    token is left out of them, as of training (None: every token counts)."""
     import torch
 
     x = held.tensor(dic.hook)
     y = held.tensor(dic.hook_out) if dic.is_transcoder else x
+    left_out = 0
+    if massive_norm is not None and dic.is_transcoder:
+        ok = y.float().norm(dim=1) <= massive_norm
+        left_out = int((~ok).sum())
+        x, y = x[ok], y[ok]
     m = reconstruction(dic, x, y)
+    if massive_norm is not None:
+        m["massive_tokens"] = left_out
     active = m.pop("_active")
     if train is not None:  # a few held-out tokens cannot tell a rare feature from a dead one
         last = len(train.manifest["shards"]) - 1
@@ -118,6 +138,6 @@ def evaluate_dictionary(model: Any, dic: Any, held: ShardSet, train: ShardSet | 
                 active += (dic.encode(xt[s : s + 4096].float()) > 0).float().sum(0)
     m["dead_fraction"] = float((active == 0).float().mean())
     if model is not None and eval_windows:
-        clean, spliced = spliced_loss(model, dic, held.windows()[:eval_windows], skip_first, bf16)
+        clean, spliced = spliced_loss(model, dic, held.windows()[:eval_windows], skip_first, bf16, massive_norm)
         m.update(ce_loss_clean=clean, ce_loss_spliced=spliced, ce_loss_delta=spliced - clean)
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in m.items()}

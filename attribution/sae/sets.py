@@ -23,7 +23,7 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -59,6 +59,11 @@ class SetSpec(TrainConfig):
     shard_tokens: int = 16_384
     ctx: int = 128
     epochs: int = 1  # passes over the cached tokens (3 with lr 2e-3 paid most: results/sae/replacement.md)
+    # Massive-activation tokens left out of training and of the quality record: those whose MLP-output norm is
+    # over this multiple of the layer's median (0: none left out; None: the set's own when it resumes, so a set
+    # built before the rule resumes without it, and MASSIVE_ABOVE for a new set). Training and scoring only: the
+    # replacement model still runs every token through the transcoder and its error node takes what is missed.
+    massive_above: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
@@ -70,13 +75,32 @@ class SetSpec(TrainConfig):
             raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
         if not 1 <= self.epochs <= 100:
             raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
+        if self.massive_above is not None and self.massive_above != 0 and not self.massive_above >= 2:
+            raise RangeError(f"--massive-above {self.massive_above:g} must be 0 (keep every token) or at least 2 "
+                             "(a multiple of the median MLP-output norm)")
         if self.tokens < self.batch_size:
             raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
 
     def same_training(self) -> dict[str, Any]:
         """The fields two builds of one set must agree on."""
-        keys = ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed", "epochs")
+        keys = ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed", "epochs", "massive_above")
         return {k: getattr(self, k) for k in keys}
+
+    def recipe(self) -> dict[str, Any] | None:
+        """train_topk_transcoder's recipe for the set's own settings (None: the trainer's defaults)."""
+        r = {k: v for k, v in (("epochs", self.epochs), ("massive_above", self.massive_above or 0))
+             if v != {"epochs": 1, "massive_above": 0}[k]}
+        return r or None
+
+
+# The set's massive-token rule for new sets (SetSpec.massive_above): on smollm2-135m (16k tokens of each split,
+# every layer; `scripts/transcoder_recipes.py --norms`) the ordinary MLP outputs reach at most 15x their layer's
+# median norm, and 73x on layer 2 (a regular population: 117 " the"-like tokens over 30x, which the transcoder
+# learns: EV 0.84); layer 11's massive activations (position 1, one dimension) sit at 97-826x. 100x is the round
+# multiple in that gap: it takes L11's and leaves every ordinary population in.
+MASSIVE_ABOVE = 100.0
+# What a set built before the rule counts as (its training has no massive_above): no token left out.
+LEGACY_TRAINING = {"epochs": 1, "massive_above": 0}
 
 
 def sets_root() -> Path:
@@ -173,7 +197,8 @@ def resolve_set(name: str) -> Path:
 
 # What every layer of one set must share: a graph over layers trained on other widths or token counts would
 # compare features of unlike quality as if they were one replacement model.
-UNIFORM = (("width", "width"), ("train_tokens", "tokens"))  # (workbench.json key, SetSpec field)
+UNIFORM = (("width", "width"), ("train_tokens", "tokens"), ("massive_above", "massive_above"))  # (workbench.json
+# key, SetSpec field)
 
 
 def check_uniform(root: Path, infos: dict[int, dict[str, Any]], spec: dict[str, Any] | None = None) -> None:
@@ -188,7 +213,7 @@ def check_uniform(root: Path, infos: dict[int, dict[str, Any]], spec: dict[str, 
         if len(groups) > 1 or (want is not None and groups and set(groups) != {want}):
             what = "; ".join(f"{k} in L{_ranges(v)}" for k, v in groups.items())
             expect = f" (the set says {want})" if want is not None else ""
-            noun = {"width": "widths", "tokens": "token counts"}[spec_key]
+            noun = {"width": "widths", "tokens": "token counts", "massive_above": "massive-token rules"}[spec_key]
             raise ModelFileError(f"dictionary set {root.name!r} mixes layers trained on different {noun}: "
                                  f"{what}{expect}; rebuild the odd layers (delete their L folders and run `workbench "
                                  "sae build-set` with the set's settings) or give another --name")
@@ -343,13 +368,19 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
 
     spec.check()
     root = root or sets_root() / (name or default_name(spec.model, spec.width))
-    if root.exists() and (root / SET_FILE).exists():
-        old = read_set(root)
-        theirs = {"epochs": 1, **(old.get("training") or {})}  # sets built before --epochs trained one
+    old = read_set(root) if root.exists() and (root / SET_FILE).exists() else None
+    theirs = {**LEGACY_TRAINING, **((old or {}).get("training") or {})}  # sets built before --epochs, the rule
+    if spec.massive_above is None:  # not given: the set's own rule when it resumes, the default for a new set
+        spec = replace(spec, massive_above=float(theirs["massive_above"]) if old else MASSIVE_ABOVE)
+    spec = replace(spec, massive_above=float(spec.massive_above or 0))
+    if old is not None:
         ours = spec.same_training()
         diff = [k for k in ours if k in theirs and theirs[k] != ours[k]]
         if diff:
-            what = ", ".join(f"{k} {theirs[k]} (not {ours[k]})" for k in diff)
+            def v(x: Any) -> Any:  # 100.0 and 100 read alike
+                return f"{x:g}" if isinstance(x, float) else x
+
+            what = ", ".join(f"{k} {v(theirs[k])} (not {v(ours[k])})" for k in diff)
             raise RangeError(f"dictionary set {root.name!r} was built with {what}: resume it with those settings "
                              "or give another --name")
         layers = sorted(set(old["layers"]) | set(spec.layers))
@@ -386,8 +417,7 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
         _write_json(root / SET_FILE, meta)
         for layer in todo:
             t1 = time.time()
-            bs = BuildSpec(hook=transcoder_hooks(layer)[0], **spec.training(),
-                           recipe={"epochs": spec.epochs} if spec.epochs != 1 else None)
+            bs = BuildSpec(hook=transcoder_hooks(layer)[0], **spec.training(), recipe=spec.recipe())
             info = build_dictionary(model, bs, layer_dir(root, layer), on_progress=on_progress,
                                     train_shards=train[layer], heldout_shards=held[layer],
                                     eval_windows=spec.eval_windows, half=half, eval_bf16=True)
@@ -416,6 +446,9 @@ def summary(root: Path) -> dict[str, Any]:
         m = info.get("metrics") or {}
         rows.append({"layer": layer, "explained_variance": m.get("explained_variance"), "l0": m.get("l0"),
                      "dead_fraction": m.get("dead_fraction"), "ce_loss_delta": m.get("ce_loss_delta"),
+                     # massive-activation tokens left out of training and of these figures (0 before the rule)
+                     "massive_left_out": {"train": info.get("massive_train_tokens") or 0,
+                                          "heldout": m.get("massive_tokens") or 0},
                      "seconds": (meta.get("seconds") or {}).get(f"L{layer}")})
     missing = [x for x in meta["layers"] if x not in built_layers(root)]
     return {"name": root.name, "path": str(root), "model": meta["model"], "kind": meta["kind"],

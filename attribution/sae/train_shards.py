@@ -172,6 +172,22 @@ class _TopKSkipTranscoder:
         return y, f, aux
 
 
+def massive_norm(y: Float[torch.Tensor, "token d_out"], above: float) -> float | None:
+    """The MLP-output norm above which a token is a massive activation: ``above`` times the median norm of
+    ``y`` (a sample of the layer's output); None when ``above`` is 0 (no token is left out)."""
+    if not above:
+        return None
+    return float(above) * float(y.float().norm(dim=1).median())
+
+
+def count_massive(shards: ShardSet, hook_out: str, limit: float | None) -> int:
+    """How many of the cached tokens have an output norm above ``limit`` (0 without a limit)."""
+    if limit is None:
+        return 0
+    return sum(int((shards.load(i, [hook_out])[hook_out].float().norm(dim=1) > limit).sum())
+               for i in range(len(shards.manifest["shards"])))
+
+
 def lr_factor(step: int, steps: int, warmup: int, schedule: str, decay_from: int) -> float:
     import math
 
@@ -197,22 +213,33 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
     encoder its transpose); aux (AuxK on dead features, True) and aux_window (steps without firing before a
     feature counts as dead; default a quarter of the steps, 50..1000); warmup (linear lr warm-up steps, 0);
     schedule "decay" (linear decay over the last 20%) | "cosine" | "constant"; epochs (passes over the cached
-    activations, 1)."""
+    activations, 1); massive_above (0: off): tokens whose MLP-output norm exceeds this multiple of the median
+    norm (massive_norm, on the first shard's sample) are left out of every step, of the scales, the skip term's
+    least-squares start and the encoder's standardization, as position 0 is left out of the shards. The weights
+    carry the limit (``massive_norm``, raw units; None when off) and how many cached tokens it left out
+    (``massive_train``), so the held-out figures leave out the same tokens. The rule is about training and
+    scoring only: a replacement model (circuits/replacement.py) still runs every token through the transcoder,
+    and its error node carries what the transcoder misses at a massive token."""
     r = {"init": "small", "aux": True, "aux_window": None, "warmup": 0, "schedule": "decay", "epochs": 1,
-         **(recipe or {})}
+         "massive_above": 0, **(recipe or {})}
     import torch
     from safetensors.torch import load_file, save_file
 
     torch.manual_seed(seed)
     steps = max(1, int(r["epochs"]) * n_tokens // batch_size)
     first = shards.load(0, [hook_in, hook_out])
-    s_in, s_out = _scale(first[hook_in][:50_000]), _scale(first[hook_out][:50_000])
+    limit = massive_norm(first[hook_out][:50_000], float(r["massive_above"]))
+    x0, y0 = first[hook_in][:50_000], first[hook_out][:50_000]
+    if limit is not None:  # a single massive token would set the output scale and the skip term's fit
+        ok = y0.float().norm(dim=1) <= limit
+        x0, y0 = x0[ok], y0[ok]
+    s_in, s_out = _scale(x0), _scale(y0)
     d_in, d_out = first[hook_in].shape[1], first[hook_out].shape[1]
     tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed, r["init"])
     with torch.no_grad():  # the skip term starts at the least-squares linear map, so features
         # only have to model what is nonlinear in the MLP (training from zero is far slower)
-        xs = first[hook_in][:50_000].float() * s_in
-        ys = first[hook_out][:50_000].float() * s_out
+        xs = x0.float() * s_in
+        ys = y0.float() * s_out
         sol = torch.linalg.lstsq(torch.cat([xs, torch.ones(len(xs), 1)], 1), ys).solution
         tc.params["W_skip"].copy_(sol[:-1].T)
         tc.params["b_dec"].copy_(sol[-1])
@@ -238,6 +265,10 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
     window = int(r["aux_window"] or min(1000, max(50, steps // 4)))
     while step < steps:
         x, y = next(data)
+        if limit is not None:
+            ok = y.norm(dim=1) <= limit
+            if not bool(ok.all()):
+                x, y = x[ok], y[ok]
         x, y = x * s_in, y * s_out
         dead = (step - last_fired) > window
         y_hat, f, aux = tc.forward(x, dead if (r["aux"] and step > window) else None)
@@ -263,7 +294,10 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
             tmp = state_file.with_suffix(".tmp")
             save_file(tensors, str(tmp))
             tmp.replace(state_file)
-    return tc.folded(s_in, s_out)  # features unchanged, outputs back in raw units
+    out = tc.folded(s_in, s_out)  # features unchanged, outputs back in raw units
+    out.update(massive_above=float(r["massive_above"]), massive_norm=limit,
+               massive_train=count_massive(shards, hook_out, limit))
+    return out
 
 
 def save_transcoder(weights: dict[str, Any], threshold: float, path: Path, model: str,

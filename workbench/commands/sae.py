@@ -319,6 +319,12 @@ def build_set(
                                "forward pass; 3 with --lr 0.002 paid most in results/sae/replacement.md).",
                                callback=positive_int),
     lr: float = typer.Option(SetSpec.lr, "--lr", help="Learning rate.", callback=positive_float),
+    massive_above: float = typer.Option(None, "--massive-above", help="Leave out of training and of the quality "
+                                        "figures the tokens whose MLP-output norm is over this multiple of the "
+                                        "layer's median (massive activations; 0: keep every token). Default: the "
+                                        "set's own when it resumes (none for sets built before), 100 for a new set. "
+                                        "Graphs still run every token through the transcoders.",
+                                        callback=nonneg_float),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cost estimate and what is built; train nothing."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads.", callback=positive_int),
     as_json: bool = JSON_OPTION,
@@ -348,7 +354,7 @@ def build_set(
 
     m = wb.load(model)
     spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens,
-                   epochs=epochs, lr=lr)
+                   epochs=epochs, lr=lr, massive_above=massive_above)
     spec.check()
     root = sets_root() / (name or default_name(m.name, width))
     todo = [x for x in spec.layers if x not in built_layers(root)]
@@ -399,9 +405,12 @@ def build_set(
             if r.get("damaged"):
                 c.print(f"  L{r['layer']:<3} damaged")
                 continue
+            gone = r.get("massive_left_out") or {}
+            left = (f"  massive tokens left out {gone.get('train', 0)} train, {gone.get('heldout', 0)} held-out"
+                    if gone.get("train") or gone.get("heldout") else "")
             c.print(f"  L{r['layer']:<3} EV {r['explained_variance']:.3f}  L0 {r['l0']:5.1f}  "
                     f"dead {r['dead_fraction']:.1%}  loss change {r['ce_loss_delta'] or 0:+.4f}  "
-                    f"{r['seconds'] or 0:.0f} s")
+                    f"{r['seconds'] or 0:.0f} s{left}")
 
     emit(out, as_json, human)
 
