@@ -44,6 +44,8 @@ def attribute_set(
     save: bool = SAVE_OPTION,
     workers: int = WORKERS_OPTION,
     ray_address: str = RAY_ADDRESS_OPTION,
+    backend: str = typer.Option("tl", "--backend", help="tl (TransformerLens, the default), nnsight or bridge: "
+                                "the same scores (README's engines x backends); nnsight and bridge run here."),
     as_json: bool = JSON_OPTION,
 ) -> None:
     """Scores for every prompt of a set, each prompt's top items, and seconds per prompt; saves one run.
@@ -54,25 +56,37 @@ def attribute_set(
     from core.prompt_files import read_prompts
     from workbench.commands.attribute import check_method, parse_params
     from workbench.commands.common import check_device
+    from workbench.scheduler import resolve_address
 
     name = check_method(method, level)
     params = parse_params(param)
     check_prompt_params(name, params)
+    from core.models.backend_check import backend_name, check_backend_engine
+
+    backend = backend_name(backend)  # before torch: an unknown backend is one line
     rows = read_prompts(prompts, limit)
     device = check_device(device)
     from core.models.zoo import check_text_model
 
     check_text_model(model, "attribute-set")  # before the job starts
+    check_backend_engine(model, backend, name)  # an engine the backend refuses on this model, from config.json
+    if backend != "transformer_lens" and (workers > 1 or resolve_address(ray_address) is not None):
+        from core.errors import BackendError
+
+        raise BackendError(f"--backend {backend} runs in this process: drop --workers and --ray-address "
+                           "(jobs on Ray workers load the TransformerLens backend)")
 
     from workbench.commands.jobs import run_job
     from workbench.scheduler.specs import AttributeSetSpec
 
     spec = AttributeSetSpec(model=model, device=device, **dtype_spec(dtype), threads=threads, rows=rows,
                             prompts_file=prompts, method=name, level=level, use_foil=foil, batch_size=batch_size,
-                            params=params)
+                            params=params, backend=backend)
     job, result = run_job(spec, workers, ray_address, save=save)
     out = result.to_json(top=top)
     out["prompts_file"] = prompts
+    if backend != "transformer_lens":
+        out["backend"] = backend
     out["job_id"] = job.id
     if save:
         out["run"] = job.run_id

@@ -34,7 +34,7 @@ from workbench.scheduler.board import jobs_root
 from workbench.scheduler.errors import JobError
 from workbench.scheduler.specs import ALIASES, SPECS, as_dict
 
-_MODELS: dict[tuple[str, str, str | None], Any] = {}
+_MODELS: dict[tuple[str, str, str | None, str], Any] = {}
 _LENT = threading.local()  # models a caller lends to the job running in this thread: {name: (model, lock)}
 
 
@@ -60,10 +60,11 @@ def model_lock(spec: dict[str, Any]) -> Any:
 def worker_model(spec: dict[str, Any]) -> Any:
     """The spec's model: one lent by the caller (see ``lend``), else loaded once per process (a Ray worker
     keeps it for its later shards)."""
+    backend = spec.get("backend") or "transformer_lens"  # specs without the field (most kinds, old records): TL
     lent = (getattr(_LENT, "models", None) or {}).get(str(spec["model"]))
-    if lent is not None:
+    if lent is not None and getattr(lent[0], "backend", "transformer_lens") == backend:
         return lent[0]
-    key = (spec["model"], spec.get("device", "cpu"), spec.get("dtype"))
+    key = (spec["model"], spec.get("device", "cpu"), spec.get("dtype"), backend)
     if key not in _MODELS:
         import torch
 
@@ -72,7 +73,8 @@ def worker_model(spec: dict[str, Any]) -> Any:
         if spec.get("threads"):
             torch.set_num_threads(int(spec["threads"]))
         _MODELS.clear()  # one model per worker: memory is the limit here
-        _MODELS[key] = load(key[0], device=key[1], dtype=key[2])
+        extra = {} if backend == "transformer_lens" else {"backend": backend}
+        _MODELS[key] = load(key[0], device=key[1], dtype=key[2], **extra)
     return _MODELS[key]
 
 

@@ -216,12 +216,24 @@ class AttributeSpec(ModelSpec):
         return out
 
 
+def _backend(value: Any) -> str:
+    """The loader's name of a backend (tl | transformer_lens | nnsight | bridge), checked without torch."""
+    from core.models.backend_check import BACKEND_NAMES
+
+    name = BACKEND_NAMES.get(str(value).strip().lower()) if isinstance(value, str) else None
+    if name is None:
+        raise SpecError(f"unknown backend {value!r}; choose one of tl, nnsight, bridge")
+    return name
+
+
 @dataclass(frozen=True, kw_only=True)
 class AttributeSetSpec(PromptSetSpec):
-    """``workbench attribute-set`` and the Prompt sets page: one method over a prompt set."""
+    """``workbench attribute-set`` and the Prompt sets page: one method over a prompt set. ``backend`` is the
+    loader's name (tl is stored as transformer_lens); a record without it (older ones) is TransformerLens'."""
 
     KIND: ClassVar[str] = "attribute_set"
     JOB: ClassVar[str] = "workbench.scheduler.kinds:AttributeSetJob"
+    OMIT_DEFAULT: ClassVar[tuple[str, ...]] = ("dtype", "backend")
 
     method: str = "dpa"
     level: str = "token"
@@ -229,8 +241,10 @@ class AttributeSetSpec(PromptSetSpec):
     batch_size: int = 16
     params: dict[str, Any] = field(default_factory=dict)
     threads: int | None = None
+    backend: str = "transformer_lens"
 
     def check(self) -> None:
+        object.__setattr__(self, "backend", _backend(self.backend))  # one name per backend: one key
         _attr_method(self.method, self.level)
         super().check()
         _positive("batch_size", self.batch_size)
@@ -238,8 +252,11 @@ class AttributeSetSpec(PromptSetSpec):
     def key_fields(self) -> dict[str, Any]:
         from attribution.methods import prompt_level
 
-        return {**super().key_fields(), "method": _attr_method(self.method), "level": prompt_level(self.level),
-                "params": dict(self.params or {})}
+        out = {**super().key_fields(), "method": _attr_method(self.method), "level": prompt_level(self.level),
+               "params": dict(self.params or {})}
+        if out["backend"] == "transformer_lens":  # the key of the default backend's work is what it was before
+            del out["backend"]
+        return out
 
 
 @dataclass(frozen=True, kw_only=True)
