@@ -4,8 +4,8 @@ looked up), every engine that runs on nnsight gives the TransformerLens backend'
 is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
 test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF, run as NDIF's
 server runs it: only the names the trace binds and saves come back). The same guard
-over a tiny Gemma 3, a tiny Qwen 3 and a tiny Gemma 2 (their q/k norms, post-norms, per-kind rotary tables and soft
-caps also read inside traces)."""
+over a tiny Gemma 3, a tiny Qwen 3, a tiny Gemma 2 and a tiny OLMo-2 (their q/k norms, post-norms, per-kind rotary
+tables and soft caps also read inside traces)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,11 @@ from test_backend_matrix import (  # noqa: F401 - the fixtures
     close,
     gemma2_pair,
     gemma3_pair,
+    olmo2_pair,
     qwen3_pair,
     tiny_gemma2_dir,
     tiny_gemma3_dir,
+    tiny_olmo2_dir,
     tiny_qwen3_dir,
 )
 
@@ -253,3 +255,32 @@ def simulated_gemma2(tiny_gemma2_dir, gemma2_pair):  # noqa: F811
 def test_gemma2_through_nnsights_remote_simulation(simulated_gemma2, gemma2_pair, engine):  # noqa: F811
     got = torch.as_tensor(ENGINES[engine](simulated_gemma2)).float()
     close(got, torch.as_tensor(ENGINES[engine](gemma2_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def guarded_olmo2(olmo2_pair):  # noqa: F811
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, olmo2_pair[1])
+        yield olmo2_pair[1]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_olmo2_engine_reads_weights_only_inside_traces(guarded_olmo2, olmo2_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](guarded_olmo2)).float()
+    close(got, torch.as_tensor(ENGINES[engine](olmo2_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def simulated_olmo2(tiny_olmo2_dir, olmo2_pair):  # noqa: F811
+    """The tiny OLMo-2 behind the guard, every trace through nnsight's remote simulation."""
+    nn = wb.load(str(tiny_olmo2_dir), backend="nnsight")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, nn)
+        _serve_like_ndif(mp, nn)
+        yield nn
+
+
+@pytest.mark.parametrize("engine", ["dpa/qk", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"])
+def test_olmo2_through_nnsights_remote_simulation(simulated_olmo2, olmo2_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](simulated_olmo2)).float()
+    close(got, torch.as_tensor(ENGINES[engine](olmo2_pair[0])).float())

@@ -10,7 +10,8 @@ heads, in a hook at the block's input whose result replaces ``hook_attn_out`` (c
 attention (llama, mistral, qwen2): RMSNorm before it, RoPE over halves, a causal softmax scaled by 1 / sqrt(d_head),
 no q/k norms, post-norms or soft caps; with ``qk_norm``, ``scale`` and ``window`` Gemma 3's (per-head q/k RMSNorms
 before RoPE, 1 / sqrt(query_pre_attn_scalar), sliding windows; its post-norm runs after, in the module); with
-``softcap`` Gemma 2's (its scores capped before the mask)."""
+``softcap`` Gemma 2's (its scores capped before the mask); with ``pre_norm`` False and ``qk_full`` OLMo-2's (no norm
+before the attention, q/k norms over the whole projection; its norm after runs in the block)."""
 
 from __future__ import annotations
 
@@ -44,15 +45,16 @@ def _rotate(x: Any, cos: Any, sin: Any) -> Any:
 
 def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks: list[tuple[str, Callable | None]],
                     rope: tuple[Any, Any], saved: dict[str, Any], qk_norm: tuple[Any, Any] | None = None,
-                    scale: float | None = None, window: int | None = None, softcap: float | None = None
-                    ) -> tuple[Any, Any]:
+                    scale: float | None = None, window: int | None = None, softcap: float | None = None,
+                    pre_norm: bool = True, qk_full: bool = False) -> tuple[Any, Any]:
     """(attention output [batch, pos, d_model], pattern [batch, head, q, k]) of a layer (weights ``w`` in
     TransformerLens' layout, kv heads repeated; RMSNorm epsilon ``eps``) from the residual stream entering it,
     each head reading its own hooked copy. ``hooks``: (hook name, fn) in the order TransformerLens runs them, fn
     None to save the value into ``saved`` (hook_z only, inside an nnsight trace). ``qk_norm``: (q gain, k gain) of
     per-head RMSNorms as TransformerLens holds them (Gemma's 1 + w); ``scale``: the scores' divisor (sqrt(d_head)
     when None); ``window``: a key is seen while query - key < window; ``softcap``: scores -> cap * tanh(scores /
-    cap) before the mask (Gemma 2)."""
+    cap) before the mask (Gemma 2); ``pre_norm`` False: no norm before the attention, ``qk_full``: the q/k norms
+    over the whole projection of each role, heads together (OLMo-2's; gains [heads * d_head])."""
     import torch
 
     a = arch
@@ -77,9 +79,14 @@ def split_attention(w: dict[str, Any], arch: Any, eps: float, resid: Any, hooks:
             rep = a.n_heads // weight.shape[0]
             weight = weight.repeat_interleave(rep, 0)
             bias = None if bias is None else bias.repeat_interleave(rep, 0)
-        proj = torch.einsum("bphd,hde->bphe", _rms(x, w["ln1.w"], eps), weight)
+        proj = torch.einsum("bphd,hde->bphe", _rms(x, w["ln1.w"], eps) if pre_norm else x, weight)
         heads[role] = proj if bias is None else proj + bias
-    if qk_norm is not None:
+    if qk_norm is not None and qk_full:  # grouped k gains follow the kv heads repeated above
+        for role, gain in zip("qk", qk_norm, strict=True):
+            flat = heads[role].flatten(2)
+            gain = gain.view(-1, a.d_head).repeat_interleave(a.n_heads * a.d_head // gain.numel(), 0).flatten()
+            heads[role] = _rms(flat, gain, eps).view(heads[role].shape)
+    elif qk_norm is not None:
         heads["q"], heads["k"] = _rms(heads["q"], qk_norm[0], eps), _rms(heads["k"], qk_norm[1], eps)
     cos, sin = (t[:p, None, :].to(resid.device, resid.dtype) for t in rope)  # [pos, 1, d_head]
     q, k = _rotate(heads["q"], cos, sin), _rotate(heads["k"], cos, sin)

@@ -132,11 +132,42 @@ GEMMA2_HOOKS = {
     "hook_mlp_out": ("post_feedforward_layernorm", "output", 13, None),
     "hook_resid_post": ("", "output", 14, None),
 }
+# OLMo-2 blocks: no norm before either sublayer, one after each (TransformerLens' ln1 and ln2, its hook_attn_out and
+# hook_mlp_out their outputs); q/k RMSNorms over the whole projection before the head split (their scales [batch,
+# pos, 1]), the MLP reading the residual itself (hook_resid_mid, hook_mlp_in: its input)
+OLMO2_HOOKS = {
+    "hook_resid_pre": ("", "input", 0, None),
+    "attn.hook_q": ("self_attn.q_proj", "output", 1, "q"),
+    "attn.q_norm.hook_scale": ("self_attn.q_proj", "output", 1, "scale"),
+    "attn.q_norm.hook_normalized": ("self_attn.q_proj", "output", 1, "normalized"),
+    "attn.hook_rot_q": ("self_attn.q_norm", "output", 2, "rot_q"),
+    "attn.hook_k": ("self_attn.k_proj", "output", 3, "kv"),
+    "attn.k_norm.hook_scale": ("self_attn.k_proj", "output", 3, "scale"),
+    "attn.k_norm.hook_normalized": ("self_attn.k_proj", "output", 3, "normalized"),
+    "attn.hook_rot_k": ("self_attn.k_norm", "output", 4, "rot_kv"),
+    "attn.hook_v": ("self_attn.v_proj", "output", 5, "kv"),
+    "attn.hook_z": ("self_attn.o_proj", "input", 6, "q"),
+    "attn.hook_attn_scores": ("self_attn", "output1", 7, "scores"),
+    "attn.hook_pattern": ("self_attn", "output1", 7, None),
+    "ln1.hook_scale": ("post_attention_layernorm", "input", 8, "scale"),
+    "ln1.hook_normalized": ("post_attention_layernorm", "input", 8, "normalized"),
+    "hook_attn_out": ("post_attention_layernorm", "output", 9, None),
+    "hook_resid_mid": ("mlp", "input", 10, None),
+    "mlp.hook_pre": ("mlp.gate_proj", "output", 11, None),
+    "mlp.hook_pre_linear": ("mlp.up_proj", "output", 12, None),
+    "mlp.hook_post": ("mlp.down_proj", "input", 13, None),
+    "ln2.hook_scale": ("post_feedforward_layernorm", "input", 14, "scale"),
+    "ln2.hook_normalized": ("post_feedforward_layernorm", "input", 14, "normalized"),
+    "hook_mlp_out": ("post_feedforward_layernorm", "output", 15, None),
+    "hook_resid_post": ("", "output", 16, None),
+}
 # the orders of the attention's internals per layout (split inputs replace the module's attention: none of them run)
-ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8), "gemma2": range(1, 6)}
+ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8), "gemma2": range(1, 6),
+               "olmo2": range(1, 8)}
 # the module whose input is the MLP's own input (TransformerLens' hook_mlp_in), per layout: (path, order)
 MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10),
-          "qwen3": ("post_attention_layernorm", 8), "gemma2": ("pre_feedforward_layernorm", 8)}
+          "qwen3": ("post_attention_layernorm", 8), "gemma2": ("pre_feedforward_layernorm", 8),
+          "olmo2": ("mlp", 10)}
 # hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
 GLOBAL_HOOKS = {
     "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
@@ -145,7 +176,7 @@ GLOBAL_HOOKS = {
                "ln_final.hook_scale": ("model.norm", "input", None),
                "ln_final.hook_normalized": ("model.norm", "input", None)},
 }
-GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["gemma2"] = GLOBAL_HOOKS["llama+"]
+GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["gemma2"] = GLOBAL_HOOKS["olmo2"] = GLOBAL_HOOKS["llama+"]
 # derived: a hook reads them, cannot change them
 READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t",
              "rot_q_n", "rot_kv_n", "scores"}
@@ -153,6 +184,7 @@ LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks wit
 GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
 QWEN3 = frozenset({"qwen3"})  # Llama-style with per-head q/k norms
 GEMMA2 = frozenset({"gemma2"})  # Gemma 3's layout without q/k norms, soft caps on attention scores and logits
+OLMO2 = frozenset({"olmo2"})  # norms after each sublayer only, q/k norms over the whole projection
 
 
 def layout_of(config: Any) -> str:
@@ -168,17 +200,20 @@ def layout_of(config: Any) -> str:
         return "qwen3"
     if kind in GEMMA2:
         return "gemma2"
+    if kind in OLMO2:
+        return "olmo2"
     if kind in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping"):
         return "gemma3"
     return "llama"
 
 
-INTERNAL_LAYOUTS = frozenset({"llama+", "qwen3", "gemma2", "gemma3"})
+INTERNAL_LAYOUTS = frozenset({"llama+", "qwen3", "gemma2", "gemma3", "olmo2"})
 
 
 def serves_internals(config: Any) -> bool:
     """Whether the nnsight backend gives every internal (the "internals" engines) for a model of this config (a
-    config.json dict or a transformers config): Llama-style, Qwen 3, Gemma 2, or Gemma 3 without soft caps."""
+    config.json dict or a transformers config): Llama-style, Qwen 3, Gemma 2, OLMo-2, or Gemma 3 without soft
+    caps."""
     return layout_of(config) in INTERNAL_LAYOUTS
 
 
@@ -201,7 +236,7 @@ ENGINE_NEEDS: dict[str, str] = {
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
                  f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}), Qwen 3, "
-                 "Gemma 2 and Gemma 3 without soft caps only",
+                 "Gemma 2, OLMo-2 and Gemma 3 without soft caps only",
     "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
                       "the trace), which a remote trace cannot return; run circuits on a local model",
 }

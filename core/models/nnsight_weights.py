@@ -24,16 +24,28 @@ class TracedWeights:
             self._param_cache = self._read_params()
         return self._param_cache
 
+    def _norm_paths(self) -> dict[str, str]:
+        """TransformerLens' name of each block norm -> the Hugging Face module's path in the block. OLMo-2's only
+        norms follow the sublayers, and TransformerLens names them ln1 and ln2 (as its hooks do)."""
+        if self.layout == "olmo2":
+            return {"ln1": "post_attention_layernorm", "ln2": "post_feedforward_layernorm"}
+        if self._gemma:
+            return {"ln1": "input_layernorm", "ln2": "pre_feedforward_layernorm",
+                    "ln1_post": "post_attention_layernorm", "ln2_post": "post_feedforward_layernorm"}
+        return {"ln1": "input_layernorm", "ln2": "post_attention_layernorm"}
+
     def _param_paths(self) -> list[str]:
         """The module path (from the root) of every parameter the engines read: each module's ``weight`` and,
         where it has one, ``bias``."""
         paths = ["model.embed_tokens", "model.norm", "lm_head"]
-        parts = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "input_layernorm",
-                 "post_attention_layernorm", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"]
-        if self.layout in ("gemma3", "qwen3"):
+        if self.layout == "phi3":  # fused q/k/v and gate/up projections
+            parts = ["self_attn.qkv_proj", "self_attn.o_proj", "mlp.gate_up_proj", "mlp.down_proj"]
+        else:
+            parts = ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                     "mlp.up_proj", "mlp.down_proj"]
+        parts += list(self._norm_paths().values())
+        if self.arch.qk_norm != "none":
             parts += ["self_attn.q_norm", "self_attn.k_norm"]
-        if self._gemma:
-            parts += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
         for l in range(self.arch.n_layers):
             paths += [f"model.layers.{l}.{part}" for part in parts]
         return paths
@@ -68,10 +80,6 @@ class TracedWeights:
         w = self._param(path + ".weight")
         return w + 1.0 if self._gemma else w
 
-    def _mlp_norm(self) -> str:
-        """The module name of the norm before the MLP (TransformerLens' ln2)."""
-        return "pre_feedforward_layernorm" if self._gemma else "post_attention_layernorm"
-
     def has_mlp(self, layer: int) -> bool:
         self.check_layer(layer)
         return True
@@ -99,8 +107,9 @@ class TracedWeights:
         w["W_V"], w["b_V"] = heads("self_attn.v_proj", a.n_kv_heads)
         w["W_O"] = self._param(b + "self_attn.o_proj.weight").T.reshape(a.n_heads, a.d_head, a.d_model)
         w["b_O"] = self._param(b + "self_attn.o_proj.bias")
-        w["ln1.w"], w["ln1.b"] = self._norm_w(b + "input_layernorm"), None
-        w["ln2.w"], w["ln2.b"] = self._norm_w(b + self._mlp_norm()), None
+        norms = self._norm_paths()
+        w["ln1.w"], w["ln1.b"] = self._norm_w(b + norms["ln1"]), None
+        w["ln2.w"], w["ln2.b"] = self._norm_w(b + norms["ln2"]), None
         w["W_in"] = self._param(b + "mlp.up_proj.weight").T
         w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
         w["W_out"] = self._param(b + "mlp.down_proj.weight").T
@@ -110,21 +119,22 @@ class TracedWeights:
     def norm_sites(self, layer: int) -> dict[str, NormSite | None]:
         self.check_layer(layer)
         b, h = f"model.layers.{layer}.", f"blocks.{layer}."
-        sites = {"attn_pre": NormSite(h + "ln1.hook_scale", self._norm_w(b + "input_layernorm"), None),
-                 "attn_post": None,
-                 "mlp_pre": NormSite(h + "ln2.hook_scale", self._norm_w(b + self._mlp_norm()), None),
-                 "mlp_post": None}
-        if self._gemma:  # post-norms on both sublayers' outputs, before the residual adds them
-            sites["attn_post"] = NormSite(h + "ln1_post.hook_scale", self._norm_w(b + "post_attention_layernorm"),
-                                          None)
-            sites["mlp_post"] = NormSite(h + "ln2_post.hook_scale", self._norm_w(b + "post_feedforward_layernorm"),
-                                         None)
-        return sites
+        norms = self._norm_paths()
+
+        def site(name: str) -> NormSite | None:
+            return NormSite(h + name + ".hook_scale", self._norm_w(b + norms[name]), None) if name in norms else None
+
+        if self.arch.norm_placement == "post":  # OLMo-2: ln1 and ln2 follow the sublayers
+            return {"attn_pre": None, "attn_post": site("ln1"), "mlp_pre": None, "mlp_post": site("ln2")}
+        # Gemma's post-norms act on both sublayers' outputs, before the residual adds them
+        return {"attn_pre": site("ln1"), "attn_post": site("ln1_post"), "mlp_pre": site("ln2"),
+                "mlp_post": site("ln2_post")}
 
     def qk_norm_sites(self, layer: int) -> tuple[NormSite, NormSite] | None:
-        """Gemma 3's and Qwen 3's per-head q and k norms (their scales [batch * pos * head, 1]); None elsewhere."""
+        """The q and k norms: Gemma 3's and Qwen 3's per head (their scales [batch * pos * head, 1]), OLMo-2's over
+        the whole projection (scales [batch, pos, 1], gains [heads * d_head]); None elsewhere."""
         self.check_layer(layer)
-        if self.layout not in ("gemma3", "qwen3"):
+        if self.arch.qk_norm == "none":
             return None
         b, h = f"model.layers.{layer}.self_attn.", f"blocks.{layer}.attn."
         return (NormSite(h + "q_norm.hook_scale", self._norm_w(b + "q_norm"), None),
@@ -196,12 +206,15 @@ class TracedWeights:
 
     def _split_extra(self, layer: int) -> dict[str, Any]:
         """What split_attention needs beyond Llama's: q/k norm gains, attention scale, window and soft cap (Gemma 2
-        and 3, Qwen 3)."""
-        if self.layout not in ("gemma2", "gemma3", "qwen3"):
+        and 3, Qwen 3), the norms' placement (OLMo-2)."""
+        if self.layout not in ("gemma2", "gemma3", "qwen3", "olmo2"):
             return {}
         sites = self.qk_norm_sites(layer)
-        return {"qk_norm": None if sites is None else (sites[0].w, sites[1].w), "scale": self.attn_scale(layer),
-                "window": self._window(layer), "softcap": self.arch.attn_softcap}
+        extra = {"qk_norm": None if sites is None else (sites[0].w, sites[1].w), "scale": self.attn_scale(layer),
+                 "window": self._window(layer), "softcap": self.arch.attn_softcap}
+        if self.layout == "olmo2":  # no norm before the attention; q/k norms over the whole projection
+            extra.update(pre_norm=False, qk_full=True)
+        return extra
 
     def _rope_tables(self, seq: int) -> dict[str, tuple[Any, Any]]:
         """{layer kind: (cos, sin) [seq, d_head]} from the model's own rotary embedding (its scaling included), as

@@ -20,7 +20,8 @@ has them too, with its per-head q/k norms' scales (attn.q_norm/k_norm.hook_scale
 (gemma3-270m) as well, with its q/k norms' scales (attn.q_norm/k_norm.hook_scale), post-norms
 (ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows; Gemma 2 as well
 (Gemma 3's layout without q/k norms), with its soft-capped attention scores (attn.hook_attn_scores, computed in the
-trace from the rotated q and k) and its capped logits. Gradients
+trace from the rotated q and k) and its capped logits; OLMo-2 (norms after each sublayer only, as TransformerLens' ln1
+and ln2; q/k norms over the whole projection, their scales attn.q_norm/k_norm.hook_scale [batch, pos, 1]). Gradients
 of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
 for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
 backend's numbers; what does not run (other families; circuits on a remote model, whose backward runs after the
@@ -57,6 +58,7 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     LOCAL_BACKWARD,
     MLP_IN,
     NEED_WORDS,
+    OLMO2_HOOKS,
     POST_BASIC,
     POST_NORMED,
     QWEN3_HOOKS,
@@ -112,7 +114,7 @@ class NNsightModel(TracedWeights, HookedModel):
         self._gemma = self.layout in ("gemma2", "gemma3")  # 1 + w gains, post-norms, a scaled embedding
         self._hooks = {"gpt2": GPT2_HOOKS, "llama": POST_BASIC if cfg.model_type in POST_NORMED else LLAMA_BASIC,
                        "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS, "qwen3": QWEN3_HOOKS,
-                       "gemma2": GEMMA2_HOOKS}[self.layout]
+                       "gemma2": GEMMA2_HOOKS, "olmo2": OLMO2_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
@@ -128,8 +130,8 @@ class NNsightModel(TracedWeights, HookedModel):
             norm="layernorm" if self._gpt2 else "rmsnorm",
             mlp="gelu" if self._gpt2 else ("swiglu" if act == "silu" else f"glu-{act}"),
             positional="learned" if self._gpt2 else "rope", act_fn=act,
-            norm_placement="pre+post" if self._gemma else "pre",
-            qk_norm="head" if self.layout in ("gemma3", "qwen3") else "none",
+            norm_placement="pre+post" if self._gemma else "post" if self.layout == "olmo2" else "pre",
+            qk_norm="head" if self.layout in ("gemma3", "qwen3") else "full" if self.layout == "olmo2" else "none",
             attn_softcap=_cap(getattr(cfg, "attn_logit_softcapping", None)) if self.internals else None,
             logit_softcap=_cap(getattr(cfg, "final_logit_softcapping", None)) if self.internals else None,
         )
