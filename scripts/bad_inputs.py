@@ -838,6 +838,8 @@ def replacement_graph_cases(f: dict[str, str]) -> list[Case]:
     for name, args, words in (
         ("build-set --kind topk", ["sae", "build-set", "--model", "smollm2-135m", "--kind", "topk"], ["transcoder"]),
         ("build-set --name a/b", ["sae", "build-set", "--model", "smollm2-135m", "--name", "a/b"], ["--name"]),
+        ("build-set --massive-above 1", ["sae", "build-set", "--model", "smollm2-135m", "--massive-above", "1"],
+         ["--massive-above", "at least 2"]),
         ("feature-graph --node-threshold 0", FG + ["--saes", "smollm2-135m-L6-transcoder2304", "--node-threshold",
                                                    "0"], ["--node-threshold"]),
         ("feature-graph --edge-threshold 1.5", FG + ["--saes", "smollm2-135m-L6-transcoder2304",

@@ -75,9 +75,7 @@ class SetSpec(TrainConfig):
             raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
         if not 1 <= self.epochs <= 100:
             raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
-        if self.massive_above is not None and self.massive_above != 0 and not self.massive_above >= 2:
-            raise RangeError(f"--massive-above {self.massive_above:g} must be 0 (keep every token) or at least 2 "
-                             "(a multiple of the median MLP-output norm)")
+        check_massive(self.massive_above)
         if self.tokens < self.batch_size:
             raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
 
@@ -101,6 +99,14 @@ class SetSpec(TrainConfig):
 MASSIVE_ABOVE = 100.0
 # What a set built before the rule counts as (its training has no massive_above): no token left out.
 LEGACY_TRAINING = {"epochs": 1, "massive_above": 0}
+
+
+def check_massive(above: float | None) -> None:
+    """RangeError unless ``above`` (SetSpec.massive_above) is None, 0 or a multiple of at least 2: under 2 the
+    rule would leave out ordinary tokens (a multiple of 1 leaves out half of them)."""
+    if above is not None and above != 0 and not above >= 2:
+        raise RangeError(f"--massive-above {above:g} must be 0 (keep every token) or at least 2 (a multiple of the "
+                         "median MLP-output norm)")
 
 
 def sets_root() -> Path:

@@ -334,10 +334,11 @@ def build_set(
     its checkpoint, each is saved atomically. Use it as `--saes set:NAME` (feature-graph, feature commands)."""
     import sys
 
-    from attribution.sae.sets import built_layers, default_name, estimate, parse_layers, sets_root
+    from attribution.sae.sets import built_layers, check_massive, default_name, estimate, parse_layers, sets_root
     from core.errors import RangeError
     from core.models import zoo
 
+    check_massive(massive_above)  # before the model loads
     if kind != "transcoder":
         raise RangeError(f"--kind {kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
     if not 0 < k <= width:
