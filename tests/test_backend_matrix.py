@@ -275,6 +275,24 @@ def olmo2_pair(tiny_olmo2_dir, one_thread):
     return wb.load(str(tiny_olmo2_dir)), wb.load(str(tiny_olmo2_dir), backend="nnsight")
 
 
+@pytest.fixture(scope="module")
+def tiny_phi3_dir(tmp_path_factory) -> Path:
+    """A tiny random Phi-3 with smollm2's tokenizer: fused q/k/v and gate/up projections, 4 heads over 2 kv heads."""
+    from transformers import Phi3Config
+
+    cfg = Phi3Config(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                     num_key_value_heads=2, vocab_size=49152, max_position_embeddings=128, tie_word_embeddings=False,
+                     bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    cfg.architectures = ["Phi3ForCausalLM"]
+    return _tiny_with_random_gains(tmp_path_factory.mktemp("tiny-phi3"), cfg)
+
+
+@pytest.fixture(scope="module")
+def phi3_pair(tiny_phi3_dir, one_thread):
+    """(TransformerLens, nnsight) over the tiny Phi-3."""
+    return wb.load(str(tiny_phi3_dir)), wb.load(str(tiny_phi3_dir), backend="nnsight")
+
+
 def close(got: torch.Tensor, ref: torch.Tensor) -> None:
     """``got`` equals ``ref`` within REL_TOL of ref's own scale; neither may be all zeros (a backend that gave
     zeros, or a reference that cannot tell one from the truth, fails)."""
@@ -358,6 +376,14 @@ def test_engine_on_nnsight_olmo2(olmo2_pair, engine):
     """The same on an OLMo-2 (norms after each sublayer only, q/k norms over the whole projection before the head
     split, the MLP reading the residual itself)."""
     tl, nn = olmo2_pair
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_engine_on_nnsight_phi3(phi3_pair, engine):
+    """The same on a Phi-3 (fused q/k/v and gate/up projections: TransformerLens' hook_q/k/v, hook_pre and
+    hook_pre_linear are slices of one module value each)."""
+    tl, nn = phi3_pair
     close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 

@@ -1,9 +1,9 @@
 """The nnsight backend on the tiny random models of tests/family_models.py (norm gains random, sequences longer than
 the sliding windows): every hook it gives equals TransformerLens' on the same weights, the post-norm families'
 hook_attn_out / hook_mlp_out included (Gemma 2 and OLMo-2 add the post-norm's output, not the sublayer's), Gemma 2's
-soft-capped attention scores and OLMo-2's whole-projection q/k norm scales too. Where the backend maps the hooks only
-(Phi-3's fused projections, GPT-2) an engine needing every internal refuses in one BackendError line naming why; Qwen 3,
-Gemma 2 and OLMo-2 run every engine (tests/test_backend_matrix.py)."""
+soft-capped attention scores, OLMo-2's whole-projection q/k norm scales and Phi-3's slices of its fused projections
+too. Where the backend maps the hooks only (GPT-2) an engine needing every internal refuses in one BackendError line
+naming why; Qwen 3, Gemma 2, OLMo-2 and Phi-3 run every engine (tests/test_backend_matrix.py)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import workbench as wb
 from core.errors import BackendError
 
 # the families whose every internal the nnsight backend gives, as its refusal names them
-SERVED = ("qwen3", "gemma2", "olmo2")
-SERVED_WORDS = "Qwen 3, Gemma 2, OLMo-2 and Gemma 3 without soft caps only"
+SERVED = ("qwen3", "gemma2", "olmo2", "phi3")
+SERVED_WORDS = "Qwen 3, Gemma 2, OLMo-2, Phi-3 (full rotary) and Gemma 3 without soft caps only"
 
 
 @pytest.fixture(scope="module", params=["gemma2", "olmo2", "qwen3", "phi3", "gpt2"])

@@ -4,8 +4,8 @@ looked up), every engine that runs on nnsight gives the TransformerLens backend'
 is the same situation (its weights are only reachable inside a trace), with the transport changed: the second
 test sends every trace through nnsight's remote simulation (serialised and deserialised as for NDIF, run as NDIF's
 server runs it: only the names the trace binds and saves come back). The same guard
-over a tiny Gemma 3, a tiny Qwen 3, a tiny Gemma 2 and a tiny OLMo-2 (their q/k norms, post-norms, per-kind rotary
-tables and soft caps also read inside traces)."""
+over a tiny Gemma 3, a tiny Qwen 3, a tiny Gemma 2, a tiny OLMo-2 and a tiny Phi-3 (their q/k norms, post-norms,
+per-kind rotary tables, soft caps and fused projections also read inside traces)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,12 @@ from test_backend_matrix import (  # noqa: F401 - the fixtures
     gemma2_pair,
     gemma3_pair,
     olmo2_pair,
+    phi3_pair,
     qwen3_pair,
     tiny_gemma2_dir,
     tiny_gemma3_dir,
     tiny_olmo2_dir,
+    tiny_phi3_dir,
     tiny_qwen3_dir,
 )
 
@@ -284,3 +286,34 @@ def simulated_olmo2(tiny_olmo2_dir, olmo2_pair):  # noqa: F811
 def test_olmo2_through_nnsights_remote_simulation(simulated_olmo2, olmo2_pair, engine):  # noqa: F811
     got = torch.as_tensor(ENGINES[engine](simulated_olmo2)).float()
     close(got, torch.as_tensor(ENGINES[engine](olmo2_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def guarded_phi3(phi3_pair):  # noqa: F811
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, phi3_pair[1])
+        yield phi3_pair[1]
+
+
+@pytest.mark.parametrize("engine", list(ENGINES))
+def test_phi3_engine_reads_weights_only_inside_traces(guarded_phi3, phi3_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](guarded_phi3)).float()
+    close(got, torch.as_tensor(ENGINES[engine](phi3_pair[0])).float())
+
+
+@pytest.fixture(scope="module")
+def simulated_phi3(tiny_phi3_dir, phi3_pair):  # noqa: F811
+    """The tiny Phi-3 behind the guard, every trace through nnsight's remote simulation (its q/k/v and gate/up are
+    sliced from the fused projections inside the trace, their gradients too)."""
+    nn = wb.load(str(tiny_phi3_dir), backend="nnsight")
+    with pytest.MonkeyPatch.context() as mp:
+        _guard(mp, nn)
+        _serve_like_ndif(mp, nn)
+        yield nn
+
+
+@pytest.mark.parametrize("engine", ["dpa/qk", "dpa_path/token", "gradient/head", "input_x_gradient/neuron", "atp/qk",
+                                    "patch (heads)"])
+def test_phi3_through_nnsights_remote_simulation(simulated_phi3, phi3_pair, engine):  # noqa: F811
+    got = torch.as_tensor(ENGINES[engine](simulated_phi3)).float()
+    close(got, torch.as_tensor(ENGINES[engine](phi3_pair[0])).float())

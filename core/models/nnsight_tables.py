@@ -161,13 +161,54 @@ OLMO2_HOOKS = {
     "hook_mlp_out": ("post_feedforward_layernorm", "output", 15, None),
     "hook_resid_post": ("", "output", 16, None),
 }
+# Phi-3 blocks: Llama's with fused projections, TransformerLens' q/k/v and MLP gate/in parts of one module value each
+# (slices of it: views, so a hook changing them changes the forward; ``fused_part``)
+PHI3_HOOKS = {
+    "hook_resid_pre": ("", "input", 0, None),
+    "ln1.hook_scale": ("", "input", 0, "scale"),
+    "ln1.hook_normalized": ("", "input", 0, "normalized"),
+    "attn.hook_q": ("self_attn.qkv_proj", "output", 1, "fq"),
+    "attn.hook_k": ("self_attn.qkv_proj", "output", 1, "fk"),
+    "attn.hook_v": ("self_attn.qkv_proj", "output", 1, "fv"),
+    "attn.hook_rot_q": ("self_attn.qkv_proj", "output", 1, "rot_fq"),
+    "attn.hook_rot_k": ("self_attn.qkv_proj", "output", 1, "rot_fk"),
+    "attn.hook_z": ("self_attn.o_proj", "input", 2, "q"),
+    "attn.hook_attn_scores": ("self_attn", "output1", 3, "scores"),
+    "attn.hook_pattern": ("self_attn", "output1", 3, None),
+    "hook_attn_out": ("self_attn", "output0", 3, None),
+    "hook_resid_mid": ("post_attention_layernorm", "input", 4, None),
+    "ln2.hook_scale": ("post_attention_layernorm", "input", 4, "scale"),
+    "ln2.hook_normalized": ("post_attention_layernorm", "input", 4, "normalized"),
+    "mlp.hook_pre": ("mlp.gate_up_proj", "output", 5, "gate"),
+    "mlp.hook_pre_linear": ("mlp.gate_up_proj", "output", 5, "up"),
+    "mlp.hook_post": ("mlp.down_proj", "input", 6, None),
+    "hook_mlp_out": ("mlp", "output", 7, None),
+    "hook_resid_post": ("", "output", 8, None),
+}
+FUSED = frozenset({"fq", "fk", "fv", "rot_fq", "rot_fk", "gate", "up"})
+
+
+def fused_part(value: Any, part: str, arch: Any) -> Any:
+    """One part of a fused projection's output (a view of it): Phi-3's qkv_proj gives q, then k, then v
+    ([..., head, d_head] each), its gate_up_proj the gate, then the up projection (TransformerLens' hook_pre and
+    hook_pre_linear)."""
+    if part in ("gate", "up"):
+        half = value.shape[-1] // 2
+        return value[..., :half] if part == "gate" else value[..., half:]
+    q_end = arch.n_heads * arch.d_head
+    k_end = q_end + arch.n_kv_heads * arch.d_head
+    start, stop, heads = {"q": (0, q_end, arch.n_heads), "k": (q_end, k_end, arch.n_kv_heads),
+                          "v": (k_end, value.shape[-1], arch.n_kv_heads)}[part[-1]]
+    return value[..., start:stop].view(*value.shape[:-1], heads, arch.d_head)
+
+
 # the orders of the attention's internals per layout (split inputs replace the module's attention: none of them run)
 ATTN_ORDERS = {"llama+": range(1, 6), "gemma3": range(1, 8), "qwen3": range(1, 8), "gemma2": range(1, 6),
-               "olmo2": range(1, 8)}
+               "olmo2": range(1, 8), "phi3": range(1, 4)}
 # the module whose input is the MLP's own input (TransformerLens' hook_mlp_in), per layout: (path, order)
 MLP_IN = {"llama+": ("post_attention_layernorm", 6), "gemma3": ("pre_feedforward_layernorm", 10),
           "qwen3": ("post_attention_layernorm", 8), "gemma2": ("pre_feedforward_layernorm", 8),
-          "olmo2": ("mlp", 10)}
+          "olmo2": ("mlp", 10), "phi3": ("post_attention_layernorm", 4)}
 # hooks outside the blocks: (module path from the root, part, layer slot: -1 before block 0, None after the last)
 GLOBAL_HOOKS = {
     "gpt2": {"hook_embed": ("transformer.wte", "output", -1), "hook_pos_embed": ("transformer.wpe", "output", -1)},
@@ -176,15 +217,17 @@ GLOBAL_HOOKS = {
                "ln_final.hook_scale": ("model.norm", "input", None),
                "ln_final.hook_normalized": ("model.norm", "input", None)},
 }
-GLOBAL_HOOKS["gemma3"] = GLOBAL_HOOKS["qwen3"] = GLOBAL_HOOKS["gemma2"] = GLOBAL_HOOKS["olmo2"] = GLOBAL_HOOKS["llama+"]
+for _layout in ("gemma3", "qwen3", "gemma2", "olmo2", "phi3"):
+    GLOBAL_HOOKS[_layout] = GLOBAL_HOOKS["llama+"]
 # derived: a hook reads them, cannot change them
 READ_ONLY = {"output1", "scale", "normalized", "rot_q", "rot_kv", "q_scale", "kv_scale", "rot_q_t", "rot_kv_t",
-             "rot_q_n", "rot_kv_n", "scores"}
+             "rot_q_n", "rot_kv_n", "scores", "rot_fq", "rot_fk"}
 LLAMA_LIKE = frozenset({"llama", "mistral", "qwen2"})  # model.layers blocks with no q/k norms, post-norms or caps
 GEMMA3 = frozenset({"gemma3_text"})  # Gemma 3 text models (gemma3-270m), when they have no soft caps
 QWEN3 = frozenset({"qwen3"})  # Llama-style with per-head q/k norms
 GEMMA2 = frozenset({"gemma2"})  # Gemma 3's layout without q/k norms, soft caps on attention scores and logits
 OLMO2 = frozenset({"olmo2"})  # norms after each sublayer only, q/k norms over the whole projection
+PHI3 = frozenset({"phi3"})  # Llama's with fused q/k/v and gate/up projections (full rotary only)
 
 
 def layout_of(config: Any) -> str:
@@ -202,18 +245,26 @@ def layout_of(config: Any) -> str:
         return "gemma2"
     if kind in OLMO2:
         return "olmo2"
+    if kind in PHI3 and _full_rotary(get):
+        return "phi3"
     if kind in GEMMA3 and not get("attn_logit_softcapping") and not get("final_logit_softcapping"):
         return "gemma3"
     return "llama"
 
 
-INTERNAL_LAYOUTS = frozenset({"llama+", "qwen3", "gemma2", "gemma3", "olmo2"})
+INTERNAL_LAYOUTS = frozenset({"llama+", "qwen3", "gemma2", "gemma3", "olmo2", "phi3"})
+
+
+def _full_rotary(get: Any) -> bool:
+    """Whether RoPE turns every dimension of a head (Phi-3's; Phi-4-mini's partial_rotary_factor 0.75 does not)."""
+    factor = get("partial_rotary_factor") or (get("rope_parameters") or {}).get("partial_rotary_factor") or 1.0
+    return float(factor) == 1.0
 
 
 def serves_internals(config: Any) -> bool:
     """Whether the nnsight backend gives every internal (the "internals" engines) for a model of this config (a
-    config.json dict or a transformers config): Llama-style, Qwen 3, Gemma 2, OLMo-2, or Gemma 3 without soft
-    caps."""
+    config.json dict or a transformers config): Llama-style, Qwen 3, Gemma 2, OLMo-2, Phi-3 (full rotary), or Gemma 3
+    without soft caps."""
     return layout_of(config) in INTERNAL_LAYOUTS
 
 
@@ -236,7 +287,7 @@ ENGINE_NEEDS: dict[str, str] = {
 NEED_WORDS = {
     "internals": "every internal activation (hook_z, q/k/v, norm scales) and the weights, read inside a trace, "
                  f"which the nnsight backend gives for Llama-style models ({', '.join(sorted(LLAMA_LIKE))}), Qwen 3, "
-                 "Gemma 2, OLMo-2 and Gemma 3 without soft caps only",
+                 "Gemma 2, OLMo-2, Phi-3 (full rotary) and Gemma 3 without soft caps only",
     "local_backward": "a backward pass after the trace through the circuit's own gradient hooks (autograd across "
                       "the trace), which a remote trace cannot return; run circuits on a local model",
 }

@@ -94,24 +94,34 @@ class TracedWeights:
         rep = a.n_heads // a.n_kv_heads if repeat_kv else 1
         b = f"model.layers.{layer}."
 
-        def heads(part: str, n: int) -> tuple[Any, Any]:  # [n * d_head, d_model] -> [n, d_model, d_head]
-            w = self._param(b + part + ".weight").T.reshape(a.d_model, n, a.d_head).permute(1, 0, 2)
-            bias = self._param(b + part + ".bias")
+        def heads(weight: Any, bias: Any, n: int) -> tuple[Any, Any]:  # [n * d_head, d_model] -> [n, d_model, d_head]
+            w = weight.T.reshape(a.d_model, n, a.d_head).permute(1, 0, 2)
             bias = None if bias is None else bias.reshape(n, a.d_head)
             return w.repeat_interleave(rep, 0) if n != a.n_heads else w, \
                 (bias.repeat_interleave(rep, 0) if bias is not None and n != a.n_heads else bias)
 
         w: dict[str, Any] = {}
-        w["W_Q"], w["b_Q"] = heads("self_attn.q_proj", a.n_heads)
-        w["W_K"], w["b_K"] = heads("self_attn.k_proj", a.n_kv_heads)
-        w["W_V"], w["b_V"] = heads("self_attn.v_proj", a.n_kv_heads)
+        if self.layout == "phi3":  # one fused projection: q, then k, then v rows
+            q_end, k_end = a.n_heads * a.d_head, (a.n_heads + a.n_kv_heads) * a.d_head
+            qkv = self._param(b + "self_attn.qkv_proj.weight")
+            w["W_Q"], w["b_Q"] = heads(qkv[:q_end], None, a.n_heads)
+            w["W_K"], w["b_K"] = heads(qkv[q_end:k_end], None, a.n_kv_heads)
+            w["W_V"], w["b_V"] = heads(qkv[k_end:], None, a.n_kv_heads)
+        else:
+            for role, n in (("Q", a.n_heads), ("K", a.n_kv_heads), ("V", a.n_kv_heads)):
+                part = f"{b}self_attn.{role.lower()}_proj"
+                w[f"W_{role}"], w[f"b_{role}"] = heads(self._param(part + ".weight"), self._param(part + ".bias"), n)
         w["W_O"] = self._param(b + "self_attn.o_proj.weight").T.reshape(a.n_heads, a.d_head, a.d_model)
         w["b_O"] = self._param(b + "self_attn.o_proj.bias")
         norms = self._norm_paths()
         w["ln1.w"], w["ln1.b"] = self._norm_w(b + norms["ln1"]), None
         w["ln2.w"], w["ln2.b"] = self._norm_w(b + norms["ln2"]), None
-        w["W_in"] = self._param(b + "mlp.up_proj.weight").T
-        w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
+        if self.layout == "phi3":  # one fused projection: the gate's rows, then the up projection's
+            gate_up = self._param(b + "mlp.gate_up_proj.weight")
+            w["W_gate"], w["W_in"] = gate_up[:a.d_mlp].T, gate_up[a.d_mlp:].T
+        else:
+            w["W_in"] = self._param(b + "mlp.up_proj.weight").T
+            w["W_gate"] = self._param(b + "mlp.gate_proj.weight").T
         w["W_out"] = self._param(b + "mlp.down_proj.weight").T
         w["b_in"], w["b_out"] = self._param(b + "mlp.up_proj.bias"), self._param(b + "mlp.down_proj.bias")
         return w
@@ -160,6 +170,8 @@ class TracedWeights:
         """Each layer's attention kind (Gemma 2 and 3, Qwen 3: sliding or full; Gemma 3's each with its own rotary
         tables)."""
         types = getattr(self.lm.config, "layer_types", None) if self.layout in ("gemma2", "gemma3", "qwen3") else None
+        if self.layout == "phi3" and getattr(self.lm.config, "sliding_window", None):  # one window on every layer
+            types = ["sliding_attention"] * self.arch.n_layers
         return list(types) if types else ["full_attention"] * self.arch.n_layers
 
     def _window(self, layer: int) -> int | None:
@@ -206,7 +218,9 @@ class TracedWeights:
 
     def _split_extra(self, layer: int) -> dict[str, Any]:
         """What split_attention needs beyond Llama's: q/k norm gains, attention scale, window and soft cap (Gemma 2
-        and 3, Qwen 3), the norms' placement (OLMo-2)."""
+        and 3, Qwen 3), the norms' placement (OLMo-2), Phi-3's window where it has one."""
+        if self.layout == "phi3":
+            return {"window": self._window(layer)}
         if self.layout not in ("gemma2", "gemma3", "qwen3", "olmo2"):
             return {}
         sites = self.qk_norm_sites(layer)

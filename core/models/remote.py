@@ -21,7 +21,9 @@ has them too, with its per-head q/k norms' scales (attn.q_norm/k_norm.hook_scale
 (ln1_post, ln2_post), 1 + w norm gains, scaled embedding, query_pre_attn_scalar and sliding windows; Gemma 2 as well
 (Gemma 3's layout without q/k norms), with its soft-capped attention scores (attn.hook_attn_scores, computed in the
 trace from the rotated q and k) and its capped logits; OLMo-2 (norms after each sublayer only, as TransformerLens' ln1
-and ln2; q/k norms over the whole projection, their scales attn.q_norm/k_norm.hook_scale [batch, pos, 1]). Gradients
+and ln2; q/k norms over the whole projection, their scales attn.q_norm/k_norm.hook_scale [batch, pos, 1]); Phi-3 with
+full rotary (attn.hook_q/k/v and mlp.hook_pre/hook_pre_linear are slices of its fused qkv_proj and gate_up_proj
+outputs, views a hook can change, their gradients sliced the same). Gradients
 of a metric come from nnsight's backward tracing inside the forward's trace (``traced_grads``); per-head inputs
 for the edge-level circuits from core/models/nnsight_split.py. Every engine runs here with the TransformerLens
 backend's numbers; what does not run (other families; circuits on a remote model, whose backward runs after the
@@ -46,6 +48,7 @@ from core.models.nnsight_state import hook_state, restore_state
 from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIKE: re-exported
     ATTN_ORDERS,
     ENGINE_NEEDS,
+    FUSED,
     GEMMA2_HOOKS,
     GEMMA3_HOOKS,
     GLOBAL_HOOKS,
@@ -59,19 +62,32 @@ from core.models.nnsight_tables import (  # noqa: F401 - ENGINE_NEEDS, LLAMA_LIK
     MLP_IN,
     NEED_WORDS,
     OLMO2_HOOKS,
+    PHI3_HOOKS,
     POST_BASIC,
     POST_NORMED,
     QWEN3_HOOKS,
     READ_ONLY,
+    fused_part,
     layout_of,
 )
 from core.models.nnsight_weights import TracedWeights
 from core.models.tokens import tokenizer_adds_bos
 
+GRAD_PARTS = ("fq", "fk", "fv", "gate", "up")  # fused parts: views of a module value, its gradient sliced the same
+
 
 def _cap(value: Any) -> float | None:
     """A soft cap of the config (None where there is none: absent, zero or negative)."""
     return float(value) if value is not None and float(value) > 0 else None
+
+
+def _rotated(value: Any, rope: tuple[Any, Any]) -> Any:
+    """RoPE over halves of [batch, pos, head, d_head] with the (cos, sin) tables [pos, d_head] of its positions."""
+    import torch
+
+    cos, sin = (t[:, None, :].to(value.dtype) for t in rope)
+    half = value.shape[-1] // 2
+    return value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
 
 
 class _Hook:
@@ -114,7 +130,7 @@ class NNsightModel(TracedWeights, HookedModel):
         self._gemma = self.layout in ("gemma2", "gemma3")  # 1 + w gains, post-norms, a scaled embedding
         self._hooks = {"gpt2": GPT2_HOOKS, "llama": POST_BASIC if cfg.model_type in POST_NORMED else LLAMA_BASIC,
                        "llama+": LLAMA_HOOKS, "gemma3": GEMMA3_HOOKS, "qwen3": QWEN3_HOOKS,
-                       "gemma2": GEMMA2_HOOKS, "olmo2": OLMO2_HOOKS}[self.layout]
+                       "gemma2": GEMMA2_HOOKS, "olmo2": OLMO2_HOOKS, "phi3": PHI3_HOOKS}[self.layout]
         self._split = False  # inside ``split_inputs``: per-head q/k/v inputs and the MLP's own input
         n_heads = getattr(cfg, "num_attention_heads", getattr(cfg, "n_head", 0))
         d_model = getattr(cfg, "hidden_size", getattr(cfg, "n_embd", 0))
@@ -242,33 +258,29 @@ class NNsightModel(TracedWeights, HookedModel):
         derive = self._spec(hook)[3]
         if derive == "scores":  # from the rotated q and k: computed in the trace (_scores_of)
             return None
-        value = self._base(raw, hook)
+        return self._view(self._base(raw, hook), derive, rope)
+
+    def _view(self, value: Any, derive: str | None, rope: Any = None) -> Any:
+        """A hook's tensor from the tensor of its module value (``_derive``), or a gradient's at the hook from the
+        gradient at that tensor (``derive`` None or a view: "q", "kv", a fused part)."""
         if derive in (None, "split", "mlp_in"):  # split inputs: the module value, copied where it is used
             return value
+        if derive in FUSED:  # Phi-3's fused projections: a slice (a view: changing it changes the forward)
+            value = fused_part(value, derive, self.arch)
+            return _rotated(value, rope) if derive.startswith("rot") else value
         if derive in ("scale", "normalized"):  # RMSNorm divides by sqrt(mean x^2 + eps): TL's hook_scale
-            eps = float(getattr(self.lm.config, "rms_norm_eps", 1e-6))
-            scale = (value.pow(2).mean(-1, keepdim=True) + eps).sqrt()
+            scale = (value.pow(2).mean(-1, keepdim=True) + self._eps).sqrt()
             return scale if derive == "scale" else value / scale
         if derive in ("q_scale", "kv_scale"):  # a q/k norm's scale per head: [batch * pos * head, 1], as TL's
             flat = value.reshape(-1, self.arch.d_head)
             return (flat.pow(2).mean(-1, keepdim=True) + self._eps).sqrt()
         if derive in ("rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n"):  # a q/k norm's output, then RoPE
-            import torch
-
-            if derive.endswith("_t"):  # Gemma normalises [batch, head, pos, d_head]; Qwen 3 before the transpose
-                value = value.transpose(1, 2)
-            cos, sin = (t[:, None, :].to(value.dtype) for t in rope)
-            half = value.shape[-1] // 2
-            return value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
+            # Gemma normalises [batch, head, pos, d_head]; Qwen 3 before the transpose
+            return _rotated(value.transpose(1, 2) if derive.endswith("_t") else value, rope)
         heads = self.arch.n_heads if derive in ("q", "rot_q") else self.arch.n_kv_heads
         value = value.view(*value.shape[:-1], heads, self.arch.d_head)
-        if derive.startswith("rot"):  # RoPE over halves (Llama), as HF applies it after this projection
-            import torch
-
-            cos, sin = (t[:, None, :].to(value.dtype) for t in rope)  # [pos, 1, d_head]
-            half = value.shape[-1] // 2
-            value = value * cos + torch.cat((-value[..., half:], value[..., :half]), dim=-1) * sin
-        return value
+        # RoPE over halves (Llama), as HF applies it after this projection
+        return _rotated(value, rope) if derive.startswith("rot") else value
 
     def _trace(self, tokens: Any, save: list[str] = (), fwd_hooks: list = (), start_at_layer: int | None = None,
                backward: tuple[Any, int | None, list[str]] | None = None, logits_to_keep: Any = 0):
@@ -298,7 +310,7 @@ class NNsightModel(TracedWeights, HookedModel):
                     steps.append((layer, self._spec(part)[2], 4, f"blocks.{layer}.{part}", None))
         grad_names = list(backward[2]) if backward is not None else []
         for name in grad_names:  # a gradient is read at the module value: the hook must be it, or a view of it
-            if self._spec(self._parse(name)[1])[3] not in (None, "q", "kv"):
+            if self._spec(self._parse(name)[1])[3] not in (None, "q", "kv", *GRAD_PARTS):
                 raise RangeError(f"the gradient at {name!r} is not available on the nnsight backend (a value "
                                  "computed from a module's, not one the forward uses)")
         for name in dict.fromkeys([*save, *grad_names]):
@@ -321,7 +333,7 @@ class NNsightModel(TracedWeights, HookedModel):
             steps, split = self._split_steps(steps)
         steps.sort(key=lambda step: step[:3])
         rope = None
-        rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n")
+        rotated = ("rot_q", "rot_kv", "rot_q_t", "rot_kv_t", "rot_q_n", "rot_kv_n", "rot_fq", "rot_fk")
         if split or any(self._spec(self._parse(s[3])[1])[3] in rotated for s in steps):
             rope = self._rope_tables(ids.shape[1])
         # the weights' own trace first (traces do not nest), and only the split layers' go with the request: the
@@ -378,7 +390,7 @@ class NNsightModel(TracedWeights, HookedModel):
                             value = self._pattern_of(layer, raw, self._layer_rope(rope, layer))
                         saved[name] = value.detach().clone().save()
                         if name in grad_names:
-                            live[name] = (self._base(raw[key], hook), value.shape)
+                            live[name] = (self._base(raw[key], hook), self._spec(hook)[3])
                     else:
                         out = action(value, _Hook(name))
                         if out is not None and out is not value:
@@ -396,7 +408,7 @@ class NNsightModel(TracedWeights, HookedModel):
                     saved["metric"] = values.detach().save()
                     with values.sum().backward():  # gradients come in the reverse of the forward's order
                         for name in reversed(list(live)):
-                            saved["grad:" + name] = live[name][0].grad.view(live[name][1]).save()
+                            saved["grad:" + name] = self._view(live[name][0].grad, live[name][1]).save()
                 keep = backward is None and logits.requires_grad  # a backward after the trace (local only)
                 logits = logits.save() if keep else logits.detach().save()
         restore_state(state, kept)
