@@ -17,7 +17,7 @@ from typing import Any
 import typer
 
 from core.options import nonneg_int, positive_int
-from workbench.commands.common import JSON_OPTION, console, emit
+from workbench.commands.common import JSON_OPTION, emit, result_console
 from workbench.commands.jobs import RAY_ADDRESS_OPTION, workers_option
 
 # The defaults: 5 tasks x these 4 methods at edge level took 33 min at 12 test prompts with --workers 3 on a shared
@@ -139,7 +139,7 @@ def circuits(
 
 
 def _human(r: dict[str, Any]) -> None:
-    c = console()
+    c = result_console()
     c.print(f"circuit benchmark on {r['model']}: {r['seconds'] / 60:.1f} min; "
             + (f"document {r['document']}" if r["document"] else "no document (give --out FILE.md)")
             + (f"; run {r['run']}" if r.get("run") else ""))
@@ -177,5 +177,5 @@ def mib_submission(
     written = submission(found, out, circuits=circuits)
     summary = {"run": found.id, "model": found.meta.get("model"), "out": str(out), "files": written,
                "layout": "circuits" if circuits else "importances"}
-    emit(summary, as_json, lambda r: console().print(
+    emit(summary, as_json, lambda r: result_console().print(
         f"run {r['run']} ({r['model']}) in MIB's submission layout: {len(r['files'])} files under {r['out']}"))

@@ -18,6 +18,7 @@ from workbench.commands.common import (
     dtype_spec,
     emit,
     finish,
+    result_console,
 )
 from workbench.commands.jobs import RAY_ADDRESS_OPTION
 
@@ -63,7 +64,7 @@ def _check(edges: int | None, limit: int | None, ablation: str | None, metric: s
 
 
 def _human(r: dict[str, Any]) -> None:
-    c = console()
+    c = result_console()
     c.print(f"{r['method']} on {r['model']}: {r['n_prompts']} prompts, {r['n_nodes']} nodes, "
             f"{r['n_edges_total']:,} edges, {r['ablation']} ablation, {r['metric']}; scoring {r['seconds']:.2f} s")
     for e in r["edges"][:25]:

@@ -8,7 +8,15 @@ import typer
 
 from core.figures import check_figure_path, png_option
 from core.options import positive_int, token_text
-from workbench.commands.common import DEVICE_OPTION, DTYPE_OPTION, JSON_OPTION, MODEL_OPTION, console, finish
+from workbench.commands.common import (
+    DEVICE_OPTION,
+    DTYPE_OPTION,
+    JSON_OPTION,
+    MODEL_OPTION,
+    console,
+    finish,
+    result_console,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -16,7 +24,7 @@ def register(app: typer.Typer) -> None:
 
 
 def _human(r: dict[str, Any]) -> None:
-    c = console()
+    c = result_console()
     c.print(f"feature graph of {r['prompt']!r} -> {r['target']!r}"
             + (f" minus {r['foil']!r}" if r.get("foil") else "")
             + f" on {r['model']}: {len(r['nodes'])} nodes, {len(r['edges'])} edges, "
