@@ -112,3 +112,31 @@ class Lines:
         except (OSError, ValueError):  # a closed or full stream: progress is never worth a failure
             pass
         return line
+
+
+class Heartbeat:
+    """Calls ``beat()`` every ``every_s`` seconds on a daemon thread while the ``with`` block runs, so a reporter
+    can say the work goes on during one long unit that sends no event of its own (a bench cell's evaluation runs
+    minutes). A failing ``beat`` is ignored: progress is never worth a failure."""
+
+    def __init__(self, beat: Any, every_s: float = 5.0) -> None:
+        import threading
+
+        self.beat, self.every_s = beat, every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="progress-heartbeat", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        self._thread.join(timeout=self.every_s + 1.0)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.every_s):
+            try:
+                self.beat()
+            except Exception:  # noqa: BLE001 - a reporter's failure must not reach the work
+                pass

@@ -57,3 +57,43 @@ def test_bench_circuits_to_a_file_prints_a_line_per_unit(tiny_llama_dir, tmp_pat
     assert len(records) == 1, "no job record"  # costs.json beside it is the board's measured costs, not a job
     job = records[0]
     assert any(re.search(r"(eap|dpa) edge: \d+\.\d s", line) for line in job["log"])
+
+
+def test_a_quiet_job_gets_a_working_line_at_least_every_minute(capsys):
+    from types import SimpleNamespace
+
+    from workbench.commands.jobs import ProgressLines
+
+    lines = ProgressLines(SimpleNamespace(is_terminal=False))
+    lines.beat(lines.t0 + 100.0)  # no job shown yet (a job refused at once): nothing
+    job = SimpleNamespace(kind="bench_circuits", log=[], done=3, total=10, eta_s=120.0)
+    lines.show(job)
+    lines.beat(lines.t0 + 10.0)  # a line came recently: nothing
+    lines.beat(lines.t0 + 55.0)
+    lines.beat(lines.t0 + 60.0)  # 5 s after the last line: nothing
+    lines.beat(lines.t0 + 106.0)
+    text = capsys.readouterr().err.splitlines()
+    assert len(text) == 2, text
+    assert "bench-circuits: working" in text[0] and "3/10" in text[0] and "about 2m00s left" in text[0]
+    assert "1m46s]" in text[1], text
+
+
+def test_heartbeat_beats_until_its_block_ends_and_swallows_failures():
+    import time
+
+    from core.progress import Heartbeat
+
+    calls = []
+
+    def beat():
+        calls.append(1)
+        raise RuntimeError("a reporter's failure")
+
+    with Heartbeat(beat, every_s=0.01):
+        deadline = time.monotonic() + 30.0
+        while len(calls) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert len(calls) >= 3
+    after = len(calls)
+    time.sleep(0.1)
+    assert len(calls) == after  # stopped with the block

@@ -128,29 +128,56 @@ def jobs_cancel(job_id: str = JOB_ID_ARGUMENT,
     emit({"cancelling": job.id}, as_json, lambda r: print(f"cancelling {r['cancelling']}"))
 
 
-class _ProgressLines:
+class ProgressLines:
     """Plain progress lines on stderr, on a terminal or not (a run scripted to a log file reports as it goes):
     every new line of the job's log (a finished unit and its time, e.g. a bench cell's level) with the count
     done and the estimate of what is left; for a kind that logs no units, a count line at most every
     ``EVERY_S`` while items finish."""
 
     EVERY_S = 30.0
+    # with no line for QUIET_S (one unit running for minutes), ``beat`` says the job is still working, so a log
+    # file shows a line at least every minute
+    QUIET_S = 50.0
     # the runner's own notes that say nothing of the work; the estimate, which run_job prints itself once the
     # job's inputs are checked (never before an error)
     SKIP = ("started (pid", "estimate:")
 
     def __init__(self, err: Any) -> None:
+        import threading
         import time
 
         # the first count line comes after EVERY_S of work: a short job (or one refused at once) prints none
         self.err, self.seen, self.t0, self.done = err, "", time.monotonic(), 0
         self.last = self.t0
+        self.job: Any = None  # the job as last shown (the heartbeat reports it)
+        self.lock = threading.Lock()  # show (the job's thread) and beat (the heartbeat's) both print
 
-    def show(self, job: Any) -> None:
+    def beat(self, now: float | None = None) -> None:
+        """A "working" line with the count and the estimate, when the job has shown itself and no line came for
+        QUIET_S seconds."""
         import time
 
         from core.progress import unit_line
 
+        now = time.monotonic() if now is None else now
+        with self.lock:
+            job = self.job
+            if job is None or now - self.last < self.QUIET_S:
+                return
+            self._print(unit_line(f"{job.kind.replace('_', '-')}: working", None, job.done, job.total,
+                                  now - self.t0, job.eta_s))
+            self.last = now
+
+    def show(self, job: Any) -> None:
+        with self.lock:
+            self._show(job)
+
+    def _show(self, job: Any) -> None:
+        import time
+
+        from core.progress import unit_line
+
+        self.job = job
         now = time.monotonic()
         log = list(job.log)
         new = log[log.index(self.seen) + 1:] if self.seen in log else log
@@ -183,6 +210,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
     ever its one error line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
+    from core.progress import Heartbeat
     from workbench.scheduler import resolve_address, run
     from workbench.scheduler.kinds import estimate
     from workbench.scheduler.runner import check_ray_env, check_reachable
@@ -215,7 +243,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
                   console=err, transient=True, disable=not err.is_terminal) as bar:
         task = bar.add_task(spec["kind"].replace("_", "-"), total=None)
 
-        lines = _ProgressLines(err)
+        lines = ProgressLines(err)
 
         def show(job: Any) -> None:
             if job.total:
@@ -224,6 +252,7 @@ def run_job(spec: Any, workers: int, ray_address: str | None, save: bool = True)
                        description=f"{spec['kind'].replace('_', '-')} [{job.id}]")
             lines.show(job)
 
-        out = run(spec, workers=workers, address=ray_address, save=save, on_progress=show)
+        with Heartbeat(lines.beat):
+            out = run(spec, workers=workers, address=ray_address, save=save, on_progress=show)
     say_estimate()  # a kind that never reported its items: said at the end, never before an error
     return out
