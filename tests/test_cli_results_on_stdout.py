@@ -12,7 +12,8 @@ def test_bench_circuits_result_is_on_stdout(capsys):
            "cmd_lo": 0.01, "cmd_hi": 0.03, "seconds": 2.0}
     bench._human({"model": "m", "seconds": 60.0, "document": None, "rows": [row]})
     out, err = capsys.readouterr()
-    assert "circuit benchmark on m" in out and "CPR 1.200" in out and err == ""
+    assert "circuit benchmark on m" in out and "CPR 1.200 [1.10, 1.30]  CMD 0.020 [0.01, 0.03]" in out and err == ""
+    assert "ioi x dpa, edge level (2.0 s)" in out and max(len(line) for line in out.splitlines()) <= 80
 
 
 def test_circuit_discover_header_is_on_stdout(capsys):

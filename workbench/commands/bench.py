@@ -143,10 +143,10 @@ def _human(r: dict[str, Any]) -> None:
     c.print(f"circuit benchmark on {r['model']}: {r['seconds'] / 60:.1f} min; "
             + (f"document {r['document']}" if r["document"] else "no document (give --out FILE.md)")
             + (f"; run {r['run']}" if r.get("run") else ""))
-    for row in r["rows"]:
-        c.print(f"  {row['task']:>13} {row['method']:>20} {row['level']:>4}  CPR {row['cpr']:.3f} "
-                f"[{row['cpr_lo']:.2f}, {row['cpr_hi']:.2f}]  CMD {row['cmd']:.3f} "
-                f"[{row['cmd_lo']:.2f}, {row['cmd_hi']:.2f}]  {row['seconds']:.1f} s")
+    for row in r["rows"]:  # two lines a cell, each within 80 columns (a file or a pipe wraps nothing then)
+        c.print(f"  {row['task']} x {row['method']}, {row['level']} level ({row['seconds']:.1f} s)", soft_wrap=True)
+        c.print(f"      CPR {row['cpr']:.3f} [{row['cpr_lo']:.2f}, {row['cpr_hi']:.2f}]  CMD {row['cmd']:.3f} "
+                f"[{row['cmd_lo']:.2f}, {row['cmd_hi']:.2f}]", soft_wrap=True)
 
 
 def mib_submission(
