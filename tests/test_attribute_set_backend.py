@@ -5,12 +5,9 @@ backend over a tiny random Llama, and a bad backend one ``error:`` line with exi
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from backend_checks import fresh_cli_refusals
 from cli_helpers import assert_bad, run_cli
 
 from workbench.scheduler.specs import AttributeSetSpec, SpecError, parse
@@ -79,25 +76,8 @@ def test_refusals_before_torch(tiny_gpt2_dir, prompts, tmp_path):
     exit 2 with neither torch nor nnsight imported."""
     cases = [_set("tiny-llama", prompts, "--backend", "nnsite"),
              _set(tiny_gpt2_dir, prompts, "--backend", "nnsight", "--method", "dpa")]
-    script = (
-        "import json, sys\n"
-        "from workbench.cli import main\n"
-        "codes = []\n"
-        f"for args in {json.dumps(cases)}:\n"
-        "    sys.argv = ['workbench', *args]\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as exc:\n"
-        "        codes.append(exc.code)\n"
-        "print(json.dumps({'codes': codes, 'heavy': sorted(m for m in ('torch', 'nnsight', 'transformer_lens') "
-        "if m in sys.modules)}))\n")
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, WORKBENCH_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(root))
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {"codes": [2, 2], "heavy": []}, (got, proc.stderr[-2000:])
-    errors = [x for x in proc.stderr.splitlines() if x.startswith("error:")]
+    got, errors, stderr = fresh_cli_refusals(cases, tmp_path)
+    assert got == {"codes": [2, 2], "heavy": []}, (got, stderr)
     assert len(errors) == 2 and "nnsite" in errors[0] and "dpa does not run on the nnsight backend" in errors[1]
 
 

@@ -8,14 +8,11 @@ from __future__ import annotations
 
 import http.server
 import json
-import os
 import socket
-import subprocess
-import sys
 import threading
-from pathlib import Path
 
 import pytest
+from backend_checks import fresh_cli_refusals
 from cli_helpers import assert_bad, run_cli
 
 PROMPT = "When Mary and John went to the store, John gave a drink to"
@@ -157,23 +154,7 @@ def test_the_refusals_import_neither_torch_nor_nnsight(tiny_gpt2_dir, tmp_path):
     imported (they cost seconds)."""
     cases = [_attr("org/model", "--backend", "nnsite"), _attr(tiny_gpt2_dir, "--backend", "nnsight"),
              _attr("org/model", "--remote"), _attr("org/model", "--backend", "nnsight", "--remote")]
-    script = (
-        "import json, sys\n"
-        "from workbench.cli import main\n"
-        "codes = []\n"
-        f"for args in {json.dumps(cases)}:\n"
-        "    sys.argv = ['workbench', *args]\n"
-        "    try:\n"
-        "        main()\n"
-        "    except SystemExit as exc:\n"
-        "        codes.append(exc.code)\n"
-        "print(json.dumps({'codes': codes, 'heavy': sorted(m for m in ('torch', 'nnsight', 'transformer_lens') "
-        "if m in sys.modules)}))\n")
-    root = Path(__file__).resolve().parents[1]
-    env = dict(os.environ, WORKBENCH_RUNS=str(tmp_path / "runs"), PYTHONPATH=str(root),
-               NDIF_HOST=f"http://127.0.0.1:{_free_port()}", WORKBENCH_REMOTE_TIMEOUT="2")
-    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                          timeout=300)
-    got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert got == {"codes": [2] * len(cases), "heavy": []}, (got, proc.stderr[-2000:])
-    assert len([x for x in proc.stderr.splitlines() if x.startswith("error:")]) == len(cases)
+    got, errors, stderr = fresh_cli_refusals(cases, tmp_path, NDIF_HOST=f"http://127.0.0.1:{_free_port()}",
+                                             WORKBENCH_REMOTE_TIMEOUT="2")
+    assert got == {"codes": [2] * len(cases), "heavy": []}, (got, stderr)
+    assert len(errors) == len(cases)
