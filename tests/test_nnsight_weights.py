@@ -185,135 +185,50 @@ def test_engine_through_nnsights_remote_simulation(simulated, tiny_llama, engine
     close(got, torch.as_tensor(ENGINES[engine](tiny_llama)).float())
 
 
-@pytest.fixture(scope="module")
-def guarded_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811 - the imported fixtures
-    nn = wb.load(str(tiny_gemma3_dir), backend="nnsight")
+# the families beside the tiny Llama, each a module fixture pair ``<family>_pair`` (TransformerLens, nnsight) over
+# ``tiny_<family>_dir``: every engine behind the guard on each
+FAMILIES = ("gemma3", "qwen3", "gemma2", "olmo2", "phi3")
+# and the engines run through nnsight's remote simulation on each family that has them: Gemma 3's per-kind rotary
+# tables are read from each layer's inputs (that too must survive serialisation), Gemma 2's soft-capped scores are
+# computed in the trace from the rotated q and k, Phi-3's q/k/v and gate/up are sliced from the fused projections
+# inside the trace (their gradients too)
+SIMULATED = {
+    "gemma3": ["dpa/head", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"],
+    "gemma2": ["dpa/qk", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"],
+    "olmo2": ["dpa/qk", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"],
+    "phi3": ["dpa/qk", "dpa_path/token", "gradient/head", "input_x_gradient/neuron", "atp/qk", "patch (heads)"],
+}
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def guarded_family(request):
+    """A family's (TransformerLens, nnsight) pair with its nnsight model behind the guard."""
+    pair = request.getfixturevalue(f"{request.param}_pair")
     with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, nn)
-        yield nn
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_gemma3_engine_reads_weights_only_inside_traces(guarded_gemma3, gemma3_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](guarded_gemma3)).float()
-    close(got, torch.as_tensor(ENGINES[engine](gemma3_pair[0])).float())
+        _guard(mp, pair[1])
+        yield pair
 
 
 @pytest.fixture(scope="module")
-def guarded_qwen3(qwen3_pair):  # noqa: F811
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, qwen3_pair[1])
-        yield qwen3_pair[1]
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_qwen3_engine_reads_weights_only_inside_traces(guarded_qwen3, qwen3_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](guarded_qwen3)).float()
-    close(got, torch.as_tensor(ENGINES[engine](qwen3_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def simulated_gemma3(tiny_gemma3_dir, gemma3_pair):  # noqa: F811
-    """The tiny Gemma 3 behind the guard, every trace through nnsight's remote simulation (its per-kind rotary
-    tables are read from each layer's inputs: that too must survive serialisation)."""
-    nn = wb.load(str(tiny_gemma3_dir), backend="nnsight")
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, nn)
-        _serve_like_ndif(mp, nn)
-        yield nn
-
-
-@pytest.mark.parametrize("engine", ["dpa/head", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"])
-def test_gemma3_through_nnsights_remote_simulation(simulated_gemma3, gemma3_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](simulated_gemma3)).float()
-    close(got, torch.as_tensor(ENGINES[engine](gemma3_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def guarded_gemma2(gemma2_pair):  # noqa: F811
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, gemma2_pair[1])
-        yield gemma2_pair[1]
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_gemma2_engine_reads_weights_only_inside_traces(guarded_gemma2, gemma2_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](guarded_gemma2)).float()
-    close(got, torch.as_tensor(ENGINES[engine](gemma2_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def simulated_gemma2(tiny_gemma2_dir, gemma2_pair):  # noqa: F811
-    """The tiny Gemma 2 behind the guard, every trace through nnsight's remote simulation (its soft-capped scores
-    are computed in the trace from the rotated q and k)."""
-    nn = wb.load(str(tiny_gemma2_dir), backend="nnsight")
+def simulated_family(request):
+    """(a family's TransformerLens model, a fresh nnsight model of it behind the guard with every trace through
+    nnsight's remote simulation); the family is the test's parameter."""
+    tl = request.getfixturevalue(f"{request.param}_pair")[0]  # TransformerLens first, as ``guarded`` says
+    nn = wb.load(str(request.getfixturevalue(f"tiny_{request.param}_dir")), backend="nnsight")
     with pytest.MonkeyPatch.context() as mp:
         _guard(mp, nn)
         _serve_like_ndif(mp, nn)
-        yield nn
-
-
-@pytest.mark.parametrize("engine", ["dpa/qk", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"])
-def test_gemma2_through_nnsights_remote_simulation(simulated_gemma2, gemma2_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](simulated_gemma2)).float()
-    close(got, torch.as_tensor(ENGINES[engine](gemma2_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def guarded_olmo2(olmo2_pair):  # noqa: F811
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, olmo2_pair[1])
-        yield olmo2_pair[1]
+        yield tl, nn
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
-def test_olmo2_engine_reads_weights_only_inside_traces(guarded_olmo2, olmo2_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](guarded_olmo2)).float()
-    close(got, torch.as_tensor(ENGINES[engine](olmo2_pair[0])).float())
+def test_family_engine_reads_weights_only_inside_traces(guarded_family, engine):
+    tl, nn = guarded_family
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 
-@pytest.fixture(scope="module")
-def simulated_olmo2(tiny_olmo2_dir, olmo2_pair):  # noqa: F811
-    """The tiny OLMo-2 behind the guard, every trace through nnsight's remote simulation."""
-    nn = wb.load(str(tiny_olmo2_dir), backend="nnsight")
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, nn)
-        _serve_like_ndif(mp, nn)
-        yield nn
-
-
-@pytest.mark.parametrize("engine", ["dpa/qk", "dpa_path/token", "gradient/head", "atp/qk", "patch (heads)"])
-def test_olmo2_through_nnsights_remote_simulation(simulated_olmo2, olmo2_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](simulated_olmo2)).float()
-    close(got, torch.as_tensor(ENGINES[engine](olmo2_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def guarded_phi3(phi3_pair):  # noqa: F811
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, phi3_pair[1])
-        yield phi3_pair[1]
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_phi3_engine_reads_weights_only_inside_traces(guarded_phi3, phi3_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](guarded_phi3)).float()
-    close(got, torch.as_tensor(ENGINES[engine](phi3_pair[0])).float())
-
-
-@pytest.fixture(scope="module")
-def simulated_phi3(tiny_phi3_dir, phi3_pair):  # noqa: F811
-    """The tiny Phi-3 behind the guard, every trace through nnsight's remote simulation (its q/k/v and gate/up are
-    sliced from the fused projections inside the trace, their gradients too)."""
-    nn = wb.load(str(tiny_phi3_dir), backend="nnsight")
-    with pytest.MonkeyPatch.context() as mp:
-        _guard(mp, nn)
-        _serve_like_ndif(mp, nn)
-        yield nn
-
-
-@pytest.mark.parametrize("engine", ["dpa/qk", "dpa_path/token", "gradient/head", "input_x_gradient/neuron", "atp/qk",
-                                    "patch (heads)"])
-def test_phi3_through_nnsights_remote_simulation(simulated_phi3, phi3_pair, engine):  # noqa: F811
-    got = torch.as_tensor(ENGINES[engine](simulated_phi3)).float()
-    close(got, torch.as_tensor(ENGINES[engine](phi3_pair[0])).float())
+@pytest.mark.parametrize("simulated_family,engine", [(f, e) for f, engines in SIMULATED.items() for e in engines],
+                         indirect=["simulated_family"])
+def test_family_through_nnsights_remote_simulation(simulated_family, engine):
+    tl, nn = simulated_family
+    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
