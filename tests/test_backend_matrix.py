@@ -318,10 +318,24 @@ def test_engine_on_backend(models, reference, engine, backend):
     close(torch.as_tensor(ENGINES[engine](model)).float(), reference(engine))
 
 
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_on_nnsight_gemma3(gemma3_pair, engine):
-    """Every engine on the nnsight backend over a Gemma 3 gives TransformerLens' numbers on the same weights."""
-    tl, nn = gemma3_pair
+# the families beside the tiny Llama with a module fixture pair ``<family>_pair`` (TransformerLens, nnsight), and
+# what each brings that the nnsight backend must serve
+NNSIGHT_FAMILIES = {
+    "gemma3": "per-kind rotary tables and sliding windows, q/k norms, post-norms, 1 + w gains",
+    "qwen3": "q/k norms before the transpose, gains w",
+    "gemma2": "soft caps on the attention scores and the logits, post-norms, 1 + w gains, a scaled embedding, "
+              "query_pre_attn_scalar, a sliding window shorter than the prompt",
+    "olmo2": "norms after each sublayer only, q/k norms over the whole projection before the head split, the MLP "
+             "reading the residual itself",
+    "phi3": "fused q/k/v and gate/up projections: TransformerLens' hook_q/k/v, hook_pre and hook_pre_linear are "
+            "slices of one module value each",
+}
+
+
+@pytest.mark.parametrize("family,engine", [(f, e) for f in NNSIGHT_FAMILIES for e in ENGINES])
+def test_engine_on_nnsight_family(request, family, engine):
+    """Every engine on the nnsight backend over each family gives TransformerLens' numbers on the same weights."""
+    tl, nn = request.getfixturevalue(f"{family}_pair")
     close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 
@@ -354,37 +368,6 @@ def test_engine_on_bridge_qwen3(qwen3_pair, qwen3_bridge, engine):
 def test_bridge_gemma3_count():
     """The bridge x Gemma 3 column: 39 engines, every one compared but REFUSED_BRIDGE_GEMMA3's."""
     assert len(ENGINES) - len(REFUSED_BRIDGE_GEMMA3) == len(ENGINES) == 39
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_on_nnsight_qwen3(qwen3_pair, engine):
-    """The same on a Qwen 3 (q/k norms before the transpose, gains w)."""
-    tl, nn = qwen3_pair
-    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_on_nnsight_gemma2(gemma2_pair, engine):
-    """The same on a Gemma 2 (soft caps on the attention scores and the logits, post-norms, 1 + w gains, a scaled
-    embedding, query_pre_attn_scalar, a sliding window shorter than the prompt)."""
-    tl, nn = gemma2_pair
-    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_on_nnsight_olmo2(olmo2_pair, engine):
-    """The same on an OLMo-2 (norms after each sublayer only, q/k norms over the whole projection before the head
-    split, the MLP reading the residual itself)."""
-    tl, nn = olmo2_pair
-    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
-
-
-@pytest.mark.parametrize("engine", list(ENGINES))
-def test_engine_on_nnsight_phi3(phi3_pair, engine):
-    """The same on a Phi-3 (fused q/k/v and gate/up projections: TransformerLens' hook_q/k/v, hook_pre and
-    hook_pre_linear are slices of one module value each)."""
-    tl, nn = phi3_pair
-    close(torch.as_tensor(ENGINES[engine](nn)).float(), torch.as_tensor(ENGINES[engine](tl)).float())
 
 
 def test_every_readme_row_is_checked_and_the_counts_are_this_files():
