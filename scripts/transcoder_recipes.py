@@ -35,12 +35,18 @@ VARIANTS = {
     "lr 2e-3 + 3 epochs, massive left out": {"lr": 2e-3, "epochs": 3, "massive_above": 100},
     # a lower multiple, to see what it would take beside the ordinary tails (layer 2's reach 73x)
     "lr 2e-3 + 3 epochs, over 50x left out": {"lr": 2e-3, "epochs": 3, "massive_above": 50},
+    # BatchTopK: the saved JumpReLU form (one global threshold) fires as training did; per-token TopK at lr 2e-3 and
+    # 3 epochs left tokens with large outputs firing 500-800 features in that form (layers 1, 2, 9, 10)
+    "BatchTopK, massive left out": {"sparsity": "batchtopk", "massive_above": 100},
+    "BatchTopK + lr 2e-3 + 3 epochs, massive left out": {"sparsity": "batchtopk", "lr": 2e-3, "epochs": 3,
+                                                         "massive_above": 100},
 }
 RULE = 100  # the multiple of the median MLP-output norm the rule uses (SetSpec's default)
 
 
-def _score(w: dict, x, y, limit: float) -> dict:
-    """EV on every held-out token, and (ev_rule) without those over ``limit`` (the rule's MLP-output norm)."""
+def _score(w: dict, x, y, limit: float, threshold: float | None = None) -> dict:
+    """EV on every held-out token, and (ev_rule) without those over ``limit`` (the rule's MLP-output norm);
+    ev_jumprelu: the form the set saves (one global threshold, ``threshold``), without those tokens too."""
     import torch
 
     with torch.no_grad():
@@ -59,11 +65,19 @@ def _score(w: dict, x, y, limit: float) -> dict:
         keep = norm <= limit
         yr, yrh = y[keep], y_hat[keep]
         ev_rule = 1 - float(((yr - yrh) ** 2).sum() / ((yr - yr.mean(0)) ** 2).sum())
+        ev_jr = l0_jr_max = None
+        if threshold is not None:
+            fj = torch.relu(x[keep] @ w["W_enc"] + w["b_enc"])
+            fj = fj * (fj > threshold)
+            yj = fj @ w["W_dec"] + w["b_dec"] + x[keep] @ w["W_skip"].T
+            ev_jr = 1 - float(((yr - yj) ** 2).sum() / ((yr - yr.mean(0)) ** 2).sum())
+            l0_jr_max = int((fj > 0).sum(1).max())
         skip_only = x @ w["W_skip"].T + w["b_dec"]
         ev_skip = 1 - float(((y - skip_only) ** 2).sum() / ((y - y.mean(0)) ** 2).sum())
     return {"ev": ev, "dead": 1 - float(fired.float().mean()), "ev_skip_only": ev_skip, "ev_typical": ev_typical,
             "massive_tokens": int((~ok).sum()), "ev_rule": ev_rule, "rule_heldout_left_out": int((~keep).sum()),
-            "rule_train_left_out": w.get("massive_train"), "median_ratio_max": float(norm.max() / norm.median())}
+            "rule_train_left_out": w.get("massive_train"), "median_ratio_max": float(norm.max() / norm.median()),
+            "ev_jumprelu": ev_jr, "l0_jumprelu_max": l0_jr_max}
 
 
 def run(args: argparse.Namespace) -> None:
@@ -71,8 +85,9 @@ def run(args: argparse.Namespace) -> None:
 
     torch.set_num_threads(1)
     import workbench as wb
+    from attribution.sae.build import threshold_sample
     from attribution.sae.sets import cache_layers, shuffled_docs, transcoder_hooks
-    from attribution.sae.train_shards import massive_norm, train_topk_transcoder
+    from attribution.sae.train_shards import massive_norm, topk_threshold, train_topk_transcoder
 
     model = wb.load(args.model)
     layers = [int(x) for x in args.layers.split(",")]
@@ -100,9 +115,10 @@ def run(args: argparse.Namespace) -> None:
                 w = train_topk_transcoder(train[layer], hin, hout, args.width, 32, args.tokens, ckpt, lr=lr,
                                           recipe=recipe, checkpoint_every=10**9)
                 recipe["lr"] = lr
+                sample = threshold_sample(train[layer], hin, hook_out=hout, massive_norm=w["massive_norm"])
                 row = {"model": args.model, "layer": layer, "variant": name, "recipe": recipe, "tokens": args.tokens,
                        "width": args.width, "steps": steps, "seconds": round(time.time() - t1, 1),
-                       **_score(w, x, y, limit)}
+                       **_score(w, x, y, limit, topk_threshold(w, sample))}
                 fh.write(json.dumps(row) + "\n")
                 fh.flush()
                 print(json.dumps(row), flush=True)

@@ -142,7 +142,7 @@ def build_dictionary(model: Any, spec: BuildSpec, out: Path, on_progress: Progre
         save_transcoder(w, topk_threshold(w, x, spec.l0_target), tmp, model.name, spec.hook, spec.hook_out)
         scale = {"input": w["scale_in"], "output": w["scale_out"]}
         massive = {"massive_above": w["massive_above"], "massive_norm": w["massive_norm"],
-                   "massive_train_tokens": w["massive_train"]}
+                   "massive_train_tokens": w["massive_train"], "sparsity": (spec.recipe or {}).get("sparsity", "topk")}
     t_train = time.time() - t0
     if half:
         store_half(tmp)

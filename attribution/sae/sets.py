@@ -64,6 +64,12 @@ class SetSpec(TrainConfig):
     # built before the rule resumes without it, and MASSIVE_ABOVE for a new set). Training and scoring only: the
     # replacement model still runs every token through the transcoder and its error node takes what is missed.
     massive_above: float | None = None
+    # How training picks the active features: "topk" (k per token) or "batchtopk" (k per token on average over
+    # each batch). The set saves JumpReLU transcoders (one threshold); a TopK-trained transcoder fires hundreds of
+    # features on its large-output tokens in that form (lr 2e-3, 3 epochs: layer 2's EV 0.95 as TopK, 0.06 saved),
+    # a BatchTopK-trained one fires as it trained. None: the set's own when it resumes ("topk" for sets built
+    # before the choice), SPARSITY for a new set.
+    sparsity: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
@@ -76,18 +82,21 @@ class SetSpec(TrainConfig):
         if not 1 <= self.epochs <= 100:
             raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
         check_massive(self.massive_above)
+        check_sparsity(self.sparsity)
         if self.tokens < self.batch_size:
             raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
 
     def same_training(self) -> dict[str, Any]:
         """The fields two builds of one set must agree on."""
-        keys = ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed", "epochs", "massive_above")
+        keys = ("model", "kind", "width", "k", "tokens", "batch_size", "lr", "seed", "epochs", "massive_above",
+                "sparsity")
         return {k: getattr(self, k) for k in keys}
 
     def recipe(self) -> dict[str, Any] | None:
         """train_topk_transcoder's recipe for the set's own settings (None: the trainer's defaults)."""
-        r = {k: v for k, v in (("epochs", self.epochs), ("massive_above", self.massive_above or 0))
-             if v != {"epochs": 1, "massive_above": 0}[k]}
+        r = {k: v for k, v in (("epochs", self.epochs), ("massive_above", self.massive_above or 0),
+                               ("sparsity", self.sparsity or "topk"))
+             if v != {"epochs": 1, "massive_above": 0, "sparsity": "topk"}[k]}
         return r or None
 
 
@@ -98,7 +107,16 @@ class SetSpec(TrainConfig):
 # multiple in that gap: it takes L11's and leaves every ordinary population in.
 MASSIVE_ABOVE = 100.0
 # What a set built before the rule counts as (its training has no massive_above): no token left out.
-LEGACY_TRAINING = {"epochs": 1, "massive_above": 0}
+LEGACY_TRAINING = {"epochs": 1, "massive_above": 0, "sparsity": "topk"}
+# New sets train BatchTopK: their saved JumpReLU form fires as in training (results/sae/replacement.md)
+SPARSITY = "batchtopk"
+SPARSITIES = ("topk", "batchtopk")
+
+
+def check_sparsity(sparsity: str | None) -> None:
+    """RangeError unless ``sparsity`` (SetSpec.sparsity) is None or one of SPARSITIES."""
+    if sparsity is not None and sparsity not in SPARSITIES:
+        raise RangeError(f"--sparsity {sparsity!r}: one of {', '.join(SPARSITIES)}")
 
 
 def check_massive(above: float | None) -> None:
@@ -379,6 +397,8 @@ def build_set(model: Any, spec: SetSpec, name: str | None = None, root: Path | N
     if spec.massive_above is None:  # not given: the set's own rule when it resumes, the default for a new set
         spec = replace(spec, massive_above=float(theirs["massive_above"]) if old else MASSIVE_ABOVE)
     spec = replace(spec, massive_above=float(spec.massive_above or 0))
+    if spec.sparsity is None:  # likewise: the set's own when it resumes ("topk" before the choice), else SPARSITY
+        spec = replace(spec, sparsity=str(theirs["sparsity"]) if old else SPARSITY)
     if old is not None:
         ours = spec.same_training()
         diff = [k for k in ours if k in theirs and theirs[k] != ours[k]]

@@ -103,7 +103,8 @@ def _latest_checkpoint(ckpt: Path) -> Path | None:
 class _TopKSkipTranscoder:
     """The trainable form: f = TopK(relu(x W_enc + b_enc)); y = f W_dec + b_dec + x W_skip^T."""
 
-    def __init__(self, d_in: int, d_out: int, width: int, k: int, seed: int, init: str = "small") -> None:
+    def __init__(self, d_in: int, d_out: int, width: int, k: int, seed: int, init: str = "small",
+                 batch_topk: bool = False) -> None:
         import torch
 
         gen = torch.Generator().manual_seed(seed)
@@ -118,6 +119,7 @@ class _TopKSkipTranscoder:
             w = w / w.norm(dim=0, keepdim=True)
             dec_scale = 0.01
         self.k = k
+        self.batch_topk = batch_topk
         self.params = {
             "W_enc": w.clone().requires_grad_(),
             "b_enc": torch.zeros(width, requires_grad=True),
@@ -159,8 +161,14 @@ class _TopKSkipTranscoder:
 
         p = self.params
         pre = self.pre(x)
-        vals, idx = torch.relu(pre).topk(self.k, dim=-1)
-        f = torch.zeros_like(pre).scatter(-1, idx, vals)
+        if self.batch_topk:  # BatchTopK (Bussmann et al. 2024): the k x batch largest over the whole batch, so a
+            # token with a large output may take more features than k, as the JumpReLU form it is saved as will
+            flat = torch.relu(pre).flatten()
+            vals, idx = flat.topk(self.k * pre.shape[0])
+            f = torch.zeros_like(flat).scatter(0, idx, vals).view_as(pre)
+        else:
+            vals, idx = torch.relu(pre).topk(self.k, dim=-1)
+            f = torch.zeros_like(pre).scatter(-1, idx, vals)
         y = f @ p["W_dec"] + p["b_dec"] + x @ p["W_skip"].T
         aux = None
         if dead is not None and bool(dead.any()):
@@ -212,8 +220,9 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
     set builder's): init "small" (random unit encoder, decoder its transpose x 0.01) or "transpose" (unit decoder,
     encoder its transpose); aux (AuxK on dead features, True) and aux_window (steps without firing before a
     feature counts as dead; default a quarter of the steps, 50..1000); warmup (linear lr warm-up steps, 0);
-    schedule "decay" (linear decay over the last 20%) | "cosine" | "constant"; epochs (passes over the cached
-    activations, 1); massive_above (0: off): tokens whose MLP-output norm exceeds this multiple of the median
+    schedule "decay" (linear decay over the last 20%) | "cosine" | "constant"; sparsity "topk" (k per token) |
+    "batchtopk" (k per token on average over a batch, as the saved JumpReLU form fires); epochs (passes over the
+    cached activations, 1); massive_above (0: off): tokens whose MLP-output norm exceeds this multiple of the median
     norm (massive_norm, on the first shard's sample) are left out of every step, of the scales, the skip term's
     least-squares start and the encoder's standardization, as position 0 is left out of the shards. The weights
     carry the limit (``massive_norm``, raw units; None when off) and how many cached tokens it left out
@@ -221,7 +230,7 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
     scoring only: a replacement model (circuits/replacement.py) still runs every token through the transcoder,
     and its error node carries what the transcoder misses at a massive token."""
     r = {"init": "small", "aux": True, "aux_window": None, "warmup": 0, "schedule": "decay", "epochs": 1,
-         "massive_above": 0, **(recipe or {})}
+         "massive_above": 0, "sparsity": "topk", **(recipe or {})}
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -235,7 +244,9 @@ def train_topk_transcoder(shards: ShardSet, hook_in: str, hook_out: str, width: 
         x0, y0 = x0[ok], y0[ok]
     s_in, s_out = _scale(x0), _scale(y0)
     d_in, d_out = first[hook_in].shape[1], first[hook_out].shape[1]
-    tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed, r["init"])
+    if r["sparsity"] not in ("topk", "batchtopk"):
+        raise RangeError(f"unknown sparsity {r['sparsity']!r} (topk or batchtopk)")
+    tc = _TopKSkipTranscoder(d_in, d_out, width, k, seed, r["init"], batch_topk=r["sparsity"] == "batchtopk")
     with torch.no_grad():  # the skip term starts at the least-squares linear map, so features
         # only have to model what is nonlinear in the MLP (training from zero is far slower)
         xs = x0.float() * s_in

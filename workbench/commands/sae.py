@@ -325,6 +325,10 @@ def build_set(
                                         "set's own when it resumes (none for sets built before), 100 for a new set. "
                                         "Graphs still run every token through the transcoders.",
                                         callback=nonneg_float),
+    sparsity: str = typer.Option(None, "--sparsity", help="How training picks active features: batchtopk (k per "
+                                 "token on average over a batch, as the saved JumpReLU form fires) or topk (k per "
+                                 "token). Default: the set's own when it resumes (topk for sets built before), "
+                                 "batchtopk for a new set."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the cost estimate and what is built; train nothing."),
     threads: int = typer.Option(1, "--threads", help="torch CPU threads.", callback=positive_int),
     as_json: bool = JSON_OPTION,
@@ -334,11 +338,20 @@ def build_set(
     its checkpoint, each is saved atomically. Use it as `--saes set:NAME` (feature-graph, feature commands)."""
     import sys
 
-    from attribution.sae.sets import built_layers, check_massive, default_name, estimate, parse_layers, sets_root
+    from attribution.sae.sets import (
+        built_layers,
+        check_massive,
+        check_sparsity,
+        default_name,
+        estimate,
+        parse_layers,
+        sets_root,
+    )
     from core.errors import RangeError
     from core.models import zoo
 
     check_massive(massive_above)  # before the model loads
+    check_sparsity(sparsity)
     if kind != "transcoder":
         raise RangeError(f"--kind {kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
     if not 0 < k <= width:
@@ -355,7 +368,7 @@ def build_set(
 
     m = wb.load(model)
     spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens,
-                   epochs=epochs, lr=lr, massive_above=massive_above)
+                   epochs=epochs, lr=lr, massive_above=massive_above, sparsity=sparsity)
     spec.check()
     root = sets_root() / (name or default_name(m.name, width))
     todo = [x for x in spec.layers if x not in built_layers(root)]
