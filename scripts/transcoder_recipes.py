@@ -186,6 +186,16 @@ def report(path: str) -> None:
             cells = [f"{v:.3f}" for v in evs + evr] + [f"{sum(evs) / len(evs):.3f}", f"{sum(evr) / len(evr):.3f}"]
         print(f"| {n} | " + " | ".join(cells) + f" | {sum(rs[x]['dead'] for x in layers) / len(layers):.1%} | "
               f"{sum(rs[x]['seconds'] for x in layers) / len(layers):.0f} |")
+    saved = [r for r in rows if r.get("ev_jumprelu") is not None]
+    if saved:  # the form the set saves (JumpReLU, one threshold), massive tokens left out
+        print("\n| variant | " + " | ".join(f"L{x} EV saved (max L0)" for x in layers) + " | mean EV saved |")
+        print("|---|" + "---:|" * (len(layers) + 1))
+        for n in names:
+            rs = {r["layer"]: r for r in saved if r["variant"] == n}
+            if len(rs) == len(layers):
+                evs = [rs[x]["ev_jumprelu"] for x in layers]
+                cells = [f"{rs[x]['ev_jumprelu']:.3f} ({rs[x]['l0_jumprelu_max']})" for x in layers]
+                print(f"| {n} | " + " | ".join(cells) + f" | {sum(evs) / len(evs):.3f} |")
     if rule:
         for x in layers:
             r = next(r for r in rows if r["layer"] == x)
