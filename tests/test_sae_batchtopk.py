@@ -58,6 +58,8 @@ def test_new_sets_train_batchtopk_and_old_sets_resume_as_built(tmp_path):
     meta = json.loads((tmp_path / "s" / SET_FILE).read_text())
     del meta["training"]["sparsity"], meta["spec"]["sparsity"]
     (tmp_path / "s" / SET_FILE).write_text(json.dumps(meta))
+    del info["sparsity"]  # nor in its layers' records
+    (layer_dir(tmp_path / "s", 0) / "workbench.json").write_text(json.dumps(info))
     assert build_set(model, _spec(model), root=tmp_path / "s", texts=texts)["training"]["sparsity"] == "topk"
     with pytest.raises(RangeError, match=r"sparsity topk \(not batchtopk\)"):
         build_set(model, _spec(model, sparsity="batchtopk"), root=tmp_path / "s", texts=texts)

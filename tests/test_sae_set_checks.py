@@ -89,7 +89,8 @@ def whole(model, interrupted, tmp_path_factory):
     return root
 
 
-@pytest.mark.parametrize("key,value,words", [("width", 64, "widths"), ("train_tokens", 9000, "token counts")])
+@pytest.mark.parametrize("key,value,words", [("width", 64, "widths"), ("train_tokens", 9000, "token counts"),
+                                             ("sparsity", "topk", "sparsities")])
 def test_mixed_layers_are_refused(model, whole, tmp_path, key, value, words):
     root = tmp_path / "mixed"
     shutil.copytree(whole, root)

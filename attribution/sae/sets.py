@@ -221,8 +221,8 @@ def resolve_set(name: str) -> Path:
 
 # What every layer of one set must share: a graph over layers trained on other widths or token counts would
 # compare features of unlike quality as if they were one replacement model.
-UNIFORM = (("width", "width"), ("train_tokens", "tokens"), ("massive_above", "massive_above"))  # (workbench.json
-# key, SetSpec field)
+UNIFORM = (("width", "width"), ("train_tokens", "tokens"), ("massive_above", "massive_above"),
+           ("sparsity", "sparsity"))  # (workbench.json key, SetSpec field)
 
 
 def check_uniform(root: Path, infos: dict[int, dict[str, Any]], spec: dict[str, Any] | None = None) -> None:
@@ -237,7 +237,8 @@ def check_uniform(root: Path, infos: dict[int, dict[str, Any]], spec: dict[str, 
         if len(groups) > 1 or (want is not None and groups and set(groups) != {want}):
             what = "; ".join(f"{k} in L{_ranges(v)}" for k, v in groups.items())
             expect = f" (the set says {want})" if want is not None else ""
-            noun = {"width": "widths", "tokens": "token counts", "massive_above": "massive-token rules"}[spec_key]
+            noun = {"width": "widths", "tokens": "token counts", "massive_above": "massive-token rules",
+                    "sparsity": "sparsities (topk, batchtopk)"}[spec_key]
             raise ModelFileError(f"dictionary set {root.name!r} mixes layers trained on different {noun}: "
                                  f"{what}{expect}; rebuild the odd layers (delete their L folders and run `workbench "
                                  "sae build-set` with the set's settings) or give another --name")
