@@ -63,9 +63,11 @@ def run(args: argparse.Namespace) -> None:
     from circuits.replacement import intervention_check
 
     model = wb.load(args.model)
-    resid = load_dictionaries(args.resid.split(",") if args.resid else RESID[args.model])
-    label = f"{len(resid)} residual SAE{'s' if len(resid) > 1 else ''} (L{','.join(str(d.layer) for d in resid)})"
     want = args.graphs.split(",")
+    # the residual SAEs only when a resid graph is asked for (gemma3's is trained into the user's cache)
+    resid = (load_dictionaries(args.resid.split(",") if args.resid else RESID[args.model])
+             if any(w.startswith("resid") for w in want) else [])
+    label = f"{len(resid)} residual SAE{'s' if len(resid) > 1 else ''} (L{','.join(str(d.layer) for d in resid)})"
     tcs = load_dictionaries(f"set:{args.set}") if any(w.startswith("set") for w in want) else []
     # set-dpa-held: DPA with the transcoders' skip terms held constant, as before issue 53 (the "before" rows)
     configs = [c for c in [("resid", "dpa", resid), ("set", "dpa", tcs), ("set", "dpa-held", tcs),
