@@ -141,6 +141,33 @@ def test_sae_cache_command_runs_a_job_and_refuses_bad_input(tiny_llama_dir, corp
                     "--corpus", str(tmp_path / "none.gz"))[::2], "no English corpus")
 
 
+def test_sae_cache_default_directory_leaves_another_hooks_shards_alone(tiny_llama_dir, corpus, tmp_path,
+                                                                       monkeypatch, capsys, one_thread):
+    """README lines 112 then 192: `sae train` on one hook caches into the split's default directory; `sae cache`
+    of another hook without --out then goes to that hook's own directory (the one `sae train` reads back), not
+    into the first one's, which it used to refuse ("holds shards cached with other settings")."""
+    from attribution.sae.build import shard_dir, shards_root
+    from core.models import zoo
+
+    monkeypatch.setenv("WORKBENCH_CACHE", str(tmp_path / "cache"))
+    base = ("sae", "cache", "--model", str(tiny_llama_dir), "--corpus", str(corpus), "--ctx", "32",
+            "--tokens", "400", "--shard-tokens", "200", "--json")
+    outs = []
+    for hook in HOOKS:
+        code, out, err = cli(monkeypatch, capsys, *base, "--hooks", hook)
+        assert code == 0, err
+        got = json.loads(out)
+        assert got["hooks"] == [hook] and got["tokens"] >= 400
+        outs.append(got["out"])
+    name = zoo.resolve(str(tiny_llama_dir)).name
+    root = (shards_root(name) / "train").resolve()
+    assert outs == [str(root), str(root.parent / "train-blocks_1_hook_mlp_out")]
+    assert [str(shard_dir(name, [h], "train").resolve()) for h in HOOKS] == outs  # where `sae train` reads
+    code, out, err = cli(monkeypatch, capsys, *base, "--hooks", HOOKS[1], "--tokens", "600")  # resumes its own
+    assert code == 0, err
+    assert json.loads(out)["out"] == outs[1] and json.loads(out)["tokens"] >= 600
+
+
 def test_sae_train_job_counts_training_steps(tmp_path, one_thread):
     """sae_train as a job (here): progress is training steps, and the run is the one `sae train` saves."""
     from core.models.tiny import save_tiny

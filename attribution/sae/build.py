@@ -89,15 +89,24 @@ def _reusable(root: Path, hooks: list[str], skip_first: int) -> Path | None:
     return None
 
 
-def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
-                  on_progress: Progress | None = None) -> ShardSet:
-    root = shards_root(model.name) / split
+def shard_dir(model_name: str, hooks: list[str], split: str, skip_first: int = 1) -> Path:
+    """Where the shards of ``hooks`` live by default (`sae cache` writes there, `sae train` reads there): the split's
+    directory or a per-hook sibling already holding them, else the split's directory if it is free, else a fresh
+    per-hook sibling (so caching one hook never runs into another hook's shards)."""
+    root = shards_root(model_name) / split
     target = _reusable(root, hooks, skip_first)
-    if target is not None and ShardSet.open(target).n_tokens >= n_tokens:
-        return ShardSet.open(target)
-    if target is None:  # a fresh directory; the default name if it is free
+    if target is None:
         key = "+".join(h.replace(".", "_") for h in hooks)
         target = root if not root.exists() else root.parent / f"{split}-{key}"
+    return target
+
+
+def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
+                  on_progress: Progress | None = None) -> ShardSet:
+    target = shard_dir(model.name, hooks, split, skip_first)
+    if (target / MANIFEST).exists() and set(hooks) <= set(ShardSet.open(target).manifest["hooks"]) \
+            and ShardSet.open(target).n_tokens >= n_tokens:
+        return ShardSet.open(target)
 
     def report(done: int, total: int) -> None:
         if on_progress:
