@@ -27,12 +27,13 @@ def main() -> None:
 
     import workbench as wb
     from circuits.bench.known import KNOWN, known_mask, mib_auroc, rank_auroc
-    from circuits.bench.report import write_atomic
     from circuits.counterfactual import prepare
     from circuits.edges import EDGE_METHODS, get_method
     from circuits.graph import CircuitGraph
     from circuits.intervene import References
     from circuits.toy.prompts import task_rows
+    from core.errors import OutputError
+    from core.store import write_atomic
 
     torch.set_num_threads(1)
     out: dict = {}
@@ -69,8 +70,9 @@ def main() -> None:
             lines.append(f"| {method} | {r['mib_auroc']:.3f} | {r['rank_auroc']:.3f} | {r['seconds']:.2f} |")
         lines.append("")
     path = Path(args.out)
-    write_atomic(path.with_suffix(".json"), json.dumps(out, indent=1, allow_nan=False))
-    write_atomic(path, "\n".join(lines))
+    write_atomic(path.with_suffix(".json"), json.dumps(out, indent=1, allow_nan=False), "the known-circuit JSON",
+                 OutputError)
+    write_atomic(path, "\n".join(lines), "the known-circuit report", OutputError)
     print(f"wrote {path}")
 
 
