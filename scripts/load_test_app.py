@@ -2,9 +2,10 @@
 
 Starts `workbench app` on a free port (127.0.0.1), opens N headless-Chromium sessions together on
 /?prompt=..., waits for every one to finish, and checks that each shows its own correct result (the
-suggested target is the model's top-1 token for *its* prompt, and the target − foil logit matches a
-direct forward pass), that no session shows an exception, and that the model was loaded once. Then
-measures a warm DPA run for a 30-token prompt in one session. Prints peak memory of the server.
+suggested target and foil are the ones the page suggests for *its* prompt, the model's top-1 token and a
+foil shaped like it, and the target − foil logit matches a direct forward pass), that no session shows an
+exception, and that the model was loaded once. Then measures a warm DPA run for a 30-token prompt in one
+session. Prints peak memory of the server.
 
     .venv/bin/python scripts/load_test_app.py [--sessions 8] [--model smollm2-135m]
 """
@@ -101,23 +102,26 @@ def read(page) -> dict:
 
 
 def expected(model_name: str, rows: list[dict]) -> list[dict]:
-    """Top-1/top-2 tokens and their logit difference straight from the model (after the browser part)."""
+    """The target and foil the attribution page suggests (app.attr_inputs.suggestions: top-1, and a foil shaped like
+    it, ' London' for ' Paris') and their logit difference, straight from the model (after the browser part)."""
+    import threading
+    from types import SimpleNamespace
+
     import torch
 
     import workbench as wb
+    from app.attr_inputs import suggestions
+    from app.readouts import prompt_pass
 
     m = wb.load(model_name)
+    loaded = SimpleNamespace(model=m, lock=threading.Lock())
     out = []
     for r in rows:
+        ppass = prompt_pass(loaded, r["prompt"])
+        target, foil = suggestions(ppass, len(ppass.tokens) - 1)
         logits = m.logits(m.to_tokens(r["prompt"]))[0, -1]
-        top = torch.softmax(logits.float(), -1).topk(2).indices.tolist()
-        out.append(
-            {
-                "target": m.decode([top[0]]),
-                "foil": m.decode([top[1]]),
-                "logit_diff": float(logits[top[0]] - logits[top[1]]),
-            }
-        )
+        ids = {m.decode([int(i)]): int(i) for i in torch.softmax(logits.float(), -1).topk(8).indices}
+        out.append({"target": target, "foil": foil, "logit_diff": float(logits[ids[target]] - logits[ids[foil]])})
     return out
 
 
