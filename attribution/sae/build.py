@@ -101,20 +101,25 @@ def shard_dir(model_name: str, hooks: list[str], split: str, skip_first: int = 1
     return target
 
 
+def resumed_hooks(target: Path, hooks: list[str]) -> list[str]:
+    """The hooks a cache into ``target`` writes: the directory's own (all of them) when it already holds shards,
+    so a resumed cache stays one whole set; else ``hooks``."""
+    return ShardSet.open(target).manifest["hooks"] if (target / MANIFEST).exists() else hooks
+
+
 def ensure_shards(model: Any, hooks: list[str], split: str, n_tokens: int, skip_first: int = 1,
                   on_progress: Progress | None = None) -> ShardSet:
     target = shard_dir(model.name, hooks, split, skip_first)
-    if (target / MANIFEST).exists() and set(hooks) <= set(ShardSet.open(target).manifest["hooks"]) \
-            and ShardSet.open(target).n_tokens >= n_tokens:
-        return ShardSet.open(target)
+    if (target / MANIFEST).exists():
+        have = ShardSet.open(target)
+        if set(hooks) <= set(have.manifest["hooks"]) and have.n_tokens >= n_tokens:
+            return have
 
     def report(done: int, total: int) -> None:
         if on_progress:
             on_progress(f"cache {split}", done, total)
 
-    spec = ShardSet.open(target).manifest if (target / MANIFEST).exists() else None
-    use_hooks = spec["hooks"] if spec else hooks
-    return cache_shards(model, use_hooks, english_texts(split), target, n_tokens,
+    return cache_shards(model, resumed_hooks(target, hooks), english_texts(split), target, n_tokens,
                         skip_first=skip_first, on_progress=report)
 
 

@@ -192,7 +192,7 @@ def cache(
     """Cache activations at HOOKS over the English corpus into resumable float16 shards on disk (what
     `sae train` and scripts/build_dictionaries.py train from). --workers N splits the shards over N Ray
     workers, each holding the model once; the files are the ones a single process writes."""
-    from attribution.sae.build import shard_dir
+    from attribution.sae.build import resumed_hooks, shard_dir
     from core.corpus import SPLITS, english_path
     from core.errors import DatasetError, RangeError
     from core.models import zoo
@@ -219,10 +219,8 @@ def cache(
         raise RangeError(f"--ctx {ctx} is longer than {entry.name}'s context of {n_ctx} tokens")
     check_output("--out", out, kind="dir")
     target = Path(out) if out else shard_dir(entry.name, names, split, skip_first)
-    if not out and (target / "manifest.json").is_file():  # resuming a directory that holds more hooks: all of them
-        import json
-
-        names = json.loads((target / "manifest.json").read_text()).get("hooks") or names
+    if not out:  # resuming a default directory that holds more hooks: all of them
+        names = resumed_hooks(target, names)
     from workbench.scheduler.specs import SaeCacheSpec
 
     spec = SaeCacheSpec(model=model, device=check_device(device), **dtype_spec(dtype), threads=threads, hooks=names,
