@@ -286,7 +286,7 @@ def _gradient_feature_graph(model: HookedModel, prompt: str, dicts: list[Diction
                             node_threshold: float | None, edge_threshold: float | None) -> Subgraph:
     """The replacement-model graph by backward passes (circuits/replacement.py)."""
     enc = model.encode(prompt, target, foil)
-    places = check_dictionaries(model, dicts)
+    places = check_dictionaries(model, dicts, cross_layer=True)
     by_layer: dict[int, Dictionary] = {}
     for d, pl in zip(dicts, places, strict=True):
         if pl.mlp is None:

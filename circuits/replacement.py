@@ -60,6 +60,43 @@ def _clean(model: HookedModel, tokens: torch.Tensor, dicts: dict[int, Dictionary
     return {k: v.detach() for k, v in cache.items()}
 
 
+def writers(dicts: dict[int, Any], layer: int) -> list[tuple[int, Float[torch.Tensor, "feature d_model"]]]:
+    """(source layer, decoder into ``layer``'s MLP output) for every dictionary that writes there: a per-layer
+    transcoder's own decoder, or every layer <= ``layer`` of the same cross-layer transcoder."""
+    from attribution.sae.clt import cross_layer
+
+    d = dicts[layer]
+    clt = cross_layer(d)
+    if clt is None:
+        return [(layer, d.W_dec)]
+    return [(s, clt.writes_into(s, layer)) for s in range(layer + 1)
+            if s in dicts and cross_layer(dicts[s]) is clt]
+
+
+def decoded(layers: dict[int, dict[str, Any]], dicts: dict[int, Any], layer: int, seq: int
+            ) -> Float[torch.Tensor, "pos d_model"]:
+    """What the active features of every writer into ``layer`` add there (sum of act x decoder row), from the
+    layers' (pos, feat, acts) entries: only the active rows are read (a CLT has L(L+1)/2 decoders)."""
+    out = None
+    for s, w in writers(dicts, layer):
+        lay = layers[s]
+        part = torch.zeros(seq, w.shape[-1]).index_add(0, lay["pos"], lay["acts"][:, None] * w[lay["feat"]].float())
+        out = part if out is None else out + part
+    return out
+
+
+def feature_writes(d: Any, feature: int, act: float) -> list[tuple[str, Float[torch.Tensor, " d_model"]]]:
+    """(hook, vector) for everything one active feature adds: act x its decoder direction at its own MLP output,
+    and, for a cross-layer transcoder, at every later layer's MLP output too."""
+    from attribution.sae.clt import cross_layer, output_hook
+
+    clt = cross_layer(d)
+    if clt is None:
+        return [(d.hook_out, d.W_dec[int(feature)].float() * act)]
+    s = int(d.layer)
+    return [(output_hook(t), clt.writes_into(s, t)[int(feature)].float() * act) for t in range(s, clt.n_layers)]
+
+
 def build_replacement(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"], dicts: dict[int, Dictionary],
                       keep_first: bool = False) -> Replacement:
     n_layers = model.arch.n_layers
@@ -82,15 +119,17 @@ def build_replacement(model: HookedModel, tokens: Int[torch.Tensor, "1 pos"], di
         with torch.no_grad():
             f = d.encode(x).float()
             f[:first] = 0.0
-            recon = d.reconstruct(x).float()
+            pos, feat = torch.nonzero(f, as_tuple=True)
+            tag = f"L{layer}T"
+            layers[layer] = {"dic": d, "pos": pos, "feat": feat, "acts": f[pos, feat], "first": first, "tag": tag}
+            # every dictionary writing into this MLP output: its own, and a cross-layer transcoder's earlier layers
+            recon = decoded(layers, dicts, layer, len(x)) + d.decode(torch.zeros(1, d.d_sae)).float() + d.skip(x)
         err = mlp_out - recon
         err[:first] = mlp_out[:first]  # the sink position: the whole MLP output is error
-        pos, feat = torch.nonzero(f, as_tuple=True)
-        tag = f"L{layer}T"
         names += [f"{tag}.f{int(j)}@p{int(p)}" for p, j in zip(pos.tolist(), feat.tolist(), strict=True)]
         kinds += ["feature"] * len(pos)
-        layers[layer] = {"dic": d, "pos": pos, "feat": feat, "acts": f[pos, feat].clone().requires_grad_(True),
-                         "err": err.clone().requires_grad_(True), "first": first, "tag": tag}
+        layers[layer] |= {"acts": layers[layer]["acts"].clone().requires_grad_(True),
+                          "err": err.clone().requires_grad_(True)}
     n_features = len(names)
     seq = tokens.shape[1]
     for layer in range(n_layers):
@@ -107,6 +146,7 @@ def replacement_forward(model: HookedModel, rep: Replacement
     """Logits [pos, vocab] of the replacement model (equal to the clean run's) and the live MLP inputs of the
     transcoder layers (what each feature's encoder reads), all differentiable in the leaves."""
     live: dict[int, torch.Tensor] = {}
+    by_layer = {x: lay["dic"] for x, lay in rep.layers.items()}
 
     def put(value: Float[torch.Tensor, "1 ..."]):  # any frozen hook's value (or the embedding), batch 1
         return lambda act, hook: value.to(act.dtype).reshape(act.shape)  # noqa: ARG005
@@ -124,15 +164,13 @@ def replacement_forward(model: HookedModel, rep: Replacement
             lay = rep.layers[layer]
             d = lay["dic"]
             seq = act.shape[1]
-            f = torch.zeros(seq, d.d_sae, dtype=torch.float32)
-            f = f.index_put((lay["pos"], lay["feat"]), lay["acts"])
             x = live[layer]
             skip = d.skip(x.float())
             skip = torch.cat([torch.zeros_like(skip[: lay["first"]]), skip[lay["first"]:]])
             bias = d.decode(torch.zeros(1, d.d_sae)).float()
             bias = bias.expand(seq, -1).clone()
             bias[: lay["first"]] = 0.0
-            out = f @ d.W_dec.float() + bias + skip + lay["err"]
+            out = decoded(rep.layers, by_layer, layer, seq) + bias + skip + lay["err"]
             return out[None].to(act.dtype)
         return hook
 
@@ -278,16 +316,18 @@ def intervention_check(model: HookedModel, graph: Any, dictionaries: list[Dictio
         d = by_name.get(n.metadata.get("dictionary"))
         if d is None:
             continue
-        direction = (d.W_dec[int(n.feature)].float() * float(n.metadata["activation"])).detach()
         pos = int(n.position)
 
-        def ablate(act, hook, direction=direction, pos=pos):  # noqa: ARG001
-            out = act.clone()
-            out[:, pos] -= direction.to(out.dtype)
-            return out
+        def ablate(direction, pos=pos):
+            def hook(act, hook):  # noqa: ARG001
+                out = act.clone()
+                out[:, pos] -= direction.detach().to(out.dtype)
+                return out
+            return hook
 
-        with torch.no_grad():
-            real = metric(model.run_with_hooks(tokens, fwd_hooks=[(d.hook_out, ablate)])) - base
+        with torch.no_grad():  # a cross-layer transcoder's feature is taken out of every MLP output it writes
+            hooks = [(h, ablate(v)) for h, v in feature_writes(d, int(n.feature), float(n.metadata["activation"]))]
+            real = metric(model.run_with_hooks(tokens, fwd_hooks=hooks)) - base
         pairs.append({"node": n.id, "predicted": predicted.get(n.id, 0.0), "real": real})
     pred = torch.tensor([p["predicted"] for p in pairs], dtype=torch.float64)
     real = torch.tensor([p["real"] for p in pairs], dtype=torch.float64)

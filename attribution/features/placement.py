@@ -23,6 +23,8 @@ from jaxtyping import Float, Int
 
 from attribution.dpa.linear import norm_back
 from attribution.dpa.steps import Point, rank
+from attribution.sae.clt import PREFIX as CLT
+from attribution.sae.clt import load_clt_layers
 from attribution.sae.dictionary import Dictionary, dictionaries_root, load_dictionary
 from attribution.sae.pretrained import PREFIX as PRETRAINED
 from attribution.sae.pretrained import load_pretrained
@@ -71,12 +73,18 @@ def placement(d: Dictionary) -> Placement:
         f"blocks.L.ln2.hook_normalized to blocks.L.hook_mlp_out (got {d.hook} -> {d.hook_out})")
 
 
-def check_dictionaries(model: HookedModel, dicts: list[Dictionary]) -> list[Placement]:
-    """Each dictionary fits the model (name, width, hooks) and has a place; no two share a place."""
+def check_dictionaries(model: HookedModel, dicts: list[Dictionary], cross_layer: bool = False) -> list[Placement]:
+    """Each dictionary fits the model (name, width, hooks) and has a place; no two share a place. A cross-layer
+    transcoder's layers only where ``cross_layer`` (the replacement-model graph): DPA's feature scores split each
+    dictionary's own output, and a CLT layer's features also write into every later MLP."""
     if not dicts:
         raise MethodError("give at least one dictionary (--saes PATH[,PATH...])")
     places = []
     for d in dicts:
+        if not cross_layer and getattr(d.sae, "clt", None) is not None:
+            raise MethodError(f"{d.info.get('clt')} is a cross-layer transcoder: its features write into every later "
+                              "MLP, which DPA's feature scores do not follow; use the gradient graph "
+                              "(feature-graph --method gradient)")
         d.check_model(model)
         if d.d_in != int(model.arch.d_model):
             raise MethodError(f"{d.name} reads width {d.d_in}, but {model.name} has d_model {model.arch.d_model}")
@@ -184,8 +192,9 @@ def read_target(model: HookedModel, place: Placement, cache: dict[str, Any], enc
 
 def load_dictionaries(spec: str | list[Any], model: Any = None) -> list[Dictionary]:
     """Dictionaries from "PATH,PATH" (or a list of paths, names under data/saes, ``set:NAME`` for every layer of a
-    dictionary set, ``pretrained:RELEASE/ID`` from SAELens' registry, or Dictionary objects). ``model``: needed
-    only to convert a pretrained dictionary the first time (attribution/sae/pretrained.py)."""
+    dictionary set, ``clt:NAME`` for every layer of a cross-layer transcoder, ``pretrained:RELEASE/ID`` from
+    SAELens' registry, or Dictionary objects). ``model``: needed only to convert a pretrained dictionary the first
+    time (attribution/sae/pretrained.py)."""
     from pathlib import Path
 
     items = [s.strip() for s in spec.split(",")] if isinstance(spec, str) else list(spec)
@@ -199,6 +208,9 @@ def load_dictionaries(spec: str | list[Any], model: Any = None) -> list[Dictiona
         if isinstance(item, str) and item.startswith("set:"):  # a transcoder set (workbench sae build-set)
 
             out += load_set(item[4:])
+            continue
+        if isinstance(item, str) and item.startswith(CLT):  # a cross-layer transcoder (workbench sae build-clt)
+            out += load_clt_layers(item)
             continue
         if isinstance(item, str) and item.startswith(PRETRAINED):
             out += load_pretrained(item, model)

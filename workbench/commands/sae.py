@@ -44,6 +44,9 @@ def register(app: typer.Typer) -> None:
     sae_app.command("corpus")(corpus)
     sae_app.command("build-set")(build_set)
     sae_app.command("pull")(pull)
+    from workbench.commands.sae_clt import build_clt
+
+    sae_app.command("build-clt")(build_clt)
     app.add_typer(sae_app, name="sae")
 
 
