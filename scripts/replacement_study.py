@@ -69,9 +69,10 @@ def run(args: argparse.Namespace) -> None:
              if any(w.startswith("resid") for w in want) else [])
     label = f"{len(resid)} residual SAE{'s' if len(resid) > 1 else ''} (L{','.join(str(d.layer) for d in resid)})"
     tcs = load_dictionaries(f"set:{args.set}") if any(w.startswith("set") for w in want) else []
+    clt = load_dictionaries(f"clt:{args.clt}") if "clt-gradient" in want else []
     # set-dpa-held: DPA with the transcoders' skip terms held constant, as before issue 53 (the "before" rows)
     configs = [c for c in [("resid", "dpa", resid), ("set", "dpa", tcs), ("set", "dpa-held", tcs),
-                           ("set", "gradient", tcs)] if f"{c[0]}-{c[1]}" in want]
+                           ("set", "gradient", tcs), ("clt", "gradient", clt)] if f"{c[0]}-{c[1]}" in want]
     with open(args.out, "a") as fh:
         rows = (prompts_of(args.prompts_from, args.ioi, args.facts) if args.prompts_from
                 else prompts(args.model, args.source, args.ioi, args.facts))
@@ -79,7 +80,7 @@ def run(args: argparse.Namespace) -> None:
             for dicts_name, method, dicts in configs:
                 t0 = time.perf_counter()
                 kw = dict(target=p["target"], foil=p.get("foil"), method=method.split("-")[0],
-                          per_layer=args.per_layer if dicts_name == "set" else 16)
+                          per_layer=args.per_layer if dicts_name in ("set", "clt") else 16)
                 if method == "dpa-held":
                     kw["live_skip"] = False
                 # one unpruned graph: the scores are computed on it either way, the intervention check reads it
@@ -96,7 +97,8 @@ def run(args: argparse.Namespace) -> None:
                 check = intervention_check(model, capped, dicts, top=args.top)
                 row = {"model": args.model, "source": args.source, "prompt": p["prompt"], "target": p["target"],
                        "foil": p.get("foil"), "set": p["set"], "dicts": dicts_name,
-                       "label": label if dicts_name == "resid" else f"{len(tcs)} transcoders ({args.set})",
+                       "label": {"resid": label, "set": f"{len(tcs)} transcoders ({args.set})",
+                                 "clt": f"cross-layer transcoder ({args.clt})"}[dicts_name],
                        "method": method, **{k: capped.graph_scores().get(k) for k in ("replacement", "completeness")},
                        "seconds": round(capped.seconds, 1), "wall_seconds": round(built, 1),
                        "check_seconds": round(time.perf_counter() - t1, 1),
@@ -272,11 +274,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="smollm2-135m")
     ap.add_argument("--set", default="smollm2-135m-transcoders-w1152")
+    ap.add_argument("--clt", default="", help="a cross-layer transcoder (workbench sae build-clt) for clt-gradient")
     ap.add_argument("--resid", default="", help="residual SAEs, comma-separated (default: the model's own)")
     ap.add_argument("--source", choices=("bench", "prompts"), default="bench")
     ap.add_argument("--ioi", type=int, default=3)
     ap.add_argument("--facts", type=int, default=3)
-    ap.add_argument("--graphs", default="resid-dpa,set-dpa,set-gradient", help="which graphs, comma-separated")
+    ap.add_argument("--graphs", default="resid-dpa,set-dpa,set-gradient",
+                    help="which graphs, comma-separated (also set-dpa-held, clt-gradient)")
     ap.add_argument("--prompts-from", default="", help="the prompts of an earlier run's JSON lines")
     ap.add_argument("--per-layer", type=int, default=8)
     ap.add_argument("--top", type=int, default=10)
