@@ -371,7 +371,8 @@ def build_clt(model: Any, spec: CLTSpec, root: Path, on_progress: Progress | Non
     shutil.rmtree(tmp, ignore_errors=True)
     info = {"model": model.name, "hook_in": "blocks.L.ln2.hook_normalized", "hook_out": "blocks.L.hook_mlp_out",
             "width": spec.width, "k": spec.k, "training": spec.same_training(),
-            "train_tokens": train[0].n_tokens, "steps": w["steps"], "massive_norm": w["massive_norm"],
+            "train_tokens": train[0].n_tokens, "steps": w["steps"],
+            "massive_norm": [x if x != float("inf") else None for x in w["massive_norm"]],  # None: no limit
             "activation_scale": {"input": w["scale_in"], "output": w["scale_out"]},
             "corpus": "data/corpus/english.jsonl.gz (train split; metrics on the held-out split)",
             "format": "circuit-tracer's CLT layout (W_enc_L/W_dec_L.safetensors) plus W_skip_L.safetensors"}
