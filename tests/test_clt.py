@@ -50,8 +50,11 @@ def test_clt_builds_in_circuit_tracers_layout(model, built):
     clt = load_clt(root)
     assert [tuple(w.shape) for w in clt.W_dec] == [(32, 3, 16), (32, 2, 16), (32, 1, 16)]
     assert float(clt.W_dec[0][:, 2].abs().sum()) > 0  # layer 0's features learned to write into layer 2
-    with pytest.raises(RangeError, match="already built"):
-        build_clt(model, CLTSpec(model=model.name, **SPEC), root, texts=built[2])
+    stamp = (root / "W_dec_0.safetensors").stat().st_mtime_ns
+    again = build_clt(model, CLTSpec(model=model.name, **SPEC), root, texts=built[2])  # built: its summary
+    assert again["quality"] == out["quality"] and (root / "W_dec_0.safetensors").stat().st_mtime_ns == stamp
+    with pytest.raises(RangeError, match="built with other settings.*width 32"):
+        build_clt(model, CLTSpec(model=model.name, **{**SPEC, "width": 64}), root, texts=built[2])
 
 
 def test_circuit_tracer_reads_it_and_decodes_alike(built):

@@ -321,17 +321,23 @@ def evaluate_clt(clt: Any, held: dict[int, ShardSet], massive_norm: list[float],
 def build_clt(model: Any, spec: CLTSpec, root: Path, on_progress: Progress | None = None,
               texts: dict[str, Any] | None = None, half: bool = True) -> dict[str, Any]:
     """Cache, train, threshold, save (atomically: a temporary directory renamed into ``root``) and measure; the
-    workbench.json written. A build interrupted resumes from its cache and checkpoint under ``root``'s siblings
-    (``.NAME.acts``, ``.NAME.ckpt``); a finished CLT is not rebuilt (delete it first)."""
+    workbench.json written. A build interrupted resumes from its cache and checkpoint (``.NAME.build`` beside
+    ``root``); a finished CLT is not rebuilt: its summary is returned (other settings: RangeError; delete it to
+    rebuild)."""
     from attribution.sae.clt import INFO, input_hook, load_clt, output_hook, save_clt
     from attribution.sae.sets import cache_layers, check_cache
     from attribution.sae.train_shards import finish
     from core.checks import read_json
 
     spec.check()
-    if (root / INFO).is_file():
-        raise RangeError(f"cross-layer transcoder {root.name!r} is already built at {root}: give another --name "
-                         "or delete it to build again")
+    if (root / INFO).is_file():  # built: its summary, as a finished set's build-set gives (with the same settings)
+        built = (read_json(root / INFO, f"{root}/{INFO}", ModelFileError) or {}).get("training") or {}
+        diff = [k for k, v in spec.same_training().items() if built.get(k) != v]
+        if diff:
+            raise RangeError(f"cross-layer transcoder {root.name!r} is built with other settings "
+                             f"({', '.join(f'{k} {built.get(k)}' for k in diff)}): give another --name, or delete "
+                             f"{root} to build it again")
+        return summary(root)
     n_layers = int(model.arch.n_layers)
     layers = list(range(n_layers))
     for layer in layers:
