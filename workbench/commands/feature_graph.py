@@ -50,7 +50,8 @@ def feature_graph(
     foil: str = typer.Option(None, "--foil", help="Foil token: explain target minus foil.", callback=token_text),
     saes: str = typer.Option(..., "--saes", help="Dictionary directories (or names under data/saes), comma-"
                              "separated: residual SAEs and/or transcoders of this model; set:NAME for every "
-                             "layer of a transcoder set (workbench sae build-set)."),
+                             "layer of a transcoder set (workbench sae build-set); clt:NAME for a cross-layer "
+                             "transcoder (workbench sae build-clt; gradient method only)."),
     method: str = typer.Option("auto", "--method", help="dpa (DPA passes), gradient (backward passes through "
                                "the replacement model of transcoders, as circuit-tracer), or auto: gradient when "
                                "every dictionary is a transcoder and no --param is given, else dpa."),
