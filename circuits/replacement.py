@@ -1,5 +1,7 @@
 """The replacement model of a prompt and its attribution graph by the plain backward pass (circuit-tracer's
-method), for a set of transcoders (one per layer: ``workbench sae build-set``).
+method), for a set of transcoders (one per layer: ``workbench sae build-set``) or a cross-layer transcoder
+(``workbench sae build-clt``: each layer's features also write into every later MLP output; ``writers`` lists what
+writes into an MLP, and an error node is what all of it misses).
 
 The replacement model: every MLP with a transcoder is replaced by its features (their activations held as
 leaves of the autograd graph), its decoder bias, its live skip term and an error node per position (the true
