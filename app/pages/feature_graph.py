@@ -180,7 +180,8 @@ st.session_state["fg_saes"] = [p for p in st.session_state["fg_saes"] if p in op
 chosen = st.multiselect("Dictionaries (data/saes)", options, key="fg_saes", on_change=C.remember("fg_saes"),
                         format_func=lambda p: p.replace("\\", "/").rsplit("/", 1)[-1])  # by name, not path
 extra = st.text_input("More dictionary directories (comma-separated)", key="fg_extra",
-                      help="Directories, or set:NAME for every layer of a transcoder set (workbench sae build-set).")
+                      help="Directories, or set:NAME for every layer of a transcoder set (workbench sae build-set), "
+                           "or clt:NAME for a cross-layer transcoder (workbench sae build-clt; edges by gradient).")
 paths = list(chosen) + [p.strip() for p in (extra or "").split(",") if p.strip()]
 c1, c2, c3 = st.columns(3)
 n_nodes = c1.slider("Nodes per layer", 2, 24, 8, key="fg_nodes",
