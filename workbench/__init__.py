@@ -275,7 +275,8 @@ def feature_graph(model: Any, prompt: str, saes: str | list, target: str | None 
     """The feature graph (features -> features -> logits, error nodes, pruned): the one graph type, a Subgraph
     (circuits/subgraph.py) with ``.nodes``, ``.edges``, ``.plot()``, ``.save()``, ``.replacement_score``,
     ``.completeness_score``; options max_nodes, max_edges, per_layer, keep_first, DPA's path weights, method
-    ("dpa" or "gradient": the replacement model of a transcoder set, ``saes="set:NAME"``), node_threshold and
+    ("dpa" or "gradient": the replacement model of a transcoder set, ``saes="set:NAME"``, or of a cross-layer
+    transcoder, ``saes="clt:NAME"``, which only the gradient graph reads), node_threshold and
     edge_threshold (circuits/feature_graph.py)."""
     from attribution.features.placement import load_dictionaries
     from circuits.feature_graph import feature_graph as _feature_graph
