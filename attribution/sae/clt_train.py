@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attribution.sae.sets import MASSIVE_ABOVE, shuffled_docs
+from attribution.sae.sets import MASSIVE_ABOVE, check_training, shuffled_docs
 from core.errors import DatasetError, ModelFileError, RangeError
 
 if TYPE_CHECKING:
@@ -59,12 +59,7 @@ class CLTSpec:
     massive_above: float = MASSIVE_ABOVE
 
     def check(self) -> None:
-        if not 0 < self.k <= self.width:
-            raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
-        if not 1 <= self.epochs <= 100:
-            raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
-        if self.tokens < self.batch_size:
-            raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
+        check_training(self.k, self.width, self.epochs, self.tokens, self.batch_size)
 
     def same_training(self) -> dict[str, Any]:
         """What a resumed build must agree on."""

@@ -77,14 +77,9 @@ class SetSpec(TrainConfig):
             raise RangeError(f"--kind {self.kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
         if not self.layers:
             raise RangeError("a dictionary set needs at least one layer")
-        if not 0 < self.k <= self.width:
-            raise RangeError(f"--k {self.k} must be between 1 and the width {self.width}")
-        if not 1 <= self.epochs <= 100:
-            raise RangeError(f"--epochs {self.epochs} must be between 1 and 100")
+        check_training(self.k, self.width, self.epochs, self.tokens, self.batch_size)
         check_massive(self.massive_above)
         check_sparsity(self.sparsity)
-        if self.tokens < self.batch_size:
-            raise RangeError(f"--tokens {self.tokens} is fewer than one batch ({self.batch_size})")
 
     def same_training(self) -> dict[str, Any]:
         """The fields two builds of one set must agree on."""
@@ -111,6 +106,17 @@ LEGACY_TRAINING = {"epochs": 1, "massive_above": 0, "sparsity": "topk"}
 # New sets train BatchTopK: their saved JumpReLU form fires as in training (results/sae/replacement.md)
 SPARSITY = "batchtopk"
 SPARSITIES = ("topk", "batchtopk")
+
+
+def check_training(k: int, width: int, epochs: int, tokens: int, batch_size: int) -> None:
+    """RangeError (one line, naming the option) for settings no build can train with: k outside 1..width, epochs
+    outside 1..100, fewer tokens than one batch. Shared by the sets and the cross-layer transcoder."""
+    if not 0 < k <= width:
+        raise RangeError(f"--k {k} must be between 1 and the width {width}")
+    if not 1 <= epochs <= 100:
+        raise RangeError(f"--epochs {epochs} must be between 1 and 100")
+    if tokens < batch_size:
+        raise RangeError(f"--tokens {tokens} is fewer than one batch ({batch_size})")
 
 
 def check_sparsity(sparsity: str | None) -> None:

@@ -308,3 +308,22 @@ def check_prompt(prompt: str, png: str | None = None) -> None:
     check_figure_path(png)
     if not prompt.strip():
         raise PromptError("empty prompt: give at least one token")
+
+
+def corpus_model(model: str, name: str | None, what: str, threads: int) -> Any:
+    """The language model a dictionary build trains on (``what``: "a transcoder set", "a cross-layer
+    transcoder"), after the checks that need no model: ``--name`` a plain folder name, the model a language model;
+    torch on ``threads`` threads."""
+    from core.errors import RangeError
+    from core.models import zoo
+
+    if name is not None and ("/" in name or name.startswith(".")):
+        raise RangeError(f"--name {name!r}: the name of {what} is a plain folder name")
+    if zoo.resolve(model).kind != "llm":
+        raise RangeError(f"{model} is not a language model: {what} trains on the English corpus")
+    import torch
+
+    torch.set_num_threads(threads)
+    import workbench as wb
+
+    return wb.load(model)

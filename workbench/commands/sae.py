@@ -24,6 +24,7 @@ from workbench.commands.common import (
     MODEL_PATH_OPTION,
     THREADS_OPTION,
     console,
+    corpus_model,
     dtype_spec,
     emit,
     result_console,
@@ -353,7 +354,6 @@ def build_set(
         sets_root,
     )
     from core.errors import RangeError
-    from core.models import zoo
 
     check_massive(massive_above)  # before the model loads
     check_sparsity(sparsity)
@@ -361,17 +361,7 @@ def build_set(
         raise RangeError(f"--kind {kind!r}: a dictionary set is built of transcoders (--kind transcoder)")
     if not 0 < k <= width:
         raise RangeError(f"--k {k} must be between 1 and the width {width}")
-    if "/" in (name or "") or (name or "").startswith("."):
-        raise RangeError(f"--name {name!r}: a set's name is a plain folder name")
-    entry = zoo.resolve(model)
-    if entry.kind != "llm":
-        raise RangeError(f"{model} is not a language model: a transcoder set trains on the English corpus")
-    import torch
-
-    torch.set_num_threads(threads)
-    import workbench as wb
-
-    m = wb.load(model)
+    m = corpus_model(model, name, "a transcoder set", threads)
     spec = SetSpec(model=m.name, layers=parse_layers(layers, m.arch.n_layers), width=width, k=k, tokens=tokens,
                    epochs=epochs, lr=lr, massive_above=massive_above, sparsity=sparsity)
     spec.check()

@@ -7,7 +7,7 @@ import typer
 
 from attribution.sae.clt_train import CLTSpec
 from core.options import nonempty, positive_float, positive_int
-from workbench.commands.common import JSON_OPTION, emit, result_console
+from workbench.commands.common import JSON_OPTION, corpus_model, emit, result_console
 
 MODEL_OPTION = typer.Option(..., "--model", help="A language model (trained on the English corpus).")
 
@@ -36,22 +36,10 @@ def build_clt(
 
     from attribution.sae.clt import clts_root
     from attribution.sae.clt_train import build_clt as run
-    from core.errors import RangeError
-    from core.models import zoo
 
     spec = CLTSpec(model=model, width=width, k=k, tokens=tokens, epochs=epochs, lr=lr)
     spec.check()  # before the model loads
-    if name is not None and ("/" in name or name.startswith(".")):
-        raise RangeError(f"--name {name!r}: a CLT's name is a plain folder name")
-    entry = zoo.resolve(model)
-    if entry.kind != "llm":
-        raise RangeError(f"{model} is not a language model: a cross-layer transcoder trains on the English corpus")
-    import torch
-
-    torch.set_num_threads(threads)
-    import workbench as wb
-
-    m = wb.load(model)
+    m = corpus_model(model, name, "a cross-layer transcoder", threads)
     spec.model = m.name
     root = clts_root() / (name or f"{m.name.split('/')[-1]}-clt-w{width}-t{tokens // 1000}k")
     started = time.time()
