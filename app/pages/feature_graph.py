@@ -7,6 +7,7 @@ dashboard) beside the graph, with a link to the SAE page (``?sae=<dictionary>&fe
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import streamlit as st
@@ -130,7 +131,8 @@ def inspect(graph: Any, node: Any) -> None:
     elif node.kind == "feature":
         FV.dashboard_card(graph, node)
     path = next((d.get("path") for d in graph.dictionaries if d["name"] == dictionary), None)
-    if node.kind == "feature" and path:
+    # a dictionary directory the SAE page can open (a CLT's layers are not directories of their own)
+    if node.kind == "feature" and path and Path(path).is_dir():
         st.page_link(SAE_PAGE, label=f"Open feature {C.esc(node.feature)} of {C.esc(dictionary)} on the "
                                      "SAE page",
                      icon=":material/open_in_new:",
