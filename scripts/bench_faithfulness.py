@@ -119,6 +119,7 @@ def patching_timing(model, rows, batch_rows, dpa_batch_size) -> dict:
     (truncated and plain forwards, batched, and one forward at a time)."""
     from attribution.dpa import dpa_batch
     from attribution.faithfulness import resolve_method
+    from attribution.methods import as_scored
 
     _, _, dpa = resolve_method("dpa", "head")
     _, _, patch = resolve_method("activation_patching", "head")
@@ -131,7 +132,7 @@ def patching_timing(model, rows, batch_rows, dpa_batch_size) -> dict:
                                 ("patching_plain", patch, {"truncate": False}),
                                 ("patching_unbatched", patch, {"truncate": False, "batch_size": 1})):
             started = time.perf_counter()
-            scores = fn(model, enc, "head", **kwargs)
+            scores = as_scored(fn(model, enc, "head", **kwargs)).scores  # a method may return a Scored
             out[key].append(time.perf_counter() - started)
             if key == "patching_truncated":
                 first = scores
