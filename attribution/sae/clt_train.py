@@ -33,6 +33,7 @@ from core.errors import DatasetError, ModelFileError, RangeError
 
 if TYPE_CHECKING:
     import torch
+    from jaxtyping import Bool, Float
 
     from attribution.sae.shards import ShardSet
 
@@ -84,7 +85,7 @@ def _load_layers(shards: dict[int, ShardSet], index: int) -> tuple[torch.Tensor,
 
 
 def batches(shards: dict[int, ShardSet], batch_size: int, seed: int, epochs: int, skip: int = 0
-            ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+            ) -> Iterator[tuple[Float[torch.Tensor, "batch layer d_in"], Float[torch.Tensor, "batch layer d_out"]]]:
     """(x, y) [batch, L, d] float32, shard by shard in a seeded order per epoch, shuffled within the shard; the
     remainder of each shard is dropped. ``skip``: batches already done (a resume), skipped without loading."""
     import torch
@@ -137,15 +138,16 @@ class _Trainable:
         self.mu = torch.zeros(n_layers, d)
         self.sigma = torch.ones(n_layers, d)
 
-    def tensors(self) -> list[torch.Tensor]:
+    def tensors(self) -> list[torch.Tensor]:  # mixed shapes: the parameters, then each layer's decoder
         return [*self.params.values(), *self.dec]
 
-    def pre(self, x: torch.Tensor) -> torch.Tensor:  # [B, L, d] -> [B, L, F]
+    def pre(self, x: Float[torch.Tensor, "batch layer d_in"]) -> Float[torch.Tensor, "batch layer feature"]:
         import torch
 
         return torch.einsum("bld,ldf->blf", (x - self.mu) / self.sigma, self.params["W_enc"]) + self.params["b_enc"]
 
-    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, x: Float[torch.Tensor, "batch layer d_in"]
+                ) -> tuple[Float[torch.Tensor, "batch layer d_out"], Bool[torch.Tensor, "layer feature"]]:
         import torch
         import torch.nn.functional as F  # noqa: N812
 
@@ -165,7 +167,7 @@ class _Trainable:
             fired[s, feat[vals > 0]] = True
         return y, fired
 
-    def folded(self, s_in: torch.Tensor, s_out: torch.Tensor) -> dict[str, Any]:
+    def folded(self, s_in: Float[torch.Tensor, " layer"], s_out: Float[torch.Tensor, " layer"]) -> dict[str, Any]:
         """Raw-unit weights: per-layer input/output scales and the standardization folded in."""
         p = {n: v.detach() for n, v in self.params.items()}
         w_enc = p["W_enc"] / self.sigma[:, :, None]
@@ -259,7 +261,8 @@ def train_clt(shards: dict[int, ShardSet], spec: CLTSpec, ckpt: Path, on_progres
     return out
 
 
-def thresholds(weights: dict[str, Any], shards: dict[int, ShardSet], k: int, n: int = 8_000) -> torch.Tensor:
+def thresholds(weights: dict[str, Any], shards: dict[int, ShardSet], k: int, n: int = 8_000
+               ) -> Float[torch.Tensor, "layer feature"]:
     """Per layer, the JumpReLU threshold that keeps k features per token over ``n`` training tokens (BatchTopK's
     global threshold), repeated over the layer's features [L, F]."""
     import torch
