@@ -24,16 +24,17 @@ import random
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from attribution.sae.sets import MASSIVE_ABOVE, check_training, shuffled_docs
+from attribution.sae.config import TrainConfig
+from attribution.sae.sets import MASSIVE_ABOVE, SetSpec, check_training, shuffled_docs
 from core.errors import DatasetError, ModelFileError, RangeError
 
 if TYPE_CHECKING:
     import torch
-    from jaxtyping import Bool, Float
+    from jaxtyping import Float
 
     from attribution.sae.shards import ShardSet
 
@@ -41,30 +42,31 @@ Progress = Callable[[str, int, int], None]
 
 
 @dataclass(kw_only=True)
-class CLTSpec:
-    """What a CLT is trained with. Narrower per layer than the per-layer sets (576 against 1152 on smollm2-135m):
-    its decoders are L(L+1)/2 matrices, so it has 15x the decoder parameters at the same width."""
+class CLTSpec(TrainConfig):
+    """What a CLT is trained with: TrainConfig's settings (k, batch_size, seed, skip_first), the sets' cache layout
+    (held-out tokens, window, shard size) and their longer recipe (lr 2e-3, 3 epochs, the massive-token rule); its
+    own, named here: narrower per layer than the sets (576 against 1152 on smollm2-135m), since its decoders are
+    L(L+1)/2 matrices, 15x the decoder parameters at the same width."""
 
     model: str
+    kind: str = "clt"
     width: int = 576
-    k: int = 32
     tokens: int = 80_000
-    heldout_tokens: int = 8_192
-    epochs: int = 3
-    batch_size: int = 512
     lr: float = 2e-3
-    seed: int = 0
-    ctx: int = 128
-    shard_tokens: int = 16_384
-    skip_first: int = 1
+    epochs: int = 3
+    heldout_tokens: int = SetSpec.heldout_tokens
+    ctx: int = SetSpec.ctx
+    shard_tokens: int = SetSpec.shard_tokens
     massive_above: float = MASSIVE_ABOVE
 
     def check(self) -> None:
         check_training(self.k, self.width, self.epochs, self.tokens, self.batch_size)
 
     def same_training(self) -> dict[str, Any]:
-        """What a resumed build must agree on."""
-        return {k: v for k, v in asdict(self).items() if k not in ("heldout_tokens",)}
+        """What a resumed (or finished) build must agree on; stored in its workbench.json as "training"."""
+        keys = ("model", "width", "k", "tokens", "epochs", "batch_size", "lr", "seed", "ctx", "shard_tokens",
+                "skip_first", "massive_above")
+        return {k: getattr(self, k) for k in keys}
 
 
 def _load_layers(shards: dict[int, ShardSet], index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +149,7 @@ class _Trainable:
         return torch.einsum("bld,ldf->blf", (x - self.mu) / self.sigma, self.params["W_enc"]) + self.params["b_enc"]
 
     def forward(self, x: Float[torch.Tensor, "batch layer d_in"]
-                ) -> tuple[Float[torch.Tensor, "batch layer d_out"], Bool[torch.Tensor, "layer feature"]]:
+                ) -> Float[torch.Tensor, "batch layer d_out"]:
         import torch
         import torch.nn.functional as F  # noqa: N812
 
@@ -155,7 +157,6 @@ class _Trainable:
         p = self.params
         pre = torch.relu(self.pre(x))
         y = p["b_dec"] + torch.einsum("bld,led->ble", x, p["W_skip"])
-        fired = torch.zeros(self.L, self.width, dtype=torch.bool)
         for s in range(self.L):
             vals, idx = pre[:, s].flatten().topk(self.k * B)  # BatchTopK over this layer's batch
             tok, feat = idx // self.width, idx % self.width
@@ -164,8 +165,7 @@ class _Trainable:
             offsets = torch.searchsorted(tok, torch.arange(B))
             out = F.embedding_bag(feat, self.dec[s], offsets, mode="sum", per_sample_weights=vals)
             y = y + F.pad(out.view(B, self.L - s, self.d), (0, 0, s, 0))
-            fired[s, feat[vals > 0]] = True
-        return y, fired
+        return y
 
     def folded(self, s_in: Float[torch.Tensor, " layer"], s_out: Float[torch.Tensor, " layer"]) -> dict[str, Any]:
         """Raw-unit weights: per-layer input/output scales and the standardization folded in."""
@@ -196,6 +196,9 @@ def train_clt(shards: dict[int, ShardSet], spec: CLTSpec, ckpt: Path, on_progres
     """Train; returns raw-unit weights (plus scales, the massive limits and the steps)."""
     import torch
     from safetensors.torch import load_file, save_file
+
+    from attribution.sae.shards import write_atomic
+    from attribution.sae.train_shards import lr_factor
 
     torch.manual_seed(spec.seed)
     x0, y0 = _load_layers(shards, 0)
@@ -228,21 +231,17 @@ def train_clt(shards: dict[int, ShardSet], spec: CLTSpec, ckpt: Path, on_progres
         step = int(saved["step"])
     opt = torch.optim.Adam(tc.tensors(), lr=spec.lr)
     warmup, decay_from = max(1, steps // 20), int(steps * 0.8)
-    last_fired = torch.zeros(n_layers, spec.width, dtype=torch.long)
     started = time.time()
     for x, y in batches(shards, spec.batch_size, spec.seed, spec.epochs, skip=step):
         keep = (y.norm(dim=2) <= limit).all(1)
         x, y = x[keep] * s_in[:, None], y[keep] * s_out[:, None]
-        y_hat, fired = tc.forward(x)
+        y_hat = tc.forward(x)
         loss = ((y - y_hat) ** 2).sum(-1).mean(0).sum()
         opt.zero_grad()
         loss.backward()
-        factor = (step + 1) / warmup if step < warmup else (
-            1.0 if step < decay_from else max(0.05, (steps - step) / max(1, steps - decay_from)))
-        for g in opt.param_groups:
-            g["lr"] = spec.lr * factor
+        for g in opt.param_groups:  # the sets' schedule: linear warm-up, decay over the last 20%
+            g["lr"] = spec.lr * lr_factor(step, steps, warmup, "decay", decay_from)
         opt.step()
-        last_fired[fired] = step
         step += 1
         if on_progress and (step % 5 == 0 or step == steps):
             rate = (time.time() - started) / max(1, step)
@@ -253,9 +252,7 @@ def train_clt(shards: dict[int, ShardSet], spec: CLTSpec, ckpt: Path, on_progres
             t = {n: p.detach().contiguous() for n, p in tc.params.items()}
             t |= {f"dec_{s}": m.detach().contiguous() for s, m in enumerate(tc.dec)}
             t["step"] = torch.tensor(step)
-            tmp = state.with_suffix(".tmp")
-            save_file(t, str(tmp))
-            tmp.replace(state)
+            write_atomic(state, lambda p, t=t: save_file(t, str(p)))
     out = tc.folded(s_in, s_out)
     out.update(scale_in=s_in.tolist(), scale_out=s_out.tolist(), massive_norm=limit.tolist(), steps=steps)
     return out
@@ -267,13 +264,13 @@ def thresholds(weights: dict[str, Any], shards: dict[int, ShardSet], k: int, n: 
     global threshold), repeated over the layer's features [L, F]."""
     import torch
 
+    from attribution.sae.train_shards import topk_threshold
+
     x, y = _load_layers(shards, 0)
     keep = (y.float().norm(dim=2) <= torch.tensor(weights["massive_norm"])).all(1)
     x = x[keep][:n].float()
-    out = []
-    for layer in range(x.shape[1]):
-        pre = torch.relu(x[:, layer] @ weights["W_enc"][layer] + weights["b_enc"][layer]).flatten()
-        out.append(float(pre.topk(min(k * len(x), pre.numel())).values[-1]))
+    out = [topk_threshold({"W_enc": weights["W_enc"][layer], "b_enc": weights["b_enc"][layer], "k": k}, x[:, layer])
+           for layer in range(x.shape[1])]
     return torch.tensor(out)[:, None].expand(-1, weights["W_enc"].shape[2]).contiguous()
 
 
