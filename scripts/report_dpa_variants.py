@@ -56,12 +56,12 @@ def variants_differ(val: dict[str, dict]) -> str | None:
     first, *rest = val
     want = list(val[first]["config"]["methods"])
     for model in rest:
-        have = list(val[model]["config"]["methods"])
-        if set(have) != set(want):
-            missing = sorted(set(want) - set(have)) or sorted(set(have) - set(want))
-            short, other = (model, first) if set(want) - set(have) else (first, model)
-            return (f"validation_{short}.json lacks {', '.join(missing)}, which validation_{other}.json ran: rerun "
-                    f"it with the same --methods")
+        have = set(val[model]["config"]["methods"])
+        lacks, extra = set(want) - have, have - set(want)
+        if lacks or extra:
+            short, other, missing = (model, first, lacks) if lacks else (first, model, extra)
+            return (f"validation_{short}.json lacks {', '.join(sorted(missing))}, which validation_{other}.json "
+                    f"ran: rerun it with the same --methods")
     return None
 
 

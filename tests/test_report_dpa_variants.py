@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 from scripts.report_dpa_variants import ROOT, variants_differ
+from tests.test_readme_commands import readme_commands
 
 SIX = ["dpa", "dpa_norm", "dpa_cf", "dpa:w_q=0:w_k=0:w_v=1", "dpa:w_q=1:w_k=1:w_v=1:w_gate=1:w_up=1",
        "dpa_norm:w_q=0:w_k=0:w_v=1"]
@@ -31,9 +32,8 @@ def test_a_run_with_fewer_variants_is_named_with_what_it_lacks():
 
 def test_the_committed_runs_hold_the_variants_the_readme_line_runs(tmp_path):
     """The README's validation line runs the variants the committed documents hold, and the report reads them."""
-    readme = (ROOT / "README.md").read_text()
-    line = readme[readme.index("--eval-split validation") - 300:readme.index("--eval-split validation")]
-    assert ",".join(SIX) in line
+    [line] = [c for c in readme_commands() if "--eval-split" in c.args and "validation" in c.args]
+    assert line.args[line.args.index("--methods") + 1] == ",".join(SIX)
     done = subprocess.run([sys.executable, "scripts/report_dpa_variants.py", "--out", str(tmp_path / "r.md")],
                           cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
